@@ -1,0 +1,190 @@
+//! The headless command line. Every verb drives the same engine the GUI uses, prints
+//! events as JSON lines with `--json` (human text otherwise), and exits non-zero with a
+//! one-line reason on stderr when it fails.
+
+use crate::config::Paths;
+use crate::engine::{self, Command, CoreEvent, EngineHandle, Event, LlmCommand, LlmEvent};
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(name = "lorekeeper", version, about = "A workbench for LLM-driven roleplay campaigns")]
+pub struct Cli {
+    /// The library database file (default: the XDG data dir).
+    #[arg(long, global = true, env = "LOREKEEPER_LIBRARY")]
+    pub library: Option<PathBuf>,
+    /// The config file (default: the XDG config dir).
+    #[arg(long, global = true, env = "LOREKEEPER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print events and results as JSON lines on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub verb: Option<Verb>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    /// Open the workbench window (the default).
+    Gui,
+    /// Provider profiles: list them, or test one.
+    Providers {
+        #[command(subcommand)]
+        action: ProvidersAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProvidersAction {
+    /// List the configured profiles and which roles use them.
+    List,
+    /// Send a short request through a profile and report the reply, latency and tokens.
+    Test(TestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The profile to test (default: the default profile).
+    #[arg(long)]
+    pub profile: Option<String>,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the error and its causes, outermost first.
+            let mut line = e.to_string();
+            for cause in e.chain().skip(1) {
+                line.push_str(": ");
+                line.push_str(&cause.to_string());
+            }
+            eprintln!("lorekeeper: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let paths = Paths::resolve(cli.library.clone(), cli.config.clone())?;
+    let _log = crate::logging::init(&paths.log_dir);
+    match cli.verb {
+        None | Some(Verb::Gui) => {
+            crate::ui::run_native(paths)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Verb::Providers { action }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            providers(&engine, action, cli.json)
+        }
+    }
+}
+
+fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Result<ExitCode> {
+    let config = engine.context().config();
+    match action {
+        ProvidersAction::List => {
+            let mut out = std::io::stdout().lock();
+            for p in &config.profiles {
+                let roles: Vec<&str> =
+                    config.roles.iter().filter(|(_, v)| **v == p.name).map(|(k, _)| k.as_str()).collect();
+                let is_default = p.name == config.default_profile;
+                if json {
+                    let line = serde_json::json!({
+                        "name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url(),
+                        "max_context_tokens": p.max_context_tokens, "default": is_default, "roles": roles,
+                        "key_env": p.key_env(),
+                    });
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}{}  {}  {}  {}{}",
+                        p.name,
+                        if is_default { " (default)" } else { "" },
+                        p.kind.label(),
+                        p.model,
+                        p.base_url().unwrap_or("-"),
+                        if roles.is_empty() { String::new() } else { format!("  roles: {}", roles.join(", ")) }
+                    )?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ProvidersAction::Test(args) => {
+            let name = args.profile.unwrap_or(config.default_profile.clone());
+            if config.profile(&name).is_none() {
+                bail!("no profile named {name:?} (see `lorekeeper providers list`)");
+            }
+            engine.send(Command::Llm(LlmCommand::TestProfile { profile: name.clone() }))?;
+            let result = drive(engine, json, Duration::from_secs(3600), |event| match event {
+                Event::Llm(LlmEvent::ProfileTested { ok, error, .. }) => Some(if *ok {
+                    Ok(())
+                } else {
+                    Err(anyhow!("profile {name:?} failed: {}", error.clone().unwrap_or_default()))
+                }),
+                _ => None,
+            })?;
+            result.map(|_| ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Print events until `done` returns a verdict for one of them. With `json` every
+/// event is a JSON line on stdout; otherwise streamed text and logs go to stdout and
+/// errors to stderr.
+pub fn drive<T>(
+    engine: &EngineHandle,
+    json: bool,
+    timeout: Duration,
+    mut done: impl FnMut(&Event) -> Option<T>,
+) -> Result<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let event = match engine.events().recv_timeout(left) {
+            Ok(event) => event,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => bail!("no result within {timeout:?}"),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("the engine stopped unexpectedly"),
+        };
+        if json {
+            writeln!(out, "{}", serde_json::to_string(&event)?)?;
+        } else {
+            print_human(&mut out, &event)?;
+        }
+        out.flush()?;
+        if let Some(verdict) = done(&event) {
+            return Ok(verdict);
+        }
+        if let Event::Core(CoreEvent::Error { context, message }) = &event {
+            bail!("{context}: {message}");
+        }
+    }
+}
+
+fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
+    match event {
+        Event::Core(CoreEvent::Log { message, .. }) => writeln!(out, "{message}"),
+        Event::Core(CoreEvent::Error { .. }) | Event::Core(CoreEvent::Stopped) => Ok(()),
+        Event::Llm(LlmEvent::ProfileToken { text, .. }) => write!(out, "{text}"),
+        Event::Llm(LlmEvent::ProfileTested { ok: true, provider, model, usage, latency_ms, .. }) => writeln!(
+            out,
+            "\nok: {provider}, model {model}, {latency_ms} ms, {} prompt + {} completion tokens{}",
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            if usage.reported { "" } else { " (estimated)" }
+        ),
+        Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
+        other => match serde_json::to_string(other) {
+            Ok(line) => writeln!(out, "{line}"),
+            Err(_) => Ok(()),
+        },
+    }
+}

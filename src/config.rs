@@ -1,0 +1,253 @@
+//! Where things live and which profile each agent role uses.
+//!
+//! The config file is TOML under the XDG config dir. It holds provider profiles and the
+//! role → profile map, never an API key: keys come from the environment at call time.
+
+use crate::llm::{ProviderKind, ProviderProfile};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the config file {path} is not valid TOML: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("cannot write the config file {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("no profile named {0:?}")]
+    UnknownProfile(String),
+    #[error("invalid profile: {0}")]
+    Invalid(String),
+    #[error("no home directory could be found; pass --library and --config")]
+    NoHome,
+}
+
+/// Agent roles that can each be mapped to a profile.
+pub const ROLES: &[&str] = &[
+    "director",
+    "character",
+    "narrator",
+    "world",
+    "summariser",
+    "companion",
+    "identity.personality",
+    "identity.backstory_motivation",
+    "identity.voice_dialogue",
+    "identity.physical_description",
+    "identity.story_arc",
+    "identity.relationships",
+    "identity.final_consolidation",
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// The profile used by any role not mapped in `roles`.
+    pub default_profile: String,
+    /// Role name → profile name.
+    pub roles: BTreeMap<String, String>,
+    #[serde(rename = "profile")]
+    pub profiles: Vec<ProviderProfile>,
+    pub memory: crate::memory::MemoryConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            default_profile: "demo".into(),
+            roles: BTreeMap::new(),
+            profiles: vec![demo_profile(), local_server_profile()],
+            memory: Default::default(),
+        }
+    }
+}
+
+/// The offline demo profile: replies come from the script shipped in `assets/`, so
+/// every flow can be walked through with no model and no network.
+pub fn demo_profile() -> ProviderProfile {
+    ProviderProfile {
+        name: "demo".into(),
+        kind: ProviderKind::Scripted,
+        model: "lorekeeper-demo-script".into(),
+        path: Some(assets_dir().join("demo-script.json")),
+        max_context_tokens: 8192,
+        ..Default::default()
+    }
+}
+
+/// A ready-made profile for a llama.cpp / Ollama / LM Studio server on this machine.
+pub fn local_server_profile() -> ProviderProfile {
+    ProviderProfile {
+        name: "local-server".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some("http://127.0.0.1:8080/v1".into()),
+        model: "local".into(),
+        max_context_tokens: 8192,
+        ..Default::default()
+    }
+}
+
+impl Config {
+    /// Load from `path`; a missing file gives the defaults (and is not created until
+    /// the user saves something).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
+        };
+        let config: Config =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Write atomically (temp file, then rename) so a crash never leaves half a config.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        self.validate()?;
+        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let write_err = |source| ConfigError::Write { path: path.to_path_buf(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(write_err)?;
+        }
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, text).map_err(write_err)?;
+        std::fs::rename(&tmp, path).map_err(write_err)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &self.profiles {
+            if p.name.trim().is_empty() {
+                return Err(ConfigError::Invalid("a profile has an empty name".into()));
+            }
+            if !seen.insert(p.name.as_str()) {
+                return Err(ConfigError::Invalid(format!("two profiles are named {:?}", p.name)));
+            }
+            if p.max_context_tokens < 256 {
+                return Err(ConfigError::Invalid(format!("profile {:?}: max_context_tokens must be at least 256", p.name)));
+            }
+        }
+        if !self.profiles.is_empty() && self.profile(&self.default_profile).is_none() {
+            return Err(ConfigError::UnknownProfile(self.default_profile.clone()));
+        }
+        for (role, profile) in &self.roles {
+            if self.profile(profile).is_none() {
+                return Err(ConfigError::Invalid(format!("role {role:?} maps to unknown profile {profile:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn profile(&self, name: &str) -> Option<&ProviderProfile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+
+    /// The profile an agent role uses: its mapping, else the default.
+    pub fn profile_for_role(&self, role: &str) -> Result<&ProviderProfile, ConfigError> {
+        let name = self.roles.get(role).unwrap_or(&self.default_profile);
+        self.profile(name).ok_or_else(|| ConfigError::UnknownProfile(name.clone()))
+    }
+
+    /// Insert or replace a profile by name.
+    pub fn upsert_profile(&mut self, profile: ProviderProfile) {
+        match self.profiles.iter_mut().find(|p| p.name == profile.name) {
+            Some(slot) => *slot = profile,
+            None => self.profiles.push(profile),
+        }
+    }
+}
+
+/// Where the config, the library and the logs live.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paths {
+    pub config_file: PathBuf,
+    pub library_file: PathBuf,
+    pub log_dir: PathBuf,
+}
+
+impl Paths {
+    /// XDG defaults, each overridable (the CLI's `--library` and `--config`).
+    pub fn resolve(library: Option<PathBuf>, config: Option<PathBuf>) -> Result<Self, ConfigError> {
+        let dirs = directories::ProjectDirs::from("", "", "lorekeeper");
+        let data_dir = || dirs.as_ref().map(|d| d.data_dir().to_path_buf()).ok_or(ConfigError::NoHome);
+        let library_file = match library {
+            Some(p) => p,
+            None => data_dir()?.join("library.sqlite"),
+        };
+        let config_file = match config {
+            Some(p) => p,
+            None => dirs.as_ref().map(|d| d.config_dir().join("config.toml")).ok_or(ConfigError::NoHome)?,
+        };
+        let log_dir = match &dirs {
+            Some(d) => d.data_local_dir().join("logs"),
+            None => library_file.parent().unwrap_or(Path::new(".")).join("logs"),
+        };
+        Ok(Self { config_file, library_file, log_dir })
+    }
+}
+
+/// The folder of shipped assets (demo script, demo lore, icons).
+pub fn assets_dir() -> PathBuf {
+    resource_dir("LOREKEEPER_ASSETS_DIR", "assets")
+}
+
+/// The folder the set-up command fills with the ONNX runtime and model files.
+pub fn models_dir() -> PathBuf {
+    resource_dir("LOREKEEPER_MODELS_DIR", "models")
+}
+
+/// The folder of prompt templates.
+pub fn prompts_dir() -> PathBuf {
+    resource_dir("LOREKEEPER_PROMPTS_DIR", "prompts")
+}
+
+/// The folder of shipped lore.
+pub fn lore_dir() -> PathBuf {
+    resource_dir("LOREKEEPER_LORE_DIR", "lore")
+}
+
+/// An environment override, else `./NAME` when run from a checkout, else the folder in
+/// the source tree this binary was built from.
+fn resource_dir(env: &str, name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(env) {
+        return PathBuf::from(dir);
+    }
+    let local = PathBuf::from(name);
+    if local.is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_file_gives_defaults_and_save_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cfg/config.toml");
+        let mut config = Config::load(&path).unwrap();
+        assert_eq!(config, Config::default());
+        config.upsert_profile(ProviderProfile { name: "big".into(), model: "m".into(), ..Default::default() });
+        config.roles.insert("director".into(), "big".into());
+        config.save(&path).unwrap();
+        let back = Config::load(&path).unwrap();
+        assert_eq!(back, config);
+        assert_eq!(back.profile_for_role("director").unwrap().name, "big");
+        assert_eq!(back.profile_for_role("narrator").unwrap().name, "demo");
+    }
+
+    #[test]
+    fn bad_toml_and_bad_references_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "default_profile = [").unwrap();
+        assert!(matches!(Config::load(&path), Err(ConfigError::Parse { .. })));
+        std::fs::write(&path, "default_profile = \"nope\"\n[[profile]]\nname = \"a\"\nmodel = \"m\"\n").unwrap();
+        assert!(matches!(Config::load(&path), Err(ConfigError::UnknownProfile(_))));
+    }
+}

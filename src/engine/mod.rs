@@ -1,0 +1,216 @@
+//! The engine: owns the library and all work; the front doors (GUI, CLI, tests) talk to
+//! it only through [`Command`]s in and [`Event`]s out.
+//!
+//! Invariant: nothing here knows egui. Work runs on the engine's tokio runtime
+//! (blocking calls in `spawn_blocking`), never on the caller's thread, and every event
+//! is sent after the store has committed what it reports.
+
+mod llm_commands;
+
+pub use llm_commands::{LlmCommand, LlmEvent};
+
+use crate::config::{Config, Paths};
+use crate::store::Store;
+use crossbeam_channel::{Receiver, Sender, bounded};
+use serde::Serialize;
+use std::sync::{Arc, RwLock};
+
+/// Capacity of the command queue: senders block when the engine is this far behind.
+const COMMAND_CAPACITY: usize = 256;
+/// Capacity of the event queue: the engine blocks when a front door stops draining.
+const EVENT_CAPACITY: usize = 8192;
+
+/// Everything a front door can ask for. Closed: each capability adds its own variant.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Llm(LlmCommand),
+    Memory(crate::memory::MemoryCommand),
+    Interop(crate::interop::InteropCommand),
+    /// Stop accepting commands; in-flight work is cancelled.
+    Shutdown,
+}
+
+/// Everything the engine reports. Serialises to one JSON object with an `event` field,
+/// which is what `--json` prints, one per line.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Event {
+    Core(CoreEvent),
+    Llm(LlmEvent),
+    Memory(crate::memory::MemoryEvent),
+    Interop(crate::interop::InteropEvent),
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum CoreEvent {
+    /// A human-readable line for the event log.
+    Log { level: LogLevel, message: String },
+    /// A command failed; `context` names what was being done.
+    Error { context: String, message: String },
+    /// The engine stopped.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Info,
+    Warn,
+    Error,
+}
+
+impl Event {
+    pub fn error(context: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Event::Core(CoreEvent::Error { context: context.into(), message: message.to_string() })
+    }
+    pub fn info(message: impl Into<String>) -> Self {
+        Event::Core(CoreEvent::Log { level: LogLevel::Info, message: message.into() })
+    }
+}
+
+type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// Where events go. Each send also calls the waker (the GUI's `request_repaint`).
+#[derive(Clone)]
+pub struct EventSink {
+    tx: Sender<Event>,
+    waker: Arc<RwLock<Option<Waker>>>,
+}
+
+impl EventSink {
+    pub fn send(&self, event: Event) {
+        // A closed channel means every front door is gone: nobody is left to tell.
+        let _ = self.tx.send(event);
+        if let Some(wake) = self.waker.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            wake();
+        }
+    }
+}
+
+/// State shared by all work the engine runs.
+pub struct EngineContext {
+    pub store: Store,
+    pub paths: Paths,
+    config: RwLock<Config>,
+    pub events: EventSink,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl EngineContext {
+    /// A snapshot of the current configuration.
+    pub fn config(&self) -> Config {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Change the configuration and persist it; the change is visible only once saved.
+    pub fn update_config(&self, change: impl FnOnce(&mut Config)) -> Result<Config, crate::config::ConfigError> {
+        let mut guard = self.config.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = guard.clone();
+        change(&mut next);
+        next.save(&self.paths.config_file)?;
+        *guard = next.clone();
+        Ok(next)
+    }
+
+    pub fn emit(&self, event: Event) {
+        self.events.send(event);
+    }
+}
+
+/// The front door's end of the engine.
+pub struct EngineHandle {
+    commands: Sender<Command>,
+    events: Receiver<Event>,
+    waker: Arc<RwLock<Option<Waker>>>,
+    context: Arc<EngineContext>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Queue a command. Fails only when the engine has stopped.
+    pub fn send(&self, command: Command) -> Result<(), EngineStopped> {
+        self.commands.send(command).map_err(|_| EngineStopped)
+    }
+
+    /// The event stream (drain it: the engine blocks when it is full).
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Called after every event, from the engine's threads.
+    pub fn set_waker(&self, wake: impl Fn() + Send + Sync + 'static) {
+        *self.waker.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(wake));
+    }
+
+    /// Read-only access for front doors that need a snapshot (config, paths).
+    pub fn context(&self) -> &Arc<EngineContext> {
+        &self.context
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the engine has stopped")]
+pub struct EngineStopped;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot start the worker runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Open the library and config at `paths` and start the engine.
+pub fn start(paths: Paths) -> Result<EngineHandle, EngineError> {
+    let config = Config::load(&paths.config_file)?;
+    let store = Store::open(&paths.library_file)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .thread_name("lorekeeper-worker")
+        .enable_all()
+        .build()
+        .map_err(EngineError::Runtime)?;
+    let (command_tx, command_rx) = bounded::<Command>(COMMAND_CAPACITY);
+    let (event_tx, event_rx) = bounded::<Event>(EVENT_CAPACITY);
+    let waker: Arc<RwLock<Option<Waker>>> = Arc::new(RwLock::new(None));
+    let context = Arc::new(EngineContext {
+        store,
+        paths,
+        config: RwLock::new(config),
+        events: EventSink { tx: event_tx, waker: waker.clone() },
+        runtime: runtime.handle().clone(),
+    });
+    let loop_context = context.clone();
+    let thread = std::thread::Builder::new()
+        .name("lorekeeper-engine".into())
+        .spawn(move || run_loop(runtime, loop_context, command_rx))
+        .map_err(EngineError::Runtime)?;
+    Ok(EngineHandle { commands: command_tx, events: event_rx, waker, context, thread: Some(thread) })
+}
+
+fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, commands: Receiver<Command>) {
+    while let Ok(command) = commands.recv() {
+        tracing::debug!(?command, "command");
+        match command {
+            Command::Shutdown => break,
+            Command::Llm(c) => llm_commands::handle(&context, c),
+            Command::Memory(c) => crate::memory::handle(&context, c),
+            Command::Interop(c) => crate::interop::handle(&context, c),
+        }
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    context.emit(Event::Core(CoreEvent::Stopped));
+}

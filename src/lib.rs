@@ -1,0 +1,15 @@
+//! Lorekeeper: a desktop workbench for LLM-driven roleplay campaigns.
+//!
+//! See `ARCHITECTURE.md` for the map. In short: front doors ([`ui`], [`cli`]) drive the
+//! [`engine`] with commands and observe events; capabilities ([`llm`], [`memory`],
+//! [`interop`], ...) do the work; [`store`] keeps everything durable.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod interop;
+pub mod llm;
+pub mod logging;
+pub mod memory;
+pub mod store;
+pub mod ui;

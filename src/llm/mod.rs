@@ -1,0 +1,202 @@
+//! Talking to language models: one [`Provider`] trait over every backend, and a
+//! [`LlmClient`] that wraps any provider with retries, rate limiting and caching.
+//!
+//! Calls are blocking on purpose: the engine runs them on worker threads, which keeps
+//! every provider simple to test against a plain local HTTP server and lets a
+//! [`CancelToken`] stop a stream between two reads.
+
+pub mod client;
+pub mod profile;
+pub mod secret;
+
+pub use client::LlmClient;
+pub use profile::{ProviderKind, ProviderProfile, RetryPolicy, SamplerSettings, Timeouts};
+pub use secret::Secret;
+
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Who said a message in a chat request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self { role: Role::System, content: content.into() }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self { role: Role::User, content: content.into() }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self { role: Role::Assistant, content: content.into() }
+    }
+}
+
+/// What shape the reply must have. Providers that cannot enforce a schema on the
+/// server side still receive it, and the structured-output layer validates anyway.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    #[default]
+    Text,
+    /// Any JSON object.
+    Json,
+    /// JSON that must validate against `schema`.
+    JsonSchema { name: String, schema: serde_json::Value },
+}
+
+/// One request to a model. Everything that influences the answer lives here, so its
+/// hash is a sound response-cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub sampler: SamplerSettings,
+    #[serde(default)]
+    pub response_format: ResponseFormat,
+    /// Ask for a streamed reply. Tokens are delivered through [`CallContext::on_token`].
+    #[serde(default)]
+    pub stream: bool,
+}
+
+impl ChatRequest {
+    pub fn new(model: impl Into<String>, messages: Vec<ChatMessage>) -> Self {
+        Self {
+            model: model.into(),
+            messages,
+            sampler: SamplerSettings::default(),
+            response_format: ResponseFormat::Text,
+            stream: false,
+        }
+    }
+}
+
+/// Token counts as the provider reported them. `reported` is false when the provider
+/// sent none and the numbers are our own estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub reported: bool,
+}
+
+impl Usage {
+    pub fn total(&self) -> u32 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// A finished reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub text: String,
+    pub usage: Usage,
+    /// The provider's stop reason, normalised to lower case (`stop`, `length`, ...).
+    pub finish_reason: Option<String>,
+    /// The model that answered, as the provider named it.
+    pub model: String,
+    /// Served from the response cache without reaching the provider.
+    #[serde(default)]
+    pub from_cache: bool,
+    /// Wall time of the call, in milliseconds.
+    #[serde(default)]
+    pub elapsed_ms: u64,
+}
+
+/// Shared flag that stops an in-flight call. Cloning shares the flag.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Per-call context: cancellation and the streaming sink.
+#[derive(Clone, Copy)]
+pub struct CallContext<'a> {
+    pub cancel: &'a CancelToken,
+    /// Receives each streamed text fragment as it arrives.
+    pub on_token: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+}
+
+impl<'a> CallContext<'a> {
+    pub fn new(cancel: &'a CancelToken) -> Self {
+        Self { cancel, on_token: None }
+    }
+    pub fn with_tokens(cancel: &'a CancelToken, on_token: &'a (dyn Fn(&str) + Send + Sync)) -> Self {
+        Self { cancel, on_token: Some(on_token) }
+    }
+    pub fn emit(&self, fragment: &str) {
+        if let Some(f) = self.on_token {
+            f(fragment);
+        }
+    }
+}
+
+/// Everything that can go wrong talking to a model. Messages never contain secrets.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("cannot reach {endpoint}: {message}")]
+    Connect { endpoint: String, message: String },
+    #[error("the provider did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("rate limited by the provider (HTTP 429){}", retry_after.map(|d| format!(", retry after {:.1}s", d.as_secs_f64())).unwrap_or_default())]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("the provider answered HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    #[error("malformed response from the provider: {0}")]
+    Malformed(String),
+    #[error("the stream ended before the reply was complete ({} characters received)", partial.chars().count())]
+    Truncated { partial: String },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("no API key: set the environment variable {var}")]
+    MissingKey { var: String },
+    #[error("provider configuration: {0}")]
+    Config(String),
+    #[error("structured output failed after {attempts} attempt(s): {last_error}")]
+    Structured { attempts: u32, last_error: String },
+}
+
+impl LlmError {
+    /// Errors worth retrying: the same request may succeed a moment later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LlmError::Connect { .. } | LlmError::Timeout(_) | LlmError::RateLimited { .. } | LlmError::Truncated { .. } => true,
+            LlmError::Http { status, .. } => *status >= 500 || *status == 408,
+            _ => false,
+        }
+    }
+}
+
+/// One backend that turns a [`ChatRequest`] into a [`Completion`].
+///
+/// Implementations do exactly one attempt: retries, rate limiting and caching are the
+/// [`LlmClient`]'s job so every provider gets them the same way.
+pub trait Provider: Send + Sync {
+    /// Short human label, e.g. `openai-compatible (http://127.0.0.1:8080)`.
+    fn describe(&self) -> String;
+    fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError>;
+}

@@ -1,0 +1,32 @@
+//! Schema migrations, applied in order and counted in `PRAGMA user_version`.
+//!
+//! Append only: a migration that has shipped is never edited. Each capability owns
+//! its own files so the schema grows with the features that need it.
+
+use super::StoreError;
+use rusqlite::Connection;
+use std::path::Path;
+
+/// `(name, sql)` in application order.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_core", include_str!("migrations/0001_core.sql")),
+    ("0002_llm", include_str!("migrations/0002_llm.sql")),
+    ("0003_memory", include_str!("migrations/0003_memory.sql")),
+    ("0004_interop", include_str!("migrations/0004_interop.sql")),
+];
+
+pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as u32;
+    if current > known {
+        return Err(StoreError::TooNew { path: path.to_path_buf(), found: current, known });
+    }
+    for (index, (name, sql)) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql).map_err(|source| StoreError::Migration { name, source })?;
+        tx.pragma_update(None, "user_version", index as u32 + 1)?;
+        tx.commit()?;
+        tracing::info!(migration = name, "applied schema migration");
+    }
+    Ok(())
+}

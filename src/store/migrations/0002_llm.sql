@@ -1,0 +1,2 @@
+-- Owned by the llm module (response cache).
+SELECT 1;

@@ -1,0 +1,2 @@
+-- Owned by the memory module.
+SELECT 1;

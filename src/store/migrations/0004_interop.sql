@@ -1,0 +1,2 @@
+-- Owned by the interop module (lorebooks and imported documents).
+SELECT 1;

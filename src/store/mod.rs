@@ -1,0 +1,194 @@
+//! The library: one SQLite file holding everything durable.
+//!
+//! Invariant: every write that an event reports has been committed before the event is
+//! sent, and every multi-row change (a chat turn, a round, a checkpoint) is one
+//! transaction. WAL mode lets readers on other connections proceed while a writer works.
+
+mod migrations;
+
+use rusqlite::{Connection, OpenFlags, Transaction};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use migrations::MIGRATIONS;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the library at {path}: {source}")]
+    Open { path: PathBuf, source: rusqlite::Error },
+    #[error("cannot create the library folder {path}: {source}")]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("the library at {path} was written by a newer Lorekeeper (schema {found}, this build knows {known})")]
+    TooNew { path: PathBuf, found: u32, known: u32 },
+    #[error("migration {name} failed: {source}")]
+    Migration { name: &'static str, source: rusqlite::Error },
+    #[error("database error: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("stored data is damaged: {0}")]
+    Corrupt(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+/// Handle to the library database. Cheap to clone; all clones share one writer
+/// connection, serialised by a mutex, so writes never contend inside SQLite.
+#[derive(Clone)]
+pub struct Store {
+    path: PathBuf,
+    writer: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Open (creating if needed) the library at `path` and bring its schema up to date.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        }
+        let mut conn = open_connection(&path, false)?;
+        migrations::migrate(&mut conn, &path)?;
+        Ok(Self { path, writer: Arc::new(Mutex::new(conn)) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Run `f` on the writer connection.
+    pub fn with<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let conn = self.lock();
+        f(&conn)
+    }
+
+    /// Run `f` inside one transaction: committed if `f` returns `Ok`, rolled back
+    /// otherwise (and if the process dies before the commit).
+    pub fn transaction<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// A separate read-only connection, for long reads (search, exports) that must not
+    /// hold the writer.
+    pub fn reader(&self) -> Result<Connection, StoreError> {
+        open_connection(&self.path, true)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave a half-applied write behind:
+        // SQLite rolls back the open transaction when it is dropped.
+        self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Read a value from the `meta` key-value table.
+    pub fn meta_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        use rusqlite::OptionalExtension;
+        self.with(|c| Ok(c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional()?))
+    }
+
+    pub fn meta_set(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [key, value],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI
+    };
+    let open_err = |source| StoreError::Open { path: path.to_path_buf(), source };
+    let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
+    conn.busy_timeout(Duration::from_secs(10)).map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
+    if !read_only {
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+    }
+    Ok(conn)
+}
+
+/// A new identifier: milliseconds since the epoch then random bits, in hex, so ids sort
+/// by creation time and never collide in practice.
+pub fn new_id() -> String {
+    let millis = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    format!("{millis:012x}{:016x}", fastrand::u64(..))
+}
+
+/// Now, as the RFC 3339 UTC text every table stores.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_a_real_file_with_wal_and_foreign_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/lib.sqlite");
+        let store = Store::open(&path).unwrap();
+        assert!(path.exists());
+        let (mode, fk): (String, i64) = store
+            .with(|c| Ok((c.query_row("PRAGMA journal_mode", [], |r| r.get(0))?, c.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?)))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(fk, 1);
+        let version: u32 = store.with(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(version as usize, MIGRATIONS.len());
+    }
+
+    #[test]
+    fn reopening_is_idempotent_and_keeps_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lib.sqlite");
+        Store::open(&path).unwrap().meta_set("k", "v").unwrap();
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.meta_get("k").unwrap().as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn a_failed_transaction_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let result: Result<(), StoreError> = store.transaction(|tx| {
+            tx.execute("INSERT INTO meta(key, value) VALUES ('a', '1')", [])?;
+            Err(StoreError::Corrupt("boom".into()))
+        });
+        assert!(result.is_err());
+        assert_eq!(store.meta_get("a").unwrap(), None);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lib.sqlite");
+        Store::open(&path).unwrap().with(|c| Ok(c.pragma_update(None, "user_version", 9999)?)).unwrap();
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { .. })));
+    }
+
+    #[test]
+    fn ids_are_unique_and_time_ordered() {
+        let a = new_id();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = new_id();
+        assert!(a < b);
+        assert_eq!(a.len(), 28);
+    }
+}

@@ -1,0 +1,172 @@
+//! The workbench window. The only module that knows egui.
+//!
+//! Invariant: the UI renders a view model and sends commands; it never blocks and never
+//! touches the store or the network. Events are drained in `logic`, drawing happens in
+//! `ui`, and the engine wakes the window after every event.
+
+mod event_log;
+mod providers;
+
+use crate::config::Paths;
+use crate::engine::{self, Command, EngineHandle, Event};
+use event_log::EventLog;
+use providers::ProvidersPanel;
+
+/// At most this many events are applied per frame, so a flood of streamed tokens
+/// cannot stretch one frame; the rest wait for the next one.
+const MAX_EVENTS_PER_FRAME: usize = 2000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UiError {
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
+    #[error("the window could not be opened: {0}")]
+    Window(String),
+}
+
+/// The panels of the workbench, in the order of the navigation bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PanelKind {
+    Waves,
+    Checkpoints,
+    Scene,
+    Chat,
+    Memory,
+    Budgets,
+    Prompt,
+    Providers,
+}
+
+impl PanelKind {
+    pub const ALL: [PanelKind; 8] = [
+        PanelKind::Waves,
+        PanelKind::Checkpoints,
+        PanelKind::Scene,
+        PanelKind::Chat,
+        PanelKind::Memory,
+        PanelKind::Budgets,
+        PanelKind::Prompt,
+        PanelKind::Providers,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            PanelKind::Waves => "Waves",
+            PanelKind::Checkpoints => "Checkpoints",
+            PanelKind::Scene => "Scene",
+            PanelKind::Chat => "Chat",
+            PanelKind::Memory => "Memory",
+            PanelKind::Budgets => "Budgets",
+            PanelKind::Prompt => "Prompt",
+            PanelKind::Providers => "Providers",
+        }
+    }
+
+    /// What an empty panel tells the user while its capability is not in this build.
+    fn coming(self) -> Option<&'static str> {
+        match self {
+            PanelKind::Waves => Some("The character identity pipeline's waves appear here, agent by agent, with timings and tokens."),
+            PanelKind::Checkpoints => Some("Checkpoints to approve or send back with feedback appear here."),
+            PanelKind::Scene => Some("The scene engine's characters, states, trackers and transcript appear here."),
+            PanelKind::Chat => Some("One-to-one chat with a character that remembers appears here."),
+            PanelKind::Memory => Some("Memory search with keyword, vector and fused scores appears here."),
+            PanelKind::Budgets => Some("Token budgets per context section, with their ledger, appear here."),
+            PanelKind::Prompt => Some("The assembled prompt of any agent call, exactly as sent, appears here."),
+            PanelKind::Providers => None,
+        }
+    }
+}
+
+/// The eframe application.
+pub struct WorkbenchApp {
+    engine: EngineHandle,
+    panel: PanelKind,
+    log: EventLog,
+    providers: ProvidersPanel,
+}
+
+impl WorkbenchApp {
+    /// Wire the engine's events to this window's repaints.
+    pub fn new(egui_ctx: &egui::Context, engine: EngineHandle) -> Self {
+        let repaint = egui_ctx.clone();
+        engine.set_waker(move || repaint.request_repaint());
+        let providers = ProvidersPanel::new(engine.context().config());
+        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers }
+    }
+
+    pub fn panel(&self) -> PanelKind {
+        self.panel
+    }
+
+    pub fn engine(&self) -> &EngineHandle {
+        &self.engine
+    }
+
+    fn send(&mut self, command: Command) {
+        if self.engine.send(command).is_err() {
+            self.log.push_error("engine", "the engine has stopped; restart the workbench");
+        }
+    }
+
+    fn apply(&mut self, event: Event) {
+        self.log.record(&event);
+        if let Event::Llm(e) = &event {
+            self.providers.apply(e, &self.engine.context().config());
+        }
+    }
+
+    /// Apply pending events (bounded per frame).
+    pub fn drain_events(&mut self) {
+        for _ in 0..MAX_EVENTS_PER_FRAME {
+            match self.engine.events().try_recv() {
+                Ok(event) => self.apply(event),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+impl eframe::App for WorkbenchApp {
+    fn logic(&mut self, _ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        self.drain_events();
+    }
+
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        egui::Panel::top("nav").show(ui, |ui| {
+            ui.horizontal_wrapped(|ui| {
+                ui.strong("Lorekeeper");
+                ui.separator();
+                for kind in PanelKind::ALL {
+                    ui.selectable_value(&mut self.panel, kind, kind.title());
+                }
+            });
+        });
+        egui::Panel::bottom("event_log").resizable(true).default_size(140.0).show(ui, |ui| {
+            self.log.show(ui);
+        });
+        egui::CentralPanel::default_margins().show(ui, |ui| {
+            let mut outbox = Vec::new();
+            match self.panel {
+                PanelKind::Providers => self.providers.show(ui, &mut outbox),
+                other => {
+                    ui.heading(other.title());
+                    ui.label(other.coming().unwrap_or_default());
+                }
+            }
+            for command in outbox {
+                self.send(command);
+            }
+        });
+    }
+}
+
+/// Open the workbench window (blocks until it is closed).
+pub fn run_native(paths: Paths) -> Result<(), UiError> {
+    let engine = engine::start(paths)?;
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
+        ..Default::default()
+    };
+    eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))
+        .map_err(|e| UiError::Window(e.to_string()))
+}

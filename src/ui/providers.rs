@@ -1,0 +1,268 @@
+//! Provider settings: edit profiles, map agent roles to them, and test one live.
+
+use crate::config::{Config, ROLES};
+use crate::engine::{Command, LlmCommand, LlmEvent};
+use crate::llm::{ProviderKind, ProviderProfile};
+use std::collections::BTreeMap;
+
+/// What the last test of a profile showed.
+#[derive(Debug, Clone, Default)]
+pub struct TestView {
+    pub running: bool,
+    pub streamed: String,
+    pub outcome: Option<Result<String, String>>,
+}
+
+pub struct ProvidersPanel {
+    config: Config,
+    selected: String,
+    draft: ProviderProfile,
+    /// Text of the optional numeric fields, so a half-typed number is not lost.
+    temperature_text: String,
+    max_tokens_text: String,
+    tests: BTreeMap<String, TestView>,
+}
+
+impl ProvidersPanel {
+    pub fn new(config: Config) -> Self {
+        let selected = config.default_profile.clone();
+        let mut panel = Self {
+            draft: ProviderProfile::default(),
+            config,
+            selected: String::new(),
+            temperature_text: String::new(),
+            max_tokens_text: String::new(),
+            tests: BTreeMap::new(),
+        };
+        panel.select(&selected);
+        panel
+    }
+
+    fn select(&mut self, name: &str) {
+        if let Some(p) = self.config.profile(name) {
+            self.selected = name.to_string();
+            self.draft = p.clone();
+            self.temperature_text = p.sampler.temperature.map(|t| t.to_string()).unwrap_or_default();
+            self.max_tokens_text = p.sampler.max_tokens.map(|t| t.to_string()).unwrap_or_default();
+        }
+    }
+
+    pub fn test_view(&self, profile: &str) -> Option<&TestView> {
+        self.tests.get(profile)
+    }
+
+    pub fn apply(&mut self, event: &LlmEvent, config: &Config) {
+        match event {
+            LlmEvent::ProfileTestStarted { profile } => {
+                self.tests.insert(profile.clone(), TestView { running: true, ..Default::default() });
+            }
+            LlmEvent::ProfileToken { profile, text } => {
+                self.tests.entry(profile.clone()).or_default().streamed.push_str(text);
+            }
+            LlmEvent::ProfileTested { profile, ok, reply, latency_ms, usage, error, model, .. } => {
+                let view = self.tests.entry(profile.clone()).or_default();
+                view.running = false;
+                view.outcome = Some(if *ok {
+                    Ok(format!(
+                        "{model} answered in {latency_ms} ms ({} + {} tokens{}): {reply}",
+                        usage.prompt_tokens,
+                        usage.completion_tokens,
+                        if usage.reported { "" } else { ", estimated" }
+                    ))
+                } else {
+                    Err(error.clone().unwrap_or_default())
+                });
+            }
+            LlmEvent::ConfigSaved => {
+                self.config = config.clone();
+                let keep = if self.config.profile(&self.draft.name).is_some() {
+                    self.draft.name.clone()
+                } else {
+                    self.config.default_profile.clone()
+                };
+                self.select(&keep);
+            }
+        }
+    }
+
+    pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Providers");
+        ui.horizontal_top(|ui| {
+            ui.vertical(|ui| {
+                ui.set_width(200.0);
+                ui.label("Profiles");
+                let names: Vec<String> = self.config.profiles.iter().map(|p| p.name.clone()).collect();
+                for name in names {
+                    let label = if name == self.config.default_profile { format!("{name} (default)") } else { name.clone() };
+                    if ui.selectable_label(self.selected == name, label).clicked() {
+                        self.select(&name);
+                    }
+                }
+                if ui.button("New profile").clicked() {
+                    let mut n = 1;
+                    while self.config.profile(&format!("profile-{n}")).is_some() {
+                        n += 1;
+                    }
+                    self.selected.clear();
+                    self.draft = ProviderProfile { name: format!("profile-{n}"), model: "model-name".into(), ..Default::default() };
+                }
+            });
+            ui.separator();
+            ui.vertical(|ui| self.editor(ui, outbox));
+        });
+        ui.separator();
+        self.roles(ui, outbox);
+    }
+
+    fn editor(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        egui::Grid::new("profile_editor").num_columns(2).spacing([12.0, 6.0]).show(ui, |ui| {
+            let label = ui.label("Name");
+            ui.add(egui::TextEdit::singleline(&mut self.draft.name).id_salt("profile_name")).labelled_by(label.id);
+            ui.end_row();
+            ui.label("Kind");
+            egui::ComboBox::from_id_salt("profile_kind").selected_text(self.draft.kind.label()).show_ui(ui, |ui| {
+                for kind in ProviderKind::ALL {
+                    ui.selectable_value(&mut self.draft.kind, kind, kind.label());
+                }
+            });
+            ui.end_row();
+            let mut url = self.draft.base_url.clone().unwrap_or_default();
+            let hint = self.draft.kind.default_base_url().unwrap_or("");
+            let label = ui.label("Base URL");
+            ui.add(egui::TextEdit::singleline(&mut url).hint_text(hint).id_salt("profile_url")).labelled_by(label.id);
+            self.draft.base_url = Some(url).filter(|u| !u.trim().is_empty());
+            ui.end_row();
+            let label = ui.label("Model");
+            ui.add(egui::TextEdit::singleline(&mut self.draft.model).id_salt("profile_model")).labelled_by(label.id);
+            ui.end_row();
+            if let Some(default_env) = self.draft.kind.default_key_env() {
+                let mut env = self.draft.api_key_env.clone().unwrap_or_default();
+                let label = ui.label("API key variable");
+                ui.horizontal(|ui| {
+                    ui.add(egui::TextEdit::singleline(&mut env).hint_text(default_env).id_salt("profile_key_env"))
+                        .labelled_by(label.id);
+                    let var = if env.trim().is_empty() { default_env.to_string() } else { env.trim().to_string() };
+                    let set = crate::llm::Secret::from_env(&var).is_some();
+                    ui.label(if set { format!("{var} is set") } else { format!("{var} is not set") });
+                });
+                self.draft.api_key_env = Some(env).filter(|e| !e.trim().is_empty());
+                ui.end_row();
+            }
+            if matches!(self.draft.kind, ProviderKind::Scripted | ProviderKind::Local) {
+                let mut path = self.draft.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+                let label = ui.label(if self.draft.kind == ProviderKind::Scripted { "Script file" } else { "Model file" });
+                ui.add(egui::TextEdit::singleline(&mut path).id_salt("profile_path")).labelled_by(label.id);
+                self.draft.path = Some(path.into()).filter(|p: &std::path::PathBuf| !p.as_os_str().is_empty());
+                ui.end_row();
+            }
+            let label = ui.label("Max context tokens");
+            ui.add(egui::DragValue::new(&mut self.draft.max_context_tokens).range(256..=2_000_000)).labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Temperature");
+            ui.add(egui::TextEdit::singleline(&mut self.temperature_text).hint_text("server default").id_salt("profile_temp")).labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Max reply tokens");
+            ui.add(egui::TextEdit::singleline(&mut self.max_tokens_text).hint_text("server default").id_salt("profile_max_tokens")).labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Timeouts (s): connect / idle / total");
+            ui.horizontal(|ui| {
+                ui.add(egui::DragValue::new(&mut self.draft.timeouts.connect_secs).range(0.1..=600.0)).labelled_by(label.id);
+                ui.add(egui::DragValue::new(&mut self.draft.timeouts.read_secs).range(0.1..=3600.0)).labelled_by(label.id);
+                ui.add(egui::DragValue::new(&mut self.draft.timeouts.total_secs).range(0.1..=7200.0)).labelled_by(label.id);
+            });
+            ui.end_row();
+            let label = ui.label("Retries");
+            ui.add(egui::DragValue::new(&mut self.draft.retry.max_retries).range(0..=10)).labelled_by(label.id);
+            ui.end_row();
+            ui.label("Options");
+            ui.horizontal(|ui| {
+                ui.checkbox(&mut self.draft.cache, "Cache identical requests");
+                ui.checkbox(&mut self.draft.supports_json_schema, "Server enforces JSON schema");
+            });
+            ui.end_row();
+        });
+
+        let parsed = self.parse_numbers();
+        if let Err(problem) = &parsed {
+            ui.colored_label(ui.visuals().error_fg_color, problem);
+        }
+        ui.horizontal(|ui| {
+            let exists = self.config.profile(&self.selected).is_some();
+            if ui.add_enabled(parsed.is_ok(), egui::Button::new("Save profile")).clicked() {
+                if let Ok(profile) = parsed {
+                    outbox.push(Command::Llm(LlmCommand::SaveProfile {
+                        profile,
+                        previous_name: Some(self.selected.clone()).filter(|s| !s.is_empty()),
+                    }));
+                }
+            }
+            if ui.add_enabled(exists, egui::Button::new("Make default")).clicked() {
+                outbox.push(Command::Llm(LlmCommand::SetDefaultProfile { name: self.selected.clone() }));
+            }
+            let deletable = exists && self.selected != self.config.default_profile;
+            if ui.add_enabled(deletable, egui::Button::new("Delete")).clicked() {
+                outbox.push(Command::Llm(LlmCommand::DeleteProfile { name: self.selected.clone() }));
+            }
+            let running = self.tests.get(&self.selected).is_some_and(|t| t.running);
+            if ui.add_enabled(exists && !running, egui::Button::new("Test profile")).clicked() {
+                outbox.push(Command::Llm(LlmCommand::TestProfile { profile: self.selected.clone() }));
+            }
+        });
+        if let Some(test) = self.tests.get(&self.selected) {
+            if test.running {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label(format!("testing… {}", test.streamed));
+                });
+            }
+            match &test.outcome {
+                Some(Ok(text)) => {
+                    ui.colored_label(egui::Color32::from_rgb(80, 170, 90), format!("Test passed: {text}"));
+                }
+                Some(Err(text)) => {
+                    ui.colored_label(ui.visuals().error_fg_color, format!("Test failed: {text}"));
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn parse_numbers(&self) -> Result<ProviderProfile, String> {
+        let mut p = self.draft.clone();
+        p.sampler.temperature = match self.temperature_text.trim() {
+            "" => None,
+            t => Some(t.parse::<f32>().map_err(|_| format!("temperature {t:?} is not a number"))?),
+        };
+        p.sampler.max_tokens = match self.max_tokens_text.trim() {
+            "" => None,
+            t => Some(t.parse::<u32>().map_err(|_| format!("max reply tokens {t:?} is not a whole number"))?),
+        };
+        if p.name.trim().is_empty() {
+            return Err("the profile needs a name".into());
+        }
+        Ok(p)
+    }
+
+    fn roles(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        egui::CollapsingHeader::new("Agent roles").default_open(false).show(ui, |ui| {
+            egui::Grid::new("role_map").num_columns(2).show(ui, |ui| {
+                for role in ROLES {
+                    ui.label(*role);
+                    let current = self.config.roles.get(*role).cloned();
+                    let shown = current.clone().unwrap_or_else(|| format!("default ({})", self.config.default_profile));
+                    let mut choice = current.clone();
+                    egui::ComboBox::from_id_salt(("role", *role)).selected_text(shown).show_ui(ui, |ui| {
+                        ui.selectable_value(&mut choice, None, "default");
+                        for p in &self.config.profiles {
+                            ui.selectable_value(&mut choice, Some(p.name.clone()), &p.name);
+                        }
+                    });
+                    if choice != current {
+                        outbox.push(Command::Llm(LlmCommand::MapRole { role: role.to_string(), profile: choice }));
+                    }
+                    ui.end_row();
+                }
+            });
+        });
+    }
+}
