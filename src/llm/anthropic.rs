@@ -30,6 +30,8 @@ impl Provider for AnthropicProvider {
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+        // Only a streamed request hands fragments to the sink.
+        let ctx = if request.stream { ctx } else { CallContext::new(ctx.cancel) };
         let body = request_body(request);
         let headers = vec![("x-api-key", self.key.expose().to_string()), ("anthropic-version", API_VERSION.to_string())];
         let mut response =

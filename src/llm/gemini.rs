@@ -43,6 +43,8 @@ impl Provider for GeminiProvider {
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+        // Only a streamed request hands fragments to the sink.
+        let ctx = if request.stream { ctx } else { CallContext::new(ctx.cancel) };
         let url = self.url(&request.model, request.stream)?;
         let body = request_body(request, self.supports_json_schema);
         let headers = vec![("x-goog-api-key", self.key.expose().to_string())];

@@ -29,6 +29,8 @@ impl Provider for OpenAiProvider {
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+        // Only a streamed request hands fragments to the sink.
+        let ctx = if request.stream { ctx } else { CallContext::new(ctx.cancel) };
         let body = request_body(request, self.supports_json_schema);
         let mut headers = Vec::new();
         // Local servers need no key, and some reject an empty bearer: send one only
