@@ -107,11 +107,13 @@ impl ProvidersPanel {
                     self.draft = ProviderProfile { name: format!("profile-{n}"), model: "model-name".into(), ..Default::default() };
                 }
             });
-            ui.separator();
-            ui.vertical(|ui| self.editor(ui, outbox));
+            ui.add_space(12.0);
+            ui.vertical(|ui| {
+                self.editor(ui, outbox);
+                ui.add_space(8.0);
+                self.roles(ui, outbox);
+            });
         });
-        ui.separator();
-        self.roles(ui, outbox);
     }
 
     fn editor(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
