@@ -562,6 +562,17 @@ fn openai_request_carries_sampler_and_json_schema() {
 }
 
 #[test]
+fn a_wrong_base_url_says_so() {
+    let key = Key::new("wrong_url");
+    let server = api_server::<OpenAi>(&key, |_, _| Action::json(200, &OpenAi::reply("unreachable")));
+    let profile = ProviderProfile { base_url: Some(format!("{}/api", server.url())), ..profile::<OpenAi>(&server, &key) };
+    let error = call(&client(&profile), &request(false)).0.expect_err("no such route");
+    assert!(matches!(error, LlmError::Http { status: 404, .. }), "{error:?}");
+    assert!(error.to_string().contains("check the base URL"), "{error}");
+    assert_eq!(server.hits(), 1, "404 is not retried");
+}
+
+#[test]
 fn a_local_openai_server_needs_no_key() {
     let server = MockServer::start(|request, _| {
         if request.header("authorization").is_some() {

@@ -107,7 +107,7 @@ impl HttpTransport {
             }
         }
         if !(200..300).contains(&response.status) {
-            let body = response.read_to_end(MAX_ERROR_BODY).unwrap_or_default();
+            let body = response.read_prefix(MAX_ERROR_BODY);
             return Err(error_from_status(response.status, &response.headers, &body).scrub(self.secret.as_ref()));
         }
         Ok(response)
@@ -182,6 +182,20 @@ impl HttpResponse {
             body.extend_from_slice(&chunk);
         }
         Ok(body)
+    }
+
+    /// Up to `limit` bytes of the body, for quoting; a body that breaks off early
+    /// gives what arrived.
+    fn read_prefix(&mut self, limit: usize) -> Vec<u8> {
+        let mut body = Vec::new();
+        while body.len() < limit {
+            match self.next_chunk() {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        body.truncate(limit);
+        body
     }
 
     /// A whole non-streamed JSON body.
@@ -326,6 +340,7 @@ pub(crate) fn error_from_status(status: u16, headers: &[(String, String)], body:
     } else {
         message
     };
+    let message = if status == 404 { format!("{message} (check the base URL and the model name)") } else { message };
     LlmError::Http { status, message }
 }
 

@@ -105,11 +105,23 @@ pub enum AfterLast {
     Exhausted,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum Reply {
     Text(String),
     Detailed(Box<DetailedReply>),
+}
+
+/// By hand rather than `untagged`, so a mistyped field is named in the error instead
+/// of "did not match any variant".
+impl<'de> Deserialize<'de> for Reply {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) => Ok(Reply::Text(text)),
+            other => DetailedReply::deserialize(other)
+                .map(|reply| Reply::Detailed(Box::new(reply)))
+                .map_err(|e| serde::de::Error::custom(format!("in a reply: {e}"))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -479,6 +491,8 @@ mod tests {
         assert!(err("{").contains("not valid"));
         assert!(err(r#"{"rules": [{"name": "empty"}]}"#).contains("empty"));
         assert!(err(r#"{"rules": [], "colour": 1}"#).contains("colour"));
+        assert!(err(r#"{"rules": [{"reply": {"txt": "typo"}}]}"#).contains("txt"));
+        assert!(err(r#"{"default": {"fail": {"kind": "explode"}}}"#).contains("explode"));
         let p = provider(r#"{"rules": []}"#);
         assert!(matches!(ask(&p, "", "x"), Err(LlmError::Config(_))));
         let missing = ScriptedProvider::from_file(Path::new("/nonexistent/script.json"), timeouts()).err().unwrap();
