@@ -231,19 +231,23 @@ fn merge_sampler(request: &SamplerSettings, profile: &SamplerSettings) -> Sample
 }
 
 /// The key for `profile` from its environment variable. Remote APIs need one; an
-/// OpenAI-compatible server on this machine or the local network usually does not.
+/// OpenAI-compatible server on this machine or the local network usually does not,
+/// and gets a key only from a variable its profile names: the default
+/// `OPENAI_API_KEY` holds a key for OpenAI, which has no business going to a box on
+/// the local network.
 fn resolve_key(profile: &ProviderProfile) -> Result<Option<Secret>, LlmError> {
+    resolve_key_with(profile, Secret::from_env)
+}
+
+fn resolve_key_with(profile: &ProviderProfile, lookup: impl Fn(&str) -> Option<Secret>) -> Result<Option<Secret>, LlmError> {
     let var = profile.key_env().filter(|v| !v.trim().is_empty());
-    let secret = var.and_then(Secret::from_env);
     match profile.kind {
         ProviderKind::Scripted | ProviderKind::Local => Ok(None),
-        ProviderKind::Anthropic | ProviderKind::Gemini => Ok(secret),
-        ProviderKind::Openai => {
-            if secret.is_none() && !profile.base_url().is_some_and(is_local_address) {
-                return Err(missing(profile));
-            }
-            Ok(secret)
+        ProviderKind::Anthropic | ProviderKind::Gemini => Ok(var.and_then(lookup)),
+        ProviderKind::Openai if profile.base_url().is_some_and(is_local_address) => {
+            Ok(profile.api_key_env.as_deref().filter(|v| !v.trim().is_empty()).and_then(lookup))
         }
+        ProviderKind::Openai => var.and_then(lookup).map(Some).ok_or_else(|| missing(profile)),
     }
 }
 
@@ -475,6 +479,23 @@ mod tests {
         assert_eq!(err(remote(ProviderKind::Openai, "http://192.168.1.20:11434/v1")), None);
         assert!(matches!(err(ProviderProfile { kind: ProviderKind::Local, ..Default::default() }), Some(LlmError::Config(_))));
         assert!(matches!(err(ProviderProfile { kind: ProviderKind::Scripted, ..Default::default() }), Some(LlmError::Config(_))));
+    }
+
+    #[test]
+    fn the_default_openai_key_never_goes_to_a_local_server() {
+        let env = |var: &str| (var == "OPENAI_API_KEY" || var == "MY_LOCAL_KEY").then(|| Secret::new(format!("value-of-{var}")));
+        let openai = |url: &str, var: Option<&str>| ProviderProfile {
+            kind: ProviderKind::Openai,
+            base_url: Some(url.into()),
+            api_key_env: var.map(str::to_string),
+            ..Default::default()
+        };
+        let key = |p: ProviderProfile| resolve_key_with(&p, env).unwrap().map(|s| s.expose().to_string());
+        assert_eq!(key(openai("http://127.0.0.1:8080/v1", None)), None);
+        assert_eq!(key(openai("http://127.0.0.1:8080/v1", Some("MY_LOCAL_KEY"))).as_deref(), Some("value-of-MY_LOCAL_KEY"));
+        assert_eq!(key(openai("https://api.openai.com/v1", None)).as_deref(), Some("value-of-OPENAI_API_KEY"));
+        let anthropic = ProviderProfile { kind: ProviderKind::Anthropic, ..Default::default() };
+        assert_eq!(key(anthropic), None, "ANTHROPIC_API_KEY is not set in this fake environment");
     }
 
     #[test]

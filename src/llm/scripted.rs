@@ -191,8 +191,10 @@ impl ScriptedProvider {
     pub fn from_file(path: &Path, timeouts: Timeouts) -> Result<Self, LlmError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| LlmError::Config(format!("cannot read the script {}: {e}", path.display())))?;
-        let script = Script::parse(&text)
-            .map_err(|e| LlmError::Config(format!("{} ({})", e.to_string().trim_start_matches("provider configuration: "), path.display())))?;
+        let script = Script::parse(&text).map_err(|e| match e {
+            LlmError::Config(message) => LlmError::Config(format!("{message} ({})", path.display())),
+            other => other,
+        })?;
         Ok(Self::new(script, path.display().to_string(), timeouts))
     }
 
