@@ -280,7 +280,9 @@ fn request_error(error: ureq::Error, endpoint: &str, timeouts: &Timeouts) -> Llm
         ureq::Error::Timeout(which) => LlmError::Timeout(timeout_length(which, timeouts)),
         ureq::Error::HostNotFound => connect("host not found"),
         ureq::Error::ConnectionFailed => connect("connection failed"),
-        ureq::Error::BadUri(_) | ureq::Error::Http(_) => LlmError::Config(format!("invalid address {endpoint}")),
+        ureq::Error::BadUri(_) => LlmError::Config(format!("invalid address {endpoint}")),
+        // Never quote the header itself: the bad value may be the key.
+        ureq::Error::Http(_) => LlmError::Config("a request header is invalid (does the API key contain stray characters?)".into()),
         ureq::Error::Io(e) => match e.kind() {
             std::io::ErrorKind::ConnectionRefused => connect("connection refused (is the server running?)"),
             std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => LlmError::Timeout(seconds(timeouts.read_secs)),
@@ -453,6 +455,20 @@ mod tests {
         assert!(message.chars().count() <= MAX_QUOTED + 1);
         let moved = error_from_status(301, &[("Location".into(), "https://new.example/v1".into())], b"");
         assert!(moved.to_string().contains("https://new.example/v1"), "{moved}");
+    }
+
+    #[test]
+    fn a_key_with_a_line_break_is_refused_without_being_quoted() {
+        let transport = HttpTransport::new(Timeouts::default(), None);
+        let post = JsonPost {
+            url: "http://127.0.0.1:9/v1/chat/completions",
+            headers: vec![("authorization", "Bearer sk-abcdef\r\nX-Evil: 1".into())],
+            body: &serde_json::json!({}),
+            stream: false,
+        };
+        let error = transport.post_json(post, &CancelToken::new()).err().expect("refused");
+        assert!(matches!(error, LlmError::Config(_)), "{error:?}");
+        assert!(!error.to_string().contains("sk-abcdef"), "{error}");
     }
 
     #[test]
