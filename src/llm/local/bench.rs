@@ -17,6 +17,8 @@ pub struct BenchOptions {
     pub threads: Vec<u32>,
     pub runs: u32,
     pub max_tokens: u32,
+    /// Print every reply to stderr, to see what was measured.
+    pub show: bool,
 }
 
 /// One thread count's results.
@@ -39,8 +41,8 @@ pub struct BenchResult {
     pub peak_rss_mib: f64,
 }
 
-/// A story prompt long enough (~300 tokens) to time prompt evaluation, and open-ended
-/// enough that the model writes until the token limit.
+/// A story prompt long enough (~300 tokens) to time prompt evaluation. The text runs
+/// ignore stops, so each generates exactly `max_tokens` tokens.
 fn story_messages() -> Vec<ChatMessage> {
     let setting = "The river city of Vell is built on nine islands joined by rope bridges. \
         Its ferrymen keep a guild older than the city council, and they remember every debt. \
@@ -53,8 +55,13 @@ fn story_messages() -> Vec<ChatMessage> {
             setting.repeat(3)
         )),
         ChatMessage::user("Describe, in detail, the night Mira opens the letter on the ninth bridge."),
+        // A prefill: the model continues a narration rather than answering briefly.
+        ChatMessage::assistant("It was past midnight when Mira reached the ninth bridge."),
     ]
 }
+
+/// Token limit of the structured run, whatever `max_tokens` says.
+const JSON_MAX_TOKENS: u32 = 512;
 
 fn personality_schema() -> serde_json::Value {
     serde_json::json!({
@@ -100,13 +107,13 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
         };
         let provider = LocalProvider::from_profile(&profile)?;
         let cancel = CancelToken::new();
-        let call = |request: &ChatRequest| provider.complete_with_timings(request, CallContext::new(&cancel));
+        let call = |request: &ChatRequest, exact: bool| provider.complete_with_timings(request, CallContext::new(&cancel), exact);
         let sampler = |seed| SamplerSettings { max_tokens: Some(options.max_tokens), seed: Some(seed), ..Default::default() };
 
         // Warm-up: first-touch page faults of the mmapped weights are not inference.
         let mut warm = ChatRequest::new("", vec![ChatMessage::user("Hello")]);
         warm.sampler.max_tokens = Some(4);
-        call(&warm)?;
+        call(&warm, true)?;
 
         let mut text_runs: Vec<Timings> = Vec::new();
         let mut json_runs: Vec<Timings> = Vec::new();
@@ -117,7 +124,11 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
         for run in 0..options.runs.max(1) {
             let mut text = ChatRequest::new("", story_messages());
             text.sampler = sampler(u64::from(run) + 1);
-            text_runs.push(call(&text)?.1);
+            let (completion, timings) = call(&text, true)?;
+            if options.show {
+                eprintln!("--- text run {run}, {threads} thread(s):\n{}", completion.text);
+            }
+            text_runs.push(timings);
 
             let mut json = ChatRequest::new(
                 "",
@@ -127,8 +138,13 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
                 ],
             );
             json.sampler = sampler(u64::from(run) + 100);
+            // Room for the whole object: a truncated one would not measure a full answer.
+            json.sampler.max_tokens = Some(options.max_tokens.max(JSON_MAX_TOKENS));
             json.response_format = ResponseFormat::JsonSchema { name: "personality".into(), schema: schema.clone() };
-            let (completion, timings) = call(&json)?;
+            let (completion, timings) = call(&json, false)?;
+            if options.show {
+                eprintln!("--- JSON run {run}, {threads} thread(s), {:?}:\n{}", completion.finish_reason, completion.text);
+            }
             json_valid &= serde_json::from_str::<serde_json::Value>(&completion.text).is_ok_and(|v| validator.is_valid(&v));
             json_runs.push(timings);
         }
@@ -166,15 +182,18 @@ pub struct LocalBenchArgs {
     /// Runs per measurement (medians are reported).
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
-    /// Tokens generated per run.
+    /// Tokens generated per free-text run (the JSON run may use up to 512).
     #[arg(long, default_value_t = 128)]
     pub max_tokens: u32,
+    /// Print every reply to stderr.
+    #[arg(long)]
+    pub show: bool,
 }
 
 /// The verb: prints one line per thread count (JSON with `--json`, else a table row).
 pub fn cli_run(args: LocalBenchArgs, json: bool) -> anyhow::Result<std::process::ExitCode> {
     use std::io::Write;
-    let options = BenchOptions { model: args.model, threads: args.threads, runs: args.runs, max_tokens: args.max_tokens };
+    let options = BenchOptions { model: args.model, threads: args.threads, runs: args.runs, max_tokens: args.max_tokens, show: args.show };
     let mut out = std::io::stdout().lock();
     if !json {
         writeln!(out, "| threads | prompt tok/s | gen tok/s | first token ms | JSON gen tok/s | grammar rejections / full scans | JSON valid | peak RSS MiB |")?;

@@ -8,6 +8,7 @@
 //! model returns JSON that parses and matches the schema's shape.
 
 pub mod bench;
+pub mod decode;
 pub mod grammar;
 pub mod prompt;
 pub mod sampler;
@@ -108,10 +109,13 @@ impl LocalProvider {
     }
 
     /// [`Provider::complete`] that also reports where the time went (for the bench).
+    /// With `ignore_stops` it generates exactly `max_tokens` tokens whatever the model
+    /// writes, so that speed runs time the same amount of work.
     pub fn complete_with_timings(
         &self,
         request: &ChatRequest,
         ctx: CallContext<'_>,
+        ignore_stops: bool,
     ) -> Result<(Completion, Timings), LlmError> {
         if ctx.cancel.is_cancelled() {
             return Err(LlmError::Cancelled);
@@ -124,6 +128,7 @@ impl LocalProvider {
             total_timeout: self.total_timeout,
             queued_at: Instant::now(),
             replies: replies_tx,
+            ignore_stops,
         };
         self.model
             .jobs
@@ -164,7 +169,7 @@ impl Provider for LocalProvider {
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
-        self.complete_with_timings(request, ctx).map(|(completion, _)| completion)
+        self.complete_with_timings(request, ctx, false).map(|(completion, _)| completion)
     }
 }
 

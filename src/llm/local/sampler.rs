@@ -5,7 +5,7 @@
 //! that short list in plain Rust: repetition penalties, temperature, top-k, top-p and a
 //! seeded draw. Keeping the sampler ours makes it deterministic under a seed and lets
 //! the grammar check run on one token instead of the whole vocabulary (see
-//! `worker::choose_token`).
+//! `decode`).
 
 use crate::llm::SamplerSettings;
 use std::collections::HashMap;
@@ -19,6 +19,10 @@ pub const WINDOW: usize = 64;
 pub const DEFAULT_TEMPERATURE: f32 = 0.7;
 pub const DEFAULT_TOP_K: usize = 40;
 pub const DEFAULT_TOP_P: f32 = 0.95;
+
+/// The same token this many times in a row is a loop (`0000…`, `!!!!…`), which small
+/// models fall into and never leave; the token is then barred for one step.
+pub const MAX_RUN: u32 = 8;
 
 /// One candidate token with its (possibly penalised) logit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,6 +41,8 @@ pub struct Sampler {
     frequency_penalty: f32,
     /// How often each token has been generated so far (for the penalties).
     counts: HashMap<i32, u32>,
+    /// The last token and how many times in a row it has been generated.
+    last: Option<(i32, u32)>,
     rng: fastrand::Rng,
 }
 
@@ -53,6 +59,7 @@ impl Sampler {
             presence_penalty: settings.presence_penalty.unwrap_or(0.0),
             frequency_penalty: settings.frequency_penalty.unwrap_or(0.0),
             counts: HashMap::new(),
+            last: None,
             rng,
         }
     }
@@ -68,6 +75,11 @@ impl Sampler {
                     c.logit -= self.presence_penalty + self.frequency_penalty * n as f32;
                 }
             }
+        }
+        if let Some((token, run)) = self.last
+            && run >= MAX_RUN
+        {
+            candidates.retain(|c| c.token != token);
         }
         candidates.retain(|c| c.logit.is_finite());
         candidates.sort_by(|a, b| b.logit.total_cmp(&a.logit));
@@ -106,9 +118,13 @@ impl Sampler {
         Some(kept - 1)
     }
 
-    /// Records a generated token for the penalties.
+    /// Records a generated token for the penalties and the run limit.
     pub fn accept(&mut self, token: i32) {
         *self.counts.entry(token).or_insert(0) += 1;
+        self.last = match self.last {
+            Some((last, run)) if last == token => Some((token, run + 1)),
+            _ => Some((token, 1)),
+        };
     }
 }
 
@@ -157,6 +173,26 @@ mod tests {
         assert!((0..500).all(|_| k2.pick(&c).is_some_and(|i| i < 2)));
         let mut p = Sampler::new(&SamplerSettings { temperature: Some(1.0), top_p: Some(0.5), ..Default::default() });
         assert!((0..200).all(|_| p.pick(&c) == Some(0)), "the best token alone holds two thirds of the mass");
+    }
+
+    #[test]
+    fn a_token_repeated_too_often_in_a_row_is_barred_once() {
+        let mut s = Sampler::new(&settings(0.0));
+        let fresh = cands(&[5.0, 1.0]);
+        for _ in 0..MAX_RUN - 1 {
+            s.accept(0);
+        }
+        let mut c = fresh.clone();
+        s.prepare(&mut c);
+        assert_eq!(c[0].token, 0, "seven in a row is still allowed");
+        s.accept(0);
+        let mut c = fresh.clone();
+        s.prepare(&mut c);
+        assert_eq!(c.iter().map(|c| c.token).collect::<Vec<_>>(), vec![1]);
+        s.accept(1);
+        let mut c = fresh;
+        s.prepare(&mut c);
+        assert_eq!(c[0].token, 0, "the run is broken, the token is back");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 
 use super::grammar;
 use super::prompt::{StopScanner, TrimmedStream, Utf8Assembler, render_transcript, transcript_stops};
-use super::sampler::{Candidate, Sampler, WINDOW};
+use super::decode::TokenChooser;
+use super::sampler::Sampler;
 use crate::llm::{CancelToken, ChatRequest, Completion, LlmError, Role, Usage};
 use crossbeam_channel::{Receiver, Sender};
 use llama_cpp_2::context::LlamaContext;
@@ -18,9 +19,6 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
-use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::token::data::LlamaTokenData;
-use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -97,6 +95,9 @@ pub struct Job {
     pub total_timeout: Duration,
     pub queued_at: Instant,
     pub replies: Sender<Reply>,
+    /// Generate exactly `max_tokens`: no stop strings, no end-of-turn (for the bench,
+    /// which must time the same amount of work every run).
+    pub ignore_stops: bool,
 }
 
 /// What the model thread sends back for a job: streamed text, then one result.
@@ -278,7 +279,7 @@ fn generate(
         None => (render_transcript(&request.messages), false, transcript_stops()),
     };
     stops.extend(request.sampler.stop.iter().cloned());
-    if grammar.is_some() {
+    if grammar.is_some() || job.ignore_stops {
         // The grammar decides where JSON ends; a speaker tag inside a string is content.
         stops.clear();
     }
@@ -317,18 +318,20 @@ fn generate(
         ..Default::default()
     };
 
-    let mut sampler = Sampler::new(&request.sampler);
-    let mut grammar_sampler = match &grammar {
+    let grammar_sampler = match &grammar {
         Some(g) => Some(
             LlamaSampler::grammar(model, &g.gbnf, g.root)
                 .map_err(|e| LlmError::Config(format!("llama.cpp rejected the grammar built from the schema: {e}")))?,
         ),
         None => None,
     };
-    let mut top_window = LlamaSampler::top_k(WINDOW as i32);
+    let mut chooser = TokenChooser::new(Sampler::new(&request.sampler), grammar_sampler);
+    // The last third of the budget is kept for closing a structured reply (see
+    // `decode`): a reply cut off mid-object is worth nothing.
+    let closing_from = max_tokens - max_tokens / 3;
     // Invented speakers only end a transcript reply, and never JSON (see `stops` above).
     let mut scanner = StopScanner::new(stops);
-    if template.is_none() && grammar.is_none() {
+    if template.is_none() && grammar.is_none() && !job.ignore_stops {
         scanner = scanner.with_speaker_tags();
     }
     let mut utf8 = Utf8Assembler::default();
@@ -352,17 +355,17 @@ fn generate(
         if generated >= max_tokens {
             break "length";
         }
-        let token = choose_token(ctx, logits_index, &mut sampler, grammar_sampler.as_mut(), &mut top_window, &mut timings)?;
-        if vocab.is_eog(token) {
-            break "stop";
+        if grammar.is_some() && generated == closing_from {
+            chooser.start_closing();
         }
-        sampler.accept(token.0);
-        if let Some(g) = grammar_sampler.as_mut() {
-            g.try_accept(token).map_err(|e| runtime_error("to advance the grammar", e))?;
+        let token = chooser.choose(ctx, logits_index, &vocab)?;
+        if vocab.is_eog(token) && !job.ignore_stops {
+            break "stop";
         }
         generated += 1;
         let piece = vocab.token_to_piece(token, false, None);
         let text = utf8.push(&piece);
+        chooser.accept(token, &text)?;
         let released = scanner.push(&text);
         send(&released, &mut timings);
         if scanner.stopped() {
@@ -384,6 +387,8 @@ fn generate(
         send(&released, &mut timings);
     }
     timings.generation_ms = ms(prompt_done.elapsed());
+    timings.grammar_rejections = chooser.rejections;
+    timings.grammar_full_scans = chooser.full_scans;
     timings.completion_tokens = generated;
 
     let completion = Completion {
@@ -415,64 +420,4 @@ fn check_continue(cancel: &CancelToken, deadline: Instant, total: Duration) -> R
 /// stop there instead of sampling whitespace until the model happens to pick EOS.
 fn json_complete(text: &str) -> bool {
     serde_json::from_str::<serde::de::IgnoredAny>(text.trim()).is_ok()
-}
-
-/// Picks the next token. Without a grammar this is one draw from the top window.
-///
-/// With a grammar, the draw happens first and only the drawn token is checked: that is
-/// one grammar test instead of 262k, and the model's favourite is usually legal. When
-/// it is not, the rest of the window is checked in one call and the draw repeated among
-/// the legal ones; only if no candidate in the window is legal is the grammar run over
-/// the whole vocabulary. (Applying the grammar to the whole vocabulary at every step
-/// measured ~1.6 tok/s on this machine; this order measured ~22.)
-fn choose_token(
-    ctx: &LlamaContext<'_>,
-    logits_index: i32,
-    sampler: &mut Sampler,
-    grammar: Option<&mut LlamaSampler>,
-    top_window: &mut LlamaSampler,
-    timings: &mut Timings,
-) -> Result<LlamaToken, LlmError> {
-    let mut all = ctx.token_data_array_ith(logits_index);
-    all.apply_sampler(top_window);
-    let mut window = to_candidates(&all);
-    sampler.prepare(&mut window);
-    let first = sampler.pick(&window).ok_or_else(|| runtime_error("to sample", "no candidate token"))?;
-    let Some(grammar) = grammar else {
-        return Ok(LlamaToken(window[first].token));
-    };
-    if !filter_by_grammar(grammar, &window[first..=first]).is_empty() {
-        return Ok(LlamaToken(window[first].token));
-    }
-    timings.grammar_rejections += 1;
-    let mut legal = filter_by_grammar(grammar, &window);
-    if legal.is_empty() {
-        timings.grammar_full_scans += 1;
-        let mut all = ctx.token_data_array_ith(logits_index);
-        all.apply_sampler(grammar);
-        all.apply_sampler(top_window);
-        legal = to_candidates(&all);
-    }
-    sampler.prepare(&mut legal);
-    let pick = sampler.pick(&legal).ok_or_else(|| runtime_error("to follow the grammar", "no token is allowed"))?;
-    Ok(LlamaToken(legal[pick].token))
-}
-
-fn to_candidates(array: &LlamaTokenDataArray) -> Vec<Candidate> {
-    array
-        .data
-        .iter()
-        .filter(|d| d.logit().is_finite())
-        .map(|d| Candidate { token: d.id().0, logit: d.logit() })
-        .collect()
-}
-
-/// The candidates the grammar allows next (the grammar masks the rest to -inf).
-fn filter_by_grammar(grammar: &mut LlamaSampler, candidates: &[Candidate]) -> Vec<Candidate> {
-    let mut array = LlamaTokenDataArray::new(
-        candidates.iter().map(|c| LlamaTokenData::new(LlamaToken(c.token), c.logit, 0.0)).collect(),
-        false,
-    );
-    array.apply_sampler(grammar);
-    to_candidates(&array)
 }
