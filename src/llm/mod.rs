@@ -7,7 +7,9 @@
 
 pub mod client;
 pub mod profile;
+pub mod repair;
 pub mod secret;
+pub mod structured;
 
 pub use client::LlmClient;
 pub use profile::{ProviderKind, ProviderProfile, RetryPolicy, SamplerSettings, Timeouts};
