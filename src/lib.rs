@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod identity;
 pub mod interop;
 pub mod llm;
 pub mod logging;
