@@ -31,6 +31,11 @@ pub struct Cli {
 pub enum Verb {
     /// Open the workbench window (the default).
     Gui,
+    /// The character identity pipeline.
+    Identity {
+        #[command(subcommand)]
+        verb: crate::identity::cli::IdentityVerb,
+    },
     /// Provider profiles: list them, or test one.
     Providers {
         #[command(subcommand)]
@@ -89,6 +94,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         None | Some(Verb::Gui) => {
             crate::ui::run_native(paths)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Some(Verb::Identity { verb }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::identity::cli::run(&engine, verb, cli.json)
         }
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
@@ -194,9 +203,36 @@ fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
             if usage.reported { "" } else { " (estimated)" }
         ),
         Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
+        Event::Identity(e) => print_identity(out, e),
         other => match serde_json::to_string(other) {
             Ok(line) => writeln!(out, "{line}"),
             Err(_) => Ok(()),
+        },
+    }
+}
+
+fn print_identity(out: &mut impl Write, event: &crate::identity::IdentityEvent) -> std::io::Result<()> {
+    use crate::identity::IdentityEvent as E;
+    match event {
+        E::RunStarted { character_id, name, mode } => writeln!(out, "developing {name} ({character_id}), mode {}", mode.label()),
+        E::WaveStarted { wave, agents, .. } => writeln!(out, "wave {wave}: {}", agents.join(", ")),
+        E::AgentStarted { checkpoint, agent, version, .. } => writeln!(out, "  {checkpoint} {} running (version {version})", agent.name()),
+        E::Token { .. } => Ok(()),
+        E::CheckpointReady { checkpoint_number, message, tokens, wall_ms, .. } => {
+            writeln!(out, "  {checkpoint_number} ready: {message} ({tokens} tokens, {:.1}s)", *wall_ms as f64 / 1000.0)
+        }
+        E::CheckpointApproved { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} approved"),
+        E::CheckpointRejected { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} sent back, regenerating"),
+        E::CheckpointReopened { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} re-opened"),
+        E::CheckpointStale { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} is stale"),
+        E::WaveComplete { wave, .. } => writeln!(out, "wave {wave} complete"),
+        E::CharacterComplete { character_id, total_tokens, .. } => {
+            writeln!(out, "character {character_id} complete ({total_tokens} tokens)")
+        }
+        E::Idle { .. } | E::Snapshot { .. } | E::Runs { .. } => Ok(()),
+        E::Error { checkpoint, message, .. } => match checkpoint {
+            Some(n) => writeln!(out, "  {n} failed: {message}"),
+            None => writeln!(out, "error: {message}"),
         },
     }
 }

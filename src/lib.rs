@@ -7,9 +7,11 @@
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod identity;
 pub mod interop;
 pub mod llm;
 pub mod logging;
 pub mod memory;
+pub mod prompting;
 pub mod store;
 pub mod ui;

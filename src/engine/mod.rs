@@ -24,6 +24,7 @@ const EVENT_CAPACITY: usize = 8192;
 #[derive(Debug, Clone)]
 pub enum Command {
     Llm(LlmCommand),
+    Identity(crate::identity::IdentityCommand),
     Memory(crate::memory::MemoryCommand),
     Interop(crate::interop::InteropCommand),
     /// Stop accepting commands; in-flight work is cancelled.
@@ -37,6 +38,7 @@ pub enum Command {
 pub enum Event {
     Core(CoreEvent),
     Llm(LlmEvent),
+    Identity(crate::identity::IdentityEvent),
     Memory(crate::memory::MemoryEvent),
     Interop(crate::interop::InteropEvent),
 }
@@ -207,6 +209,7 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, comma
         match command {
             Command::Shutdown => break,
             Command::Llm(c) => llm_commands::handle(&context, c),
+            Command::Identity(c) => crate::identity::handle(&context, c),
             Command::Memory(c) => crate::memory::handle(&context, c),
             Command::Interop(c) => crate::interop::handle(&context, c),
         }
