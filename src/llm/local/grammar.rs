@@ -30,6 +30,9 @@ const MAX_REPETITION: u64 = 2000;
 pub struct Grammar {
     pub gbnf: String,
     pub root: &'static str,
+    /// The smallest JSON the schema accepts, compact: its length in tokens is about
+    /// what finishing a reply costs at worst, so the decoder keeps that much in reserve.
+    pub minimal: String,
 }
 
 /// The grammar a response format needs, or `None` for free text.
@@ -51,7 +54,82 @@ pub fn from_schema(schema: &Value) -> Result<Grammar, LlmError> {
     let converted = llama_cpp_2::json_schema_to_grammar(&text)
         .map_err(|e| LlmError::Config(format!("the JSON Schema cannot be turned into a grammar: {e}")))?;
     let gbnf = format!("{START_RULE} ::= [ \\n]? root\n{converted}");
-    Ok(Grammar { gbnf, root: START_RULE })
+    let minimal = minimal_instance(&schema, &schema, 0).to_string();
+    Ok(Grammar { gbnf, root: START_RULE, minimal })
+}
+
+/// Deepest `$ref` chain followed; a recursive schema's minimal instance stops there.
+const MAX_DEPTH: usize = 32;
+
+/// The smallest value `schema` accepts: required properties only, `minItems` items,
+/// empty strings (or `minLength` characters), the lower bound for numbers, `false`,
+/// the first `enum` value, the smallest alternative of `anyOf`/`oneOf`. Only an
+/// estimate for budgeting: it is never sent or validated.
+pub fn minimal_instance(schema: &Value, root: &Value, depth: usize) -> Value {
+    let Value::Object(map) = schema else { return Value::Null };
+    if depth > MAX_DEPTH {
+        return Value::Null;
+    }
+    if let Some(target) = map.get("$ref").and_then(Value::as_str) {
+        return match resolve_ref(root, target) {
+            Some(resolved) => minimal_instance(resolved, root, depth + 1),
+            None => Value::Null,
+        };
+    }
+    if let Some(value) = map.get("const") {
+        return value.clone();
+    }
+    if let Some(first) = map.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+        return first.clone();
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(options) = map.get(key).and_then(Value::as_array) {
+            return options
+                .iter()
+                .map(|o| minimal_instance(o, root, depth + 1))
+                .min_by_key(|v| v.to_string().len())
+                .unwrap_or(Value::Null);
+        }
+    }
+    if let Some(first) = map.get("allOf").and_then(Value::as_array).and_then(|a| a.first()) {
+        return minimal_instance(first, root, depth + 1);
+    }
+    let kind = match map.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(types)) if types.iter().any(|t| t == "null") => "null",
+        Some(Value::Array(types)) => types.first().and_then(Value::as_str).unwrap_or("null"),
+        _ if map.contains_key("properties") => "object",
+        _ if map.contains_key("items") => "array",
+        _ => "null",
+    };
+    let count = |key: &str| map.get(key).and_then(Value::as_u64).unwrap_or(0);
+    match kind {
+        "object" => {
+            let properties = map.get("properties").and_then(Value::as_object);
+            let required = map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+            let object = required
+                .map(|name| {
+                    let property = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
+                    (name.to_string(), minimal_instance(property, root, depth + 1))
+                })
+                .collect();
+            Value::Object(object)
+        }
+        "array" => {
+            let item = map.get("items").map_or(Value::Null, |items| minimal_instance(items, root, depth + 1));
+            Value::Array(vec![item; count("minItems").min(MAX_REPETITION) as usize])
+        }
+        "string" => Value::String("a".repeat(count("minLength").min(MAX_REPETITION) as usize)),
+        "integer" | "number" => map.get("minimum").cloned().unwrap_or(Value::from(0)),
+        "boolean" => Value::Bool(false),
+        _ => Value::Null,
+    }
+}
+
+/// Follows a local JSON pointer (`#/$defs/Name`).
+fn resolve_ref<'a>(root: &'a Value, target: &str) -> Option<&'a Value> {
+    let pointer = target.strip_prefix('#')?;
+    root.pointer(pointer)
 }
 
 /// Gives every string schema without a `maxLength` the default cap. Walks every
@@ -135,6 +213,34 @@ mod tests {
         for needle in ["core-traits-item", "{3,5}", "calm", "tense", "[1-5]", "boolean", "nickname", "surface", "deep"] {
             assert!(grammar.gbnf.contains(needle), "grammar lacks {needle}:\n{}", grammar.gbnf);
         }
+    }
+
+    #[test]
+    fn the_minimal_instance_has_only_what_the_schema_requires() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "traits": { "type": "array", "items": { "type": "string" }, "minItems": 2 },
+                "mood": { "enum": ["calm", "tense"] },
+                "level": { "type": "integer", "minimum": 1 },
+                "alive": { "type": "boolean" },
+                "nick": { "type": ["string", "null"] },
+                "code": { "type": "string", "minLength": 3 },
+                "goals": { "$ref": "#/$defs/Goals" },
+                "either": { "anyOf": [{ "type": "object", "properties": { "x": { "type": "string" } }, "required": ["x"] }, { "type": "null" }] },
+                "optional": { "type": "string" }
+            },
+            "required": ["traits", "mood", "level", "alive", "nick", "code", "goals", "either"],
+            "$defs": { "Goals": { "type": "object", "properties": { "deep": { "type": "string" } }, "required": ["deep"] } }
+        });
+        assert_eq!(
+            minimal_instance(&schema, &schema, 0),
+            json!({ "traits": ["", ""], "mood": "calm", "level": 1, "alive": false, "nick": null, "code": "aaa", "goals": { "deep": "" }, "either": null })
+        );
+        let recursive = json!({ "$ref": "#" });
+        assert_eq!(minimal_instance(&recursive, &recursive, 0), Value::Null);
+        let grammar = from_schema(&schema).unwrap();
+        assert!(grammar.minimal.starts_with("{\"traits\":[\"\",\"\"]"), "{}", grammar.minimal);
     }
 
     #[test]

@@ -296,7 +296,10 @@ fn generate(
         )));
     }
     let room = (n_ctx - prompt_tokens.len()) as u32;
-    let max_tokens = request.sampler.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room);
+    // What finishing a structured reply can cost: the schema's smallest instance.
+    let minimal_tokens = grammar.as_ref().map_or(0, |g| vocab.tokenize(g.minimal.as_bytes(), false, false).len() as u32);
+    let default_max = DEFAULT_MAX_TOKENS.max(minimal_tokens.saturating_mul(4));
+    let max_tokens = request.sampler.max_tokens.unwrap_or(default_max).min(room);
 
     // Evaluate the prompt in batches; only the last position needs logits.
     ctx.clear_kv_cache();
@@ -326,9 +329,11 @@ fn generate(
         None => None,
     };
     let mut chooser = TokenChooser::new(Sampler::new(&request.sampler), grammar_sampler);
-    // The last third of the budget is kept for closing a structured reply (see
-    // `decode`): a reply cut off mid-object is worth nothing.
-    let closing_from = max_tokens - max_tokens / 3;
+    // The end of the budget is kept for closing a structured reply (see `decode`): a
+    // reply cut off mid-object is worth nothing. The reserve is what the schema's
+    // smallest instance costs with a margin, and at least a quarter of the budget.
+    let reserve = (minimal_tokens * 3 / 2 + 16).max(max_tokens / 4).min(max_tokens);
+    let closing_from = max_tokens - reserve;
     // Invented speakers only end a transcript reply, and never JSON (see `stops` above).
     let mut scanner = StopScanner::new(stops);
     if template.is_none() && grammar.is_none() && !job.ignore_stops {
