@@ -16,6 +16,7 @@
 use super::sampler::{Candidate, Sampler, WINDOW};
 use crate::llm::LlmError;
 use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::token::data::LlamaTokenData;
@@ -31,8 +32,12 @@ pub struct TokenChooser {
     sampler: Sampler,
     grammar: Option<LlamaSampler>,
     top_window: LlamaSampler,
+    /// llama.cpp's DRY ("don't repeat yourself") penalty against looping phrases.
+    dry: LlamaSampler,
     json: JsonCursor,
     closing: bool,
+    /// Every token generated so far, to spot a reply that has started to loop.
+    history: Vec<i32>,
     /// Drawn tokens the grammar turned down.
     pub rejections: u32,
     /// Steps where no candidate in the window was legal and the whole vocabulary was checked.
@@ -40,13 +45,15 @@ pub struct TokenChooser {
 }
 
 impl TokenChooser {
-    pub fn new(sampler: Sampler, grammar: Option<LlamaSampler>) -> Self {
+    pub fn new(model: &LlamaModel, sampler: Sampler, grammar: Option<LlamaSampler>) -> Self {
         Self {
             sampler,
             grammar,
             top_window: LlamaSampler::top_k(WINDOW as i32),
+            dry: dry_sampler(model),
             json: JsonCursor::default(),
             closing: false,
+            history: Vec::new(),
             rejections: 0,
             full_scans: 0,
         }
@@ -61,6 +68,7 @@ impl TokenChooser {
     pub fn choose(&mut self, ctx: &LlamaContext<'_>, logits_index: i32, vocab: &LlamaVocab<'_>) -> Result<LlamaToken, LlmError> {
         let mut all = ctx.token_data_array_ith(logits_index);
         all.apply_sampler(&mut self.top_window);
+        all.apply_sampler(&mut self.dry);
         let mut window = to_candidates(&all);
         self.sampler.prepare(&mut window);
         let Some(grammar) = self.grammar.as_mut() else {
@@ -80,6 +88,7 @@ impl TokenChooser {
             let mut all = ctx.token_data_array_ith(logits_index);
             all.apply_sampler(grammar);
             all.apply_sampler(&mut self.top_window);
+            all.apply_sampler(&mut self.dry);
             legal = to_candidates(&all);
             let forced = legal.clone();
             self.sampler.prepare(&mut legal);
@@ -102,15 +111,47 @@ impl TokenChooser {
         Ok(LlamaToken(legal[pick].token))
     }
 
+    /// Whether the reply ends in the same stretch of tokens three times over: a loop
+    /// the model will not leave by itself (DRY stops loops inside a string, but not a
+    /// JSON array that keeps repeating the same item).
+    pub fn is_looping(&self) -> bool {
+        ends_in_loop(&self.history)
+    }
+
     /// Records the chosen token (and its text) in the sampler, grammar and JSON state.
     pub fn accept(&mut self, token: LlamaToken, text: &str) -> Result<(), LlmError> {
+        self.history.push(token.0);
         self.sampler.accept(token.0);
+        self.dry.accept(token);
         if let Some(grammar) = self.grammar.as_mut() {
             grammar.try_accept(token).map_err(|e| LlmError::Malformed(format!("the local model failed to advance the grammar: {e}")))?;
             self.json.feed(text);
         }
         Ok(())
     }
+}
+
+/// Shortest and longest stretch of tokens checked for repetition.
+const LOOP_MIN: usize = 4;
+const LOOP_MAX: usize = 96;
+
+/// Whether `tokens` ends with three identical copies of some stretch of
+/// `LOOP_MIN..=LOOP_MAX` tokens.
+fn ends_in_loop(tokens: &[i32]) -> bool {
+    let n = tokens.len();
+    (LOOP_MIN..=LOOP_MAX.min(n / 3)).any(|len| {
+        let last = &tokens[n - len..];
+        last == &tokens[n - 2 * len..n - len] && last == &tokens[n - 3 * len..n - 2 * len]
+    })
+}
+
+/// DRY with the settings its author recommends (multiplier 0.8, base 1.75, repeats of
+/// two tokens allowed) over the last 512 generated tokens. Small models loop on whole
+/// phrases ("I am a girl. I am a girl. ..."), which a per-token guard cannot see. The
+/// sequence breakers include the quote, so the repeated shape of JSON (`{"name": "...`)
+/// is never penalised, only repeats inside one string or one stretch of prose.
+fn dry_sampler(model: &LlamaModel) -> LlamaSampler {
+    LlamaSampler::dry(model, 0.8, 1.75, 2, 512, ["\n", ":", "\"", "*"])
 }
 
 fn piece(vocab: &LlamaVocab<'_>, token: i32) -> String {
@@ -120,15 +161,27 @@ fn piece(vocab: &LlamaVocab<'_>, token: i32) -> String {
 /// How directly a token heads for the end of the JSON (lower is sooner). Inside a
 /// string only the closing quote ends anything; outside, closing brackets come first,
 /// then the comma that ends a number or moves on to a required member.
+///
+/// Tokens often join several characters (`},`, `",`, `"]`), so the whole piece counts:
+/// `},` closes an object only to open the next array item, which is how a closing
+/// reply would otherwise keep appending empty items forever.
 fn closing_rank(piece: &str, in_string: bool) -> u8 {
-    let first = piece.trim_start().chars().next();
-    match (in_string, first) {
-        (true, Some('"')) => 0,
-        (true, _) => 1,
-        (false, Some('}' | ']')) => 0,
-        (false, Some(',')) => 1,
-        (false, Some('"')) => 2,
-        (false, _) => 3,
+    let closers_only = |s: &str| s.chars().all(|c| matches!(c, ']' | '}') || c.is_whitespace());
+    let p = piece.trim();
+    if in_string {
+        return match p.strip_prefix('"') {
+            Some(rest) if closers_only(rest) => 0,
+            Some(_) => 1,
+            None => 2,
+        };
+    }
+    match p.chars().next() {
+        None => 5,
+        Some(']' | '}') if closers_only(p) => 0,
+        Some(']' | '}') => 1,
+        Some(',') => 2,
+        Some('"') => 3,
+        Some(_) => 4,
     }
 }
 
@@ -195,12 +248,27 @@ mod tests {
     }
 
     #[test]
-    fn closing_prefers_the_quote_inside_strings_and_brackets_outside() {
-        let mut pieces = vec!["0", "\",", " and", "\""];
+    fn three_copies_of_a_stretch_make_a_loop() {
+        let item = [7, 8, 9, 10, 11];
+        let mut tokens = vec![1, 2, 3];
+        tokens.extend(item);
+        tokens.extend(item);
+        assert!(!ends_in_loop(&tokens), "two copies are allowed");
+        tokens.extend(item);
+        assert!(ends_in_loop(&tokens));
+        tokens.push(12);
+        assert!(!ends_in_loop(&tokens));
+        assert!(!ends_in_loop(&[5, 5, 5]), "short runs are the sampler's business");
+        assert!(!ends_in_loop(&[]));
+    }
+
+    #[test]
+    fn closing_prefers_what_ends_the_json_soonest() {
+        let mut pieces = vec!["0", "\",", " and", "\"]", "\""];
         pieces.sort_by_key(|p| closing_rank(p, true));
-        assert_eq!(&pieces[..2], &["\",", "\""]);
-        let mut pieces = vec!["7", "\"", ",", " }", "]"];
+        assert_eq!(pieces, vec!["\"]", "\"", "\",", "0", " and"]);
+        let mut pieces = vec!["7", "\n  ", "\"", ",", "},", " }", "]}"];
         pieces.sort_by_key(|p| closing_rank(p, false));
-        assert_eq!(pieces, vec![" }", "]", ",", "\"", "7"]);
+        assert_eq!(pieces, vec![" }", "]}", "},", ",", "\"", "7", "\n  "]);
     }
 }

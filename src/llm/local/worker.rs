@@ -328,7 +328,7 @@ fn generate(
         ),
         None => None,
     };
-    let mut chooser = TokenChooser::new(Sampler::new(&request.sampler), grammar_sampler);
+    let mut chooser = TokenChooser::new(model, Sampler::new(&request.sampler), grammar_sampler);
     // The end of the budget is kept for closing a structured reply (see `decode`): a
     // reply cut off mid-object is worth nothing. The reserve is what the schema's
     // smallest instance costs with a margin, and at least a quarter of the budget.
@@ -371,10 +371,18 @@ fn generate(
         let piece = vocab.token_to_piece(token, false, None);
         let text = utf8.push(&piece);
         chooser.accept(token, &text)?;
+        let looping = chooser.is_looping();
         let released = scanner.push(&text);
         send(&released, &mut timings);
         if scanner.stopped() {
             break "stop";
+        }
+        if looping && !job.ignore_stops {
+            // A structured reply is wrapped up; free text simply ends here.
+            if grammar.is_none() {
+                break "stop";
+            }
+            chooser.start_closing();
         }
         if grammar.is_some() && text.contains(['}', ']']) && json_complete(scanner.text()) {
             break "stop";
