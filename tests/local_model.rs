@@ -4,7 +4,7 @@
 //! except under CI (`CI` set), where its absence is a set-up failure and they fail.
 //! Generations are kept short: the whole file runs in well under a minute on 2 cores.
 
-use lorekeeper::llm::local::{LocalProvider, default_model_path};
+use lorekeeper::llm::local::{CallOptions, LocalProvider, default_model_path};
 use lorekeeper::llm::{
     CallContext, CancelToken, ChatMessage, ChatRequest, LlmError, Provider, ProviderKind, ProviderProfile, ResponseFormat,
     SamplerSettings,
@@ -196,4 +196,49 @@ fn parallel_callers_share_the_model_and_get_whole_answers() {
     eprintln!("a: {:?}\nb: {:?}", ca.text, cb.text);
     assert_eq!(ca.text, alone_a);
     assert_eq!(cb.text, alone_b);
+}
+
+#[test]
+fn a_shared_prompt_prefix_is_reused_without_changing_the_answer() {
+    let Some(provider) = provider() else { return };
+    let greedy = |messages: Vec<ChatMessage>| {
+        let mut r = request(messages, 16, 1);
+        r.sampler.temperature = Some(0.0);
+        r.stream = false;
+        r
+    };
+    let cancel = CancelToken::new();
+    let call = |r: &ChatRequest, cold_cache| {
+        provider
+            .complete_with_timings(r, CallContext::new(&cancel), CallOptions { cold_cache, ..Default::default() })
+            .expect("generation succeeds")
+    };
+    let system = ChatMessage::system("Mira is a ferryman's daughter in the river city of Vell. She speaks briefly.");
+    let first = greedy(vec![system.clone(), ChatMessage::user("Where do you live, Mira?")]);
+    let (reply, _) = call(&first, false);
+    // A follow-up repeats the whole conversation so far: only the new turn needs work.
+    let follow_up = greedy(vec![
+        system,
+        ChatMessage::user("Where do you live, Mira?"),
+        ChatMessage::assistant(reply.text.clone()),
+        ChatMessage::user("And what does your father do?"),
+    ]);
+    let (warm, warm_timings) = call(&follow_up, false);
+    let (cold, cold_timings) = call(&follow_up, true);
+    eprintln!("reused {} of {} prompt tokens; warm {:?}, cold {:?}", warm_timings.prompt_tokens_reused, warm_timings.prompt_tokens, warm.text, cold.text);
+    assert!(warm_timings.prompt_tokens_reused >= first_prompt_tokens(&provider, &first), "{warm_timings:?}");
+    assert_eq!(cold_timings.prompt_tokens_reused, 0);
+    assert_eq!(warm.usage, cold.usage);
+    assert_eq!(warm.text, cold.text, "the cached prefix changed the answer");
+}
+
+/// Prompt tokens of `request` alone (what the follow-up must at least reuse).
+fn first_prompt_tokens(provider: &LocalProvider, request: &ChatRequest) -> u32 {
+    let cancel = CancelToken::new();
+    let mut probe = request.clone();
+    probe.sampler.max_tokens = Some(1);
+    let (completion, _) = provider
+        .complete_with_timings(&probe, CallContext::new(&cancel), CallOptions { cold_cache: true, ..Default::default() })
+        .expect("probe succeeds");
+    completion.usage.prompt_tokens - 1
 }

@@ -5,7 +5,7 @@
 //! same generation under a JSON Schema grammar, since structured agents pay for the
 //! grammar check on every token. Numbers are medians over the runs.
 
-use super::{LocalProvider, Timings};
+use super::{CallOptions, LocalProvider, Timings};
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmError, ProviderKind, ProviderProfile, ResponseFormat, SamplerSettings};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -107,7 +107,11 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
         };
         let provider = LocalProvider::from_profile(&profile)?;
         let cancel = CancelToken::new();
-        let call = |request: &ChatRequest, exact: bool| provider.complete_with_timings(request, CallContext::new(&cancel), exact);
+        // Every run evaluates its whole prompt: the cache would otherwise serve the
+        // repeated prompt from the second run on.
+        let call = |request: &ChatRequest, exact_length: bool| {
+            provider.complete_with_timings(request, CallContext::new(&cancel), CallOptions { exact_length, cold_cache: true })
+        };
         let sampler = |seed| SamplerSettings { max_tokens: Some(options.max_tokens), seed: Some(seed), ..Default::default() };
 
         // Warm-up: first-touch page faults of the mmapped weights are not inference.

@@ -14,7 +14,7 @@ pub mod prompt;
 pub mod sampler;
 pub mod worker;
 
-pub use worker::{ModelInfo, Timings};
+pub use worker::{CallOptions, ModelInfo, Timings};
 
 use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ProviderKind, ProviderProfile};
 use crossbeam_channel::{RecvTimeoutError, Sender};
@@ -108,14 +108,13 @@ impl LocalProvider {
         Arc::ptr_eq(&self.model, &other.model)
     }
 
-    /// [`Provider::complete`] that also reports where the time went (for the bench).
-    /// With `ignore_stops` it generates exactly `max_tokens` tokens whatever the model
-    /// writes, so that speed runs time the same amount of work.
+    /// [`Provider::complete`] that also reports where the time went, with the bench's
+    /// knobs (see [`CallOptions`]).
     pub fn complete_with_timings(
         &self,
         request: &ChatRequest,
         ctx: CallContext<'_>,
-        ignore_stops: bool,
+        options: CallOptions,
     ) -> Result<(Completion, Timings), LlmError> {
         if ctx.cancel.is_cancelled() {
             return Err(LlmError::Cancelled);
@@ -128,7 +127,7 @@ impl LocalProvider {
             total_timeout: self.total_timeout,
             queued_at: Instant::now(),
             replies: replies_tx,
-            ignore_stops,
+            options,
         };
         self.model
             .jobs
@@ -169,7 +168,7 @@ impl Provider for LocalProvider {
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
-        self.complete_with_timings(request, ctx, false).map(|(completion, _)| completion)
+        self.complete_with_timings(request, ctx, CallOptions::default()).map(|(completion, _)| completion)
     }
 }
 

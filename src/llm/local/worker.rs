@@ -19,6 +19,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -66,6 +67,8 @@ pub struct Timings {
     /// From the end of the prompt to the last token.
     pub generation_ms: f64,
     pub prompt_tokens: u32,
+    /// Leading prompt tokens whose cached state was kept from the previous call.
+    pub prompt_tokens_reused: u32,
     pub completion_tokens: u32,
     /// Sampled tokens the grammar turned down, and how often no candidate in the
     /// window was allowed so the whole vocabulary had to be checked.
@@ -74,8 +77,9 @@ pub struct Timings {
 }
 
 impl Timings {
+    /// Speed of evaluating the part of the prompt that was not cached.
     pub fn prompt_tokens_per_sec(&self) -> f64 {
-        per_sec(self.prompt_tokens, self.prompt_ms)
+        per_sec(self.prompt_tokens - self.prompt_tokens_reused, self.prompt_ms)
     }
     pub fn generation_tokens_per_sec(&self) -> f64 {
         per_sec(self.completion_tokens, self.generation_ms)
@@ -95,9 +99,16 @@ pub struct Job {
     pub total_timeout: Duration,
     pub queued_at: Instant,
     pub replies: Sender<Reply>,
-    /// Generate exactly `max_tokens`: no stop strings, no end-of-turn (for the bench,
-    /// which must time the same amount of work every run).
-    pub ignore_stops: bool,
+    pub options: CallOptions,
+}
+
+/// Knobs for measuring rather than for use: the bench must time the same work every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallOptions {
+    /// Generate exactly `max_tokens`: no stop strings, no end of turn, no loop check.
+    pub exact_length: bool,
+    /// Evaluate the whole prompt even if the cache holds a prefix of it.
+    pub cold_cache: bool,
 }
 
 /// What the model thread sends back for a job: streamed text, then one result.
@@ -157,7 +168,10 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
             .with_n_batch(PROMPT_BATCH)
             .with_n_ubatch(PROMPT_BATCH)
             .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+            .with_n_threads_batch(threads)
+            // Keep the whole context for sliding-window layers too (Gemma 3 uses them):
+            // without it a cached prompt prefix cannot be rolled back to and reused.
+            .with_swa_full(true);
         Ok::<_, LlmError>((backend, model, params, n_ctx, n_ctx_train))
     })();
     let (backend, model, params, n_ctx, n_ctx_train) = match loaded {
@@ -195,6 +209,8 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
     if ready.send(Ok(info)).is_err() {
         return;
     }
+    // The tokens whose state the context holds, at positions 0.., for prefix reuse.
+    let mut cached: Vec<LlamaToken> = Vec::new();
     // Ends when every provider holding the queue has been dropped.
     for job in jobs {
         let queued_ms = job.queued_at.elapsed().as_secs_f64() * 1000.0;
@@ -208,9 +224,14 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
             // A panic inside one job (a bug, or a llama.cpp wrapper assertion) must not
             // take the model away from every other agent.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                generate(&model, &mut ctx, template.as_ref(), &job, &emit)
+                generate(&model, &mut ctx, &mut cached, template.as_ref(), &job, &emit)
             }))
             .unwrap_or_else(|_| Err(LlmError::Malformed("the local model thread hit an internal error".into())))
+            .inspect_err(|_| {
+                // Whatever the failure left in the cache is not worth trusting.
+                ctx.clear_kv_cache();
+                cached.clear();
+            })
             .map(|(completion, mut timings)| {
                 timings.queued_ms = queued_ms;
                 (completion, timings)
@@ -246,6 +267,7 @@ fn runtime_error(what: &str, e: impl std::fmt::Display) -> LlmError {
 fn generate(
     model: &LlamaModel,
     ctx: &mut LlamaContext<'_>,
+    cached: &mut Vec<LlamaToken>,
     template: Option<&LlamaChatTemplate>,
     job: &Job,
     emit: &dyn Fn(&str),
@@ -279,7 +301,7 @@ fn generate(
         None => (render_transcript(&request.messages), false, transcript_stops()),
     };
     stops.extend(request.sampler.stop.iter().cloned());
-    if grammar.is_some() || job.ignore_stops {
+    if grammar.is_some() || job.options.exact_length {
         // The grammar decides where JSON ends; a speaker tag inside a string is content.
         stops.clear();
     }
@@ -301,23 +323,38 @@ fn generate(
     let default_max = DEFAULT_MAX_TOKENS.max(minimal_tokens.saturating_mul(4));
     let max_tokens = request.sampler.max_tokens.unwrap_or(default_max).min(room);
 
+    // Keep the cached state of the longest prefix this prompt shares with the last
+    // call (a re-ask repeats the whole conversation; a chat repeats its history), and
+    // evaluate only the rest. The last prompt token is always evaluated: its logits
+    // start the reply.
+    let keep = if job.options.cold_cache { 0 } else { common_prefix(cached, &prompt_tokens).min(prompt_tokens.len() - 1) };
+    let reused = if keep > 0 && ctx.kv_cache_seq_rm(0, Some(keep as u32), None).is_ok() {
+        keep
+    } else {
+        ctx.clear_kv_cache();
+        0
+    };
+    cached.truncate(reused);
+
     // Evaluate the prompt in batches; only the last position needs logits.
-    ctx.clear_kv_cache();
     let mut batch = LlamaBatch::new(PROMPT_BATCH as usize, 1);
     let last = prompt_tokens.len() - 1;
-    for (chunk_index, chunk) in prompt_tokens.chunks(PROMPT_BATCH as usize).enumerate() {
+    for chunk_start in (reused..prompt_tokens.len()).step_by(PROMPT_BATCH as usize) {
         check_continue(&job.cancel, deadline, job.total_timeout)?;
+        let chunk = &prompt_tokens[chunk_start..(chunk_start + PROMPT_BATCH as usize).min(prompt_tokens.len())];
         batch.clear();
         for (i, token) in chunk.iter().enumerate() {
-            let pos = chunk_index * PROMPT_BATCH as usize + i;
+            let pos = chunk_start + i;
             batch.add(*token, pos as i32, &[0], pos == last).map_err(|e| runtime_error("to batch the prompt", e))?;
         }
         ctx.decode(&mut batch).map_err(|e| runtime_error("to evaluate the prompt", e))?;
+        cached.extend_from_slice(chunk);
     }
     let prompt_done = Instant::now();
     let mut timings = Timings {
         prompt_ms: ms(prompt_done - started),
         prompt_tokens: prompt_tokens.len() as u32,
+        prompt_tokens_reused: reused as u32,
         ..Default::default()
     };
 
@@ -336,7 +373,7 @@ fn generate(
     let closing_from = max_tokens - reserve;
     // Invented speakers only end a transcript reply, and never JSON (see `stops` above).
     let mut scanner = StopScanner::new(stops);
-    if template.is_none() && grammar.is_none() && !job.ignore_stops {
+    if template.is_none() && grammar.is_none() && !job.options.exact_length {
         scanner = scanner.with_speaker_tags();
     }
     let mut utf8 = Utf8Assembler::default();
@@ -364,7 +401,7 @@ fn generate(
             chooser.start_closing();
         }
         let token = chooser.choose(ctx, logits_index, &vocab)?;
-        if vocab.is_eog(token) && !job.ignore_stops {
+        if vocab.is_eog(token) && !job.options.exact_length {
             break "stop";
         }
         generated += 1;
@@ -377,7 +414,7 @@ fn generate(
         if scanner.stopped() {
             break "stop";
         }
-        if looping && !job.ignore_stops {
+        if looping && !job.options.exact_length {
             // A structured reply is wrapped up; free text simply ends here.
             if grammar.is_none() {
                 break "stop";
@@ -390,6 +427,7 @@ fn generate(
         batch.clear();
         batch.add(token, pos, &[0], true).map_err(|e| runtime_error("to batch a token", e))?;
         ctx.decode(&mut batch).map_err(|e| runtime_error("to evaluate a token", e))?;
+        cached.push(token);
         pos += 1;
         logits_index = 0;
     };
@@ -413,6 +451,10 @@ fn generate(
         elapsed_ms: started.elapsed().as_millis() as u64,
     };
     Ok((completion, timings))
+}
+
+fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 fn ms(d: Duration) -> f64 {
