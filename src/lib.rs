@@ -11,5 +11,6 @@ pub mod interop;
 pub mod llm;
 pub mod logging;
 pub mod memory;
+pub mod prompting;
 pub mod store;
 pub mod ui;

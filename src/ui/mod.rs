@@ -10,6 +10,7 @@ mod providers;
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
+pub use providers::TestView;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -100,6 +101,16 @@ impl WorkbenchApp {
 
     pub fn engine(&self) -> &EngineHandle {
         &self.engine
+    }
+
+    /// What the last test of a profile showed, as the Providers panel shows it.
+    pub fn provider_test(&self, profile: &str) -> Option<&TestView> {
+        self.providers.test_view(profile)
+    }
+
+    /// The event log's lines, oldest first.
+    pub fn log_lines(&self) -> impl Iterator<Item = &str> {
+        self.log.lines()
     }
 
     fn send(&mut self, command: Command) {
