@@ -78,6 +78,15 @@ fn nav<'h>(harness: &'h Harness<'_, WorkbenchApp>, title: &'h str) -> egui_kitte
     harness.get_all_by_label(title).next().expect("navigation entry")
 }
 
+/// A single- or multi-line text field by its label.
+fn text_field<'h>(harness: &'h Harness<'_, WorkbenchApp>, label: &'h str) -> egui_kittest::Node<'h> {
+    use egui::accesskit::Role;
+    harness
+        .query_by_role_and_label(Role::TextInput, label)
+        .or_else(|| harness.query_by_role_and_label(Role::MultilineTextInput, label))
+        .unwrap_or_else(|| panic!("no text field labelled {label:?}"))
+}
+
 /// Step the app until `done` holds, failing the test after `limit`.
 fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
     let start = Instant::now();
@@ -131,6 +140,8 @@ fn editing_and_saving_a_profile_persists_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut harness = open_app(dir.path(), &Config::default());
     harness.run();
+    nav(&harness, "Providers").click();
+    harness.run();
     harness.get_by_label("New profile").click();
     harness.run();
     harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Model").click();
@@ -142,4 +153,66 @@ fn editing_and_saving_a_profile_persists_it() {
     run_until(&mut harness, Duration::from_secs(10), |app| app.engine().context().config().profile("profile-1").is_some());
     let saved = Config::load(&config_file).expect("config reloads");
     assert_eq!(saved.profile("profile-1").map(|p| p.model.as_str()), Some("model-name-large"));
+}
+
+#[test]
+fn approving_one_checkpoint_and_rejecting_another_regenerates_it_in_the_inspector() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(script),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    assert_eq!(harness.state().panel(), PanelKind::Waves);
+
+    // Fill the seed form and start.
+    for (field, text) in [("Name", "Mira Voss"), ("Role", "lighthouse keeper"), ("Concept", "A keeper who guards the sea she fears.")] {
+        text_field(&harness, field).click();
+        harness.run();
+        text_field(&harness, field).type_text(text);
+        harness.run();
+    }
+    harness.get_by_label("Start development").click();
+    let awaiting = |app: &WorkbenchApp, n: usize, status: &str| {
+        app.identity().view().is_some_and(|v| {
+            v.checkpoints.iter().filter(|c| c.record.status.as_str() == status).count() == n
+        })
+    };
+    run_until(&mut harness, Duration::from_secs(20), |app| awaiting(app, 2, "awaiting_approval"));
+
+    // Approve checkpoint 1 in the inspector.
+    nav(&harness, "Checkpoints").click();
+    harness.run();
+    harness.get_by_label_contains("1 Personality").click();
+    harness.run();
+    harness.get_by_label("Approve").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| awaiting(app, 1, "approved"));
+
+    // Reject checkpoint 2 with feedback and watch version 2 arrive.
+    harness.get_by_label_contains("2 Backstory").click();
+    harness.run();
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Feedback").click();
+    harness.run();
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Feedback").type_text("Give her a sister.");
+    harness.run();
+    harness.get_by_label("Reject with feedback").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| {
+            let cp = &v.checkpoints[1];
+            cp.record.current_version == 2 && cp.record.status.as_str() == "awaiting_approval"
+        })
+    });
+    harness.run();
+    assert_eq!(harness.state().identity().inspecting(), 2);
+    assert!(harness.query_by_label_contains("Version 2 of 2").is_some(), "the inspector shows the regenerated version");
+    assert!(harness.query_by_label_contains("Answers feedback: Give her a sister.").is_some());
+    let view = harness.state().identity().view().expect("view");
+    assert!(view.checkpoints[1].versions[1].prompt.to_string().contains("Give her a sister."));
 }

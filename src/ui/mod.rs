@@ -5,11 +5,13 @@
 //! `ui`, and the engine wakes the window after every event.
 
 mod event_log;
+mod identity;
 mod providers;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
+pub use identity::IdentityPanels;
 pub use providers::TestView;
 use providers::ProvidersPanel;
 
@@ -84,6 +86,7 @@ pub struct WorkbenchApp {
     panel: PanelKind,
     log: EventLog,
     providers: ProvidersPanel,
+    identity: IdentityPanels,
 }
 
 impl WorkbenchApp {
@@ -92,7 +95,12 @@ impl WorkbenchApp {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         let providers = ProvidersPanel::new(engine.context().config());
-        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers }
+        let mut app =
+            Self { engine, panel: PanelKind::Waves, log: EventLog::default(), providers, identity: IdentityPanels::default() };
+        for command in IdentityPanels::startup() {
+            app.send(command);
+        }
+        app
     }
 
     pub fn panel(&self) -> PanelKind {
@@ -101,6 +109,11 @@ impl WorkbenchApp {
 
     pub fn engine(&self) -> &EngineHandle {
         &self.engine
+    }
+
+    /// The identity panels' view model.
+    pub fn identity(&self) -> &IdentityPanels {
+        &self.identity
     }
 
     /// What the last test of a profile showed, as the Providers panel shows it.
@@ -121,8 +134,16 @@ impl WorkbenchApp {
 
     fn apply(&mut self, event: Event) {
         self.log.record(&event);
-        if let Event::Llm(e) = &event {
-            self.providers.apply(e, &self.engine.context().config());
+        match &event {
+            Event::Llm(e) => self.providers.apply(e, &self.engine.context().config()),
+            Event::Identity(e) => {
+                let mut outbox = Vec::new();
+                self.identity.apply(e, &mut outbox);
+                for command in outbox {
+                    self.send(command);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -159,6 +180,12 @@ impl eframe::App for WorkbenchApp {
             let mut outbox = Vec::new();
             match self.panel {
                 PanelKind::Providers => self.providers.show(ui, &mut outbox),
+                PanelKind::Waves => {
+                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_waves(ui, &mut outbox));
+                }
+                PanelKind::Checkpoints => {
+                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_checkpoints(ui, &mut outbox));
+                }
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());
