@@ -10,6 +10,7 @@ pub mod engine;
 pub mod interop;
 pub mod llm;
 pub mod logging;
+pub mod lorebook;
 pub mod memory;
 pub mod store;
 pub mod ui;

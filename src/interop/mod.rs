@@ -1,6 +1,8 @@
 //! Interoperability: Character Cards V2/V3 (JSON and PNG), World Info and lorebooks,
 //! in and out without loss.
 
+pub mod format;
+
 use crate::engine::EngineContext;
 use serde::Serialize;
 use std::sync::Arc;
