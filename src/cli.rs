@@ -36,6 +36,13 @@ pub enum Verb {
         #[command(subcommand)]
         action: ProvidersAction,
     },
+    /// Import character cards and lorebooks; prints what was created.
+    Import(crate::interop::cli::ImportArgs),
+    /// Export a character as a card, or a lorebook as World Info / lorebook_v3.
+    Export {
+        #[command(subcommand)]
+        what: crate::interop::cli::ExportWhat,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -82,6 +89,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             providers(&engine, action, cli.json)
+        }
+        Some(Verb::Import(args)) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::interop::cli::import(&engine, args, cli.json)
+        }
+        Some(Verb::Export { what }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::interop::cli::export(&engine, what, cli.json)
         }
     }
 }
@@ -182,6 +197,7 @@ fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
             if usage.reported { "" } else { " (estimated)" }
         ),
         Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
+        Event::Interop(e) => crate::interop::cli::print_human(out, e),
         other => match serde_json::to_string(other) {
             Ok(line) => writeln!(out, "{line}"),
             Err(_) => Ok(()),

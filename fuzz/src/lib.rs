@@ -34,3 +34,15 @@ pub fn check_round_trip(parsed: &detect::Parsed) {
     }
     let _ = preserve::preserve;
 }
+
+/// Whether `out` keeps everything in `input`: every field with the same value, every
+/// list with the same items. Export may add fields a spec requires; it may not drop or
+/// change any.
+pub fn keeps_everything(out: &serde_json::Value, input: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (out, input) {
+        (Value::Object(o), Value::Object(i)) => i.iter().all(|(k, v)| o.get(k).is_some_and(|ov| keeps_everything(ov, v))),
+        (Value::Array(o), Value::Array(i)) => o.len() == i.len() && o.iter().zip(i).all(|(a, b)| keeps_everything(a, b)),
+        _ => out == input,
+    }
+}

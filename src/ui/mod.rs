@@ -5,11 +5,13 @@
 //! `ui`, and the engine wakes the window after every event.
 
 mod event_log;
+pub mod library;
 mod providers;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
+use library::LibraryPanel;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -34,11 +36,12 @@ pub enum PanelKind {
     Memory,
     Budgets,
     Prompt,
+    Library,
     Providers,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 8] = [
+    pub const ALL: [PanelKind; 9] = [
         PanelKind::Waves,
         PanelKind::Checkpoints,
         PanelKind::Scene,
@@ -46,6 +49,7 @@ impl PanelKind {
         PanelKind::Memory,
         PanelKind::Budgets,
         PanelKind::Prompt,
+        PanelKind::Library,
         PanelKind::Providers,
     ];
 
@@ -58,6 +62,7 @@ impl PanelKind {
             PanelKind::Memory => "Memory",
             PanelKind::Budgets => "Budgets",
             PanelKind::Prompt => "Prompt",
+            PanelKind::Library => "Library",
             PanelKind::Providers => "Providers",
         }
     }
@@ -72,7 +77,7 @@ impl PanelKind {
             PanelKind::Memory => Some("Memory search with keyword, vector and fused scores appears here."),
             PanelKind::Budgets => Some("Token budgets per context section, with their ledger, appear here."),
             PanelKind::Prompt => Some("The assembled prompt of any agent call, exactly as sent, appears here."),
-            PanelKind::Providers => None,
+            PanelKind::Providers | PanelKind::Library => None,
         }
     }
 }
@@ -83,6 +88,7 @@ pub struct WorkbenchApp {
     panel: PanelKind,
     log: EventLog,
     providers: ProvidersPanel,
+    library: LibraryPanel,
 }
 
 impl WorkbenchApp {
@@ -91,7 +97,7 @@ impl WorkbenchApp {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         let providers = ProvidersPanel::new(engine.context().config());
-        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers }
+        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers, library: LibraryPanel::default() }
     }
 
     pub fn panel(&self) -> PanelKind {
@@ -102,6 +108,11 @@ impl WorkbenchApp {
         &self.engine
     }
 
+    /// The Library panel's view model (for tests).
+    pub fn library(&self) -> &LibraryPanel {
+        &self.library
+    }
+
     fn send(&mut self, command: Command) {
         if self.engine.send(command).is_err() {
             self.log.push_error("engine", "the engine has stopped; restart the workbench");
@@ -110,8 +121,13 @@ impl WorkbenchApp {
 
     fn apply(&mut self, event: Event) {
         self.log.record(&event);
-        if let Event::Llm(e) = &event {
-            self.providers.apply(e, &self.engine.context().config());
+        match &event {
+            Event::Llm(e) => self.providers.apply(e, &self.engine.context().config()),
+            Event::Interop(e) => self.library.apply(e),
+            Event::Core(engine::CoreEvent::Error { context, message }) if context.starts_with("export ") => {
+                self.library.export_failed(&format!("{context}: {message}"));
+            }
+            _ => {}
         }
     }
 
@@ -132,6 +148,11 @@ impl eframe::App for WorkbenchApp {
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().filter_map(|f| f.path.clone()).collect());
+        if !dropped.is_empty() {
+            self.panel = PanelKind::Library;
+            self.send(LibraryPanel::import_command(dropped));
+        }
         egui::Panel::top("nav").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 ui.strong("Lorekeeper");
@@ -148,6 +169,7 @@ impl eframe::App for WorkbenchApp {
             let mut outbox = Vec::new();
             match self.panel {
                 PanelKind::Providers => self.providers.show(ui, &mut outbox),
+                PanelKind::Library => self.library.show(ui, &mut outbox),
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());
