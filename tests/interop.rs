@@ -6,7 +6,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use lorekeeper::interop::format::card::{CardSpec, decode_card};
+use lorekeeper::interop::format::card::decode_card;
 use lorekeeper::interop::format::{FormatError, book, world_info};
 use lorekeeper::interop::library::{self, CardFormat, ImportOutcome, InteropError, ItemKind, LorebookFormat};
 use lorekeeper::interop::{InteropEvent, import_paths, profile};
@@ -496,6 +496,19 @@ fn cli_imports_and_exports() {
 
 // --- Workbench ---------------------------------------------------------------------------------
 
+/// A file dropped on the window, as the windowing integration would hand it over.
+#[derive(Debug)]
+struct DroppedPath(PathBuf);
+
+impl egui::DroppedFile for DroppedPath {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
 #[test]
 fn dropping_a_card_on_the_window_lists_the_new_character() {
     use egui_kittest::kittest::Queryable;
@@ -511,7 +524,7 @@ fn dropping_a_card_on_the_window_lists_the_new_character() {
     let mut harness = egui_kittest::Harness::builder()
         .with_size(egui::vec2(1280.0, 800.0))
         .build_eframe(|cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
-    harness.input_mut().dropped_files.push(egui::DroppedFile { path: Some(card), ..Default::default() });
+    harness.input_mut().dropped_files.push(std::sync::Arc::new(DroppedPath(card)));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         harness.step();

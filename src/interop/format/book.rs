@@ -137,7 +137,8 @@ pub fn decode_entry(value: Value, path: &str) -> Result<LoreEntry, FormatError> 
     if let Some(filter) = ext.object("character_filter")? {
         e.character_filter = decode_filter(filter, &ext.child("character_filter"), "is_exclude")?;
     }
-    e.add_memo = !e.comment.is_empty();
+    // SillyTavern derives the memo toggle from the comment; ours is kept when written.
+    e.add_memo = ext.bool("add_memo")?.unwrap_or(!e.comment.is_empty());
     e.extensions = ext.rest();
     e.extra = f.rest();
     e.source = Some(SourceDocument { format: SourceFormat::CharacterBook, json: source });
@@ -175,7 +176,7 @@ pub(super) fn id_value(id: &Option<EntryId>) -> Option<Value> {
 /// Every field of an entry in `character_book` shape, ignoring how it was read.
 fn fresh_entry(e: &LoreEntry, flavor: BookFlavor) -> Value {
     let mut ext = e.extensions.clone();
-    let st: [(&str, Value); 32] = [
+    let st: [(&str, Value); 33] = [
         ("position", json!(i64::from(e.position))),
         ("exclude_recursion", json!(e.exclude_recursion)),
         ("display_index", nullable(e.display_index)),
@@ -207,6 +208,7 @@ fn fresh_entry(e: &LoreEntry, flavor: BookFlavor) -> Value {
         ("match_creator_notes", json!(e.match_sources.creator_notes)),
         ("triggers", json!(e.triggers)),
         ("ignore_budget", json!(e.ignore_budget)),
+        ("add_memo", json!(e.add_memo)),
         ("character_filter", if e.character_filter.is_empty() {
             Value::Null
         } else {
