@@ -12,5 +12,6 @@ pub mod llm;
 pub mod logging;
 pub mod lorebook;
 pub mod memory;
+pub mod prompting;
 pub mod store;
 pub mod ui;

@@ -12,6 +12,7 @@ use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
 use library::LibraryPanel;
+pub use providers::TestView;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -111,6 +112,16 @@ impl WorkbenchApp {
     /// The Library panel's view model (for tests).
     pub fn library(&self) -> &LibraryPanel {
         &self.library
+    }
+
+    /// What the last test of a profile showed, as the Providers panel shows it.
+    pub fn provider_test(&self, profile: &str) -> Option<&TestView> {
+        self.providers.test_view(profile)
+    }
+
+    /// The event log's lines, oldest first.
+    pub fn log_lines(&self) -> impl Iterator<Item = &str> {
+        self.log.lines()
     }
 
     fn send(&mut self, command: Command) {

@@ -1,0 +1,13 @@
+//! Prompt assembly: token budgets per context section with a ledger of what was kept
+//! and dropped, and the templates in `prompts/`.
+//!
+//! Invariant: assembling a prompt decides nothing about the story; it only fits what
+//! the capabilities hand it into the budgets and says exactly what it did.
+
+pub mod budget;
+pub mod templates;
+
+pub use budget::{
+    BudgetItem, BudgetLedger, BudgetPlan, DropPolicy, DroppedItem, Section, SectionLedger, allocate, enforce,
+};
+pub use templates::{PromptTemplates, TemplateError};
