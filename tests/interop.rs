@@ -538,8 +538,26 @@ fn dropping_a_card_on_the_window_lists_the_new_character() {
     assert_eq!(harness.state().panel(), lorekeeper::ui::PanelKind::Library);
     harness.get_by_label("Captain Ilse Marrow");
     assert!(harness.query_by_label_contains("Created \"Captain Ilse Marrow\" from dropped.png").is_some());
-    // The context menu's export opens the dialog with a labelled path field.
-    harness.get_by_label("Captain Ilse Marrow").click();
+
+    // Export through the row's context menu: pick V2, type a path, export.
+    harness.get_by_label("Captain Ilse Marrow").click_secondary();
     harness.run();
-    harness.get_by_label("Save to");
+    harness.get_by_label("Export as card…").click();
+    harness.run();
+    let out = dir.path().join("exported/ilse.png");
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Save to").set_text_value_accesskit(out.to_str().unwrap());
+    harness.run();
+    harness.get_by_label("Card format").click();
+    harness.run();
+    harness.get_by_label("card-v2").click();
+    harness.run();
+    harness.get_by_label("Export").click();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while harness.query_by_label_contains("Exported \"Captain Ilse Marrow\" as card-v2 (png)").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the export did not finish in time");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
+    let chunks = read_png_card_chunks(&std::fs::read(&out).unwrap());
+    assert_eq!(chunks, vec![("chara".to_string(), fixture_json("card_v2_full.json"))]);
 }
