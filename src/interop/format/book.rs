@@ -68,10 +68,10 @@ fn decode_book_fields(f: &mut Fields) -> Result<Lorebook, FormatError> {
 /// `entries` replaced by `null`, so the stored source keeps its key order without
 /// duplicating the entries (each entry keeps its own source).
 fn without_entries(mut value: Value) -> Value {
-    if let Value::Object(map) = &mut value {
-        if map.contains_key("entries") {
-            map.insert("entries".into(), Value::Null);
-        }
+    if let Value::Object(map) = &mut value
+        && map.contains_key("entries")
+    {
+        map.insert("entries".into(), Value::Null);
     }
     value
 }
@@ -273,10 +273,10 @@ fn required_entry_fields(flavor: BookFlavor) -> &'static [&'static str] {
 pub(super) fn ensure_fields(out: &mut Value, fresh: &Value, required: &[&str]) {
     if let (Value::Object(out), Value::Object(fresh)) = (out, fresh) {
         for key in required {
-            if !out.contains_key(*key) {
-                if let Some(v) = fresh.get(*key) {
-                    out.insert((*key).to_string(), v.clone());
-                }
+            if !out.contains_key(*key)
+                && let Some(v) = fresh.get(*key)
+            {
+                out.insert((*key).to_string(), v.clone());
             }
         }
     }

@@ -175,12 +175,12 @@ fn decode_data(f: &mut Fields, spec: CardSpec) -> Result<CharacterCard, FormatEr
     card.extensions = f.object_or_empty("extensions")?;
     if spec == CardSpec::V3 {
         decode_v3_fields(f, &mut card)?;
-    } else if let Some(Value::Object(ours)) = card.extensions.get("lorekeeper") {
-        if let Some(v3 @ Value::Object(_)) = ours.get("card_v3") {
-            let mut v3 = Fields::new(v3.clone(), f.child("extensions.lorekeeper.card_v3"))?;
-            decode_v3_fields(&mut v3, &mut card)?;
-            remove_ours(&mut card.extensions, "card_v3");
-        }
+    } else if let Some(Value::Object(ours)) = card.extensions.get("lorekeeper")
+        && let Some(v3 @ Value::Object(_)) = ours.get("card_v3")
+    {
+        let mut v3 = Fields::new(v3.clone(), f.child("extensions.lorekeeper.card_v3"))?;
+        decode_v3_fields(&mut v3, &mut card)?;
+        remove_ours(&mut card.extensions, "card_v3");
     }
     Ok(card)
 }

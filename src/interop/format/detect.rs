@@ -40,7 +40,7 @@ pub struct ParsedCard {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Document {
     Card(Box<ParsedCard>),
-    Lorebook(Lorebook),
+    Lorebook(Box<Lorebook>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -133,10 +133,10 @@ pub fn parse_json_document(json: Value, from_png: bool) -> Result<Parsed, Format
             let kind = if from_png { DocumentKind::CardPng(card.spec) } else { DocumentKind::CardJson(card.spec) };
             (kind, Document::Card(Box::new(ParsedCard { card, image: None })), warnings)
         }
-        Class::LorebookV3 => (DocumentKind::LorebookV3, Document::Lorebook(book::decode_lorebook_v3(json.clone())?), Vec::new()),
-        Class::WorldInfo => (DocumentKind::WorldInfo, Document::Lorebook(world_info::decode_world_info(json.clone())?), Vec::new()),
+        Class::LorebookV3 => (DocumentKind::LorebookV3, Document::Lorebook(Box::new(book::decode_lorebook_v3(json.clone())?)), Vec::new()),
+        Class::WorldInfo => (DocumentKind::WorldInfo, Document::Lorebook(Box::new(world_info::decode_world_info(json.clone())?)), Vec::new()),
         Class::CharacterBook => {
-            (DocumentKind::CharacterBook, Document::Lorebook(book::decode_character_book(json.clone(), "")?), Vec::new())
+            (DocumentKind::CharacterBook, Document::Lorebook(Box::new(book::decode_character_book(json.clone(), "")?)), Vec::new())
         }
     };
     Ok(Parsed { kind, document, json, warnings })
