@@ -212,16 +212,11 @@ fn an_edited_entry_changes_only_itself_on_export() {
     let (_dir, store) = library();
     let items = created(library::import_bytes(&store, &fixture("card_v2_full.json"), "x").unwrap());
     let book_id = &items[1].id;
-    store
-        .with(|c| {
-            let json: String = c.query_row("SELECT entry_json FROM lore_entries WHERE lorebook_id = ?1 AND ordinal = 1", [book_id], |r| r.get(0))?;
-            let mut entry: LoreEntry = serde_json::from_str(&json).unwrap();
-            entry.sticky = Some(9);
-            entry.content = "Edited in Lorekeeper.".into();
-            c.execute("UPDATE lore_entries SET entry_json = ?1 WHERE lorebook_id = ?2 AND ordinal = 1", [&serde_json::to_string(&entry).unwrap(), book_id])?;
-            Ok(())
-        })
-        .unwrap();
+    let mut book = library::load_lorebook(&store.reader().unwrap(), book_id).unwrap();
+    let entry = &mut book.entries[1];
+    entry.sticky = Some(9);
+    entry.content = "Edited in Lorekeeper.".into();
+    store.with(|c| Ok(library::update_entry(c, book_id, 1, entry).map_err(|e| lorekeeper::store::StoreError::Corrupt(e.to_string()))?)).unwrap();
     let exported = export_json(&store, &items[0].id, CardFormat::CardV2);
     let mut expected = fixture_json("card_v2_full.json");
     let entry = &mut expected["data"]["character_book"]["entries"][1];

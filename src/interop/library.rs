@@ -130,7 +130,10 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
     .map_err(InteropError::from)
 }
 
-fn insert_lorebook(
+/// Add a lorebook to the library (the scene engine's demo content uses this too);
+/// `character_id` links a card's embedded book, `digest` identifies an imported file.
+/// Call it inside a transaction so the book and its entries land together.
+pub fn insert_lorebook(
     conn: &Connection,
     name: &str,
     character_id: Option<&str>,
@@ -153,6 +156,23 @@ fn insert_lorebook(
         insert.execute(params![new_id(), id, ordinal as i64, entry.label(), entry.enabled, entry.constant, json])?;
     }
     Ok(id)
+}
+
+/// Replace one entry of a lorebook (by its position in the book), e.g. after an edit.
+/// Its `source` is kept as it is, so the next export changes only what was edited.
+pub fn update_entry(conn: &Connection, lorebook_id: &str, ordinal: usize, entry: &LoreEntry) -> Result<(), InteropError> {
+    let json = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let changed = conn
+        .execute(
+            "UPDATE lore_entries SET entry_json = ?1, label = ?2, enabled = ?3, constant = ?4 WHERE lorebook_id = ?5 AND ordinal = ?6",
+            params![json, entry.label(), entry.enabled, entry.constant, lorebook_id, ordinal as i64],
+        )
+        .map_err(StoreError::from)?;
+    if changed == 0 {
+        return Err(InteropError::NotFound { kind: "lore entry", key: format!("{lorebook_id}#{ordinal}") });
+    }
+    conn.execute("UPDATE lorebooks SET updated_at = ?1 WHERE id = ?2", params![now_rfc3339(), lorebook_id]).map_err(StoreError::from)?;
+    Ok(())
 }
 
 /// A character in the library, as lists show it.

@@ -132,6 +132,9 @@ impl LibraryPanel {
                 outbox.push(Self::import_command(vec![PathBuf::from(self.import_path.trim())]));
                 self.import_path.clear();
             }
+            if ui.button("Refresh").clicked() {
+                outbox.push(Command::Interop(InteropCommand::List));
+            }
         });
         if !self.report.is_empty() {
             ui.group(|ui| {
