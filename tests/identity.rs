@@ -251,7 +251,8 @@ fn a_killed_process_resumes_without_losing_approved_checkpoints() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("character_complete"));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("character_complete"), "resume did not finish the run:\n{printed}");
     let store = lorekeeper::store::Store::open(&p.library_file).unwrap();
     let after = load_view(&store, &id).unwrap();
     assert!(after.checkpoints.iter().all(|c| c.record.status == CheckpointStatus::Approved));
