@@ -41,6 +41,13 @@ pub enum Verb {
         #[command(subcommand)]
         action: ProvidersAction,
     },
+    /// Import character cards and lorebooks; prints what was created.
+    Import(crate::interop::cli::ImportArgs),
+    /// Export a character as a card, or a lorebook as World Info / lorebook_v3.
+    Export {
+        #[command(subcommand)]
+        what: crate::interop::cli::ExportWhat,
+    },
     /// Measure how fast something runs on this machine.
     Bench {
         #[command(subcommand)]
@@ -102,6 +109,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             providers(&engine, action, cli.json)
+        }
+        Some(Verb::Import(args)) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::interop::cli::import(&engine, args, cli.json)
+        }
+        Some(Verb::Export { what }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::interop::cli::export(&engine, what, cli.json)
         }
         Some(Verb::Bench { target: BenchTarget::Local(args) }) => crate::llm::local::bench::cli_run(args, cli.json),
     }
@@ -204,6 +219,7 @@ fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
         ),
         Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
         Event::Identity(e) => print_identity(out, e),
+        Event::Interop(e) => crate::interop::cli::print_human(out, e),
         other => match serde_json::to_string(other) {
             Ok(line) => writeln!(out, "{line}"),
             Err(_) => Ok(()),

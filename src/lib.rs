@@ -11,6 +11,7 @@ pub mod identity;
 pub mod interop;
 pub mod llm;
 pub mod logging;
+pub mod lorebook;
 pub mod memory;
 pub mod prompting;
 pub mod store;

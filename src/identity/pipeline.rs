@@ -129,7 +129,7 @@ fn advance_locked(ctx: &Arc<EngineContext>, run_id: &str) -> Result<(), Identity
     }
     // Nothing running for this run any more: the user has the next move.
     let after = ctx.store.with(|c| records::checkpoints(c, run_id))?;
-    if !after.iter().any(|c| c.status.is_working()) {
+    if !after.iter().any(|c| c.status.is_working() || is_running(run_id, c.number)) {
         let with = |s: CheckpointStatus| after.iter().filter(|c| c.status == s).map(|c| c.number).collect::<Vec<_>>();
         emit(
             ctx,
@@ -151,7 +151,9 @@ fn spawn_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback
     ctx.runtime.clone().spawn_blocking(move || {
         let number = agent.number();
         let outcome = run_agent(&ctx, &run, agent, feedback.as_deref());
-        running().lock().unwrap_or_else(|p| p.into_inner()).remove(&(run.id.clone(), number));
+        // The agent stays in the running set until its follow-up (approval or advance)
+        // is done, so no other thread declares the run idle while this checkpoint
+        // still waits for its automatic approval.
         match outcome {
             Ok(()) => {
                 if run.auto_approve {
@@ -169,6 +171,9 @@ fn spawn_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback
                 advance(&ctx, &run.id);
             }
         }
+        running().lock().unwrap_or_else(|p| p.into_inner()).remove(&(run.id.clone(), number));
+        // Now that this agent is really done, the run may be idle.
+        advance(&ctx, &run.id);
     });
 }
 

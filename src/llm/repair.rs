@@ -11,17 +11,18 @@ mod parser;
 #[cfg(test)]
 mod tests;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
 pub use parser::MAX_DEPTH;
 
 /// One kind of change made to a reply to read it as JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Repair {
     ByteOrderMark,
+    ReasoningBlock,
     CodeFence,
     StrayBackticks,
     LanguageTag,
@@ -59,6 +60,7 @@ impl fmt::Display for Repair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = match self {
             Repair::ByteOrderMark => "removed a byte-order mark",
+            Repair::ReasoningBlock => "ignored a <think> reasoning block",
             Repair::CodeFence => "took the JSON out of a code fence",
             Repair::StrayBackticks => "removed stray backticks",
             Repair::LanguageTag => "removed a leading \"json\" label",
@@ -102,6 +104,8 @@ pub enum RepairError {
     Empty,
     #[error("the reply contains no JSON object or array")]
     NoJson,
+    #[error("the reply holds only a <think> reasoning block, no answer")]
+    OnlyReasoning,
     #[error("cannot repair the JSON at line {line}, column {column}: {reason}")]
     Unrepairable { line: usize, column: usize, reason: String },
     #[error("the JSON nests deeper than {} levels (line {line}, column {column})", MAX_DEPTH)]
@@ -181,28 +185,77 @@ pub fn repair_json_with(text: &str, options: &RepairOptions<'_>) -> Result<Repai
     if let Ok(value) = serde_json::from_str::<Value>(text) {
         return Ok(finish(value, repairs, options));
     }
-    let fences = fenced_blocks(text);
-    let mut first_failure: Option<RepairError> = None;
-    for block in &fences {
-        let mut block_repairs = repairs.clone();
-        block_repairs.push(Repair::CodeFence);
-        match search(block, options) {
-            Ok(found) => {
-                block_repairs.extend(found.repairs.into_iter().filter(|r| !is_surrounding_text(r)));
-                return Ok(finish(found.value, block_repairs, options));
+    let without_reasoning = strip_reasoning(text);
+    let text = match &without_reasoning {
+        Some(rest) => {
+            repairs.push(Repair::ReasoningBlock);
+            if rest.trim().is_empty() {
+                return Err(RepairError::OnlyReasoning);
             }
+            rest.as_str()
+        }
+        None => text,
+    };
+    let mut best: Option<(Found, bool)> = None;
+    let mut first_failure: Option<RepairError> = None;
+    // Fenced blocks first: a model that fences its answer puts the answer there.
+    for block in fenced_blocks(text) {
+        match search(block, options) {
+            Ok(found) if best.as_ref().is_none_or(|(b, _)| found.rank > b.rank) => best = Some((found, true)),
+            Ok(_) => {}
+            Err(error) => {
+                first_failure.get_or_insert(error);
+            }
+        }
+        if best.as_ref().is_some_and(|(b, _)| b.rank == BEST_RANK) {
+            break;
+        }
+    }
+    if best.as_ref().is_none_or(|(b, _)| b.rank < BEST_RANK) {
+        match search(text, options) {
+            Ok(found) if best.as_ref().is_none_or(|(b, _)| found.rank > b.rank) => best = Some((found, false)),
+            Ok(_) => {}
             Err(error) => {
                 first_failure.get_or_insert(error);
             }
         }
     }
-    match search(text, options) {
-        Ok(found) => {
-            repairs.extend(found.repairs);
+    match best {
+        Some((found, fenced)) => {
+            if fenced {
+                repairs.push(Repair::CodeFence);
+                repairs.extend(found.repairs.into_iter().filter(|r| !is_surrounding_text(r)));
+            } else {
+                repairs.extend(found.repairs);
+            }
             Ok(finish(found.value, repairs, options))
         }
-        Err(error) => Err(first_failure.unwrap_or(error)),
+        None => Err(first_failure.unwrap_or(RepairError::NoJson)),
     }
+}
+
+/// Removes closed `<think>…</think>` / `<thinking>…</thinking>` blocks, which reasoning
+/// models put before the answer and which often hold drafts of it.
+fn strip_reasoning(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    let mut found = false;
+    while let Some((open, close)) = ["<think>", "<thinking>"]
+        .iter()
+        .filter_map(|tag| {
+            let open = rest.find(tag)?;
+            let closing = format!("</{}", &tag[1..]);
+            let close = rest[open..].find(&closing)? + open + closing.len();
+            Some((open, close))
+        })
+        .min()
+    {
+        out.push_str(&rest[..open]);
+        rest = &rest[close..];
+        found = true;
+    }
+    out.push_str(rest);
+    found.then_some(out)
 }
 
 fn is_surrounding_text(repair: &Repair) -> bool {
@@ -281,8 +334,25 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
     blocks
 }
 
+/// A candidate's rank: the expected shape counts most, then acceptance by the
+/// caller, then being complete rather than cut off.
+fn rank(value: &Value, truncated: bool, options: &RepairOptions<'_>) -> u8 {
+    let unwrapped = unwrapped_view(value, options.expect);
+    let shape = options.expect.admits(unwrapped);
+    let accepted = options.accept.is_none_or(|accept| accept(unwrapped));
+    u8::from(shape) * 4 + u8::from(accepted) * 2 + u8::from(!truncated)
+}
+
+const BEST_RANK: u8 = 7;
+
+struct Found {
+    value: Value,
+    repairs: Vec<Repair>,
+    rank: u8,
+}
+
 /// The best candidate in one region of text.
-fn search(region: &str, options: &RepairOptions<'_>) -> Result<Repaired, RepairError> {
+fn search(region: &str, options: &RepairOptions<'_>) -> Result<Found, RepairError> {
     struct Candidate {
         value: Value,
         repairs: Vec<Repair>,
@@ -292,7 +362,8 @@ fn search(region: &str, options: &RepairOptions<'_>) -> Result<Repaired, RepairE
         index: usize,
     }
     if let Ok(value) = serde_json::from_str::<Value>(region.trim()) {
-        return Ok(Repaired { value, repairs: Vec::new() });
+        let rank = rank(&value, false, options);
+        return Ok(Found { value, repairs: Vec::new(), rank });
     }
     let mut best: Option<Candidate> = None;
     let mut first_failure: Option<parser::Failure> = None;
@@ -305,10 +376,7 @@ fn search(region: &str, options: &RepairOptions<'_>) -> Result<Repaired, RepairE
         tried += 1;
         match parser::parse_at(region, start) {
             Ok(parsed) => {
-                let unwrapped = unwrapped_view(&parsed.value, options.expect);
-                let shape = options.expect.admits(unwrapped);
-                let accepted = options.accept.is_none_or(|accept| accept(unwrapped));
-                let rank = u8::from(shape) * 4 + u8::from(accepted) * 2 + u8::from(!parsed.truncated);
+                let rank = rank(&parsed.value, parsed.truncated, options);
                 if best.as_ref().is_none_or(|b| rank > b.rank) {
                     best = Some(Candidate {
                         value: parsed.value,
@@ -320,7 +388,7 @@ fn search(region: &str, options: &RepairOptions<'_>) -> Result<Repaired, RepairE
                     });
                 }
                 parsed_count += 1;
-                if rank == 7 {
+                if rank == BEST_RANK {
                     break;
                 }
                 // Later candidates are siblings, not pieces of this one.
@@ -351,11 +419,13 @@ fn search(region: &str, options: &RepairOptions<'_>) -> Result<Repaired, RepairE
     if best.index > 0 {
         repairs.push(Repair::SkippedCandidates { count: best.index });
     }
-    repairs.extend(best.repairs);
-    if let Some(repair) = classify_suffix(region.get(best.end..).unwrap_or("")) {
-        repairs.push(repair);
+    for repair in best.repairs {
+        push_unique(&mut repairs, repair);
     }
-    Ok(Repaired { value: best.value, repairs })
+    if let Some(repair) = classify_suffix(region.get(best.end..).unwrap_or("")) {
+        push_unique(&mut repairs, repair);
+    }
+    Ok(Found { value: best.value, repairs, rank: best.rank })
 }
 
 fn classify_prefix(prefix: &str) -> Option<Repair> {

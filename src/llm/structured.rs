@@ -20,7 +20,7 @@ mod tests;
 use super::repair::{Expect, Repair, RepairOptions, repair_json_with};
 use super::{CallContext, ChatMessage, ChatRequest, LlmClient, LlmError, ResponseFormat, Role, Usage};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::fmt;
@@ -29,7 +29,7 @@ use std::time::Instant;
 
 /// One violation of a schema, located by the JSON Pointer of the offending value
 /// (`""` is the whole document, `/core_traits/2` the third trait).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchemaError {
     pub path: String,
     pub message: String,
@@ -173,7 +173,7 @@ impl Default for StructuredOptions {
 }
 
 /// Why one attempt was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AttemptFailure {
     /// Even after repair the reply could not be read as JSON.
@@ -182,7 +182,7 @@ pub enum AttemptFailure {
     Invalid,
     /// Valid against the schema, yet the Rust type refused it (a rule the schema
     /// cannot express).
-    Deserialize { message: String },
+    TypeRejected { message: String },
 }
 
 impl fmt::Display for AttemptFailure {
@@ -190,13 +190,14 @@ impl fmt::Display for AttemptFailure {
         match self {
             AttemptFailure::Unparseable { message } => write!(f, "not JSON: {message}"),
             AttemptFailure::Invalid => f.write_str("does not match the schema"),
-            AttemptFailure::Deserialize { message } => write!(f, "rejected by the type: {message}"),
+            AttemptFailure::TypeRejected { message } => write!(f, "rejected by the type: {message}"),
         }
     }
 }
 
 /// Everything about one call, kept whether it succeeded or not.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Serialisable so checkpoints can keep the attempts that produced them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StructuredAttempt {
     /// 1-based.
     pub number: u32,
@@ -402,7 +403,7 @@ fn reask_message(attempt: &StructuredAttempt) -> String {
                 message.push_str(&format!("\n- ... and {} more", attempt.errors.len() - MAX_REASK_ERRORS));
             }
         }
-        Some(AttemptFailure::Deserialize { message: why }) => {
+        Some(AttemptFailure::TypeRejected { message: why }) => {
             message.push_str(&format!(": {why}."));
         }
     }
@@ -447,7 +448,7 @@ fn read_reply<T: DeserializeOwned>(schema: &CompiledSchema, raw: &str) -> Readin
             json: None,
             repairs: repaired.repairs,
             errors,
-            failure: Some(AttemptFailure::Deserialize { message: error.to_string() }),
+            failure: Some(AttemptFailure::TypeRejected { message: error.to_string() }),
         },
     }
 }

@@ -5,11 +5,15 @@
 //! `ui`, and the engine wakes the window after every event.
 
 mod event_log;
+mod identity;
+pub mod library;
 mod providers;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
+pub use identity::IdentityPanels;
+use library::LibraryPanel;
 pub use providers::TestView;
 use providers::ProvidersPanel;
 
@@ -35,11 +39,12 @@ pub enum PanelKind {
     Memory,
     Budgets,
     Prompt,
+    Library,
     Providers,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 8] = [
+    pub const ALL: [PanelKind; 9] = [
         PanelKind::Waves,
         PanelKind::Checkpoints,
         PanelKind::Scene,
@@ -47,6 +52,7 @@ impl PanelKind {
         PanelKind::Memory,
         PanelKind::Budgets,
         PanelKind::Prompt,
+        PanelKind::Library,
         PanelKind::Providers,
     ];
 
@@ -59,6 +65,7 @@ impl PanelKind {
             PanelKind::Memory => "Memory",
             PanelKind::Budgets => "Budgets",
             PanelKind::Prompt => "Prompt",
+            PanelKind::Library => "Library",
             PanelKind::Providers => "Providers",
         }
     }
@@ -73,7 +80,7 @@ impl PanelKind {
             PanelKind::Memory => Some("Memory search with keyword, vector and fused scores appears here."),
             PanelKind::Budgets => Some("Token budgets per context section, with their ledger, appear here."),
             PanelKind::Prompt => Some("The assembled prompt of any agent call, exactly as sent, appears here."),
-            PanelKind::Providers => None,
+            PanelKind::Providers | PanelKind::Library => None,
         }
     }
 }
@@ -84,6 +91,8 @@ pub struct WorkbenchApp {
     panel: PanelKind,
     log: EventLog,
     providers: ProvidersPanel,
+    identity: IdentityPanels,
+    library: LibraryPanel,
 }
 
 impl WorkbenchApp {
@@ -92,7 +101,18 @@ impl WorkbenchApp {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         let providers = ProvidersPanel::new(engine.context().config());
-        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers }
+        let mut app = Self {
+            engine,
+            panel: PanelKind::Waves,
+            log: EventLog::default(),
+            providers,
+            identity: IdentityPanels::default(),
+            library: LibraryPanel::default(),
+        };
+        for command in IdentityPanels::startup() {
+            app.send(command);
+        }
+        app
     }
 
     pub fn panel(&self) -> PanelKind {
@@ -101,6 +121,16 @@ impl WorkbenchApp {
 
     pub fn engine(&self) -> &EngineHandle {
         &self.engine
+    }
+
+    /// The identity panels' view model.
+    pub fn identity(&self) -> &IdentityPanels {
+        &self.identity
+    }
+
+    /// The Library panel's view model (for tests).
+    pub fn library(&self) -> &LibraryPanel {
+        &self.library
     }
 
     /// What the last test of a profile showed, as the Providers panel shows it.
@@ -121,8 +151,20 @@ impl WorkbenchApp {
 
     fn apply(&mut self, event: Event) {
         self.log.record(&event);
-        if let Event::Llm(e) = &event {
-            self.providers.apply(e, &self.engine.context().config());
+        match &event {
+            Event::Llm(e) => self.providers.apply(e, &self.engine.context().config()),
+            Event::Identity(e) => {
+                let mut outbox = Vec::new();
+                self.identity.apply(e, &mut outbox);
+                for command in outbox {
+                    self.send(command);
+                }
+            }
+            Event::Interop(e) => self.library.apply(e),
+            Event::Core(engine::CoreEvent::Error { context, message }) if context.starts_with("export ") => {
+                self.library.export_failed(&format!("{context}: {message}"));
+            }
+            _ => {}
         }
     }
 
@@ -143,6 +185,11 @@ impl eframe::App for WorkbenchApp {
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).collect());
+        if !dropped.is_empty() {
+            self.panel = PanelKind::Library;
+            self.send(LibraryPanel::import_command(dropped));
+        }
         egui::Panel::top("nav").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 ui.strong("Lorekeeper");
@@ -159,6 +206,13 @@ impl eframe::App for WorkbenchApp {
             let mut outbox = Vec::new();
             match self.panel {
                 PanelKind::Providers => self.providers.show(ui, &mut outbox),
+                PanelKind::Waves => {
+                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_waves(ui, &mut outbox));
+                }
+                PanelKind::Checkpoints => {
+                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_checkpoints(ui, &mut outbox));
+                }
+                PanelKind::Library => self.library.show(ui, &mut outbox),
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());

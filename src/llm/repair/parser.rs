@@ -413,7 +413,10 @@ impl<'a> Parser<'a> {
                 '\''
             }
             // A backslash before a line break continues the line (JavaScript style).
-            '\n' => return,
+            '\n' => {
+                self.note(Repair::InvalidEscape);
+                return;
+            }
             _ => {
                 // Keep the backslash: `C:\Users` and `\d+` mean what they say.
                 self.note(Repair::InvalidEscape);
@@ -457,12 +460,15 @@ impl<'a> Parser<'a> {
         let (next, newline) = self.skip_blank(after);
         let Some(c) = self.char_at(next) else { return true };
         if slot == Slot::Key {
-            return c == ':' || c == '=';
+            // `{"a" 1}`: with no colon left on the line, the colon is what is missing.
+            let line = self.src.get(next..).unwrap_or("").lines().next().unwrap_or("");
+            return c == ':' || c == '=' || !line.contains(':');
         }
         match c {
             '}' | ']' => true,
             ',' => self.plausible_after_comma(next + 1),
             '/' => matches!(self.char_at(next + 1), Some('/' | '*')),
+            '#' => next > after,
             c if is_quote(c) => {
                 newline
                     || match slot {
@@ -544,7 +550,8 @@ impl<'a> Parser<'a> {
             self.note(Repair::NonFiniteNumber);
             return Ok(Some(Value::Null));
         }
-        if let Some(number) = number_from(run) {
+        let clock_time = rest[run_len..].starts_with(':') && rest[run_len + 1..].starts_with(|c: char| c.is_ascii_digit());
+        if let Some(number) = number_from(run).filter(|_| !clock_time) {
             self.pos += run_len;
             if number.is_null() {
                 self.note(Repair::NonFiniteNumber);
@@ -553,14 +560,14 @@ impl<'a> Parser<'a> {
             }
             return Ok(Some(number));
         }
-        if at_end {
+        if at_end && !clock_time {
             // Cut off inside the number (`12.`, `3e`, `-`): keep what is certain.
             let certain = run.trim_end_matches(|c: char| !c.is_ascii_digit());
             self.pos += run_len;
             self.hit_end();
             return Ok(number_from(certain));
         }
-        // Not a number after all (`180cm`, `2024-05-01`): an unquoted string.
+        // Not a number after all (`180cm`, `2024-05-01`, `12:30`): an unquoted string.
         self.pos = start;
         self.read_bare_string().map(Some)
     }

@@ -49,6 +49,18 @@ fn code_fences() {
 }
 
 #[test]
+fn several_fenced_blocks() {
+    let wants_b = |v: &Value| v.get("b").is_some();
+    let options = RepairOptions { expect: Expect::Object, accept: Some(&wants_b) };
+    let reply = "First try:\n```json\n{\"a\": 1}\n```\nBetter:\n```json\n{\"b\": 2,}\n```";
+    check_with(reply, &options, json!({"b": 2}), &[Repair::CodeFence, Repair::TrailingComma]);
+    // Without a preference the first block wins.
+    check(reply, json!({"a": 1}), &[Repair::CodeFence]);
+    // JSON outside a fence that holds something else is still found.
+    check("```python\nprint(1)\n```\n{\"a\": 1}", json!({"a": 1}), &[Repair::ProseBefore]);
+}
+
+#[test]
 fn stray_backticks_and_language_tag() {
     check("`{\"a\": 1}`", json!({"a": 1}), &[Repair::StrayBackticks]);
     check("json\n{\"a\": 1}", json!({"a": 1}), &[Repair::LanguageTag]);
@@ -64,6 +76,16 @@ fn prose_around_the_object() {
     );
     // Braces inside prose that do not form JSON are passed over.
     check("I {think} this works: {\"a\": 1}", json!({"a": 1}), &[Repair::ProseBefore]);
+}
+
+#[test]
+fn reasoning_blocks() {
+    check("<think>Maybe {\"a\": 0}? No.</think>\n{\"a\": 1}", json!({"a": 1}), &[Repair::ReasoningBlock]);
+    check("<thinking>{\"a\": 0}</thinking>```json\n{\"a\": 2}\n```", json!({"a": 2}), &[
+        Repair::ReasoningBlock,
+        Repair::CodeFence,
+    ]);
+    check_error("<think>I should answer {\"a\": 1}</think>\n", "the reply holds only a <think> reasoning block, no answer");
 }
 
 #[test]
@@ -165,6 +187,10 @@ fn unescaped_inner_quotes() {
         &[Repair::UnescapedQuote],
     );
     check(r#"{"a": "the "end"", "b": 2}"#, json!({"a": "the \"end\"", "b": 2}), &[Repair::UnescapedQuote]);
+    check(r#"{"a": "He said, "no", twice"}"#, json!({"a": "He said, \"no\", twice"}), &[Repair::UnescapedQuote]);
+    check(r#"{"a": 'it's', "b": 1}"#, json!({"a": "it's", "b": 1}), &[Repair::SingleQuotes, Repair::UnescapedQuote]);
+    // Inside a single-quoted string, double quotes are plain text.
+    check(r#"{'b': 'say "hi"'}"#, json!({"b": "say \"hi\""}), &[Repair::SingleQuotes]);
 }
 
 #[test]
@@ -174,6 +200,8 @@ fn missing_commas_and_colons() {
     check(r#"["x" "y" 3 4]"#, json!(["x", "y", 3, 4]), &[Repair::MissingComma]);
     check("{\"a\": [1, 2]\n  c: 3}", json!({"a": [1, 2], "c": 3}), &[Repair::MissingComma, Repair::UnquotedKey]);
     check("{a 1, b = 2}", json!({"a": 1, "b": 2}), &[Repair::MissingColon, Repair::UnquotedKey]);
+    check(r#"{"a" 1, "b" "x"}"#, json!({"a": 1, "b": "x"}), &[Repair::MissingColon]);
+    check("{\n\"a\": \"one\"\n\"b\": \"two\"\n}", json!({"a": "one", "b": "two"}), &[Repair::MissingComma]);
 }
 
 #[test]
@@ -216,6 +244,8 @@ fn bare_values_mismatched_closers_and_placeholders() {
         Repair::UnquotedString,
     ]);
     check(r#"{"a": [1, 2}"#, json!({"a": [1, 2]}), &[Repair::MismatchedCloser]);
+    check(r#"{"a": [1, 2, 3]]"#, json!({"a": [1, 2, 3]}), &[Repair::MismatchedCloser, Repair::ProseAfter]);
+    check(r#"{"at": 12:30, "n": -3}"#, json!({"at": "12:30", "n": -3}), &[Repair::UnquotedString]);
     check(r#"{"a": [1, 2, ...], ...}"#, json!({"a": [1, 2]}), &[Repair::Ellipsis]);
 }
 
@@ -225,6 +255,7 @@ fn escapes() {
         Repair::InvalidEscape,
         Repair::TrailingComma,
     ]);
+    check("{\"text\": \"line \\\nnext\"}", json!({"text": "line next"}), &[Repair::InvalidEscape]);
     check(r#"{"lone": "\ud800x",}"#, json!({"lone": "\u{FFFD}x"}), &[Repair::InvalidEscape, Repair::TrailingComma]);
 }
 
@@ -291,3 +322,4 @@ fn never_panics_on_garbage() {
     let braces = "{x".repeat(500_000);
     let _ = repair_json(&braces);
 }
+

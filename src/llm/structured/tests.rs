@@ -159,6 +159,14 @@ fn invalid_reply_is_re_asked_with_the_validation_errors() {
         reask[3].content
     );
     assert_eq!(requests[1].response_format, requests[0].response_format);
+
+    // Attempts serialise for the UI and the store, and read back unchanged.
+    let stored = serde_json::to_value(&output.attempts[0]).unwrap_or_default();
+    assert_eq!(stored["failure"], json!({"kind": "invalid"}));
+    assert_eq!(stored["errors"][0]["path"], "/core_traits");
+    assert_eq!(stored["usage"]["prompt_tokens"], 100);
+    let restored: StructuredAttempt = serde_json::from_value(stored).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(restored, output.attempts[0]);
 }
 
 #[test]
@@ -272,4 +280,28 @@ fn long_failed_replies_are_cut_in_the_echo() {
     assert_eq!(echo("short", 10), "short");
     let long = "é".repeat(30);
     assert_eq!(echo(&long, 10), format!("{}\n[... reply cut here, 30 characters in all]", "é".repeat(10)));
+}
+
+/// The schema says string, the type wants a number: valid JSON the type still refuses.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Level {
+    #[schemars(with = "String")]
+    #[allow(dead_code)]
+    level: u8,
+}
+
+#[test]
+fn type_rejection_is_recorded_and_re_asked() {
+    let provider = ScriptedReplies::new(vec![reply(r#"{"level": "high"}"#, 1, 1), reply(r#"{"level": "low"}"#, 1, 1)]);
+    let cancel = CancelToken::new();
+    let options = StructuredOptions { max_attempts: 2, ..StructuredOptions::default() };
+    let request = ChatRequest::new("", vec![ChatMessage::user("How tense is the scene?")]);
+    let result = complete_structured::<Level>(&client_for(&provider), request, &options, CallContext::new(&cancel));
+    let Err(StructuredError::Exhausted { attempts, .. }) = result else { panic!("both replies are refused: {result:?}") };
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts[0].errors.is_empty());
+    let Some(AttemptFailure::TypeRejected { message }) = &attempts[0].failure else { panic!("{:?}", attempts[0]) };
+    assert!(message.contains("expected u8"), "{message}");
+    let reask = &provider.requests()[1].messages[3].content;
+    assert!(reask.contains("expected u8"), "{reask}");
 }
