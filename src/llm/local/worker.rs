@@ -123,9 +123,12 @@ fn backend() -> Result<&'static LlamaBackend, LlmError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            // llama.cpp logs every tensor it loads; route that into our tracing logs
-            // (where the log filter decides) instead of the terminal.
-            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            // llama.cpp prints ~250 lines per model load, at its INFO level, to stderr.
+            // Keep them out of the terminal always, and out of our log file unless
+            // debug logging is on (`LOREKEEPER_LOG=debug`); our own errors say what
+            // failed either way.
+            let verbose = tracing::enabled!(tracing::Level::DEBUG);
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(verbose));
             LlamaBackend::init().map_err(|e| e.to_string())
         })
         .as_ref()
