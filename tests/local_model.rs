@@ -39,13 +39,26 @@ fn request(messages: Vec<ChatMessage>, max_tokens: u32, seed: u64) -> ChatReques
 
 /// Calls the provider and returns the completion with everything streamed meanwhile.
 fn call_streaming(provider: &LocalProvider, request: &ChatRequest) -> (Result<lorekeeper::llm::Completion, LlmError>, String) {
+    call_streaming_with(provider, request, None)
+}
+
+/// [`call_streaming`] with the provider's call options (`None`: the plain `Provider` call).
+fn call_streaming_with(
+    provider: &LocalProvider,
+    request: &ChatRequest,
+    options: Option<CallOptions>,
+) -> (Result<lorekeeper::llm::Completion, LlmError>, String) {
     let streamed = Arc::new(Mutex::new(String::new()));
     let sink = {
         let streamed = streamed.clone();
         move |piece: &str| streamed.lock().unwrap().push_str(piece)
     };
     let cancel = CancelToken::new();
-    let result = provider.complete(request, CallContext::with_tokens(&cancel, &sink));
+    let ctx = CallContext::with_tokens(&cancel, &sink);
+    let result = match options {
+        None => provider.complete(request, ctx),
+        Some(options) => provider.complete_with_timings(request, ctx, options).map(|(completion, _)| completion),
+    };
     let text = streamed.lock().unwrap().clone();
     (result, text)
 }
@@ -165,7 +178,10 @@ fn parallel_callers_share_the_model_and_get_whole_answers() {
     let Some(provider) = provider() else { return };
     // Greedy decoding is deterministic: if two calls running together disturbed each
     // other (interleaved tokens, shared cache), their answers would differ from the
-    // answers each gives alone.
+    // answers each gives alone. Every call evaluates its whole prompt (`cold_cache`):
+    // how much of a prefix the cache happens to hold depends on which test ran just
+    // before, and a different batch split may round differently.
+    let cold = Some(CallOptions { cold_cache: true, ..Default::default() });
     let greedy = |question: &str, seed| {
         let mut r = request(vec![ChatMessage::user(question)], 20, seed);
         r.sampler.temperature = Some(0.0);
@@ -173,8 +189,8 @@ fn parallel_callers_share_the_model_and_get_whole_answers() {
     };
     let a = greedy("Name three rivers of Europe.", 1);
     let b = greedy("What is the capital city of France?", 2);
-    let alone_a = call_streaming(&provider, &a).0.expect("a alone").text;
-    let alone_b = call_streaming(&provider, &b).0.expect("b alone").text;
+    let alone_a = call_streaming_with(&provider, &a, cold).0.expect("a alone").text;
+    let alone_b = call_streaming_with(&provider, &b, cold).0.expect("b alone").text;
 
     let other = LocalProvider::from_profile(&ProviderProfile {
         name: "second".into(),
@@ -185,8 +201,8 @@ fn parallel_callers_share_the_model_and_get_whole_answers() {
     .unwrap();
     assert!(provider.shares_model_with(&other), "the second provider loaded the model again");
     let (ra, rb) = std::thread::scope(|scope| {
-        let ta = scope.spawn(|| call_streaming(&provider, &a));
-        let tb = scope.spawn(|| call_streaming(&other, &b));
+        let ta = scope.spawn(|| call_streaming_with(&provider, &a, cold));
+        let tb = scope.spawn(|| call_streaming_with(&other, &b, cold));
         (ta.join().unwrap(), tb.join().unwrap())
     });
     let (ca, sa) = (ra.0.expect("a in parallel"), ra.1);
@@ -200,7 +216,17 @@ fn parallel_callers_share_the_model_and_get_whole_answers() {
 
 #[test]
 fn a_shared_prompt_prefix_is_reused_without_changing_the_answer() {
-    let Some(provider) = provider() else { return };
+    let Some(shared) = provider() else { return };
+    // A context size of its own gives this test its own model thread, so calls from
+    // tests running alongside cannot replace the cached prefix between its calls.
+    let provider = LocalProvider::from_profile(&ProviderProfile {
+        name: "private".into(),
+        kind: ProviderKind::Local,
+        max_context_tokens: 1536,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!provider.shares_model_with(&shared));
     let greedy = |messages: Vec<ChatMessage>| {
         let mut r = request(messages, 16, 1);
         r.sampler.temperature = Some(0.0);
