@@ -60,9 +60,6 @@ fn story_messages() -> Vec<ChatMessage> {
     ]
 }
 
-/// Token limit of the structured run, whatever `max_tokens` says.
-const JSON_MAX_TOKENS: u32 = 512;
-
 fn personality_schema() -> serde_json::Value {
     serde_json::json!({
         "type": "object",
@@ -141,9 +138,8 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
                     ChatMessage::user("Give her core traits, fears and emotional baseline."),
                 ],
             );
+            // The same budget: the decoder's closing mode finishes the object within it.
             json.sampler = sampler(u64::from(run) + 100);
-            // Room for the whole object: a truncated one would not measure a full answer.
-            json.sampler.max_tokens = Some(options.max_tokens.max(JSON_MAX_TOKENS));
             json.response_format = ResponseFormat::JsonSchema { name: "personality".into(), schema: schema.clone() };
             let (completion, timings) = call(&json, false)?;
             if options.show {
@@ -186,7 +182,7 @@ pub struct LocalBenchArgs {
     /// Runs per measurement (medians are reported).
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
-    /// Tokens generated per free-text run (the JSON run may use up to 512).
+    /// Token budget per run (free text generates exactly this many).
     #[arg(long, default_value_t = 128)]
     pub max_tokens: u32,
     /// Print every reply to stderr.
