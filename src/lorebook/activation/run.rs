@@ -372,7 +372,7 @@ impl<'r> Run<'r> {
                 Ok(None)
             }
             Key::Regex(regex) => {
-                let is_match = |text: &str| regex.is_match(text).map_err(|error| error.to_string());
+                let is_match = |text: &str| regex.is_match(text);
                 if depth > 0 && !self.input.messages.is_empty() {
                     let messages = &self.input.messages;
                     let text = self.joined.entry(depth).or_insert_with(|| {

@@ -124,14 +124,17 @@ fn regex_keys_and_bad_regexes() {
         with(e(4, "^the", "x"), |x| x.use_regex = true),
         e(5, "/([/", "x"),
         with(e(6, "castle", "x"), |x| x.secondary_keys = vec!["/(unclosed/".into()]),
+        // Look-ahead is JavaScript but not `regex` crate syntax: the backtracking engine runs it.
+        e(7, "/knight(?!ly)/", "x"),
     ];
     let o = ActivationOptions::default();
     check(&entries, &["The DRAAGON and the knight"], &o, &[
-        "key /dra+gon/i", "no match", "key knight", "key ^the", "bad regex /([/", "no match",
+        "key /dra+gon/i", "no match", "key knight", "key ^the", "bad regex /([/", "no match", "key /knight(?!ly)/",
     ]);
     check(&entries, &["castle"], &o, &[
-        "no match", "no match", "bad regex /([/", "no match", "bad regex /([/", "bad regex /(unclosed/",
+        "no match", "no match", "bad regex /([/", "no match", "bad regex /([/", "bad regex /(unclosed/", "no match",
     ]);
+    check(&entries[6..], &["knightly manners"], &ActivationOptions::default(), &["no match"]);
 }
 
 #[test]
@@ -487,3 +490,4 @@ fn a_prepared_index_gives_the_same_report() {
     let report = activate_with_index(&scan, &index, &upper, &mut ActivationState::default(), &strict);
     assert!(!report.is_activated(0));
 }
+
