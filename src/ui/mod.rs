@@ -228,6 +228,10 @@ impl eframe::App for WorkbenchApp {
 /// Open the workbench window (blocks until it is closed).
 pub fn run_native(paths: Paths) -> Result<(), UiError> {
     let engine = engine::start(paths)?;
+    // A first launch opens on a playable scene.
+    if let Err(e) = crate::scene::demo::ensure(&engine.context().store) {
+        tracing::warn!("cannot add the demo scene: {e}");
+    }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
         ..Default::default()
