@@ -258,3 +258,43 @@ fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
     assert!(prompt_after.len() < prompt_before.len());
     assert!(harness.query_all_by_label(&allocated_after.to_string()).next().is_some(), "the new allocation is shown");
 }
+
+#[test]
+fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("library.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    // The default configuration answers with the shipped demo script: no model needed.
+    Config::default().save(&paths.config_file).expect("save config");
+    let engine = engine::start(paths).expect("engine starts");
+    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("demo scene");
+    let mut harness = Harness::builder().with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().last_error().is_some()
+            || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
+    });
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    let snapshot = harness.state().scene().snapshot().expect("snapshot");
+    assert!(snapshot.messages.iter().any(|m| m.content == "I knock on the lighthouse door."));
+    let reply = snapshot.messages.iter().find(|m| m.character_id.is_some()).expect("a character replied");
+    assert!(harness.query_all_by_label(&reply.content).next().is_some(), "the reply is in the transcript");
+    assert!(harness.query_by_label_contains("Director — round 1").is_some());
+    assert!(harness.query_by_label_contains("1. ").is_some(), "the acting order is listed");
+    // The round's ledgers feed the Budgets panel.
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.len() == 1 && p.last_round.is_some())
+    });
+}

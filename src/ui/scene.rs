@@ -31,6 +31,8 @@ pub struct LiveRound {
     pub plan: Option<DirectorPlan>,
     pub reconciliation: Option<Reconciliation>,
     pub turns: Vec<LiveTurn>,
+    /// Committed: shown until the stored snapshot that includes it arrives.
+    pub completed: bool,
 }
 
 #[derive(Default)]
@@ -91,6 +93,9 @@ impl ScenePanels {
             SceneEvent::Snapshot { snapshot } => {
                 if self.is_selected(&snapshot.view.id) {
                     self.refreshing = false;
+                    if self.live.as_ref().is_some_and(|l| l.completed && snapshot.view.rounds >= l.round) {
+                        self.live = None;
+                    }
                     self.snapshot = Some((**snapshot).clone());
                 }
             }
@@ -130,9 +135,15 @@ impl ScenePanels {
                     turn.done = true;
                 }
             }
-            SceneEvent::RoundCompleted { scene_id, .. } => {
+            SceneEvent::RoundCompleted { scene_id, round, .. } => {
                 outbox.push(Command::Scene(SceneCommand::List));
                 if self.is_selected(scene_id) {
+                    if let Some(live) = &mut self.live {
+                        live.round = *round;
+                        live.completed = true;
+                    }
+                    // A snapshot asked for before the commit would not include the round.
+                    self.refreshing = false;
                     self.refresh(outbox);
                     outbox.push(self.budgets.preview_command(scene_id));
                 }
@@ -368,7 +379,7 @@ impl ScenePanels {
 
     fn play_controls(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(scene) = self.selected.clone() else { return };
-        let running = self.live.is_some();
+        let running = self.live.as_ref().is_some_and(|l| !l.completed);
         let label = ui.label("Your message");
         ui.add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do"))
             .labelled_by(label.id);
@@ -405,7 +416,7 @@ impl ScenePanels {
                 ui.label(&m.content);
             }
             if let Some(live) = &self.live {
-                ui.weak(format!("— round {} (playing) —", live.round));
+                ui.weak(format!("— round {}{} —", live.round, if live.completed { "" } else { " (playing)" }));
                 if let Some(input) = live.input.as_deref().filter(|t| !t.trim().is_empty()) {
                     ui.label(RichText::new("You:").strong());
                     ui.label(input);
