@@ -274,3 +274,84 @@ fn the_cli_creates_a_scene_and_reports_state_as_json() {
     let listed = run(&["scene", "list"]);
     assert_eq!(listed.last().unwrap()["scenes"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn the_preview_refits_like_the_round_and_its_telemetry_sums_the_stored_ledgers() {
+    use lorekeeper::prompting::Section;
+    use lorekeeper::scene::envelope::AgentKind;
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+
+    engine.send(Command::Scene(SceneCommand::Snapshot { scene: scene.clone() })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::Snapshot { .. }));
+    let Some(SceneEvent::Snapshot { snapshot }) = events.last() else { unreachable!() };
+    let last = snapshot.last_round.as_ref().expect("the round is stored");
+    assert_eq!(last.round, 1);
+    assert!(!last.director.plan.acting_characters.is_empty());
+    assert_eq!(snapshot.messages.iter().filter(|m| m.round == 1).count(), snapshot.messages.len());
+    assert!(snapshot.messages.iter().any(|m| m.content == "I hand the keeper the sealed letter."));
+
+    engine
+        .send(Command::Scene(SceneCommand::Preview { scene: scene.clone(), agent: AgentKind::Character, character: Some("Wren Talloway".into()) }))
+        .unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::Preview { .. }));
+    let Some(SceneEvent::Preview { preview }) = events.last() else { unreachable!() };
+    assert_eq!(preview.character.as_ref().map(|c| c.name.as_str()), Some("Wren Talloway"));
+    assert!(preview.turn.contains("Wren Talloway"));
+    assert!(!preview.candidates[&Section::History].is_empty(), "the round's messages are history now");
+
+    // Re-fitting the candidates is what the round would do; a smaller context drops items.
+    let full = preview.fit(&preview.plan, preview.max_context_tokens);
+    let tight = preview.fit(&preview.plan, 256);
+    assert!(tight.ledger.used() < full.ledger.used());
+    assert!(tight.ledger.sections.iter().any(|s| !s.dropped.is_empty()));
+    for s in &tight.ledger.sections {
+        assert!(s.used <= s.allocated, "{:?}", s.section);
+    }
+    let prompt = preview.render(&full).expect("templates render");
+    assert!(prompt.system.contains("I hand the keeper the sealed letter."));
+    assert_eq!(prompt.user, preview.turn);
+
+    // Telemetry: one point for the one round, equal to the sum of its calls' ledgers.
+    assert_eq!(preview.telemetry.len(), 1);
+    assert_eq!(preview.telemetry_messages as usize, snapshot.messages.len());
+    let point = &preview.telemetry[0];
+    for section in Section::ALL {
+        let stored: u32 = last.ledgers.iter().filter_map(|c| c.ledger.section(section)).map(|s| s.used).sum();
+        assert_eq!(point.used[&section], stored, "{section:?}");
+    }
+    assert!(point.used[&Section::CharacterGuidance] > 0);
+}
+
+#[test]
+fn the_telemetry_window_counts_rounds_by_their_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let conn = engine.context().store.reader().unwrap();
+    let messages: u32 = conn.query_row("SELECT COUNT(*) FROM scene_messages WHERE scene_id = ?1", [&scene], |r| r.get(0)).unwrap();
+    assert!(messages > 1);
+    let (points, covered) = lorekeeper::scene::preview::telemetry(&conn, &scene, 1).unwrap();
+    assert_eq!((points.len(), covered), (1, 1), "the newest message is in round 1");
+    let (points, covered) = lorekeeper::scene::preview::telemetry(&conn, &scene, 500).unwrap();
+    assert_eq!((points.len(), covered), (1, messages));
+    // A stored round older than the window's first message is left out.
+    let store = &engine.context().store;
+    store
+        .with(|c| {
+            c.execute(
+                "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at)
+                 VALUES (?1, 0, NULL, '{}', '[]', 0, '')",
+                [&scene],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    let (points, _) = lorekeeper::scene::preview::telemetry(&conn, &scene, 1).unwrap();
+    assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [1]);
+    let (points, _) = lorekeeper::scene::preview::telemetry(&conn, &scene, 500).unwrap();
+    assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [0, 1], "a window wider than the scene takes every round");
+}

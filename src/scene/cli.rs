@@ -122,6 +122,14 @@ pub fn print_human(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<
         }
         E::DemoReady { scene_id: Some(id) } => writeln!(out, "demo scene ready: {id}"),
         E::DemoReady { scene_id: None } => writeln!(out, "this library already has its worlds; no demo added"),
+        E::Snapshot { snapshot } => print_state(out, &snapshot.view),
+        E::Preview { preview } => {
+            let envelope = preview.fit(&preview.plan, preview.max_context_tokens);
+            for s in &envelope.ledger.sections {
+                writeln!(out, "  {:<20} {:>6} of {:>6} tokens, {} dropped", s.section.label(), s.used, s.allocated, s.dropped.len())?;
+            }
+            Ok(())
+        }
         E::Error { message, .. } => writeln!(out, "error: {message}"),
     }
 }

@@ -20,7 +20,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Which agent the envelope is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentKind {
     /// Director pass 1: plans the round.
@@ -69,6 +69,18 @@ fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
 
 /// Gather every candidate and fit it into `max_context_tokens` by `plan`.
 pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<'_>) -> Envelope {
+    fit(plan, max_context_tokens, &candidates(input))
+}
+
+/// Fit gathered candidates into the budgets. Kept apart from [`candidates`] so the
+/// workbench can re-fit the same candidates on every slider move without a store read.
+pub fn fit(plan: &BudgetPlan, max_context_tokens: u32, candidates: &BTreeMap<Section, Vec<BudgetItem>>) -> Envelope {
+    let (kept, ledger) = enforce(plan, max_context_tokens, candidates);
+    Envelope { kept, ledger }
+}
+
+/// Every candidate item of every section, before budgets.
+pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem>> {
     let mut candidates: BTreeMap<Section, Vec<BudgetItem>> = BTreeMap::new();
 
     let history = input
@@ -163,9 +175,7 @@ pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInpu
         sheets.push(item(format!("character {}", member.name), text.trim_end().to_string(), value));
     }
     candidates.insert(Section::CharacterGuidance, sheets);
-
-    let (kept, ledger) = enforce(plan, max_context_tokens, &candidates);
-    Envelope { kept, ledger }
+    candidates
 }
 
 fn capitalise(text: &str) -> String {
@@ -217,6 +227,25 @@ fn contains(hay: &str, needle: &str, whole_words: bool) -> bool {
     }
     let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
     hay.match_indices(needle).any(|(at, _)| !word(hay[..at].chars().next_back()) && !word(hay[at + needle.len()..].chars().next()))
+}
+
+/// The instruction ending Director pass 1 (`input` is the user's message, `None` to
+/// continue). Shared with the workbench preview so it shows the words a round sends.
+pub fn director_turn(round: u32, input: Option<&str>) -> String {
+    match input {
+        Some(text) => format!("Round {round}. The user says: {}", text.trim()),
+        None => format!("Round {round}. The user asks the scene to continue without a new message."),
+    }
+}
+
+/// The instruction ending Director pass 2.
+pub fn reconcile_turn(round: u32) -> String {
+    format!("Round {round} has been played. Reconcile the state of the scene after it.")
+}
+
+/// The instruction ending a character's call.
+pub fn character_turn(name: &str) -> String {
+    format!("It is {name}'s turn. Write what {name} says and does now.")
 }
 
 /// The rendered prompt of one call.

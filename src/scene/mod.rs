@@ -9,6 +9,7 @@ pub mod cli;
 pub mod demo;
 pub mod envelope;
 pub mod model;
+pub mod preview;
 pub mod records;
 pub mod round;
 
@@ -47,11 +48,13 @@ pub struct SceneConfig {
     pub lore_scan_depth: usize,
     /// Budget percentages per context section.
     pub budgets: BudgetPlan,
+    /// Messages the Budgets panel's per-section token plot looks back over.
+    pub telemetry_window: u32,
 }
 
 impl Default for SceneConfig {
     fn default() -> Self {
-        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default() }
+        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500 }
     }
 }
 
@@ -66,6 +69,11 @@ pub enum SceneCommand {
     New { arc: Option<String>, name: String, description: String, cast: Vec<String>, active: Vec<String> },
     /// Add the demo world if the library has no world yet.
     Demo,
+    /// Report the scene's state, recent transcript and last round as [`SceneEvent::Snapshot`].
+    Snapshot { scene: String },
+    /// Report the candidates of `agent`'s next call as [`SceneEvent::Preview`]
+    /// (`character`: a name or id for [`envelope::AgentKind::Character`]).
+    Preview { scene: String, agent: envelope::AgentKind, character: Option<String> },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,6 +99,8 @@ pub enum SceneEvent {
     State { view: Box<SceneView> },
     Scenes { scenes: Vec<SceneSummary> },
     DemoReady { scene_id: Option<String> },
+    Snapshot { snapshot: Box<preview::SceneSnapshot> },
+    Preview { preview: Box<preview::EnvelopePreview> },
     Error { scene_id: Option<String>, message: String },
 }
 
@@ -98,7 +108,10 @@ pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
-            SceneCommand::Round { scene, .. } | SceneCommand::State { scene } => Some(scene.clone()),
+            SceneCommand::Round { scene, .. }
+            | SceneCommand::State { scene }
+            | SceneCommand::Snapshot { scene }
+            | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
         if let Err(e) = run_command(&ctx, command) {
@@ -135,6 +148,18 @@ fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), Sc
                 records::create_scene(tx, &arc, name.trim(), &description, &cast, &active)
             })?;
             emit(SceneEvent::SceneCreated { scene_id: id, name });
+            Ok(())
+        }
+        SceneCommand::Snapshot { scene } => {
+            // A reader connection: a long campaign's snapshot does not hold the writer's lock.
+            let snapshot = preview::snapshot(&ctx.store.reader()?, &scene)?;
+            emit(SceneEvent::Snapshot { snapshot: Box::new(snapshot) });
+            Ok(())
+        }
+        SceneCommand::Preview { scene, agent, character } => {
+            let config = ctx.config();
+            let preview = preview::preview(&ctx.store.reader()?, &config, &scene, agent, character.as_deref())?;
+            emit(SceneEvent::Preview { preview: Box::new(preview) });
             Ok(())
         }
         SceneCommand::Demo => {

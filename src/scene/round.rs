@@ -149,10 +149,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     let max_context = |p: &ProviderProfile| p.max_context_tokens;
 
     // --- Director pass 1 -----------------------------------------------------------
-    let turn = match &input {
-        Some(text) => format!("Round {round}. The user says: {}", text.trim()),
-        None => format!("Round {round}. The user asks the scene to continue without a new message."),
-    };
+    let turn = envelope::director_turn(round, input.as_deref());
     let envelope = envelope::assemble(
         &config.budgets,
         max_context(&agents.director.1),
@@ -292,7 +289,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
                 lore_scan_depth: config.lore_scan_depth,
             },
         );
-        let turn = format!("Round {round} has been played. Reconcile the state of the scene after it.");
+        let turn = envelope::reconcile_turn(round);
         let prompt = envelope::render(&agents.templates, AgentKind::Reconcile, &envelope, None, &turn)?;
         let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
         let output =
@@ -421,7 +418,7 @@ fn character_turn(
             lore_scan_depth: config.lore_scan_depth,
         },
     );
-    let turn = format!("It is {}'s turn. Write what {} says and does now.", member.name, member.name);
+    let turn = envelope::character_turn(&member.name);
     let prompt = envelope::render(&agents.templates, AgentKind::Character, &envelope, Some(member), &turn)?;
     let request = request_for(&agents.character.1, prompt.system, prompt.user, true);
     let sink = ctx.clone();
