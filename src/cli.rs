@@ -36,6 +36,11 @@ pub enum Verb {
         #[command(subcommand)]
         verb: crate::identity::cli::IdentityVerb,
     },
+    /// Scenes: create, play rounds, inspect state.
+    Scene {
+        #[command(subcommand)]
+        verb: crate::scene::cli::SceneVerb,
+    },
     /// Provider profiles: list them, or test one.
     Providers {
         #[command(subcommand)]
@@ -105,6 +110,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Identity { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             crate::identity::cli::run(&engine, verb, cli.json)
+        }
+        Some(Verb::Scene { verb }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::scene::cli::run(&engine, verb, cli.json)
         }
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
@@ -220,6 +229,7 @@ fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
         Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
         Event::Identity(e) => print_identity(out, e),
         Event::Interop(e) => crate::interop::cli::print_human(out, e),
+        Event::Scene(e) => crate::scene::cli::print_human(out, e),
         other => match serde_json::to_string(other) {
             Ok(line) => writeln!(out, "{line}"),
             Err(_) => Ok(()),

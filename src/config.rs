@@ -51,6 +51,7 @@ pub struct Config {
     #[serde(rename = "profile")]
     pub profiles: Vec<ProviderProfile>,
     pub memory: crate::memory::MemoryConfig,
+    pub scene: crate::scene::SceneConfig,
 }
 
 impl Default for Config {
@@ -63,6 +64,7 @@ impl Default for Config {
             roles: BTreeMap::new(),
             profiles: vec![local_model_profile(), demo_profile(), local_server_profile()],
             memory: Default::default(),
+            scene: Default::default(),
         }
     }
 }

@@ -14,5 +14,6 @@ pub mod logging;
 pub mod lorebook;
 pub mod memory;
 pub mod prompting;
+pub mod scene;
 pub mod store;
 pub mod ui;

@@ -216,3 +216,85 @@ fn approving_one_checkpoint_and_rejecting_another_regenerates_it_in_the_inspecto
     let view = harness.state().identity().view().expect("view");
     assert!(view.checkpoints[1].versions[1].prompt.to_string().contains("Give her a sister."));
 }
+
+#[test]
+fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
+    use lorekeeper::prompting::Section;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("library.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    Config::default().save(&paths.config_file).expect("save config");
+    let engine = engine::start(paths).expect("engine starts");
+    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
+    let mut harness = Harness::builder().with_size([1280.0, 1400.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    nav(&harness, "Budgets").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().prompt().is_some());
+    assert_eq!(harness.state().scene().selected(), Some(scene.as_str()));
+    harness.run();
+
+    let section = |app: &WorkbenchApp| {
+        let ledger = app.scene().budgets().ledger().expect("ledger");
+        let s = ledger.section(Section::CharacterGuidance).expect("section");
+        (s.allocated, s.kept.len())
+    };
+    let (allocated_before, kept_before) = section(harness.state());
+    let prompt_before = harness.state().scene().budgets().prompt().expect("prompt").to_string();
+    assert!(kept_before > 0, "the demo cast is in the character guidance");
+    assert!(prompt_before.contains("Wren Talloway"), "{prompt_before}");
+    assert!(harness.query_all_by_label(&allocated_before.to_string()).next().is_some(), "the allocation is shown");
+
+    // Move the slider to nothing: the character sheets no longer fit.
+    harness.get_by_role_and_label(egui::accesskit::Role::Slider, "Character guidance %").set_value_accesskit(0.0);
+    harness.run();
+    let (allocated_after, kept_after) = section(harness.state());
+    assert!(allocated_after < allocated_before, "{allocated_after} < {allocated_before}");
+    assert!(kept_after < kept_before, "some sheets no longer fit: {kept_after} < {kept_before}");
+    let prompt_after = harness.state().scene().budgets().prompt().expect("prompt").to_string();
+    assert_ne!(prompt_after, prompt_before, "the prompt preview follows the slider");
+    assert!(prompt_after.len() < prompt_before.len());
+    assert!(harness.query_all_by_label(&allocated_after.to_string()).next().is_some(), "the new allocation is shown");
+}
+
+#[test]
+fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("library.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    // The default configuration answers with the shipped demo script: no model needed.
+    Config::default().save(&paths.config_file).expect("save config");
+    let engine = engine::start(paths).expect("engine starts");
+    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("demo scene");
+    let mut harness = Harness::builder().with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().last_error().is_some()
+            || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
+    });
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    let snapshot = harness.state().scene().snapshot().expect("snapshot");
+    assert!(snapshot.messages.iter().any(|m| m.content == "I knock on the lighthouse door."));
+    let reply = snapshot.messages.iter().find(|m| m.character_id.is_some()).expect("a character replied");
+    assert!(harness.query_all_by_label(&reply.content).next().is_some(), "the reply is in the transcript");
+    assert!(harness.query_by_label_contains("Director — round 1").is_some());
+    assert!(harness.query_by_label_contains("1. ").is_some(), "the acting order is listed");
+    // The round's ledgers feed the Budgets panel.
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.len() == 1 && p.last_round.is_some())
+    });
+}

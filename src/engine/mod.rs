@@ -27,6 +27,7 @@ pub enum Command {
     Identity(crate::identity::IdentityCommand),
     Memory(crate::memory::MemoryCommand),
     Interop(crate::interop::InteropCommand),
+    Scene(crate::scene::SceneCommand),
     /// Stop accepting commands; in-flight work is cancelled.
     Shutdown,
 }
@@ -41,6 +42,7 @@ pub enum Event {
     Identity(crate::identity::IdentityEvent),
     Memory(crate::memory::MemoryEvent),
     Interop(crate::interop::InteropEvent),
+    Scene(crate::scene::SceneEvent),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -212,6 +214,7 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, comma
             Command::Identity(c) => crate::identity::handle(&context, c),
             Command::Memory(c) => crate::memory::handle(&context, c),
             Command::Interop(c) => crate::interop::handle(&context, c),
+            Command::Scene(c) => crate::scene::handle(&context, c),
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -16,6 +16,7 @@
 //! `{{char}}`, `{{user}}` and other macros are kept exactly as written; they are
 //! resolved when a prompt is built, never here.
 
+pub mod activation;
 mod decorators;
 
 pub use decorators::{Decorator, split_decorators};

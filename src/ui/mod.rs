@@ -4,10 +4,12 @@
 //! touches the store or the network. Events are drained in `logic`, drawing happens in
 //! `ui`, and the engine wakes the window after every event.
 
+mod budgets;
 mod event_log;
 mod identity;
 pub mod library;
 mod providers;
+mod scene;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
@@ -15,6 +17,7 @@ use event_log::EventLog;
 pub use identity::IdentityPanels;
 use library::LibraryPanel;
 pub use providers::TestView;
+pub use scene::ScenePanels;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -93,6 +96,7 @@ pub struct WorkbenchApp {
     providers: ProvidersPanel,
     identity: IdentityPanels,
     library: LibraryPanel,
+    scene: ScenePanels,
 }
 
 impl WorkbenchApp {
@@ -108,8 +112,9 @@ impl WorkbenchApp {
             providers,
             identity: IdentityPanels::default(),
             library: LibraryPanel::default(),
+            scene: ScenePanels::default(),
         };
-        for command in IdentityPanels::startup() {
+        for command in IdentityPanels::startup().into_iter().chain(ScenePanels::startup()) {
             app.send(command);
         }
         app
@@ -126,6 +131,11 @@ impl WorkbenchApp {
     /// The identity panels' view model.
     pub fn identity(&self) -> &IdentityPanels {
         &self.identity
+    }
+
+    /// The Scene and Budgets panels' view model.
+    pub fn scene(&self) -> &ScenePanels {
+        &self.scene
     }
 
     /// The Library panel's view model (for tests).
@@ -161,6 +171,13 @@ impl WorkbenchApp {
                 }
             }
             Event::Interop(e) => self.library.apply(e),
+            Event::Scene(e) => {
+                let mut outbox = Vec::new();
+                self.scene.apply(e, &mut outbox);
+                for command in outbox {
+                    self.send(command);
+                }
+            }
             Event::Core(engine::CoreEvent::Error { context, message }) if context.starts_with("export ") => {
                 self.library.export_failed(&format!("{context}: {message}"));
             }
@@ -213,6 +230,8 @@ impl eframe::App for WorkbenchApp {
                     egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_checkpoints(ui, &mut outbox));
                 }
                 PanelKind::Library => self.library.show(ui, &mut outbox),
+                PanelKind::Scene => self.scene.show_scene(ui, &mut outbox),
+                PanelKind::Budgets => self.scene.show_budgets(ui, &mut outbox),
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());
@@ -228,6 +247,10 @@ impl eframe::App for WorkbenchApp {
 /// Open the workbench window (blocks until it is closed).
 pub fn run_native(paths: Paths) -> Result<(), UiError> {
     let engine = engine::start(paths)?;
+    // A first launch opens on a playable scene.
+    if let Err(e) = crate::scene::demo::ensure(&engine.context().store) {
+        tracing::warn!("cannot add the demo scene: {e}");
+    }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
         ..Default::default()
