@@ -226,7 +226,9 @@ fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
         library_file: dir.path().join("library.sqlite"),
         log_dir: dir.path().join("logs"),
     };
-    Config::default().save(&paths.config_file).expect("save config");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    config.save(&paths.config_file).expect("save config");
     let engine = engine::start(paths).expect("engine starts");
     let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
     let mut harness = Harness::builder().with_size([1280.0, 1400.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
@@ -267,8 +269,10 @@ fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() 
         library_file: dir.path().join("library.sqlite"),
         log_dir: dir.path().join("logs"),
     };
-    // The default configuration answers with the shipped demo script: no model needed.
-    Config::default().save(&paths.config_file).expect("save config");
+    // The shipped demo script answers (the default is the embedded model when installed).
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    config.save(&paths.config_file).expect("save config");
     let engine = engine::start(paths).expect("engine starts");
     lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("demo scene");
     let mut harness = Harness::builder().with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
