@@ -55,13 +55,12 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// The embedded model's profile is offered; the scripted demo stays the default
-    /// until `LlmClient` builds local providers. Then the default becomes
-    /// `if crate::llm::local::default_model_path().is_file() { "local" } else { "demo" }`:
-    /// a new user's agents give real answers, offline, with no setup.
+    /// With the embedded model installed, a new user's agents run on it: real answers,
+    /// offline, with no setup. Without it they fall back to the scripted demo.
     fn default() -> Self {
+        let local_installed = crate::llm::local::default_model_path().is_file();
         Self {
-            default_profile: "demo".into(),
+            default_profile: if local_installed { "local" } else { "demo" }.into(),
             roles: BTreeMap::new(),
             profiles: vec![local_model_profile(), demo_profile(), local_server_profile()],
             memory: Default::default(),
@@ -258,7 +257,7 @@ mod tests {
         let back = Config::load(&path).unwrap();
         assert_eq!(back, config);
         assert_eq!(back.profile_for_role("director").unwrap().name, "big");
-        assert_eq!(back.profile_for_role("narrator").unwrap().name, "demo");
+        assert_eq!(back.profile_for_role("narrator").unwrap().name, back.default_profile);
         assert_eq!(back.profile("local").map(|p| p.kind), Some(ProviderKind::Local));
     }
 
