@@ -214,6 +214,12 @@ impl eframe::App for WorkbenchApp {
                 for kind in PanelKind::ALL {
                     ui.selectable_value(&mut self.panel, kind, kind.title());
                 }
+                ui.separator();
+                let config = self.engine.context().config();
+                let line = model_line(&config);
+                if ui.link(line.0).on_hover_text(line.1).clicked() {
+                    self.panel = PanelKind::Providers;
+                }
             });
         });
         egui::Panel::bottom("event_log").resizable(true).default_size(140.0).show(ui, |ui| {
@@ -257,4 +263,29 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
     };
     eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))
         .map_err(|e| UiError::Window(e.to_string()))
+}
+
+/// What the default profile runs on, said plainly, with a hint for switching.
+fn model_line(config: &crate::config::Config) -> (String, String) {
+    use crate::llm::ProviderKind;
+    let switch = "Click to choose another profile: a local server (llama.cpp, Ollama, LM Studio) or an API.".to_string();
+    let Some(p) = config.profile(&config.default_profile) else {
+        return ("No default profile".into(), switch);
+    };
+    let text = match p.kind {
+        ProviderKind::Local => {
+            let path = crate::llm::local::resolve_model_path(p.path.as_deref());
+            match std::fs::metadata(&path) {
+                Ok(m) => format!(
+                    "Model: embedded {} ({} MiB, in-process, offline; small and rough)",
+                    p.model,
+                    m.len() / (1024 * 1024)
+                ),
+                Err(_) => format!("Model: embedded {} — not installed (run .ci/setup.sh)", p.model),
+            }
+        }
+        ProviderKind::Scripted => "Model: none — scripted demo replies".to_string(),
+        kind => format!("Model: {} via {} at {}", p.model, kind.label(), p.base_url().unwrap_or("?")),
+    };
+    (text, switch)
 }

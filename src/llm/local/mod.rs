@@ -172,7 +172,8 @@ impl Provider for LocalProvider {
     }
 }
 
-fn resolve_model_path(path: Option<&Path>) -> PathBuf {
+/// Where a profile's model file is looked for (a relative path may live under `models/`).
+pub fn resolve_model_path(path: Option<&Path>) -> PathBuf {
     match path {
         None => default_model_path(),
         Some(p) if p.is_relative() && !p.exists() => {
