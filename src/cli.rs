@@ -36,6 +36,11 @@ pub enum Verb {
         #[command(subcommand)]
         action: ProvidersAction,
     },
+    /// Memories: import, search, evaluate, reindex, stats.
+    Memory {
+        #[command(subcommand)]
+        action: crate::memory::cli::MemoryAction,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -82,6 +87,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             providers(&engine, action, cli.json)
+        }
+        Some(Verb::Memory { action }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::memory::cli::run(&engine, action, cli.json)
         }
     }
 }
