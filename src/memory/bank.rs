@@ -8,7 +8,7 @@ use super::retrieval::{Candidate, Fused, RetrievalHit, SearchFilter, SearchMode,
 use super::vectors::{VectorIndex, build_ann};
 use super::MemoryConfig;
 use crate::store::{Store, StoreError};
-use rusqlite::{Connection, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,23 +132,105 @@ impl MemoryBank {
             }
             Ok(())
         })?;
+        self.attach_saved_ann(&mut index, &model)?;
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = index;
+        Ok(())
+    }
+
+    /// Use the persisted graph if it was built for this model over exactly the first
+    /// rows of the index (no deletes since); otherwise search exactly until a rebuild.
+    fn attach_saved_ann(&self, index: &mut VectorIndex, model: &str) -> Result<(), MemoryError> {
+        let saved: Option<(i64, i64, Vec<u8>)> = self.store.with(|c| {
+            Ok(c.query_row("SELECT max_rowid, count, graph FROM memory_ann WHERE id = 1 AND model = ?1", [model], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?)
+        })?;
+        let Some((max_rowid, count, graph)) = saved else { return Ok(()) };
+        let count = count as usize;
+        if count == 0 || count > index.len() || index.rowids[count - 1] != max_rowid {
+            return Ok(());
+        }
+        match super::vectors::decode_ann(&graph, &index.data, index.dim, count) {
+            Ok(ann) => index.ann = Some(Arc::new(ann)),
+            Err(e) => tracing::warn!(error = %e, "the saved vector graph is unreadable; searching exactly until a rebuild"),
+        }
         Ok(())
     }
 
     /// Store memories with their vectors (one transaction); they are searchable at once.
     pub fn add(&self, items: Vec<NewMemory>) -> Result<Vec<String>, MemoryError> {
+        self.add_then(items, |_| Ok(()))
+    }
+
+    /// [`Self::add`], running `also` in the same transaction (the summariser marks the
+    /// turns a summary covers, so both happen or neither does).
+    pub fn add_then(
+        &self,
+        items: Vec<NewMemory>,
+        also: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<String>, MemoryError> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
         let embedder = self.embedder()?;
-        let texts: Vec<&str> = items.iter().map(|m| m.text.as_str()).collect();
+        let texts = self.embedding_texts(&items)?;
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
         let vectors = embedder.embed_documents(&texts)?;
-        self.add_with_vectors(items, vectors)
+        self.insert(items, vectors, also)
+    }
+
+    /// What gets embedded for each new memory: a turn is preceded by up to
+    /// `context_turns` earlier turns of its session (from the batch or the store).
+    fn embedding_texts(&self, items: &[NewMemory]) -> Result<Vec<String>, MemoryError> {
+        let window = self.config().retrieval.context_turns;
+        let mut recent: HashMap<String, std::collections::VecDeque<String>> = HashMap::new();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let session = match (&item.session, item.kind) {
+                (Some(s), MemoryKind::Turn) if window > 0 => s.clone(),
+                _ => {
+                    out.push(item.text.clone());
+                    continue;
+                }
+            };
+            if !recent.contains_key(&session) {
+                let earlier = self.store.with(|c| {
+                    let mut stmt = c.prepare_cached(
+                        "SELECT text FROM memories WHERE session = ?1 AND kind = 'turn' ORDER BY seq DESC LIMIT ?2",
+                    )?;
+                    let rows = stmt.query_map(rusqlite::params![session, window as i64], |r| r.get::<_, String>(0))?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })?;
+                recent.insert(session.clone(), earlier.into_iter().rev().collect());
+            }
+            let window_texts = recent.entry(session).or_default();
+            let mut text = String::new();
+            for t in window_texts.iter() {
+                text.push_str(t);
+                text.push('\n');
+            }
+            text.push_str(&item.text);
+            out.push(text);
+            window_texts.push_back(item.text.clone());
+            while window_texts.len() > window {
+                window_texts.pop_front();
+            }
+        }
+        Ok(out)
     }
 
     /// Store memories whose vectors are already known (benchmarks, re-imports).
     pub fn add_with_vectors(&self, items: Vec<NewMemory>, vectors: Vec<Vec<f32>>) -> Result<Vec<String>, MemoryError> {
+        self.insert(items, vectors, |_| Ok(()))
+    }
+
+    fn insert(
+        &self,
+        items: Vec<NewMemory>,
+        vectors: Vec<Vec<f32>>,
+        also: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<String>, MemoryError> {
         if items.len() != vectors.len() {
             return Err(MemoryError::Invalid(format!("{} memories but {} vectors", items.len(), vectors.len())));
         }
@@ -164,6 +246,7 @@ impl MemoryBank {
             let after: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
             let pairs: Vec<(i64, &[f32])> = rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
             records::store_vectors(tx, &model, &pairs)?;
+            also(tx)?;
             let replaced = (before + rowids.len() as i64) != after;
             Ok((rowids, replaced))
         })?;
@@ -244,9 +327,37 @@ impl MemoryBank {
         let vector = match request.mode {
             SearchMode::Keyword => None,
             _ if request.query.trim().is_empty() => None,
-            _ => Some(self.embedder()?.embed_query(&request.query)?),
+            _ => Some(self.embedder()?.embed_query(&self.vector_query(&request.query)?)?),
         };
         self.search_with_vector(request, vector.as_deref())
+    }
+
+    /// The query text to embed: with `strip_names`, speaker names (and "the user") are
+    /// removed unless nothing would be left.
+    pub fn vector_query(&self, query: &str) -> Result<String, MemoryError> {
+        if !self.config().retrieval.strip_names {
+            return Ok(query.to_string());
+        }
+        let names = self.speakers()?;
+        let kept: Vec<&str> = query
+            .split_whitespace()
+            .filter(|w| {
+                let core: String = w.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
+                let core = core.strip_suffix("s").filter(|_| w.contains('\'')).unwrap_or(&core).to_string();
+                !names.contains(&core)
+            })
+            .collect();
+        let text = kept.join(" ").replace(" the ?", "?");
+        Ok(if text.trim().is_empty() { query.to_string() } else { text })
+    }
+
+    /// Lower-cased names of everyone who has spoken.
+    pub fn speakers(&self) -> Result<HashSet<String>, MemoryError> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT DISTINCT lower(speaker) FROM memories WHERE speaker IS NOT NULL")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<HashSet<_>, _>>()?)
+        })
     }
 
     /// Search with a query vector computed by the caller (benchmarks with synthetic
@@ -263,6 +374,15 @@ impl MemoryBank {
             (_, Some(q)) => self.vector_candidates(q, &request.filter, n)?,
         };
         let mut fused = fuse(&keyword, &vector, &config);
+        if config.short_turn_words > 0 && request.mode == SearchMode::Hybrid {
+            self.damp_short_turns(&mut fused, config.short_turn_words)?;
+        }
+        if config.time_boost > 0.0 && request.mode == SearchMode::Hybrid {
+            let months = super::temporal::query_months(&request.query);
+            if !months.is_empty() {
+                self.boost_months(&mut fused, &months, config.time_boost)?;
+            }
+        }
         if config.neighbour_weight > 0.0 && request.mode == SearchMode::Hybrid {
             fused = self.spread_to_neighbours(fused, config.neighbour_weight, request.k, &request.filter)?;
         }
@@ -290,6 +410,39 @@ impl MemoryBank {
                 time: m.time.clone(),
             })
             .collect())
+    }
+
+    /// Scale down turns with fewer than `words` content words.
+    fn damp_short_turns(&self, fused: &mut [(i64, Fused)], words: usize) -> Result<(), MemoryError> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT text FROM memories WHERE rowid = ?1 AND kind = 'turn'")?;
+            for (rowid, f) in fused.iter_mut() {
+                let text: Option<String> = stmt.query_row([*rowid], |r| r.get(0)).optional()?;
+                if let Some(text) = text {
+                    let n = super::keyword::content_terms(&text).len();
+                    f.score *= (n as f32 / words as f32).min(1.0);
+                }
+            }
+            Ok(())
+        })?;
+        sort_fused(fused);
+        Ok(())
+    }
+
+    /// Multiply the score of candidates from the given months by `1 + boost`.
+    fn boost_months(&self, fused: &mut [(i64, Fused)], months: &[u32], boost: f32) -> Result<(), MemoryError> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT time FROM memories WHERE rowid = ?1")?;
+            for (rowid, f) in fused.iter_mut() {
+                let time: Option<String> = stmt.query_row([*rowid], |r| r.get(0))?;
+                if time.as_deref().and_then(super::temporal::month_of).is_some_and(|m| months.contains(&m)) {
+                    f.score *= 1.0 + boost;
+                }
+            }
+            Ok(())
+        })?;
+        sort_fused(fused);
+        Ok(())
     }
 
     /// Give the turns next to each strong hit a share of its score: in conversation the
@@ -376,7 +529,8 @@ impl MemoryBank {
         progress(0, total);
         for (done, chunk) in todo.chunks(256).enumerate() {
             let Some(embedder) = embedder.as_ref() else { break };
-            let texts: Vec<&str> = chunk.iter().map(|(_, t)| t.as_str()).collect();
+            let texts = self.reindex_texts(chunk)?;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = embedder.embed_documents(&texts)?;
             self.store.transaction(|tx| {
                 let pairs: Vec<(i64, &[f32])> = chunk.iter().map(|(r, _)| *r).zip(vectors.iter().map(|v| v.as_slice())).collect();
@@ -388,17 +542,58 @@ impl MemoryBank {
         Ok(total)
     }
 
+    /// The embedding texts of stored memories, with the same context as [`Self::add`].
+    fn reindex_texts(&self, rows: &[(i64, String)]) -> Result<Vec<String>, MemoryError> {
+        let window = self.config().retrieval.context_turns as i64;
+        if window == 0 {
+            return Ok(rows.iter().map(|(_, t)| t.clone()).collect());
+        }
+        let texts = self.store.with(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
+                 WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
+            )?;
+            rows.iter()
+                .map(|(rowid, text)| {
+                    let mut earlier: Vec<String> =
+                        stmt.query_map(rusqlite::params![rowid, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                    earlier.reverse();
+                    earlier.push(text.clone());
+                    Ok(earlier.join("\n"))
+                })
+                .collect()
+        })?;
+        Ok(texts)
+    }
+
     /// Build the HNSW graph over every vector now in the index (slow: run it on a worker).
     /// Memories added meanwhile stay in the exactly-scanned tail.
     pub fn rebuild_ann(&self) -> Result<usize, MemoryError> {
         if self.rebuilding.swap(true, Ordering::SeqCst) {
             return Ok(0);
         }
-        let (data, dim, count) = {
+        let (data, dim, count, last_rowid) = {
             let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            (index.data.clone(), index.dim, index.len())
+            (index.data.clone(), index.dim, index.len(), index.rowids.last().copied().unwrap_or(0))
         };
         let ann = build_ann(&data, dim, 0x10e_4ee9);
+        let bytes = super::vectors::encode_ann(&ann).map_err(MemoryError::Invalid);
+        let saved = bytes.and_then(|bytes| {
+            let model = self.model_id();
+            Ok(self.store.with(|c| {
+                c.execute(
+                    "INSERT INTO memory_ann(id, model, max_rowid, count, built_at, graph) VALUES (1, ?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT(id) DO UPDATE SET model = excluded.model, max_rowid = excluded.max_rowid,
+                     count = excluded.count, built_at = excluded.built_at, graph = excluded.graph",
+                    rusqlite::params![model, last_rowid, count as i64, crate::store::now_rfc3339(), bytes],
+                )?;
+                Ok(())
+            })?)
+        });
+        if let Err(e) = saved {
+            self.rebuilding.store(false, Ordering::SeqCst);
+            return Err(e);
+        }
         {
             let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
             // Rows were only appended since the snapshot unless a delete reshuffled them.
@@ -413,6 +608,41 @@ impl MemoryBank {
     /// Exact vector search (the ground truth for the graph's recall).
     pub fn vector_exact(&self, query: &[f32], n: usize) -> Vec<Candidate> {
         self.index.read().unwrap_or_else(|p| p.into_inner()).search_exact(query, n, &|_| true)
+    }
+
+    /// The content hash stored with the memories of `source`, if any.
+    pub fn source_hash(&self, source: &str) -> Result<Option<String>, MemoryError> {
+        Ok(self.store.with(|c| {
+            Ok(c.query_row("SELECT content_hash FROM memories WHERE source = ?1 LIMIT 1", [source], |r| r.get(0))
+                .optional()?
+                .flatten())
+        })?)
+    }
+
+    /// Every lore source currently indexed.
+    pub fn lore_sources(&self) -> Result<Vec<String>, MemoryError> {
+        Ok(self.store.with(|c| {
+            let mut stmt = c.prepare("SELECT DISTINCT source FROM memories WHERE kind = 'lore' AND source IS NOT NULL")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<Result<Vec<String>, _>>()?)
+        })?)
+    }
+
+    /// Delete the memories of `source` (their FTS rows and vectors go with them).
+    pub fn remove_source(&self, source: &str) -> Result<usize, MemoryError> {
+        let removed: Vec<i64> = self.store.transaction(|tx| {
+            let rowids: Vec<i64> = tx
+                .prepare("SELECT rowid FROM memories WHERE source = ?1")?
+                .query_map([source], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            tx.execute("DELETE FROM memories WHERE source = ?1", [source])?;
+            Ok(rowids)
+        })?;
+        if !removed.is_empty() {
+            let gone: HashSet<i64> = removed.iter().copied().collect();
+            self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| !gone.contains(&r));
+        }
+        Ok(removed.len())
     }
 
     /// A memory and the turns around it (the browser's "source turn in context").

@@ -31,6 +31,11 @@ pub enum MemoryAction {
     },
     /// Counts of memories, vectors and index state.
     Stats,
+    /// Chunk, embed and index markdown lore files (only files whose content changed).
+    Lore {
+        /// The lore folder (default: `lore/`).
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -212,6 +217,22 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
                 writeln!(out, "{}", serde_json::json!({ "embedded": embedded }))?;
             } else {
                 writeln!(out, "embedded {embedded} memories; vector graph rebuilt")?;
+            }
+        }
+        MemoryAction::Lore { dir } => {
+            engine.send(Command::Memory(MemoryCommand::IndexLore { dir }))?;
+            let report = wait(engine, |e| match e {
+                MemoryEvent::LoreIndexed { report } => Some(report.clone()),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{} lore files: {} indexed ({} chunks), {} unchanged, {} removed",
+                    report.files, report.indexed, report.chunks, report.unchanged, report.removed
+                )?;
             }
         }
         MemoryAction::Stats => {

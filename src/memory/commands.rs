@@ -24,6 +24,8 @@ pub enum MemoryCommand {
     Stats,
     /// A memory with the turns around it.
     Context { id: String, before: usize, after: usize },
+    /// Chunk, embed and index the markdown lore under `dir` (default: the lore folder).
+    IndexLore { dir: Option<PathBuf> },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -40,6 +42,7 @@ pub enum MemoryEvent {
     Reindexed { embedded: usize },
     Stats { stats: MemoryStats },
     Context { id: String, memories: Vec<Memory> },
+    LoreIndexed { report: super::lore::LoreReport },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -173,6 +176,7 @@ fn describe(command: &MemoryCommand) -> &'static str {
         MemoryCommand::Reindex { .. } => "memory reindex",
         MemoryCommand::Stats => "memory stats",
         MemoryCommand::Context { .. } => "memory context",
+        MemoryCommand::IndexLore { .. } => "memory lore",
     }
 }
 
@@ -225,6 +229,11 @@ fn run(ctx: &EngineContext, command: MemoryCommand) -> Result<(), MemoryError> {
         MemoryCommand::Context { id, before, after } => {
             let memories = bank.context(&id, before, after)?;
             emit(ctx, MemoryEvent::Context { id, memories });
+        }
+        MemoryCommand::IndexLore { dir } => {
+            let dir = dir.unwrap_or_else(crate::config::lore_dir);
+            let report = super::lore::index_lore(&bank, &dir)?;
+            emit(ctx, MemoryEvent::LoreIndexed { report });
         }
     }
     Ok(())

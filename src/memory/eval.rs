@@ -84,8 +84,9 @@ pub fn evaluate(bank: &MemoryBank, questions: &[Question], k: usize, mode: Searc
         _ => {
             let embedder = bank.embedder()?;
             let prefix = embedder.config().query_prefix.clone();
+            let texts = questions.iter().map(|q| Ok(format!("{prefix}{}", bank.vector_query(&q.question)?))).collect::<Result<Vec<_>, MemoryError>>()?;
             embedder
-                .embed(questions.iter().map(|q| format!("{prefix}{}", q.question)).collect())?
+                .embed(texts)?
                 .into_iter()
                 .map(Some)
                 .collect()

@@ -10,12 +10,16 @@ mod commands;
 pub mod embedder;
 pub mod eval;
 pub mod keyword;
+pub mod lore;
 pub mod records;
 pub mod retrieval;
+pub mod summarise;
+pub mod temporal;
+pub mod detect;
 pub mod vectors;
 
 pub use bank::{MemoryBank, MemoryError, MemoryStats};
-pub use commands::{MemoryCommand, MemoryEvent, bank_for, handle};
+pub use commands::{ImportSummary, MemoryCommand, MemoryEvent, bank_for, handle, import_file, read_import};
 pub use embedder::{EmbedError, Embedder, EmbeddingConfig, Pooling};
 pub use records::{Memory, MemoryKind, NewMemory, Scope, ScopeKind};
 pub use retrieval::{Fusion, RetrievalConfig, RetrievalHit, SearchFilter, SearchMode, SearchRequest};

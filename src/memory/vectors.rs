@@ -11,13 +11,61 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// A vector in the HNSW graph. Distance is `1 - cosine` (vectors are unit length).
+///
+/// It serialises as its position in the index only: the vectors themselves are already
+/// stored in `memory_vectors`, so the persisted graph holds just its links, and loading
+/// takes each point's vector from the index being restored (see [`decode_ann`]).
 #[derive(Clone, Debug)]
-pub struct AnnPoint(pub Arc<[f32]>);
+pub struct AnnPoint {
+    pub index: u32,
+    pub vector: Arc<[f32]>,
+}
 
 impl instant_distance::Point for AnnPoint {
     fn distance(&self, other: &Self) -> f32 {
-        1.0 - dot(&self.0, &other.0)
+        1.0 - dot(&self.vector, &other.vector)
     }
+}
+
+impl serde::Serialize for AnnPoint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(self.index)
+    }
+}
+
+thread_local! {
+    /// The vectors a graph being decoded on this thread refers to.
+    static DECODING: std::cell::RefCell<Option<(Arc<[f32]>, usize)>> = const { std::cell::RefCell::new(None) };
+}
+
+impl<'de> serde::Deserialize<'de> for AnnPoint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let index = <u32 as serde::Deserialize>::deserialize(d)?;
+        DECODING.with(|slot| {
+            let slot = slot.borrow();
+            let (data, dim) = slot.as_ref().ok_or_else(|| serde::de::Error::custom("no vectors to decode against"))?;
+            let start = index as usize * dim;
+            let row = data.get(start..start + dim).ok_or_else(|| serde::de::Error::custom("graph refers to a missing vector"))?;
+            Ok(AnnPoint { index, vector: Arc::from(row) })
+        })
+    }
+}
+
+/// The graph as bytes (CBOR), without the vectors.
+pub fn encode_ann(ann: &Ann) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    ciborium::into_writer(&ann.map, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Restore a graph saved by [`encode_ann`] over the first `covers` rows of `data`.
+pub fn decode_ann(bytes: &[u8], data: &[f32], dim: usize, covers: usize) -> Result<Ann, String> {
+    let shared: Arc<[f32]> = Arc::from(&data[..(covers * dim).min(data.len())]);
+    DECODING.with(|slot| *slot.borrow_mut() = Some((shared, dim)));
+    let map: Result<HnswMap<AnnPoint, u32>, _> = ciborium::from_reader(bytes);
+    DECODING.with(|slot| *slot.borrow_mut() = None);
+    let map = map.map_err(|e| e.to_string())?;
+    Ok(Ann { map, covers })
 }
 
 /// Dot product written so the compiler vectorises it (8 independent accumulators).
@@ -47,7 +95,8 @@ pub struct Ann {
 /// Build a graph over `vectors` (row-major, `dim` wide). Slow: seconds for 10k vectors.
 pub fn build_ann(vectors: &[f32], dim: usize, seed: u64) -> Ann {
     let n = if dim == 0 { 0 } else { vectors.len() / dim };
-    let points: Vec<AnnPoint> = (0..n).map(|i| AnnPoint(Arc::from(&vectors[i * dim..(i + 1) * dim]))).collect();
+    let points: Vec<AnnPoint> =
+        (0..n).map(|i| AnnPoint { index: i as u32, vector: Arc::from(&vectors[i * dim..(i + 1) * dim]) }).collect();
     let values: Vec<u32> = (0..n as u32).collect();
     let map = Builder::default().ef_construction(100).ef_search(64).seed(seed).build(points, values);
     Ann { map, covers: n }
@@ -136,7 +185,7 @@ impl VectorIndex {
             return self.scan(query, 0..self.len(), n, keep);
         };
         let mut search = Search::default();
-        let point = AnnPoint(Arc::from(query));
+        let point = AnnPoint { index: u32::MAX, vector: Arc::from(query) };
         let mut hits: Vec<(i64, f32)> = Vec::with_capacity(n * 2);
         let mut seen = 0;
         for item in ann.map.search(&point, &mut search) {
@@ -236,5 +285,23 @@ mod tests {
             agree += approx.iter().filter(|r| exact.contains(r)).count();
         }
         assert!(agree as f32 / 500.0 > 0.9, "recall {}", agree as f32 / 500.0);
+    }
+
+    #[test]
+    fn a_saved_graph_loads_and_answers_like_the_original() {
+        let index = random_index(300, 16);
+        let ann = build_ann(&index.data, 16, 3);
+        let bytes = encode_ann(&ann).unwrap();
+        // The graph alone: far smaller than the vectors it links.
+        assert!(bytes.len() < index.data.len() * 4 * 2, "{} bytes", bytes.len());
+        let loaded = decode_ann(&bytes, &index.data, 16, 300).unwrap();
+        let mut a = VectorIndex { ann: Some(Arc::new(ann)), ..random_index(300, 16) };
+        let b = VectorIndex { ann: Some(Arc::new(loaded)), ..random_index(300, 16) };
+        for i in 0..20 {
+            let q = a.row(i).to_vec();
+            assert_eq!(a.search(&q, 10, &|_| true), b.search(&q, 10, &|_| true));
+        }
+        a.ann = None;
+        assert!(decode_ann(&bytes, &index.data[..16 * 10], 16, 10).is_err());
     }
 }
