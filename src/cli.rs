@@ -58,6 +58,11 @@ pub enum Verb {
         #[command(subcommand)]
         target: BenchTarget,
     },
+    /// Memories: import, search, evaluate, reindex, stats.
+    Memory {
+        #[command(subcommand)]
+        action: crate::memory::cli::MemoryAction,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,6 +133,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             crate::interop::cli::export(&engine, what, cli.json)
         }
         Some(Verb::Bench { target: BenchTarget::Local(args) }) => crate::llm::local::bench::cli_run(args, cli.json),
+        Some(Verb::Memory { action }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::memory::cli::run(&engine, action, cli.json)
+        }
     }
 }
 
