@@ -5,11 +5,13 @@
 //! `ui`, and the engine wakes the window after every event.
 
 mod event_log;
+mod memory;
 mod providers;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
+pub use memory::MemoryPanel;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -83,6 +85,7 @@ pub struct WorkbenchApp {
     panel: PanelKind,
     log: EventLog,
     providers: ProvidersPanel,
+    memory: MemoryPanel,
 }
 
 impl WorkbenchApp {
@@ -91,7 +94,16 @@ impl WorkbenchApp {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         let providers = ProvidersPanel::new(engine.context().config());
-        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers }
+        let mut app = Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers, memory: MemoryPanel::new() };
+        for command in MemoryPanel::startup() {
+            app.send(command);
+        }
+        app
+    }
+
+    /// The memory browser's view model.
+    pub fn memory(&self) -> &MemoryPanel {
+        &self.memory
     }
 
     pub fn panel(&self) -> PanelKind {
@@ -112,6 +124,9 @@ impl WorkbenchApp {
         self.log.record(&event);
         if let Event::Llm(e) = &event {
             self.providers.apply(e, &self.engine.context().config());
+        }
+        if let Event::Memory(e) = &event {
+            self.memory.apply(e);
         }
     }
 
@@ -148,6 +163,7 @@ impl eframe::App for WorkbenchApp {
             let mut outbox = Vec::new();
             match self.panel {
                 PanelKind::Providers => self.providers.show(ui, &mut outbox),
+                PanelKind::Memory => self.memory.show(ui, &mut outbox),
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());

@@ -107,11 +107,13 @@ impl ProvidersPanel {
                     self.draft = ProviderProfile { name: format!("profile-{n}"), model: "model-name".into(), ..Default::default() };
                 }
             });
-            ui.separator();
-            ui.vertical(|ui| self.editor(ui, outbox));
+            ui.add_space(12.0);
+            ui.vertical(|ui| {
+                self.editor(ui, outbox);
+                ui.add_space(8.0);
+                self.roles(ui, outbox);
+            });
         });
-        ui.separator();
-        self.roles(ui, outbox);
     }
 
     fn editor(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
@@ -119,12 +121,16 @@ impl ProvidersPanel {
             let label = ui.label("Name");
             ui.add(egui::TextEdit::singleline(&mut self.draft.name).id_salt("profile_name")).labelled_by(label.id);
             ui.end_row();
-            ui.label("Kind");
-            egui::ComboBox::from_id_salt("profile_kind").selected_text(self.draft.kind.label()).show_ui(ui, |ui| {
-                for kind in ProviderKind::ALL {
-                    ui.selectable_value(&mut self.draft.kind, kind, kind.label());
-                }
-            });
+            let label = ui.label("Kind");
+            egui::ComboBox::from_id_salt("profile_kind")
+                .selected_text(self.draft.kind.label())
+                .show_ui(ui, |ui| {
+                    for kind in ProviderKind::ALL {
+                        ui.selectable_value(&mut self.draft.kind, kind, kind.label());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
             ui.end_row();
             let mut url = self.draft.base_url.clone().unwrap_or_default();
             let hint = self.draft.kind.default_base_url().unwrap_or("");
@@ -247,16 +253,20 @@ impl ProvidersPanel {
         egui::CollapsingHeader::new("Agent roles").default_open(false).show(ui, |ui| {
             egui::Grid::new("role_map").num_columns(2).show(ui, |ui| {
                 for role in ROLES {
-                    ui.label(*role);
+                    let label = ui.label(*role);
                     let current = self.config.roles.get(*role).cloned();
                     let shown = current.clone().unwrap_or_else(|| format!("default ({})", self.config.default_profile));
                     let mut choice = current.clone();
-                    egui::ComboBox::from_id_salt(("role", *role)).selected_text(shown).show_ui(ui, |ui| {
-                        ui.selectable_value(&mut choice, None, "default");
-                        for p in &self.config.profiles {
-                            ui.selectable_value(&mut choice, Some(p.name.clone()), &p.name);
-                        }
-                    });
+                    egui::ComboBox::from_id_salt(("role", *role))
+                        .selected_text(shown)
+                        .show_ui(ui, |ui| {
+                            ui.selectable_value(&mut choice, None, "default");
+                            for p in &self.config.profiles {
+                                ui.selectable_value(&mut choice, Some(p.name.clone()), &p.name);
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
                     if choice != current {
                         outbox.push(Command::Llm(LlmCommand::MapRole { role: role.to_string(), profile: choice }));
                     }
