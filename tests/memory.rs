@@ -392,3 +392,55 @@ fn lore_files_are_indexed_by_scope_and_only_reindexed_when_they_change() {
     assert_eq!(index_lore(&bank, &lore).unwrap().removed, 1);
     assert_eq!(bank.stats().unwrap().lore_chunks, 1);
 }
+
+#[test]
+fn the_memory_browser_searches_and_shows_scored_hits() {
+    use egui_kittest::kittest::Queryable;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bank = bank(&dir);
+        bank.add(vec![
+            turn("w1", "user", "We found a brass compass in the sand below the lighthouse.", &[]),
+            turn("w2", "Mira", "The eel pie stall by the fish market is my favourite.", &[]),
+        ])
+        .unwrap();
+    }
+    let paths = lorekeeper::config::Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("lib.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    let mut config = lorekeeper::config::Config::default();
+    config.memory.embedding = embedding_config();
+    config.save(&paths.config_file).unwrap();
+    let engine = lorekeeper::engine::start(paths).unwrap();
+    let mut harness = egui_kittest::Harness::builder()
+        .with_size([1280.0, 800.0])
+        .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
+    harness.run();
+    let role = egui::accesskit::Role::TextInput;
+    harness.get_by_role_and_label(role, "Search memories").click();
+    harness.run();
+    harness.get_by_role_and_label(role, "Search memories").type_text("what did we dig up near the lighthouse?");
+    harness.run();
+    harness.get_by_label("Search").click();
+    let started = std::time::Instant::now();
+    while harness.state().memory().hits().is_empty() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "no hits shown");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
+    harness.run();
+    let hits = harness.state().memory().hits();
+    assert_eq!(hits[0].id, "w1");
+    assert!(hits[0].keyword_score.is_some() && hits[0].vector_score.is_some());
+    // The row is on screen with its text and its scores as labelled bars.
+    assert!(harness.query_all_by_label_contains("brass compass").next().is_some());
+    let fused = format!("{:.3}", hits[0].score);
+    assert!(harness.query_all_by_label_contains(&fused).next().is_some(), "fused score {fused} shown");
+    let vector = format!("{:.3}", hits[0].vector_score.unwrap());
+    assert!(harness.query_all_by_label_contains(&vector).next().is_some(), "vector score {vector} shown");
+    assert!(harness.query_all_by_label_contains("2 memories").next().is_some(), "index status shown");
+}

@@ -111,16 +111,10 @@ impl MemoryPanel {
             search |= edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
             let label = ui.label("Hits");
             ui.add(egui::DragValue::new(&mut self.k).range(1..=200)).labelled_by(label.id);
-            let label = ui.label("Mode");
-            egui::ComboBox::from_id_salt("memory_mode")
-                .selected_text(format!("{:?}", self.mode).to_lowercase())
-                .show_ui(ui, |ui| {
-                    for mode in [SearchMode::Hybrid, SearchMode::Keyword, SearchMode::Vector] {
-                        ui.selectable_value(&mut self.mode, mode, format!("{mode:?}").to_lowercase());
-                    }
-                })
-                .response
-                .labelled_by(label.id);
+            ui.label("Mode");
+            for mode in [SearchMode::Hybrid, SearchMode::Keyword, SearchMode::Vector] {
+                ui.selectable_value(&mut self.mode, mode, format!("{mode:?}").to_lowercase());
+            }
             search |= ui.button("Search").clicked();
         });
         ui.horizontal_wrapped(|ui| {

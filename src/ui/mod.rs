@@ -8,6 +8,7 @@ mod budgets;
 mod event_log;
 mod identity;
 pub mod library;
+mod memory;
 mod providers;
 mod scene;
 
@@ -18,6 +19,7 @@ pub use identity::IdentityPanels;
 use library::LibraryPanel;
 pub use providers::TestView;
 pub use scene::ScenePanels;
+pub use memory::MemoryPanel;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -97,6 +99,7 @@ pub struct WorkbenchApp {
     identity: IdentityPanels,
     library: LibraryPanel,
     scene: ScenePanels,
+    memory: MemoryPanel,
 }
 
 impl WorkbenchApp {
@@ -113,11 +116,18 @@ impl WorkbenchApp {
             identity: IdentityPanels::default(),
             library: LibraryPanel::default(),
             scene: ScenePanels::default(),
+            memory: MemoryPanel::new(),
         };
-        for command in IdentityPanels::startup().into_iter().chain(ScenePanels::startup()) {
+        let startup = IdentityPanels::startup().into_iter().chain(ScenePanels::startup()).chain(MemoryPanel::startup());
+        for command in startup {
             app.send(command);
         }
         app
+    }
+
+    /// The memory browser's view model.
+    pub fn memory(&self) -> &MemoryPanel {
+        &self.memory
     }
 
     pub fn panel(&self) -> PanelKind {
@@ -183,6 +193,9 @@ impl WorkbenchApp {
             }
             _ => {}
         }
+        if let Event::Memory(e) = &event {
+            self.memory.apply(e);
+        }
     }
 
     /// Apply pending events (bounded per frame).
@@ -238,6 +251,7 @@ impl eframe::App for WorkbenchApp {
                 PanelKind::Library => self.library.show(ui, &mut outbox),
                 PanelKind::Scene => self.scene.show_scene(ui, &mut outbox),
                 PanelKind::Budgets => self.scene.show_budgets(ui, &mut outbox),
+                PanelKind::Memory => self.memory.show(ui, &mut outbox),
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());
