@@ -87,6 +87,23 @@ fn text_field<'h>(harness: &'h Harness<'_, WorkbenchApp>, label: &'h str) -> egu
         .unwrap_or_else(|| panic!("no text field labelled {label:?}"))
 }
 
+/// The app on a new library holding the demo scene, answered by the shipped demo script
+/// (the default profile is the embedded model when it is installed). Returns the scene id.
+fn open_demo_scene(dir: &Path, height: f32) -> (Harness<'static, WorkbenchApp>, String) {
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let paths = Paths {
+        config_file: dir.join("config.toml"),
+        library_file: dir.join("library.sqlite"),
+        log_dir: dir.join("logs"),
+    };
+    config.save(&paths.config_file).expect("save config");
+    let engine = engine::start(paths).expect("engine starts");
+    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
+    let harness = Harness::builder().with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    (harness, scene)
+}
+
 /// Step the app until `done` holds, failing the test after `limit`.
 fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
     let start = Instant::now();
@@ -221,17 +238,7 @@ fn approving_one_checkpoint_and_rejecting_another_regenerates_it_in_the_inspecto
 fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
     use lorekeeper::prompting::Section;
     let dir = tempfile::tempdir().expect("tempdir");
-    let paths = Paths {
-        config_file: dir.path().join("config.toml"),
-        library_file: dir.path().join("library.sqlite"),
-        log_dir: dir.path().join("logs"),
-    };
-    let mut config = Config::default();
-    config.default_profile = "demo".into();
-    config.save(&paths.config_file).expect("save config");
-    let engine = engine::start(paths).expect("engine starts");
-    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
-    let mut harness = Harness::builder().with_size([1280.0, 1400.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1400.0);
     harness.run();
     nav(&harness, "Budgets").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().prompt().is_some());
@@ -264,18 +271,7 @@ fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
 #[test]
 fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let paths = Paths {
-        config_file: dir.path().join("config.toml"),
-        library_file: dir.path().join("library.sqlite"),
-        log_dir: dir.path().join("logs"),
-    };
-    // The shipped demo script answers (the default is the embedded model when installed).
-    let mut config = Config::default();
-    config.default_profile = "demo".into();
-    config.save(&paths.config_file).expect("save config");
-    let engine = engine::start(paths).expect("engine starts");
-    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("demo scene");
-    let mut harness = Harness::builder().with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
     harness.run();
     nav(&harness, "Scene").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
