@@ -69,9 +69,7 @@ impl LlmClient {
                 })?;
                 Arc::new(ScriptedProvider::from_file(path, timeouts)?)
             }
-            ProviderKind::Local => {
-                return Err(LlmError::Config("the embedded model is not available in this build".into()));
-            }
+            ProviderKind::Local => Arc::new(super::local::LocalProvider::from_profile(profile)?),
         };
         // Clients built from one profile share its limiter: the limit is the profile's,
         // not a single client's.
@@ -477,7 +475,12 @@ mod tests {
         assert_eq!(err(remote(ProviderKind::Gemini, "http://127.0.0.1:1")), Some(LlmError::MissingKey { var: var.into() }));
         assert_eq!(err(remote(ProviderKind::Openai, "http://127.0.0.1:8080/v1")), None);
         assert_eq!(err(remote(ProviderKind::Openai, "http://192.168.1.20:11434/v1")), None);
-        assert!(matches!(err(ProviderProfile { kind: ProviderKind::Local, ..Default::default() }), Some(LlmError::Config(_))));
+        let missing_model = ProviderProfile {
+            kind: ProviderKind::Local,
+            path: Some("/nonexistent/lorekeeper/model.gguf".into()),
+            ..Default::default()
+        };
+        assert!(matches!(err(missing_model), Some(LlmError::Config(_))));
         assert!(matches!(err(ProviderProfile { kind: ProviderKind::Scripted, ..Default::default() }), Some(LlmError::Config(_))));
     }
 

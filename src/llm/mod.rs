@@ -11,14 +11,17 @@ pub mod client;
 mod gemini;
 mod gemini_schema;
 mod http;
+pub mod local;
 mod openai;
 pub mod profile;
 pub mod rate_limit;
+pub mod repair;
 mod reply;
 pub mod retry;
 pub mod scripted;
 pub mod secret;
 pub mod sse;
+pub mod structured;
 pub mod tokens;
 
 pub use cache::ResponseCache;
