@@ -59,10 +59,8 @@
 use super::retry::sleep_cancellable;
 use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Timeouts, Usage, tokens};
 use serde::Deserialize;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -180,28 +178,14 @@ impl Script {
     }
 }
 
-/// Replies from a [`Script`].
-///
-/// Where each rule stands in its sequence belongs to the script file, not to one
-/// provider: every provider loaded from the same (unchanged) file continues the same
-/// sequences, so a flow that builds a fresh client per call still walks through them.
-/// A script given inline starts its own.
+/// Replies from a [`Script`]. Each provider instance (so each client built from a
+/// profile) walks the sequences from their start: a test or a flow that builds a fresh
+/// client gets the same replies every time.
 pub struct ScriptedProvider {
     script: Script,
     source: String,
     read_timeout: Duration,
-    positions: Arc<Mutex<Vec<usize>>>,
-}
-
-/// Sequence positions of every script file loaded so far, by path and content.
-fn shared_positions(path: &Path, text: &str, rules: usize) -> Arc<Mutex<Vec<usize>>> {
-    type Registry = Mutex<HashMap<(PathBuf, u64), Arc<Mutex<Vec<usize>>>>>;
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    let mut hasher = std::hash::DefaultHasher::new();
-    text.hash(&mut hasher);
-    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    let mut registry = REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    registry.entry((path, hasher.finish())).or_insert_with(|| Arc::new(Mutex::new(vec![0; rules]))).clone()
+    positions: Mutex<Vec<usize>>,
 }
 
 impl ScriptedProvider {
@@ -212,8 +196,7 @@ impl ScriptedProvider {
             LlmError::Config(message) => LlmError::Config(format!("{message} ({})", path.display())),
             other => other,
         })?;
-        let positions = shared_positions(path, &text, script.rules.len());
-        Ok(Self { positions, ..Self::new(script, path.display().to_string(), timeouts) })
+        Ok(Self::new(script, path.display().to_string(), timeouts))
     }
 
     pub fn from_json(text: &str, timeouts: Timeouts) -> Result<Self, LlmError> {
@@ -221,7 +204,7 @@ impl ScriptedProvider {
     }
 
     pub fn new(script: Script, source: String, timeouts: Timeouts) -> Self {
-        let positions = Arc::new(Mutex::new(vec![0; script.rules.len()]));
+        let positions = Mutex::new(vec![0; script.rules.len()]);
         Self { script, source, read_timeout: super::http::seconds(timeouts.read_secs), positions }
     }
 
@@ -520,19 +503,15 @@ mod tests {
     }
 
     #[test]
-    fn providers_from_one_file_share_its_sequences() {
+    fn every_provider_starts_the_sequences_afresh() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("script.json");
-        std::fs::write(&path, r#"{"rules": [{"replies": ["one", "two", "three"]}]}"#).unwrap();
+        std::fs::write(&path, r#"{"rules": [{"replies": ["one", "two"]}]}"#).unwrap();
         let first = ScriptedProvider::from_file(&path, timeouts()).unwrap();
         assert_eq!(text(&first, "", "x"), "one");
+        assert_eq!(text(&first, "", "x"), "two");
         let second = ScriptedProvider::from_file(&path, timeouts()).unwrap();
-        assert_eq!(text(&second, "", "x"), "two");
-        // An edited script starts over.
-        std::fs::write(&path, r#"{"rules": [{"replies": ["uno", "dos"]}]}"#).unwrap();
-        let edited = ScriptedProvider::from_file(&path, timeouts()).unwrap();
-        assert_eq!(text(&edited, "", "x"), "uno");
-        assert_eq!(text(&first, "", "x"), "three");
+        assert_eq!(text(&second, "", "x"), "one");
     }
 
     #[test]
