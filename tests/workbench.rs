@@ -5,9 +5,62 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use lorekeeper::config::{Config, Paths};
 use lorekeeper::engine;
-use lorekeeper::ui::WorkbenchApp;
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use lorekeeper::ui::{PanelKind, WorkbenchApp};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// A one-purpose OpenAI-compatible server: answers every chat completion with a short
+/// SSE stream and usage, as llama.cpp's server does.
+fn spawn_openai_stub() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let mut stream = reader.into_inner();
+                let chunk = |text: &str| {
+                    format!(
+                        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"stub-model\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]}}\n\n"
+                    )
+                };
+                let mut sse = String::new();
+                sse.push_str(&chunk("Greetings, "));
+                sse.push_str(&chunk("game master."));
+                sse.push_str("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"stub-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+                sse.push_str("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"stub-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":21,\"completion_tokens\":5,\"total_tokens\":26}}\n\n");
+                sse.push_str("data: [DONE]\n\n");
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    sse.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(sse.as_bytes());
+                let _ = stream.flush();
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
 
 fn open_app(dir: &Path, config: &Config) -> Harness<'static, WorkbenchApp> {
     let paths = Paths {
@@ -18,6 +71,37 @@ fn open_app(dir: &Path, config: &Config) -> Harness<'static, WorkbenchApp> {
     config.save(&paths.config_file).expect("save config");
     let engine = engine::start(paths).expect("engine starts");
     Harness::builder().with_size([1280.0, 800.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine))
+}
+
+/// The navigation bar's entry for a panel (the panel's own heading repeats the name).
+fn nav<'h>(harness: &'h Harness<'_, WorkbenchApp>, title: &'h str) -> egui_kittest::Node<'h> {
+    harness.get_all_by_label(title).next().expect("navigation entry")
+}
+
+/// A single- or multi-line text field by its label.
+fn text_field<'h>(harness: &'h Harness<'_, WorkbenchApp>, label: &'h str) -> egui_kittest::Node<'h> {
+    use egui::accesskit::Role;
+    harness
+        .query_by_role_and_label(Role::TextInput, label)
+        .or_else(|| harness.query_by_role_and_label(Role::MultilineTextInput, label))
+        .unwrap_or_else(|| panic!("no text field labelled {label:?}"))
+}
+
+/// The app on a new library holding the demo scene, answered by the shipped demo script
+/// (the default profile is the embedded model when it is installed). Returns the scene id.
+fn open_demo_scene(dir: &Path, height: f32) -> (Harness<'static, WorkbenchApp>, String) {
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let paths = Paths {
+        config_file: dir.join("config.toml"),
+        library_file: dir.join("library.sqlite"),
+        log_dir: dir.join("logs"),
+    };
+    config.save(&paths.config_file).expect("save config");
+    let engine = engine::start(paths).expect("engine starts");
+    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
+    let harness = Harness::builder().with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    (harness, scene)
 }
 
 /// Step the app until `done` holds, failing the test after `limit`.
@@ -31,9 +115,49 @@ fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done:
 }
 
 #[test]
+fn panels_switch_and_a_profile_tests_against_a_local_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base_url = spawn_openai_stub();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "stub".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some(base_url),
+        model: "stub-model".into(),
+        ..Default::default()
+    });
+    config.default_profile = "stub".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+
+    // Every panel of the layout can be opened from the navigation bar.
+    for kind in PanelKind::ALL {
+        nav(&harness, kind.title()).click();
+        harness.run();
+        assert_eq!(harness.state().panel(), kind);
+    }
+
+    // Providers: the default profile is selected; test it against the local server.
+    nav(&harness, "Providers").click();
+    harness.run();
+    harness.get_by_label("Test profile").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.provider_test("stub").is_some_and(|t| t.outcome.is_some())
+    });
+    let outcome = harness.state().provider_test("stub").and_then(|t| t.outcome.clone()).expect("outcome");
+    let text = outcome.expect("the profile test passes");
+    assert!(text.contains("Greetings, game master."), "{text}");
+    assert!(text.contains("21 + 5 tokens"), "real usage is shown: {text}");
+    harness.run();
+    assert!(harness.query_by_label_contains("Test passed").is_some());
+}
+
+#[test]
 fn editing_and_saving_a_profile_persists_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut harness = open_app(dir.path(), &Config::default());
+    harness.run();
+    nav(&harness, "Providers").click();
     harness.run();
     harness.get_by_label("New profile").click();
     harness.run();
@@ -46,4 +170,131 @@ fn editing_and_saving_a_profile_persists_it() {
     run_until(&mut harness, Duration::from_secs(10), |app| app.engine().context().config().profile("profile-1").is_some());
     let saved = Config::load(&config_file).expect("config reloads");
     assert_eq!(saved.profile("profile-1").map(|p| p.model.as_str()), Some("model-name-large"));
+}
+
+#[test]
+fn approving_one_checkpoint_and_rejecting_another_regenerates_it_in_the_inspector() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(script),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    assert_eq!(harness.state().panel(), PanelKind::Waves);
+
+    // Fill the seed form and start.
+    for (field, text) in [("Name", "Mira Voss"), ("Role", "lighthouse keeper"), ("Concept", "A keeper who guards the sea she fears.")] {
+        text_field(&harness, field).click();
+        harness.run();
+        text_field(&harness, field).type_text(text);
+        harness.run();
+    }
+    harness.get_by_label("Start development").click();
+    let awaiting = |app: &WorkbenchApp, n: usize, status: &str| {
+        app.identity().view().is_some_and(|v| {
+            v.checkpoints.iter().filter(|c| c.record.status.as_str() == status).count() == n
+        })
+    };
+    run_until(&mut harness, Duration::from_secs(20), |app| awaiting(app, 2, "awaiting_approval"));
+
+    // Approve checkpoint 1 in the inspector.
+    nav(&harness, "Checkpoints").click();
+    harness.run();
+    harness.get_by_label_contains("1 Personality").click();
+    harness.run();
+    harness.get_by_label("Approve").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| awaiting(app, 1, "approved"));
+
+    // Reject checkpoint 2 with feedback and watch version 2 arrive.
+    harness.get_by_label_contains("2 Backstory").click();
+    harness.run();
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Feedback").click();
+    harness.run();
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Feedback").type_text("Give her a sister.");
+    harness.run();
+    harness.get_by_label("Reject with feedback").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| {
+            let cp = &v.checkpoints[1];
+            cp.record.current_version == 2 && cp.record.status.as_str() == "awaiting_approval"
+        })
+    });
+    harness.run();
+    assert_eq!(harness.state().identity().inspecting(), 2);
+    assert!(harness.query_by_label_contains("Version 2 of 2").is_some(), "the inspector shows the regenerated version");
+    assert!(harness.query_by_label_contains("Answers feedback: Give her a sister.").is_some());
+    let view = harness.state().identity().view().expect("view");
+    assert!(view.checkpoints[1].versions[1].prompt.to_string().contains("Give her a sister."));
+}
+
+#[test]
+fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
+    use lorekeeper::prompting::Section;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1400.0);
+    harness.run();
+    nav(&harness, "Budgets").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().prompt().is_some());
+    assert_eq!(harness.state().scene().selected(), Some(scene.as_str()));
+    harness.run();
+
+    let section = |app: &WorkbenchApp| {
+        let ledger = app.scene().budgets().ledger().expect("ledger");
+        let s = ledger.section(Section::CharacterGuidance).expect("section");
+        (s.allocated, s.kept.len())
+    };
+    let (allocated_before, kept_before) = section(harness.state());
+    let prompt_before = harness.state().scene().budgets().prompt().expect("prompt").to_string();
+    assert!(kept_before > 0, "the demo cast is in the character guidance");
+    assert!(prompt_before.contains("Wren Talloway"), "{prompt_before}");
+    assert!(harness.query_all_by_label(&allocated_before.to_string()).next().is_some(), "the allocation is shown");
+
+    // Move the slider to nothing: the character sheets no longer fit.
+    harness.get_by_role_and_label(egui::accesskit::Role::Slider, "Character guidance %").set_value_accesskit(0.0);
+    harness.run();
+    let (allocated_after, kept_after) = section(harness.state());
+    assert!(allocated_after < allocated_before, "{allocated_after} < {allocated_before}");
+    assert!(kept_after < kept_before, "some sheets no longer fit: {kept_after} < {kept_before}");
+    let prompt_after = harness.state().scene().budgets().prompt().expect("prompt").to_string();
+    assert_ne!(prompt_after, prompt_before, "the prompt preview follows the slider");
+    assert!(prompt_after.len() < prompt_before.len());
+    assert!(harness.query_all_by_label(&allocated_after.to_string()).next().is_some(), "the new allocation is shown");
+}
+
+#[test]
+fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().last_error().is_some()
+            || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
+    });
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    let snapshot = harness.state().scene().snapshot().expect("snapshot");
+    assert!(snapshot.messages.iter().any(|m| m.content == "I knock on the lighthouse door."));
+    let reply = snapshot.messages.iter().find(|m| m.character_id.is_some()).expect("a character replied");
+    assert!(harness.query_all_by_label(&reply.content).next().is_some(), "the reply is in the transcript");
+    assert!(harness.query_by_label_contains("Director — round 1").is_some());
+    assert!(harness.query_by_label_contains("1. ").is_some(), "the acting order is listed");
+    // The round's ledgers feed the Budgets panel.
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.len() == 1 && p.last_round.is_some())
+    });
 }

@@ -24,8 +24,10 @@ const EVENT_CAPACITY: usize = 8192;
 #[derive(Debug, Clone)]
 pub enum Command {
     Llm(LlmCommand),
+    Identity(crate::identity::IdentityCommand),
     Memory(crate::memory::MemoryCommand),
     Interop(crate::interop::InteropCommand),
+    Scene(crate::scene::SceneCommand),
     /// Stop accepting commands; in-flight work is cancelled.
     Shutdown,
 }
@@ -37,8 +39,10 @@ pub enum Command {
 pub enum Event {
     Core(CoreEvent),
     Llm(LlmEvent),
+    Identity(crate::identity::IdentityEvent),
     Memory(crate::memory::MemoryEvent),
     Interop(crate::interop::InteropEvent),
+    Scene(crate::scene::SceneEvent),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -207,8 +211,10 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, comma
         match command {
             Command::Shutdown => break,
             Command::Llm(c) => llm_commands::handle(&context, c),
+            Command::Identity(c) => crate::identity::handle(&context, c),
             Command::Memory(c) => crate::memory::handle(&context, c),
             Command::Interop(c) => crate::interop::handle(&context, c),
+            Command::Scene(c) => crate::scene::handle(&context, c),
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

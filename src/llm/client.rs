@@ -1,25 +1,104 @@
 //! [`LlmClient`]: a provider wrapped with the policies every call needs.
+//!
+//! Order of a call: profile defaults fill the request → response cache (a hit returns
+//! at once and costs no rate-limit slot) → rate-limit slot → provider attempt →
+//! on a transient error, backoff and retry → a success is cached.
+//!
+//! Retries stop as soon as a streamed fragment has reached the caller's token sink:
+//! the caller has shown those tokens and a second attempt would produce a different
+//! text after them, so the error (usually `Truncated`, with the partial text) goes
+//! back to the caller, who can start over cleanly. Attempts that failed before any
+//! token was delivered are retried as usual.
 
-use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ProviderProfile};
+use super::anthropic::AnthropicProvider;
+use super::cache::ResponseCache;
+use super::gemini::GeminiProvider;
+use super::openai::OpenAiProvider;
+use super::rate_limit::{self, RateLimiter};
+use super::retry::{retry_delay, sleep_cancellable};
+use super::scripted::ScriptedProvider;
+use super::{
+    CallContext, ChatRequest, Completion, LlmError, Provider, ProviderKind, ProviderProfile, SamplerSettings, Secret,
+};
 use crate::store::Store;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// A provider plus retries, rate limiting and the response cache, built from a profile.
+/// Cheap to clone; clones share the rate limiter and the cache.
 #[derive(Clone)]
 pub struct LlmClient {
     provider: Arc<dyn Provider>,
     profile: ProviderProfile,
+    limiter: Option<Arc<RateLimiter>>,
+    cache: Option<ResponseCache>,
+    /// The key, kept only to scrub it from errors and replies.
+    secret: Option<Secret>,
+    /// Which server answers, as part of the cache key.
+    endpoint: String,
 }
 
 impl LlmClient {
     /// Build the client for `profile`. `store` backs the response cache when the
-    /// profile enables it.
-    pub fn from_profile(profile: &ProviderProfile, _store: Option<&Store>) -> Result<Self, LlmError> {
-        Err(LlmError::Config(format!("provider kind {:?} is not available in this build", profile.kind.label())))
+    /// profile enables it. The API key is read from the environment now; a remote API
+    /// without one is refused here rather than on the first call.
+    pub fn from_profile(profile: &ProviderProfile, store: Option<&Store>) -> Result<Self, LlmError> {
+        let secret = resolve_key(profile)?;
+        let timeouts = profile.timeouts;
+        let base_url = || {
+            profile
+                .base_url()
+                .map(str::to_string)
+                .ok_or_else(|| LlmError::Config(format!("profile {:?} has no base URL", profile.name)))
+        };
+        let provider: Arc<dyn Provider> = match profile.kind {
+            ProviderKind::Openai => {
+                Arc::new(OpenAiProvider::new(&base_url()?, timeouts, secret.clone(), profile.supports_json_schema))
+            }
+            ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(&base_url()?, timeouts, required(&secret, profile)?)),
+            ProviderKind::Gemini => Arc::new(GeminiProvider::new(
+                &base_url()?,
+                timeouts,
+                required(&secret, profile)?,
+                profile.supports_json_schema,
+            )),
+            ProviderKind::Scripted => {
+                let path = profile.path.as_ref().ok_or_else(|| {
+                    LlmError::Config(format!("profile {:?} needs a script file (path)", profile.name))
+                })?;
+                Arc::new(ScriptedProvider::from_file(path, timeouts)?)
+            }
+            ProviderKind::Local => Arc::new(super::local::LocalProvider::from_profile(profile)?),
+        };
+        // Clients built from one profile share its limiter: the limit is the profile's,
+        // not a single client's.
+        let limiter_key = format!("{}|{}", profile.name, provider.describe());
+        let limiter = profile.requests_per_minute.and_then(|rpm| rate_limit::shared(&limiter_key, rpm));
+        let mut client = Self::assemble(provider, profile.clone(), limiter);
+        client.secret = secret;
+        Ok(match store {
+            Some(store) => client.with_store(store.clone()),
+            None => client,
+        })
     }
 
+    /// Wrap any provider (a fake in tests, an embedded model) with the profile's
+    /// retry and rate-limit policies. Add [`Self::with_store`] for the cache.
     pub fn with_provider(provider: Arc<dyn Provider>, profile: ProviderProfile) -> Self {
-        Self { provider, profile }
+        let limiter = profile.requests_per_minute.and_then(RateLimiter::per_minute).map(Arc::new);
+        Self::assemble(provider, profile, limiter)
+    }
+
+    fn assemble(provider: Arc<dyn Provider>, profile: ProviderProfile, limiter: Option<Arc<RateLimiter>>) -> Self {
+        let endpoint = format!("{}|{}", profile.kind.label(), provider.describe());
+        Self { provider, profile, limiter, cache: None, secret: None, endpoint }
+    }
+
+    /// Use `store` for the response cache (only if the profile enables caching).
+    pub fn with_store(mut self, store: Store) -> Self {
+        self.cache = self.profile.cache.then(|| ResponseCache::new(store));
+        self
     }
 
     pub fn profile(&self) -> &ProviderProfile {
@@ -30,13 +109,405 @@ impl LlmClient {
         self.provider.describe()
     }
 
+    /// The response cache, when this client uses one.
+    pub fn cache(&self) -> Option<&ResponseCache> {
+        self.cache.as_ref()
+    }
+
     /// One logical call: the profile's model and sampler fill what the request leaves
-    /// empty, then the provider is asked.
+    /// empty, then cache, rate limit and retries apply as described above.
     pub fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+        let started = Instant::now();
+        let request = self.prepare(request);
+        self.complete_prepared(&request, ctx)
+            .map(|mut completion| {
+                completion.elapsed_ms = started.elapsed().as_millis() as u64;
+                completion
+            })
+            .map_err(|e| e.scrub(self.secret.as_ref()))
+    }
+
+    fn prepare(&self, request: &ChatRequest) -> ChatRequest {
         let mut request = request.clone();
         if request.model.is_empty() {
             request.model = self.profile.model.clone();
         }
-        self.provider.complete(&request, ctx)
+        request.sampler = merge_sampler(&request.sampler, &self.profile.sampler);
+        request
+    }
+
+    fn complete_prepared(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+        if ctx.cancel.is_cancelled() {
+            return Err(LlmError::Cancelled);
+        }
+        let cache_key = self.cache.as_ref().map(|_| ResponseCache::key(&self.endpoint, request));
+        if let (Some(cache), Some(key)) = (&self.cache, &cache_key) {
+            match cache.get(key) {
+                Ok(Some(hit)) => {
+                    if request.stream {
+                        ctx.emit(&hit.text);
+                    }
+                    return Ok(hit);
+                }
+                Ok(None) => {}
+                // A broken cache must not break calls: ask the provider instead.
+                Err(e) => tracing::warn!(error = %e, "response cache lookup failed"),
+            }
+        }
+
+        let delivered = AtomicBool::new(false);
+        let relay = |fragment: &str| {
+            delivered.store(true, Ordering::Relaxed);
+            ctx.emit(fragment);
+        };
+        let attempt_ctx = CallContext {
+            cancel: ctx.cancel,
+            on_token: ctx.on_token.map(|_| &relay as &(dyn Fn(&str) + Send + Sync)),
+        };
+
+        let policy = self.profile.retry;
+        let mut retry = 0u32;
+        loop {
+            if let Some(limiter) = &self.limiter {
+                limiter.acquire(ctx.cancel)?;
+            }
+            let error = match self.provider.complete(request, attempt_ctx) {
+                Ok(mut completion) => {
+                    if let Some(secret) = &self.secret {
+                        completion.text = secret.scrub(&completion.text);
+                    }
+                    if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
+                        && let Err(e) = cache.put(key, self.profile.kind.label(), &completion)
+                    {
+                        tracing::warn!(error = %e, "could not store a reply in the response cache");
+                    }
+                    return Ok(completion);
+                }
+                Err(error) => error,
+            };
+            if ctx.cancel.is_cancelled() {
+                return Err(LlmError::Cancelled);
+            }
+            if !error.is_transient() || retry >= policy.max_retries || delivered.load(Ordering::Relaxed) {
+                return Err(error);
+            }
+            let asked = match &error {
+                LlmError::RateLimited { retry_after } => *retry_after,
+                _ => None,
+            };
+            // A server asking for a longer pause than the policy allows: hand the
+            // error (which says how long) to the caller instead of blocking that long.
+            if asked.is_some_and(|asked| asked > Duration::from_millis(policy.max_delay_ms)) {
+                return Err(error);
+            }
+            let delay = retry_delay(&policy, retry, asked);
+            tracing::warn!(
+                retry = retry + 1,
+                of = policy.max_retries,
+                delay_ms = delay.as_millis() as u64,
+                error = %error.clone().scrub(self.secret.as_ref()),
+                "transient provider error, retrying"
+            );
+            sleep_cancellable(delay, ctx.cancel)?;
+            retry += 1;
+        }
+    }
+}
+
+/// The request's own sampler values win; the profile's fill the gaps.
+fn merge_sampler(request: &SamplerSettings, profile: &SamplerSettings) -> SamplerSettings {
+    SamplerSettings {
+        temperature: request.temperature.or(profile.temperature),
+        top_p: request.top_p.or(profile.top_p),
+        top_k: request.top_k.or(profile.top_k),
+        max_tokens: request.max_tokens.or(profile.max_tokens),
+        seed: request.seed.or(profile.seed),
+        stop: if request.stop.is_empty() { profile.stop.clone() } else { request.stop.clone() },
+        presence_penalty: request.presence_penalty.or(profile.presence_penalty),
+        frequency_penalty: request.frequency_penalty.or(profile.frequency_penalty),
+    }
+}
+
+/// The key for `profile` from its environment variable. Remote APIs need one; an
+/// OpenAI-compatible server on this machine or the local network usually does not,
+/// and gets a key only from a variable its profile names: the default
+/// `OPENAI_API_KEY` holds a key for OpenAI, which has no business going to a box on
+/// the local network.
+fn resolve_key(profile: &ProviderProfile) -> Result<Option<Secret>, LlmError> {
+    resolve_key_with(profile, Secret::from_env)
+}
+
+fn resolve_key_with(profile: &ProviderProfile, lookup: impl Fn(&str) -> Option<Secret>) -> Result<Option<Secret>, LlmError> {
+    let var = profile.key_env().filter(|v| !v.trim().is_empty());
+    match profile.kind {
+        ProviderKind::Scripted | ProviderKind::Local => Ok(None),
+        ProviderKind::Anthropic | ProviderKind::Gemini => Ok(var.and_then(lookup)),
+        ProviderKind::Openai if profile.base_url().is_some_and(is_local_address) => {
+            Ok(profile.api_key_env.as_deref().filter(|v| !v.trim().is_empty()).and_then(lookup))
+        }
+        ProviderKind::Openai => var.and_then(lookup).map(Some).ok_or_else(|| missing(profile)),
+    }
+}
+
+fn required(secret: &Option<Secret>, profile: &ProviderProfile) -> Result<Secret, LlmError> {
+    secret.clone().ok_or_else(|| missing(profile))
+}
+
+fn missing(profile: &ProviderProfile) -> LlmError {
+    let var = profile.key_env().filter(|v| !v.trim().is_empty()).unwrap_or("(none named: set api_key_env in the profile)");
+    LlmError::MissingKey { var: var.to_string() }
+}
+
+/// Whether `url` points at this machine or a private network, where self-hosted
+/// servers (llama.cpp, Ollama, LM Studio, vLLM) run without keys.
+pub(crate) fn is_local_address(url: &str) -> bool {
+    let endpoint = super::http::endpoint_of(url);
+    let authority = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(host, _)| host)
+    };
+    let host = host.to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local") {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified(),
+        Ok(std::net::IpAddr::V6(ip)) => ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local(),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{CancelToken, ChatMessage, RetryPolicy, Usage};
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU32;
+
+    /// Answers from a queue of outcomes, counting calls; streams replies in two halves.
+    struct Fake {
+        outcomes: Mutex<Vec<Result<String, LlmError>>>,
+        calls: AtomicU32,
+        seen: Mutex<Vec<ChatRequest>>,
+        stream_before_failing: bool,
+    }
+
+    impl Fake {
+        fn new(outcomes: Vec<Result<&str, LlmError>>) -> Arc<Self> {
+            Arc::new(Self {
+                outcomes: Mutex::new(outcomes.into_iter().rev().map(|o| o.map(str::to_string)).collect()),
+                calls: AtomicU32::new(0),
+                seen: Mutex::new(Vec::new()),
+                stream_before_failing: false,
+            })
+        }
+    }
+
+    impl Provider for Fake {
+        fn describe(&self) -> String {
+            "fake".into()
+        }
+        fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.seen.lock().unwrap().push(request.clone());
+            let outcome = self.outcomes.lock().unwrap().pop().unwrap_or_else(|| Ok("default".into()));
+            if self.stream_before_failing && outcome.is_err() {
+                ctx.emit("partial ");
+            }
+            let text = outcome?;
+            if request.stream {
+                let (a, b) = text.split_at(text.len() / 2);
+                ctx.emit(a);
+                ctx.emit(b);
+            }
+            Ok(Completion {
+                text,
+                usage: Usage { prompt_tokens: 1, completion_tokens: 1, reported: true },
+                finish_reason: Some("stop".into()),
+                model: request.model.clone(),
+                from_cache: false,
+                elapsed_ms: 0,
+            })
+        }
+    }
+
+    fn profile() -> ProviderProfile {
+        ProviderProfile {
+            name: "test".into(),
+            model: "profile-model".into(),
+            retry: RetryPolicy { max_retries: 2, base_delay_ms: 5, max_delay_ms: 50 },
+            ..Default::default()
+        }
+    }
+
+    fn call(client: &LlmClient) -> Result<Completion, LlmError> {
+        client.complete(&ChatRequest::new("", vec![ChatMessage::user("hi")]), CallContext::new(&CancelToken::new()))
+    }
+
+    fn http(status: u16) -> LlmError {
+        LlmError::Http { status, message: "x".into() }
+    }
+
+    #[test]
+    fn transient_errors_are_retried_until_success() {
+        let fake = Fake::new(vec![Err(http(500)), Err(LlmError::RateLimited { retry_after: None }), Ok("fine")]);
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        let c = call(&client).unwrap();
+        assert_eq!(c.text, "fine");
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(c.model, "profile-model", "the profile fills an empty model");
+    }
+
+    #[test]
+    fn retries_stop_at_the_policy_limit_and_on_permanent_errors() {
+        let fake = Fake::new(vec![Err(http(503)), Err(http(503)), Err(http(503)), Ok("never")]);
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        assert_eq!(call(&client), Err(http(503)));
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 3, "one try and two retries");
+
+        let fake = Fake::new(vec![Err(http(401)), Ok("never")]);
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        assert_eq!(call(&client), Err(http(401)));
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_retry_after_beyond_the_policy_is_returned_not_waited() {
+        let long = LlmError::RateLimited { retry_after: Some(Duration::from_secs(60)) };
+        let fake = Fake::new(vec![Err(long.clone()), Ok("never")]);
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        let started = Instant::now();
+        assert_eq!(call(&client), Err(long));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn no_retry_once_tokens_reached_the_caller() {
+        let fake = Arc::new(Fake {
+            stream_before_failing: true,
+            ..Arc::into_inner(Fake::new(vec![Err(LlmError::Truncated { partial: "partial ".into() }), Ok("never")])).unwrap()
+        });
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        let seen = Mutex::new(String::new());
+        let sink = |t: &str| seen.lock().unwrap().push_str(t);
+        let cancel = CancelToken::new();
+        let mut request = ChatRequest::new("m", vec![ChatMessage::user("hi")]);
+        request.stream = true;
+        let result = client.complete(&request, CallContext::with_tokens(&cancel, &sink));
+        assert_eq!(result, Err(LlmError::Truncated { partial: "partial ".into() }));
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(*seen.lock().unwrap(), "partial ");
+    }
+
+    #[test]
+    fn the_profile_sampler_fills_gaps_only() {
+        let fake = Fake::new(vec![Ok("x")]);
+        let mut p = profile();
+        p.sampler.temperature = Some(0.9);
+        p.sampler.max_tokens = Some(100);
+        let client = LlmClient::with_provider(fake.clone(), p);
+        let mut request = ChatRequest::new("explicit", vec![ChatMessage::user("hi")]);
+        request.sampler.temperature = Some(0.1);
+        client.complete(&request, CallContext::new(&CancelToken::new())).unwrap();
+        let sent = fake.seen.lock().unwrap()[0].clone();
+        assert_eq!(sent.model, "explicit");
+        assert_eq!(sent.sampler.temperature, Some(0.1));
+        assert_eq!(sent.sampler.max_tokens, Some(100));
+    }
+
+    #[test]
+    fn the_cache_applies_to_wrapped_providers_and_replays_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let fake = Fake::new(vec![Ok("cached answer"), Ok("second answer")]);
+        let client = LlmClient::with_provider(fake.clone(), ProviderProfile { cache: true, ..profile() }).with_store(store);
+        let first = call(&client).unwrap();
+        assert!(!first.from_cache);
+        let seen = Mutex::new(String::new());
+        let sink = |t: &str| seen.lock().unwrap().push_str(t);
+        let cancel = CancelToken::new();
+        let mut request = ChatRequest::new("", vec![ChatMessage::user("hi")]);
+        request.stream = true;
+        let second = client.complete(&request, CallContext::with_tokens(&cancel, &sink)).unwrap();
+        assert!(second.from_cache);
+        assert_eq!(second.text, "cached answer");
+        assert_eq!(*seen.lock().unwrap(), "cached answer");
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_cache_stays_off_unless_the_profile_enables_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let fake = Fake::new(vec![Ok("a"), Ok("b")]);
+        let client = LlmClient::with_provider(fake.clone(), profile()).with_store(store);
+        assert!(client.cache().is_none());
+        assert_eq!(call(&client).unwrap().text, "a");
+        assert_eq!(call(&client).unwrap().text, "b");
+    }
+
+    #[test]
+    fn a_cancelled_call_never_reaches_the_provider() {
+        let fake = Fake::new(vec![Ok("x")]);
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        let result = client.complete(&ChatRequest::new("m", vec![]), CallContext::new(&cancel));
+        assert_eq!(result, Err(LlmError::Cancelled));
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn keys_are_required_where_they_must_be() {
+        let var = "LOREKEEPER_TEST_KEY_THAT_IS_NEVER_SET_5f1c";
+        let remote = |kind, url: &str| ProviderProfile {
+            kind,
+            base_url: Some(url.into()),
+            api_key_env: Some(var.into()),
+            model: "m".into(),
+            ..Default::default()
+        };
+        let err = |p: ProviderProfile| LlmClient::from_profile(&p, None).err();
+        assert_eq!(err(remote(ProviderKind::Openai, "https://api.openai.com/v1")), Some(LlmError::MissingKey { var: var.into() }));
+        assert_eq!(err(remote(ProviderKind::Anthropic, "http://127.0.0.1:1")), Some(LlmError::MissingKey { var: var.into() }));
+        assert_eq!(err(remote(ProviderKind::Gemini, "http://127.0.0.1:1")), Some(LlmError::MissingKey { var: var.into() }));
+        assert_eq!(err(remote(ProviderKind::Openai, "http://127.0.0.1:8080/v1")), None);
+        assert_eq!(err(remote(ProviderKind::Openai, "http://192.168.1.20:11434/v1")), None);
+        let missing_model = ProviderProfile {
+            kind: ProviderKind::Local,
+            path: Some("/nonexistent/lorekeeper/model.gguf".into()),
+            ..Default::default()
+        };
+        assert!(matches!(err(missing_model), Some(LlmError::Config(_))));
+        assert!(matches!(err(ProviderProfile { kind: ProviderKind::Scripted, ..Default::default() }), Some(LlmError::Config(_))));
+    }
+
+    #[test]
+    fn the_default_openai_key_never_goes_to_a_local_server() {
+        let env = |var: &str| (var == "OPENAI_API_KEY" || var == "MY_LOCAL_KEY").then(|| Secret::new(format!("value-of-{var}")));
+        let openai = |url: &str, var: Option<&str>| ProviderProfile {
+            kind: ProviderKind::Openai,
+            base_url: Some(url.into()),
+            api_key_env: var.map(str::to_string),
+            ..Default::default()
+        };
+        let key = |p: ProviderProfile| resolve_key_with(&p, env).unwrap().map(|s| s.expose().to_string());
+        assert_eq!(key(openai("http://127.0.0.1:8080/v1", None)), None);
+        assert_eq!(key(openai("http://127.0.0.1:8080/v1", Some("MY_LOCAL_KEY"))).as_deref(), Some("value-of-MY_LOCAL_KEY"));
+        assert_eq!(key(openai("https://api.openai.com/v1", None)).as_deref(), Some("value-of-OPENAI_API_KEY"));
+        let anthropic = ProviderProfile { kind: ProviderKind::Anthropic, ..Default::default() };
+        assert_eq!(key(anthropic), None, "ANTHROPIC_API_KEY is not set in this fake environment");
+    }
+
+    #[test]
+    fn local_addresses() {
+        for url in ["http://localhost:8080/v1", "http://127.0.0.1:1234", "http://[::1]:8080/v1", "http://10.0.0.5/v1", "http://gpu-box.local:8000"] {
+            assert!(is_local_address(url), "{url}");
+        }
+        for url in ["https://api.openai.com/v1", "https://openrouter.ai/api/v1", "http://8.8.8.8/v1", "https://localhost.example.com"] {
+            assert!(!is_local_address(url), "{url}");
+        }
     }
 }

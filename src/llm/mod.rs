@@ -5,12 +5,26 @@
 //! every provider simple to test against a plain local HTTP server and lets a
 //! [`CancelToken`] stop a stream between two reads.
 
+mod anthropic;
+mod cache;
 pub mod client;
+mod gemini;
+mod gemini_schema;
+mod http;
+pub mod local;
+mod openai;
 pub mod profile;
+pub mod rate_limit;
 pub mod repair;
+mod reply;
+pub mod retry;
+pub mod scripted;
 pub mod secret;
+pub mod sse;
 pub mod structured;
+pub mod tokens;
 
+pub use cache::ResponseCache;
 pub use client::LlmClient;
 pub use profile::{ProviderKind, ProviderProfile, RetryPolicy, SamplerSettings, Timeouts};
 pub use secret::Secret;
@@ -180,6 +194,9 @@ pub enum LlmError {
     Config(String),
     #[error("structured output failed after {attempts} attempt(s): {last_error}")]
     Structured { attempts: u32, last_error: String },
+    /// The provider refused to answer (a safety filter, a blocked prompt).
+    #[error("the provider refused to answer: {reason}")]
+    Blocked { reason: String },
 }
 
 impl LlmError {
@@ -189,6 +206,29 @@ impl LlmError {
             LlmError::Connect { .. } | LlmError::Timeout(_) | LlmError::RateLimited { .. } | LlmError::Truncated { .. } => true,
             LlmError::Http { status, .. } => *status >= 500 || *status == 408,
             _ => false,
+        }
+    }
+
+    /// The same error with every occurrence of `secret` removed from its text. Errors
+    /// quote what servers said, and some servers echo the key back.
+    pub fn scrub(self, secret: Option<&Secret>) -> Self {
+        let Some(secret) = secret else { return self };
+        match self {
+            LlmError::Connect { endpoint, message } => {
+                LlmError::Connect { endpoint: secret.scrub(&endpoint), message: secret.scrub(&message) }
+            }
+            LlmError::Http { status, message } => LlmError::Http { status, message: secret.scrub(&message) },
+            LlmError::Malformed(message) => LlmError::Malformed(secret.scrub(&message)),
+            LlmError::Truncated { partial } => LlmError::Truncated { partial: secret.scrub(&partial) },
+            LlmError::Config(message) => LlmError::Config(secret.scrub(&message)),
+            LlmError::Structured { attempts, last_error } => {
+                LlmError::Structured { attempts, last_error: secret.scrub(&last_error) }
+            }
+            LlmError::Blocked { reason } => LlmError::Blocked { reason: secret.scrub(&reason) },
+            other @ (LlmError::Timeout(_)
+            | LlmError::RateLimited { .. }
+            | LlmError::Cancelled
+            | LlmError::MissingKey { .. }) => other,
         }
     }
 }

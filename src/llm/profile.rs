@@ -142,6 +142,10 @@ pub struct ProviderProfile {
     /// Script file for the scripted provider, or model file for the local provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// CPU threads the embedded local model computes with; `None` picks a default
+    /// from the machine (see `llm::local::default_threads`). Other kinds ignore it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 impl Default for ProviderProfile {
@@ -160,6 +164,7 @@ impl Default for ProviderProfile {
             cache: false,
             supports_json_schema: true,
             path: None,
+            threads: None,
         }
     }
 }

@@ -13,6 +13,8 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0002_llm", include_str!("migrations/0002_llm.sql")),
     ("0003_memory", include_str!("migrations/0003_memory.sql")),
     ("0004_interop", include_str!("migrations/0004_interop.sql")),
+    ("0005_identity", include_str!("migrations/0005_identity.sql")),
+    ("0006_scene", include_str!("migrations/0006_scene.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

@@ -18,6 +18,11 @@ impl EventLog {
             Event::Core(CoreEvent::Error { context, message }) => Some((LogLevel::Error, format!("{context}: {message}"))),
             Event::Core(CoreEvent::Stopped) => Some((LogLevel::Warn, "engine stopped".to_string())),
             Event::Llm(crate::engine::LlmEvent::ProfileToken { .. }) => None,
+            Event::Identity(
+                crate::identity::IdentityEvent::Token { .. }
+                | crate::identity::IdentityEvent::Snapshot { .. }
+                | crate::identity::IdentityEvent::Runs { .. },
+            ) => None,
             other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
         };
         if let Some(line) = line {

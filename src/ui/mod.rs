@@ -4,13 +4,22 @@
 //! touches the store or the network. Events are drained in `logic`, drawing happens in
 //! `ui`, and the engine wakes the window after every event.
 
+mod budgets;
 mod event_log;
+mod identity;
+pub mod library;
+mod memory;
 mod providers;
+mod scene;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use event_log::EventLog;
+pub use identity::IdentityPanels;
+use library::LibraryPanel;
 pub use providers::TestView;
+pub use scene::ScenePanels;
+pub use memory::MemoryPanel;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -35,11 +44,12 @@ pub enum PanelKind {
     Memory,
     Budgets,
     Prompt,
+    Library,
     Providers,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 8] = [
+    pub const ALL: [PanelKind; 9] = [
         PanelKind::Waves,
         PanelKind::Checkpoints,
         PanelKind::Scene,
@@ -47,6 +57,7 @@ impl PanelKind {
         PanelKind::Memory,
         PanelKind::Budgets,
         PanelKind::Prompt,
+        PanelKind::Library,
         PanelKind::Providers,
     ];
 
@@ -59,6 +70,7 @@ impl PanelKind {
             PanelKind::Memory => "Memory",
             PanelKind::Budgets => "Budgets",
             PanelKind::Prompt => "Prompt",
+            PanelKind::Library => "Library",
             PanelKind::Providers => "Providers",
         }
     }
@@ -73,7 +85,7 @@ impl PanelKind {
             PanelKind::Memory => Some("Memory search with keyword, vector and fused scores appears here."),
             PanelKind::Budgets => Some("Token budgets per context section, with their ledger, appear here."),
             PanelKind::Prompt => Some("The assembled prompt of any agent call, exactly as sent, appears here."),
-            PanelKind::Providers => None,
+            PanelKind::Providers | PanelKind::Library => None,
         }
     }
 }
@@ -84,6 +96,10 @@ pub struct WorkbenchApp {
     panel: PanelKind,
     log: EventLog,
     providers: ProvidersPanel,
+    identity: IdentityPanels,
+    library: LibraryPanel,
+    scene: ScenePanels,
+    memory: MemoryPanel,
 }
 
 impl WorkbenchApp {
@@ -92,7 +108,26 @@ impl WorkbenchApp {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         let providers = ProvidersPanel::new(engine.context().config());
-        Self { engine, panel: PanelKind::Providers, log: EventLog::default(), providers }
+        let mut app = Self {
+            engine,
+            panel: PanelKind::Waves,
+            log: EventLog::default(),
+            providers,
+            identity: IdentityPanels::default(),
+            library: LibraryPanel::default(),
+            scene: ScenePanels::default(),
+            memory: MemoryPanel::new(),
+        };
+        let startup = IdentityPanels::startup().into_iter().chain(ScenePanels::startup()).chain(MemoryPanel::startup());
+        for command in startup {
+            app.send(command);
+        }
+        app
+    }
+
+    /// The memory browser's view model.
+    pub fn memory(&self) -> &MemoryPanel {
+        &self.memory
     }
 
     pub fn panel(&self) -> PanelKind {
@@ -101,6 +136,21 @@ impl WorkbenchApp {
 
     pub fn engine(&self) -> &EngineHandle {
         &self.engine
+    }
+
+    /// The identity panels' view model.
+    pub fn identity(&self) -> &IdentityPanels {
+        &self.identity
+    }
+
+    /// The Scene and Budgets panels' view model.
+    pub fn scene(&self) -> &ScenePanels {
+        &self.scene
+    }
+
+    /// The Library panel's view model (for tests).
+    pub fn library(&self) -> &LibraryPanel {
+        &self.library
     }
 
     /// What the last test of a profile showed, as the Providers panel shows it.
@@ -121,8 +171,30 @@ impl WorkbenchApp {
 
     fn apply(&mut self, event: Event) {
         self.log.record(&event);
-        if let Event::Llm(e) = &event {
-            self.providers.apply(e, &self.engine.context().config());
+        match &event {
+            Event::Llm(e) => self.providers.apply(e, &self.engine.context().config()),
+            Event::Identity(e) => {
+                let mut outbox = Vec::new();
+                self.identity.apply(e, &mut outbox);
+                for command in outbox {
+                    self.send(command);
+                }
+            }
+            Event::Interop(e) => self.library.apply(e),
+            Event::Scene(e) => {
+                let mut outbox = Vec::new();
+                self.scene.apply(e, &mut outbox);
+                for command in outbox {
+                    self.send(command);
+                }
+            }
+            Event::Core(engine::CoreEvent::Error { context, message }) if context.starts_with("export ") => {
+                self.library.export_failed(&format!("{context}: {message}"));
+            }
+            _ => {}
+        }
+        if let Event::Memory(e) = &event {
+            self.memory.apply(e);
         }
     }
 
@@ -143,12 +215,23 @@ impl eframe::App for WorkbenchApp {
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).collect());
+        if !dropped.is_empty() {
+            self.panel = PanelKind::Library;
+            self.send(LibraryPanel::import_command(dropped));
+        }
         egui::Panel::top("nav").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 ui.strong("Lorekeeper");
                 ui.separator();
                 for kind in PanelKind::ALL {
                     ui.selectable_value(&mut self.panel, kind, kind.title());
+                }
+                ui.separator();
+                let config = self.engine.context().config();
+                let line = model_line(&config);
+                if ui.link(line.0).on_hover_text(line.1).clicked() {
+                    self.panel = PanelKind::Providers;
                 }
             });
         });
@@ -159,6 +242,16 @@ impl eframe::App for WorkbenchApp {
             let mut outbox = Vec::new();
             match self.panel {
                 PanelKind::Providers => self.providers.show(ui, &mut outbox),
+                PanelKind::Waves => {
+                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_waves(ui, &mut outbox));
+                }
+                PanelKind::Checkpoints => {
+                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_checkpoints(ui, &mut outbox));
+                }
+                PanelKind::Library => self.library.show(ui, &mut outbox),
+                PanelKind::Scene => self.scene.show_scene(ui, &mut outbox),
+                PanelKind::Budgets => self.scene.show_budgets(ui, &mut outbox),
+                PanelKind::Memory => self.memory.show(ui, &mut outbox),
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());
@@ -174,10 +267,39 @@ impl eframe::App for WorkbenchApp {
 /// Open the workbench window (blocks until it is closed).
 pub fn run_native(paths: Paths) -> Result<(), UiError> {
     let engine = engine::start(paths)?;
+    // A first launch opens on a playable scene.
+    if let Err(e) = crate::scene::demo::ensure(&engine.context().store) {
+        tracing::warn!("cannot add the demo scene: {e}");
+    }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
         ..Default::default()
     };
     eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))
         .map_err(|e| UiError::Window(e.to_string()))
+}
+
+/// What the default profile runs on, said plainly, with a hint for switching.
+fn model_line(config: &crate::config::Config) -> (String, String) {
+    use crate::llm::ProviderKind;
+    let switch = "Click to choose another profile: a local server (llama.cpp, Ollama, LM Studio) or an API.".to_string();
+    let Some(p) = config.profile(&config.default_profile) else {
+        return ("No default profile".into(), switch);
+    };
+    let text = match p.kind {
+        ProviderKind::Local => {
+            let path = crate::llm::local::resolve_model_path(p.path.as_deref());
+            match std::fs::metadata(&path) {
+                Ok(m) => format!(
+                    "Model: embedded {} ({} MiB, in-process, offline; small and rough)",
+                    p.model,
+                    m.len() / (1024 * 1024)
+                ),
+                Err(_) => format!("Model: embedded {} — not installed (run .ci/setup.sh)", p.model),
+            }
+        }
+        ProviderKind::Scripted => "Model: none — scripted demo replies".to_string(),
+        kind => format!("Model: {} via {} at {}", p.model, kind.label(), p.base_url().unwrap_or("?")),
+    };
+    (text, switch)
 }

@@ -1,0 +1,195 @@
+//! `lorekeeper identity ...`: the pipeline headless. Each verb sends its command and
+//! prints events until the run needs the user again (or is complete).
+
+use super::schema::{CharacterSeed, Mode};
+use super::{IdentityCommand, IdentityEvent, export};
+use crate::cli::drive;
+use crate::engine::{Command, EngineHandle, Event};
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Agents can be slow on small machines: generous, but never endless.
+const RUN_LIMIT: Duration = Duration::from_secs(6 * 3600);
+
+#[derive(Debug, Subcommand)]
+pub enum IdentityVerb {
+    /// Develop a character from a seed file.
+    Start(StartArgs),
+    /// Show a run's checkpoints and versions.
+    Status { id: String },
+    /// Approve checkpoint N.
+    Approve { id: String, checkpoint: u8 },
+    /// Send checkpoint N back with feedback; the agent runs again.
+    Reject {
+        id: String,
+        checkpoint: u8,
+        #[arg(long)]
+        feedback: String,
+    },
+    /// Take approved checkpoint N back; later checkpoints that used it become stale.
+    Reopen { id: String, checkpoint: u8 },
+    /// Re-run a stale or failed checkpoint.
+    Rerun { id: String, checkpoint: u8 },
+    /// Keep a stale checkpoint as it is.
+    Keep { id: String, checkpoint: u8 },
+    /// Continue a run interrupted by a crash or a quit.
+    Resume { id: String },
+    /// List runs.
+    List,
+    /// Export a character.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// JSON: {"name","role","concept","storyline","other_characters":[{"name","role","concept"}]}
+    #[arg(long)]
+    pub seed: PathBuf,
+    #[arg(long, default_value = "balanced")]
+    pub mode: String,
+    /// Run every agent on this profile instead of the role map.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Approve every checkpoint as soon as it is valid.
+    #[arg(long)]
+    pub auto_approve: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    pub id: String,
+    #[arg(long, default_value = "seed-folder")]
+    pub format: String,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<ExitCode> {
+    let send = |c: IdentityCommand| engine.send(Command::Identity(c)).map_err(|e| anyhow!(e));
+    match verb {
+        IdentityVerb::Start(args) => {
+            let text = std::fs::read_to_string(&args.seed).with_context(|| format!("cannot read {}", args.seed.display()))?;
+            let seed = CharacterSeed::parse(&text).map_err(|e| anyhow!("{}: {e}", args.seed.display()))?;
+            let mode = Mode::parse(&args.mode).ok_or_else(|| anyhow!("mode must be fast, balanced or deep"))?;
+            send(IdentityCommand::Start { seed, mode, profile: args.profile, auto_approve: args.auto_approve })?;
+            follow(engine, json, None)
+        }
+        IdentityVerb::Approve { id, checkpoint } => {
+            send(IdentityCommand::Approve { character_id: id.clone(), checkpoint })?;
+            follow(engine, json, Some(id))
+        }
+        IdentityVerb::Reject { id, checkpoint, feedback } => {
+            send(IdentityCommand::Reject { character_id: id.clone(), checkpoint, feedback })?;
+            follow(engine, json, Some(id))
+        }
+        IdentityVerb::Reopen { id, checkpoint } => {
+            send(IdentityCommand::Reopen { character_id: id.clone(), checkpoint })?;
+            follow(engine, json, Some(id))
+        }
+        IdentityVerb::Rerun { id, checkpoint } => {
+            send(IdentityCommand::Rerun { character_id: id.clone(), checkpoint })?;
+            follow(engine, json, Some(id))
+        }
+        IdentityVerb::Keep { id, checkpoint } => {
+            send(IdentityCommand::Keep { character_id: id.clone(), checkpoint })?;
+            follow(engine, json, Some(id))
+        }
+        IdentityVerb::Resume { id } => {
+            send(IdentityCommand::Resume { character_id: Some(id.clone()) })?;
+            follow(engine, json, Some(id))
+        }
+        IdentityVerb::Status { id } => {
+            let view = super::load_view(&engine.context().store, &id)?;
+            if json {
+                println!("{}", serde_json::to_string(&view)?);
+            } else {
+                println!("{} ({}) {} — mode {}, {} regenerations", view.run.name, view.run.id, status_word(&view), view.run.mode.label(), view.run.regenerations);
+                for cp in &view.checkpoints {
+                    let tokens: u32 = cp.versions.iter().map(|v| v.usage.total()).sum();
+                    println!(
+                        "  {} {:<22} wave {}  {:<18} v{}  {} tokens",
+                        cp.record.number,
+                        cp.record.agent.name(),
+                        cp.record.wave,
+                        cp.record.status.as_str(),
+                        cp.record.current_version,
+                        tokens
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        IdentityVerb::List => {
+            let runs = engine.context().store.with(super::records::list_runs)?;
+            for r in runs {
+                if json {
+                    println!("{}", serde_json::json!({"id": r.id, "name": r.name, "mode": r.mode, "status": r.status, "created_at": r.created_at}));
+                } else {
+                    println!("{}  {:<24} {:?}  {}", r.id, r.name, r.status, r.created_at);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        IdentityVerb::Export(args) => {
+            if args.format != "seed-folder" {
+                bail!("unknown format {:?}: identity export writes seed-folder (cards: `lorekeeper export character`)", args.format);
+            }
+            let store = &engine.context().store;
+            let view = super::load_view(store, &args.id)?;
+            let profile = export::stored_profile(store, &args.id)?;
+            let dir = export::write_seed_folder(&view, profile.as_ref(), &args.out)?;
+            if json {
+                println!("{}", serde_json::json!({"exported": dir}));
+            } else {
+                println!("exported to {}", dir.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn status_word(view: &super::RunView) -> &'static str {
+    match view.run.status {
+        super::records::RunStatus::InProgress => "in progress",
+        super::records::RunStatus::Completed => "completed",
+        super::records::RunStatus::Failed => "failed",
+    }
+}
+
+/// Print events until the run is complete or waits for the user. `id` is learnt from
+/// `run_started` when starting.
+fn follow(engine: &EngineHandle, json: bool, mut id: Option<String>) -> Result<ExitCode> {
+    let verdict = drive(engine, json, RUN_LIMIT, |event| {
+        let Event::Identity(e) = event else { return None };
+        if let IdentityEvent::RunStarted { character_id, .. } = e {
+            if id.is_none() {
+                id = Some(character_id.clone());
+            }
+        }
+        let mine = match (&id, e.character_id()) {
+            (Some(want), Some(got)) => want == got,
+            (None, Some("")) => true,
+            _ => false,
+        };
+        if !mine {
+            return None;
+        }
+        match e {
+            IdentityEvent::CharacterComplete { .. } => Some(Ok(())),
+            IdentityEvent::Idle { failed, awaiting_approval, stale, .. } => Some(if failed.is_empty() {
+                if !json {
+                    eprintln!("waiting for you: approve {awaiting_approval:?}, stale {stale:?}");
+                }
+                Ok(())
+            } else {
+                Err(anyhow!("checkpoint(s) {failed:?} failed; see `lorekeeper identity status`"))
+            }),
+            IdentityEvent::Error { checkpoint: None, message, .. } => Some(Err(anyhow!("{message}"))),
+            _ => None,
+        }
+    })?;
+    verdict.map(|_| ExitCode::SUCCESS)
+}

@@ -1,0 +1,194 @@
+//! The character identity pipeline: six agents in three waves and a consolidation,
+//! each output a checkpoint the game master approves or sends back with feedback.
+//!
+//! Invariant: every checkpoint version is in the store before its `checkpoint_ready`
+//! event, and a run can be resumed from the store alone (see [`pipeline`]).
+
+pub mod cli;
+pub mod export;
+pub mod pipeline;
+pub mod prompt;
+pub mod records;
+pub mod schema;
+
+use crate::engine::{EngineContext, Event};
+use records::{CheckpointRecord, RunRecord, VersionRecord};
+use schema::{Agent, CharacterSeed, Mode};
+use serde::Serialize;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Llm(#[from] crate::llm::LlmError),
+    #[error(transparent)]
+    Template(#[from] crate::prompting::TemplateError),
+    #[error("the agent failed: {message}")]
+    Agent { message: String, attempts: serde_json::Value },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot write the export: {0}")]
+    Io(String),
+}
+
+#[derive(Debug, Clone)]
+pub enum IdentityCommand {
+    Start { seed: CharacterSeed, mode: Mode, profile: Option<String>, auto_approve: bool },
+    Approve { character_id: String, checkpoint: u8 },
+    Reject { character_id: String, checkpoint: u8, feedback: String },
+    Reopen { character_id: String, checkpoint: u8 },
+    /// Re-run a stale or failed checkpoint as it is.
+    Rerun { character_id: String, checkpoint: u8 },
+    /// Keep a stale checkpoint's version.
+    Keep { character_id: String, checkpoint: u8 },
+    /// Continue interrupted runs: one, or every run in progress.
+    Resume { character_id: Option<String> },
+    /// Report a run's full state as a [`IdentityEvent::Snapshot`].
+    Snapshot { character_id: String },
+    List,
+}
+
+/// A run with every checkpoint and version, for the panels and `identity status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    pub run: RunRecord,
+    pub checkpoints: Vec<CheckpointView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointView {
+    #[serde(flatten)]
+    pub record: CheckpointRecord,
+    pub versions: Vec<VersionRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum IdentityEvent {
+    RunStarted { character_id: String, name: String, mode: Mode },
+    WaveStarted { character_id: String, wave: u8, agents: Vec<String> },
+    AgentStarted { character_id: String, checkpoint: u8, agent: Agent, version: u32 },
+    /// A streamed fragment of an agent's reply.
+    Token { character_id: String, checkpoint: u8, text: String },
+    CheckpointReady {
+        character_id: String,
+        checkpoint_number: u8,
+        agent: Agent,
+        version: u32,
+        message: String,
+        tokens: u32,
+        wall_ms: u64,
+    },
+    CheckpointApproved { character_id: String, checkpoint_number: u8 },
+    CheckpointRejected { character_id: String, checkpoint_number: u8, feedback: String },
+    CheckpointReopened { character_id: String, checkpoint_number: u8 },
+    CheckpointStale { character_id: String, checkpoint_number: u8 },
+    WaveComplete { character_id: String, wave: u8, agents_completed: Vec<String>, next_wave: serde_json::Value },
+    CharacterComplete { character_id: String, message: String, total_tokens: u64 },
+    /// No agent of the run is working: the next move is the user's.
+    Idle { character_id: String, awaiting_approval: Vec<u8>, stale: Vec<u8>, failed: Vec<u8> },
+    Error { character_id: String, checkpoint: Option<u8>, message: String },
+    Snapshot { view: Box<RunView> },
+    Runs { runs: Vec<RunRecord> },
+}
+
+impl IdentityEvent {
+    pub fn character_id(&self) -> Option<&str> {
+        use IdentityEvent::*;
+        match self {
+            RunStarted { character_id, .. }
+            | WaveStarted { character_id, .. }
+            | AgentStarted { character_id, .. }
+            | Token { character_id, .. }
+            | CheckpointReady { character_id, .. }
+            | CheckpointApproved { character_id, .. }
+            | CheckpointRejected { character_id, .. }
+            | CheckpointReopened { character_id, .. }
+            | CheckpointStale { character_id, .. }
+            | WaveComplete { character_id, .. }
+            | CharacterComplete { character_id, .. }
+            | Idle { character_id, .. }
+            | Error { character_id, .. } => Some(character_id),
+            Snapshot { view } => Some(&view.run.id),
+            Runs { .. } => None,
+        }
+    }
+}
+
+/// Load a run with all its checkpoints and versions.
+pub fn load_view(store: &crate::store::Store, character_id: &str) -> Result<RunView, IdentityError> {
+    Ok(store.with(|c| {
+        let run = records::load_run(c, character_id)?;
+        let mut checkpoints = Vec::new();
+        for record in records::checkpoints(c, character_id)? {
+            let versions = records::versions(c, character_id, record.number)?;
+            checkpoints.push(CheckpointView { record, versions });
+        }
+        Ok(RunView { run, checkpoints })
+    })?)
+}
+
+pub fn handle(ctx: &Arc<EngineContext>, command: IdentityCommand) {
+    let ctx = ctx.clone();
+    // Store work and agent start-up stay off the engine loop.
+    ctx.runtime.clone().spawn_blocking(move || {
+        let subject = match &command {
+            IdentityCommand::Approve { character_id, .. }
+            | IdentityCommand::Reject { character_id, .. }
+            | IdentityCommand::Reopen { character_id, .. }
+            | IdentityCommand::Rerun { character_id, .. }
+            | IdentityCommand::Keep { character_id, .. }
+            | IdentityCommand::Snapshot { character_id } => character_id.clone(),
+            IdentityCommand::Resume { character_id } => character_id.clone().unwrap_or_default(),
+            IdentityCommand::Start { .. } | IdentityCommand::List => String::new(),
+        };
+        if let Err(e) = run_command(&ctx, command) {
+            ctx.emit(Event::Identity(IdentityEvent::Error { character_id: subject, checkpoint: None, message: e.to_string() }));
+        }
+    });
+}
+
+fn run_command(ctx: &Arc<EngineContext>, command: IdentityCommand) -> Result<(), IdentityError> {
+    match command {
+        IdentityCommand::Start { seed, mode, profile, auto_approve } => {
+            pipeline::start(ctx, seed, mode, profile, auto_approve).map(|_| ())
+        }
+        IdentityCommand::Approve { character_id, checkpoint } => pipeline::approve(ctx, &character_id, checkpoint),
+        IdentityCommand::Reject { character_id, checkpoint, feedback } => {
+            pipeline::reject(ctx, &character_id, checkpoint, &feedback)
+        }
+        IdentityCommand::Reopen { character_id, checkpoint } => {
+            pipeline::reopen(ctx, &character_id, checkpoint).map(|_| ())
+        }
+        IdentityCommand::Rerun { character_id, checkpoint } => pipeline::rerun(ctx, &character_id, checkpoint),
+        IdentityCommand::Keep { character_id, checkpoint } => pipeline::keep(ctx, &character_id, checkpoint),
+        IdentityCommand::Resume { character_id } => {
+            let ids = match character_id {
+                Some(id) => vec![ctx.store.with(|c| records::load_run(c, &id))?.id],
+                None => ctx
+                    .store
+                    .with(records::list_runs)?
+                    .into_iter()
+                    .filter(|r| r.status == records::RunStatus::InProgress)
+                    .map(|r| r.id)
+                    .collect(),
+            };
+            for id in ids {
+                pipeline::advance(ctx, &id);
+            }
+            Ok(())
+        }
+        IdentityCommand::Snapshot { character_id } => {
+            let view = load_view(&ctx.store, &character_id)?;
+            ctx.emit(Event::Identity(IdentityEvent::Snapshot { view: Box::new(view) }));
+            Ok(())
+        }
+        IdentityCommand::List => {
+            let runs = ctx.store.with(records::list_runs)?;
+            ctx.emit(Event::Identity(IdentityEvent::Runs { runs }));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! The identity pipeline as a state machine over the store.
+//!
+//! Every transition (approve, reject, an agent finishing) is one transaction followed
+//! by [`advance`], which looks at the stored state and starts whatever may run now.
+//! Nothing polls: approval is a command, and an agent finishing calls `advance` itself.
+//! Which agents are running in this process is kept in memory; a checkpoint stored as
+//! running that is not in that set was interrupted (the app was killed), so `advance`
+//! simply starts it again — that is the whole of resuming.
+
+use super::prompt::build_request;
+use super::records::{self, CheckpointRecord, CheckpointStatus, RunRecord, RunStatus, VersionRecord};
+use super::schema::*;
+use super::{IdentityError, IdentityEvent};
+use crate::engine::{EngineContext, Event};
+use crate::llm::structured::{StructuredOptions, complete_structured};
+use crate::llm::{CallContext, CancelToken, LlmClient, Usage};
+use crate::store::{new_id, now_rfc3339};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// Serialises state transitions across the process (commands and finishing agents).
+fn transitions() -> &'static Mutex<()> {
+    static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
+    LOCK.get_or_init(|| Mutex::new(()))
+}
+
+/// `(run id, checkpoint number)` of the agents running in this process.
+fn running() -> &'static Mutex<HashSet<(String, u8)>> {
+    static RUNNING: OnceLock<Mutex<HashSet<(String, u8)>>> = OnceLock::new();
+    RUNNING.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+fn is_running(run_id: &str, number: u8) -> bool {
+    running().lock().unwrap_or_else(|p| p.into_inner()).contains(&(run_id.to_string(), number))
+}
+
+fn emit(ctx: &EngineContext, event: IdentityEvent) {
+    ctx.emit(Event::Identity(event));
+}
+
+/// Create a run and start wave 1.
+pub fn start(
+    ctx: &Arc<EngineContext>,
+    seed: CharacterSeed,
+    mode: Mode,
+    profile: Option<String>,
+    auto_approve: bool,
+) -> Result<String, IdentityError> {
+    let config = ctx.config();
+    if let Some(name) = &profile {
+        if config.profile(name).is_none() {
+            return Err(IdentityError::Invalid(format!("no profile named {name:?}")));
+        }
+    }
+    let run = RunRecord {
+        id: new_id(),
+        name: seed.name.clone(),
+        mode,
+        seed,
+        profile,
+        auto_approve,
+        status: RunStatus::InProgress,
+        regenerations: 0,
+        created_at: now_rfc3339(),
+        completed_at: None,
+        error: None,
+    };
+    ctx.store.transaction(|tx| records::insert_run(tx, &run))?;
+    emit(ctx, IdentityEvent::RunStarted { character_id: run.id.clone(), name: run.name.clone(), mode });
+    advance(ctx, &run.id);
+    Ok(run.id)
+}
+
+/// The wave whose checkpoints are not all approved yet; 5 when all seven are.
+fn current_wave(checkpoints: &[CheckpointRecord]) -> u8 {
+    (1..=4)
+        .find(|w| checkpoints.iter().any(|c| c.wave == *w && c.status != CheckpointStatus::Approved))
+        .unwrap_or(5)
+}
+
+/// Start what may run now, finish the run when everything is approved, and say when
+/// the run waits for the user.
+pub fn advance(ctx: &Arc<EngineContext>, run_id: &str) {
+    let outcome = {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        advance_locked(ctx, run_id)
+    };
+    if let Err(e) = outcome {
+        emit(ctx, IdentityEvent::Error { character_id: run_id.to_string(), checkpoint: None, message: e.to_string() });
+    }
+}
+
+fn advance_locked(ctx: &Arc<EngineContext>, run_id: &str) -> Result<(), IdentityError> {
+    let run = ctx.store.with(|c| records::load_run(c, run_id))?;
+    if run.status != RunStatus::InProgress {
+        return Ok(());
+    }
+    let checkpoints = ctx.store.with(|c| records::checkpoints(c, run_id))?;
+    let wave = current_wave(&checkpoints);
+    if wave == 5 {
+        return complete(ctx, &run);
+    }
+    let in_wave: Vec<&CheckpointRecord> = checkpoints.iter().filter(|c| c.wave == wave).collect();
+    let fresh_wave = in_wave.iter().all(|c| c.status == CheckpointStatus::Queued);
+    let mut to_start = Vec::new();
+    for cp in &in_wave {
+        let interrupted = cp.status.is_working() && !is_running(run_id, cp.number);
+        let stale_auto = run.auto_approve && cp.status == CheckpointStatus::Stale;
+        if cp.status == CheckpointStatus::Queued || interrupted || stale_auto {
+            to_start.push((cp.agent, cp.pending_feedback.clone(), cp.status));
+        }
+    }
+    if fresh_wave && !to_start.is_empty() {
+        emit(
+            ctx,
+            IdentityEvent::WaveStarted {
+                character_id: run_id.to_string(),
+                wave,
+                agents: in_wave.iter().map(|c| c.agent.name().to_string()).collect(),
+            },
+        );
+    }
+    for (agent, feedback, status) in to_start {
+        let next = if status == CheckpointStatus::Regenerating { status } else { CheckpointStatus::Running };
+        ctx.store.with(|c| records::set_status(c, run_id, agent.number(), next, None))?;
+        spawn_agent(ctx, &run, agent, feedback);
+    }
+    // Nothing running for this run any more: the user has the next move.
+    let after = ctx.store.with(|c| records::checkpoints(c, run_id))?;
+    if !after.iter().any(|c| c.status.is_working() || is_running(run_id, c.number)) {
+        let with = |s: CheckpointStatus| after.iter().filter(|c| c.status == s).map(|c| c.number).collect::<Vec<_>>();
+        emit(
+            ctx,
+            IdentityEvent::Idle {
+                character_id: run_id.to_string(),
+                awaiting_approval: with(CheckpointStatus::AwaitingApproval),
+                stale: with(CheckpointStatus::Stale),
+                failed: with(CheckpointStatus::Failed),
+            },
+        );
+    }
+    Ok(())
+}
+
+fn spawn_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback: Option<String>) {
+    running().lock().unwrap_or_else(|p| p.into_inner()).insert((run.id.clone(), agent.number()));
+    let ctx = ctx.clone();
+    let run = run.clone();
+    ctx.runtime.clone().spawn_blocking(move || {
+        let number = agent.number();
+        let outcome = run_agent(&ctx, &run, agent, feedback.as_deref());
+        // The agent stays in the running set until its follow-up (approval or advance)
+        // is done, so no other thread declares the run idle while this checkpoint
+        // still waits for its automatic approval.
+        match outcome {
+            Ok(()) => {
+                if run.auto_approve {
+                    if let Err(e) = approve(&ctx, &run.id, number) {
+                        emit(&ctx, IdentityEvent::Error { character_id: run.id.clone(), checkpoint: Some(number), message: e.to_string() });
+                    }
+                } else {
+                    advance(&ctx, &run.id);
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                let _ = ctx.store.with(|c| records::set_status(c, &run.id, number, CheckpointStatus::Failed, Some(&message)));
+                emit(&ctx, IdentityEvent::Error { character_id: run.id.clone(), checkpoint: Some(number), message });
+                advance(&ctx, &run.id);
+            }
+        }
+        running().lock().unwrap_or_else(|p| p.into_inner()).remove(&(run.id.clone(), number));
+        // Now that this agent is really done, the run may be idle.
+        advance(&ctx, &run.id);
+    });
+}
+
+/// One agent call: prompt from the approved knowledge base (and the feedback with the
+/// version it answers), structured output, then the new version stored for approval.
+fn run_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback: Option<&str>) -> Result<(), IdentityError> {
+    let number = agent.number();
+    let started_at = now_rfc3339();
+    let started = Instant::now();
+    let (checkpoints, current) =
+        ctx.store.with(|c| Ok((records::checkpoints(c, &run.id)?, records::current_versions(c, &run.id)?)))?;
+    // The knowledge base: approved outputs of every earlier wave.
+    let knowledge: BTreeMap<u8, &VersionRecord> = checkpoints
+        .iter()
+        .filter(|c| c.wave < agent.wave() && c.status == CheckpointStatus::Approved)
+        .filter_map(|c| current.get(&c.number).map(|v| (c.number, v)))
+        .collect();
+    let previous = feedback.and_then(|_| current.get(&number));
+    let version = ctx.store.with(|c| records::versions(c, &run.id, number))?.last().map(|v| v.version).unwrap_or(0) + 1;
+    emit(ctx, IdentityEvent::AgentStarted { character_id: run.id.clone(), checkpoint: number, agent, version });
+
+    let config = ctx.config();
+    let profile = match &run.profile {
+        Some(name) => config.profile(name).ok_or_else(|| IdentityError::Invalid(format!("no profile named {name:?}")))?,
+        None => config.profile_for_role(&agent.role()).map_err(|e| IdentityError::Invalid(e.to_string()))?,
+    };
+    let client = LlmClient::from_profile(profile, Some(&ctx.store))?;
+    let request = build_request(run, agent, &knowledge, feedback, previous)?;
+    let prompt = serde_json::to_value(&request.messages).unwrap_or_default();
+    let cancel = CancelToken::new();
+    let run_id = run.id.clone();
+    let sink_ctx = ctx.clone();
+    let on_token = move |text: &str| {
+        sink_ctx.emit(Event::Identity(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() }))
+    };
+    let call = CallContext::with_tokens(&cancel, &on_token);
+    let options = StructuredOptions::default();
+    let (narrative, mut structured, attempts, usage) = match agent {
+        Agent::Personality => ask::<PersonalityOutput>(&client, request, &options, call)?,
+        Agent::BackstoryMotivation => ask::<BackstoryOutput>(&client, request, &options, call)?,
+        Agent::VoiceDialogue => ask::<VoiceOutput>(&client, request, &options, call)?,
+        Agent::PhysicalDescription => ask::<PhysicalOutput>(&client, request, &options, call)?,
+        Agent::StoryArc => ask::<StoryArcOutput>(&client, request, &options, call)?,
+        Agent::Relationships => ask::<RelationshipsOutput>(&client, request, &options, call)?,
+        Agent::FinalConsolidation => ask::<ConsolidationOutput>(&client, request, &options, call)?,
+    };
+    if agent == Agent::FinalConsolidation {
+        // Checkpoint 7 shows the whole profile the user is about to accept.
+        let consolidation: ConsolidationOutput = serde_json::from_value(structured.clone())
+            .map_err(|e| IdentityError::Invalid(format!("consolidation output: {e}")))?;
+        let mut so_far = current.clone();
+        so_far.remove(&7);
+        let profile = assemble_profile(run, &so_far, &consolidation, usage.total() as u64)?;
+        structured = serde_json::to_value(profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    }
+    let record = VersionRecord {
+        number,
+        version,
+        narrative,
+        structured,
+        attempts,
+        prompt,
+        feedback: feedback.map(str::to_string),
+        based_on: knowledge.iter().map(|(n, v)| (*n, v.version)).collect(),
+        usage,
+        wall_ms: started.elapsed().as_millis() as u64,
+        started_at,
+        created_at: now_rfc3339(),
+    };
+    let stale = {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        ctx.store.transaction(|tx| {
+            records::insert_version(tx, &run.id, &record)?;
+            // An earlier checkpoint was re-opened while this agent ran.
+            let now = records::checkpoints(tx, &run.id)?;
+            let current = records::current_versions(tx, &run.id)?;
+            let stale = record.based_on.iter().any(|(n, v)| {
+                let approved = now.iter().any(|c| c.number == *n && c.status == CheckpointStatus::Approved);
+                !approved || current.get(n).map(|cv| cv.version) != Some(*v)
+            });
+            if stale {
+                records::set_status(tx, &run.id, number, CheckpointStatus::Stale, None)?;
+            }
+            Ok(stale)
+        })?
+    };
+    emit(
+        ctx,
+        IdentityEvent::CheckpointReady {
+            character_id: run.id.clone(),
+            checkpoint_number: number,
+            agent,
+            version,
+            message: format!("{} analysis complete. Awaiting approval.", agent.title()),
+            tokens: usage.total(),
+            wall_ms: record.wall_ms,
+        },
+    );
+    if stale {
+        emit(ctx, IdentityEvent::CheckpointStale { character_id: run.id.clone(), checkpoint_number: number });
+    }
+    Ok(())
+}
+
+type Asked = (String, serde_json::Value, serde_json::Value, Usage);
+
+fn ask<T>(
+    client: &LlmClient,
+    request: crate::llm::ChatRequest,
+    options: &StructuredOptions,
+    call: CallContext<'_>,
+) -> Result<Asked, IdentityError>
+where
+    T: DeserializeOwned + schemars::JsonSchema + serde::Serialize,
+{
+    match complete_structured::<AgentOutput<T>>(client, request, options, call) {
+        Ok(out) => {
+            let structured = serde_json::to_value(&out.value.structured).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+            let attempts = serde_json::to_value(&out.attempts).unwrap_or_default();
+            Ok((out.value.narrative, structured, attempts, out.usage))
+        }
+        Err(e) => Err(IdentityError::Agent { message: e.to_string(), attempts: serde_json::to_value(e.attempts()).unwrap_or_default() }),
+    }
+}
+
+/// Build the final profile from the approved checkpoints 1–6 and the consolidation.
+pub fn assemble_profile(
+    run: &RunRecord,
+    versions: &BTreeMap<u8, VersionRecord>,
+    consolidation: &ConsolidationOutput,
+    extra_tokens: u64,
+) -> Result<FinalCharacterProfile, IdentityError> {
+    fn take<T: DeserializeOwned>(versions: &BTreeMap<u8, VersionRecord>, agent: Agent) -> Result<T, IdentityError> {
+        let v = versions
+            .get(&agent.number())
+            .ok_or_else(|| IdentityError::Invalid(format!("checkpoint {} has no approved output", agent.number())))?;
+        serde_json::from_value(v.structured.clone())
+            .map_err(|e| IdentityError::Invalid(format!("stored {} output: {e}", agent.name())))
+    }
+    let relationships: RelationshipsOutput = take(versions, Agent::Relationships)?;
+    let total_tokens = versions.values().filter(|v| v.number != 7).map(|v| v.usage.total() as u64).sum::<u64>() + extra_tokens;
+    let started = chrono::DateTime::parse_from_rfc3339(&run.created_at).ok();
+    let minutes = started.map(|s| (chrono::Utc::now() - s.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 60_000.0);
+    Ok(FinalCharacterProfile {
+        character_id: run.id.clone(),
+        name: run.name.clone(),
+        version: "1.0".into(),
+        completed_at: now_rfc3339(),
+        overview: consolidation.overview.clone(),
+        visual: Visual { images: Vec::new(), style_notes: consolidation.style_notes.clone() },
+        psychology: take(versions, Agent::Personality)?,
+        physical_presence: take(versions, Agent::PhysicalDescription)?,
+        voice: take(versions, Agent::VoiceDialogue)?,
+        backstory_motivation: take(versions, Agent::BackstoryMotivation)?,
+        narrative_arc: take(versions, Agent::StoryArc)?,
+        relationships: relationships.relationships,
+        metadata: ProfileMetadata {
+            mode: run.mode,
+            development_time_minutes: (minutes.unwrap_or(0.0) * 100.0).round() / 100.0,
+            total_checkpoints: 7,
+            regenerations: run.regenerations,
+            total_tokens,
+        },
+    })
+}
+
+/// All seven approved: store the character and close the run, in one transaction.
+fn complete(ctx: &Arc<EngineContext>, run: &RunRecord) -> Result<(), IdentityError> {
+    let current = ctx.store.with(|c| records::current_versions(c, &run.id))?;
+    let final_version = current.get(&7).ok_or_else(|| IdentityError::Invalid("no final consolidation".into()))?;
+    let consolidation = ConsolidationOutput {
+        overview: serde_json::from_value(final_version.structured["overview"].clone())
+            .map_err(|e| IdentityError::Invalid(format!("stored final profile: {e}")))?,
+        style_notes: final_version.structured["visual"]["style_notes"].as_str().unwrap_or_default().to_string(),
+    };
+    let mut upstream = current.clone();
+    upstream.remove(&7);
+    let mut profile = assemble_profile(run, &upstream, &consolidation, final_version.usage.total() as u64)?;
+    profile.metadata.regenerations = run.regenerations;
+    let profile_json = serde_json::to_string(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    ctx.store.transaction(|tx| {
+        let now = now_rfc3339();
+        tx.execute(
+            "INSERT INTO characters (id, name, origin, profile_json, created_at, updated_at)
+             VALUES (?1, ?2, 'identity', ?3, ?4, ?4)
+             ON CONFLICT(id) DO UPDATE SET name = excluded.name, profile_json = excluded.profile_json, updated_at = excluded.updated_at",
+            rusqlite::params![run.id, run.name, profile_json, now],
+        )?;
+        records::finish_run(tx, &run.id, RunStatus::Completed, None)
+    })?;
+    emit(
+        ctx,
+        IdentityEvent::CharacterComplete {
+            character_id: run.id.clone(),
+            message: "All agents completed. Character profile ready.".into(),
+            total_tokens: profile.metadata.total_tokens,
+        },
+    );
+    Ok(())
+}
+
+fn checkpoint(ctx: &EngineContext, run_id: &str, number: u8) -> Result<CheckpointRecord, IdentityError> {
+    ctx.store
+        .with(|c| records::checkpoints(c, run_id))?
+        .into_iter()
+        .find(|c| c.number == number)
+        .ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number} (checkpoints are 1–7)")))
+}
+
+/// Approve the current version of a checkpoint awaiting approval.
+pub fn approve(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), IdentityError> {
+    let wave_done = {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        let cp = checkpoint(ctx, run_id, number)?;
+        if cp.status != CheckpointStatus::AwaitingApproval {
+            return Err(IdentityError::Invalid(format!(
+                "checkpoint {number} is {}, not awaiting approval",
+                cp.status.as_str()
+            )));
+        }
+        ctx.store.with(|c| records::set_status(c, run_id, number, CheckpointStatus::Approved, None))?;
+        let all = ctx.store.with(|c| records::checkpoints(c, run_id))?;
+        let wave: Vec<&CheckpointRecord> = all.iter().filter(|c| c.wave == cp.wave).collect();
+        wave.iter().all(|c| c.status == CheckpointStatus::Approved).then(|| {
+            (cp.wave, wave.iter().map(|c| c.agent.name().to_string()).collect::<Vec<_>>())
+        })
+    };
+    emit(ctx, IdentityEvent::CheckpointApproved { character_id: run_id.to_string(), checkpoint_number: number });
+    if let Some((wave, agents)) = wave_done {
+        let next_wave = if wave < 4 { serde_json::json!(wave + 1) } else { serde_json::json!("final") };
+        emit(ctx, IdentityEvent::WaveComplete { character_id: run_id.to_string(), wave, agents_completed: agents, next_wave });
+    }
+    advance(ctx, run_id);
+    Ok(())
+}
+
+/// Send a checkpoint back: the agent runs again with the feedback and the rejected
+/// version in its prompt.
+pub fn reject(ctx: &Arc<EngineContext>, run_id: &str, number: u8, feedback: &str) -> Result<(), IdentityError> {
+    let feedback = feedback.trim();
+    if feedback.is_empty() {
+        return Err(IdentityError::Invalid("rejecting needs feedback for the agent".into()));
+    }
+    let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+    let cp = checkpoint(ctx, run_id, number)?;
+    if !matches!(cp.status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed) {
+        return Err(IdentityError::Invalid(format!("checkpoint {number} is {} and cannot be rejected", cp.status.as_str())));
+    }
+    let run = ctx.store.transaction(|tx| {
+        records::set_status(tx, run_id, number, CheckpointStatus::Regenerating, None)?;
+        records::set_pending_feedback(tx, run_id, number, Some(feedback))?;
+        records::bump_regenerations(tx, run_id)?;
+        records::load_run(tx, run_id)
+    })?;
+    emit(
+        ctx,
+        IdentityEvent::CheckpointRejected { character_id: run_id.to_string(), checkpoint_number: number, feedback: feedback.to_string() },
+    );
+    // Started under the transition lock, so no concurrent `advance` mistakes the
+    // regenerating checkpoint for an interrupted one.
+    spawn_agent(ctx, &run, cp.agent, Some(feedback.to_string()));
+    Ok(())
+}
+
+/// Take an approved checkpoint back to awaiting approval; every later checkpoint that
+/// read it becomes stale.
+pub fn reopen(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<Vec<u8>, IdentityError> {
+    let stale = {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        let cp = checkpoint(ctx, run_id, number)?;
+        if cp.status != CheckpointStatus::Approved {
+            return Err(IdentityError::Invalid(format!("checkpoint {number} is {}, not approved", cp.status.as_str())));
+        }
+        ctx.store.transaction(|tx| {
+            records::set_status(tx, run_id, number, CheckpointStatus::AwaitingApproval, None)?;
+            records::reopen_run(tx, run_id)?;
+            let current = records::current_versions(tx, run_id)?;
+            let mut stale = Vec::new();
+            for later in records::checkpoints(tx, run_id)? {
+                let read_it = current.get(&later.number).is_some_and(|v| v.based_on.contains_key(&number));
+                if read_it && matches!(later.status, CheckpointStatus::Approved | CheckpointStatus::AwaitingApproval) {
+                    records::set_status(tx, run_id, later.number, CheckpointStatus::Stale, None)?;
+                    stale.push(later.number);
+                }
+            }
+            Ok(stale)
+        })?
+    };
+    emit(ctx, IdentityEvent::CheckpointReopened { character_id: run_id.to_string(), checkpoint_number: number });
+    for n in &stale {
+        emit(ctx, IdentityEvent::CheckpointStale { character_id: run_id.to_string(), checkpoint_number: *n });
+    }
+    advance(ctx, run_id);
+    Ok(stale)
+}
+
+/// Re-run a stale or failed checkpoint as it is (no feedback).
+pub fn rerun(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), IdentityError> {
+    {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        let cp = checkpoint(ctx, run_id, number)?;
+        if !matches!(cp.status, CheckpointStatus::Stale | CheckpointStatus::Failed) {
+            return Err(IdentityError::Invalid(format!("checkpoint {number} is {}; only stale or failed ones re-run", cp.status.as_str())));
+        }
+        ctx.store.with(|c| records::set_status(c, run_id, number, CheckpointStatus::Queued, None))?;
+    }
+    advance(ctx, run_id);
+    Ok(())
+}
+
+/// Keep a stale checkpoint's version as it is: it goes back to awaiting approval.
+pub fn keep(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), IdentityError> {
+    {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        let cp = checkpoint(ctx, run_id, number)?;
+        if cp.status != CheckpointStatus::Stale {
+            return Err(IdentityError::Invalid(format!("checkpoint {number} is {}, not stale", cp.status.as_str())));
+        }
+        ctx.store.with(|c| records::set_status(c, run_id, number, CheckpointStatus::AwaitingApproval, None))?;
+    }
+    advance(ctx, run_id);
+    Ok(())
+}

@@ -1,0 +1,421 @@
+//! Cards and lorebooks in the library: import into the store, list, load and export.
+//!
+//! Invariant: one file is one transaction. A file that cannot be read, or whose
+//! writing fails half-way, leaves the library exactly as it was.
+
+use super::format::card::{CardSpec, CharacterCard, decode_card, encode_card, encode_v2_backfill};
+use super::format::detect::{Document, parse_bytes};
+use super::format::{FormatError, MAX_FILE_BYTES, book, png, world_info};
+use super::profile::card_from_profile;
+use crate::lorebook::{LoreEntry, Lorebook, SourceFormat};
+use crate::store::{Store, StoreError, new_id, now_rfc3339};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InteropError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("no {kind} named or with id {key:?}")]
+    NotFound { kind: &'static str, key: String },
+    #[error("{count} {kind}s are named {key:?}; use an id: {ids}")]
+    Ambiguous { kind: &'static str, key: String, count: usize, ids: String },
+    #[error("character {name:?} has neither a card nor an identity profile to export")]
+    NothingToExport { name: String },
+    #[error("stored data for {what} is damaged: {reason}")]
+    Damaged { what: String, reason: String },
+}
+
+/// What an import created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreatedItem {
+    pub kind: ItemKind,
+    pub id: String,
+    pub name: String,
+    /// e.g. "Card V3 (PNG), 12 lore entries".
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    Character,
+    Lorebook,
+}
+
+/// The result of importing one file that was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportOutcome {
+    Created { items: Vec<CreatedItem>, warnings: Vec<String> },
+    /// The same document is already in the library.
+    Duplicate { kind: ItemKind, id: String, name: String },
+}
+
+/// Read and import one file.
+pub fn import_file(store: &Store, path: &Path) -> Result<ImportOutcome, InteropError> {
+    let read_err = |source| InteropError::Read { path: path.to_path_buf(), source };
+    let size = std::fs::metadata(path).map_err(read_err)?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(FormatError::TooLarge { size, limit: MAX_FILE_BYTES }.into());
+    }
+    let bytes = std::fs::read(path).map_err(read_err)?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "Imported".into());
+    import_bytes(store, &bytes, &stem)
+}
+
+/// Import one document; `stem` names a lorebook whose document has no name.
+pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOutcome, InteropError> {
+    let parsed = parse_bytes(bytes)?;
+    let canonical = serde_json::to_string(&parsed.json).map_err(|e| FormatError::Json { what: "the document".into(), reason: e.to_string() })?;
+    let kind_label = parsed.kind.label();
+    let warnings = parsed.warnings;
+    store.transaction(|tx| match parsed.document {
+        Document::Card(parsed_card) => {
+            let existing: Option<(String, String)> = tx
+                .query_row("SELECT id, name FROM characters WHERE origin = 'card' AND card_json = ?1", [&canonical], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?;
+            if let Some((id, name)) = existing {
+                return Ok(ImportOutcome::Duplicate { kind: ItemKind::Character, id, name });
+            }
+            let card = parsed_card.card;
+            let now = now_rfc3339();
+            let id = new_id();
+            tx.execute(
+                "INSERT INTO characters(id, name, origin, card_json, profile_json, created_at, updated_at) VALUES (?1, ?2, 'card', ?3, NULL, ?4, ?4)",
+                params![id, card.name, canonical, now],
+            )?;
+            if let Some(image) = &parsed_card.image {
+                tx.execute("INSERT INTO character_images(character_id, png) VALUES (?1, ?2)", params![id, image])?;
+            }
+            let mut detail = kind_label;
+            let mut items = Vec::new();
+            if let Some(book) = &card.character_book {
+                let name = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("{}'s lorebook", card.name));
+                let book_id = insert_lorebook(tx, &name, Some(&id), book, None)?;
+                detail.push_str(&format!(", {} lore entries", book.entries.len()));
+                items.push(CreatedItem {
+                    kind: ItemKind::Lorebook,
+                    id: book_id,
+                    name,
+                    detail: format!("embedded in {}'s card, {} entries", card.name, book.entries.len()),
+                });
+            }
+            items.insert(0, CreatedItem { kind: ItemKind::Character, id, name: card.name.clone(), detail });
+            Ok(ImportOutcome::Created { items, warnings: warnings.clone() })
+        }
+        Document::Lorebook(book) => {
+            let digest = hex::encode(Sha256::digest(canonical.as_bytes()));
+            let existing: Option<(String, String)> = tx
+                .query_row("SELECT id, name FROM lorebooks WHERE source_sha256 = ?1", [&digest], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((id, name)) = existing {
+                return Ok(ImportOutcome::Duplicate { kind: ItemKind::Lorebook, id, name });
+            }
+            let name = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| stem.to_string());
+            let id = insert_lorebook(tx, &name, None, &book, Some(&digest))?;
+            let detail = format!("{kind_label}, {} entries", book.entries.len());
+            Ok(ImportOutcome::Created { items: vec![CreatedItem { kind: ItemKind::Lorebook, id, name, detail }], warnings: warnings.clone() })
+        }
+    })
+    .map_err(InteropError::from)
+}
+
+/// Add a lorebook to the library (the scene engine's demo content uses this too);
+/// `character_id` links a card's embedded book, `digest` identifies an imported file.
+/// Call it inside a transaction so the book and its entries land together.
+pub fn insert_lorebook(
+    conn: &Connection,
+    name: &str,
+    character_id: Option<&str>,
+    book: &Lorebook,
+    digest: Option<&str>,
+) -> Result<String, StoreError> {
+    let id = new_id();
+    let now = now_rfc3339();
+    let settings = Lorebook { entries: Vec::new(), ..book.clone() };
+    let book_json = serde_json::to_string(&settings).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    conn.execute(
+        "INSERT INTO lorebooks(id, name, character_id, book_json, source_sha256, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+        params![id, name, character_id, book_json, digest, now],
+    )?;
+    let mut insert = conn.prepare(
+        "INSERT INTO lore_entries(id, lorebook_id, ordinal, label, enabled, constant, entry_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for (ordinal, entry) in book.entries.iter().enumerate() {
+        let json = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        insert.execute(params![new_id(), id, ordinal as i64, entry.label(), entry.enabled, entry.constant, json])?;
+    }
+    Ok(id)
+}
+
+/// Replace one entry of a lorebook (by its position in the book), e.g. after an edit.
+/// Its `source` is kept as it is, so the next export changes only what was edited.
+pub fn update_entry(conn: &Connection, lorebook_id: &str, ordinal: usize, entry: &LoreEntry) -> Result<(), InteropError> {
+    let json = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let changed = conn
+        .execute(
+            "UPDATE lore_entries SET entry_json = ?1, label = ?2, enabled = ?3, constant = ?4 WHERE lorebook_id = ?5 AND ordinal = ?6",
+            params![json, entry.label(), entry.enabled, entry.constant, lorebook_id, ordinal as i64],
+        )
+        .map_err(StoreError::from)?;
+    if changed == 0 {
+        return Err(InteropError::NotFound { kind: "lore entry", key: format!("{lorebook_id}#{ordinal}") });
+    }
+    conn.execute("UPDATE lorebooks SET updated_at = ?1 WHERE id = ?2", params![now_rfc3339(), lorebook_id]).map_err(StoreError::from)?;
+    Ok(())
+}
+
+/// A character in the library, as lists show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CharacterSummary {
+    pub id: String,
+    pub name: String,
+    pub origin: String,
+    pub has_card: bool,
+    pub has_profile: bool,
+    pub has_portrait: bool,
+}
+
+/// A lorebook in the library, as lists show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LorebookSummary {
+    pub id: String,
+    pub name: String,
+    pub entries: usize,
+    /// The character whose card embeds this book.
+    pub character_id: Option<String>,
+}
+
+/// Every character and lorebook, sorted by name.
+pub fn list(conn: &Connection) -> Result<(Vec<CharacterSummary>, Vec<LorebookSummary>), StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT c.id, c.name, c.origin, c.card_json IS NOT NULL, c.profile_json IS NOT NULL,
+                EXISTS(SELECT 1 FROM character_images i WHERE i.character_id = c.id)
+         FROM characters c ORDER BY c.name COLLATE NOCASE, c.created_at",
+    )?;
+    let characters = stmt
+        .query_map([], |r| {
+            Ok(CharacterSummary {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                origin: r.get(2)?,
+                has_card: r.get(3)?,
+                has_profile: r.get(4)?,
+                has_portrait: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut stmt = conn.prepare(
+        "SELECT b.id, b.name, (SELECT COUNT(*) FROM lore_entries e WHERE e.lorebook_id = b.id), b.character_id
+         FROM lorebooks b ORDER BY b.name COLLATE NOCASE, b.created_at",
+    )?;
+    let lorebooks = stmt
+        .query_map([], |r| {
+            Ok(LorebookSummary { id: r.get(0)?, name: r.get(1)?, entries: r.get::<_, i64>(2)? as usize, character_id: r.get(3)? })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((characters, lorebooks))
+}
+
+/// Load a lorebook with its entries, in book order.
+pub fn load_lorebook(conn: &Connection, id: &str) -> Result<Lorebook, InteropError> {
+    let json: String = conn
+        .query_row("SELECT book_json FROM lorebooks WHERE id = ?1", [id], |r| r.get(0))
+        .optional()
+        .map_err(StoreError::from)?
+        .ok_or_else(|| InteropError::NotFound { kind: "lorebook", key: id.to_string() })?;
+    let damaged = |reason: String| InteropError::Damaged { what: format!("lorebook {id}"), reason };
+    let mut book: Lorebook = serde_json::from_str(&json).map_err(|e| damaged(e.to_string()))?;
+    let mut stmt = conn.prepare("SELECT entry_json FROM lore_entries WHERE lorebook_id = ?1 ORDER BY ordinal").map_err(StoreError::from)?;
+    let rows = stmt.query_map([id], |r| r.get::<_, String>(0)).map_err(StoreError::from)?;
+    for row in rows {
+        let json = row.map_err(StoreError::from)?;
+        book.entries.push(serde_json::from_str::<LoreEntry>(&json).map_err(|e| damaged(e.to_string()))?);
+    }
+    Ok(book)
+}
+
+/// Resolve `key` (an id, else an exact name, case-insensitive) in `table`.
+fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str) -> Result<(String, String), InteropError> {
+    let by_id: Option<(String, String)> = conn
+        .query_row(&format!("SELECT id, name FROM {table} WHERE id = ?1"), [key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(StoreError::from)?;
+    if let Some(found) = by_id {
+        return Ok(found);
+    }
+    let mut stmt = conn
+        .prepare(&format!("SELECT id, name FROM {table} WHERE name = ?1 COLLATE NOCASE ORDER BY created_at"))
+        .map_err(StoreError::from)?;
+    let found = stmt
+        .query_map([key.trim()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(StoreError::from)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(StoreError::from)?;
+    match found.len() {
+        0 => Err(InteropError::NotFound { kind, key: key.to_string() }),
+        1 => Ok(found.into_iter().next().unwrap_or_default()),
+        count => Err(InteropError::Ambiguous {
+            kind,
+            key: key.to_string(),
+            count,
+            ids: found.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>().join(", "),
+        }),
+    }
+}
+
+/// The card formats a character can be exported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CardFormat {
+    CardV2,
+    CardV3,
+}
+
+impl CardFormat {
+    pub fn spec(self) -> CardSpec {
+        match self {
+            CardFormat::CardV2 => CardSpec::V2,
+            CardFormat::CardV3 => CardSpec::V3,
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            CardFormat::CardV2 => "card-v2",
+            CardFormat::CardV3 => "card-v3",
+        }
+    }
+}
+
+/// The formats a lorebook can be exported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LorebookFormat {
+    WorldInfo,
+    LorebookV3,
+}
+
+impl LorebookFormat {
+    pub fn label(self) -> &'static str {
+        match self {
+            LorebookFormat::WorldInfo => "world-info",
+            LorebookFormat::LorebookV3 => "lorebook-v3",
+        }
+    }
+}
+
+/// A finished export, ready to write.
+#[derive(Debug, Clone)]
+pub struct Export {
+    pub id: String,
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+/// A character as a card: its imported card (with its lorebook as it is now), else a
+/// card built from its identity profile.
+pub fn load_card(conn: &Connection, id: &str) -> Result<(CharacterCard, Option<Vec<u8>>), InteropError> {
+    let (name, card_json, profile_json): (String, Option<String>, Option<String>) = conn
+        .query_row("SELECT name, card_json, profile_json FROM characters WHERE id = ?1", [id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()
+        .map_err(StoreError::from)?
+        .ok_or_else(|| InteropError::NotFound { kind: "character", key: id.to_string() })?;
+    let damaged = |reason: String| InteropError::Damaged { what: format!("character {name:?}"), reason };
+    let mut card = if let Some(json) = card_json {
+        let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| damaged(e.to_string()))?;
+        let (mut card, _) = decode_card(value).map_err(|e| damaged(e.to_string()))?;
+        card.character_book = None;
+        card
+    } else if let Some(json) = profile_json {
+        let profile: serde_json::Value = serde_json::from_str(&json).map_err(|e| damaged(e.to_string()))?;
+        card_from_profile(&profile, &name)
+    } else {
+        return Err(InteropError::NothingToExport { name });
+    };
+    let book_id: Option<String> = conn
+        .query_row("SELECT id FROM lorebooks WHERE character_id = ?1 ORDER BY created_at LIMIT 1", [id], |r| r.get(0))
+        .optional()
+        .map_err(StoreError::from)?;
+    if let Some(book_id) = book_id {
+        card.character_book = Some(load_lorebook(conn, &book_id)?);
+    }
+    let image: Option<Vec<u8>> = conn
+        .query_row("SELECT png FROM character_images WHERE character_id = ?1", [id], |r| r.get(0))
+        .optional()
+        .map_err(StoreError::from)?;
+    Ok((card, image))
+}
+
+/// Export a character (by id or name) as a card document, JSON or PNG.
+pub fn export_character(conn: &Connection, key: &str, format: CardFormat, as_png: bool) -> Result<Export, InteropError> {
+    let (id, name) = resolve(conn, "characters", "character", key)?;
+    let (card, image) = load_card(conn, &id)?;
+    let document = encode_card(&card, format.spec());
+    let bytes = if as_png {
+        let image = image.unwrap_or_else(|| png::placeholder_portrait(&card.name));
+        let json = document.to_string();
+        match format {
+            CardFormat::CardV2 => png::embed_card_chunks(&image, &[("chara", &json)])?,
+            CardFormat::CardV3 => {
+                // Both chunks, as other V3 writers do: V2-only readers still get the card.
+                let backfill = encode_v2_backfill(&card).to_string();
+                png::embed_card_chunks(&image, &[("chara", &backfill), ("ccv3", &json)])?
+            }
+        }
+    } else {
+        pretty(&document)
+    };
+    Ok(Export { id, name, bytes })
+}
+
+/// Export a lorebook (by id or name).
+pub fn export_lorebook(conn: &Connection, key: &str, format: LorebookFormat) -> Result<Export, InteropError> {
+    let (id, name) = resolve(conn, "lorebooks", "lorebook", key)?;
+    let mut book = load_lorebook(conn, &id)?;
+    let same_shape = matches!(
+        (format, book.source.as_ref().map(|s| s.format)),
+        (LorebookFormat::WorldInfo, Some(SourceFormat::WorldInfo)) | (LorebookFormat::LorebookV3, Some(SourceFormat::LorebookV3))
+    );
+    if book.name.is_none() && !same_shape {
+        book.name = Some(name.clone());
+    }
+    let document = match format {
+        LorebookFormat::WorldInfo => world_info::encode_world_info(&book),
+        LorebookFormat::LorebookV3 => book::encode_lorebook_v3(&book),
+    };
+    Ok(Export { id, name, bytes: pretty(&document) })
+}
+
+fn pretty(value: &serde_json::Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(value).unwrap_or_else(|_| value.to_string().into_bytes());
+    bytes.push(b'\n');
+    bytes
+}
+
+/// Write `bytes` to `path` through a temporary file, so a failed write never leaves a
+/// half-written file where a good one was.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), InteropError> {
+    let write_err = |source| InteropError::Write { path: path.to_path_buf(), source };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(write_err)?;
+    }
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "export".into());
+    let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(write_err)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        write_err(e)
+    })
+}

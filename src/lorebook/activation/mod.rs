@@ -1,0 +1,335 @@
+//! Which lore entries go into the next prompt, and why the others do not.
+//!
+//! SillyTavern's World Info engine is the reference for the semantics: keys found in the
+//! last messages fire entries, secondary keys filter them, activated entries' content is
+//! scanned again (recursion), probability and inclusion groups thin the result, timed
+//! effects carry entries across messages and the lore budget cuts the least important.
+//! Every entry leaves with an [`Outcome`] precise enough for the game master to see why a
+//! piece of lore did or did not reach the model.
+//!
+//! Pure logic: no I/O, no clock, no global randomness. Rolls are derived from
+//! [`ActivationOptions::seed`], the message number and the entry, so the same inputs give
+//! the same report (a replay shows what the model really saw).
+//!
+//! Where we knowingly differ from SillyTavern: sticky and cooldown count exactly N
+//! messages after the firing one; whole-word matching treats every Unicode letter as a
+//! word character; `@@activate` / `@@dont_activate` are the only V3 decorators honoured.
+
+mod matcher;
+mod run;
+#[cfg(test)]
+mod tests;
+
+pub use matcher::KeyIndex;
+
+use super::{InsertionPosition, LoreEntry, Lorebook, PromptRole, SelectiveLogic};
+use run::Run;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One entry offered for activation, with the book it comes from. Several books (world,
+/// campaign, character) are activated together, because the budget and inclusion
+/// groups span them all.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanEntry<'a> {
+    /// A stable name for the book (its library id): timers are keyed by it.
+    pub book: &'a str,
+    /// Position in its book, the timer key of entries without an id.
+    pub index: usize,
+    pub entry: &'a LoreEntry,
+}
+
+impl ScanEntry<'_> {
+    /// The key of this entry's timers in [`ActivationState`]: `book/id`, or `book/#index`
+    /// when the entry has no id.
+    pub fn timer_key(&self) -> String {
+        match &self.entry.id {
+            Some(id) => format!("{}/{id}", self.book),
+            None => format!("{}/#{}", self.book, self.index),
+        }
+    }
+}
+
+/// The entries of one book, ready for [`activate`].
+pub fn book_entries<'a>(book: &'a str, lorebook: &'a Lorebook) -> Vec<ScanEntry<'a>> {
+    lorebook.entries.iter().enumerate().map(|(index, entry)| ScanEntry { book, index, entry }).collect()
+}
+
+/// The character whose prompt is being built, for entries' character filters.
+#[derive(Debug, Clone, Default)]
+pub struct CharacterRef<'a> {
+    pub name: &'a str,
+    pub tags: Vec<&'a str>,
+}
+
+/// What is scanned.
+#[derive(Debug, Clone, Default)]
+pub struct ScanInput<'a> {
+    /// Recent messages, newest last (already formatted as they appear in the prompt).
+    pub messages: Vec<&'a str>,
+    /// The number of the message being generated: delays, sticky and cooldown count in
+    /// these numbers.
+    pub message_number: u64,
+    /// Extra texts, scanned only for entries that opt in through `match_sources`.
+    pub persona_description: Option<&'a str>,
+    pub character_description: Option<&'a str>,
+    pub character_personality: Option<&'a str>,
+    pub character_depth_prompt: Option<&'a str>,
+    pub scenario: Option<&'a str>,
+    pub creator_notes: Option<&'a str>,
+    /// Generation type checked against entries' `triggers` (`None` counts as `normal`).
+    pub generation: Option<&'a str>,
+    /// `None`: character filters are not applied.
+    pub character: Option<CharacterRef<'a>>,
+    /// Positions (in the entries slice) activated from outside, e.g. by the Director or
+    /// by vector retrieval: they skip keys, timers and probability, but not the budget.
+    pub forced: Vec<usize>,
+}
+
+/// How activation behaves where entries and books leave a setting open.
+#[derive(Clone, Copy)]
+pub struct ActivationOptions<'a> {
+    /// Messages scanned when neither entry nor book says.
+    pub scan_depth: u32,
+    pub case_sensitive: bool,
+    pub match_whole_words: bool,
+    /// Whether activated entries' content is scanned for more keys.
+    pub recursive: bool,
+    /// Recursion passes after the first scan (SillyTavern's "max recursion steps").
+    pub max_recursion_steps: u32,
+    /// Tokens all activated lore may use (`None`: unlimited).
+    pub token_budget: Option<u32>,
+    /// The tokenizer of the model the prompt is for.
+    pub count_tokens: &'a dyn Fn(&str) -> u32,
+    /// Seed of the probability and inclusion-group rolls.
+    pub seed: u64,
+    /// Inclusion groups keep only the members that matched the most keys.
+    pub group_scoring: bool,
+}
+
+impl Default for ActivationOptions<'_> {
+    fn default() -> Self {
+        Self {
+            scan_depth: 2,
+            case_sensitive: false,
+            match_whole_words: false,
+            recursive: true,
+            max_recursion_steps: 10,
+            token_budget: None,
+            count_tokens: &estimate_tokens,
+            seed: 0,
+            group_scoring: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for ActivationOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActivationOptions")
+            .field("scan_depth", &self.scan_depth)
+            .field("case_sensitive", &self.case_sensitive)
+            .field("match_whole_words", &self.match_whole_words)
+            .field("recursive", &self.recursive)
+            .field("max_recursion_steps", &self.max_recursion_steps)
+            .field("token_budget", &self.token_budget)
+            .field("seed", &self.seed)
+            .field("group_scoring", &self.group_scoring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ActivationOptions<'_> {
+    /// These options with the book's own scan depth, budget and recursion setting.
+    pub fn with_book(mut self, book: &Lorebook) -> Self {
+        if let Some(depth) = book.scan_depth {
+            self.scan_depth = depth;
+        }
+        if let Some(budget) = book.token_budget {
+            self.token_budget = Some(budget);
+        }
+        if let Some(recursive) = book.recursive_scanning {
+            self.recursive = recursive;
+        }
+        self
+    }
+}
+
+/// A tokenizer-free estimate (about four characters per token) for when the model's
+/// tokenizer is unknown.
+pub fn estimate_tokens(text: &str) -> u32 {
+    u32::try_from(text.chars().count().div_ceil(4)).unwrap_or(u32::MAX)
+}
+
+/// Timed effects carried from message to message; the scene engine persists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ActivationState {
+    /// By [`ScanEntry::timer_key`].
+    pub timers: BTreeMap<String, EntryTimer>,
+}
+
+/// The sticky and cooldown window of an entry that fired at `fired_at`: it stays active
+/// for messages `fired_at + 1 ..= sticky_until` and cannot fire during
+/// `sticky_until + 1 ..= cooldown_until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryTimer {
+    pub fired_at: u64,
+    pub sticky_until: u64,
+    pub cooldown_until: u64,
+}
+
+/// Text an entry's key was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum Source {
+    Chat,
+    PersonaDescription,
+    CharacterDescription,
+    CharacterPersonality,
+    CharacterDepthPrompt,
+    Scenario,
+    CreatorNotes,
+    /// The content of the activated entry at this position.
+    Recursion { from: usize },
+}
+
+/// Why an entry fired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum Trigger {
+    Constant,
+    /// Listed in [`ScanInput::forced`].
+    Forced,
+    /// An `@@activate` decorator.
+    Decorator,
+    /// Still within the sticky window of an earlier firing.
+    Sticky { fired_at: u64, until: u64 },
+    /// This primary key was found in `source`.
+    Key { key: String, source: Source },
+}
+
+/// How an inclusion group chose its winner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupPick {
+    /// The winner fired in an earlier pass.
+    EarlierPass,
+    /// The winner is sticky.
+    Sticky,
+    /// The winner matched more keys (group scoring).
+    Score,
+    /// The winner has group priority and the highest order among those that do.
+    Override,
+    /// Weighted random pick.
+    Weighted,
+}
+
+/// Why an entry did not fire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum SkipReason {
+    Disabled,
+    /// An `@@dont_activate` decorator.
+    DecoratorDontActivate,
+    /// The generation type is not among the entry's triggers.
+    Trigger { generation: String },
+    CharacterFilter { character: String },
+    /// Not constant and without any key.
+    NoKeys,
+    NoKeyMatched,
+    /// A key is a regular expression that does not compile (or gave up backtracking).
+    BadRegex { key: String, error: String },
+    /// Primary key `primary` matched, but the secondary keys did not satisfy `logic`.
+    SecondaryLogic { primary: String, logic: SelectiveLogic, found: Vec<String>, missing: Vec<String> },
+    /// Only the content of another entry mentions it, and it excludes recursion.
+    ExcludeRecursion { key: String, from: usize },
+    /// Delayed until recursion level `level`, which the scan never reached.
+    DelayUntilRecursion { level: u32 },
+    /// Rolled `roll` (0–99), needed less than `probability`.
+    Probability { roll: u32, probability: u32 },
+    /// Another member of `group` won it (`winner` is a position in the entries slice).
+    InclusionGroup { group: String, winner: usize, pick: GroupPick },
+    /// Cooling down after an earlier firing, until message `until` included.
+    Cooldown { until: u64 },
+    /// Cannot fire before message `from`.
+    Delay { from: u64 },
+    /// Needed `needed` tokens with `used` of `budget` spent (or the budget had already
+    /// overflowed, which stops all later budgeted entries, as in SillyTavern).
+    Budget { needed: u32, used: u32, budget: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Fired in scan pass `pass` (0: the first scan, then recursion passes).
+    Activated { trigger: Trigger, pass: u32, tokens: u32 },
+    Skipped { skip: SkipReason },
+}
+
+/// An activated entry, with what the prompt builder needs to place it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivatedEntry {
+    /// Position in the entries slice given to [`activate`].
+    pub index: usize,
+    pub book: String,
+    pub position: InsertionPosition,
+    pub depth: u32,
+    pub role: PromptRole,
+    pub outlet_name: String,
+    pub insertion_order: i64,
+    pub tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationReport {
+    /// One per entry, in the order given.
+    pub outcomes: Vec<Outcome>,
+    /// Activated entries in insertion order: by position, then ascending insertion order
+    /// (the highest order ends closest to the end of its position), then book order.
+    pub activated: Vec<ActivatedEntry>,
+    /// Tokens spent from the budget (entries with `ignore_budget` excluded).
+    pub tokens_used: u32,
+    pub token_budget: Option<u32>,
+    /// Recursion passes run after the first scan.
+    pub recursion_passes: u32,
+}
+
+impl ActivationReport {
+    /// The content each activated entry contributes (decorator lines removed), in
+    /// insertion order.
+    pub fn contents<'a>(&self, entries: &[ScanEntry<'a>]) -> Vec<&'a str> {
+        self.activated.iter().filter_map(|a| entries.get(a.index)).map(|e| e.entry.decorators().1).collect()
+    }
+
+    pub fn is_activated(&self, index: usize) -> bool {
+        matches!(self.outcomes.get(index), Some(Outcome::Activated { .. }))
+    }
+}
+
+/// Activates `entries` for one prompt, compiling their keys first. When the same books
+/// serve many prompts, build a [`KeyIndex`] once and call [`activate_with_index`].
+pub fn activate(
+    entries: &[ScanEntry<'_>],
+    input: &ScanInput<'_>,
+    state: &mut ActivationState,
+    options: &ActivationOptions<'_>,
+) -> ActivationReport {
+    let index = KeyIndex::build(entries.iter().map(|e| e.entry), options);
+    activate_with_index(entries, &index, input, state, options)
+}
+
+/// [`activate`] with keys compiled beforehand. An index built for another number of
+/// entries or other case / whole-word defaults is not trusted: the keys are compiled
+/// again for this call.
+pub fn activate_with_index(
+    entries: &[ScanEntry<'_>],
+    index: &KeyIndex,
+    input: &ScanInput<'_>,
+    state: &mut ActivationState,
+    options: &ActivationOptions<'_>,
+) -> ActivationReport {
+    if !index.fits(entries.len(), options) {
+        return activate(entries, input, state, options);
+    }
+    Run::new(entries, index, input, options).run(state)
+}

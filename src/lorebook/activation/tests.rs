@@ -1,0 +1,493 @@
+//! Data-driven tests: each case is entries, messages and, per entry, the expected outcome
+//! in a short text form (see [`describe`]).
+
+use super::*;
+use crate::lorebook::{EntryId, InsertionPosition, LoreEntry, SelectiveLogic};
+
+/// An entry with id `id`, primary keys separated by `|`, and content.
+fn e(id: i64, keys: &str, content: &str) -> LoreEntry {
+    LoreEntry {
+        id: Some(EntryId::Number(id)),
+        keys: keys.split('|').filter(|k| !k.is_empty()).map(str::to_string).collect(),
+        content: content.to_string(),
+        ..Default::default()
+    }
+}
+
+fn with(mut entry: LoreEntry, change: impl FnOnce(&mut LoreEntry)) -> LoreEntry {
+    change(&mut entry);
+    entry
+}
+
+fn id_of(entries: &[LoreEntry], i: usize) -> String {
+    entries[i].id.as_ref().map(ToString::to_string).unwrap_or_default()
+}
+
+/// The outcome in a compact form that tests compare against.
+fn describe(outcome: &Outcome, entries: &[LoreEntry]) -> String {
+    match outcome {
+        Outcome::Activated { trigger, pass, .. } => {
+            let text = match trigger {
+                Trigger::Constant => "constant".to_string(),
+                Trigger::Forced => "forced".to_string(),
+                Trigger::Decorator => "decorator".to_string(),
+                Trigger::Sticky { .. } => "sticky".to_string(),
+                Trigger::Key { key, source: Source::Chat } => format!("key {key}"),
+                Trigger::Key { key, source: Source::Recursion { from } } => {
+                    format!("key {key} from {}", id_of(entries, *from))
+                }
+                Trigger::Key { key, source } => format!("key {key} in {source:?}"),
+            };
+            if *pass > 0 { format!("{text} (pass {pass})") } else { text }
+        }
+        Outcome::Skipped { skip } => match skip {
+            SkipReason::Disabled => "disabled".into(),
+            SkipReason::DecoratorDontActivate => "dont_activate".into(),
+            SkipReason::Trigger { generation } => format!("trigger {generation}"),
+            SkipReason::CharacterFilter { character } => format!("filtered for {character}"),
+            SkipReason::NoKeys => "no keys".into(),
+            SkipReason::NoKeyMatched => "no match".into(),
+            SkipReason::BadRegex { key, .. } => format!("bad regex {key}"),
+            SkipReason::SecondaryLogic { primary, found, missing, .. } => {
+                format!("secondary after {primary} found [{}] missing [{}]", found.join(","), missing.join(","))
+            }
+            SkipReason::ExcludeRecursion { key, from } => format!("exclude recursion {key} from {}", id_of(entries, *from)),
+            SkipReason::DelayUntilRecursion { level } => format!("recursion level {level}"),
+            SkipReason::Probability { .. } => "probability".into(),
+            SkipReason::InclusionGroup { group, winner, pick } => {
+                format!("group {group} to {} by {pick:?}", id_of(entries, *winner))
+            }
+            SkipReason::Cooldown { until } => format!("cooldown until {until}"),
+            SkipReason::Delay { from } => format!("delay until {from}"),
+            SkipReason::Budget { needed, used, budget } => format!("budget {needed}+{used}>{budget}"),
+        },
+    }
+}
+
+fn run_with(
+    entries: &[LoreEntry],
+    input: &ScanInput<'_>,
+    state: &mut ActivationState,
+    options: &ActivationOptions<'_>,
+) -> (ActivationReport, Vec<String>) {
+    let scan: Vec<ScanEntry<'_>> = entries.iter().enumerate().map(|(index, entry)| ScanEntry { book: "b", index, entry }).collect();
+    let report = activate(&scan, input, state, options);
+    let got = report.outcomes.iter().map(|o| describe(o, entries)).collect();
+    (report, got)
+}
+
+/// Runs one message and compares every entry's outcome with `expected`.
+fn check(entries: &[LoreEntry], messages: &[&str], options: &ActivationOptions<'_>, expected: &[&str]) {
+    let input = ScanInput { messages: messages.to_vec(), message_number: 1, ..Default::default() };
+    let (_, got) = run_with(entries, &input, &mut ActivationState::default(), options);
+    assert_eq!(got, expected, "messages: {messages:?}");
+}
+
+fn words(text: &str) -> u32 {
+    text.split_whitespace().count() as u32
+}
+
+#[test]
+fn plain_keys_case_and_whole_words() {
+    let entries = [
+        e(1, "dragon", "x"),
+        with(e(2, "dragon", "x"), |x| x.case_sensitive = Some(true)),
+        with(e(3, "dragon", "x"), |x| x.match_whole_words = Some(true)),
+        with(e(4, "red dragon", "x"), |x| x.match_whole_words = Some(true)),
+        with(e(5, "Dragon", "x"), |x| x.case_sensitive = Some(true)),
+        e(6, "wyvern|", "x"),
+    ];
+    let o = ActivationOptions::default();
+    check(&entries, &["The red DRAGONS sleep."], &o, &[
+        "key dragon", "no match", "no match", "key red dragon", "no match", "no match",
+    ]);
+    check(&entries, &["A Dragon, at last."], &o, &[
+        "key dragon", "no match", "key dragon", "no match", "key Dragon", "no match",
+    ]);
+    // Book-wide defaults apply where the entry says nothing.
+    let strict = ActivationOptions { case_sensitive: true, match_whole_words: true, ..Default::default() };
+    check(&entries, &["dragonfly over the Dragon"], &strict, &[
+        "no match", "no match", "no match", "no match", "key Dragon", "no match",
+    ]);
+    // Unicode letters are word characters: "café" is not a whole word inside "cafés".
+    let cafe = [with(e(1, "café", "x"), |x| x.match_whole_words = Some(true))];
+    check(&cafe, &["les cafés"], &o, &["no match"]);
+    check(&cafe, &["au café!"], &o, &["key café"]);
+}
+
+#[test]
+fn regex_keys_and_bad_regexes() {
+    let entries = [
+        e(1, "/dra+gon/i", "x"),
+        e(2, "/dra+gon/", "x"),
+        e(3, "/([/|knight", "x"),
+        with(e(4, "^the", "x"), |x| x.use_regex = true),
+        e(5, "/([/", "x"),
+        with(e(6, "castle", "x"), |x| x.secondary_keys = vec!["/(unclosed/".into()]),
+        // Look-ahead is JavaScript but not `regex` crate syntax: the backtracking engine runs it.
+        e(7, "/knight(?!ly)/", "x"),
+    ];
+    let o = ActivationOptions::default();
+    check(&entries, &["The DRAAGON and the knight"], &o, &[
+        "key /dra+gon/i", "no match", "key knight", "key ^the", "bad regex /([/", "no match", "key /knight(?!ly)/",
+    ]);
+    check(&entries, &["castle"], &o, &[
+        "no match", "no match", "bad regex /([/", "no match", "bad regex /([/", "bad regex /(unclosed/", "no match",
+    ]);
+    check(&entries[6..], &["knightly manners"], &ActivationOptions::default(), &["no match"]);
+}
+
+#[test]
+fn secondary_keys_follow_selective_logic() {
+    let logic = |id, l: SelectiveLogic| {
+        with(e(id, "castle", "x"), |x| {
+            x.secondary_keys = vec!["king".into(), "queen".into()];
+            x.selective_logic = l;
+        })
+    };
+    let entries = [
+        logic(1, SelectiveLogic::AndAny),
+        logic(2, SelectiveLogic::NotAll),
+        logic(3, SelectiveLogic::NotAny),
+        logic(4, SelectiveLogic::AndAll),
+        with(logic(5, SelectiveLogic::NotAny), |x| x.selective = false),
+    ];
+    let o = ActivationOptions::default();
+    check(&entries, &["the castle of the king"], &o, &[
+        "key castle",
+        "key castle",
+        "secondary after castle found [king] missing [queen]",
+        "secondary after castle found [king] missing [queen]",
+        "key castle",
+    ]);
+    check(&entries, &["castle, king and queen"], &o, &[
+        "key castle",
+        "secondary after castle found [king,queen] missing []",
+        "secondary after castle found [king,queen] missing []",
+        "key castle",
+        "key castle",
+    ]);
+    check(&entries, &["an empty castle"], &o, &[
+        "secondary after castle found [] missing [king,queen]",
+        "key castle",
+        "key castle",
+        "secondary after castle found [] missing [king,queen]",
+        "key castle",
+    ]);
+    check(&entries, &["the king alone"], &o, &["no match"; 5]);
+}
+
+#[test]
+fn constant_disabled_keyless_decorators_triggers_filters_and_forced() {
+    let entries = [
+        e(1, "", "always"),
+        with(e(2, "", "always"), |x| x.constant = true),
+        with(e(3, "gate", "x"), |x| x.enabled = false),
+        with(e(4, "gate", "x"), |x| x.constant = true),
+        e(5, "", "@@activate\nforced by decorator"),
+        e(6, "gate", "@@dont_activate\nnever"),
+        with(e(7, "gate", "x"), |x| x.triggers = vec!["continue".into()]),
+        with(e(8, "gate", "x"), |x| x.character_filter.names = vec!["Mira".into()]),
+        with(e(9, "gate", "x"), |x| {
+            x.character_filter.is_exclude = true;
+            x.character_filter.tags = vec!["villain".into()];
+        }),
+        e(10, "nowhere", "x"),
+        with(e(11, "gate", "x"), |x| {
+            x.constant = true;
+            x.enabled = false;
+        }),
+    ];
+    let input = ScanInput {
+        messages: vec!["at the gate"],
+        message_number: 1,
+        character: Some(CharacterRef { name: "Tomas", tags: vec!["Villain"] }),
+        forced: vec![9],
+        ..Default::default()
+    };
+    let (_, got) = run_with(&entries, &input, &mut ActivationState::default(), &ActivationOptions::default());
+    assert_eq!(got, [
+        "no keys",
+        "constant",
+        "disabled",
+        "constant",
+        "decorator",
+        "dont_activate",
+        "trigger normal",
+        "filtered for Tomas",
+        "filtered for Tomas",
+        "forced",
+        "disabled",
+    ]);
+    let input = ScanInput { generation: Some("continue"), character: Some(CharacterRef { name: "mira", tags: vec![] }), ..input };
+    let (_, got) = run_with(&entries[6..9], &input, &mut ActivationState::default(), &ActivationOptions::default());
+    assert_eq!(got, ["key gate", "key gate", "key gate"]);
+}
+
+#[test]
+fn scan_depth_per_entry_and_default() {
+    let entries = [
+        e(1, "relic", "x"),
+        with(e(2, "relic", "x"), |x| x.scan_depth = Some(3)),
+        with(e(3, "relic", "x"), |x| x.scan_depth = Some(0)),
+        with(e(4, "/rel+ic/", "x"), |x| x.scan_depth = Some(3)),
+        e(5, "/rel+ic/", "x"),
+    ];
+    let messages = ["an old relic", "second", "newest"];
+    check(&entries, &messages, &ActivationOptions::default(), &["no match", "key relic", "no match", "key /rel+ic/", "no match"]);
+    let deep = ActivationOptions { scan_depth: 5, ..Default::default() };
+    check(&entries, &messages, &deep, &["key relic", "key relic", "no match", "key /rel+ic/", "key /rel+ic/"]);
+}
+
+#[test]
+fn recursion_exclude_prevent_and_delay() {
+    let entries = [
+        e(1, "castle", "The king lives here."),
+        e(2, "king", "He fears the queen."),
+        with(e(3, "king", "x"), |x| x.exclude_recursion = true),
+        with(e(4, "castle", "The jester juggles."), |x| x.prevent_recursion = true),
+        e(5, "jester", "x"),
+        with(e(6, "castle", "x"), |x| x.delay_until_recursion = 1),
+        e(7, "queen", "x"),
+        with(e(8, "castle", "x"), |x| x.delay_until_recursion = 3),
+    ];
+    check(&entries, &["We reach the castle."], &ActivationOptions::default(), &[
+        "key castle",
+        "key king from 1 (pass 1)",
+        "exclude recursion king from 1",
+        "key castle",
+        "no match",
+        "key castle (pass 1)",
+        "key queen from 2 (pass 2)",
+        // Level 3 opens only after a pass (3) that found nothing new.
+        "key castle (pass 4)",
+    ]);
+    let flat = ActivationOptions { recursive: false, ..Default::default() };
+    check(&entries, &["We reach the castle."], &flat, &[
+        "key castle",
+        "no match",
+        "no match",
+        "key castle",
+        "no match",
+        "recursion level 1",
+        "no match",
+        "recursion level 3",
+    ]);
+    let one = ActivationOptions { max_recursion_steps: 1, ..Default::default() };
+    check(&entries, &["We reach the castle."], &one, &[
+        "key castle",
+        "key king from 1 (pass 1)",
+        "exclude recursion king from 1",
+        "key castle",
+        "no match",
+        "key castle (pass 1)",
+        "no match",
+        "recursion level 3",
+    ]);
+}
+
+#[test]
+fn probability_rolls_are_seeded_and_respect_use_probability() {
+    let entries = [
+        with(e(1, "dice", "x"), |x| x.probability = 0),
+        with(e(2, "dice", "x"), |x| {
+            x.probability = 0;
+            x.use_probability = false;
+        }),
+        with(e(3, "dice", "x"), |x| x.probability = 100),
+    ];
+    check(&entries, &["roll the dice"], &ActivationOptions::default(), &["probability", "key dice", "key dice"]);
+
+    let many: Vec<LoreEntry> = (0..400).map(|i| with(e(i, "dice", "x"), |x| x.probability = 25)).collect();
+    let input = ScanInput { messages: vec!["dice"], message_number: 7, ..Default::default() };
+    let fired = |seed| {
+        let options = ActivationOptions { seed, ..Default::default() };
+        let (report, _) = run_with(&many, &input, &mut ActivationState::default(), &options);
+        report.activated.iter().map(|a| a.index).collect::<Vec<_>>()
+    };
+    assert_eq!(fired(42), fired(42), "same seed, same rolls");
+    assert_ne!(fired(42), fired(43), "another seed, other rolls");
+    let count = fired(42).len();
+    assert!((60..=140).contains(&count), "about a quarter of 400 should fire, got {count}");
+}
+
+#[test]
+fn inclusion_groups_override_weight_score_and_earlier_pass() {
+    let member = |id, order, change: fn(&mut LoreEntry)| {
+        with(e(id, "gate", "x"), |x| {
+            x.group = "guards".into();
+            x.insertion_order = order;
+            change(x);
+        })
+    };
+    let overrides = [
+        member(1, 10, |_| {}),
+        member(2, 5, |x| x.group_override = true),
+        member(3, 8, |x| x.group_override = true),
+        e(4, "gate", "x"),
+    ];
+    check(&overrides, &["the gate"], &ActivationOptions::default(), &[
+        "group guards to 3 by Override",
+        "group guards to 3 by Override",
+        "key gate",
+        "key gate",
+    ]);
+
+    let weighted = [member(1, 10, |x| x.group_weight = 0), member(2, 5, |_| {}), member(3, 1, |x| x.group_weight = 0)];
+    for seed in 0..20 {
+        let o = ActivationOptions { seed, ..Default::default() };
+        check(&weighted, &["the gate"], &o, &["group guards to 2 by Weighted", "key gate", "group guards to 2 by Weighted"]);
+    }
+
+    let scored = [
+        member(1, 50, |_| {}),
+        member(2, 1, |x| x.keys.push("tower".into())),
+        member(3, 1, |x| x.keys.push("moat".into())),
+    ];
+    let o = ActivationOptions { group_scoring: true, ..Default::default() };
+    check(&scored, &["the gate and the tower"], &o, &["group guards to 2 by Score", "key gate", "group guards to 2 by Score"]);
+
+    // A member fired by recursion loses to the member that fired in the first pass.
+    let passes = [member(1, 1, |x| x.content = "a tower".into()), with(member(2, 100, |_| {}), |x| x.keys = vec!["tower".into()])];
+    check(&passes, &["the gate"], &ActivationOptions::default(), &["key gate", "group guards to 1 by EarlierPass"]);
+}
+
+/// Runs consecutive messages through one state, returning entry 0's outcome for each.
+fn timeline(entry: LoreEntry, messages: &[(u64, &str)]) -> Vec<String> {
+    let entries = [entry];
+    let mut state = ActivationState::default();
+    messages
+        .iter()
+        .map(|(number, text)| {
+            let input = ScanInput { messages: vec![text], message_number: *number, ..Default::default() };
+            let (_, got) = run_with(&entries, &input, &mut state, &ActivationOptions::default());
+            // The state survives a trip through JSON, as the scene engine stores it.
+            let json = serde_json::to_string(&state).unwrap_or_default();
+            state = serde_json::from_str(&json).unwrap_or_default();
+            got[0].clone()
+        })
+        .collect()
+}
+
+#[test]
+fn sticky_cooldown_and_delay_count_messages() {
+    let sticky = with(e(1, "storm", "x"), |x| x.sticky = Some(2));
+    assert_eq!(timeline(sticky, &[(10, "storm"), (11, "calm"), (12, "calm"), (13, "calm"), (14, "storm")]), [
+        "key storm", "sticky", "sticky", "no match", "key storm",
+    ]);
+    let cooldown = with(e(1, "storm", "x"), |x| x.cooldown = Some(2));
+    assert_eq!(timeline(cooldown, &[(10, "storm"), (11, "storm"), (12, "storm"), (13, "storm")]), [
+        "key storm",
+        "cooldown until 12",
+        "cooldown until 12",
+        "key storm",
+    ]);
+    let both = with(e(1, "storm", "x"), |x| {
+        x.sticky = Some(1);
+        x.cooldown = Some(1);
+    });
+    assert_eq!(timeline(both, &[(10, "storm"), (11, "calm"), (12, "storm"), (13, "storm")]), [
+        "key storm",
+        "sticky",
+        "cooldown until 12",
+        "key storm",
+    ]);
+    let delayed = with(e(1, "storm", "x"), |x| x.delay = Some(5));
+    assert_eq!(timeline(delayed, &[(3, "storm"), (4, "storm"), (5, "storm")]), ["delay until 5", "delay until 5", "key storm"]);
+    // Rewinding the chat (a lower message number) forgets timers set later.
+    let rewound = with(e(1, "storm", "x"), |x| x.cooldown = Some(5));
+    assert_eq!(timeline(rewound, &[(10, "storm"), (11, "storm"), (9, "storm"), (10, "storm")]), [
+        "key storm",
+        "cooldown until 15",
+        "key storm",
+        "cooldown until 14",
+    ]);
+    // A sticky entry ignores probability while it sticks.
+    let lucky = with(e(1, "storm", "x"), |x| {
+        x.sticky = Some(3);
+        x.probability = 0;
+    });
+    assert_eq!(timeline(lucky, &[(1, "storm")]), ["probability"]);
+    let mut state = ActivationState::default();
+    state.timers.insert("b/1".into(), EntryTimer { fired_at: 1, sticky_until: 4, cooldown_until: 4 });
+    let entries = [with(e(1, "storm", "x"), |x| x.probability = 0)];
+    let input = ScanInput { messages: vec!["calm"], message_number: 2, ..Default::default() };
+    let (_, got) = run_with(&entries, &input, &mut state, &ActivationOptions::default());
+    assert_eq!(got, ["sticky"]);
+}
+
+#[test]
+fn budget_keeps_constants_then_highest_order() {
+    let entries = [
+        with(e(1, "", "one two three"), |x| {
+            x.constant = true;
+            x.insertion_order = 1;
+        }),
+        with(e(2, "gate", "one two three four"), |x| x.insertion_order = 100),
+        with(e(3, "gate", "one two three"), |x| x.insertion_order = 50),
+        with(e(4, "gate", "one two three four five six"), |x| {
+            x.insertion_order = 10;
+            x.ignore_budget = true;
+        }),
+        with(e(5, "gate", "one"), |x| x.insertion_order = 5),
+    ];
+    let o = ActivationOptions { token_budget: Some(8), count_tokens: &words, ..Default::default() };
+    let input = ScanInput { messages: vec!["gate"], message_number: 1, ..Default::default() };
+    let (report, got) = run_with(&entries, &input, &mut ActivationState::default(), &o);
+    // Entry 5 would fit, but SillyTavern stops budgeted entries once the budget overflows.
+    assert_eq!(got, ["constant", "key gate", "budget 3+7>8", "key gate", "budget 1+7>8"]);
+    assert_eq!(report.tokens_used, 7);
+}
+
+#[test]
+fn report_orders_insertion_and_names_sources() {
+    let entries = [
+        with(e(1, "gate", "late"), |x| x.insertion_order = 300),
+        with(e(2, "gate", "early"), |x| x.insertion_order = 100),
+        with(e(3, "gate", "after"), |x| x.position = InsertionPosition::AfterCharacter),
+        with(e(4, "elf", "@@depth 2\npersona lore"), |x| {
+            x.match_sources.persona_description = true;
+            x.position = InsertionPosition::AtDepth;
+        }),
+        e(5, "elf", "x"),
+    ];
+    let input = ScanInput {
+        messages: vec!["the gate"],
+        message_number: 1,
+        persona_description: Some("An elf ranger."),
+        ..Default::default()
+    };
+    let scan = book_entries_of(&entries);
+    let report = activate(&scan, &input, &mut ActivationState::default(), &ActivationOptions::default());
+    let got: Vec<String> = report.outcomes.iter().map(|o| describe(o, &entries)).collect();
+    assert_eq!(got, ["key gate", "key gate", "key gate", "key elf in PersonaDescription", "no match"]);
+    assert_eq!(report.activated.iter().map(|a| a.index).collect::<Vec<_>>(), [1, 0, 2, 3]);
+    assert_eq!(report.contents(&scan), ["early", "late", "after", "persona lore"]);
+}
+
+fn book_entries_of(entries: &[LoreEntry]) -> Vec<ScanEntry<'_>> {
+    entries.iter().enumerate().map(|(index, entry)| ScanEntry { book: "b", index, entry }).collect()
+}
+
+#[test]
+fn a_prepared_index_gives_the_same_report() {
+    let book = Lorebook {
+        entries: vec![e(1, "castle", "The king."), e(2, "king", "x"), with(e(3, "/qu+een/", "x"), |x| x.constant = true)],
+        scan_depth: Some(1),
+        ..Default::default()
+    };
+    let options = ActivationOptions::default().with_book(&book);
+    let scan = book_entries("world", &book);
+    let index = KeyIndex::build(scan.iter().map(|s| s.entry), &options);
+    let input = ScanInput { messages: vec!["castle", "nothing"], message_number: 1, ..Default::default() };
+    let fresh = activate(&scan, &input, &mut ActivationState::default(), &options);
+    let reused = activate_with_index(&scan, &index, &input, &mut ActivationState::default(), &options);
+    assert_eq!(fresh, reused);
+    assert!(fresh.activated.iter().all(|a| a.index == 2), "depth 1 scans only the newest message");
+    // An index built with other defaults is not trusted.
+    let strict = ActivationOptions { case_sensitive: true, ..options };
+    let upper = ScanInput { messages: vec!["CASTLE"], message_number: 1, ..Default::default() };
+    let report = activate_with_index(&scan, &index, &upper, &mut ActivationState::default(), &strict);
+    assert!(!report.is_activated(0));
+}
+

@@ -1,0 +1,492 @@
+//! The lorebook model: books of entries that are injected into prompts when their keys
+//! appear in recent text.
+//!
+//! One model serves every source. SillyTavern World Info, the `character_book` of
+//! Character Cards V2/V3 and standalone `lorebook_v3` files all map onto [`Lorebook`] and
+//! [`LoreEntry`] with every activation setting as a typed field, so the scene engine's
+//! activation code reads one shape whatever was imported. Field names follow
+//! SillyTavern's meaning (its World Info engine is the reference for the semantics);
+//! the doc comment of each field says how it behaves.
+//!
+//! Invariant: nothing read from a file is thrown away. Settings with no typed field stay
+//! in `extensions` (the spec's own escape hatch) or `extra` (unknown fields), and the
+//! document each entry was read from is kept in `source`, so that exporting in the same
+//! format gives the same document back (see `crate::interop`).
+//!
+//! `{{char}}`, `{{user}}` and other macros are kept exactly as written; they are
+//! resolved when a prompt is built, never here.
+
+pub mod activation;
+mod decorators;
+
+pub use decorators::{Decorator, split_decorators};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A lorebook: book-wide scan settings and its entries, in file order.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Lorebook {
+    /// The name the document gives itself (`None` when it has none, like World Info
+    /// files whose name is their file name; the library then names the book).
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// How many recent messages are scanned for keys (`None`: the engine's default).
+    pub scan_depth: Option<u32>,
+    /// Token budget for this book's entries (`None`: the engine's lore budget).
+    pub token_budget: Option<u32>,
+    /// Whether activated entries' content is scanned again for keys.
+    pub recursive_scanning: Option<bool>,
+    /// Book-level `extensions`, kept whole.
+    pub extensions: Map<String, Value>,
+    pub entries: Vec<LoreEntry>,
+    /// Unknown book-level fields of the source document, written back on export.
+    pub extra: Map<String, Value>,
+    /// The book-level part of the document this book was read from (entries removed).
+    pub source: Option<SourceDocument>,
+}
+
+/// The exact JSON an item was read from, and in which shape, so an export in that
+/// shape can write back everything that was not changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceDocument {
+    pub format: SourceFormat,
+    pub json: Value,
+}
+
+/// The shapes a lorebook or entry can be read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceFormat {
+    /// SillyTavern World Info: `{"entries": {"<uid>": {...}}}` with camelCase fields.
+    WorldInfo,
+    /// The `character_book` object of a V2/V3 card (entries in an array, settings
+    /// beyond the spec under `extensions` in snake_case).
+    CharacterBook,
+    /// `{"spec": "lorebook_v3", "data": <character book>}`.
+    LorebookV3,
+}
+
+/// An entry's identity inside its book: World Info's numeric `uid`, a card entry's `id`
+/// (a number in V2, a string or a number in V3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EntryId {
+    Number(i64),
+    Text(String),
+}
+
+impl std::fmt::Display for EntryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EntryId::Number(n) => write!(f, "{n}"),
+            EntryId::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+/// One lore entry with every activation setting of SillyTavern World Info and of the
+/// V2/V3 character book.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LoreEntry {
+    /// World Info `uid` / card `id`.
+    pub id: Option<EntryId>,
+    /// Card entries' `name` (AgnAI, Risu); not used in prompts.
+    pub name: Option<String>,
+    /// Title / memo shown in editors; not used in prompts.
+    pub comment: String,
+    /// The text injected when the entry fires. May start with V3 `@@decorator` lines
+    /// (see [`LoreEntry::decorators`]) and contain macros, both kept as written.
+    pub content: String,
+
+    // --- Matching -------------------------------------------------------------------
+    /// Primary keys: any one found in the scanned text fires the entry. A key written
+    /// `/pattern/flags` is a regular expression (SillyTavern), whatever `use_regex` says.
+    pub keys: Vec<String>,
+    /// Optional filter keys, combined with the primary match by `selective_logic`.
+    pub secondary_keys: Vec<String>,
+    /// Whether `secondary_keys` apply (SillyTavern treats every entry as selective; V2
+    /// cards say `selective: true` to enable the secondary keys).
+    pub selective: bool,
+    pub selective_logic: SelectiveLogic,
+    /// V3 `use_regex`: every key (primary and secondary) is a regular expression.
+    pub use_regex: bool,
+    /// `None`: the engine's global setting.
+    pub case_sensitive: Option<bool>,
+    /// `None`: the engine's global setting.
+    pub match_whole_words: Option<bool>,
+    /// Messages scanned for this entry (`None`: the book's, then the engine's depth).
+    pub scan_depth: Option<u32>,
+    /// Extra text this entry's keys are also matched against.
+    pub match_sources: MatchSources,
+    /// Generation types that may fire the entry (`normal`, `continue`, `impersonate`,
+    /// `swipe`, `regenerate`, `quiet`); empty means all.
+    pub triggers: Vec<String>,
+    /// Only for (or, with `is_exclude`, never for) these characters / tags.
+    pub character_filter: CharacterFilter,
+
+    // --- Activation -----------------------------------------------------------------
+    /// `false` never fires, whatever else is set (World Info `disable`, card `enabled`).
+    pub enabled: bool,
+    /// Always fires (within the budget) without any key.
+    pub constant: bool,
+    /// Retrieved by embedding similarity instead of keys (SillyTavern's vector lore).
+    pub vectorized: bool,
+    /// Chance, 0–100, that a matched entry is actually inserted.
+    pub probability: u32,
+    /// Whether `probability` is rolled at all.
+    pub use_probability: bool,
+
+    // --- Recursion ------------------------------------------------------------------
+    /// Cannot be fired by other entries' content (only by the chat itself).
+    pub exclude_recursion: bool,
+    /// Its content is not scanned to fire other entries.
+    pub prevent_recursion: bool,
+    /// Fires only during recursion passes at this level or later (0: not delayed;
+    /// SillyTavern's `true` is level 1).
+    pub delay_until_recursion: u32,
+
+    // --- Placement ------------------------------------------------------------------
+    /// Insertion order: SillyTavern `order`, card `insertion_order`. Entries with a
+    /// higher value are inserted closer to the end of their position (more weight);
+    /// ties are broken by the engine.
+    pub insertion_order: i64,
+    /// Card `priority` (AgnAI): when the budget runs out, lower priority goes first.
+    pub priority: Option<i64>,
+    pub position: InsertionPosition,
+    /// For [`InsertionPosition::AtDepth`]: how many messages from the end.
+    pub depth: u32,
+    /// For [`InsertionPosition::AtDepth`]: the role of the injected message.
+    pub role: PromptRole,
+    /// For [`InsertionPosition::Outlet`]: the outlet's name.
+    pub outlet_name: String,
+
+    // --- Inclusion groups -----------------------------------------------------------
+    /// Comma-separated inclusion groups (see [`LoreEntry::groups`]): of the entries of a
+    /// group that fire together, only one is inserted.
+    pub group: String,
+    /// Group priority: this entry wins its group outright (highest order first).
+    pub group_override: bool,
+    /// Weight in the group's random pick.
+    pub group_weight: u32,
+    /// Pick group members by how many keys matched (`None`: the engine's setting).
+    pub use_group_scoring: Option<bool>,
+
+    // --- Timed effects (in messages) -------------------------------------------------
+    /// Once fired, stays active for this many messages.
+    pub sticky: Option<u32>,
+    /// After firing (or after its sticky period), cannot fire for this many messages.
+    pub cooldown: Option<u32>,
+    /// Cannot fire before the chat has this many messages.
+    pub delay: Option<u32>,
+
+    // --- Budget and bookkeeping -------------------------------------------------------
+    /// Inserted even when the lore budget is exhausted, and not counted against it.
+    pub ignore_budget: bool,
+    /// SillyTavern's Quick Reply automation id, run when the entry fires.
+    pub automation_id: String,
+    /// Editor-only: SillyTavern shows the memo field.
+    pub add_memo: bool,
+    /// Editor-only: manual sort position in SillyTavern's list.
+    pub display_index: Option<i64>,
+
+    /// The entry's `extensions`, minus the settings that have typed fields above.
+    pub extensions: Map<String, Value>,
+    /// Unknown fields of the source entry.
+    pub extra: Map<String, Value>,
+    /// The entry exactly as read, for a lossless export in the same shape.
+    pub source: Option<SourceDocument>,
+}
+
+impl Default for LoreEntry {
+    /// SillyTavern's defaults for a new entry.
+    fn default() -> Self {
+        Self {
+            id: None,
+            name: None,
+            comment: String::new(),
+            content: String::new(),
+            keys: Vec::new(),
+            secondary_keys: Vec::new(),
+            selective: true,
+            selective_logic: SelectiveLogic::AndAny,
+            use_regex: false,
+            case_sensitive: None,
+            match_whole_words: None,
+            scan_depth: None,
+            match_sources: MatchSources::default(),
+            triggers: Vec::new(),
+            character_filter: CharacterFilter::default(),
+            enabled: true,
+            constant: false,
+            vectorized: false,
+            probability: 100,
+            use_probability: true,
+            exclude_recursion: false,
+            prevent_recursion: false,
+            delay_until_recursion: 0,
+            insertion_order: 100,
+            priority: None,
+            position: InsertionPosition::BeforeCharacter,
+            depth: DEFAULT_DEPTH,
+            role: PromptRole::System,
+            outlet_name: String::new(),
+            group: String::new(),
+            group_override: false,
+            group_weight: DEFAULT_GROUP_WEIGHT,
+            use_group_scoring: None,
+            sticky: None,
+            cooldown: None,
+            delay: None,
+            ignore_budget: false,
+            automation_id: String::new(),
+            add_memo: false,
+            display_index: None,
+            extensions: Map::new(),
+            extra: Map::new(),
+            source: None,
+        }
+    }
+}
+
+/// SillyTavern's default depth for `@ depth` entries.
+pub const DEFAULT_DEPTH: u32 = 4;
+/// SillyTavern's default inclusion-group weight.
+pub const DEFAULT_GROUP_WEIGHT: u32 = 100;
+/// The generation types an entry's `triggers` may name.
+pub const GENERATION_TRIGGERS: [&str; 6] = ["normal", "continue", "impersonate", "swipe", "regenerate", "quiet"];
+
+impl LoreEntry {
+    /// The inclusion groups this entry belongs to (SillyTavern splits on commas).
+    pub fn groups(&self) -> Vec<&str> {
+        self.group.split(',').map(str::trim).filter(|g| !g.is_empty()).collect()
+    }
+
+    /// The V3 decorators at the top of `content`, and the content without them.
+    pub fn decorators(&self) -> (Vec<Decorator>, &str) {
+        split_decorators(&self.content)
+    }
+
+    /// Whether `probability` can keep a matched entry out.
+    pub fn is_probabilistic(&self) -> bool {
+        self.use_probability && self.probability < 100
+    }
+
+    /// A short label for lists: the comment, else the name, else the first keys.
+    pub fn label(&self) -> String {
+        if !self.comment.trim().is_empty() {
+            return self.comment.trim().to_string();
+        }
+        if let Some(name) = self.name.as_deref().filter(|n| !n.trim().is_empty()) {
+            return name.trim().to_string();
+        }
+        let keys = self.keys.join(", ");
+        if keys.is_empty() { "(no keys)".to_string() } else { keys }
+    }
+}
+
+/// How secondary keys combine with a primary match (SillyTavern `selectiveLogic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(from = "i64", into = "i64")]
+pub enum SelectiveLogic {
+    /// 0: at least one secondary key is present.
+    #[default]
+    AndAny,
+    /// 1: at least one secondary key is absent.
+    NotAll,
+    /// 2: no secondary key is present.
+    NotAny,
+    /// 3: every secondary key is present.
+    AndAll,
+    /// A code this build does not know, kept as it was.
+    Other(i64),
+}
+
+impl From<i64> for SelectiveLogic {
+    fn from(code: i64) -> Self {
+        match code {
+            0 => Self::AndAny,
+            1 => Self::NotAll,
+            2 => Self::NotAny,
+            3 => Self::AndAll,
+            other => Self::Other(other),
+        }
+    }
+}
+
+impl From<SelectiveLogic> for i64 {
+    fn from(logic: SelectiveLogic) -> Self {
+        match logic {
+            SelectiveLogic::AndAny => 0,
+            SelectiveLogic::NotAll => 1,
+            SelectiveLogic::NotAny => 2,
+            SelectiveLogic::AndAll => 3,
+            SelectiveLogic::Other(code) => code,
+        }
+    }
+}
+
+/// Where an entry's content goes in the prompt (SillyTavern `position` codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(from = "i64", into = "i64")]
+pub enum InsertionPosition {
+    /// 0: before the character definitions (card `before_char`).
+    #[default]
+    BeforeCharacter,
+    /// 1: after the character definitions (card `after_char`).
+    AfterCharacter,
+    /// 2: top of the author's note.
+    AuthorNoteTop,
+    /// 3: bottom of the author's note.
+    AuthorNoteBottom,
+    /// 4: inside the chat, `depth` messages from the end, as a `role` message.
+    AtDepth,
+    /// 5: before the example messages.
+    ExamplesTop,
+    /// 6: after the example messages.
+    ExamplesBottom,
+    /// 7: a named outlet (`outlet_name`) placed by the prompt template.
+    Outlet,
+    /// A code this build does not know, kept as it was.
+    Other(i64),
+}
+
+impl From<i64> for InsertionPosition {
+    fn from(code: i64) -> Self {
+        match code {
+            0 => Self::BeforeCharacter,
+            1 => Self::AfterCharacter,
+            2 => Self::AuthorNoteTop,
+            3 => Self::AuthorNoteBottom,
+            4 => Self::AtDepth,
+            5 => Self::ExamplesTop,
+            6 => Self::ExamplesBottom,
+            7 => Self::Outlet,
+            other => Self::Other(other),
+        }
+    }
+}
+
+impl From<InsertionPosition> for i64 {
+    fn from(position: InsertionPosition) -> Self {
+        match position {
+            InsertionPosition::BeforeCharacter => 0,
+            InsertionPosition::AfterCharacter => 1,
+            InsertionPosition::AuthorNoteTop => 2,
+            InsertionPosition::AuthorNoteBottom => 3,
+            InsertionPosition::AtDepth => 4,
+            InsertionPosition::ExamplesTop => 5,
+            InsertionPosition::ExamplesBottom => 6,
+            InsertionPosition::Outlet => 7,
+            InsertionPosition::Other(code) => code,
+        }
+    }
+}
+
+/// The role of an `@ depth` injection (SillyTavern `role` codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(from = "i64", into = "i64")]
+pub enum PromptRole {
+    #[default]
+    System,
+    User,
+    Assistant,
+    Other(i64),
+}
+
+impl From<i64> for PromptRole {
+    fn from(code: i64) -> Self {
+        match code {
+            0 => Self::System,
+            1 => Self::User,
+            2 => Self::Assistant,
+            other => Self::Other(other),
+        }
+    }
+}
+
+impl From<PromptRole> for i64 {
+    fn from(role: PromptRole) -> Self {
+        match role {
+            PromptRole::System => 0,
+            PromptRole::User => 1,
+            PromptRole::Assistant => 2,
+            PromptRole::Other(code) => code,
+        }
+    }
+}
+
+/// Text beyond the chat that an entry's keys are matched against when opted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MatchSources {
+    pub persona_description: bool,
+    pub character_description: bool,
+    pub character_personality: bool,
+    pub character_depth_prompt: bool,
+    pub scenario: bool,
+    pub creator_notes: bool,
+}
+
+/// Restricts an entry to (or, with `is_exclude`, away from) characters and tags.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CharacterFilter {
+    pub is_exclude: bool,
+    pub names: Vec<String>,
+    pub tags: Vec<String>,
+}
+
+impl CharacterFilter {
+    pub fn is_empty(&self) -> bool {
+        !self.is_exclude && self.names.is_empty() && self.tags.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_including_unknown_ones() {
+        for code in -1..10 {
+            assert_eq!(i64::from(SelectiveLogic::from(code)), code);
+            assert_eq!(i64::from(InsertionPosition::from(code)), code);
+            assert_eq!(i64::from(PromptRole::from(code)), code);
+        }
+        assert_eq!(SelectiveLogic::from(2), SelectiveLogic::NotAny);
+        assert_eq!(InsertionPosition::from(4), InsertionPosition::AtDepth);
+        assert_eq!(serde_json::to_value(InsertionPosition::Outlet).unwrap(), serde_json::json!(7));
+    }
+
+    #[test]
+    fn groups_split_on_commas_and_skip_blanks() {
+        let entry = LoreEntry { group: "weather, ,seasons,".into(), ..Default::default() };
+        assert_eq!(entry.groups(), vec!["weather", "seasons"]);
+    }
+
+    #[test]
+    fn stored_json_round_trips() {
+        let entry = LoreEntry {
+            id: Some(EntryId::Text("a-1".into())),
+            keys: vec!["{{char}}".into()],
+            position: InsertionPosition::Other(42),
+            sticky: Some(3),
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&entry).unwrap();
+        assert_eq!(serde_json::from_str::<LoreEntry>(&json).unwrap(), entry);
+    }
+
+    #[test]
+    fn label_prefers_comment_then_name_then_keys() {
+        let mut entry = LoreEntry { keys: vec!["a".into(), "b".into()], ..Default::default() };
+        assert_eq!(entry.label(), "a, b");
+        entry.name = Some("Named".into());
+        assert_eq!(entry.label(), "Named");
+        entry.comment = "Memo".into();
+        assert_eq!(entry.label(), "Memo");
+    }
+}

@@ -1,0 +1,656 @@
+//! [`MemoryBank`]: the memories of one library, their keyword index (FTS5, in SQLite),
+//! their vectors (in SQLite, mirrored in a [`VectorIndex`]) and hybrid search over both.
+
+use super::embedder::{EmbedError, Embedder};
+use super::keyword;
+use super::records::{self, Memory, MemoryKind, NewMemory};
+use super::retrieval::{Candidate, Fused, RetrievalHit, SearchFilter, SearchMode, SearchRequest, fuse, sort_fused};
+use super::vectors::{VectorIndex, build_ann};
+use super::MemoryConfig;
+use crate::store::{Store, StoreError};
+use rusqlite::{Connection, OptionalExtension, params_from_iter};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error("cannot read {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("{path} line {line}: {message}")]
+    BadLine { path: String, line: usize, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<rusqlite::Error> for MemoryError {
+    fn from(e: rusqlite::Error) -> Self {
+        MemoryError::Store(StoreError::Sql(e))
+    }
+}
+
+/// Counts for `memory stats` and the browser's index status.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct MemoryStats {
+    pub memories: usize,
+    pub turns: usize,
+    pub summaries: usize,
+    pub lore_chunks: usize,
+    pub sessions: usize,
+    pub with_vectors: usize,
+    /// Memories with no vector of the current model (a `memory reindex` fills them).
+    pub without_vectors: usize,
+    pub unsummarised_turns: usize,
+    pub model: String,
+    pub dimension: usize,
+    /// Vectors served by the HNSW graph, and those scanned exactly until it is rebuilt.
+    pub ann_indexed: usize,
+    pub ann_pending: usize,
+    pub rebuilding: bool,
+}
+
+pub struct MemoryBank {
+    store: Store,
+    config: RwLock<MemoryConfig>,
+    embedder: Mutex<Option<Embedder>>,
+    index: RwLock<VectorIndex>,
+    reader: Mutex<Option<Connection>>,
+    rebuilding: AtomicBool,
+}
+
+impl MemoryBank {
+    /// Open the memories of `store` and load their vectors. The embedder starts on first
+    /// use, so keyword search works (and a missing model is reported) without it.
+    pub fn open(store: Store, config: MemoryConfig) -> Result<Arc<MemoryBank>, MemoryError> {
+        let bank = MemoryBank {
+            index: RwLock::new(VectorIndex::new(config.embedding.dimension)),
+            store,
+            config: RwLock::new(config),
+            embedder: Mutex::new(None),
+            reader: Mutex::new(None),
+            rebuilding: AtomicBool::new(false),
+        };
+        bank.load_vectors()?;
+        Ok(Arc::new(bank))
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn config(&self) -> MemoryConfig {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Change retrieval settings (the embedding model needs a reopen and a reindex).
+    pub fn set_config(&self, config: MemoryConfig) {
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    /// Names the embedding model in stored vectors, so vectors of another model are
+    /// recognised as stale.
+    pub fn model_id(&self) -> String {
+        let e = &self.config().embedding;
+        let dir = e.model_dir();
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        format!("{name}/{}", e.model_file)
+    }
+
+    pub fn embedder(&self) -> Result<Embedder, MemoryError> {
+        let mut slot = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = slot.as_ref() {
+            return Ok(e.clone());
+        }
+        let e = Embedder::shared(&self.config().embedding)?;
+        *slot = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Use this embedder (tests, benches, a panel that already started one).
+    pub fn set_embedder(&self, embedder: Embedder) {
+        *self.embedder.lock().unwrap_or_else(|p| p.into_inner()) = Some(embedder);
+    }
+
+    fn load_vectors(&self) -> Result<(), MemoryError> {
+        let model = self.model_id();
+        let dim = self.config().embedding.dimension;
+        let mut index = VectorIndex::new(dim);
+        self.store.with(|c| {
+            let mut stmt =
+                c.prepare("SELECT memory_rowid, vector FROM memory_vectors WHERE model = ?1 AND dim = ?2 ORDER BY memory_rowid")?;
+            let mut rows = stmt.query(rusqlite::params![model, dim as i64])?;
+            while let Some(row) = rows.next()? {
+                let blob: Vec<u8> = row.get(1)?;
+                if let Some(v) = records::blob_to_vector(&blob) {
+                    index.push(row.get(0)?, &v);
+                }
+            }
+            Ok(())
+        })?;
+        self.attach_saved_ann(&mut index, &model)?;
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = index;
+        Ok(())
+    }
+
+    /// Use the persisted graph if it was built for this model over exactly the first
+    /// rows of the index (no deletes since); otherwise search exactly until a rebuild.
+    fn attach_saved_ann(&self, index: &mut VectorIndex, model: &str) -> Result<(), MemoryError> {
+        let saved: Option<(i64, i64, Vec<u8>)> = self.store.with(|c| {
+            Ok(c.query_row("SELECT max_rowid, count, graph FROM memory_ann WHERE id = 1 AND model = ?1", [model], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?)
+        })?;
+        let Some((max_rowid, count, graph)) = saved else { return Ok(()) };
+        let count = count as usize;
+        if count == 0 || count > index.len() || index.rowids[count - 1] != max_rowid {
+            return Ok(());
+        }
+        match super::vectors::decode_ann(&graph, &index.data, index.dim, count) {
+            Ok(ann) => index.ann = Some(Arc::new(ann)),
+            Err(e) => tracing::warn!(error = %e, "the saved vector graph is unreadable; searching exactly until a rebuild"),
+        }
+        Ok(())
+    }
+
+    /// Store memories with their vectors (one transaction); they are searchable at once.
+    pub fn add(&self, items: Vec<NewMemory>) -> Result<Vec<String>, MemoryError> {
+        self.add_then(items, |_| Ok(()))
+    }
+
+    /// [`Self::add`], running `also` in the same transaction (the summariser marks the
+    /// turns a summary covers, so both happen or neither does).
+    pub fn add_then(
+        &self,
+        items: Vec<NewMemory>,
+        also: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<String>, MemoryError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let embedder = self.embedder()?;
+        let texts = self.embedding_texts(&items)?;
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed_documents(&texts)?;
+        self.insert(items, vectors, also)
+    }
+
+    /// What gets embedded for each new memory: a turn is preceded by up to
+    /// `context_turns` earlier turns of its session (from the batch or the store).
+    fn embedding_texts(&self, items: &[NewMemory]) -> Result<Vec<String>, MemoryError> {
+        let window = self.config().retrieval.context_turns;
+        let mut recent: HashMap<String, std::collections::VecDeque<String>> = HashMap::new();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let session = match (&item.session, item.kind) {
+                (Some(s), MemoryKind::Turn) if window > 0 => s.clone(),
+                _ => {
+                    out.push(item.text.clone());
+                    continue;
+                }
+            };
+            if !recent.contains_key(&session) {
+                let earlier = self.store.with(|c| {
+                    let mut stmt = c.prepare_cached(
+                        "SELECT text FROM memories WHERE session = ?1 AND kind = 'turn' ORDER BY seq DESC LIMIT ?2",
+                    )?;
+                    let rows = stmt.query_map(rusqlite::params![session, window as i64], |r| r.get::<_, String>(0))?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })?;
+                recent.insert(session.clone(), earlier.into_iter().rev().collect());
+            }
+            let window_texts = recent.entry(session).or_default();
+            let mut text = String::new();
+            for t in window_texts.iter() {
+                text.push_str(t);
+                text.push('\n');
+            }
+            text.push_str(&item.text);
+            out.push(text);
+            window_texts.push_back(item.text.clone());
+            while window_texts.len() > window {
+                window_texts.pop_front();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Store memories whose vectors are already known (benchmarks, re-imports).
+    pub fn add_with_vectors(&self, items: Vec<NewMemory>, vectors: Vec<Vec<f32>>) -> Result<Vec<String>, MemoryError> {
+        self.insert(items, vectors, |_| Ok(()))
+    }
+
+    fn insert(
+        &self,
+        items: Vec<NewMemory>,
+        vectors: Vec<Vec<f32>>,
+        also: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<String>, MemoryError> {
+        if items.len() != vectors.len() {
+            return Err(MemoryError::Invalid(format!("{} memories but {} vectors", items.len(), vectors.len())));
+        }
+        for item in &items {
+            if item.text.trim().is_empty() {
+                return Err(MemoryError::Invalid(format!("memory {:?} has no text", item.id.as_deref().unwrap_or("(new)"))));
+            }
+        }
+        let model = self.model_id();
+        let (rowids, replaced) = self.store.transaction(|tx| {
+            let before: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
+            let rowids = records::insert(tx, &items)?;
+            let after: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
+            let pairs: Vec<(i64, &[f32])> = rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
+            records::store_vectors(tx, &model, &pairs)?;
+            also(tx)?;
+            let replaced = (before + rowids.len() as i64) != after;
+            Ok((rowids, replaced))
+        })?;
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            if replaced {
+                // Re-imported ids replaced older rows: drop their stale vectors.
+                let live: HashSet<i64> = self.store.with(|c| {
+                    let mut stmt = c.prepare("SELECT rowid FROM memories")?;
+                    let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
+                    Ok(rows.collect::<Result<HashSet<_>, _>>()?)
+                })?;
+                index.retain(|r| live.contains(&r));
+            }
+            for (rowid, v) in rowids.iter().zip(&vectors) {
+                index.push(*rowid, v);
+            }
+        }
+        self.store.with(|c| {
+            let mut stmt = c.prepare_cached("SELECT id FROM memories WHERE rowid = ?1")?;
+            rowids.iter().map(|r| Ok(stmt.query_row([r], |row| row.get(0))?)).collect()
+        }).map_err(Into::into)
+    }
+
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, MemoryError>) -> Result<T, MemoryError> {
+        let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(self.store.reader()?);
+        }
+        match slot.as_ref() {
+            Some(conn) => f(conn),
+            None => Err(MemoryError::Invalid("no reader connection".into())),
+        }
+    }
+
+    /// Keyword candidates: `(rowid, -bm25)`, best first.
+    pub fn keyword_candidates(&self, query: &str, filter: &SearchFilter, n: usize) -> Result<Vec<Candidate>, MemoryError> {
+        let Some(fts) = keyword::fts_query(query) else { return Ok(Vec::new()) };
+        let (cond, mut params) = filter.sql();
+        params.push(rusqlite::types::Value::Text(fts));
+        params.push(rusqlite::types::Value::Integer(n as i64));
+        let q = params.len() - 1;
+        let sql = format!(
+            "SELECT m.rowid, -bm25(memory_fts, 1.0, 0.0) FROM memory_fts JOIN memories m ON m.rowid = memory_fts.rowid \
+             WHERE memory_fts MATCH ?{q} AND {cond} ORDER BY bm25(memory_fts, 1.0, 0.0) LIMIT ?{}",
+            q + 1
+        );
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached(&sql)?;
+            let rows = stmt.query_map(params_from_iter(params.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)? as f32)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// The rowids passing `filter`, or `None` when it passes everything.
+    fn allowed(&self, filter: &SearchFilter) -> Result<Option<HashSet<i64>>, MemoryError> {
+        if filter.is_empty() {
+            return Ok(None);
+        }
+        let (cond, params) = filter.sql();
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached(&format!("SELECT m.rowid FROM memories m WHERE {cond}"))?;
+            let rows = stmt.query_map(params_from_iter(params.iter()), |r| r.get::<_, i64>(0))?;
+            Ok(Some(rows.collect::<Result<HashSet<_>, _>>()?))
+        })
+    }
+
+    /// Vector candidates for an embedded query: `(rowid, cosine)`, best first.
+    pub fn vector_candidates(&self, query: &[f32], filter: &SearchFilter, n: usize) -> Result<Vec<Candidate>, MemoryError> {
+        let allowed = self.allowed(filter)?;
+        let keep = |r: i64| allowed.as_ref().is_none_or(|a| a.contains(&r));
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        Ok(index.search(query, n, &keep))
+    }
+
+    /// Hybrid (or single-list) search. Any query text is valid.
+    pub fn search(&self, request: &SearchRequest) -> Result<Vec<RetrievalHit>, MemoryError> {
+        let vector = match request.mode {
+            SearchMode::Keyword => None,
+            _ if request.query.trim().is_empty() => None,
+            _ => Some(self.embedder()?.embed_query(&self.vector_query(&request.query)?)?),
+        };
+        self.search_with_vector(request, vector.as_deref())
+    }
+
+    /// The query text to embed: with `strip_names`, speaker names (and "the user") are
+    /// removed unless nothing would be left.
+    pub fn vector_query(&self, query: &str) -> Result<String, MemoryError> {
+        if !self.config().retrieval.strip_names {
+            return Ok(query.to_string());
+        }
+        let names = self.speakers()?;
+        let kept: Vec<&str> = query
+            .split_whitespace()
+            .filter(|w| {
+                let core: String = w.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
+                let core = core.strip_suffix("s").filter(|_| w.contains('\'')).unwrap_or(&core).to_string();
+                !names.contains(&core)
+            })
+            .collect();
+        let text = kept.join(" ").replace(" the ?", "?");
+        Ok(if text.trim().is_empty() { query.to_string() } else { text })
+    }
+
+    /// Lower-cased names of everyone who has spoken.
+    pub fn speakers(&self) -> Result<HashSet<String>, MemoryError> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT DISTINCT lower(speaker) FROM memories WHERE speaker IS NOT NULL")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<HashSet<_>, _>>()?)
+        })
+    }
+
+    /// Search with a query vector computed by the caller (benchmarks with synthetic
+    /// vectors; callers that embed once and search several scopes).
+    pub fn search_with_vector(&self, request: &SearchRequest, query_vector: Option<&[f32]>) -> Result<Vec<RetrievalHit>, MemoryError> {
+        let config = self.config().retrieval;
+        let n = config.candidates.max(request.k);
+        let keyword = match request.mode {
+            SearchMode::Vector => Vec::new(),
+            _ => self.keyword_candidates(&request.query, &request.filter, n)?,
+        };
+        let vector = match (request.mode, query_vector) {
+            (SearchMode::Keyword, _) | (_, None) => Vec::new(),
+            (_, Some(q)) => self.vector_candidates(q, &request.filter, n)?,
+        };
+        let mut fused = fuse(&keyword, &vector, &config);
+        if config.short_turn_words > 0 && request.mode == SearchMode::Hybrid {
+            self.damp_short_turns(&mut fused, config.short_turn_words)?;
+        }
+        if config.time_boost > 0.0 && request.mode == SearchMode::Hybrid {
+            let months = super::temporal::query_months(&request.query);
+            if !months.is_empty() {
+                self.boost_months(&mut fused, &months, config.time_boost)?;
+            }
+        }
+        if config.neighbour_weight > 0.0 && request.mode == SearchMode::Hybrid {
+            fused = self.spread_to_neighbours(fused, config.neighbour_weight, request.k, &request.filter)?;
+        }
+        fused.truncate(request.k);
+        let rowids: Vec<i64> = fused.iter().map(|f| f.0).collect();
+        let memories = self.with_reader(|c| Ok(records::load(c, &rowids)?))?;
+        let by_row: HashMap<i64, Memory> = memories.into_iter().map(|m| (m.rowid, m)).collect();
+        Ok(fused
+            .into_iter()
+            .filter_map(|(rowid, f)| by_row.get(&rowid).map(|m| (m, f)))
+            .enumerate()
+            .map(|(i, (m, f))| RetrievalHit {
+                id: m.id.clone(),
+                text: m.text.clone(),
+                speaker: m.speaker.clone(),
+                score: f.score,
+                keyword_score: f.keyword.map(|k| k.1),
+                vector_score: f.vector.map(|v| v.1),
+                rank: i + 1,
+                keyword_rank: f.keyword.map(|k| k.0),
+                vector_rank: f.vector.map(|v| v.0),
+                kind: m.kind,
+                scope: m.scope.clone(),
+                session: m.session.clone(),
+                time: m.time.clone(),
+            })
+            .collect())
+    }
+
+    /// Scale down turns with fewer than `words` content words.
+    fn damp_short_turns(&self, fused: &mut [(i64, Fused)], words: usize) -> Result<(), MemoryError> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT text FROM memories WHERE rowid = ?1 AND kind = 'turn'")?;
+            for (rowid, f) in fused.iter_mut() {
+                let text: Option<String> = stmt.query_row([*rowid], |r| r.get(0)).optional()?;
+                if let Some(text) = text {
+                    let n = super::keyword::content_terms(&text).len();
+                    f.score *= (n as f32 / words as f32).min(1.0);
+                }
+            }
+            Ok(())
+        })?;
+        sort_fused(fused);
+        Ok(())
+    }
+
+    /// Multiply the score of candidates from the given months by `1 + boost`.
+    fn boost_months(&self, fused: &mut [(i64, Fused)], months: &[u32], boost: f32) -> Result<(), MemoryError> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT time FROM memories WHERE rowid = ?1")?;
+            for (rowid, f) in fused.iter_mut() {
+                let time: Option<String> = stmt.query_row([*rowid], |r| r.get(0))?;
+                if time.as_deref().and_then(super::temporal::month_of).is_some_and(|m| months.contains(&m)) {
+                    f.score *= 1.0 + boost;
+                }
+            }
+            Ok(())
+        })?;
+        sort_fused(fused);
+        Ok(())
+    }
+
+    /// Give the turns next to each strong hit a share of its score: in conversation the
+    /// answer often follows the turn that names the topic.
+    fn spread_to_neighbours(
+        &self,
+        fused: Vec<(i64, Fused)>,
+        weight: f32,
+        k: usize,
+        filter: &SearchFilter,
+    ) -> Result<Vec<(i64, Fused)>, MemoryError> {
+        let top: Vec<(i64, f32)> = fused.iter().take(k.max(10)).map(|(r, f)| (*r, f.score)).collect();
+        let mut scores: HashMap<i64, Fused> = fused.into_iter().collect();
+        let allowed = self.allowed(filter)?;
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT n.rowid FROM memories m JOIN memories n ON n.session IS m.session AND n.kind = 'turn' \
+                 AND n.seq IN (m.seq - 1, m.seq + 1) WHERE m.rowid = ?1 AND m.kind = 'turn'",
+            )?;
+            for (rowid, score) in top {
+                let neighbours = stmt.query_map([rowid], |r| r.get::<_, i64>(0))?;
+                for n in neighbours {
+                    let n = n?;
+                    if allowed.as_ref().is_some_and(|a| !a.contains(&n)) {
+                        continue;
+                    }
+                    scores.entry(n).or_default().score += weight * score;
+                }
+            }
+            Ok(())
+        })?;
+        let mut list: Vec<(i64, Fused)> = scores.into_iter().collect();
+        sort_fused(&mut list);
+        Ok(list)
+    }
+
+    pub fn stats(&self) -> Result<MemoryStats, MemoryError> {
+        let model = self.model_id();
+        let mut stats = self.store.with(|c| {
+            let count = |sql: &str| -> Result<usize, StoreError> { Ok(c.query_row(sql, [], |r| r.get::<_, i64>(0))? as usize) };
+            Ok(MemoryStats {
+                memories: count("SELECT count(*) FROM memories")?,
+                turns: count("SELECT count(*) FROM memories WHERE kind = 'turn'")?,
+                summaries: count("SELECT count(*) FROM memories WHERE kind = 'summary'")?,
+                lore_chunks: count("SELECT count(*) FROM memories WHERE kind = 'lore'")?,
+                sessions: count("SELECT count(DISTINCT session) FROM memories WHERE session IS NOT NULL")?,
+                unsummarised_turns: count("SELECT count(*) FROM memories WHERE kind = 'turn' AND summarised = 0")?,
+                with_vectors: c.query_row("SELECT count(*) FROM memory_vectors WHERE model = ?1", [&model], |r| r.get::<_, i64>(0))?
+                    as usize,
+                ..Default::default()
+            })
+        })?;
+        stats.without_vectors = stats.memories.saturating_sub(stats.with_vectors);
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        stats.model = model;
+        stats.dimension = index.dim;
+        stats.ann_pending = index.pending();
+        stats.ann_indexed = index.len() - stats.ann_pending;
+        stats.rebuilding = self.rebuilding.load(Ordering::SeqCst);
+        Ok(stats)
+    }
+
+    /// Embed every memory that has no vector of the current model (all of them with
+    /// `force`), in batches, reporting `(done, total)`; then reload the index.
+    pub fn reindex(&self, force: bool, mut progress: impl FnMut(usize, usize)) -> Result<usize, MemoryError> {
+        let model = self.model_id();
+        let todo: Vec<(i64, String)> = self.store.with(|c| {
+            let sql = if force {
+                "SELECT rowid, text FROM memories ORDER BY rowid"
+            } else {
+                "SELECT m.rowid, m.text FROM memories m LEFT JOIN memory_vectors v ON v.memory_rowid = m.rowid AND v.model = ?1 \
+                 WHERE v.memory_rowid IS NULL ORDER BY m.rowid"
+            };
+            let mut stmt = c.prepare(sql)?;
+            let rows = if force {
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?
+            } else {
+                stmt.query_map([&model], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?
+            };
+            Ok(rows)
+        })?;
+        let embedder = if todo.is_empty() { None } else { Some(self.embedder()?) };
+        let total = todo.len();
+        progress(0, total);
+        for (done, chunk) in todo.chunks(256).enumerate() {
+            let Some(embedder) = embedder.as_ref() else { break };
+            let texts = self.reindex_texts(chunk)?;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = embedder.embed_documents(&texts)?;
+            self.store.transaction(|tx| {
+                let pairs: Vec<(i64, &[f32])> = chunk.iter().map(|(r, _)| *r).zip(vectors.iter().map(|v| v.as_slice())).collect();
+                records::store_vectors(tx, &model, &pairs)
+            })?;
+            progress((done * 256 + chunk.len()).min(total), total);
+        }
+        self.load_vectors()?;
+        Ok(total)
+    }
+
+    /// The embedding texts of stored memories, with the same context as [`Self::add`].
+    fn reindex_texts(&self, rows: &[(i64, String)]) -> Result<Vec<String>, MemoryError> {
+        let window = self.config().retrieval.context_turns as i64;
+        if window == 0 {
+            return Ok(rows.iter().map(|(_, t)| t.clone()).collect());
+        }
+        let texts = self.store.with(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
+                 WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
+            )?;
+            rows.iter()
+                .map(|(rowid, text)| {
+                    let mut earlier: Vec<String> =
+                        stmt.query_map(rusqlite::params![rowid, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                    earlier.reverse();
+                    earlier.push(text.clone());
+                    Ok(earlier.join("\n"))
+                })
+                .collect()
+        })?;
+        Ok(texts)
+    }
+
+    /// Build the HNSW graph over every vector now in the index (slow: run it on a worker).
+    /// Memories added meanwhile stay in the exactly-scanned tail.
+    pub fn rebuild_ann(&self) -> Result<usize, MemoryError> {
+        if self.rebuilding.swap(true, Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let (data, dim, count, last_rowid) = {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            (index.data.clone(), index.dim, index.len(), index.rowids.last().copied().unwrap_or(0))
+        };
+        let ann = build_ann(&data, dim, 0x10e_4ee9);
+        let bytes = super::vectors::encode_ann(&ann).map_err(MemoryError::Invalid);
+        let saved = bytes.and_then(|bytes| {
+            let model = self.model_id();
+            Ok(self.store.with(|c| {
+                c.execute(
+                    "INSERT INTO memory_ann(id, model, max_rowid, count, built_at, graph) VALUES (1, ?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT(id) DO UPDATE SET model = excluded.model, max_rowid = excluded.max_rowid,
+                     count = excluded.count, built_at = excluded.built_at, graph = excluded.graph",
+                    rusqlite::params![model, last_rowid, count as i64, crate::store::now_rfc3339(), bytes],
+                )?;
+                Ok(())
+            })?)
+        });
+        if let Err(e) = saved {
+            self.rebuilding.store(false, Ordering::SeqCst);
+            return Err(e);
+        }
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            // Rows were only appended since the snapshot unless a delete reshuffled them.
+            if index.len() >= count && index.data[..count * dim] == data[..] {
+                index.ann = Some(Arc::new(ann));
+            }
+        }
+        self.rebuilding.store(false, Ordering::SeqCst);
+        Ok(count)
+    }
+
+    /// Exact vector search (the ground truth for the graph's recall).
+    pub fn vector_exact(&self, query: &[f32], n: usize) -> Vec<Candidate> {
+        self.index.read().unwrap_or_else(|p| p.into_inner()).search_exact(query, n, &|_| true)
+    }
+
+    /// The content hash stored with the memories of `source`, if any.
+    pub fn source_hash(&self, source: &str) -> Result<Option<String>, MemoryError> {
+        Ok(self.store.with(|c| {
+            Ok(c.query_row("SELECT content_hash FROM memories WHERE source = ?1 LIMIT 1", [source], |r| r.get(0))
+                .optional()?
+                .flatten())
+        })?)
+    }
+
+    /// Every lore source currently indexed.
+    pub fn lore_sources(&self) -> Result<Vec<String>, MemoryError> {
+        Ok(self.store.with(|c| {
+            let mut stmt = c.prepare("SELECT DISTINCT source FROM memories WHERE kind = 'lore' AND source IS NOT NULL")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<Result<Vec<String>, _>>()?)
+        })?)
+    }
+
+    /// Delete the memories of `source` (their FTS rows and vectors go with them).
+    pub fn remove_source(&self, source: &str) -> Result<usize, MemoryError> {
+        let removed: Vec<i64> = self.store.transaction(|tx| {
+            let rowids: Vec<i64> = tx
+                .prepare("SELECT rowid FROM memories WHERE source = ?1")?
+                .query_map([source], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            tx.execute("DELETE FROM memories WHERE source = ?1", [source])?;
+            Ok(rowids)
+        })?;
+        if !removed.is_empty() {
+            let gone: HashSet<i64> = removed.iter().copied().collect();
+            self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| !gone.contains(&r));
+        }
+        Ok(removed.len())
+    }
+
+    /// A memory and the turns around it (the browser's "source turn in context").
+    pub fn context(&self, id: &str, before: usize, after: usize) -> Result<Vec<Memory>, MemoryError> {
+        self.with_reader(|c| match records::get(c, id)? {
+            Some(m) if m.kind == MemoryKind::Turn => Ok(records::context(c, &m, before, after)?),
+            Some(m) => Ok(vec![m]),
+            None => Err(MemoryError::Store(StoreError::NotFound(format!("memory {id}")))),
+        })
+    }
+}

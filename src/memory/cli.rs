@@ -1,0 +1,269 @@
+//! `lorekeeper memory ...`: import, search, eval, reindex, stats — each sent to the
+//! engine as a [`MemoryCommand`] and answered by a [`MemoryEvent`].
+//!
+//! With `--json` stdout carries exactly one JSON document (the hits array, the summary,
+//! the report), so scripts can pipe it; progress always goes to stderr.
+
+use super::commands::{MemoryCommand, MemoryEvent};
+use super::records::Scope;
+use super::retrieval::{SearchFilter, SearchMode, SearchRequest};
+use crate::engine::{Command, CoreEvent, EngineHandle, Event};
+use anyhow::{Result, anyhow, bail};
+use clap::{Args, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryAction {
+    /// Import turns from a JSON-lines file: {"id","speaker","text","time"?,"session"?,"scope"?,"witnesses"?}.
+    Import { file: PathBuf },
+    /// Hybrid search; prints the hits best first.
+    Search(SearchArgs),
+    /// Recall@k of a JSON-lines question file: {"question","evidence":[ids]}.
+    Eval(EvalArgs),
+    /// Embed memories missing a vector of the current model, then rebuild the vector graph.
+    Reindex {
+        /// Re-embed every memory, not only those without a vector.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Counts of memories, vectors and index state.
+    Stats,
+    /// Chunk, embed and index markdown lore files (only files whose content changed).
+    Lore {
+        /// The lore folder (default: `lore/`).
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    pub query: String,
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// hybrid, keyword or vector.
+    #[arg(long, default_value = "hybrid", value_parser = parse_mode)]
+    pub mode: SearchMode,
+    /// world, campaign[:ID] or character[:ID].
+    #[arg(long)]
+    pub scope: Option<String>,
+    #[arg(long)]
+    pub speaker: Option<String>,
+    /// Only what this character witnessed or was told.
+    #[arg(long)]
+    pub witness: Option<String>,
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Earliest time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Latest time (RFC 3339 or YYYY-MM-DD, inclusive).
+    #[arg(long)]
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    pub file: PathBuf,
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    #[arg(long, default_value = "hybrid", value_parser = parse_mode)]
+    pub mode: SearchMode,
+}
+
+fn parse_mode(text: &str) -> Result<SearchMode, String> {
+    SearchMode::parse(text).ok_or_else(|| format!("unknown mode {text:?} (hybrid, keyword, vector)"))
+}
+
+/// Wait for the event that answers a command; engine errors end the wait.
+fn wait<T>(engine: &EngineHandle, mut answer: impl FnMut(&MemoryEvent) -> Option<T>) -> Result<T> {
+    let timeout = Duration::from_secs(6 * 3600);
+    loop {
+        let event = engine.events().recv_timeout(timeout).map_err(|_| anyhow!("no answer from the engine within {timeout:?}"))?;
+        match &event {
+            Event::Memory(e) => {
+                if let Some(done) = answer(e) {
+                    return Ok(done);
+                }
+            }
+            Event::Core(CoreEvent::Error { context, message }) => bail!("{context}: {message}"),
+            Event::Core(CoreEvent::Stopped) => bail!("the engine stopped unexpectedly"),
+            _ => {}
+        }
+    }
+}
+
+fn progress(label: &str, done: usize, total: usize) {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "\r{label}: {done}/{total}");
+    if done == total {
+        let _ = writeln!(err);
+    }
+    let _ = err.flush();
+}
+
+pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match action {
+        MemoryAction::Import { file } => {
+            engine.send(Command::Memory(MemoryCommand::Import { path: file }))?;
+            let summary = wait(engine, |e| match e {
+                MemoryEvent::ImportProgress { done, total } => {
+                    progress("imported", *done, *total);
+                    None
+                }
+                MemoryEvent::Imported { summary } => Some(summary.clone()),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&summary)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "imported {} turns from {} session(s) in {} ms ({:.0}/s)",
+                    summary.imported, summary.sessions, summary.elapsed_ms, summary.per_second
+                )?;
+            }
+        }
+        MemoryAction::Search(args) => {
+            let scope = match &args.scope {
+                Some(s) => Some(Scope::parse(s).ok_or_else(|| anyhow!("unknown scope {s:?} (world, campaign:ID, character:ID)"))?),
+                None => None,
+            };
+            let request = SearchRequest {
+                query: args.query,
+                k: args.k,
+                mode: args.mode,
+                filter: SearchFilter {
+                    scope,
+                    speaker: args.speaker,
+                    witness: args.witness,
+                    session: args.session,
+                    time_from: args.from,
+                    time_to: args.to,
+                    kinds: Vec::new(),
+                },
+            };
+            engine.send(Command::Memory(MemoryCommand::Search { request }))?;
+            let hits = wait(engine, |e| match e {
+                MemoryEvent::SearchResults { hits, .. } => Some(hits.clone()),
+                _ => None,
+            })?;
+            if json {
+                let list: Vec<serde_json::Value> = hits
+                    .iter()
+                    .map(|h| {
+                        serde_json::json!({
+                            "id": h.id, "text": h.text, "speaker": h.speaker, "score": h.score,
+                            "keyword_score": h.keyword_score, "vector_score": h.vector_score, "rank": h.rank,
+                            "kind": h.kind, "session": h.session, "time": h.time,
+                        })
+                    })
+                    .collect();
+                writeln!(out, "{}", serde_json::to_string(&list)?)?;
+            } else {
+                for h in &hits {
+                    let score = |s: Option<f32>| s.map(|s| format!("{s:.3}")).unwrap_or_else(|| "-".into());
+                    writeln!(
+                        out,
+                        "{:>3}. [{:.4}] kw {} vec {}  {} ({}): {}",
+                        h.rank,
+                        h.score,
+                        score(h.keyword_score),
+                        score(h.vector_score),
+                        h.id,
+                        h.speaker.as_deref().unwrap_or("-"),
+                        h.text
+                    )?;
+                }
+            }
+        }
+        MemoryAction::Eval(args) => {
+            engine.send(Command::Memory(MemoryCommand::Eval { path: args.file, k: args.k, mode: args.mode }))?;
+            let report = wait(engine, |e| match e {
+                MemoryEvent::Evaluated { report } => Some(report.clone()),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{} questions, mode {:?}: recall@{} {:.3}, recall@5 {:.3}, recall@10 {:.3}",
+                    report.questions, report.mode, report.k, report.recall_at_k, report.recall_at_5, report.recall_at_10
+                )?;
+                for (name, r) in report.by_type.iter().chain(report.by_split.iter()) {
+                    writeln!(out, "  {name:<12} {:>3} questions: @5 {:.3}  @10 {:.3}", r.questions, r.recall_at_5, r.recall_at_10)?;
+                }
+            }
+        }
+        MemoryAction::Reindex { force } => {
+            engine.send(Command::Memory(MemoryCommand::Reindex { force }))?;
+            let embedded = wait(engine, |e| match e {
+                MemoryEvent::ReindexProgress { done, total } => {
+                    progress("embedded", *done, *total);
+                    None
+                }
+                MemoryEvent::IndexRebuilding { vectors } => {
+                    eprintln!("building the vector graph over {vectors} vectors...");
+                    None
+                }
+                MemoryEvent::Reindexed { embedded } => Some(*embedded),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::json!({ "embedded": embedded }))?;
+            } else {
+                writeln!(out, "embedded {embedded} memories; vector graph rebuilt")?;
+            }
+        }
+        MemoryAction::Lore { dir } => {
+            engine.send(Command::Memory(MemoryCommand::IndexLore { dir }))?;
+            let report = wait(engine, |e| match e {
+                MemoryEvent::LoreIndexed { report } => Some(report.clone()),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{} lore files: {} indexed ({} chunks), {} unchanged, {} removed",
+                    report.files, report.indexed, report.chunks, report.unchanged, report.removed
+                )?;
+            }
+        }
+        MemoryAction::Stats => {
+            engine.send(Command::Memory(MemoryCommand::Stats))?;
+            let stats = wait(engine, |e| match e {
+                MemoryEvent::Stats { stats } => Some(stats.clone()),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&stats)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{} memories ({} turns, {} summaries, {} lore chunks) in {} sessions\n\
+                     vectors: {} of model {} ({} missing); graph: {} indexed, {} pending{}\n\
+                     unsummarised turns: {}",
+                    stats.memories,
+                    stats.turns,
+                    stats.summaries,
+                    stats.lore_chunks,
+                    stats.sessions,
+                    stats.with_vectors,
+                    stats.model,
+                    stats.without_vectors,
+                    stats.ann_indexed,
+                    stats.ann_pending,
+                    if stats.rebuilding { " (rebuilding)" } else { "" },
+                    stats.unsummarised_turns
+                )?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

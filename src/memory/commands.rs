@@ -1,0 +1,240 @@
+//! The memory capability's commands and events, run by the engine on blocking workers.
+
+use super::bank::{MemoryBank, MemoryError, MemoryStats};
+use super::eval::{self, EvalReport};
+use super::records::{Memory, MemoryKind, NewMemory, Scope};
+use super::retrieval::{RetrievalHit, SearchMode, SearchRequest};
+use crate::engine::{EngineContext, Event};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub enum MemoryCommand {
+    /// Import turns from a JSON-lines file.
+    Import { path: PathBuf },
+    Search { request: SearchRequest },
+    /// Measure recall on a JSON-lines question file.
+    Eval { path: PathBuf, k: usize, mode: SearchMode },
+    /// Embed memories that lack a vector of the current model (all with `force`), then
+    /// rebuild the vector graph.
+    Reindex { force: bool },
+    Stats,
+    /// A memory with the turns around it.
+    Context { id: String, before: usize, after: usize },
+    /// Chunk, embed and index the markdown lore under `dir` (default: the lore folder).
+    IndexLore { dir: Option<PathBuf> },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum MemoryEvent {
+    ImportProgress { done: usize, total: usize },
+    Imported { summary: ImportSummary },
+    SearchResults { query: String, mode: SearchMode, hits: Vec<RetrievalHit>, elapsed_ms: f64 },
+    Evaluated { report: EvalReport },
+    ReindexProgress { done: usize, total: usize },
+    /// The vector graph is being rebuilt / was rebuilt.
+    IndexRebuilding { vectors: usize },
+    IndexRebuilt { vectors: usize, elapsed_ms: u64 },
+    Reindexed { embedded: usize },
+    Stats { stats: MemoryStats },
+    Context { id: String, memories: Vec<Memory> },
+    LoreIndexed { report: super::lore::LoreReport },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportSummary {
+    pub path: String,
+    pub imported: usize,
+    pub sessions: usize,
+    pub elapsed_ms: u64,
+    pub per_second: f64,
+}
+
+/// One line of an import file.
+#[derive(Debug, Clone, Deserialize)]
+struct ImportLine {
+    id: String,
+    speaker: String,
+    text: String,
+    #[serde(default)]
+    time: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    witnesses: Vec<String>,
+    #[serde(default)]
+    fiction_time: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+/// Parse an import file fully before writing anything: a bad line changes nothing.
+pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| MemoryError::Read { path: shown.clone(), message: e.to_string() })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| MemoryError::BadLine { path: shown.clone(), line: i + 1, message };
+        let l: ImportLine = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        if l.id.trim().is_empty() || l.text.trim().is_empty() {
+            return Err(bad("`id` and `text` must not be empty".into()));
+        }
+        let scope = match &l.scope {
+            Some(s) => Scope::parse(s).ok_or_else(|| bad(format!("unknown scope {s:?} (world, campaign:ID, character:ID)")))?,
+            None => Scope::world(),
+        };
+        let kind = match &l.kind {
+            Some(k) => MemoryKind::parse(k).ok_or_else(|| bad(format!("unknown kind {k:?} (turn, summary, lore)")))?,
+            None => MemoryKind::Turn,
+        };
+        out.push(NewMemory {
+            id: Some(l.id),
+            kind,
+            scope,
+            speaker: Some(l.speaker),
+            text: l.text,
+            session: l.session,
+            fiction_time: l.fiction_time,
+            time: l.time,
+            witnesses: l.witnesses,
+            source: Some(shown.clone()),
+            content_hash: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Import `path` into `bank` in batches, reporting progress after each.
+pub fn import_file(
+    bank: &MemoryBank,
+    path: &Path,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ImportSummary, MemoryError> {
+    let started = Instant::now();
+    let items = read_import(path)?;
+    let total = items.len();
+    let sessions = items.iter().filter_map(|m| m.session.as_deref()).collect::<std::collections::HashSet<_>>().len();
+    progress(0, total);
+    let mut done = 0;
+    for chunk in items.chunks(256) {
+        bank.add(chunk.to_vec())?;
+        done += chunk.len();
+        progress(done, total);
+    }
+    let elapsed = started.elapsed();
+    Ok(ImportSummary {
+        path: path.display().to_string(),
+        imported: total,
+        sessions,
+        elapsed_ms: elapsed.as_millis() as u64,
+        per_second: total as f64 / elapsed.as_secs_f64().max(1e-9),
+    })
+}
+
+/// The engine's bank for its library (one per library file, shared by every command).
+pub fn bank_for(ctx: &EngineContext) -> Result<Arc<MemoryBank>, MemoryError> {
+    static BANKS: Mutex<Option<HashMap<PathBuf, Arc<MemoryBank>>>> = Mutex::new(None);
+    let config = ctx.config().memory;
+    let mut banks = BANKS.lock().unwrap_or_else(|p| p.into_inner());
+    let map = banks.get_or_insert_with(HashMap::new);
+    let key = ctx.store.path().to_path_buf();
+    if let Some(bank) = map.get(&key) {
+        if bank.config().embedding == config.embedding {
+            bank.set_config(config);
+            return Ok(bank.clone());
+        }
+    }
+    let bank = MemoryBank::open(ctx.store.clone(), config)?;
+    map.insert(key, bank.clone());
+    Ok(bank)
+}
+
+pub fn handle(ctx: &Arc<EngineContext>, command: MemoryCommand) {
+    let ctx = ctx.clone();
+    ctx.runtime.clone().spawn_blocking(move || {
+        let what = describe(&command);
+        if let Err(e) = run(&ctx, command) {
+            ctx.emit(Event::error(what, e));
+        }
+    });
+}
+
+fn describe(command: &MemoryCommand) -> &'static str {
+    match command {
+        MemoryCommand::Import { .. } => "memory import",
+        MemoryCommand::Search { .. } => "memory search",
+        MemoryCommand::Eval { .. } => "memory eval",
+        MemoryCommand::Reindex { .. } => "memory reindex",
+        MemoryCommand::Stats => "memory stats",
+        MemoryCommand::Context { .. } => "memory context",
+        MemoryCommand::IndexLore { .. } => "memory lore",
+    }
+}
+
+fn emit(ctx: &EngineContext, event: MemoryEvent) {
+    ctx.emit(Event::Memory(event));
+}
+
+fn run(ctx: &EngineContext, command: MemoryCommand) -> Result<(), MemoryError> {
+    let bank = bank_for(ctx)?;
+    match command {
+        MemoryCommand::Import { path } => {
+            let mut last = Instant::now();
+            let summary = import_file(&bank, &path, |done, total| {
+                // At most ~10 progress events a second, plus the first and the last.
+                if done == 0 || done == total || last.elapsed().as_millis() >= 100 {
+                    last = Instant::now();
+                    emit(ctx, MemoryEvent::ImportProgress { done, total });
+                }
+            })?;
+            emit(ctx, MemoryEvent::Imported { summary });
+        }
+        MemoryCommand::Search { request } => {
+            let started = Instant::now();
+            let hits = bank.search(&request)?;
+            emit(
+                ctx,
+                MemoryEvent::SearchResults {
+                    query: request.query,
+                    mode: request.mode,
+                    hits,
+                    elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+                },
+            );
+        }
+        MemoryCommand::Eval { path, k, mode } => {
+            let questions = eval::read_questions(&path)?;
+            let report = eval::evaluate(&bank, &questions, k, mode)?;
+            emit(ctx, MemoryEvent::Evaluated { report });
+        }
+        MemoryCommand::Reindex { force } => {
+            let embedded = bank.reindex(force, |done, total| emit(ctx, MemoryEvent::ReindexProgress { done, total }))?;
+            let vectors = bank.stats()?.with_vectors;
+            emit(ctx, MemoryEvent::IndexRebuilding { vectors });
+            let started = Instant::now();
+            let vectors = bank.rebuild_ann()?;
+            emit(ctx, MemoryEvent::IndexRebuilt { vectors, elapsed_ms: started.elapsed().as_millis() as u64 });
+            emit(ctx, MemoryEvent::Reindexed { embedded });
+        }
+        MemoryCommand::Stats => emit(ctx, MemoryEvent::Stats { stats: bank.stats()? }),
+        MemoryCommand::Context { id, before, after } => {
+            let memories = bank.context(&id, before, after)?;
+            emit(ctx, MemoryEvent::Context { id, memories });
+        }
+        MemoryCommand::IndexLore { dir } => {
+            let dir = dir.unwrap_or_else(crate::config::lore_dir);
+            let report = super::lore::index_lore(&bank, &dir)?;
+            emit(ctx, MemoryEvent::LoreIndexed { report });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,425 @@
+//! Sentence embeddings with ONNX Runtime (`ort`) and `tokenizers`, on one worker thread.
+//!
+//! Why a dedicated thread: an `ort` session is expensive to create (tens of MB of weights)
+//! and runs fastest on whole batches. Every caller sends its texts to the one worker, which
+//! drains whatever is queued, sorts it by length (less padding), runs it in batches of
+//! `batch_size` and scatters the vectors back. Callers block on a reply channel, so the
+//! embedder is used from the engine's blocking workers, never from the UI thread.
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+/// How token vectors become one sentence vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// Mean of the token vectors under the attention mask (sentence-transformers' MiniLM).
+    #[default]
+    Mean,
+    /// The first token's vector (bge models).
+    Cls,
+}
+
+/// Where the model lives and how to run it. Defaults fit all-MiniLM-L6-v2 as installed
+/// by `.ci/setup.sh`; another BERT-style model (bge-small, nomic-embed) is a matter of
+/// pointing `model_dir` at it and setting pooling, dimension and prefixes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EmbeddingConfig {
+    /// Folder holding the model and `tokenizer.json` (default: `models/all-MiniLM-L6-v2`).
+    pub model_dir: Option<PathBuf>,
+    /// The ONNX file inside `model_dir`. `model.onnx` is fp32, `model_int8.onnx` int8.
+    pub model_file: String,
+    pub tokenizer_file: String,
+    /// `libonnxruntime.so` (default: `$ORT_DYLIB_PATH`, else `models/onnxruntime/`).
+    pub runtime_library: Option<PathBuf>,
+    pub pooling: Pooling,
+    pub dimension: usize,
+    /// Longest input in tokens; longer texts are truncated.
+    pub max_length: usize,
+    /// Intra-op threads of the ONNX session.
+    pub threads: usize,
+    /// Texts per model call.
+    pub batch_size: usize,
+    /// Prepended to queries / documents (e.g. nomic's `search_query: `).
+    pub query_prefix: String,
+    pub document_prefix: String,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self {
+            model_dir: None,
+            model_file: "model.onnx".into(),
+            tokenizer_file: "tokenizer.json".into(),
+            runtime_library: None,
+            pooling: Pooling::Mean,
+            dimension: 384,
+            max_length: 256,
+            threads: 2,
+            batch_size: 32,
+            query_prefix: String::new(),
+            document_prefix: String::new(),
+        }
+    }
+}
+
+impl EmbeddingConfig {
+    pub fn model_dir(&self) -> PathBuf {
+        self.model_dir.clone().unwrap_or_else(|| crate::config::models_dir().join("all-MiniLM-L6-v2"))
+    }
+
+    pub fn runtime_library(&self) -> PathBuf {
+        if let Some(path) = &self.runtime_library {
+            return path.clone();
+        }
+        if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+            return PathBuf::from(path);
+        }
+        crate::config::models_dir().join("onnxruntime").join("libonnxruntime.so")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmbedError {
+    #[error("{what} not found at {path}; install the model files with `bash .ci/setup.sh` (or set memory.embedding paths in the config)")]
+    Missing { what: &'static str, path: PathBuf },
+    #[error("cannot load ONNX Runtime from {path}: {message}")]
+    Runtime { path: PathBuf, message: String },
+    #[error("cannot load the embedding model {path}: {message}")]
+    Model { path: PathBuf, message: String },
+    #[error("cannot load the tokenizer {path}: {message}")]
+    Tokenizer { path: PathBuf, message: String },
+    #[error("the model gives {found}-dimensional vectors but the config says {expected}")]
+    Dimension { expected: usize, found: usize },
+    #[error("embedding failed: {0}")]
+    Inference(String),
+    #[error("the embedder has stopped")]
+    Stopped,
+}
+
+/// ONNX Runtime allows one environment per process, and the library can be loaded once.
+static ORT_ENVIRONMENT: OnceLock<Result<(PathBuf, ort::environment::Environment), String>> = OnceLock::new();
+
+fn environment(library: &Path) -> Result<&'static ort::environment::Environment, EmbedError> {
+    if !library.is_file() {
+        return Err(EmbedError::Missing { what: "the ONNX Runtime library", path: library.to_path_buf() });
+    }
+    let loaded = ORT_ENVIRONMENT.get_or_init(|| {
+        let builder = ort::init_from(library).map_err(|e| e.to_string())?;
+        let env = builder.with_name("lorekeeper").build().map_err(|e| e.to_string())?;
+        Ok((library.to_path_buf(), env))
+    });
+    match loaded {
+        Ok((_, env)) => Ok(env),
+        Err(message) => Err(EmbedError::Runtime { path: library.to_path_buf(), message: message.clone() }),
+    }
+}
+
+struct Job {
+    texts: Vec<String>,
+    reply: Sender<Result<Vec<Vec<f32>>, EmbedError>>,
+}
+
+/// Handle to the embedding worker. Cloning shares the worker.
+#[derive(Clone)]
+pub struct Embedder {
+    jobs: Sender<Job>,
+    config: EmbeddingConfig,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder").field("model", &self.config.model_dir().join(&self.config.model_file)).finish()
+    }
+}
+
+impl Embedder {
+    /// Load the model on a new worker thread; returns once it is ready (or failed).
+    pub fn start(config: &EmbeddingConfig) -> Result<Embedder, EmbedError> {
+        let config = config.clone();
+        let (jobs_tx, jobs_rx) = bounded::<Job>(1024);
+        let (ready_tx, ready_rx) = bounded::<Result<(), EmbedError>>(1);
+        let worker_config = config.clone();
+        std::thread::Builder::new()
+            .name("lorekeeper-embedder".into())
+            .spawn(move || match Model::load(&worker_config) {
+                Ok(mut model) => {
+                    let _ = ready_tx.send(Ok(()));
+                    model.serve(jobs_rx);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| EmbedError::Inference(format!("cannot start the embedder thread: {e}")))?;
+        ready_rx.recv().map_err(|_| EmbedError::Stopped)??;
+        Ok(Embedder { jobs: jobs_tx, config })
+    }
+
+    /// The one embedder of the process for `config`: started on first use, restarted
+    /// only when the configuration changes.
+    pub fn shared(config: &EmbeddingConfig) -> Result<Embedder, EmbedError> {
+        static SHARED: Mutex<Option<Embedder>> = Mutex::new(None);
+        let mut slot = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = slot.as_ref().filter(|e| e.config == *config) {
+            return Ok(existing.clone());
+        }
+        let started = Embedder::start(config)?;
+        *slot = Some(started.clone());
+        Ok(started)
+    }
+
+    pub fn config(&self) -> &EmbeddingConfig {
+        &self.config
+    }
+
+    pub fn dimension(&self) -> usize {
+        self.config.dimension
+    }
+
+    /// Embed texts as they are (no prefix). Vectors are L2-normalised.
+    pub fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = bounded(1);
+        self.jobs.send(Job { texts, reply }).map_err(|_| EmbedError::Stopped)?;
+        answer.recv().map_err(|_| EmbedError::Stopped)?
+    }
+
+    /// Embed stored documents (with the document prefix).
+    pub fn embed_documents(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let prefix = &self.config.document_prefix;
+        self.embed(texts.iter().map(|t| format!("{prefix}{t}")).collect())
+    }
+
+    /// Embed one search query (with the query prefix).
+    pub fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let mut out = self.embed(vec![format!("{}{text}", self.config.query_prefix)])?;
+        out.pop().ok_or_else(|| EmbedError::Inference("no vector returned".into()))
+    }
+}
+
+/// The worker's state: tokenizer and session.
+struct Model {
+    tokenizer: Tokenizer,
+    session: ort::session::Session,
+    input_names: Vec<String>,
+    config: EmbeddingConfig,
+}
+
+impl Model {
+    fn load(config: &EmbeddingConfig) -> Result<Model, EmbedError> {
+        let dir = config.model_dir();
+        let model_path = dir.join(&config.model_file);
+        let tokenizer_path = dir.join(&config.tokenizer_file);
+        if !model_path.is_file() {
+            return Err(EmbedError::Missing { what: "the embedding model", path: model_path });
+        }
+        if !tokenizer_path.is_file() {
+            return Err(EmbedError::Missing { what: "the tokenizer", path: tokenizer_path });
+        }
+        let env = environment(&config.runtime_library())?;
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
+            .map_err(|e| EmbedError::Tokenizer { path: tokenizer_path.clone(), message: e.to_string() })?;
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: config.max_length.max(8), ..Default::default() }))
+            .map_err(|e| EmbedError::Tokenizer { path: tokenizer_path.clone(), message: e.to_string() })?;
+        let pad_id = tokenizer.get_padding().map(|p| p.pad_id).unwrap_or(0);
+        let pad_token = tokenizer.get_padding().map(|p| p.pad_token.clone()).unwrap_or_else(|| "[PAD]".into());
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            pad_id,
+            pad_token,
+            ..Default::default()
+        }));
+        let model_err = |e: ort::Error| EmbedError::Model { path: model_path.clone(), message: e.to_string() };
+        let session = ort::session::Session::builder(env)
+            .map_err(model_err)?
+            .with_optimization_level(ort::session::builder::GraphOptimizationLevel::All)
+            .map_err(|e| model_err(e.into()))?
+            .with_intra_threads(config.threads.max(1))
+            .map_err(|e| model_err(e.into()))?
+            .commit_from_file(&model_path)
+            .map_err(model_err)?;
+        let input_names = session.inputs().iter().map(|i| i.name().to_string()).collect();
+        let mut model = Model { tokenizer, session, input_names, config: config.clone() };
+        // Check the dimension once, so a wrong config fails at start, not mid-import.
+        let probe = model.run(&["dimension probe"])?;
+        let found = probe.first().map(|v| v.len()).unwrap_or(0);
+        if found != config.dimension {
+            return Err(EmbedError::Dimension { expected: config.dimension, found });
+        }
+        Ok(model)
+    }
+
+    fn serve(&mut self, jobs: Receiver<Job>) {
+        while let Ok(first) = jobs.recv() {
+            // Drain what else is queued so concurrent callers share batches.
+            let mut batch = vec![first];
+            let mut queued: usize = batch[0].texts.len();
+            while queued < self.config.batch_size * 8 {
+                match jobs.try_recv() {
+                    Ok(job) => {
+                        queued += job.texts.len();
+                        batch.push(job);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let texts: Vec<&str> = batch.iter().flat_map(|j| j.texts.iter().map(String::as_str)).collect();
+            let result = self.embed_sorted(&texts);
+            let mut offset = 0;
+            for job in batch {
+                let n = job.texts.len();
+                let answer = match &result {
+                    Ok(vectors) => Ok(vectors[offset..offset + n].to_vec()),
+                    Err(e) => Err(e.clone()),
+                };
+                offset += n;
+                let _ = job.reply.send(answer);
+            }
+        }
+    }
+
+    /// Embed in length order (similar lengths share a batch, so little padding), then
+    /// return the vectors in the callers' order.
+    fn embed_sorted(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(self.config.batch_size.max(1)) {
+            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
+            let vectors = self.run(&batch)?;
+            for (&i, v) in chunk.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EmbedError::Inference(format!("tokenizer: {e}")))?;
+        let batch = encodings.len();
+        let seq = encodings.iter().map(|e| e.get_ids().len()).max().unwrap_or(0).max(1);
+        let mut ids = vec![0i64; batch * seq];
+        let mut mask = vec![0i64; batch * seq];
+        let mut types = vec![0i64; batch * seq];
+        for (row, enc) in encodings.iter().enumerate() {
+            for (col, ((&id, &m), &t)) in
+                enc.get_ids().iter().zip(enc.get_attention_mask()).zip(enc.get_type_ids()).enumerate()
+            {
+                ids[row * seq + col] = id as i64;
+                mask[row * seq + col] = m as i64;
+                types[row * seq + col] = t as i64;
+            }
+        }
+        let shape = [batch, seq];
+        let tensor = |data: &Vec<i64>| {
+            ort::value::Tensor::from_array((shape, data.clone()))
+                .map_err(|e| EmbedError::Inference(e.to_string()))
+        };
+        let mut inputs: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = Vec::new();
+        for name in &self.input_names {
+            let data = match name.as_str() {
+                "input_ids" => &ids,
+                "attention_mask" => &mask,
+                "token_type_ids" => &types,
+                other => return Err(EmbedError::Inference(format!("the model wants an unknown input {other:?}"))),
+            };
+            inputs.push((Cow::Owned(name.clone()), tensor(data)?.into()));
+        }
+        let outputs = self.session.run(inputs).map_err(|e| EmbedError::Inference(e.to_string()))?;
+        let (_, value) = outputs.iter().next().ok_or_else(|| EmbedError::Inference("the model has no output".into()))?;
+        let (out_shape, data) = value.try_extract_tensor::<f32>().map_err(|e| EmbedError::Inference(e.to_string()))?;
+        let dims: Vec<usize> = out_shape.iter().map(|&d| d.max(0) as usize).collect();
+        let vectors = match dims.as_slice() {
+            // Token vectors: pool them.
+            [b, s, d] if *b == batch && *s == seq => {
+                pool(data, &mask, batch, seq, *d, self.config.pooling)
+            }
+            // Already one vector per text (models exported with pooling inside).
+            [b, d] if *b == batch => data.chunks(*d).map(|c| c.to_vec()).collect(),
+            other => return Err(EmbedError::Inference(format!("unexpected output shape {other:?}"))),
+        };
+        Ok(vectors.into_iter().map(normalise).collect())
+    }
+}
+
+/// Pool `[batch, seq, dim]` token vectors into one vector per row.
+fn pool(data: &[f32], mask: &[i64], batch: usize, seq: usize, dim: usize, pooling: Pooling) -> Vec<Vec<f32>> {
+    (0..batch)
+        .map(|b| {
+            let row = &data[b * seq * dim..(b + 1) * seq * dim];
+            match pooling {
+                Pooling::Cls => row[..dim].to_vec(),
+                Pooling::Mean => {
+                    let mut sum = vec![0f32; dim];
+                    let mut count = 0f32;
+                    for s in 0..seq {
+                        if mask[b * seq + s] == 0 {
+                            continue;
+                        }
+                        count += 1.0;
+                        for (acc, x) in sum.iter_mut().zip(&row[s * dim..(s + 1) * dim]) {
+                            *acc += x;
+                        }
+                    }
+                    let count = count.max(1e-9);
+                    sum.iter_mut().for_each(|x| *x /= count);
+                    sum
+                }
+            }
+        })
+        .collect()
+}
+
+/// Unit length, so a dot product is the cosine similarity.
+pub fn normalise(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 1e-12 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// Shared pointer type used by the rest of the memory module.
+pub type SharedEmbedder = Arc<Embedder>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_pooling_ignores_padding_and_cls_takes_the_first_token() {
+        // batch 1, seq 3 (last is padding), dim 2
+        let data = [1.0, 2.0, 3.0, 4.0, 100.0, 100.0];
+        let mask = [1, 1, 0];
+        assert_eq!(pool(&data, &mask, 1, 3, 2, Pooling::Mean), vec![vec![2.0, 3.0]]);
+        assert_eq!(pool(&data, &mask, 1, 3, 2, Pooling::Cls), vec![vec![1.0, 2.0]]);
+    }
+
+    #[test]
+    fn normalise_gives_unit_vectors_and_leaves_zero_alone() {
+        let v = normalise(vec![3.0, 4.0]);
+        assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
+        assert_eq!(normalise(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn missing_files_say_how_to_install_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddingConfig { model_dir: Some(dir.path().to_path_buf()), ..Default::default() };
+        let err = Embedder::start(&config).unwrap_err();
+        assert!(matches!(err, EmbedError::Missing { .. }), "{err}");
+        assert!(err.to_string().contains(".ci/setup.sh"), "{err}");
+    }
+}

@@ -1,0 +1,107 @@
+//! The summarisation cycle: every `summary_every` turns, the unsummarised turns of a
+//! conversation are compressed by an LLM into one summary memory that enters both the
+//! keyword and the vector index.
+//!
+//! The buffer is not held in memory: it is the set of turns with `summarised = 0` in the
+//! store, so a crash or restart loses nothing, and the summary is inserted and its turns
+//! marked in one transaction, so a turn is never summarised twice nor dropped.
+
+use super::bank::{MemoryBank, MemoryError};
+use super::records::{self, Memory, MemoryKind, NewMemory, Scope};
+use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, LlmError};
+use rusqlite::params;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SummariseError {
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error("the summariser model failed: {0}")]
+    Llm(#[from] LlmError),
+    #[error("the summariser returned an empty summary")]
+    Empty,
+}
+
+/// The turns waiting to be summarised in `scope` (and `session`, if given), oldest first.
+pub fn buffer(bank: &MemoryBank, scope: &Scope, session: Option<&str>) -> Result<Vec<Memory>, MemoryError> {
+    let rowids: Vec<i64> = bank.store().with(|c| {
+        let mut stmt = c.prepare_cached(
+            "SELECT rowid FROM memories WHERE kind = 'turn' AND summarised = 0 AND scope = ?1 AND scope_id IS ?2 \
+             AND (?3 IS NULL OR session = ?3) ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![scope.kind.as_str(), scope.id, session], |r| r.get(0))?;
+        Ok(rows.collect::<Result<Vec<i64>, _>>()?)
+    })?;
+    Ok(bank.store().with(|c| records::load(c, &rowids))?)
+}
+
+/// The prompt that asks for a summary of `turns`.
+pub fn summary_request(turns: &[Memory]) -> ChatRequest {
+    let mut transcript = String::new();
+    for t in turns {
+        let when = t.time.as_deref().map(|d| format!("[{}] ", d.get(..10).unwrap_or(d))).unwrap_or_default();
+        transcript.push_str(&format!("{when}{}: {}\n", t.speaker.as_deref().unwrap_or("?"), t.text));
+    }
+    ChatRequest::new(
+        "",
+        vec![
+            ChatMessage::system(
+                "You compress a stretch of conversation into one or two sentences of memory, written in the \
+                 third person. Keep names, places, dates, promises, feelings and facts someone may ask about \
+                 later. Answer with the summary only.",
+            ),
+            ChatMessage::user(format!("Conversation:\n{transcript}\nSummary:")),
+        ],
+    )
+}
+
+/// Summarise the buffer of `scope` / `session` if it holds at least `every` turns.
+/// Returns the new summary's id, or `None` when the buffer is still short.
+pub fn summarise_if_due(
+    bank: &MemoryBank,
+    client: &LlmClient,
+    scope: &Scope,
+    session: Option<&str>,
+    every: usize,
+) -> Result<Option<String>, SummariseError> {
+    let turns = buffer(bank, scope, session)?;
+    if turns.len() < every.max(1) {
+        return Ok(None);
+    }
+    let turns = &turns[..every.max(1)];
+    let cancel = CancelToken::new();
+    let completion = client.complete(&summary_request(turns), CallContext::new(&cancel))?;
+    let text = completion.text.trim().trim_start_matches("Summary:").trim().to_string();
+    if text.is_empty() {
+        return Err(SummariseError::Empty);
+    }
+    let mut witnesses: Vec<String> = turns.iter().flat_map(|t| t.witnesses.iter().cloned()).collect();
+    witnesses.sort();
+    witnesses.dedup();
+    let first = turns.first().map(|t| t.id.as_str()).unwrap_or_default();
+    let last = turns.last().map(|t| t.id.as_str()).unwrap_or_default();
+    let summary = NewMemory {
+        id: None,
+        kind: MemoryKind::Summary,
+        scope: scope.clone(),
+        speaker: None,
+        text,
+        session: turns.last().and_then(|t| t.session.clone()),
+        fiction_time: turns.last().and_then(|t| t.fiction_time.clone()),
+        time: turns.last().and_then(|t| t.time.clone()),
+        witnesses,
+        source: Some(format!("turns {first}..{last}")),
+        content_hash: None,
+    };
+    let covered: Vec<i64> = turns.iter().map(|t| t.rowid).collect();
+    let ids = bank.add_then(vec![summary], |tx| {
+        let mut mark = tx.prepare_cached("UPDATE memories SET summarised = 1 WHERE rowid = ?1 AND summarised = 0")?;
+        for rowid in &covered {
+            if mark.execute([rowid])? != 1 {
+                // Someone else summarised these turns meanwhile: keep theirs, drop ours.
+                return Err(crate::store::StoreError::Corrupt("turns were summarised concurrently".into()));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(ids.into_iter().next())
+}

@@ -1,0 +1,308 @@
+//! The in-memory vector index: every stored vector in one flat array for an exact scan,
+//! plus (once built) an HNSW graph over the bulk.
+//!
+//! Why both: `instant-distance` builds its graph in one batch and cannot insert, so a
+//! memory written a moment ago is not in the graph. The graph covers the first
+//! `ann_covers` vectors; everything after them (the tail) is scanned exactly, so a new
+//! memory is searchable at once and the graph is rebuilt in the background.
+
+use instant_distance::{Builder, HnswMap, Search};
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// A vector in the HNSW graph. Distance is `1 - cosine` (vectors are unit length).
+///
+/// It serialises as its position in the index only: the vectors themselves are already
+/// stored in `memory_vectors`, so the persisted graph holds just its links, and loading
+/// takes each point's vector from the index being restored (see [`decode_ann`]).
+#[derive(Clone, Debug)]
+pub struct AnnPoint {
+    pub index: u32,
+    pub vector: Arc<[f32]>,
+}
+
+impl instant_distance::Point for AnnPoint {
+    fn distance(&self, other: &Self) -> f32 {
+        1.0 - dot(&self.vector, &other.vector)
+    }
+}
+
+impl serde::Serialize for AnnPoint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(self.index)
+    }
+}
+
+thread_local! {
+    /// The vectors a graph being decoded on this thread refers to.
+    static DECODING: std::cell::RefCell<Option<(Arc<[f32]>, usize)>> = const { std::cell::RefCell::new(None) };
+}
+
+impl<'de> serde::Deserialize<'de> for AnnPoint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let index = <u32 as serde::Deserialize>::deserialize(d)?;
+        DECODING.with(|slot| {
+            let slot = slot.borrow();
+            let (data, dim) = slot.as_ref().ok_or_else(|| serde::de::Error::custom("no vectors to decode against"))?;
+            let start = index as usize * dim;
+            let row = data.get(start..start + dim).ok_or_else(|| serde::de::Error::custom("graph refers to a missing vector"))?;
+            Ok(AnnPoint { index, vector: Arc::from(row) })
+        })
+    }
+}
+
+/// The graph as bytes (CBOR), without the vectors.
+pub fn encode_ann(ann: &Ann) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    ciborium::into_writer(&ann.map, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Restore a graph saved by [`encode_ann`] over the first `covers` rows of `data`.
+pub fn decode_ann(bytes: &[u8], data: &[f32], dim: usize, covers: usize) -> Result<Ann, String> {
+    let shared: Arc<[f32]> = Arc::from(&data[..(covers * dim).min(data.len())]);
+    DECODING.with(|slot| *slot.borrow_mut() = Some((shared, dim)));
+    let map: Result<HnswMap<AnnPoint, u32>, _> = ciborium::from_reader(bytes);
+    DECODING.with(|slot| *slot.borrow_mut() = None);
+    let map = map.map_err(|e| e.to_string())?;
+    Ok(Ann { map, covers })
+}
+
+/// Dot product written so the compiler vectorises it (8 independent accumulators).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for i in 0..chunks {
+        let (x, y) = (&a[i * 8..i * 8 + 8], &b[i * 8..i * 8 + 8]);
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len().min(b.len()) {
+        sum += a[i] * b[i];
+    }
+    sum
+}
+
+/// An HNSW graph over the first `covers` entries of the index.
+pub struct Ann {
+    pub map: HnswMap<AnnPoint, u32>,
+    pub covers: usize,
+}
+
+/// Build a graph over `vectors` (row-major, `dim` wide). Slow: seconds for 10k vectors.
+pub fn build_ann(vectors: &[f32], dim: usize, seed: u64) -> Ann {
+    let n = if dim == 0 { 0 } else { vectors.len() / dim };
+    let points: Vec<AnnPoint> =
+        (0..n).map(|i| AnnPoint { index: i as u32, vector: Arc::from(&vectors[i * dim..(i + 1) * dim]) }).collect();
+    let values: Vec<u32> = (0..n as u32).collect();
+    let map = Builder::default().ef_construction(100).ef_search(64).seed(seed).build(points, values);
+    Ann { map, covers: n }
+}
+
+#[derive(Default)]
+pub struct VectorIndex {
+    pub dim: usize,
+    pub rowids: Vec<i64>,
+    /// Row-major, `rowids.len() * dim` values, each row unit length.
+    pub data: Vec<f32>,
+    pub ann: Option<Arc<Ann>>,
+}
+
+impl VectorIndex {
+    pub fn new(dim: usize) -> Self {
+        Self { dim, ..Default::default() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rowids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rowids.is_empty()
+    }
+
+    /// How many vectors the graph does not cover yet.
+    pub fn pending(&self) -> usize {
+        self.len() - self.ann.as_ref().map(|a| a.covers.min(self.len())).unwrap_or(0)
+    }
+
+    pub fn push(&mut self, rowid: i64, vector: &[f32]) {
+        if vector.len() != self.dim {
+            return;
+        }
+        self.rowids.push(rowid);
+        self.data.extend_from_slice(vector);
+    }
+
+    fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// The `n` most similar rows among `range`, by exact scan: `(rowid, cosine)`, best first.
+    fn scan(&self, query: &[f32], range: std::ops::Range<usize>, n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
+        let mut best: Vec<(i64, f32)> = Vec::with_capacity(n + 1);
+        let mut floor = f32::NEG_INFINITY;
+        for i in range {
+            let score = dot(query, self.row(i));
+            if best.len() == n && score <= floor {
+                continue;
+            }
+            let rowid = self.rowids[i];
+            if !keep(rowid) {
+                continue;
+            }
+            let at = best.partition_point(|&(_, s)| s >= score);
+            best.insert(at, (rowid, score));
+            if best.len() > n {
+                best.pop();
+            }
+            if best.len() == n {
+                floor = best[n - 1].1;
+            }
+        }
+        best
+    }
+
+    /// Exact search over everything (the reference the graph is measured against).
+    pub fn search_exact(&self, query: &[f32], n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
+        if n == 0 || query.len() != self.dim {
+            return Vec::new();
+        }
+        self.scan(query, 0..self.len(), n, keep)
+    }
+
+    /// The `n` nearest rows that pass `keep`: graph for the covered bulk, exact scan for
+    /// the tail. A filter that rejects most rows falls back to the exact scan, because the
+    /// graph only yields its `ef` nearest candidates.
+    pub fn search(&self, query: &[f32], n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
+        if n == 0 || query.len() != self.dim {
+            return Vec::new();
+        }
+        let Some(ann) = self.ann.as_ref().filter(|a| a.covers > 0 && a.covers <= self.len()) else {
+            return self.scan(query, 0..self.len(), n, keep);
+        };
+        let mut search = Search::default();
+        let point = AnnPoint { index: u32::MAX, vector: Arc::from(query) };
+        let mut hits: Vec<(i64, f32)> = Vec::with_capacity(n * 2);
+        let mut seen = 0;
+        for item in ann.map.search(&point, &mut search) {
+            seen += 1;
+            let rowid = self.rowids[*item.value as usize];
+            if keep(rowid) {
+                hits.push((rowid, 1.0 - item.distance));
+                if hits.len() == n {
+                    break;
+                }
+            }
+        }
+        if hits.len() < n && seen > hits.len() * 2 {
+            // The filter is selective: the graph's candidates are not enough.
+            return self.scan(query, 0..self.len(), n, keep);
+        }
+        hits.extend(self.scan(query, ann.covers..self.len(), n, keep));
+        hits.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal));
+        hits.truncate(n);
+        hits
+    }
+
+    /// Drop rows (after deletes). The graph no longer matches and is discarded.
+    pub fn retain(&mut self, keep: impl Fn(i64) -> bool) {
+        let dim = self.dim;
+        let mut rowids = Vec::with_capacity(self.rowids.len());
+        let mut data = Vec::with_capacity(self.data.len());
+        for (i, &r) in self.rowids.iter().enumerate() {
+            if keep(r) {
+                rowids.push(r);
+                data.extend_from_slice(&self.data[i * dim..(i + 1) * dim]);
+            }
+        }
+        if rowids.len() != self.rowids.len() {
+            self.ann = None;
+        }
+        self.rowids = rowids;
+        self.data = data;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(v: Vec<f32>) -> Vec<f32> {
+        super::super::embedder::normalise(v)
+    }
+
+    fn random_index(n: usize, dim: usize) -> VectorIndex {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut index = VectorIndex::new(dim);
+        for i in 0..n {
+            let v = unit((0..dim).map(|_| rng.f32() - 0.5).collect());
+            index.push(i as i64 + 1, &v);
+        }
+        index
+    }
+
+    #[test]
+    fn dot_matches_the_naive_sum() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32 * 0.5).collect();
+        let b: Vec<f32> = (0..19).map(|i| 1.0 - i as f32).collect();
+        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - naive).abs() < 1e-3);
+    }
+
+    #[test]
+    fn exact_search_finds_the_vector_itself_first_and_honours_the_filter() {
+        let index = random_index(300, 16);
+        let q = index.row(41).to_vec();
+        let hits = index.search(&q, 5, &|_| true);
+        assert_eq!(hits[0].0, 42);
+        assert!((hits[0].1 - 1.0).abs() < 1e-5);
+        assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1));
+        let odd = index.search(&q, 5, &|r| r % 2 == 1);
+        assert!(odd.iter().all(|(r, _)| r % 2 == 1));
+        assert_eq!(odd.len(), 5);
+    }
+
+    #[test]
+    fn graph_plus_tail_finds_new_rows_at_once() {
+        let mut index = random_index(400, 16);
+        index.ann = Some(Arc::new(build_ann(&index.data, 16, 1)));
+        let mut rng = fastrand::Rng::with_seed(99);
+        let fresh = unit((0..16).map(|_| rng.f32() - 0.5).collect());
+        index.push(10_000, &fresh);
+        assert_eq!(index.pending(), 1);
+        let hits = index.search(&fresh, 3, &|_| true);
+        assert_eq!(hits[0].0, 10_000);
+        // The graph agrees with the exact scan on most of the top 10.
+        let mut agree = 0;
+        for i in 0..50 {
+            let q = index.row(i).to_vec();
+            let exact: Vec<i64> = index.search_exact(&q, 10, &|_| true).iter().map(|h| h.0).collect();
+            let approx: Vec<i64> = index.search(&q, 10, &|_| true).iter().map(|h| h.0).collect();
+            agree += approx.iter().filter(|r| exact.contains(r)).count();
+        }
+        assert!(agree as f32 / 500.0 > 0.9, "recall {}", agree as f32 / 500.0);
+    }
+
+    #[test]
+    fn a_saved_graph_loads_and_answers_like_the_original() {
+        let index = random_index(300, 16);
+        let ann = build_ann(&index.data, 16, 3);
+        let bytes = encode_ann(&ann).unwrap();
+        // The graph alone, without its vectors: links only (~150 bytes a point), a tenth
+        // of what one 384-dimensional vector takes.
+        assert!(bytes.len() < 300 * 200, "{} bytes", bytes.len());
+        let loaded = decode_ann(&bytes, &index.data, 16, 300).unwrap();
+        let mut a = VectorIndex { ann: Some(Arc::new(ann)), ..random_index(300, 16) };
+        let b = VectorIndex { ann: Some(Arc::new(loaded)), ..random_index(300, 16) };
+        for i in 0..20 {
+            let q = a.row(i).to_vec();
+            assert_eq!(a.search(&q, 10, &|_| true), b.search(&q, 10, &|_| true));
+        }
+        a.ann = None;
+        assert!(decode_ann(&bytes, &index.data[..16 * 10], 16, 10).is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! The scene and campaign engine: worlds, campaigns, arcs and scenes, and the round
+//! in which a Director picks who acts, characters act in turn, and the Director
+//! reconciles the state before everything is saved at once.
+//!
+//! Invariant: a round is in the store whole or not at all (see [`round`]), and every
+//! agent call keeps the budget ledger of its context envelope with the round.
+
+pub mod cli;
+pub mod demo;
+pub mod envelope;
+pub mod model;
+pub mod preview;
+pub mod records;
+pub mod round;
+
+use crate::engine::{EngineContext, Event};
+use crate::llm::CancelToken;
+use crate::prompting::BudgetPlan;
+use model::{CharacterState, Conflict, SceneMessage, SceneSummary, SceneView};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SceneError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Llm(#[from] crate::llm::LlmError),
+    #[error(transparent)]
+    Template(#[from] crate::prompting::TemplateError),
+    #[error("the {agent} failed: {message}")]
+    Agent { agent: String, message: String },
+    #[error("a round is already running in scene {0}")]
+    Busy(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Scene settings in the config file (`[scene]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SceneConfig {
+    /// 1: the Director only plans; 2: it also reconciles after the characters.
+    pub max_director_passes: u32,
+    /// Messages read from the store as history candidates (the budget cuts further).
+    pub history_window: u32,
+    /// Recent messages scanned for lore keys.
+    pub lore_scan_depth: usize,
+    /// Budget percentages per context section.
+    pub budgets: BudgetPlan,
+    /// Messages the Budgets panel's per-section token plot looks back over.
+    pub telemetry_window: u32,
+}
+
+impl Default for SceneConfig {
+    fn default() -> Self {
+        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum SceneCommand {
+    /// Play a round: with the user's message, or `None` to continue.
+    Round { scene: String, input: Option<String> },
+    /// Report a scene's state as [`SceneEvent::State`].
+    State { scene: String },
+    List,
+    /// A new scene in an arc (the newest when `None`), cast and active set by name or id.
+    New { arc: Option<String>, name: String, description: String, cast: Vec<String>, active: Vec<String> },
+    /// Add the demo world if the library has no world yet.
+    Demo,
+    /// Report the scene's state, recent transcript and last round as [`SceneEvent::Snapshot`].
+    Snapshot { scene: String },
+    /// Report the candidates of `agent`'s next call as [`SceneEvent::Preview`]
+    /// (`character`: a name or id for [`envelope::AgentKind::Character`]).
+    Preview { scene: String, agent: envelope::AgentKind, character: Option<String> },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SceneEvent {
+    SceneCreated { scene_id: String, name: String },
+    RoundStarted { scene_id: String, round: u32, input: Option<String> },
+    /// The Director's accepted JSON of pass 1 (plan) or 2 (reconciliation).
+    DirectorDecided { scene_id: String, round: u32, pass: u8, decision: serde_json::Value },
+    CharacterStarted { scene_id: String, round: u32, character_id: String, name: String },
+    /// A streamed fragment of a character's reply.
+    Token { scene_id: String, round: u32, character_id: String, text: String },
+    CharacterFinished { scene_id: String, round: u32, character_id: String, name: String, content: String, delta: CharacterState },
+    /// The round is committed: its messages as numbered in the store.
+    RoundCompleted {
+        scene_id: String,
+        round: u32,
+        messages: Vec<SceneMessage>,
+        active: Vec<String>,
+        conflicts: Vec<Conflict>,
+        tokens: u64,
+    },
+    State { view: Box<SceneView> },
+    Scenes { scenes: Vec<SceneSummary> },
+    DemoReady { scene_id: Option<String> },
+    Snapshot { snapshot: Box<preview::SceneSnapshot> },
+    Preview { preview: Box<preview::EnvelopePreview> },
+    Error { scene_id: Option<String>, message: String },
+}
+
+pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
+    let ctx = ctx.clone();
+    ctx.runtime.clone().spawn_blocking(move || {
+        let subject = match &command {
+            SceneCommand::Round { scene, .. }
+            | SceneCommand::State { scene }
+            | SceneCommand::Snapshot { scene }
+            | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
+            _ => None,
+        };
+        if let Err(e) = run_command(&ctx, command) {
+            ctx.emit(Event::Scene(SceneEvent::Error { scene_id: subject, message: e.to_string() }));
+        }
+    });
+}
+
+fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), SceneError> {
+    let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
+    match command {
+        SceneCommand::Round { scene, input } => round::run(ctx, &scene, input, &CancelToken::new()).map(|_| ()),
+        SceneCommand::State { scene } => {
+            let view = ctx.store.with(|c| records::load_view(c, &records::resolve_scene(c, &scene)?))?;
+            emit(SceneEvent::State { view: Box::new(view) });
+            Ok(())
+        }
+        SceneCommand::List => {
+            emit(SceneEvent::Scenes { scenes: ctx.store.with(records::list_scenes)? });
+            Ok(())
+        }
+        SceneCommand::New { arc, name, description, cast, active } => {
+            if name.trim().is_empty() {
+                return Err(SceneError::Invalid("a scene needs a name".into()));
+            }
+            let id = ctx.store.transaction(|tx| {
+                let arc = match arc {
+                    Some(arc) => arc,
+                    None => records::latest_arc(tx)?
+                        .ok_or_else(|| crate::store::StoreError::NotFound("an arc (run `lorekeeper scene demo` or pass --arc)".into()))?,
+                };
+                let cast: Vec<String> = cast.iter().map(|c| records::resolve_character(tx, c)).collect::<Result<_, _>>()?;
+                let active: Vec<String> = active.iter().map(|c| records::resolve_character(tx, c)).collect::<Result<_, _>>()?;
+                records::create_scene(tx, &arc, name.trim(), &description, &cast, &active)
+            })?;
+            emit(SceneEvent::SceneCreated { scene_id: id, name });
+            Ok(())
+        }
+        SceneCommand::Snapshot { scene } => {
+            // A reader connection: a long campaign's snapshot does not hold the writer's lock.
+            let snapshot = preview::snapshot(&ctx.store.reader()?, &scene)?;
+            emit(SceneEvent::Snapshot { snapshot: Box::new(snapshot) });
+            Ok(())
+        }
+        SceneCommand::Preview { scene, agent, character } => {
+            let config = ctx.config();
+            let preview = preview::preview(&ctx.store.reader()?, &config, &scene, agent, character.as_deref())?;
+            emit(SceneEvent::Preview { preview: Box::new(preview) });
+            Ok(())
+        }
+        SceneCommand::Demo => {
+            let scene_id = demo::ensure(&ctx.store)?;
+            emit(SceneEvent::DemoReady { scene_id });
+            Ok(())
+        }
+    }
+}

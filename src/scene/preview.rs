@@ -1,0 +1,235 @@
+//! What the workbench asks of a scene: a snapshot (state, transcript, the last round's
+//! Director decisions and ledgers) and an envelope preview for the next call.
+//!
+//! The preview carries the *candidates* of every section, not a fitted envelope, so the
+//! Budgets panel can re-fit them on each slider move (allocation and enforcement are
+//! cheap) without a store read per frame. Everything here runs on an engine worker.
+
+use super::envelope::{self, AgentKind, Envelope, EnvelopeInput, RenderedPrompt};
+use super::model::{CastMember, DirectorRecord, SceneMessage, SceneView};
+use super::records::{self, RoundRecord};
+use super::round::CallLedger;
+use super::{SceneConfig, SceneError};
+use crate::prompting::{BudgetItem, BudgetPlan, PromptTemplates, Section, TemplateError};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Transcript lines a snapshot carries: enough to read back, bounded so a long
+/// campaign does not make every refresh heavy.
+pub const SNAPSHOT_MESSAGES: u32 = 200;
+
+/// The last closed round as the Scene panel shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LastRound {
+    pub round: u32,
+    pub input: Option<String>,
+    pub director: DirectorRecord,
+    pub ledgers: Vec<CallLedger>,
+    pub tokens: u64,
+}
+
+impl LastRound {
+    fn from_record(record: RoundRecord) -> Result<Self, SceneError> {
+        let director = serde_json::from_value(record.director).map_err(|e| SceneError::Invalid(format!("round {} director record: {e}", record.round)))?;
+        let ledgers = serde_json::from_value(record.ledgers).map_err(|e| SceneError::Invalid(format!("round {} ledgers: {e}", record.round)))?;
+        Ok(Self { round: record.round, input: record.input, director, ledgers, tokens: record.tokens })
+    }
+}
+
+/// A scene as the Scene panel draws it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SceneSnapshot {
+    pub view: SceneView,
+    /// The last [`SNAPSHOT_MESSAGES`] messages, oldest first.
+    pub messages: Vec<SceneMessage>,
+    pub last_round: Option<LastRound>,
+}
+
+pub fn snapshot(conn: &Connection, scene: &str) -> Result<SceneSnapshot, SceneError> {
+    let id = records::resolve_scene(conn, scene)?;
+    let view = records::load_view(conn, &id)?;
+    let messages = records::recent_messages(conn, &id, SNAPSHOT_MESSAGES)?;
+    let last_round = match view.rounds {
+        0 => None,
+        n => records::load_round(conn, &id, n)?.map(LastRound::from_record).transpose()?,
+    };
+    Ok(SceneSnapshot { view, messages, last_round })
+}
+
+/// The prompt templates, shared with the UI thread so it can render a re-fitted
+/// envelope itself. Not serialised: JSON consumers get the candidates and ledgers.
+#[derive(Clone)]
+pub struct SharedTemplates(pub Arc<PromptTemplates>);
+
+impl std::fmt::Debug for SharedTemplates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PromptTemplates({})", self.0.dir().display())
+    }
+}
+
+/// Tokens used per section by one closed round (all its calls summed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TelemetryPoint {
+    pub round: u32,
+    pub used: BTreeMap<Section, u32>,
+}
+
+/// The next call of one agent in a scene, before budgets.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvelopePreview {
+    pub scene_id: String,
+    pub agent: AgentKind,
+    /// The character the call speaks for ([`AgentKind::Character`]).
+    pub character: Option<CastMember>,
+    /// The configured plan and the agent profile's context size: the sliders' start.
+    pub plan: BudgetPlan,
+    pub max_context_tokens: u32,
+    pub candidates: BTreeMap<Section, Vec<BudgetItem>>,
+    /// The instruction the call would end with.
+    pub turn: String,
+    pub last_round: Option<LastRound>,
+    /// Tokens per section per round over the telemetry window, oldest first.
+    pub telemetry: Vec<TelemetryPoint>,
+    pub telemetry_messages: u32,
+    #[serde(skip)]
+    pub templates: Option<SharedTemplates>,
+    /// Why the templates could not be loaded, if they could not.
+    pub template_error: Option<String>,
+}
+
+impl EnvelopePreview {
+    /// The envelope for `plan` and `max_context_tokens` (the sliders' values).
+    pub fn fit(&self, plan: &BudgetPlan, max_context_tokens: u32) -> Envelope {
+        envelope::fit(plan, max_context_tokens, &self.candidates)
+    }
+
+    /// The prompt exactly as the round would send it for `envelope`.
+    pub fn render(&self, envelope: &Envelope) -> Result<RenderedPrompt, TemplateError> {
+        match &self.templates {
+            Some(t) => envelope::render(&t.0, self.agent, envelope, self.character.as_ref(), &self.turn),
+            None => Err(TemplateError::MissingDir(crate::config::prompts_dir())),
+        }
+    }
+}
+
+/// Build the preview of the next `agent` call in `scene`. For a character, the
+/// Director guidance is what the last round's plan gave it (the next plan is not made
+/// yet); `character` is a name or id, or `None` for the first active character.
+pub fn preview(
+    conn: &Connection,
+    config: &crate::config::Config,
+    scene: &str,
+    agent: AgentKind,
+    character: Option<&str>,
+) -> Result<EnvelopePreview, SceneError> {
+    let scene_config: &SceneConfig = &config.scene;
+    let id = records::resolve_scene(conn, scene)?;
+    let view = records::load_view(conn, &id)?;
+    let notes = records::load_notes(conn, &id)?;
+    let history = records::recent_messages(conn, &id, scene_config.history_window)?;
+    let lore = records::campaign_lore(conn, &view.campaign_id)?;
+    let last_round = match view.rounds {
+        0 => None,
+        n => records::load_round(conn, &id, n)?.map(LastRound::from_record).transpose()?,
+    };
+    let role = if agent == AgentKind::Character { "character" } else { "director" };
+    let max_context_tokens =
+        config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.max_context_tokens;
+    let round = view.rounds + 1;
+
+    let member = match agent {
+        AgentKind::Character => {
+            let member = match character {
+                Some(key) => view.member_by_name(key),
+                None => view.active().next(),
+            };
+            Some(member.cloned().ok_or_else(|| SceneError::Invalid(format!("no character {:?} in scene {}", character.unwrap_or("(active)"), view.name)))?)
+        }
+        _ => None,
+    };
+    let mut guidance = Vec::new();
+    if let (Some(member), Some(last)) = (&member, &last_round) {
+        let plan = &last.director.plan;
+        if let Some(actor) = plan.acting_characters.iter().find(|a| view.member_by_name(&a.name).is_some_and(|m| m.id == member.id)) {
+            guidance.push(actor.guidance.clone());
+        }
+        guidance.push(plan.open_guidance.clone());
+    }
+    let turn = match agent {
+        AgentKind::Director => envelope::director_turn(round, None),
+        AgentKind::Reconcile => envelope::reconcile_turn(round),
+        AgentKind::Character => envelope::character_turn(member.as_ref().map(|m| m.name.as_str()).unwrap_or_default()),
+    };
+    let candidates = envelope::candidates(&EnvelopeInput {
+        agent,
+        view: &view,
+        notes: &notes,
+        history: &history,
+        lore: &lore,
+        character: member.as_ref(),
+        director_guidance: guidance,
+        lore_scan_depth: scene_config.lore_scan_depth,
+    });
+    let (telemetry, telemetry_messages) = telemetry(conn, &id, scene_config.telemetry_window)?;
+    let (templates, template_error) = match PromptTemplates::shipped() {
+        Ok(t) => (Some(SharedTemplates(Arc::new(t))), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(EnvelopePreview {
+        scene_id: id,
+        agent,
+        character: member,
+        plan: scene_config.budgets.clone(),
+        max_context_tokens,
+        candidates,
+        turn,
+        last_round,
+        telemetry,
+        telemetry_messages,
+        templates,
+        template_error,
+    })
+}
+
+/// Tokens per section for every round with a message among the scene's last `window`
+/// messages, from the ledgers stored with each round. Returns the points and how many
+/// messages the window actually covers.
+pub fn telemetry(conn: &Connection, scene_id: &str, window: u32) -> Result<(Vec<TelemetryPoint>, u32), SceneError> {
+    let window = window.max(1);
+    let covered: u32 = conn.query_row(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM scene_messages WHERE scene_id = ?1 ORDER BY number DESC LIMIT ?2)",
+        params![scene_id, window],
+        |r| r.get(0),
+    ).map_err(crate::store::StoreError::from)?;
+    let first_round: u32 = conn
+        .query_row(
+            "SELECT round FROM scene_messages WHERE scene_id = ?1 ORDER BY number DESC LIMIT 1 OFFSET ?2",
+            params![scene_id, window - 1],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(crate::store::StoreError::from)?
+        .unwrap_or(0);
+    let mut stmt = conn
+        .prepare("SELECT round, ledgers_json FROM scene_rounds WHERE scene_id = ?1 AND round >= ?2 ORDER BY round")
+        .map_err(crate::store::StoreError::from)?;
+    let rows: Vec<(u32, String)> = stmt
+        .query_map(params![scene_id, first_round], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(crate::store::StoreError::from)?;
+    let mut points = Vec::with_capacity(rows.len());
+    for (round, json) in rows {
+        let calls: Vec<CallLedger> =
+            serde_json::from_str(&json).map_err(|e| SceneError::Invalid(format!("round {round} ledgers: {e}")))?;
+        let mut used: BTreeMap<Section, u32> = Section::ALL.iter().map(|s| (*s, 0)).collect();
+        for call in &calls {
+            for section in &call.ledger.sections {
+                *used.entry(section.section).or_default() += section.used;
+            }
+        }
+        points.push(TelemetryPoint { round, used });
+    }
+    Ok((points, covered))
+}

@@ -1,0 +1,380 @@
+//! The scene tables (migration `0006_scene.sql`): reading a scene whole, and the one
+//! transaction that closes a round.
+
+use super::model::{CastMember, CharacterState, MessageKind, SceneMessage, SceneSummary, SceneView};
+use crate::lorebook::LoreEntry;
+use crate::store::{StoreError, new_id, now_rfc3339};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// A scene by id, or by name when exactly one scene has it.
+pub fn resolve_scene(conn: &Connection, key: &str) -> Result<String, StoreError> {
+    if let Some(id) = conn.query_row("SELECT id FROM scenes WHERE id = ?1", [key], |r| r.get(0)).optional()? {
+        return Ok(id);
+    }
+    let mut stmt = conn.prepare("SELECT id FROM scenes WHERE name = ?1 COLLATE NOCASE")?;
+    let ids: Vec<String> = stmt.query_map([key], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    match ids.as_slice() {
+        [id] => Ok(id.clone()),
+        [] => Err(StoreError::NotFound(format!("scene {key:?}"))),
+        _ => Err(StoreError::NotFound(format!("scene {key:?} is ambiguous ({} scenes have that name; use the id)", ids.len()))),
+    }
+}
+
+/// Scenario / author notes of a scene and everything above it, broadest first.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SceneNotes {
+    pub world: String,
+    pub campaign: String,
+    pub arc: String,
+    pub scene: String,
+    /// Summaries of earlier scenes of the same arc, oldest first.
+    pub earlier_scenes: Vec<(String, String)>,
+    pub scene_summary: String,
+}
+
+pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, StoreError> {
+    let (world, campaign, arc, scene, arc_id, summary, created): (String, String, String, String, String, String, String) =
+        conn.query_row(
+            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.created_at
+             FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
+             JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
+            [scene_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
+    let mut stmt = conn.prepare(
+        "SELECT name, summary FROM scenes WHERE arc_id = ?1 AND id != ?2 AND created_at <= ?3 AND summary != ''
+         ORDER BY created_at",
+    )?;
+    let earlier_scenes = stmt.query_map(params![arc_id, scene_id, created], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary })
+}
+
+/// Sheet fields a card or identity profile contributes to prompts.
+const SHEET_FIELDS: [&str; 4] = ["description", "personality", "scenario", "summary"];
+
+/// The sheet of a base character: its card's fields, else its identity profile's
+/// top-level text fields.
+fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeMap<String, String> {
+    let mut sheet = BTreeMap::new();
+    let text_fields = |value: &serde_json::Value, sheet: &mut BTreeMap<String, String>, only: Option<&[&str]>| {
+        if let Some(object) = value.as_object() {
+            for (key, v) in object {
+                if only.is_some_and(|keys| !keys.contains(&key.as_str())) {
+                    continue;
+                }
+                if let Some(text) = v.as_str().filter(|t| !t.trim().is_empty()) {
+                    sheet.insert(key.clone(), text.to_string());
+                }
+            }
+        }
+    };
+    if let Some(card) = card_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
+        // V2/V3 cards keep their fields under `data`; V1 at the top.
+        let data = card.get("data").unwrap_or(&card);
+        text_fields(data, &mut sheet, Some(&SHEET_FIELDS));
+    } else if let Some(profile) = profile_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
+        text_fields(&profile, &mut sheet, None);
+    }
+    sheet
+}
+
+/// The scene with its cast (overrides applied), states and campaign state.
+pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreError> {
+    struct Row {
+        name: String,
+        description: String,
+        active_json: String,
+        rounds: u32,
+        arc: String,
+        campaign: String,
+        campaign_id: String,
+        world: String,
+        world_id: String,
+        persona: Option<String>,
+    }
+    let row = conn
+        .query_row(
+            "SELECT s.name, s.description, s.active_json, s.rounds, a.name, c.name, c.id, w.name, w.id,
+                    (SELECT p.name || ': ' || p.description FROM personas p WHERE p.id = c.persona_id)
+             FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
+             JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
+            [scene_id],
+            |r| {
+                Ok(Row {
+                    name: r.get(0)?,
+                    description: r.get(1)?,
+                    active_json: r.get(2)?,
+                    rounds: r.get(3)?,
+                    arc: r.get(4)?,
+                    campaign: r.get(5)?,
+                    campaign_id: r.get(6)?,
+                    world: r.get(7)?,
+                    world_id: r.get(8)?,
+                    persona: r.get(9)?,
+                })
+            },
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
+    let active: BTreeSet<String> = serde_json::from_str(&row.active_json).map_err(|e| corrupt("scene active set", e))?;
+
+    let mut stmt = conn.prepare(
+        "SELECT ch.id, ch.name, ch.card_json, ch.profile_json,
+                (SELECT override_json FROM character_overrides o WHERE o.character_id = ch.id AND o.scope = 'world' AND o.scope_id = ?2),
+                (SELECT override_json FROM character_overrides o WHERE o.character_id = ch.id AND o.scope = 'campaign' AND o.scope_id = ?3),
+                (SELECT state_json FROM scene_character_states st WHERE st.scene_id = ?1 AND st.character_id = ch.id)
+         FROM scene_cast sc JOIN characters ch ON ch.id = sc.character_id
+         WHERE sc.scene_id = ?1 ORDER BY ch.name COLLATE NOCASE, ch.id",
+    )?;
+    type CastRow = (String, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<CastRow> = stmt
+        .query_map(params![scene_id, row.world_id, row.campaign_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut cast = Vec::new();
+    for (id, mut name, card, profile, world_override, campaign_override, state) in rows {
+        let mut sheet = base_sheet(card.as_deref(), profile.as_deref());
+        // Campaign after world: the narrower scope wins.
+        for json in [world_override, campaign_override].into_iter().flatten() {
+            let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| corrupt("character override", e))?;
+            for (key, v) in value.as_object().into_iter().flatten() {
+                if let Some(text) = v.as_str() {
+                    if key == "name" {
+                        name = text.to_string();
+                    } else {
+                        sheet.insert(key.clone(), text.to_string());
+                    }
+                }
+            }
+        }
+        let state: CharacterState = match state {
+            Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("character state", e))?,
+            None => CharacterState::default(),
+        };
+        cast.push(CastMember { active: active.contains(&id), id, name, sheet, state });
+    }
+
+    let (trackers, facts, elapsed): (String, String, i64) = conn
+        .query_row(
+            "SELECT trackers_json, facts_json, elapsed_minutes FROM campaign_state WHERE campaign_id = ?1",
+            [&row.campaign_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?
+        .unwrap_or_else(|| ("{}".into(), "[]".into(), 0));
+    Ok(SceneView {
+        id: scene_id.to_string(),
+        name: row.name,
+        description: row.description,
+        world: row.world,
+        campaign: row.campaign,
+        campaign_id: row.campaign_id,
+        arc: row.arc,
+        rounds: row.rounds,
+        cast,
+        trackers: serde_json::from_str(&trackers).map_err(|e| corrupt("trackers", e))?,
+        facts: serde_json::from_str(&facts).map_err(|e| corrupt("facts", e))?,
+        elapsed_minutes: elapsed.max(0) as u64,
+        persona: row.persona,
+    })
+}
+
+/// The last `limit` messages of a scene, oldest first.
+pub fn recent_messages(conn: &Connection, scene_id: &str, limit: u32) -> Result<Vec<SceneMessage>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT number, round, kind, character_id, speaker, content FROM scene_messages
+         WHERE scene_id = ?1 ORDER BY number DESC LIMIT ?2",
+    )?;
+    let rows: Vec<(u32, u32, String, Option<String>, String, String)> = stmt
+        .query_map(params![scene_id, limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (number, round, kind, character_id, speaker, content) in rows.into_iter().rev() {
+        let kind = MessageKind::parse(&kind).ok_or_else(|| corrupt("message kind", &kind))?;
+        out.push(SceneMessage { number, round, kind, character_id, speaker, content });
+    }
+    Ok(out)
+}
+
+/// The enabled entries of every lorebook linked to the campaign, in book order.
+pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Vec<LoreEntry>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT e.entry_json FROM campaign_lorebooks cl JOIN lore_entries e ON e.lorebook_id = cl.lorebook_id
+         WHERE cl.campaign_id = ?1 AND e.enabled = 1 ORDER BY cl.lorebook_id, e.ordinal",
+    )?;
+    let rows: Vec<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    rows.iter().map(|j| serde_json::from_str(j).map_err(|e| corrupt("lore entry", e))).collect()
+}
+
+pub fn list_scenes(conn: &Connection) -> Result<Vec<SceneSummary>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT s.id, s.name, c.name, a.name, s.rounds, s.active_json
+         FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
+         ORDER BY c.name COLLATE NOCASE, a.ordinal, s.created_at",
+    )?;
+    let rows: Vec<(String, String, String, String, u32, String)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?.collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(id, name, campaign, arc, rounds, active)| {
+            let active: Vec<String> = serde_json::from_str(&active).map_err(|e| corrupt("scene active set", e))?;
+            Ok(SceneSummary { id, name, campaign, arc, rounds, active: active.len() })
+        })
+        .collect()
+}
+
+/// The stored audit of one round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    pub round: u32,
+    pub input: Option<String>,
+    pub director: serde_json::Value,
+    pub ledgers: serde_json::Value,
+    pub tokens: u64,
+}
+
+pub fn load_round(conn: &Connection, scene_id: &str, round: u32) -> Result<Option<RoundRecord>, StoreError> {
+    let row: Option<(Option<String>, String, String, i64)> = conn
+        .query_row(
+            "SELECT input, director_json, ledgers_json, tokens FROM scene_rounds WHERE scene_id = ?1 AND round = ?2",
+            params![scene_id, round],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    row.map(|(input, director, ledgers, tokens)| {
+        Ok(RoundRecord {
+            round,
+            input,
+            director: serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?,
+            ledgers: serde_json::from_str(&ledgers).map_err(|e| corrupt("round ledgers", e))?,
+            tokens: tokens.max(0) as u64,
+        })
+    })
+    .transpose()
+}
+
+/// Everything a round changes, written by [`close_round`] at once.
+#[derive(Debug, Clone)]
+pub struct RoundClose {
+    pub scene_id: String,
+    pub campaign_id: String,
+    pub round: u32,
+    pub input: Option<String>,
+    /// New messages in order, without numbers (they continue the scene's numbering).
+    pub messages: Vec<(MessageKind, Option<String>, String, String)>,
+    /// Every character whose state the round touched.
+    pub states: BTreeMap<String, CharacterState>,
+    pub active: BTreeSet<String>,
+    pub trackers: BTreeMap<String, serde_json::Value>,
+    pub facts: Vec<String>,
+    pub elapsed_minutes: u64,
+    pub director: serde_json::Value,
+    pub ledgers: serde_json::Value,
+    pub tokens: u64,
+}
+
+/// Commit a round. Refuses (and writes nothing) when another round closed on the scene
+/// since this one started, so two concurrent rounds cannot interleave their messages.
+pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMessage>, StoreError> {
+    let rounds: u32 = conn.query_row("SELECT rounds FROM scenes WHERE id = ?1", [&close.scene_id], |r| r.get(0))?;
+    if rounds + 1 != close.round {
+        return Err(StoreError::Corrupt(format!(
+            "round {} of scene {} cannot close: the scene has {rounds} closed rounds (another round ran meanwhile)",
+            close.round, close.scene_id
+        )));
+    }
+    let now = now_rfc3339();
+    let mut number: u32 =
+        conn.query_row("SELECT COALESCE(MAX(number), 0) FROM scene_messages WHERE scene_id = ?1", [&close.scene_id], |r| r.get(0))?;
+    let mut written = Vec::new();
+    for (kind, character_id, speaker, content) in &close.messages {
+        number += 1;
+        conn.execute(
+            "INSERT INTO scene_messages(id, scene_id, number, round, kind, character_id, speaker, content, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![new_id(), close.scene_id, number, close.round, kind.as_str(), character_id, speaker, content, now],
+        )?;
+        written.push(SceneMessage {
+            number,
+            round: close.round,
+            kind: *kind,
+            character_id: character_id.clone(),
+            speaker: speaker.clone(),
+            content: content.clone(),
+        });
+    }
+    for (character_id, state) in &close.states {
+        let json = serde_json::to_string(state).map_err(|e| corrupt("character state", e))?;
+        conn.execute(
+            "INSERT INTO scene_character_states(scene_id, character_id, state_json, round) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(scene_id, character_id) DO UPDATE SET state_json = excluded.state_json, round = excluded.round",
+            params![close.scene_id, character_id, json, close.round],
+        )?;
+    }
+    let active = serde_json::to_string(&close.active).map_err(|e| corrupt("active set", e))?;
+    conn.execute(
+        "UPDATE scenes SET rounds = ?2, active_json = ?3, updated_at = ?4 WHERE id = ?1",
+        params![close.scene_id, close.round, active, now],
+    )?;
+    let trackers = serde_json::to_string(&close.trackers).map_err(|e| corrupt("trackers", e))?;
+    let facts = serde_json::to_string(&close.facts).map_err(|e| corrupt("facts", e))?;
+    conn.execute(
+        "INSERT INTO campaign_state(campaign_id, trackers_json, facts_json, elapsed_minutes, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT(campaign_id) DO UPDATE SET trackers_json = excluded.trackers_json, facts_json = excluded.facts_json,
+            elapsed_minutes = excluded.elapsed_minutes, updated_at = excluded.updated_at",
+        params![close.campaign_id, trackers, facts, close.elapsed_minutes as i64, now],
+    )?;
+    conn.execute(
+        "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![close.scene_id, close.round, close.input, close.director.to_string(), close.ledgers.to_string(), close.tokens as i64, now],
+    )?;
+    Ok(written)
+}
+
+/// A new scene in `arc_id` with `cast` (character ids), `active` a subset of it.
+pub fn create_scene(
+    conn: &Connection,
+    arc_id: &str,
+    name: &str,
+    description: &str,
+    cast: &[String],
+    active: &[String],
+) -> Result<String, StoreError> {
+    let id = new_id();
+    let now = now_rfc3339();
+    let active: BTreeSet<&String> = active.iter().filter(|a| cast.contains(a)).collect();
+    let active_json = serde_json::to_string(&active).map_err(|e| corrupt("active set", e))?;
+    conn.execute(
+        "INSERT INTO scenes(id, arc_id, name, description, active_json, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+        params![id, arc_id, name, description, active_json, now],
+    )?;
+    for character in cast {
+        conn.execute("INSERT OR IGNORE INTO scene_cast(scene_id, character_id) VALUES (?1, ?2)", params![id, character])?;
+    }
+    Ok(id)
+}
+
+/// A character id from an id or a (case-insensitive) name.
+pub fn resolve_character(conn: &Connection, key: &str) -> Result<String, StoreError> {
+    conn.query_row(
+        "SELECT id FROM characters WHERE id = ?1 OR name = ?1 COLLATE NOCASE ORDER BY (id = ?1) DESC, created_at LIMIT 1",
+        [key],
+        |r| r.get(0),
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))
+}
+
+/// The newest arc, for `scene new` without `--arc`.
+pub fn latest_arc(conn: &Connection) -> Result<Option<String>, StoreError> {
+    Ok(conn.query_row("SELECT id FROM arcs ORDER BY created_at DESC, ordinal DESC LIMIT 1", [], |r| r.get(0)).optional()?)
+}

@@ -1,0 +1,284 @@
+//! The Budgets panel: a slider per context section and for the context size, the
+//! allocation they give the next call, the ledger of the last round's calls, the
+//! prompt exactly as it would be sent, and tokens per section over the telemetry window.
+//!
+//! Slider moves never reach the engine: the panel re-fits the candidates the last
+//! preview brought (allocation and enforcement are arithmetic on a few hundred items)
+//! and renders the prompt itself, only when a value actually changed.
+
+use super::scene::PreviewTarget;
+use crate::engine::Command;
+use crate::prompting::{BudgetLedger, BudgetPlan, Section};
+use crate::scene::envelope::{AgentKind, Envelope};
+use crate::scene::preview::EnvelopePreview;
+use egui::RichText;
+
+/// The smallest and largest context sizes the slider offers (the config refuses less
+/// than 256).
+const CONTEXT_RANGE: std::ops::RangeInclusive<u32> = 256..=262_144;
+
+/// The envelope for one set of slider values.
+struct Fitted {
+    plan: BudgetPlan,
+    max_context_tokens: u32,
+    envelope: Envelope,
+    /// The system prompt, or why it could not be rendered.
+    prompt: Result<String, String>,
+}
+
+pub struct BudgetsPanel {
+    preview: Option<EnvelopePreview>,
+    target: PreviewTarget,
+    /// The sliders' values; taken from the configuration with the first preview and
+    /// kept across refreshes so a round does not undo what the user is trying.
+    plan: Option<BudgetPlan>,
+    max_context_tokens: u32,
+    fitted: Option<Fitted>,
+}
+
+impl Default for BudgetsPanel {
+    fn default() -> Self {
+        Self { preview: None, target: PreviewTarget::Director, plan: None, max_context_tokens: 8192, fitted: None }
+    }
+}
+
+impl BudgetsPanel {
+    pub fn preview_command(&self, scene: &str) -> Command {
+        self.target.command(scene)
+    }
+
+    /// Forget the scene's preview (another scene was chosen); slider values stay.
+    pub fn clear(&mut self) {
+        self.preview = None;
+        self.fitted = None;
+    }
+
+    pub fn set_preview(&mut self, preview: EnvelopePreview) {
+        if self.plan.is_none() {
+            self.plan = Some(preview.plan.clone());
+            self.max_context_tokens = preview.max_context_tokens;
+        }
+        self.preview = Some(preview);
+        self.fitted = None;
+        self.refit();
+    }
+
+    pub fn preview(&self) -> Option<&EnvelopePreview> {
+        self.preview.as_ref()
+    }
+
+    /// The ledger for the current slider values.
+    pub fn ledger(&self) -> Option<&BudgetLedger> {
+        self.fitted.as_ref().map(|f| &f.envelope.ledger)
+    }
+
+    /// The system prompt for the current slider values.
+    pub fn prompt(&self) -> Option<&str> {
+        self.fitted.as_ref().and_then(|f| f.prompt.as_deref().ok())
+    }
+
+    /// Re-fit when a slider value differs from the last fit; cheap when nothing moved.
+    fn refit(&mut self) {
+        let (Some(preview), Some(plan)) = (&self.preview, &self.plan) else { return };
+        if self.fitted.as_ref().is_some_and(|f| &f.plan == plan && f.max_context_tokens == self.max_context_tokens) {
+            return;
+        }
+        let envelope = preview.fit(plan, self.max_context_tokens);
+        let prompt = preview.render(&envelope).map(|p| p.system).map_err(|e| e.to_string());
+        self.fitted = Some(Fitted { plan: plan.clone(), max_context_tokens: self.max_context_tokens, envelope, prompt });
+    }
+
+    pub fn show(&mut self, ui: &mut egui::Ui, scene: &str, active: &[String], outbox: &mut Vec<Command>) {
+        self.target_picker(ui, scene, active, outbox);
+        let Some(preview) = &self.preview else {
+            ui.spinner();
+            return;
+        };
+        if let Some(error) = &preview.template_error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("The prompt templates cannot be loaded: {error}"));
+        }
+        let configured = (preview.plan.clone(), preview.max_context_tokens);
+        egui::ScrollArea::vertical().id_salt("budgets_scroll").show(ui, |ui| {
+            self.sliders(ui, configured);
+            self.refit();
+            self.allocation(ui);
+            self.last_round(ui);
+            self.telemetry(ui);
+            self.prompt_view(ui);
+        });
+    }
+
+    fn target_picker(&mut self, ui: &mut egui::Ui, scene: &str, active: &[String], outbox: &mut Vec<Command>) {
+        ui.horizontal(|ui| {
+            ui.label("Next call of");
+            let before = self.target.clone();
+            ui.radio_value(&mut self.target, PreviewTarget::Director, "the Director");
+            let character_selected = matches!(self.target, PreviewTarget::Character(_));
+            if ui.radio(character_selected, "a character").clicked() && !character_selected {
+                self.target = PreviewTarget::Character(active.first().cloned());
+            }
+            if let PreviewTarget::Character(name) = &mut self.target {
+                let label = ui.label("Character");
+                egui::ComboBox::from_id_salt("budgets_character")
+                    .selected_text(name.clone().unwrap_or_else(|| "first present".into()))
+                    .show_ui(ui, |ui| {
+                        for a in active {
+                            ui.selectable_value(name, Some(a.clone()), a);
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+            }
+            if self.target != before || ui.button("Refresh preview").clicked() {
+                outbox.push(self.target.command(scene));
+            }
+        });
+    }
+
+    fn sliders(&mut self, ui: &mut egui::Ui, configured: (BudgetPlan, u32)) {
+        let Some(plan) = &mut self.plan else { return };
+        egui::Grid::new("budget_sliders").num_columns(2).show(ui, |ui| {
+            for section in Section::ALL {
+                let label = ui.label(format!("{} %", section_title(section)));
+                let value = plan.percent.entry(section).or_insert(0.0);
+                ui.add(egui::Slider::new(value, 0.0..=100.0).step_by(1.0).suffix(" %")).labelled_by(label.id);
+                ui.end_row();
+            }
+            let label = ui.label("Max context tokens");
+            ui.add(egui::Slider::new(&mut self.max_context_tokens, CONTEXT_RANGE).logarithmic(true)).labelled_by(label.id);
+            ui.end_row();
+        });
+        let total: f64 = Section::ALL.iter().map(|s| plan.percent(*s)).sum();
+        ui.horizontal(|ui| {
+            ui.label(format!("Planned: {total:.0} %{}", if total > 100.0 { " (scaled down to 100 %)" } else { "" }));
+            if ui.button("Reset to configuration").clicked() {
+                *plan = configured.0;
+                self.max_context_tokens = configured.1;
+            }
+        });
+        ui.weak("These values preview the next call only; the configuration file's [scene.budgets] is what rounds use.");
+    }
+
+    fn allocation(&self, ui: &mut egui::Ui) {
+        let Some(fitted) = &self.fitted else { return };
+        ui.add_space(6.0);
+        ui.strong(format!("Next call — {} of {} tokens used", fitted.envelope.ledger.used(), fitted.max_context_tokens));
+        ledger_grid(ui, "budget_allocation", &fitted.envelope.ledger);
+    }
+
+    fn last_round(&self, ui: &mut egui::Ui) {
+        let Some(last) = self.preview.as_ref().and_then(|p| p.last_round.as_ref()) else { return };
+        ui.add_space(6.0);
+        egui::CollapsingHeader::new(format!("Ledgers of round {} ({} calls, {} tokens)", last.round, last.ledgers.len(), last.tokens))
+            .id_salt("budget_last_round")
+            .show(ui, |ui| {
+                for (i, call) in last.ledgers.iter().enumerate() {
+                    let who = call.character.as_deref().map(|c| format!(" — {c}")).unwrap_or_default();
+                    ui.label(
+                        RichText::new(format!(
+                            "{}{who}: prompt {} + completion {} tokens (provider-reported)",
+                            call.agent, call.prompt_tokens, call.completion_tokens
+                        ))
+                        .strong(),
+                    );
+                    ledger_grid(ui, &format!("budget_call_{i}"), &call.ledger);
+                    ui.add_space(4.0);
+                }
+            });
+    }
+
+    fn telemetry(&self, ui: &mut egui::Ui) {
+        let Some(preview) = &self.preview else { return };
+        ui.add_space(6.0);
+        egui::CollapsingHeader::new(format!(
+            "Tokens per section over the last {} messages ({} rounds)",
+            preview.telemetry_messages,
+            preview.telemetry.len()
+        ))
+        .id_salt("budget_telemetry")
+        .default_open(true)
+        .show(ui, |ui| {
+            if preview.telemetry.is_empty() {
+                ui.weak("No round played yet.");
+                return;
+            }
+            let lines: Vec<egui_plot::Line<'_>> = Section::ALL
+                .iter()
+                .map(|section| {
+                    let points: Vec<[f64; 2]> =
+                        preview.telemetry.iter().map(|p| [p.round as f64, p.used.get(section).copied().unwrap_or(0) as f64]).collect();
+                    egui_plot::Line::new(section_title(*section), points)
+                })
+                .collect();
+            egui_plot::Plot::new("budget_telemetry_plot")
+                .height(180.0)
+                .legend(egui_plot::Legend::default())
+                .x_axis_label("round")
+                .y_axis_label("tokens used")
+                .allow_scroll(false)
+                .show(ui, |plot| {
+                    for line in lines {
+                        plot.line(line);
+                    }
+                });
+        });
+    }
+
+    fn prompt_view(&self, ui: &mut egui::Ui) {
+        let (Some(fitted), Some(preview)) = (&self.fitted, &self.preview) else { return };
+        ui.add_space(6.0);
+        let who = match (preview.agent, &preview.character) {
+            (AgentKind::Character, Some(c)) => c.name.clone(),
+            (AgentKind::Reconcile, _) => "the Director (reconcile)".into(),
+            _ => "the Director".into(),
+        };
+        ui.strong(format!("Prompt as it would be sent to {who}"));
+        match &fitted.prompt {
+            Ok(system) => {
+                ui.label("System:");
+                let label = ui.label("Prompt preview");
+                let mut text = system.as_str();
+                ui.add(egui::TextEdit::multiline(&mut text).font(egui::TextStyle::Monospace).desired_width(f32::INFINITY))
+                    .labelled_by(label.id);
+                ui.label("User:");
+                ui.label(RichText::new(&preview.turn).monospace());
+            }
+            Err(e) => {
+                ui.colored_label(ui.visuals().error_fg_color, e);
+            }
+        }
+    }
+}
+
+fn section_title(section: Section) -> String {
+    let label = section.label();
+    let mut chars = label.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// A ledger as a table, with the dropped items and their reasons beneath.
+fn ledger_grid(ui: &mut egui::Ui, id: &str, ledger: &BudgetLedger) {
+    egui::Grid::new(id).striped(true).num_columns(6).show(ui, |ui| {
+        for h in ["Section", "%", "Allocated", "Used", "Kept", "Dropped"] {
+            ui.strong(h);
+        }
+        ui.end_row();
+        for s in &ledger.sections {
+            ui.label(section_title(s.section));
+            ui.label(format!("{:.0}", s.percent));
+            ui.label(s.allocated.to_string());
+            ui.label(s.used.to_string());
+            ui.label(s.kept.len().to_string());
+            ui.label(s.dropped.len().to_string());
+            ui.end_row();
+        }
+    });
+    let dropped: Vec<_> = ledger.sections.iter().flat_map(|s| s.dropped.iter().map(move |d| (s.section, d))).collect();
+    if !dropped.is_empty() {
+        egui::CollapsingHeader::new(format!("{} dropped items", dropped.len())).id_salt(format!("{id}_dropped")).show(ui, |ui| {
+            for (section, d) in dropped {
+                ui.label(format!("{}: {} ({} tokens) — {}", section_title(section), d.id, d.tokens, d.reason));
+            }
+        });
+    }
+}

@@ -1,0 +1,558 @@
+//! The identity pipeline's two panels: Waves (progress, timings, tokens, a timeline)
+//! and the Checkpoint inspector (output side by side, attempts, versions with diffs,
+//! approve / reject with feedback / re-open).
+
+use crate::engine::Command;
+use crate::identity::records::{CheckpointStatus, RunRecord, RunStatus, VersionRecord};
+use crate::identity::schema::{Agent, CharacterSeed, Mode, OtherCharacter};
+use crate::identity::{CheckpointView, IdentityCommand, IdentityEvent, RunView};
+use egui::{Color32, RichText};
+use std::collections::BTreeMap;
+
+/// Streamed text kept per running agent, so the panel can show it live.
+const LIVE_TAIL: usize = 600;
+
+#[derive(Default)]
+pub struct IdentityPanels {
+    runs: Vec<RunRecord>,
+    selected: Option<String>,
+    view: Option<RunView>,
+    /// Checkpoint number → streamed text of the running version.
+    live: BTreeMap<u8, String>,
+    inspect: u8,
+    compare: Option<(u32, u32)>,
+    feedback: String,
+    form: SeedForm,
+    /// A snapshot was asked for and has not arrived.
+    refreshing: bool,
+    last_error: Option<String>,
+}
+
+struct SeedForm {
+    name: String,
+    role: String,
+    concept: String,
+    storyline: String,
+    others: String,
+    mode: Mode,
+    auto_approve: bool,
+}
+
+impl Default for SeedForm {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            role: String::new(),
+            concept: String::new(),
+            storyline: String::new(),
+            others: String::new(),
+            mode: Mode::Balanced,
+            auto_approve: false,
+        }
+    }
+}
+
+impl IdentityPanels {
+    /// Commands to send when the window opens: list runs and resume interrupted ones.
+    pub fn startup() -> Vec<Command> {
+        vec![Command::Identity(IdentityCommand::List), Command::Identity(IdentityCommand::Resume { character_id: None })]
+    }
+
+    pub fn view(&self) -> Option<&RunView> {
+        self.view.as_ref()
+    }
+
+    pub fn selected(&self) -> Option<&str> {
+        self.selected.as_deref()
+    }
+
+    /// Which checkpoint the inspector shows.
+    pub fn inspecting(&self) -> u8 {
+        self.inspect
+    }
+
+    pub fn apply(&mut self, event: &IdentityEvent, outbox: &mut Vec<Command>) {
+        match event {
+            IdentityEvent::Runs { runs } => {
+                self.runs = runs.clone();
+                if self.selected.is_none() {
+                    if let Some(last) = runs.last() {
+                        self.select(last.id.clone(), outbox);
+                    }
+                }
+            }
+            IdentityEvent::Snapshot { view } => {
+                if self.selected.as_deref() == Some(view.run.id.as_str()) {
+                    self.refreshing = false;
+                    if let Some(pos) = self.runs.iter().position(|r| r.id == view.run.id) {
+                        self.runs[pos] = view.run.clone();
+                    }
+                    self.view = Some((**view).clone());
+                }
+            }
+            IdentityEvent::RunStarted { character_id, .. } => {
+                outbox.push(Command::Identity(IdentityCommand::List));
+                self.select(character_id.clone(), outbox);
+            }
+            IdentityEvent::Token { character_id, checkpoint, text } => {
+                if self.selected.as_deref() == Some(character_id) {
+                    let live = self.live.entry(*checkpoint).or_default();
+                    live.push_str(text);
+                    if live.len() > LIVE_TAIL * 2 {
+                        let cut = live.len() - LIVE_TAIL;
+                        let cut = (cut..live.len()).find(|i| live.is_char_boundary(*i)).unwrap_or(live.len());
+                        live.drain(..cut);
+                    }
+                }
+            }
+            IdentityEvent::Error { message, character_id, .. } => {
+                if self.selected.as_deref() == Some(character_id) || character_id.is_empty() {
+                    self.last_error = Some(message.clone());
+                }
+                self.refresh(character_id, outbox);
+            }
+            other => {
+                if let Some(id) = other.character_id() {
+                    if let IdentityEvent::AgentStarted { checkpoint, .. } = other {
+                        self.live.remove(checkpoint);
+                    }
+                    let id = id.to_string();
+                    self.refresh(&id, outbox);
+                }
+            }
+        }
+    }
+
+    fn refresh(&mut self, character_id: &str, outbox: &mut Vec<Command>) {
+        // One snapshot in flight at a time: a burst of events costs one store read.
+        if self.selected.as_deref() == Some(character_id) && !self.refreshing {
+            self.refreshing = true;
+            outbox.push(Command::Identity(IdentityCommand::Snapshot { character_id: character_id.to_string() }));
+        }
+    }
+
+    fn select(&mut self, id: String, outbox: &mut Vec<Command>) {
+        if self.selected.as_deref() != Some(id.as_str()) {
+            self.view = None;
+            self.live.clear();
+            self.compare = None;
+            self.refreshing = false;
+        }
+        self.selected = Some(id.clone());
+        self.refresh(&id, outbox);
+    }
+
+    // ----- Waves -------------------------------------------------------------------
+
+    pub fn show_waves(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Waves");
+        self.run_picker(ui, outbox);
+        egui::CollapsingHeader::new("New character").default_open(self.runs.is_empty()).show(ui, |ui| self.seed_form(ui, outbox));
+        if let Some(error) = &self.last_error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        let Some(view) = &self.view else {
+            if self.selected.is_some() {
+                ui.spinner();
+            }
+            return;
+        };
+        ui.separator();
+        let tokens: u32 = view.checkpoints.iter().flat_map(|c| &c.versions).map(|v| v.usage.total()).sum();
+        ui.label(format!(
+            "{} — {} — mode {} — {} regenerations — {} tokens",
+            view.run.name,
+            match view.run.status {
+                RunStatus::InProgress => "in progress",
+                RunStatus::Completed => "complete",
+                RunStatus::Failed => "failed",
+            },
+            view.run.mode.label(),
+            view.run.regenerations,
+            tokens
+        ));
+        let mut open = None;
+        egui::Grid::new("waves_grid").num_columns(7).striped(true).spacing([14.0, 4.0]).show(ui, |ui| {
+            for h in ["#", "Agent", "Wave", "State", "Version", "Tokens", "Time"] {
+                ui.strong(h);
+            }
+            ui.end_row();
+            for cp in &view.checkpoints {
+                let current = current_version(cp);
+                ui.label(cp.record.number.to_string());
+                if ui.link(cp.record.agent.title()).clicked() {
+                    open = Some(cp.record.number);
+                }
+                ui.label(cp.record.wave.to_string());
+                status_chip(ui, cp.record.status);
+                ui.label(if cp.record.current_version == 0 { "—".to_string() } else { format!("v{}", cp.record.current_version) });
+                ui.label(current.map(|v| usage_text(v)).unwrap_or_default());
+                ui.label(current.map(|v| format!("{:.1}s", v.wall_ms as f64 / 1000.0)).unwrap_or_default());
+                ui.end_row();
+                if cp.record.status.is_working() {
+                    if let Some(live) = self.live.get(&cp.record.number) {
+                        ui.label("");
+                        ui.label(RichText::new(tail(live, 120)).monospace().small().weak());
+                        ui.end_row();
+                    }
+                }
+            }
+        });
+        if let Some(n) = open {
+            self.inspect = n;
+        }
+        timeline(ui, view);
+    }
+
+    fn run_picker(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        if self.runs.is_empty() {
+            return;
+        }
+        let label = ui.label("Character");
+        let shown = self
+            .selected
+            .as_ref()
+            .and_then(|id| self.runs.iter().find(|r| &r.id == id))
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| "choose…".into());
+        let mut choice = None;
+        egui::ComboBox::from_id_salt("identity_run")
+            .selected_text(shown)
+            .show_ui(ui, |ui| {
+                for r in self.runs.iter().rev() {
+                    if ui.selectable_label(self.selected.as_deref() == Some(&r.id), format!("{} ({})", r.name, r.created_at)).clicked() {
+                        choice = Some(r.id.clone());
+                    }
+                }
+            })
+            .response
+            .labelled_by(label.id);
+        if let Some(id) = choice {
+            self.select(id, outbox);
+        }
+    }
+
+    fn seed_form(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let f = &mut self.form;
+        egui::Grid::new("seed_form").num_columns(2).show(ui, |ui| {
+            for (name, text, lines) in [
+                ("Name", &mut f.name, 1),
+                ("Role", &mut f.role, 1),
+                ("Concept", &mut f.concept, 3),
+                ("Storyline", &mut f.storyline, 3),
+                ("Other characters (one per line: name — role — concept)", &mut f.others, 3),
+            ] {
+                let label = ui.label(name);
+                let edit = if lines == 1 { egui::TextEdit::singleline(text) } else { egui::TextEdit::multiline(text).desired_rows(lines) };
+                ui.add(edit.desired_width(420.0)).labelled_by(label.id);
+                ui.end_row();
+            }
+            let label = ui.label("Depth");
+            egui::ComboBox::from_id_salt("seed_mode")
+                .selected_text(f.mode.label())
+                .show_ui(ui, |ui| {
+                    for m in [Mode::Fast, Mode::Balanced, Mode::Deep] {
+                        ui.selectable_value(&mut f.mode, m, m.label());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            ui.label("");
+            ui.checkbox(&mut f.auto_approve, "Approve each checkpoint automatically");
+            ui.end_row();
+        });
+        let ready = !f.name.trim().is_empty() && !f.concept.trim().is_empty();
+        if ui.add_enabled(ready, egui::Button::new("Start development")).clicked() {
+            let seed = CharacterSeed {
+                name: f.name.trim().to_string(),
+                role: f.role.trim().to_string(),
+                concept: f.concept.trim().to_string(),
+                storyline: serde_json::Value::String(f.storyline.trim().to_string()),
+                other_characters: f
+                    .others
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| {
+                        let mut parts = l.split('—').map(|p| p.trim().to_string());
+                        OtherCharacter {
+                            name: parts.next().unwrap_or_default(),
+                            role: parts.next().unwrap_or_default(),
+                            concept: parts.next().unwrap_or_default(),
+                        }
+                    })
+                    .collect(),
+            };
+            self.last_error = None;
+            outbox.push(Command::Identity(IdentityCommand::Start { seed, mode: f.mode, profile: None, auto_approve: f.auto_approve }));
+        }
+    }
+
+    // ----- Checkpoint inspector ----------------------------------------------------
+
+    pub fn show_checkpoints(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Checkpoints");
+        self.run_picker(ui, outbox);
+        let Some(view) = self.view.clone() else {
+            ui.label("Start a character in the Waves panel; its checkpoints appear here.");
+            return;
+        };
+        if self.inspect == 0 {
+            self.inspect = view
+                .checkpoints
+                .iter()
+                .find(|c| c.record.status == CheckpointStatus::AwaitingApproval)
+                .map(|c| c.record.number)
+                .unwrap_or(1);
+        }
+        ui.horizontal_wrapped(|ui| {
+            for cp in &view.checkpoints {
+                let text = format!("{} {}", cp.record.number, cp.record.agent.title());
+                let r = ui.selectable_label(self.inspect == cp.record.number, RichText::new(text).color(status_color(cp.record.status)));
+                if r.clicked() {
+                    self.inspect = cp.record.number;
+                    self.compare = None;
+                }
+            }
+        });
+        let Some(cp) = view.checkpoints.iter().find(|c| c.record.number == self.inspect) else { return };
+        ui.separator();
+        self.actions(ui, &view.run.id, cp, outbox);
+        if let Some(error) = &cp.record.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        let Some(current) = current_version(cp) else {
+            match self.live.get(&cp.record.number) {
+                Some(live) if cp.record.status.is_working() => {
+                    ui.label("Streaming…");
+                    ui.label(RichText::new(tail(live, LIVE_TAIL)).monospace());
+                }
+                _ => {
+                    ui.label("No output yet.");
+                }
+            }
+            return;
+        };
+        ui.label(format!(
+            "Version {} of {} — {} — {:.1}s — {}",
+            current.version,
+            cp.versions.len(),
+            usage_text(current),
+            current.wall_ms as f64 / 1000.0,
+            current.created_at
+        ));
+        if let Some(feedback) = &current.feedback {
+            ui.label(RichText::new(format!("Answers feedback: {feedback}")).italics());
+        }
+        ui.columns(2, |cols| {
+            cols[0].strong("Narrative");
+            egui::ScrollArea::vertical().id_salt("narrative").max_height(320.0).show(&mut cols[0], |ui| {
+                ui.label(&current.narrative);
+            });
+            cols[1].strong("Structured");
+            egui::ScrollArea::vertical().id_salt("structured").max_height(320.0).show(&mut cols[1], |ui| {
+                json_tree(ui, "structured", &current.structured);
+            });
+        });
+        attempts(ui, current);
+        self.versions(ui, cp);
+    }
+
+    fn actions(&mut self, ui: &mut egui::Ui, run_id: &str, cp: &CheckpointView, outbox: &mut Vec<Command>) {
+        let status = cp.record.status;
+        let id = run_id.to_string();
+        let n = cp.record.number;
+        ui.horizontal(|ui| {
+            status_chip(ui, status);
+            let can_approve = status == CheckpointStatus::AwaitingApproval;
+            let approve_key = ui.input_mut(|i| i.consume_key(egui::Modifiers::CTRL, egui::Key::Enter));
+            if ui.add_enabled(can_approve, egui::Button::new("Approve")).on_hover_text("Ctrl+Enter").clicked()
+                || (can_approve && approve_key)
+            {
+                outbox.push(Command::Identity(IdentityCommand::Approve { character_id: id.clone(), checkpoint: n }));
+            }
+            if ui.add_enabled(status == CheckpointStatus::Approved, egui::Button::new("Re-open")).clicked() {
+                outbox.push(Command::Identity(IdentityCommand::Reopen { character_id: id.clone(), checkpoint: n }));
+            }
+            if ui
+                .add_enabled(matches!(status, CheckpointStatus::Stale | CheckpointStatus::Failed), egui::Button::new("Re-run"))
+                .clicked()
+            {
+                outbox.push(Command::Identity(IdentityCommand::Rerun { character_id: id.clone(), checkpoint: n }));
+            }
+            if ui.add_enabled(status == CheckpointStatus::Stale, egui::Button::new("Keep as is")).clicked() {
+                outbox.push(Command::Identity(IdentityCommand::Keep { character_id: id.clone(), checkpoint: n }));
+            }
+        });
+        let can_reject = matches!(status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed);
+        ui.horizontal(|ui| {
+            let label = ui.label("Feedback");
+            ui.add(egui::TextEdit::singleline(&mut self.feedback).desired_width(460.0).hint_text("what should change"))
+                .labelled_by(label.id);
+            let reject_key = ui.input_mut(|i| i.consume_key(egui::Modifiers::CTRL | egui::Modifiers::SHIFT, egui::Key::Enter));
+            let ready = can_reject && !self.feedback.trim().is_empty();
+            if ui.add_enabled(ready, egui::Button::new("Reject with feedback")).on_hover_text("Ctrl+Shift+Enter").clicked()
+                || (ready && reject_key)
+            {
+                outbox.push(Command::Identity(IdentityCommand::Reject {
+                    character_id: id.clone(),
+                    checkpoint: n,
+                    feedback: std::mem::take(&mut self.feedback),
+                }));
+            }
+        });
+    }
+
+    fn versions(&mut self, ui: &mut egui::Ui, cp: &CheckpointView) {
+        if cp.versions.len() < 2 {
+            return;
+        }
+        egui::CollapsingHeader::new(format!("Versions ({}) and differences", cp.versions.len())).default_open(false).show(ui, |ui| {
+            let last = cp.versions.len() as u32;
+            let (mut a, mut b) = self.compare.unwrap_or((last - 1, last));
+            ui.horizontal(|ui| {
+                let label = ui.label("Compare version");
+                ui.add(egui::DragValue::new(&mut a).range(1..=last)).labelled_by(label.id);
+                let label = ui.label("with");
+                ui.add(egui::DragValue::new(&mut b).range(1..=last)).labelled_by(label.id);
+            });
+            self.compare = Some((a, b));
+            let find = |n: u32| cp.versions.iter().find(|v| v.version == n);
+            if let (Some(va), Some(vb)) = (find(a), find(b)) {
+                diff_view(ui, &version_text(va), &version_text(vb));
+            }
+        });
+    }
+}
+
+fn current_version(cp: &CheckpointView) -> Option<&VersionRecord> {
+    cp.versions.iter().find(|v| v.version == cp.record.current_version)
+}
+
+fn usage_text(v: &VersionRecord) -> String {
+    format!("{} tokens{}", v.usage.total(), if v.usage.reported { "" } else { " (est.)" })
+}
+
+fn tail(text: &str, chars: usize) -> String {
+    let count = text.chars().count();
+    text.chars().skip(count.saturating_sub(chars)).collect::<String>().replace('\n', " ")
+}
+
+fn status_color(status: CheckpointStatus) -> Color32 {
+    match status {
+        CheckpointStatus::Queued => Color32::GRAY,
+        CheckpointStatus::Running | CheckpointStatus::Regenerating => Color32::from_rgb(90, 160, 230),
+        CheckpointStatus::AwaitingApproval => Color32::from_rgb(230, 180, 60),
+        CheckpointStatus::Approved => Color32::from_rgb(80, 170, 90),
+        CheckpointStatus::Stale => Color32::from_rgb(200, 120, 200),
+        CheckpointStatus::Failed => Color32::from_rgb(220, 80, 80),
+    }
+}
+
+fn status_chip(ui: &mut egui::Ui, status: CheckpointStatus) {
+    ui.label(RichText::new(status.as_str().replace('_', " ")).color(status_color(status)).strong());
+}
+
+/// Structured output as a tree a person can read.
+fn json_tree(ui: &mut egui::Ui, key: &str, value: &serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            egui::CollapsingHeader::new(key).id_salt(ui.scope_id().with(key)).default_open(true).show(ui, |ui| {
+                for (k, v) in map {
+                    json_tree(ui, k, v);
+                }
+            });
+        }
+        serde_json::Value::Array(items) => {
+            egui::CollapsingHeader::new(format!("{key} [{}]", items.len())).id_salt(ui.scope_id().with(key)).default_open(true).show(ui, |ui| {
+                for (i, v) in items.iter().enumerate() {
+                    match v {
+                        serde_json::Value::String(s) => {
+                            ui.label(format!("• {s}"));
+                        }
+                        other => json_tree(ui, &format!("{}", i + 1), other),
+                    }
+                }
+            });
+        }
+        serde_json::Value::String(s) => {
+            ui.horizontal_wrapped(|ui| {
+                ui.strong(format!("{key}:"));
+                ui.label(s);
+            });
+        }
+        other => {
+            ui.horizontal_wrapped(|ui| {
+                ui.strong(format!("{key}:"));
+                ui.label(other.to_string());
+            });
+        }
+    }
+}
+
+fn attempts(ui: &mut egui::Ui, v: &VersionRecord) {
+    let Some(list) = v.attempts.as_array() else { return };
+    let title = format!("Attempts ({}) — raw replies, repairs and schema errors", list.len());
+    egui::CollapsingHeader::new(title).default_open(list.len() > 1).show(ui, |ui| {
+        for a in list {
+            let number = a["number"].as_u64().unwrap_or(0);
+            let failure = a.get("failure").filter(|f| !f.is_null()).map(|f| f.to_string());
+            ui.strong(format!("Attempt {number}: {}", failure.as_deref().unwrap_or("accepted")));
+            if let Some(repairs) = a["repairs"].as_array().filter(|r| !r.is_empty()) {
+                ui.label(format!("Repairs: {}", repairs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")));
+            }
+            if let Some(errors) = a["errors"].as_array().filter(|e| !e.is_empty()) {
+                for e in errors {
+                    ui.colored_label(ui.visuals().warn_fg_color, format!("{}: {}", e["path"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")));
+                }
+            }
+            egui::CollapsingHeader::new("raw reply").id_salt(("raw", number)).show(ui, |ui| {
+                ui.label(RichText::new(a["raw"].as_str().unwrap_or_default()).monospace());
+            });
+        }
+    });
+}
+
+fn version_text(v: &VersionRecord) -> String {
+    format!("{}\n\n{}", v.narrative, serde_json::to_string_pretty(&v.structured).unwrap_or_default())
+}
+
+fn diff_view(ui: &mut egui::Ui, old: &str, new: &str) {
+    let diff = similar::TextDiff::from_lines(old, new);
+    egui::ScrollArea::vertical().id_salt("diff").max_height(260.0).show(ui, |ui| {
+        for change in diff.iter_all_changes() {
+            let (sign, color) = match change.tag() {
+                similar::ChangeTag::Delete => ("-", Color32::from_rgb(220, 90, 90)),
+                similar::ChangeTag::Insert => ("+", Color32::from_rgb(90, 190, 110)),
+                similar::ChangeTag::Equal => (" ", ui.visuals().weak_text_color()),
+            };
+            ui.label(RichText::new(format!("{sign} {}", change.value().trim_end_matches('\n'))).monospace().color(color));
+        }
+    });
+}
+
+/// Each version as a bar from its start to its end, in seconds since the run began.
+fn timeline(ui: &mut egui::Ui, view: &RunView) {
+    let Some(origin) = chrono::DateTime::parse_from_rfc3339(&view.run.created_at).ok() else { return };
+    let secs = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok().map(|t| (t - origin).num_milliseconds() as f64 / 1000.0);
+    let mut bars = Vec::new();
+    for cp in &view.checkpoints {
+        for v in &cp.versions {
+            if let (Some(start), Some(end)) = (secs(&v.started_at), secs(&v.created_at)) {
+                let agent = Agent::from_number(cp.record.number).map(|a| a.title()).unwrap_or("");
+                bars.push(
+                    egui_plot::Bar::new(cp.record.number as f64, (end - start).max(0.01))
+                        .base_offset(start)
+                        .name(format!("{agent} v{}", v.version))
+                        .width(0.6),
+                );
+            }
+        }
+    }
+    if bars.is_empty() {
+        return;
+    }
+    ui.label("Timeline (seconds since start; one bar per version)");
+    let chart = egui_plot::BarChart::new("versions", bars).horizontal().color(Color32::from_rgb(90, 160, 230));
+    egui_plot::Plot::new("identity_timeline").height(180.0).allow_scroll(false).show(ui, |plot| plot.bar_chart(chart));
+}

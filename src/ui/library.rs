@@ -1,0 +1,274 @@
+//! The Library panel: characters and lorebooks, import by dropping files on the window
+//! (or typing a path), export from a row's context menu.
+
+use crate::engine::Command;
+use crate::interop::{CardFormat, CharacterSummary, InteropCommand, InteropEvent, LorebookFormat, LorebookSummary};
+use std::path::PathBuf;
+
+/// What an export dialog is about.
+#[derive(Debug, Clone, PartialEq)]
+enum ExportTarget {
+    Character { id: String, name: String },
+    Lorebook { id: String, name: String },
+}
+
+#[derive(Debug, Clone)]
+struct ExportDialog {
+    target: ExportTarget,
+    card_format: CardFormat,
+    png: bool,
+    lore_format: LorebookFormat,
+    path: String,
+}
+
+impl ExportDialog {
+    fn new(target: ExportTarget) -> Self {
+        let mut dialog = Self { target, card_format: CardFormat::CardV3, png: true, lore_format: LorebookFormat::WorldInfo, path: String::new() };
+        dialog.path = dialog.default_path();
+        dialog
+    }
+
+    fn name(&self) -> &str {
+        match &self.target {
+            ExportTarget::Character { name, .. } | ExportTarget::Lorebook { name, .. } => name,
+        }
+    }
+
+    fn extension(&self) -> &'static str {
+        match self.target {
+            ExportTarget::Character { .. } if self.png => "png",
+            _ => "json",
+        }
+    }
+
+    /// `<home>/<name>.<ext>`, with characters that file systems dislike replaced.
+    fn default_path(&self) -> String {
+        let stem: String = self.name().chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '_' || c == ' ' { c } else { '_' }).collect();
+        let dir = directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf()).unwrap_or_default();
+        dir.join(format!("{}.{}", stem.trim(), self.extension())).display().to_string()
+    }
+
+    fn command(&self) -> Command {
+        let out = PathBuf::from(self.path.trim());
+        Command::Interop(match &self.target {
+            ExportTarget::Character { id, .. } => {
+                InteropCommand::ExportCharacter { character: id.clone(), format: self.card_format, png: self.png, out }
+            }
+            ExportTarget::Lorebook { id, .. } => InteropCommand::ExportLorebook { lorebook: id.clone(), format: self.lore_format, out },
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct LibraryPanel {
+    characters: Vec<CharacterSummary>,
+    lorebooks: Vec<LorebookSummary>,
+    listed: bool,
+    /// Lines of the last import report, and whether each one is a problem.
+    report: Vec<(String, bool)>,
+    /// The outcome of the last export.
+    status: Option<Result<String, String>>,
+    export: Option<ExportDialog>,
+    import_path: String,
+}
+
+impl LibraryPanel {
+    pub fn characters(&self) -> &[CharacterSummary] {
+        &self.characters
+    }
+
+    pub fn lorebooks(&self) -> &[LorebookSummary] {
+        &self.lorebooks
+    }
+
+    /// The command that imports files dropped on the window.
+    pub fn import_command(paths: Vec<PathBuf>) -> Command {
+        Command::Interop(InteropCommand::Import { paths })
+    }
+
+    pub fn apply(&mut self, event: &InteropEvent) {
+        match event {
+            InteropEvent::Library { characters, lorebooks } => {
+                self.characters = characters.clone();
+                self.lorebooks = lorebooks.clone();
+                self.listed = true;
+            }
+            InteropEvent::ImportReport { created, skipped, warnings } => {
+                self.report.clear();
+                for c in created {
+                    self.report.push((format!("Created {:?} from {}: {}", c.item.name, file_name(&c.path), c.item.detail), false));
+                }
+                for w in warnings {
+                    self.report.push((format!("Note on {}: {}", file_name(&w.path), w.message), false));
+                }
+                for s in skipped {
+                    self.report.push((format!("Skipped {}: {}", file_name(&s.path), s.reason), s.error));
+                }
+            }
+            InteropEvent::Exported { name, format, path, .. } => {
+                self.status = Some(Ok(format!("Exported {name:?} as {format} to {}", path.display())));
+            }
+        }
+    }
+
+    /// An export failed (the engine's error event for an export context).
+    pub fn export_failed(&mut self, message: &str) {
+        self.status = Some(Err(message.to_string()));
+    }
+
+    pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        if !self.listed {
+            self.listed = true;
+            outbox.push(Command::Interop(InteropCommand::List));
+        }
+        ui.heading("Library");
+        ui.label("Drop character cards (PNG or JSON), World Info or lorebook files on the window to import them.");
+        ui.horizontal(|ui| {
+            let label = ui.label("Import file");
+            ui.add(egui::TextEdit::singleline(&mut self.import_path).hint_text("/path/to/card.png").id_salt("library_import_path"))
+                .labelled_by(label.id);
+            let ready = !self.import_path.trim().is_empty();
+            if ui.add_enabled(ready, egui::Button::new("Import")).clicked() {
+                outbox.push(Self::import_command(vec![PathBuf::from(self.import_path.trim())]));
+                self.import_path.clear();
+            }
+            if ui.button("Refresh").clicked() {
+                outbox.push(Command::Interop(InteropCommand::List));
+            }
+        });
+        if !self.report.is_empty() {
+            ui.group(|ui| {
+                ui.strong("Last import");
+                for (line, problem) in &self.report {
+                    if *problem {
+                        ui.colored_label(ui.visuals().error_fg_color, line);
+                    } else {
+                        ui.label(line);
+                    }
+                }
+            });
+        }
+        match &self.status {
+            Some(Ok(text)) => {
+                ui.colored_label(egui::Color32::from_rgb(80, 170, 90), text);
+            }
+            Some(Err(text)) => {
+                ui.colored_label(ui.visuals().error_fg_color, text);
+            }
+            None => {}
+        }
+        ui.separator();
+        egui::ScrollArea::vertical().auto_shrink([false, true]).show(ui, |ui| {
+            ui.columns(2, |cols| {
+                self.character_list(&mut cols[0]);
+                self.lorebook_list(&mut cols[1]);
+            });
+        });
+        self.export_dialog(ui, outbox);
+    }
+
+    fn character_list(&mut self, ui: &mut egui::Ui) {
+        ui.strong(format!("Characters ({})", self.characters.len()));
+        if self.characters.is_empty() {
+            ui.weak("No characters yet.");
+        }
+        let mut open = None;
+        for c in &self.characters {
+            let origin = if c.has_card { "card" } else { c.origin.as_str() };
+            let response = ui.selectable_label(false, &c.name).on_hover_text(format!("{origin} · {}", c.id));
+            let target = ExportTarget::Character { id: c.id.clone(), name: c.name.clone() };
+            response.context_menu(|ui| {
+                if ui.button("Export as card…").clicked() {
+                    open = Some(target.clone());
+                    ui.close();
+                }
+            });
+            if response.clicked() {
+                open = Some(target);
+            }
+        }
+        if let Some(target) = open {
+            self.export = Some(ExportDialog::new(target));
+        }
+    }
+
+    fn lorebook_list(&mut self, ui: &mut egui::Ui) {
+        ui.strong(format!("Lorebooks ({})", self.lorebooks.len()));
+        if self.lorebooks.is_empty() {
+            ui.weak("No lorebooks yet.");
+        }
+        let mut open = None;
+        for b in &self.lorebooks {
+            let owner = b.character_id.as_ref().and_then(|id| self.characters.iter().find(|c| &c.id == id));
+            let text = match owner {
+                Some(c) => format!("{} ({} entries, {}'s card)", b.name, b.entries, c.name),
+                None => format!("{} ({} entries)", b.name, b.entries),
+            };
+            let response = ui.selectable_label(false, text);
+            let target = ExportTarget::Lorebook { id: b.id.clone(), name: b.name.clone() };
+            response.context_menu(|ui| {
+                if ui.button("Export lorebook…").clicked() {
+                    open = Some(target.clone());
+                    ui.close();
+                }
+            });
+            if response.clicked() {
+                open = Some(target);
+            }
+        }
+        if let Some(target) = open {
+            self.export = Some(ExportDialog::new(target));
+        }
+    }
+
+    fn export_dialog(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(dialog) = &mut self.export else { return };
+        let mut keep_open = true;
+        let mut send = false;
+        egui::Window::new(format!("Export {}", dialog.name())).collapsible(false).resizable(false).show(ui.ctx(), |ui| {
+            let before = dialog.extension();
+            match dialog.target {
+                ExportTarget::Character { .. } => {
+                    egui::ComboBox::from_label("Card format").selected_text(dialog.card_format.label()).show_ui(ui, |ui| {
+                        ui.selectable_value(&mut dialog.card_format, CardFormat::CardV3, "card-v3");
+                        ui.selectable_value(&mut dialog.card_format, CardFormat::CardV2, "card-v2");
+                    });
+                    ui.checkbox(&mut dialog.png, "PNG with portrait");
+                }
+                ExportTarget::Lorebook { .. } => {
+                    egui::ComboBox::from_label("Lorebook format").selected_text(dialog.lore_format.label()).show_ui(ui, |ui| {
+                        ui.selectable_value(&mut dialog.lore_format, LorebookFormat::WorldInfo, "world-info");
+                        ui.selectable_value(&mut dialog.lore_format, LorebookFormat::LorebookV3, "lorebook-v3");
+                    });
+                }
+            }
+            if dialog.extension() != before {
+                if let Some(stem) = dialog.path.strip_suffix(&format!(".{before}")) {
+                    dialog.path = format!("{stem}.{}", dialog.extension());
+                }
+            }
+            let label = ui.label("Save to");
+            ui.add(egui::TextEdit::singleline(&mut dialog.path).desired_width(360.0).id_salt("library_export_path")).labelled_by(label.id);
+            ui.horizontal(|ui| {
+                if ui.add_enabled(!dialog.path.trim().is_empty(), egui::Button::new("Export")).clicked() {
+                    send = true;
+                }
+                if ui.button("Cancel").clicked() {
+                    keep_open = false;
+                }
+            });
+        });
+        if send {
+            outbox.push(dialog.command());
+            self.status = None;
+            keep_open = false;
+        }
+        if !keep_open {
+            self.export = None;
+        }
+    }
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
+}

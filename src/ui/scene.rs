@@ -1,0 +1,469 @@
+//! The Scene panel: pick a scene, see who is present and how they are, the campaign's
+//! trackers and facts, the Director's decisions, and the transcript with replies
+//! streaming in; play a round or let the scene continue.
+//!
+//! The panel holds a view model fed by scene events. Snapshots come from the engine
+//! (one in flight at a time); the live round is built from the events themselves and
+//! replaced by the stored snapshot once the round is committed.
+
+use super::budgets::BudgetsPanel;
+use crate::engine::Command;
+use crate::scene::envelope::AgentKind;
+use crate::scene::model::{DirectorPlan, Reconciliation, STATE_FIELDS, SceneSummary};
+use crate::scene::preview::SceneSnapshot;
+use crate::scene::round::turn_order;
+use crate::scene::{SceneCommand, SceneEvent};
+use egui::RichText;
+
+/// One character's turn of the round being played.
+#[derive(Debug, Clone)]
+pub struct LiveTurn {
+    pub name: String,
+    pub text: String,
+    pub done: bool,
+}
+
+/// The round being played, as far as the events have told.
+#[derive(Debug, Clone, Default)]
+pub struct LiveRound {
+    pub round: u32,
+    pub input: Option<String>,
+    pub plan: Option<DirectorPlan>,
+    pub reconciliation: Option<Reconciliation>,
+    pub turns: Vec<LiveTurn>,
+    /// Committed: shown until the stored snapshot that includes it arrives.
+    pub completed: bool,
+}
+
+#[derive(Default)]
+pub struct ScenePanels {
+    scenes: Vec<SceneSummary>,
+    selected: Option<String>,
+    snapshot: Option<SceneSnapshot>,
+    refreshing: bool,
+    live: Option<LiveRound>,
+    input: String,
+    last_error: Option<String>,
+    budgets: BudgetsPanel,
+}
+
+impl ScenePanels {
+    /// Commands to send when the window opens.
+    pub fn startup() -> Vec<Command> {
+        vec![Command::Scene(SceneCommand::List)]
+    }
+
+    pub fn selected(&self) -> Option<&str> {
+        self.selected.as_deref()
+    }
+
+    pub fn snapshot(&self) -> Option<&SceneSnapshot> {
+        self.snapshot.as_ref()
+    }
+
+    /// The round being played, if one is.
+    pub fn live(&self) -> Option<&LiveRound> {
+        self.live.as_ref()
+    }
+
+    pub fn budgets(&self) -> &BudgetsPanel {
+        &self.budgets
+    }
+
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    fn is_selected(&self, scene_id: &str) -> bool {
+        self.selected.as_deref() == Some(scene_id)
+    }
+
+    pub fn apply(&mut self, event: &SceneEvent, outbox: &mut Vec<Command>) {
+        match event {
+            SceneEvent::Scenes { scenes } => {
+                self.scenes = scenes.clone();
+                let still_there = self.selected.as_ref().is_some_and(|s| scenes.iter().any(|x| &x.id == s));
+                if !still_there {
+                    if let Some(first) = scenes.first() {
+                        self.select(first.id.clone(), outbox);
+                    }
+                }
+            }
+            SceneEvent::SceneCreated { .. } | SceneEvent::DemoReady { .. } => outbox.push(Command::Scene(SceneCommand::List)),
+            SceneEvent::Snapshot { snapshot } => {
+                if self.is_selected(&snapshot.view.id) {
+                    self.refreshing = false;
+                    if self.live.as_ref().is_some_and(|l| l.completed && snapshot.view.rounds >= l.round) {
+                        self.live = None;
+                    }
+                    self.snapshot = Some((**snapshot).clone());
+                }
+            }
+            SceneEvent::Preview { preview } => {
+                if self.is_selected(&preview.scene_id) {
+                    self.budgets.set_preview((**preview).clone());
+                }
+            }
+            SceneEvent::RoundStarted { scene_id, round, input } if self.is_selected(scene_id) => {
+                self.last_error = None;
+                self.live = Some(LiveRound { round: *round, input: input.clone(), ..Default::default() });
+            }
+            SceneEvent::DirectorDecided { scene_id, pass, decision, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    // The engine validated these against the same types; a mismatch only
+                    // costs the live view, the stored round is read back after the commit.
+                    if *pass == 1 {
+                        live.plan = serde_json::from_value(decision.clone()).ok();
+                    } else {
+                        live.reconciliation = serde_json::from_value(decision.clone()).ok();
+                    }
+                }
+            }
+            SceneEvent::CharacterStarted { scene_id, name, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.turns.push(LiveTurn { name: name.clone(), text: String::new(), done: false });
+                }
+            }
+            SceneEvent::Token { scene_id, text, .. } if self.is_selected(scene_id) => {
+                if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
+                    turn.text.push_str(text);
+                }
+            }
+            SceneEvent::CharacterFinished { scene_id, content, .. } if self.is_selected(scene_id) => {
+                if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
+                    turn.text = content.clone();
+                    turn.done = true;
+                }
+            }
+            SceneEvent::RoundCompleted { scene_id, round, .. } => {
+                outbox.push(Command::Scene(SceneCommand::List));
+                if self.is_selected(scene_id) {
+                    if let Some(live) = &mut self.live {
+                        live.round = *round;
+                        live.completed = true;
+                    }
+                    // A snapshot asked for before the commit would not include the round.
+                    self.refreshing = false;
+                    self.refresh(outbox);
+                    outbox.push(self.budgets.preview_command(scene_id));
+                }
+            }
+            SceneEvent::Error { scene_id, message } => {
+                if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
+                    self.last_error = Some(message.clone());
+                    self.live = None;
+                    self.refreshing = false;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn refresh(&mut self, outbox: &mut Vec<Command>) {
+        if let Some(scene) = &self.selected {
+            // One snapshot in flight at a time: a burst of events costs one read.
+            if !self.refreshing {
+                self.refreshing = true;
+                outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene.clone() }));
+            }
+        }
+    }
+
+    fn select(&mut self, id: String, outbox: &mut Vec<Command>) {
+        if !self.is_selected(&id) {
+            self.snapshot = None;
+            self.live = None;
+            self.refreshing = false;
+            self.budgets.clear();
+        }
+        outbox.push(self.budgets.preview_command(&id));
+        self.selected = Some(id);
+        self.refresh(outbox);
+    }
+
+    /// The scene chooser both panels share.
+    fn scene_picker(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, salt: &str) {
+        ui.horizontal(|ui| {
+            let label = ui.label("Scene");
+            let shown = self
+                .selected
+                .as_ref()
+                .and_then(|id| self.scenes.iter().find(|s| &s.id == id))
+                .map(|s| s.name.clone())
+                .unwrap_or_else(|| "choose…".into());
+            let mut choice = None;
+            egui::ComboBox::from_id_salt(salt)
+                .selected_text(shown)
+                .show_ui(ui, |ui| {
+                    for s in &self.scenes {
+                        let text = format!("{} — {} / {} ({} rounds)", s.name, s.campaign, s.arc, s.rounds);
+                        if ui.selectable_label(self.selected.as_deref() == Some(&s.id), text).clicked() {
+                            choice = Some(s.id.clone());
+                        }
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            if ui.button("Refresh").clicked() {
+                outbox.push(Command::Scene(SceneCommand::List));
+                self.refreshing = false;
+                self.refresh(outbox);
+                if let Some(id) = &self.selected {
+                    outbox.push(self.budgets.preview_command(id));
+                }
+            }
+            if let Some(id) = choice {
+                self.select(id, outbox);
+            }
+        });
+        if self.scenes.is_empty() {
+            ui.label("No scene yet. Run `lorekeeper scene demo` or `lorekeeper scene new` to add one.");
+        }
+    }
+
+    // ----- Scene -------------------------------------------------------------------
+
+    pub fn show_scene(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Scene");
+        self.scene_picker(ui, outbox, "scene_picker");
+        if let Some(error) = &self.last_error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        let Some(snapshot) = &self.snapshot else {
+            if self.selected.is_some() {
+                ui.spinner();
+            }
+            return;
+        };
+        let view = &snapshot.view;
+        ui.label(format!(
+            "{} / {} / {} — {} rounds — {} in-fiction minutes{}",
+            view.world,
+            view.campaign,
+            view.arc,
+            view.rounds,
+            view.elapsed_minutes,
+            view.persona.as_deref().map(|p| format!(" — you play {}", p.split(':').next().unwrap_or(p))).unwrap_or_default()
+        ));
+        ui.columns(2, |columns| {
+            egui::ScrollArea::vertical().id_salt("scene_state").show(&mut columns[0], |ui| {
+                self.characters(ui);
+                self.campaign_state(ui);
+                self.director(ui);
+            });
+            let ui = &mut columns[1];
+            self.play_controls(ui, outbox);
+            ui.separator();
+            self.transcript(ui);
+        });
+    }
+
+    fn characters(&self, ui: &mut egui::Ui) {
+        let Some(snapshot) = &self.snapshot else { return };
+        ui.strong("Characters");
+        egui::Grid::new("scene_characters").striped(true).num_columns(2 + STATE_FIELDS.len()).show(ui, |ui| {
+            ui.strong("Name");
+            ui.strong("Present");
+            for field in STATE_FIELDS {
+                ui.strong(field);
+            }
+            ui.end_row();
+            // Present characters first: they are who the round is about.
+            let mut cast: Vec<_> = snapshot.view.cast.iter().collect();
+            cast.sort_by_key(|c| !c.active);
+            for member in cast {
+                ui.label(&member.name);
+                ui.label(if member.active { "yes" } else { "—" });
+                for field in STATE_FIELDS {
+                    ui.label(member.state.get(field).unwrap_or("—"));
+                }
+                ui.end_row();
+            }
+        });
+    }
+
+    fn campaign_state(&self, ui: &mut egui::Ui) {
+        let Some(snapshot) = &self.snapshot else { return };
+        let view = &snapshot.view;
+        ui.add_space(6.0);
+        ui.strong("Trackers");
+        if view.trackers.is_empty() {
+            ui.weak("none");
+        }
+        for (name, value) in &view.trackers {
+            let value = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            ui.label(format!("{name} = {value}"));
+        }
+        ui.add_space(6.0);
+        ui.strong("Facts");
+        if view.facts.is_empty() {
+            ui.weak("none yet");
+        }
+        for fact in &view.facts {
+            ui.label(format!("• {fact}"));
+        }
+    }
+
+    /// The Director's decisions: of the round being played, else of the last one.
+    fn director(&self, ui: &mut egui::Ui) {
+        ui.add_space(6.0);
+        let stored = self.snapshot.as_ref().and_then(|s| s.last_round.as_ref());
+        let (round, plan, reconciliation, conflicts, ignored) = match (&self.live, stored) {
+            (Some(live), _) => (live.round, live.plan.as_ref(), live.reconciliation.as_ref(), &[][..], &[][..]),
+            (None, Some(last)) => (
+                last.round,
+                Some(&last.director.plan),
+                last.director.reconciliation.as_ref(),
+                last.director.conflicts.as_slice(),
+                last.director.ignored.as_slice(),
+            ),
+            (None, None) => {
+                ui.strong("Director");
+                ui.weak("No round played yet.");
+                return;
+            }
+        };
+        ui.strong(format!("Director — round {round}"));
+        let Some(plan) = plan else {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("planning…");
+            });
+            return;
+        };
+        ui.label("Acting order:");
+        for (i, actor) in turn_order(plan.acting_characters.clone()).iter().enumerate() {
+            let guidance = if actor.guidance.trim().is_empty() { String::new() } else { format!(" — {}", actor.guidance.trim()) };
+            ui.label(format!("  {}. {} (priority {}){guidance}", i + 1, actor.name, actor.priority));
+        }
+        for a in &plan.activations {
+            ui.label(format!("Enters: {} — {}", a.name, a.entry_guidance));
+        }
+        for d in &plan.deactivations {
+            ui.label(format!("Leaves: {} — {}", d.name, d.exit_guidance));
+        }
+        for u in &plan.state_updates {
+            ui.label(format!("Before acting, {}: {}", u.name, state_text(&u.state)));
+        }
+        if !plan.open_guidance.trim().is_empty() {
+            ui.label(format!("Guidance to all: {}", plan.open_guidance.trim()));
+        }
+        if let Some(r) = reconciliation {
+            ui.label("Reconciled:");
+            for u in &r.state_updates {
+                ui.label(format!("  {}: {}", u.name, state_text(&u.state)));
+            }
+            for (name, value) in &r.trackers {
+                ui.label(format!("  tracker {name} → {value}"));
+            }
+            for fact in &r.new_facts {
+                ui.label(format!("  new fact: {fact}"));
+            }
+            if r.elapsed_minutes > 0 {
+                ui.label(format!("  {} minutes passed", r.elapsed_minutes));
+            }
+        }
+        for c in conflicts {
+            ui.label(
+                RichText::new(format!(
+                    "Conflict: {} said {} = {:?}; the Director kept {:?}",
+                    c.character, c.field, c.character_value, c.director_value
+                ))
+                .color(ui.visuals().warn_fg_color),
+            );
+        }
+        if !ignored.is_empty() {
+            ui.weak(format!("Ignored (not in the scene): {}", ignored.join(", ")));
+        }
+    }
+
+    fn play_controls(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(scene) = self.selected.clone() else { return };
+        let running = self.live.as_ref().is_some_and(|l| !l.completed);
+        let label = ui.label("Your message");
+        ui.add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do"))
+            .labelled_by(label.id);
+        ui.horizontal(|ui| {
+            let has_text = !self.input.trim().is_empty();
+            if ui.add_enabled(!running && has_text, egui::Button::new("Play round")).clicked() {
+                let input = std::mem::take(&mut self.input);
+                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some(input) }));
+                self.live = Some(LiveRound::default());
+            }
+            if ui.add_enabled(!running, egui::Button::new("Continue")).clicked() {
+                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: None }));
+                self.live = Some(LiveRound::default());
+            }
+            if running {
+                ui.spinner();
+            }
+        });
+    }
+
+    fn transcript(&self, ui: &mut egui::Ui) {
+        let Some(snapshot) = &self.snapshot else { return };
+        egui::ScrollArea::vertical().id_salt("scene_transcript").stick_to_bottom(true).show(ui, |ui| {
+            if snapshot.messages.is_empty() && self.live.is_none() {
+                ui.weak("The transcript is empty: say something and play the first round.");
+            }
+            let mut round = 0;
+            for m in &snapshot.messages {
+                if m.round != round {
+                    round = m.round;
+                    ui.weak(format!("— round {round} —"));
+                }
+                ui.label(RichText::new(format!("{}:", m.speaker)).strong());
+                ui.label(&m.content);
+            }
+            if let Some(live) = &self.live {
+                ui.weak(format!("— round {}{} —", live.round, if live.completed { "" } else { " (playing)" }));
+                if let Some(input) = live.input.as_deref().filter(|t| !t.trim().is_empty()) {
+                    ui.label(RichText::new("You:").strong());
+                    ui.label(input);
+                }
+                for turn in &live.turns {
+                    ui.label(RichText::new(format!("{}:", turn.name)).strong());
+                    ui.horizontal_wrapped(|ui| {
+                        ui.label(&turn.text);
+                        if !turn.done {
+                            ui.spinner();
+                        }
+                    });
+                }
+            }
+        });
+    }
+
+    // ----- Budgets -----------------------------------------------------------------
+
+    pub fn show_budgets(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Budgets");
+        self.scene_picker(ui, outbox, "budgets_scene_picker");
+        let Some(scene) = self.selected.clone() else { return };
+        let active: Vec<String> =
+            self.snapshot.as_ref().map(|s| s.view.active().map(|c| c.name.clone()).collect()).unwrap_or_default();
+        self.budgets.show(ui, &scene, &active, outbox);
+    }
+}
+
+fn state_text(state: &crate::scene::model::CharacterState) -> String {
+    let parts: Vec<String> = STATE_FIELDS.iter().filter_map(|f| state.get(f).map(|v| format!("{f}: {v}"))).collect();
+    if parts.is_empty() { "no change".into() } else { parts.join("; ") }
+}
+
+/// Which agent's next call the Budgets panel previews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreviewTarget {
+    Director,
+    Character(Option<String>),
+}
+
+impl PreviewTarget {
+    pub fn command(&self, scene: &str) -> Command {
+        let (agent, character) = match self {
+            PreviewTarget::Director => (AgentKind::Director, None),
+            PreviewTarget::Character(name) => (AgentKind::Character, name.clone()),
+        };
+        Command::Scene(SceneCommand::Preview { scene: scene.to_string(), agent, character })
+    }
+}

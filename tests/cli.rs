@@ -1,0 +1,138 @@
+//! The headless command line as a script uses it: the real binary, a real library file,
+//! a local server speaking OpenAI's wire format.
+
+mod support {
+    pub mod mock_http;
+    pub mod wire;
+}
+
+use lorekeeper::config::Config;
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use std::path::Path;
+use std::process::Command;
+use support::mock_http::{Action, MockServer};
+use support::wire::{Dialect, OpenAi};
+
+const KEY: &str = "sk-lorekeeper-test-3f9c2a7b1e8d4c6a";
+const KEY_VAR: &str = "LOREKEEPER_CLI_TEST_KEY";
+
+fn lorekeeper(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lorekeeper"));
+    cmd.arg("--library").arg(dir.join("library.sqlite")).arg("--config").arg(dir.join("config.toml"));
+    // Logs go under the data dir: point it into the test folder.
+    cmd.env("XDG_DATA_HOME", dir.join("data")).env("LOREKEEPER_LOG", "trace").env(KEY_VAR, KEY);
+    cmd
+}
+
+fn write_config(dir: &Path, base_url: String) {
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "remote".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some(base_url.clone()),
+        model: "test-model-001".into(),
+        api_key_env: Some(KEY_VAR.into()),
+        cache: true,
+        ..Default::default()
+    });
+    config.upsert_profile(ProviderProfile {
+        name: "remote-uncached".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some(base_url),
+        model: "test-model-001".into(),
+        api_key_env: Some(KEY_VAR.into()),
+        ..Default::default()
+    });
+    config.save(&dir.join("config.toml")).unwrap();
+}
+
+/// Every file under `dir`, as bytes (the SQLite file, its WAL, the logs, the config).
+fn every_file(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            every_file(&path, out);
+        } else {
+            out.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn a_key_from_the_environment_is_used_and_never_written_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    // Succeeds for the right key; a wrong key gets a 401 that echoes what it was given.
+    let server = MockServer::start(|request, _| match OpenAi::presented_key(request) {
+        Some(k) if k == KEY => Action::json(200, &OpenAi::reply("The lamp is lit.")),
+        Some(k) => Action::json(401, &OpenAi::error(&format!("invalid key {k}"))),
+        None => Action::json(401, &OpenAi::error("no key")),
+    });
+    write_config(dir.path(), OpenAi::base_url(&server.url()));
+
+    let ok = lorekeeper(dir.path()).args(["--json", "providers", "test", "--profile", "remote"]).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(stdout.contains("The lamp is lit."), "{stdout}");
+    assert!(stdout.contains("\"prompt_tokens\":11"), "real usage reported: {stdout}");
+    assert_eq!(server.requests().len(), 1);
+
+    // The same request again is served from the response cache in the library.
+    let cached = lorekeeper(dir.path()).args(["--json", "providers", "test", "--profile", "remote"]).output().unwrap();
+    assert!(cached.status.success());
+    assert_eq!(server.requests().len(), 1, "the cached request did not reach the server");
+
+    // A server that echoes a wrong key back: the error is clear and carries no key.
+    let wrong = lorekeeper(dir.path()).env(KEY_VAR, "sk-wrong-key-that-must-not-leak-42").args(["providers", "test", "--profile", "remote-uncached"]).output().unwrap();
+    assert!(!wrong.status.success());
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(!stderr.contains("sk-wrong-key-that-must-not-leak-42"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line on stderr: {stderr}");
+
+    let mut files = Vec::new();
+    every_file(dir.path(), &mut files);
+    assert!(files.iter().any(|(p, _)| p.ends_with("library.sqlite")));
+    assert!(files.iter().any(|(p, _)| p.contains("lorekeeper.log")), "a log file was written: {:?}", files.iter().map(|f| &f.0).collect::<Vec<_>>());
+    for (path, bytes) in &files {
+        assert!(!contains(bytes, KEY), "the key leaked into {path}");
+        assert!(!contains(bytes, "sk-wrong-key-that-must-not-leak-42"), "the wrong key leaked into {path}");
+    }
+    for out in [&ok.stdout, &ok.stderr, &cached.stdout, &wrong.stdout] {
+        assert!(!contains(out, KEY));
+    }
+}
+
+#[test]
+fn failures_exit_non_zero_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lorekeeper(dir.path()).args(["providers", "test", "--profile", "nope"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("lorekeeper: "), "{stderr}");
+    assert!(stderr.contains("nope"));
+
+    std::fs::write(dir.path().join("config.toml"), "default_profile = [").unwrap();
+    let out = lorekeeper(dir.path()).args(["providers", "list"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not valid TOML"));
+
+    let out = lorekeeper(dir.path()).args(["identity", "start", "--seed", "/nonexistent/seed.json"]).output().unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn providers_list_prints_profiles_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "http://127.0.0.1:9/v1".into());
+    let out = lorekeeper(dir.path()).args(["--json", "providers", "list"]).output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let remote = lines.iter().find(|l| l["name"] == "remote").expect("remote profile listed");
+    assert_eq!(remote["key_env"], KEY_VAR);
+    assert_eq!(remote["kind"], "openai");
+}

@@ -1,0 +1,262 @@
+//! The identity pipeline end to end, through the engine, on the scripted provider.
+
+use lorekeeper::config::{Config, Paths};
+use lorekeeper::engine::{self, Command, EngineHandle, Event};
+use lorekeeper::identity::records::CheckpointStatus;
+use lorekeeper::identity::schema::{CharacterSeed, Mode};
+use lorekeeper::identity::{IdentityCommand, IdentityEvent, load_view};
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity").join(name)
+}
+
+fn paths(dir: &Path, script: &str) -> Paths {
+    let paths = Paths {
+        config_file: dir.join("config.toml"),
+        library_file: dir.join("library.sqlite"),
+        log_dir: dir.join("logs"),
+    };
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(data(script)),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    config.save(&paths.config_file).unwrap();
+    paths
+}
+
+fn seed() -> CharacterSeed {
+    CharacterSeed::parse(&std::fs::read_to_string(data("seed.json")).unwrap()).unwrap()
+}
+
+/// Collect events until `stop` says so; panics on timeout.
+fn wait_for(engine: &EngineHandle, seen: &mut Vec<IdentityEvent>, mut stop: impl FnMut(&IdentityEvent) -> bool) -> IdentityEvent {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match engine.events().recv_timeout(left) {
+            Ok(Event::Identity(e)) => {
+                seen.push(e.clone());
+                if let IdentityEvent::Error { checkpoint: None, message, .. } = &e {
+                    panic!("pipeline error: {message}");
+                }
+                if stop(&e) {
+                    return e;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no event in time: {e}; seen: {:?}", seen.iter().map(short).collect::<Vec<_>>()),
+        }
+    }
+}
+
+fn short(e: &IdentityEvent) -> String {
+    serde_json::to_value(e).map(|v| v["event"].to_string()).unwrap_or_default()
+}
+
+fn start(engine: &EngineHandle, auto_approve: bool) -> String {
+    engine
+        .send(Command::Identity(IdentityCommand::Start { seed: seed(), mode: Mode::Balanced, profile: None, auto_approve }))
+        .unwrap();
+    let mut seen = Vec::new();
+    match wait_for(engine, &mut seen, |e| matches!(e, IdentityEvent::RunStarted { .. })) {
+        IdentityEvent::RunStarted { character_id, .. } => character_id,
+        _ => unreachable!(),
+    }
+}
+
+fn idle(engine: &EngineHandle, id: &str) -> (Vec<u8>, Vec<u8>) {
+    let mut seen = Vec::new();
+    match wait_for(engine, &mut seen, |e| matches!(e, IdentityEvent::Idle { character_id, .. } if character_id == id)) {
+        IdentityEvent::Idle { awaiting_approval, stale, failed, .. } => {
+            assert!(failed.is_empty(), "failed checkpoints: {failed:?}");
+            (awaiting_approval, stale)
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn send(engine: &EngineHandle, command: IdentityCommand) {
+    engine.send(Command::Identity(command)).unwrap();
+}
+
+#[test]
+fn a_full_run_reaches_character_complete_with_every_checkpoint_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine::start(paths(dir.path(), "script.json")).unwrap();
+    let id = start(&engine, true);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CharacterComplete { .. }));
+    let kinds: Vec<String> = seen.iter().map(short).collect();
+    for wave in 1..=4u8 {
+        assert!(seen.iter().any(|e| matches!(e, IdentityEvent::WaveStarted { wave: w, .. } if *w == wave)), "{kinds:?}");
+        assert!(seen.iter().any(|e| matches!(e, IdentityEvent::WaveComplete { wave: w, .. } if *w == wave)), "{kinds:?}");
+    }
+    assert_eq!(seen.iter().filter(|e| matches!(e, IdentityEvent::CheckpointReady { .. })).count(), 7);
+    assert!(seen.iter().any(|e| matches!(e, IdentityEvent::Token { .. })), "agents stream tokens");
+
+    let view = load_view(&engine.context().store, &id).unwrap();
+    for cp in &view.checkpoints {
+        assert_eq!(cp.record.status, CheckpointStatus::Approved, "checkpoint {}", cp.record.number);
+        let v = cp.versions.last().unwrap();
+        let schema = cp.record.agent.output_schema();
+        let doc = serde_json::json!({"narrative": v.narrative, "structured": v.structured});
+        if cp.record.number < 7 {
+            assert!(lorekeeper::llm::structured::validate(&schema, &doc).is_empty(), "checkpoint {} valid", cp.record.number);
+        }
+    }
+    // The fenced reply with a trailing comma was repaired in one attempt...
+    let personality = &view.checkpoints[0].versions[0];
+    assert_eq!(personality.attempts.as_array().unwrap().len(), 1);
+    assert!(!personality.attempts[0]["repairs"].as_array().unwrap().is_empty(), "{}", personality.attempts);
+    // ...and the backstory that broke the schema was re-asked with the errors.
+    let backstory = &view.checkpoints[1].versions[0];
+    let attempts = backstory.attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts[0]["errors"].to_string().contains("timeline"), "{}", attempts[0]);
+    // Wave 2 agents read the approved wave 1.
+    let voice = &view.checkpoints[2].versions[0];
+    assert_eq!(voice.based_on.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert!(voice.prompt.to_string().contains("guards the sea she dreads"));
+
+    // The final profile is stored with the character, and the folder export matches the predecessor's.
+    let profile = lorekeeper::identity::export::stored_profile(&engine.context().store, &id).unwrap().unwrap();
+    assert_eq!(profile["overview"]["one_line"], "A keeper who guards the sea she fears.");
+    assert_eq!(profile["psychology"]["fears"][1], "open water at night");
+    assert_eq!(profile["metadata"]["total_checkpoints"], 7);
+    let out = lorekeeper::identity::export::write_seed_folder(&view, Some(&profile), dir.path()).unwrap();
+    for f in ["input.json", "metadata.json", "knowledge_base.json", "final_profile.json", "checkpoints/01_personality.json", "checkpoints/07_final_consolidation.json"] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    let cp1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoints/01_personality.json")).unwrap()).unwrap();
+    assert_eq!(cp1["checkpoint_number"], 1);
+    assert_eq!(cp1["metadata"]["wave"], 1);
+    assert!(cp1["output"]["structured"]["core_traits"].is_array());
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("metadata.json")).unwrap()).unwrap();
+    assert_eq!(meta["status"], "completed");
+    assert_eq!(meta["completed_checkpoints"], 7);
+}
+
+#[test]
+fn rejection_regenerates_with_the_feedback_and_keeps_every_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine::start(paths(dir.path(), "script.json")).unwrap();
+    let id = start(&engine, false);
+    assert_eq!(idle(&engine, &id).0, vec![1, 2]);
+    // Approve in reverse order: any order is fine within a wave.
+    send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 2 });
+    assert_eq!(idle(&engine, &id).0, vec![1]);
+    let feedback = "She should be afraid of deep water, and it should show.";
+    send(&engine, IdentityCommand::Reject { character_id: id.clone(), checkpoint: 1, feedback: feedback.into() });
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 1, version: 2, .. }));
+    assert!(seen.iter().any(|e| matches!(e, IdentityEvent::CheckpointRejected { checkpoint_number: 1, .. })));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let versions = &view.checkpoints[0].versions;
+    assert_eq!(versions.len(), 2);
+    let prompt = versions[1].prompt.to_string();
+    assert!(prompt.contains("afraid of deep water"), "the regenerated prompt carries the feedback");
+    assert!(prompt.contains("keeps the lighthouse the way other people keep promises"), "and the rejected version");
+    assert_eq!(versions[1].feedback.as_deref(), Some(feedback));
+    assert_eq!(versions[1].structured["fears"][0], "deep water");
+    assert_eq!(view.run.regenerations, 1);
+    assert_eq!(view.checkpoints[0].record.status, CheckpointStatus::AwaitingApproval);
+    // Wave 2 waits until checkpoint 1 is approved.
+    assert!(view.checkpoints[2].versions.is_empty());
+    send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 1 });
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::WaveStarted { wave: 2, .. }));
+}
+
+#[test]
+fn reopening_marks_later_checkpoints_that_used_it_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine::start(paths(dir.path(), "script.json")).unwrap();
+    let id = start(&engine, false);
+    idle(&engine, &id);
+    for n in [1, 2] {
+        send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: n });
+    }
+    let mut awaiting = idle(&engine, &id).0;
+    while awaiting != vec![3, 4, 5] {
+        awaiting = idle(&engine, &id).0;
+    }
+    send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 4 });
+    idle(&engine, &id);
+    send(&engine, IdentityCommand::Reopen { character_id: id.clone(), checkpoint: 1 });
+    let (awaiting, stale) = idle(&engine, &id);
+    assert_eq!(awaiting, vec![1]);
+    assert_eq!(stale, vec![3, 4, 5]);
+    // Keep one, re-run another once wave 1 is approved again.
+    send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 1 });
+    idle(&engine, &id);
+    send(&engine, IdentityCommand::Keep { character_id: id.clone(), checkpoint: 4 });
+    idle(&engine, &id);
+    send(&engine, IdentityCommand::Rerun { character_id: id.clone(), checkpoint: 3 });
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 3, version: 2, .. }));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.checkpoints[2].record.status, CheckpointStatus::AwaitingApproval);
+    assert_eq!(view.checkpoints[3].record.status, CheckpointStatus::AwaitingApproval);
+    assert_eq!(view.checkpoints[3].versions.len(), 1, "kept, not re-run");
+    assert_eq!(view.checkpoints[4].record.status, CheckpointStatus::Stale);
+}
+
+#[test]
+fn a_killed_process_resumes_without_losing_approved_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path(), "slow-script.json");
+    let bin = env!("CARGO_BIN_EXE_lorekeeper");
+    let mut child = std::process::Command::new(bin)
+        .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap(), "--json"])
+        .args(["identity", "start", "--seed", data("seed.json").to_str().unwrap(), "--auto-approve"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill it while wave 2's slow agents are running.
+    use std::io::BufRead;
+    let stdout = child.stdout.take().unwrap();
+    let mut id = String::new();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["event"] == "run_started" {
+            id = v["character_id"].as_str().unwrap().to_string();
+        }
+        if v["event"] == "agent_started" && v["checkpoint"] == 3 {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(!id.is_empty());
+
+    let store = lorekeeper::store::Store::open(&p.library_file).unwrap();
+    let before = load_view(&store, &id).unwrap();
+    assert_eq!(before.checkpoints[0].record.status, CheckpointStatus::Approved);
+    assert_eq!(before.checkpoints[1].record.status, CheckpointStatus::Approved);
+    assert!(before.checkpoints[2].record.status.is_working());
+    drop(store);
+
+    let out = std::process::Command::new(bin)
+        .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap(), "--json"])
+        .args(["identity", "resume", &id])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("character_complete"), "resume did not finish the run:\n{printed}");
+    let store = lorekeeper::store::Store::open(&p.library_file).unwrap();
+    let after = load_view(&store, &id).unwrap();
+    assert!(after.checkpoints.iter().all(|c| c.record.status == CheckpointStatus::Approved));
+    // What was approved before the kill is untouched: same single version.
+    assert_eq!(after.checkpoints[0].versions, before.checkpoints[0].versions);
+    assert_eq!(after.checkpoints[1].versions, before.checkpoints[1].versions);
+}

@@ -1,0 +1,270 @@
+//! The embedded local provider against the real default model (Gemma 3 270M, Q4_K_M).
+//!
+//! The model is installed by `.ci/setup.sh`. Without it these tests skip with a message,
+//! except under CI (`CI` set), where its absence is a set-up failure and they fail.
+//! Generations are kept short: the whole file runs in well under a minute on 2 cores.
+
+use lorekeeper::llm::local::{CallOptions, LocalProvider, default_model_path};
+use lorekeeper::llm::{
+    CallContext, CancelToken, ChatMessage, ChatRequest, LlmError, Provider, ProviderKind, ProviderProfile, ResponseFormat,
+    SamplerSettings,
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn provider() -> Option<LocalProvider> {
+    let path = default_model_path();
+    if !path.is_file() {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but the local model {} is missing: .ci/setup.sh must install it", path.display());
+        }
+        eprintln!("SKIPPED: the local model {} is not installed (run `bash .ci/setup.sh`)", path.display());
+        return None;
+    }
+    let profile = ProviderProfile {
+        name: "local".into(),
+        kind: ProviderKind::Local,
+        max_context_tokens: 2048,
+        ..Default::default()
+    };
+    Some(LocalProvider::from_profile(&profile).expect("the installed model loads"))
+}
+
+fn request(messages: Vec<ChatMessage>, max_tokens: u32, seed: u64) -> ChatRequest {
+    let mut request = ChatRequest::new("", messages);
+    request.sampler = SamplerSettings { max_tokens: Some(max_tokens), seed: Some(seed), ..Default::default() };
+    request.stream = true;
+    request
+}
+
+/// Calls the provider and returns the completion with everything streamed meanwhile.
+fn call_streaming(provider: &LocalProvider, request: &ChatRequest) -> (Result<lorekeeper::llm::Completion, LlmError>, String) {
+    call_streaming_with(provider, request, None)
+}
+
+/// [`call_streaming`] with the provider's call options (`None`: the plain `Provider` call).
+fn call_streaming_with(
+    provider: &LocalProvider,
+    request: &ChatRequest,
+    options: Option<CallOptions>,
+) -> (Result<lorekeeper::llm::Completion, LlmError>, String) {
+    let streamed = Arc::new(Mutex::new(String::new()));
+    let sink = {
+        let streamed = streamed.clone();
+        move |piece: &str| streamed.lock().unwrap().push_str(piece)
+    };
+    let cancel = CancelToken::new();
+    let ctx = CallContext::with_tokens(&cancel, &sink);
+    let result = match options {
+        None => provider.complete(request, ctx),
+        Some(options) => provider.complete_with_timings(request, ctx, options).map(|(completion, _)| completion),
+    };
+    let text = streamed.lock().unwrap().clone();
+    (result, text)
+}
+
+#[test]
+fn a_short_generation_streams_and_reports_exact_usage() {
+    let Some(provider) = provider() else { return };
+    assert!(provider.describe().contains("thread"), "{}", provider.describe());
+    let req = request(
+        vec![
+            ChatMessage::system("Mira is a ferryman's daughter in the river city of Vell."),
+            ChatMessage::user("Mira, what do you see on the river tonight?"),
+        ],
+        24,
+        1,
+    );
+    let (result, streamed) = call_streaming(&provider, &req);
+    let completion = result.expect("generation succeeds");
+    eprintln!("{}\nreply: {:?} ({:?})", provider.describe(), completion.text, completion.usage);
+    assert!(!completion.text.is_empty(), "empty reply");
+    assert_eq!(streamed, completion.text, "the stream and the reply differ");
+    assert!(!completion.text.contains("\nUser:"), "the reply ran into the next turn: {:?}", completion.text);
+    assert!(completion.usage.reported);
+    assert!(completion.usage.prompt_tokens > 10, "{:?}", completion.usage);
+    assert!((1..=24).contains(&completion.usage.completion_tokens), "{:?}", completion.usage);
+    assert!(matches!(completion.finish_reason.as_deref(), Some("stop" | "length")));
+}
+
+#[test]
+fn a_grammar_constrained_object_parses_and_validates_against_its_schema() {
+    let Some(provider) = provider() else { return };
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "maxLength": 40 },
+            "core_traits": { "type": "array", "items": { "type": "string", "maxLength": 40 }, "minItems": 4, "maxItems": 6 },
+            "mood": { "enum": ["calm", "restless", "grim"] },
+            "importance": { "type": "integer", "minimum": 1, "maximum": 5 },
+            "age": { "type": "number" },
+            "secretive": { "type": "boolean" },
+            "goals": {
+                "type": "object",
+                "properties": {
+                    "surface": { "type": "string", "maxLength": 80 },
+                    "deep": { "type": "string", "maxLength": 80 }
+                },
+                "required": ["surface", "deep"]
+            }
+        },
+        "required": ["name", "core_traits", "mood", "importance", "age", "secretive", "goals"]
+    });
+    let mut req = request(
+        vec![
+            ChatMessage::system("Describe the character Mira, a ferryman's daughter, as a JSON object."),
+            ChatMessage::user("Mira's profile:"),
+        ],
+        400,
+        3,
+    );
+    req.response_format = ResponseFormat::JsonSchema { name: "profile".into(), schema: schema.clone() };
+    let (result, streamed) = call_streaming(&provider, &req);
+    let completion = result.expect("generation succeeds");
+    eprintln!("structured reply: {} ({:?})", completion.text, completion.usage);
+    assert_eq!(completion.finish_reason.as_deref(), Some("stop"), "ran out of tokens: {}", completion.text);
+    assert_eq!(streamed, completion.text);
+    let value: serde_json::Value = serde_json::from_str(&completion.text)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", completion.text));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?} in {value}");
+}
+
+#[test]
+fn cancellation_stops_a_long_generation_promptly() {
+    let Some(provider) = provider() else { return };
+    let mut req = request(vec![ChatMessage::user("Tell me a very long story about the river city of Vell.")], 1500, 5);
+    req.sampler.stop = Vec::new();
+    let cancel = CancelToken::new();
+    let cancelled_at = Arc::new(Mutex::new(None::<Instant>));
+    let pieces = Arc::new(Mutex::new(0usize));
+    let sink = {
+        let (cancel, cancelled_at, pieces) = (cancel.clone(), cancelled_at.clone(), pieces.clone());
+        move |_: &str| {
+            let mut n = pieces.lock().unwrap();
+            *n += 1;
+            if *n == 3 {
+                cancel.cancel();
+                *cancelled_at.lock().unwrap() = Some(Instant::now());
+            }
+        }
+    };
+    let result = provider.complete(&req, CallContext::with_tokens(&cancel, &sink));
+    let returned = Instant::now();
+    match result {
+        Err(LlmError::Cancelled) => {}
+        // A base model may end its turn before the third piece; then there was nothing to stop.
+        Ok(c) if *pieces.lock().unwrap() < 3 => {
+            eprintln!("the model finished before it could be cancelled: {:?}", c.text);
+            return;
+        }
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    let at = cancelled_at.lock().unwrap().expect("cancelled from the stream");
+    let lag = returned - at;
+    eprintln!("stopped {lag:?} after the cancel, {} pieces streamed", pieces.lock().unwrap());
+    assert!(lag < Duration::from_secs(2), "took {lag:?} to stop after cancellation");
+    assert!(*pieces.lock().unwrap() < 20, "kept streaming after the cancel");
+
+    // A call cancelled before it starts never reaches the model.
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    assert!(matches!(provider.complete(&req, CallContext::new(&cancel)), Err(LlmError::Cancelled)));
+}
+
+#[test]
+fn parallel_callers_share_the_model_and_get_whole_answers() {
+    let Some(provider) = provider() else { return };
+    // Greedy decoding is deterministic: if two calls running together disturbed each
+    // other (interleaved tokens, shared cache), their answers would differ from the
+    // answers each gives alone. Every call evaluates its whole prompt (`cold_cache`):
+    // how much of a prefix the cache happens to hold depends on which test ran just
+    // before, and a different batch split may round differently.
+    let cold = Some(CallOptions { cold_cache: true, ..Default::default() });
+    let greedy = |question: &str, seed| {
+        let mut r = request(vec![ChatMessage::user(question)], 20, seed);
+        r.sampler.temperature = Some(0.0);
+        r
+    };
+    let a = greedy("Name three rivers of Europe.", 1);
+    let b = greedy("What is the capital city of France?", 2);
+    let alone_a = call_streaming_with(&provider, &a, cold).0.expect("a alone").text;
+    let alone_b = call_streaming_with(&provider, &b, cold).0.expect("b alone").text;
+
+    let other = LocalProvider::from_profile(&ProviderProfile {
+        name: "second".into(),
+        kind: ProviderKind::Local,
+        max_context_tokens: 2048,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(provider.shares_model_with(&other), "the second provider loaded the model again");
+    let (ra, rb) = std::thread::scope(|scope| {
+        let ta = scope.spawn(|| call_streaming_with(&provider, &a, cold));
+        let tb = scope.spawn(|| call_streaming_with(&other, &b, cold));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    let (ca, sa) = (ra.0.expect("a in parallel"), ra.1);
+    let (cb, sb) = (rb.0.expect("b in parallel"), rb.1);
+    assert_eq!(sa, ca.text, "a's stream holds text that is not a's");
+    assert_eq!(sb, cb.text, "b's stream holds text that is not b's");
+    eprintln!("a: {:?}\nb: {:?}", ca.text, cb.text);
+    assert_eq!(ca.text, alone_a);
+    assert_eq!(cb.text, alone_b);
+}
+
+#[test]
+fn a_shared_prompt_prefix_is_reused_without_changing_the_answer() {
+    let Some(shared) = provider() else { return };
+    // A context size of its own gives this test its own model thread, so calls from
+    // tests running alongside cannot replace the cached prefix between its calls.
+    let provider = LocalProvider::from_profile(&ProviderProfile {
+        name: "private".into(),
+        kind: ProviderKind::Local,
+        max_context_tokens: 1536,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!provider.shares_model_with(&shared));
+    let greedy = |messages: Vec<ChatMessage>| {
+        let mut r = request(messages, 16, 1);
+        r.sampler.temperature = Some(0.0);
+        r.stream = false;
+        r
+    };
+    let cancel = CancelToken::new();
+    let call = |r: &ChatRequest, cold_cache| {
+        provider
+            .complete_with_timings(r, CallContext::new(&cancel), CallOptions { cold_cache, ..Default::default() })
+            .expect("generation succeeds")
+    };
+    let system = ChatMessage::system("Mira is a ferryman's daughter in the river city of Vell. She speaks briefly.");
+    let first = greedy(vec![system.clone(), ChatMessage::user("Where do you live, Mira?")]);
+    let (reply, _) = call(&first, false);
+    // A follow-up repeats the whole conversation so far: only the new turn needs work.
+    let follow_up = greedy(vec![
+        system,
+        ChatMessage::user("Where do you live, Mira?"),
+        ChatMessage::assistant(reply.text.clone()),
+        ChatMessage::user("And what does your father do?"),
+    ]);
+    let (warm, warm_timings) = call(&follow_up, false);
+    let (cold, cold_timings) = call(&follow_up, true);
+    eprintln!("reused {} of {} prompt tokens; warm {:?}, cold {:?}", warm_timings.prompt_tokens_reused, warm_timings.prompt_tokens, warm.text, cold.text);
+    assert!(warm_timings.prompt_tokens_reused >= first_prompt_tokens(&provider, &first), "{warm_timings:?}");
+    assert_eq!(cold_timings.prompt_tokens_reused, 0);
+    assert_eq!(warm.usage, cold.usage);
+    assert_eq!(warm.text, cold.text, "the cached prefix changed the answer");
+}
+
+/// Prompt tokens of `request` alone (what the follow-up must at least reuse).
+fn first_prompt_tokens(provider: &LocalProvider, request: &ChatRequest) -> u32 {
+    let cancel = CancelToken::new();
+    let mut probe = request.clone();
+    probe.sampler.max_tokens = Some(1);
+    let (completion, _) = provider
+        .complete_with_timings(&probe, CallContext::new(&cancel), CallOptions { cold_cache: true, ..Default::default() })
+        .expect("probe succeeds");
+    completion.usage.prompt_tokens - 1
+}

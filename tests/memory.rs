@@ -1,0 +1,446 @@
+//! End-to-end tests of the memory capability on real parts: the ONNX model installed by
+//! `.ci/setup.sh`, real SQLite files in temporary folders, the real CLI binary.
+
+use lorekeeper::memory::{
+    Embedder, EmbeddingConfig, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchFilter, SearchMode,
+    SearchRequest,
+};
+use lorekeeper::store::Store;
+use std::sync::Arc;
+
+fn models_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models")
+}
+
+fn embedding_config() -> EmbeddingConfig {
+    EmbeddingConfig {
+        model_dir: Some(models_dir().join("all-MiniLM-L6-v2")),
+        runtime_library: Some(models_dir().join("onnxruntime/libonnxruntime.so")),
+        ..Default::default()
+    }
+}
+
+fn embedder() -> Embedder {
+    Embedder::shared(&embedding_config()).expect("the model is installed by `bash .ci/setup.sh`")
+}
+
+fn bank(dir: &tempfile::TempDir) -> Arc<MemoryBank> {
+    let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+    let config = MemoryConfig { embedding: embedding_config(), ..Default::default() };
+    let bank = MemoryBank::open(store, config).unwrap();
+    bank.set_embedder(embedder());
+    bank
+}
+
+fn turn(id: &str, speaker: &str, text: &str, witnesses: &[&str]) -> NewMemory {
+    NewMemory {
+        id: Some(id.into()),
+        kind: MemoryKind::Turn,
+        scope: Scope::world(),
+        speaker: Some(speaker.into()),
+        text: text.into(),
+        session: Some("s1".into()),
+        witnesses: witnesses.iter().map(|w| w.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn embeddings_match_sentence_transformers_to_1e_4() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("data/memory/reference_embeddings.json")).unwrap();
+    let items = fixture["items"].as_array().unwrap();
+    let texts: Vec<String> = items.iter().map(|i| i["text"].as_str().unwrap().to_string()).collect();
+    let vectors = embedder().embed(texts.clone()).unwrap();
+    assert_eq!(vectors.len(), items.len());
+    for ((item, got), text) in items.iter().zip(&vectors).zip(&texts) {
+        let want: Vec<f32> = item["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(got.len(), want.len());
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-4, "{text:?}: max abs difference {worst}");
+    }
+    // Batching must not change a vector: one at a time gives the same numbers.
+    let alone = embedder().embed(vec![texts[3].clone()]).unwrap();
+    let worst = alone[0].iter().zip(&vectors[3]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-5, "batch vs single differ by {worst}");
+}
+
+#[test]
+fn any_query_text_is_valid_and_never_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank(&dir);
+    bank.add(vec![
+        turn("t1", "user", "We walked to the lighthouse at Kettle Point in the rain.", &[]),
+        turn("t2", "Mira", "I still have the shell you found on the beach there.", &[]),
+        turn("t3", "user", "Quotes \"like this\" AND stuff OR (more) NEAR/2 *stars*", &[]),
+    ])
+    .unwrap();
+    let mut rng = fastrand::Rng::with_seed(2024);
+    let alphabet: Vec<char> =
+        "abcXYZ \"'()*:^-+{}[]<>.,;!?/\\|&%$#@~`=_0123456789 \t\nANDORNOTNEAR éüß漢字🙂🚀\u{0}\u{200b}".chars().collect();
+    let mut queries: Vec<String> = vec![
+        String::new(),
+        " ".into(),
+        "\"".into(),
+        "\"unterminated".into(),
+        "AND".into(),
+        "OR OR OR".into(),
+        "NOT lighthouse".into(),
+        "NEAR(lighthouse point, 2)".into(),
+        "text:lighthouse".into(),
+        "light*".into(),
+        "^start".into(),
+        "🙂🙂🙂".into(),
+        "lighthouse' OR 1=1; DROP TABLE memories; --".into(),
+        "x".repeat(10 * 1024),
+        "lighthouse ".repeat(1024),
+        (0..2000).map(|i| format!("w{i} ")).collect(),
+    ];
+    for _ in 0..300 {
+        let len = rng.usize(0..80);
+        queries.push((0..len).map(|_| alphabet[rng.usize(..alphabet.len())]).collect());
+    }
+    for q in &queries {
+        for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
+            let result = bank.search(&SearchRequest { mode, ..SearchRequest::new(q.clone(), 5) });
+            assert!(result.is_ok(), "query {q:?} failed: {:?}", result.err());
+        }
+    }
+    let hits = bank.search(&SearchRequest::new("\"lighthouse\" AND (kettle", 5)).unwrap();
+    assert_eq!(hits[0].id, "t1");
+}
+
+#[test]
+fn a_character_recalls_only_what_it_witnessed_or_was_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank(&dir);
+    bank.add(vec![
+        turn("secret", "Mira", "The key to the vault is hidden under the blue tile.", &["Mira", "Tobin"]),
+        turn("public", "narrator", "The vault of Hollin has stood empty for a century.", &[]),
+        turn("own", "Sela", "I never told anyone where the vault key is hidden.", &["Sela"]),
+    ])
+    .unwrap();
+    let ids = |witness: &str| -> Vec<String> {
+        let request = SearchRequest {
+            filter: SearchFilter { witness: Some(witness.into()), ..Default::default() },
+            ..SearchRequest::new("where is the vault key hidden", 10)
+        };
+        let mut ids: Vec<String> = bank.search(&request).unwrap().into_iter().map(|h| h.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids("Tobin"), vec!["public", "secret"]);
+    assert_eq!(ids("Sela"), vec!["own", "public"]);
+    assert_eq!(ids("Garrick"), vec!["public"]);
+    // Being told adds the memory.
+    bank.store().with(|c| lorekeeper::memory::records::add_witness(c, "secret", "Garrick")).unwrap();
+    assert_eq!(ids("Garrick"), vec!["public", "secret"]);
+}
+
+#[test]
+fn hits_carry_their_score_breakdown_and_filters_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank(&dir);
+    let mut a = turn("a", "user", "My sister Lena is afraid of horses.", &[]);
+    a.time = Some("2024-03-01".into());
+    let mut b = turn("b", "Mira", "Lena could ride the grey mare if she wants to overcome her fear.", &[]);
+    b.time = Some("2024-03-09".into());
+    let mut c = turn("c", "user", "The bakery on Elm Street sells rye bread.", &[]);
+    c.time = Some("2024-04-02".into());
+    bank.add(vec![a, b, c]).unwrap();
+    let hits = bank.search(&SearchRequest::new("Is Lena scared of horses?", 3)).unwrap();
+    let a = hits.iter().find(|h| h.id == "a").unwrap();
+    assert!(a.rank <= 2, "{hits:?}");
+    assert_eq!(hits[0].rank, 1);
+    assert!(a.keyword_score.unwrap() > 0.0);
+    assert!(a.vector_score.unwrap() > 0.4);
+    assert_eq!(hits[2].id, "c");
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    // The bakery shares no word with the query: vector score only.
+    let bakery = hits.iter().find(|h| h.id == "c").unwrap();
+    assert_eq!(bakery.keyword_score, None);
+    assert!(bakery.vector_score.is_some());
+
+    let only = |filter: SearchFilter| -> Vec<String> {
+        bank.search(&SearchRequest { filter, ..SearchRequest::new("Lena horses bread", 10) })
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect()
+    };
+    assert_eq!(only(SearchFilter { speaker: Some("Mira".into()), ..Default::default() }), vec!["b"]);
+    let march = only(SearchFilter { time_from: Some("2024-03-01".into()), time_to: Some("2024-03-09".into()), ..Default::default() });
+    assert_eq!(march.len(), 2);
+    assert!(!march.contains(&"c".to_string()));
+    let other_scope = only(SearchFilter { scope: Some(Scope::character("nobody")), ..Default::default() });
+    assert!(other_scope.is_empty());
+}
+
+#[test]
+fn new_memories_are_searchable_at_once_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bank = bank(&dir);
+        let many: Vec<NewMemory> =
+            (0..40).map(|i| turn(&format!("n{i}"), "user", &format!("Filler note number {i} about the weather."), &[])).collect();
+        bank.add(many).unwrap();
+        bank.rebuild_ann().unwrap();
+        bank.add(vec![turn("fresh", "Mira", "The dragon kite snapped its string over the harbour.", &[])]).unwrap();
+        let stats = bank.stats().unwrap();
+        assert_eq!(stats.ann_indexed, 40);
+        assert_eq!(stats.ann_pending, 1);
+        let hits = bank.search(&SearchRequest { mode: SearchMode::Vector, ..SearchRequest::new("a kite flying away", 1) }).unwrap();
+        assert_eq!(hits[0].id, "fresh");
+    }
+    let bank = bank(&dir);
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.memories, stats.with_vectors, stats.without_vectors), (41, 41, 0));
+    let hits = bank.search(&SearchRequest { mode: SearchMode::Vector, ..SearchRequest::new("a kite flying away", 1) }).unwrap();
+    assert_eq!(hits[0].id, "fresh");
+}
+
+fn lorekeeper(dir: &tempfile::TempDir, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", dir.path().join("lib.sqlite").to_str().unwrap()])
+        .args(["--config", dir.path().join("config.toml").to_str().unwrap()])
+        .env("LOREKEEPER_MODELS_DIR", models_dir())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_cli_imports_searches_evaluates_and_reports_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(
+        &turns,
+        [
+            r#"{"id":"1","speaker":"user","text":"I adopted a three-legged cat called Pilot.","time":"2024-05-01","session":"a"}"#,
+            r#"{"id":"2","speaker":"Mira","text":"Pilot! What a name for a cat.","time":"2024-05-01","session":"a","witnesses":["Mira","user"]}"#,
+            r#"{"id":"3","speaker":"user","text":"The orchard behind my house is full of plums this year.","time":"2024-06-11","session":"b","scope":"character:mira"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let out = lorekeeper(&dir, &["--json", "memory", "import", turns.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["imported"], 3);
+    assert_eq!(summary["sessions"], 2);
+
+    let out = lorekeeper(&dir, &["--json", "memory", "search", "what pet did I get?", "--k", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits.len(), 2);
+    for key in ["id", "text", "speaker", "score", "keyword_score", "vector_score", "rank"] {
+        assert!(hits[0].get(key).is_some(), "missing {key}");
+    }
+    assert!(hits.iter().any(|h| h["id"] == "1"), "{hits:?}");
+    assert_eq!(hits[0]["rank"], 1);
+    assert_eq!(hits[1]["rank"], 2);
+
+    let questions = dir.path().join("q.jsonl");
+    std::fs::write(&questions, "{\"question\":\"What fruit grows behind the house?\",\"evidence\":[\"3\"]}\n").unwrap();
+    let out = lorekeeper(&dir, &["--json", "memory", "eval", questions.to_str().unwrap(), "--k", "1", "--mode", "keyword"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["questions"], 1);
+    assert!(report.get("recall_at_k").is_some());
+
+    let out = lorekeeper(&dir, &["--json", "memory", "reindex"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lorekeeper(&dir, &["--json", "memory", "stats"]);
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["memories"], 3);
+    assert_eq!(stats["with_vectors"], 3);
+    assert_eq!(stats["ann_indexed"], 3);
+
+    // A bad line is reported with its number and nothing is imported.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"id\":\"9\",\"speaker\":\"user\",\"text\":\"ok\"}\n{not json}\n").unwrap();
+    let out = lorekeeper(&dir, &["memory", "import", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A summariser model for tests: it "summarises" by naming the facts it was shown.
+struct FakeSummariser {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl lorekeeper::llm::Provider for FakeSummariser {
+    fn describe(&self) -> String {
+        "fake summariser".into()
+    }
+    fn complete(
+        &self,
+        request: &lorekeeper::llm::ChatRequest,
+        _ctx: lorekeeper::llm::CallContext<'_>,
+    ) -> Result<lorekeeper::llm::Completion, lorekeeper::llm::LlmError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let prompt = &request.messages.last().unwrap().content;
+        let text = if prompt.contains("orchard") {
+            "Summary: The user and Mira planned to plant a pear orchard by the river next spring."
+        } else {
+            "The user and Mira chatted about the weather."
+        };
+        Ok(lorekeeper::llm::Completion {
+            text: text.into(),
+            usage: Default::default(),
+            finish_reason: Some("stop".into()),
+            model: "fake".into(),
+            from_cache: false,
+            elapsed_ms: 0,
+        })
+    }
+}
+
+#[test]
+fn a_summary_is_made_every_n_turns_survives_a_restart_and_is_found_later() {
+    use lorekeeper::memory::summarise::{buffer, summarise_if_due};
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Arc::new(FakeSummariser { calls: Default::default() });
+    let client = lorekeeper::llm::LlmClient::with_provider(fake.clone(), Default::default());
+    let scope = Scope::character("mira");
+    let talk = |bank: &MemoryBank, from: usize, to: usize| {
+        for i in from..to {
+            let text = if i == 6 { "Shall we plant an orchard by the river?".to_string() } else { format!("Small talk number {i}.") };
+            let mut t = turn(&format!("c{i}"), if i % 2 == 0 { "user" } else { "Mira" }, &text, &["user", "Mira"]);
+            t.scope = scope.clone();
+            bank.add(vec![t]).unwrap();
+            summarise_if_due(bank, &client, &scope, None, 5).unwrap();
+        }
+    };
+    {
+        let bank = bank(&dir);
+        talk(&bank, 0, 7);
+        assert_eq!(fake.calls.load(std::sync::atomic::Ordering::SeqCst), 1, "one summary after 5 turns");
+        assert_eq!(buffer(&bank, &scope, None).unwrap().len(), 2);
+    } // "crash": the bank is dropped with two turns in the buffer
+    let bank = bank(&dir);
+    assert_eq!(buffer(&bank, &scope, None).unwrap().len(), 2, "the buffer lives in the database");
+    talk(&bank, 7, 10);
+    assert_eq!(fake.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(buffer(&bank, &scope, None).unwrap().is_empty());
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.summaries, stats.unsummarised_turns), (2, 0));
+    // The second summary covers turns c5..c9 and is found by meaning and by keyword.
+    let request = SearchRequest {
+        filter: SearchFilter { kinds: vec![MemoryKind::Summary], ..Default::default() },
+        ..SearchRequest::new("what fruit trees did we want to grow?", 1)
+    };
+    let hit = &bank.search(&request).unwrap()[0];
+    assert!(hit.text.contains("pear orchard"), "{hit:?}");
+    assert!(hit.vector_score.is_some());
+    let keyword = SearchRequest { mode: SearchMode::Keyword, ..SearchRequest::new("orchard", 3) };
+    assert!(bank.search(&keyword).unwrap().iter().any(|h| h.kind == MemoryKind::Summary));
+    let summary = bank.context(&hit.id, 0, 0).unwrap();
+    assert_eq!(summary[0].witnesses, vec!["Mira", "user"]);
+    assert_eq!(summary[0].source.as_deref(), Some("turns c5..c9"));
+}
+
+#[test]
+fn proximity_follows_clear_arrivals_and_departures() {
+    use lorekeeper::memory::detect::{Proximity, ProximityDetector};
+    let e = embedder();
+    let mut d = ProximityDetector::new(&e, 0.45, Proximity::Remote).unwrap();
+    let steps = [
+        ("I'm texting you from the ferry, the signal is terrible.", Proximity::Remote, false),
+        ("I just arrived at your door, let me in!", Proximity::Physical, true),
+        ("I sit down next to you by the fire.", Proximity::Physical, false),
+        ("I have to go now, I'm heading home. Goodbye!", Proximity::Remote, true),
+    ];
+    for (text, state, changed) in steps {
+        let update = d.observe(&e, text).unwrap();
+        assert_eq!((update.state, update.changed), (state, changed), "{text}: {update:?}");
+    }
+    // An unrelated message leaves the state alone.
+    let update = d.observe(&e, "The price of salt went up again.").unwrap();
+    assert_eq!((update.state, update.changed), (Proximity::Remote, false), "{update:?}");
+}
+
+#[test]
+fn lore_files_are_indexed_by_scope_and_only_reindexed_when_they_change() {
+    use lorekeeper::memory::lore::index_lore;
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank(&dir);
+    let lore = dir.path().join("lore");
+    std::fs::create_dir_all(lore.join("characters/mira")).unwrap();
+    std::fs::write(lore.join("characters/mira/self.md"), "# Mira\n\nA cartographer in Saltmere who fears deep water.").unwrap();
+    std::fs::write(lore.join("world.md"), "# Saltmere\n\nA salt-trading port with a lighthouse at Kettle Point.").unwrap();
+    let first = index_lore(&bank, &lore).unwrap();
+    assert_eq!((first.files, first.indexed, first.unchanged), (2, 2, 0));
+    let again = index_lore(&bank, &lore).unwrap();
+    assert_eq!((again.indexed, again.unchanged), (0, 2));
+
+    let mira_only = |q: &str| {
+        let request = SearchRequest {
+            filter: SearchFilter { scope: Some(Scope::character("mira")), ..Default::default() },
+            ..SearchRequest::new(q, 5)
+        };
+        bank.search(&request).unwrap()
+    };
+    assert!(mira_only("what is she afraid of")[0].text.contains("deep water"));
+    std::fs::write(lore.join("characters/mira/self.md"), "# Mira\n\nA cartographer who loves smoked eel pie.").unwrap();
+    let changed = index_lore(&bank, &lore).unwrap();
+    assert_eq!((changed.indexed, changed.unchanged), (1, 1));
+    let hits = mira_only("favourite food");
+    assert_eq!(hits.len(), 1, "the old chunk is gone: {hits:?}");
+    assert!(hits[0].text.contains("eel pie"));
+    std::fs::remove_file(lore.join("world.md")).unwrap();
+    assert_eq!(index_lore(&bank, &lore).unwrap().removed, 1);
+    assert_eq!(bank.stats().unwrap().lore_chunks, 1);
+}
+
+#[test]
+fn the_memory_browser_searches_and_shows_scored_hits() {
+    use egui_kittest::kittest::Queryable;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bank = bank(&dir);
+        bank.add(vec![
+            turn("w1", "user", "We found a brass compass in the sand below the lighthouse.", &[]),
+            turn("w2", "Mira", "The eel pie stall by the fish market is my favourite.", &[]),
+        ])
+        .unwrap();
+    }
+    let paths = lorekeeper::config::Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("lib.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    let mut config = lorekeeper::config::Config::default();
+    config.memory.embedding = embedding_config();
+    config.save(&paths.config_file).unwrap();
+    let engine = lorekeeper::engine::start(paths).unwrap();
+    let mut harness = egui_kittest::Harness::builder()
+        .with_size([1280.0, 800.0])
+        .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
+    harness.run();
+    let role = egui::accesskit::Role::TextInput;
+    harness.get_by_role_and_label(role, "Search memories").click();
+    harness.run();
+    harness.get_by_role_and_label(role, "Search memories").type_text("what did we dig up near the lighthouse?");
+    harness.run();
+    harness.get_by_label("Search").click();
+    let started = std::time::Instant::now();
+    while harness.state().memory().hits().is_empty() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "no hits shown");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
+    harness.run();
+    let hits = harness.state().memory().hits();
+    assert_eq!(hits[0].id, "w1");
+    assert!(hits[0].keyword_score.is_some() && hits[0].vector_score.is_some());
+    // The row is on screen with its text and its scores as labelled bars.
+    assert!(harness.query_all_by_label_contains("brass compass").next().is_some());
+    let fused = format!("{:.3}", hits[0].score);
+    assert!(harness.query_all_by_label_contains(&fused).next().is_some(), "fused score {fused} shown");
+    let vector = format!("{:.3}", hits[0].vector_score.unwrap());
+    assert!(harness.query_all_by_label_contains(&vector).next().is_some(), "vector score {vector} shown");
+    assert!(harness.query_all_by_label_contains("2 memories").next().is_some(), "index status shown");
+}

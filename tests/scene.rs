@@ -1,0 +1,357 @@
+//! The scene engine end to end, through the engine, on the scripted provider and the
+//! demo world.
+
+use lorekeeper::config::{Config, Paths};
+use lorekeeper::engine::{self, Command, EngineHandle, Event};
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use lorekeeper::scene::model::SceneView;
+use lorekeeper::scene::records;
+use lorekeeper::scene::{SceneCommand, SceneEvent, demo};
+use lorekeeper::store::Store;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scene").join(name)
+}
+
+fn write_config(paths: &Paths, script: &str) {
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "scene-script".into(),
+        path: Some(data(script)),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    config.save(&paths.config_file).unwrap();
+}
+
+/// A library with the demo scene and a log of every row write to the round's tables.
+fn setup(dir: &Path, script: &str) -> (Paths, String) {
+    let paths = Paths { config_file: dir.join("config.toml"), library_file: dir.join("library.sqlite"), log_dir: dir.join("logs") };
+    write_config(&paths, script);
+    let store = Store::open(&paths.library_file).unwrap();
+    let scene = demo::ensure(&store).unwrap().unwrap();
+    store
+        .with(|c| {
+            c.execute_batch(
+                "CREATE TABLE write_log (tbl TEXT NOT NULL, row_key TEXT NOT NULL);
+                 CREATE TRIGGER log_state_i AFTER INSERT ON scene_character_states BEGIN INSERT INTO write_log VALUES ('state', NEW.character_id); END;
+                 CREATE TRIGGER log_state_u AFTER UPDATE ON scene_character_states BEGIN INSERT INTO write_log VALUES ('state', NEW.character_id); END;
+                 CREATE TRIGGER log_campaign_i AFTER INSERT ON campaign_state BEGIN INSERT INTO write_log VALUES ('campaign', NEW.campaign_id); END;
+                 CREATE TRIGGER log_campaign_u AFTER UPDATE ON campaign_state BEGIN INSERT INTO write_log VALUES ('campaign', NEW.campaign_id); END;
+                 CREATE TRIGGER log_scene_u AFTER UPDATE ON scenes BEGIN INSERT INTO write_log VALUES ('scene', NEW.id); END;",
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    (paths, scene)
+}
+
+fn writes(store: &Store) -> Vec<(String, String)> {
+    store
+        .with(|c| {
+            let mut stmt = c.prepare("SELECT tbl, row_key FROM write_log ORDER BY rowid")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .unwrap()
+}
+
+/// Events until `stop`; panics on a scene error or a timeout.
+fn collect(engine: &EngineHandle, mut stop: impl FnMut(&SceneEvent) -> bool) -> Vec<SceneEvent> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match engine.events().recv_timeout(left) {
+            Ok(Event::Scene(SceneEvent::Error { message, .. })) => panic!("scene error: {message}"),
+            Ok(Event::Scene(e)) => {
+                let done = stop(&e);
+                seen.push(e);
+                if done {
+                    return seen;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no scene event in time ({e}); seen {} events", seen.len()),
+        }
+    }
+}
+
+fn round(engine: &EngineHandle, scene: &str, input: Option<&str>) -> Vec<SceneEvent> {
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.into(), input: input.map(str::to_string) })).unwrap();
+    collect(engine, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
+}
+
+fn view(store: &Store, scene: &str) -> SceneView {
+    store.with(|c| records::load_view(c, scene)).unwrap()
+}
+
+#[test]
+fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+
+    let order: Vec<&str> =
+        events.iter().filter_map(|e| if let SceneEvent::CharacterStarted { name, .. } = e { Some(name.as_str()) } else { None }).collect();
+    // Priority 5 first, then priority 1 by name.
+    assert_eq!(order, ["Marguerite Siltborne", "Ossian Vale", "Wren Talloway"]);
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::Token { .. })), "characters stream");
+    let passes: Vec<u8> =
+        events.iter().filter_map(|e| if let SceneEvent::DirectorDecided { pass, .. } = e { Some(*pass) } else { None }).collect();
+    assert_eq!(passes, [1, 2]);
+
+    let store = &engine.context().store;
+    let after = view(store, &scene);
+    let active: Vec<&str> = after.active().map(|c| c.name.as_str()).collect();
+    assert_eq!(active, ["Marguerite Siltborne", "Wren Talloway"], "Marguerite entered, Ossian left");
+    assert_eq!(after.rounds, 1);
+    let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    let lines: Vec<(u32, u32, &str)> = messages.iter().map(|m| (m.number, m.round, m.speaker.as_str())).collect();
+    assert_eq!(lines, [(1, 1, "Juno"), (2, 1, "Marguerite Siltborne"), (3, 1, "Ossian Vale"), (4, 1, "Wren Talloway")]);
+    assert!(!messages[3].content.contains("[location"), "state lines are not prose");
+
+    let marguerite = after.member_by_name("Marguerite Siltborne").unwrap();
+    assert_eq!(marguerite.state.location.as_deref(), Some("the lamp room door"), "pass 1 state");
+    assert_eq!(marguerite.state.mood.as_deref(), Some("amused"), "her own delta, unchallenged");
+    assert_eq!(after.member_by_name("Ossian Vale").unwrap().state.location.as_deref(), Some("the jetty"));
+    assert_eq!(after.trackers["fog"], "lifting");
+    assert_eq!(after.trackers["lamp_oil_hours"], 6, "trackers not named keep their value");
+    assert_eq!(after.facts.len(), 2);
+    assert_eq!(after.elapsed_minutes, 10);
+
+    // Every call kept its ledger, and no section went over its allocation.
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let ledgers = record.ledgers.as_array().unwrap();
+    let agents: Vec<&str> = ledgers.iter().map(|l| l["agent"].as_str().unwrap()).collect();
+    assert_eq!(agents, ["director", "character", "character", "character", "director (reconcile)"]);
+    for call in ledgers {
+        for section in call["ledger"]["sections"].as_array().unwrap() {
+            assert!(section["used"].as_u64().unwrap() <= section["allocated"].as_u64().unwrap());
+        }
+    }
+    let lore_kept = ledgers[0]["ledger"]["sections"].as_array().unwrap().iter().find(|s| s["section"] == "lore").unwrap()["kept"].clone();
+    assert!(lore_kept.to_string().contains("Harbour Seal"), "the user's 'letter' fired lore: {lore_kept}");
+    assert_eq!(record.input.as_deref(), Some("I hand the keeper the sealed letter."));
+}
+
+#[test]
+fn state_is_written_once_per_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    let store = engine.context().store.clone();
+    assert!(writes(&store).is_empty());
+    round(&engine, &scene, Some("Hello?"));
+    let first = writes(&store);
+    let count = |w: &[(String, String)], table: &str| w.iter().filter(|(t, _)| t == table).count();
+    assert_eq!(count(&first, "campaign"), 1);
+    assert_eq!(count(&first, "scene"), 1);
+    // Wren, Ossian and Marguerite all changed; each row written exactly once.
+    let mut states: Vec<&str> = first.iter().filter(|(t, _)| t == "state").map(|(_, k)| k.as_str()).collect();
+    assert_eq!(states.len(), 3);
+    states.dedup();
+    assert_eq!(states.len(), 3);
+
+    round(&engine, &scene, None);
+    let both = writes(&store);
+    assert_eq!(count(&both, "campaign"), 2);
+    assert_eq!(count(&both, "scene"), 2);
+    assert_eq!(view(&store, &scene).rounds, 2);
+}
+
+#[test]
+fn pass_two_overrides_a_conflicting_character_delta() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("Will you put out the light?"));
+    // Wren said she went out to the gallery; the Director says she is in the lamp room.
+    let delta = events
+        .iter()
+        .find_map(|e| match e {
+            SceneEvent::CharacterFinished { name, delta, .. } if name == "Wren Talloway" => Some(delta.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(delta.location.as_deref(), Some("the gallery"));
+    let Some(SceneEvent::RoundCompleted { conflicts, .. }) = events.last() else { panic!("no round_completed") };
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!((conflicts[0].field.as_str(), conflicts[0].character_value.as_str()), ("location", "the gallery"));
+    let wren = view(&engine.context().store, &scene).member_by_name("Wren Talloway").unwrap().state.clone();
+    assert_eq!(wren.location.as_deref(), Some("the lamp room"), "the Director wins");
+    assert_eq!(wren.mood.as_deref(), Some("defiant"), "fields the Director left alone keep the character's delta");
+    assert_eq!(wren.intentions.as_deref(), Some("keep the light burning"));
+}
+
+#[test]
+fn one_director_pass_skips_reconciliation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.max_director_passes = 1;
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("Hello?"));
+    assert_eq!(events.iter().filter(|e| matches!(e, SceneEvent::DirectorDecided { .. })).count(), 1);
+    let wren = view(&engine.context().store, &scene).member_by_name("Wren Talloway").unwrap().state.clone();
+    assert_eq!(wren.location.as_deref(), Some("the gallery"), "no pass 2: the character's delta stands");
+}
+
+#[test]
+fn a_process_killed_mid_round_leaves_no_partial_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "slow-script.json");
+    let before = {
+        let store = Store::open(&paths.library_file).unwrap();
+        view(&store, &scene)
+    };
+    let bin = env!("CARGO_BIN_EXE_lorekeeper");
+    let mut child = std::process::Command::new(bin)
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+        .args(["scene", "round", &scene, "I hand the keeper the sealed letter."])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let stdout = child.stdout.take().unwrap();
+    let mut streamed = false;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["event"] == "token" {
+            streamed = true;
+            break;
+        }
+        assert_ne!(v["event"], "round_completed", "the slow character should still be streaming");
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(streamed, "killed before any character streamed");
+
+    let store = Store::open(&paths.library_file).unwrap();
+    assert_eq!(view(&store, &scene), before, "scene, states, trackers and facts untouched");
+    assert!(store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().is_empty());
+    assert!(store.with(|c| records::load_round(c, &scene, 1)).unwrap().is_none());
+    assert!(writes(&store).is_empty());
+    drop(store);
+
+    // The next round is round 1 again, numbered from message 1.
+    write_config(&paths, "script.json");
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("Sorry, where was I?"));
+    let Some(SceneEvent::RoundCompleted { round, messages, .. }) = events.last() else { panic!() };
+    assert_eq!((*round, messages[0].number), (1, 1));
+}
+
+#[test]
+fn the_cli_creates_a_scene_and_reports_state_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = setup(dir.path(), "script.json");
+    let bin = env!("CARGO_BIN_EXE_lorekeeper");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect::<Vec<_>>()
+    };
+    let created = run(&["scene", "new", "The Jetty", "--cast", "Ossian Vale,Wren Talloway", "--active", "Ossian Vale"]);
+    let id = created.last().unwrap()["scene_id"].as_str().unwrap().to_string();
+    let state = run(&["scene", "state", &id]);
+    let view = &state.last().unwrap()["view"];
+    assert_eq!(view["name"], "The Jetty");
+    let cast: Vec<(String, bool)> =
+        view["cast"].as_array().unwrap().iter().map(|c| (c["name"].as_str().unwrap().to_string(), c["active"].as_bool().unwrap())).collect();
+    assert_eq!(cast, [("Ossian Vale".to_string(), true), ("Wren Talloway".to_string(), false)]);
+    assert_eq!(view["trackers"]["fog"], "thick");
+    let listed = run(&["scene", "list"]);
+    assert_eq!(listed.last().unwrap()["scenes"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn the_preview_refits_like_the_round_and_its_telemetry_sums_the_stored_ledgers() {
+    use lorekeeper::prompting::Section;
+    use lorekeeper::scene::envelope::AgentKind;
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+
+    engine.send(Command::Scene(SceneCommand::Snapshot { scene: scene.clone() })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::Snapshot { .. }));
+    let Some(SceneEvent::Snapshot { snapshot }) = events.last() else { unreachable!() };
+    let last = snapshot.last_round.as_ref().expect("the round is stored");
+    assert_eq!(last.round, 1);
+    assert!(!last.director.plan.acting_characters.is_empty());
+    assert_eq!(snapshot.messages.iter().filter(|m| m.round == 1).count(), snapshot.messages.len());
+    assert!(snapshot.messages.iter().any(|m| m.content == "I hand the keeper the sealed letter."));
+
+    engine
+        .send(Command::Scene(SceneCommand::Preview { scene: scene.clone(), agent: AgentKind::Character, character: Some("Wren Talloway".into()) }))
+        .unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::Preview { .. }));
+    let Some(SceneEvent::Preview { preview }) = events.last() else { unreachable!() };
+    assert_eq!(preview.character.as_ref().map(|c| c.name.as_str()), Some("Wren Talloway"));
+    assert!(preview.turn.contains("Wren Talloway"));
+    assert!(!preview.candidates[&Section::History].is_empty(), "the round's messages are history now");
+
+    // Re-fitting the candidates is what the round would do; a smaller context drops items.
+    let full = preview.fit(&preview.plan, preview.max_context_tokens);
+    let tight = preview.fit(&preview.plan, 256);
+    assert!(tight.ledger.used() < full.ledger.used());
+    assert!(tight.ledger.sections.iter().any(|s| !s.dropped.is_empty()));
+    for s in &tight.ledger.sections {
+        assert!(s.used <= s.allocated, "{:?}", s.section);
+    }
+    let prompt = preview.render(&full).expect("templates render");
+    assert!(prompt.system.contains("I hand the keeper the sealed letter."));
+    assert_eq!(prompt.user, preview.turn);
+
+    // Telemetry: one point for the one round, equal to the sum of its calls' ledgers.
+    assert_eq!(preview.telemetry.len(), 1);
+    assert_eq!(preview.telemetry_messages as usize, snapshot.messages.len());
+    let point = &preview.telemetry[0];
+    for section in Section::ALL {
+        let stored: u32 = last.ledgers.iter().filter_map(|c| c.ledger.section(section)).map(|s| s.used).sum();
+        assert_eq!(point.used[&section], stored, "{section:?}");
+    }
+    assert!(point.used[&Section::CharacterGuidance] > 0);
+}
+
+#[test]
+fn the_telemetry_window_counts_rounds_by_their_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let conn = engine.context().store.reader().unwrap();
+    let messages: u32 = conn.query_row("SELECT COUNT(*) FROM scene_messages WHERE scene_id = ?1", [&scene], |r| r.get(0)).unwrap();
+    assert!(messages > 1);
+    let (points, covered) = lorekeeper::scene::preview::telemetry(&conn, &scene, 1).unwrap();
+    assert_eq!((points.len(), covered), (1, 1), "the newest message is in round 1");
+    let (points, covered) = lorekeeper::scene::preview::telemetry(&conn, &scene, 500).unwrap();
+    assert_eq!((points.len(), covered), (1, messages));
+    // A stored round older than the window's first message is left out.
+    let store = &engine.context().store;
+    store
+        .with(|c| {
+            c.execute(
+                "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at)
+                 VALUES (?1, 0, NULL, '{}', '[]', 0, '')",
+                [&scene],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    let (points, _) = lorekeeper::scene::preview::telemetry(&conn, &scene, 1).unwrap();
+    assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [1]);
+    let (points, _) = lorekeeper::scene::preview::telemetry(&conn, &scene, 500).unwrap();
+    assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [0, 1], "a window wider than the scene takes every round");
+}
