@@ -12,7 +12,9 @@
 //! instance path) → deserialize. A failed attempt is answered with a re-ask that quotes
 //! the reply and lists the exact errors, up to [`StructuredOptions::max_attempts`].
 //! Every attempt is kept, successful or not, so the UI can show what the model said and
-//! what was wrong with it.
+//! what was wrong with it. A reply cut off by the token limit is accepted when its
+//! repaired form validates (asking again would hit the same limit); its attempt keeps
+//! the `finish_reason` and the truncation repairs, so the cut stays visible.
 
 #[cfg(test)]
 mod tests;

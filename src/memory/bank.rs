@@ -4,9 +4,11 @@
 use super::embedder::{EmbedError, Embedder};
 use super::keyword;
 use super::records::{self, Memory, MemoryKind, NewMemory};
-use super::retrieval::{Candidate, Fused, RetrievalHit, SearchFilter, SearchMode, SearchRequest, fuse, sort_fused};
+use super::retrieval::{Candidate, RetrievalHit, SearchFilter, SearchMode, SearchRequest, fuse};
 use super::vectors::{VectorIndex, build_ann};
 use super::MemoryConfig;
+
+mod rerank;
 use crate::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
@@ -332,34 +334,6 @@ impl MemoryBank {
         self.search_with_vector(request, vector.as_deref())
     }
 
-    /// The query text to embed: with `strip_names`, speaker names (and "the user") are
-    /// removed unless nothing would be left.
-    pub fn vector_query(&self, query: &str) -> Result<String, MemoryError> {
-        if !self.config().retrieval.strip_names {
-            return Ok(query.to_string());
-        }
-        let names = self.speakers()?;
-        let kept: Vec<&str> = query
-            .split_whitespace()
-            .filter(|w| {
-                let core: String = w.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
-                let core = core.strip_suffix("s").filter(|_| w.contains('\'')).unwrap_or(&core).to_string();
-                !names.contains(&core)
-            })
-            .collect();
-        let text = kept.join(" ").replace(" the ?", "?");
-        Ok(if text.trim().is_empty() { query.to_string() } else { text })
-    }
-
-    /// Lower-cased names of everyone who has spoken.
-    pub fn speakers(&self) -> Result<HashSet<String>, MemoryError> {
-        self.with_reader(|c| {
-            let mut stmt = c.prepare_cached("SELECT DISTINCT lower(speaker) FROM memories WHERE speaker IS NOT NULL")?;
-            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<HashSet<_>, _>>()?)
-        })
-    }
-
     /// Search with a query vector computed by the caller (benchmarks with synthetic
     /// vectors; callers that embed once and search several scopes).
     pub fn search_with_vector(&self, request: &SearchRequest, query_vector: Option<&[f32]>) -> Result<Vec<RetrievalHit>, MemoryError> {
@@ -410,73 +384,6 @@ impl MemoryBank {
                 time: m.time.clone(),
             })
             .collect())
-    }
-
-    /// Scale down turns with fewer than `words` content words.
-    fn damp_short_turns(&self, fused: &mut [(i64, Fused)], words: usize) -> Result<(), MemoryError> {
-        self.with_reader(|c| {
-            let mut stmt = c.prepare_cached("SELECT text FROM memories WHERE rowid = ?1 AND kind = 'turn'")?;
-            for (rowid, f) in fused.iter_mut() {
-                let text: Option<String> = stmt.query_row([*rowid], |r| r.get(0)).optional()?;
-                if let Some(text) = text {
-                    let n = super::keyword::content_terms(&text).len();
-                    f.score *= (n as f32 / words as f32).min(1.0);
-                }
-            }
-            Ok(())
-        })?;
-        sort_fused(fused);
-        Ok(())
-    }
-
-    /// Multiply the score of candidates from the given months by `1 + boost`.
-    fn boost_months(&self, fused: &mut [(i64, Fused)], months: &[u32], boost: f32) -> Result<(), MemoryError> {
-        self.with_reader(|c| {
-            let mut stmt = c.prepare_cached("SELECT time FROM memories WHERE rowid = ?1")?;
-            for (rowid, f) in fused.iter_mut() {
-                let time: Option<String> = stmt.query_row([*rowid], |r| r.get(0))?;
-                if time.as_deref().and_then(super::temporal::month_of).is_some_and(|m| months.contains(&m)) {
-                    f.score *= 1.0 + boost;
-                }
-            }
-            Ok(())
-        })?;
-        sort_fused(fused);
-        Ok(())
-    }
-
-    /// Give the turns next to each strong hit a share of its score: in conversation the
-    /// answer often follows the turn that names the topic.
-    fn spread_to_neighbours(
-        &self,
-        fused: Vec<(i64, Fused)>,
-        weight: f32,
-        k: usize,
-        filter: &SearchFilter,
-    ) -> Result<Vec<(i64, Fused)>, MemoryError> {
-        let top: Vec<(i64, f32)> = fused.iter().take(k.max(10)).map(|(r, f)| (*r, f.score)).collect();
-        let mut scores: HashMap<i64, Fused> = fused.into_iter().collect();
-        let allowed = self.allowed(filter)?;
-        self.with_reader(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT n.rowid FROM memories m JOIN memories n ON n.session IS m.session AND n.kind = 'turn' \
-                 AND n.seq IN (m.seq - 1, m.seq + 1) WHERE m.rowid = ?1 AND m.kind = 'turn'",
-            )?;
-            for (rowid, score) in top {
-                let neighbours = stmt.query_map([rowid], |r| r.get::<_, i64>(0))?;
-                for n in neighbours {
-                    let n = n?;
-                    if allowed.as_ref().is_some_and(|a| !a.contains(&n)) {
-                        continue;
-                    }
-                    scores.entry(n).or_default().score += weight * score;
-                }
-            }
-            Ok(())
-        })?;
-        let mut list: Vec<(i64, Fused)> = scores.into_iter().collect();
-        sort_fused(&mut list);
-        Ok(list)
     }
 
     pub fn stats(&self) -> Result<MemoryStats, MemoryError> {
