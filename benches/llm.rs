@@ -1,7 +1,7 @@
 //! What the LLM plumbing costs around a model's own time.
 //!
 //! `cargo bench --profile dev --bench llm -- --warm-up-time 1 --measurement-time 3`.
-//! - `sse/*`: parsing an OpenAI-style stream of 1,000 events (~190 KiB), fed in
+//! - `sse/*`: parsing an OpenAI-style stream of 1,000 events (~135 KiB), fed in
 //!   16 KiB reads (a fast network) and in 7-byte reads (the worst case);
 //! - `tokens/estimate`: the usage estimate over 64 KiB of prose;
 //! - `cache/key`: hashing a 30-message request (~40 KiB) into its cache key;
