@@ -3,10 +3,24 @@
 
 use super::http::{HttpResponse, HttpTransport, JsonPost, server_message};
 use super::reply::ReplyBuilder;
+use super::profile::SamplerWireNames;
 use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Secret, Timeouts};
 use serde_json::{Map, Value, json};
 
 const API_VERSION: &str = "2023-06-01";
+/// The Messages API takes no seed or penalties; `max_tokens` is required, so it is set
+/// separately with a default.
+const SAMPLER_NAMES: SamplerWireNames = SamplerWireNames {
+    temperature: Some("temperature"),
+    top_p: Some("top_p"),
+    top_k: Some("top_k"),
+    max_tokens: None,
+    seed: None,
+    presence_penalty: None,
+    frequency_penalty: None,
+    stop: Some("stop_sequences"),
+};
+
 /// The API requires `max_tokens`; this applies when the profile sets none.
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 
@@ -82,17 +96,8 @@ pub(crate) fn request_body(request: &ChatRequest) -> Value {
         body.insert("system".into(), json!(system.join("\n\n")));
     }
     body.insert("messages".into(), Value::Array(messages));
-    if let Some(t) = s.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = s.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    if let Some(k) = s.top_k {
-        body.insert("top_k".into(), json!(k));
-    }
-    if !s.stop.is_empty() {
-        body.insert("stop_sequences".into(), json!(s.stop));
+    for (name, value) in s.wire_fields(&SAMPLER_NAMES) {
+        body.insert(name.into(), value);
     }
     if request.stream {
         body.insert("stream".into(), json!(true));

@@ -7,6 +7,7 @@
 use super::gemini_schema::to_gemini_schema;
 use super::http::{HttpResponse, HttpTransport, JsonPost, server_message};
 use super::reply::{ReplyBuilder, in_stream_error};
+use super::profile::SamplerWireNames;
 use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Secret, Timeouts};
 use serde_json::{Map, Value, json};
 
@@ -61,6 +62,17 @@ impl Provider for GeminiProvider {
     }
 }
 
+const SAMPLER_NAMES: SamplerWireNames = SamplerWireNames {
+    temperature: Some("temperature"),
+    top_p: Some("topP"),
+    top_k: Some("topK"),
+    max_tokens: Some("maxOutputTokens"),
+    seed: Some("seed"),
+    presence_penalty: Some("presencePenalty"),
+    frequency_penalty: Some("frequencyPenalty"),
+    stop: Some("stopSequences"),
+};
+
 pub(crate) fn request_body(request: &ChatRequest, supports_json_schema: bool) -> Value {
     let system: Vec<&str> =
         request.messages.iter().filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
@@ -79,21 +91,13 @@ pub(crate) fn request_body(request: &ChatRequest, supports_json_schema: bool) ->
         .map(|(role, text)| json!({"role": if role == Role::Assistant { "model" } else { "user" }, "parts": [{"text": text}]}))
         .collect();
 
-    let s = &request.sampler;
-    let mut config = Map::new();
+    let mut config: Map<String, Value> =
+        request.sampler.wire_fields(&SAMPLER_NAMES).into_iter().map(|(name, value)| (name.to_string(), value)).collect();
     let mut put = |name: &str, value: Option<Value>| {
         if let Some(value) = value {
             config.insert(name.to_string(), value);
         }
     };
-    put("temperature", s.temperature.map(|v| json!(v)));
-    put("topP", s.top_p.map(|v| json!(v)));
-    put("topK", s.top_k.map(|v| json!(v)));
-    put("maxOutputTokens", s.max_tokens.map(|v| json!(v)));
-    put("seed", s.seed.map(|v| json!(v)));
-    put("presencePenalty", s.presence_penalty.map(|v| json!(v)));
-    put("frequencyPenalty", s.frequency_penalty.map(|v| json!(v)));
-    put("stopSequences", (!s.stop.is_empty()).then(|| json!(s.stop)));
     match &request.response_format {
         ResponseFormat::Text => {}
         ResponseFormat::Json => put("responseMimeType", Some(json!("application/json"))),

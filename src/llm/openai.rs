@@ -4,6 +4,7 @@
 
 use super::http::{HttpResponse, HttpTransport, JsonPost, server_message};
 use super::reply::{ReplyBuilder, in_stream_error};
+use super::profile::SamplerWireNames;
 use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Secret, Timeouts};
 use serde_json::{Map, Value, json};
 
@@ -57,24 +58,29 @@ impl Provider for OpenAiProvider {
 /// The request as OpenAI's API expects it. Sampler fields are sent only when set, so
 /// the server's defaults apply otherwise (`top_k` is not OpenAI's own but llama.cpp,
 /// vLLM and Ollama accept it; set it only for such servers).
+const SAMPLER_NAMES: SamplerWireNames = SamplerWireNames {
+    temperature: Some("temperature"),
+    top_p: Some("top_p"),
+    top_k: Some("top_k"),
+    max_tokens: Some("max_tokens"),
+    seed: Some("seed"),
+    presence_penalty: Some("presence_penalty"),
+    frequency_penalty: Some("frequency_penalty"),
+    stop: Some("stop"),
+};
+
 pub(crate) fn request_body(request: &ChatRequest, supports_json_schema: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("messages".into(), json!(request.messages));
-    let s = &request.sampler;
+    for (name, value) in request.sampler.wire_fields(&SAMPLER_NAMES) {
+        body.insert(name.into(), value);
+    }
     let mut put = |name: &str, value: Option<Value>| {
         if let Some(value) = value {
             body.insert(name.to_string(), value);
         }
     };
-    put("temperature", s.temperature.map(|v| json!(v)));
-    put("top_p", s.top_p.map(|v| json!(v)));
-    put("top_k", s.top_k.map(|v| json!(v)));
-    put("max_tokens", s.max_tokens.map(|v| json!(v)));
-    put("seed", s.seed.map(|v| json!(v)));
-    put("presence_penalty", s.presence_penalty.map(|v| json!(v)));
-    put("frequency_penalty", s.frequency_penalty.map(|v| json!(v)));
-    put("stop", (!s.stop.is_empty()).then(|| json!(s.stop)));
     put(
         "response_format",
         match &request.response_format {

@@ -82,6 +82,40 @@ pub struct SamplerSettings {
     pub frequency_penalty: Option<f32>,
 }
 
+/// What one API calls each sampler setting; `None` where it takes no such setting (the
+/// value is then not sent). One table per API keeps the providers from each growing
+/// their own copy of the same mapping.
+pub(crate) struct SamplerWireNames {
+    pub temperature: Option<&'static str>,
+    pub top_p: Option<&'static str>,
+    pub top_k: Option<&'static str>,
+    pub max_tokens: Option<&'static str>,
+    pub seed: Option<&'static str>,
+    pub presence_penalty: Option<&'static str>,
+    pub frequency_penalty: Option<&'static str>,
+    pub stop: Option<&'static str>,
+}
+
+impl SamplerSettings {
+    /// The settings that are set, under the API's names, in a fixed order.
+    pub(crate) fn wire_fields(&self, names: &SamplerWireNames) -> Vec<(&'static str, serde_json::Value)> {
+        use serde_json::json;
+        [
+            (names.temperature, self.temperature.map(|v| json!(v))),
+            (names.top_p, self.top_p.map(|v| json!(v))),
+            (names.top_k, self.top_k.map(|v| json!(v))),
+            (names.max_tokens, self.max_tokens.map(|v| json!(v))),
+            (names.seed, self.seed.map(|v| json!(v))),
+            (names.presence_penalty, self.presence_penalty.map(|v| json!(v))),
+            (names.frequency_penalty, self.frequency_penalty.map(|v| json!(v))),
+            (names.stop, (!self.stop.is_empty()).then(|| json!(self.stop))),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name?, value?)))
+        .collect()
+    }
+}
+
 /// Time limits for one HTTP attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -177,5 +211,29 @@ impl ProviderProfile {
     /// The environment variable consulted for this profile's key, if it needs one.
     pub fn key_env(&self) -> Option<&str> {
         self.api_key_env.as_deref().or(self.kind.default_key_env())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wire_fields_send_only_what_is_set_and_named() {
+        let names = SamplerWireNames {
+            temperature: Some("temperature"),
+            top_p: Some("topP"),
+            top_k: None,
+            max_tokens: Some("maxOutputTokens"),
+            seed: None,
+            presence_penalty: None,
+            frequency_penalty: None,
+            stop: Some("stop"),
+        };
+        let s = SamplerSettings { temperature: Some(0.5), top_k: Some(40), seed: Some(7), ..Default::default() };
+        assert_eq!(s.wire_fields(&names), vec![("temperature", json!(0.5))]);
+        let s = SamplerSettings { max_tokens: Some(64), stop: vec!["\nUser:".into()], ..Default::default() };
+        assert_eq!(s.wire_fields(&names), vec![("maxOutputTokens", json!(64)), ("stop", json!(["\nUser:"]))]);
     }
 }
