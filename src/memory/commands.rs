@@ -26,6 +26,8 @@ pub enum MemoryCommand {
     Context { id: String, before: usize, after: usize },
     /// Chunk, embed and index the markdown lore under `dir` (default: the lore folder).
     IndexLore { dir: Option<PathBuf> },
+    /// Report what each agent's last prompt was given, as [`MemoryEvent::Injections`].
+    Injections,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +45,7 @@ pub enum MemoryEvent {
     Stats { stats: MemoryStats },
     Context { id: String, memories: Vec<Memory> },
     LoreIndexed { report: super::lore::LoreReport },
+    Injections { injections: Vec<super::injections::Injection> },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -177,6 +180,7 @@ fn describe(command: &MemoryCommand) -> &'static str {
         MemoryCommand::Stats => "memory stats",
         MemoryCommand::Context { .. } => "memory context",
         MemoryCommand::IndexLore { .. } => "memory lore",
+        MemoryCommand::Injections => "memory injections",
     }
 }
 
@@ -234,6 +238,10 @@ fn run(ctx: &EngineContext, command: MemoryCommand) -> Result<(), MemoryError> {
             let dir = dir.unwrap_or_else(crate::config::lore_dir);
             let report = super::lore::index_lore(&bank, &dir)?;
             emit(ctx, MemoryEvent::LoreIndexed { report });
+        }
+        MemoryCommand::Injections => {
+            let injections = super::injections::latest(&ctx.store.reader()?)?;
+            emit(ctx, MemoryEvent::Injections { injections });
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ pub mod cli;
 mod commands;
 pub mod embedder;
 pub mod eval;
+pub mod injections;
 pub mod keyword;
 pub mod lore;
 pub mod records;
