@@ -152,6 +152,9 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
     if started {
         println!();
     }
+    // The summarisation cycle runs after the commit; a process that left now would cut
+    // it short (harmless — the turns stay unsummarised — but it would never finish).
+    wait(engine, TURN_LIMIT, |e| matches!(e, CompanionEvent::Idle { .. }).then_some(()))?;
     Ok(turn)
 }
 

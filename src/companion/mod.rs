@@ -110,6 +110,8 @@ pub enum CompanionEvent {
     /// The summarisation cycle compressed older turns into a memory.
     Summarised { character_id: String, memory_id: String },
     Undone { character_id: String, turn_id: Option<String> },
+    /// Everything a message set off is done (the turn, then the summarisation cycle).
+    Idle { character_id: String },
     DemoReady { character_id: Option<String> },
 }
 
@@ -185,12 +187,14 @@ fn run_command(ctx: &Arc<EngineContext>, command: CompanionCommand) -> Result<()
         CompanionCommand::Send { character, text, now } => {
             // A failed turn is reported with its character so the chat shows it in place.
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
-            if let Err(e) = turn::send(ctx, &info, &text, now.as_deref(), &CancelToken::new()) {
-                match e {
-                    CompanionError::Llm(crate::llm::LlmError::Cancelled) => emit(CompanionEvent::Cancelled { character_id: info.id }),
-                    e => emit(CompanionEvent::Failed { character_id: Some(info.id), message: e.to_string() }),
+            match turn::send(ctx, &info, &text, now.as_deref(), &CancelToken::new()) {
+                Ok(_) => turn::summarise(ctx, &info),
+                Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => {
+                    emit(CompanionEvent::Cancelled { character_id: info.id.clone() })
                 }
+                Err(e) => emit(CompanionEvent::Failed { character_id: Some(info.id.clone()), message: e.to_string() }),
             }
+            emit(CompanionEvent::Idle { character_id: info.id });
         }
         CompanionCommand::Cancel { .. } => {}
         CompanionCommand::Undo { character } => {

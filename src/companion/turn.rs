@@ -296,7 +296,7 @@ pub fn send(
         return Err(CompanionError::Invalid("an empty message is not sent".into()));
     }
     let now = parse_now(now)?;
-    let _guard = RunningGuard::acquire(&character.id, &character.name, cancel)?;
+    let guard = RunningGuard::acquire(&character.id, &character.name, cancel)?;
     let config = ctx.config();
     let cc = config.companion.clone();
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
@@ -377,8 +377,10 @@ pub fn send(
             }
         };
         let turn = commit(&bank, character, &cc, &prepared, text, reply, now, packet, attempt, &completion)?;
+        // Free the character before saying so: a front door that sends the next message
+        // as soon as it hears of the commit must not find it still busy.
+        drop(guard);
         emit(CompanionEvent::TurnCommitted { turn: Box::new(turn.clone()) });
-        summarise(ctx, &bank, character);
         return Ok(turn);
     }
     Err(CompanionError::NoValidReply { attempts: cc.max_attempts.max(1), last: last_reason })
@@ -456,9 +458,18 @@ fn commit(
 }
 
 /// The summarisation cycle after a committed turn. A failure only postpones it: the
-/// unsummarised turns stay in the store and the next turn tries again.
-fn summarise(ctx: &EngineContext, bank: &MemoryBank, character: &CharacterInfo) {
+/// unsummarised turns stay in the store and the next turn tries again. It runs after
+/// the turn has let go of the character, so the next message need not wait for it.
+pub fn summarise(ctx: &EngineContext, character: &CharacterInfo) {
     let config = ctx.config();
+    let bank = match crate::memory::bank_for(ctx) {
+        Ok(bank) => bank,
+        Err(e) => {
+            ctx.emit(Event::warn(format!("the summary of {}'s chat is postponed: {e}", character.name)));
+            return;
+        }
+    };
+    let bank = bank.as_ref();
     let client = match config.profile_for_role("summariser") {
         Ok(profile) => LlmClient::from_profile(profile, Some(&ctx.store)),
         Err(e) => Err(LlmError::Config(e.to_string())),
