@@ -6,7 +6,7 @@ use super::records::{self, CharacterInfo, ChatState, ChatTurn};
 use super::{CompanionConfig, CompanionError, CompanionEvent, RunningGuard};
 use crate::engine::{EngineContext, Event};
 use crate::llm::{CallContext, CancelToken, ChatRequest, Completion, LlmClient, LlmError};
-use crate::memory::detect::{Proximity, ProximityDetector, is_memory_intent};
+use crate::memory::detect::{Proximity, ProximityDetector, ProximitySignal, is_memory_intent};
 use crate::memory::{MemoryBank, MemoryError, MemoryKind, NewMemory, RetrievalHit, Scope, SearchFilter, SearchMode, SearchRequest};
 use crate::prompting::PromptTemplates;
 use chrono::{DateTime, Utc};
@@ -144,7 +144,17 @@ pub fn prepare(
             Ok(mut d) => {
                 let update = d.observe_vector(v);
                 if update.changed {
-                    notes.push(format!("distance: now {:?} (signal {:?}, similarity {:.2})", update.state, update.signal, update.confidence));
+                    let how = match update.signal {
+                        Some(ProximitySignal::TowardPhysical) => "arriving",
+                        Some(ProximitySignal::AwayRemote) => "leaving",
+                        Some(ProximitySignal::Physical) => "together",
+                        Some(ProximitySignal::Remote) | None => "apart",
+                    };
+                    notes.push(format!(
+                        "distance: now {} ({how}, similarity {:.2} > {threshold:.2})",
+                        super::records::proximity_str(update.state),
+                        update.confidence
+                    ));
                 }
                 (update.state, update.changed)
             }

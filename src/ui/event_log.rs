@@ -10,6 +10,45 @@ pub struct EventLog {
     lines: VecDeque<(LogLevel, String)>,
 }
 
+/// Longest line kept, in characters.
+const LINE_CHARS: usize = 240;
+
+fn clip(text: &str) -> String {
+    let one_line = text.replace('\n', " ");
+    match one_line.char_indices().nth(LINE_CHARS) {
+        Some((cut, _)) => format!("{}…", &one_line[..cut]),
+        None => one_line,
+    }
+}
+
+fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel, String)> {
+    use crate::companion::CompanionEvent as E;
+    match event {
+        E::Token { .. } | E::Characters { .. } | E::History { .. } | E::Idle { .. } => None,
+        E::TurnStarted { name, attempt, packet, .. } => {
+            Some((LogLevel::Info, format!("chat: {name}, attempt {attempt}, packet of {} tokens sent", packet.tokens)))
+        }
+        E::Discarded { attempt, reason, .. } => Some((LogLevel::Warn, format!("chat: reply {attempt} discarded: {reason}"))),
+        E::TurnCommitted { turn } => Some((
+            LogLevel::Info,
+            format!(
+                "chat: exchange {} saved ({} + {} tokens, {} memories in the packet{})",
+                turn.seq,
+                turn.prompt_tokens,
+                turn.completion_tokens,
+                turn.hits.len(),
+                if turn.from_cache { ", from the cache" } else { "" }
+            ),
+        )),
+        E::Cancelled { .. } => Some((LogLevel::Warn, "chat: reply cancelled, nothing saved".into())),
+        E::Failed { message, .. } => Some((LogLevel::Error, format!("chat: {message}"))),
+        E::Summarised { memory_id, .. } => Some((LogLevel::Info, format!("chat: older turns summarised into memory {memory_id}"))),
+        E::Undone { turn_id, .. } => Some((LogLevel::Info, format!("chat: took back exchange {}", turn_id.as_deref().unwrap_or("(none)")))),
+        E::DemoReady { character_id: Some(id) } => Some((LogLevel::Info, format!("chat: demo companion added ({id})"))),
+        E::DemoReady { character_id: None } => None,
+    }
+}
+
 impl EventLog {
     /// Keep a line for events worth a line; streamed tokens are not.
     pub fn record(&mut self, event: &Event) {
@@ -23,8 +62,11 @@ impl EventLog {
                 | crate::identity::IdentityEvent::Snapshot { .. }
                 | crate::identity::IdentityEvent::Runs { .. },
             ) => None,
+            Event::Companion(e) => companion_line(e),
             other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
         };
+        // One row each: the strip is a log, the panels hold the details.
+        let line = line.map(|(level, text)| (level, clip(&text)));
         if let Some(line) = line {
             self.push(line.0, line.1);
         }
@@ -59,7 +101,7 @@ impl EventLog {
                         LogLevel::Warn => ui.visuals().warn_fg_color,
                         LogLevel::Error => ui.visuals().error_fg_color,
                     };
-                    ui.label(egui::RichText::new(text).monospace().color(color));
+                    ui.add(egui::Label::new(egui::RichText::new(text).monospace().color(color)).truncate());
                 }
             },
         );
