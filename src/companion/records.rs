@@ -116,7 +116,20 @@ pub fn resolve_character(conn: &Connection, key: &str) -> Result<CharacterInfo, 
             }
         }
     };
-    let sheet = crate::scene::records::base_sheet(card.as_deref(), profile.as_deref());
+    let mut sheet = crate::scene::records::base_sheet(card.as_deref(), profile.as_deref());
+    // A character developed by the identity pipeline has a nested profile and no card:
+    // read it through the same mapping the card export uses.
+    if card.is_none()
+        && let Some(profile) = profile.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+    {
+        let card = crate::interop::profile::card_from_profile(&profile, &name);
+        sheet.clear();
+        for (key, value) in [("description", card.description), ("personality", card.personality), ("scenario", card.scenario)] {
+            if !value.trim().is_empty() {
+                sheet.insert(key.to_string(), value);
+            }
+        }
+    }
     // Stable, readable order: the usual card fields first, then the rest by name.
     let order = ["description", "personality", "scenario", "summary"];
     let mut fields: Vec<(String, String)> =
@@ -263,6 +276,26 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pipeline_character_reads_through_its_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let profile = crate::interop::profile::sample_profile();
+        store
+            .with(|c| {
+                c.execute(
+                    "INSERT INTO characters(id, name, origin, profile_json, created_at, updated_at) VALUES ('p1', 'Vesna', 'identity', ?1, 'now', 'now')",
+                    [profile.to_string()],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        let info = store.with(|c| resolve_character(c, "vesna")).unwrap();
+        assert_eq!(info.id, "p1");
+        let personality = info.sheet.iter().find(|(k, _)| k == "personality").map(|(_, v)| v.as_str()).unwrap_or_default();
+        assert!(personality.contains("Core traits"), "{:?}", info.sheet);
+    }
 
     #[test]
     fn slugs_are_folder_names() {
