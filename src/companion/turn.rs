@@ -242,6 +242,19 @@ impl LabelStripper {
     }
 }
 
+/// The packet's own tags: a reply containing one is echoing the prompt.
+const PACKET_TAGS: [&str; 9] = [
+    "system_directive",
+    "assistant_persona",
+    "lore",
+    "temporal_data",
+    "distance_context",
+    "memory_bank",
+    "chat_history",
+    "user_input",
+    "trigger",
+];
+
 /// Judge a finished reply: the cleaned text, or why it is thrown away.
 pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, String> {
     if completion.finish_reason.as_deref() == Some("length") {
@@ -267,6 +280,10 @@ pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, 
     });
     if speaks_for_user {
         return Err(format!("it spoke for {user}"));
+    }
+    // A model that echoes the packet's markup has lost the thread, whatever else it wrote.
+    if PACKET_TAGS.iter().any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>"))) {
+        return Err("it repeated the prompt's markup".into());
     }
     Ok(text.to_string())
 }
@@ -340,6 +357,12 @@ pub fn send(
                 notes: prepared.notes.clone(),
             },
         )?;
+        let mut packet = packet;
+        if profile.kind == crate::llm::ProviderKind::Local {
+            // A base model continues text: open the character's line for it, or it
+            // carries on writing more of the packet.
+            packet.messages.push(crate::llm::ChatMessage::assistant(format!("[{name}]:")));
+        }
         emit(CompanionEvent::TurnStarted {
             character_id: character.id.clone(),
             name: character.name.clone(),
@@ -350,6 +373,14 @@ pub fn send(
         });
         let mut request = ChatRequest::new("", packet.messages.clone());
         request.stream = true;
+        // A model that starts writing the user's next line is stopped there: the reply
+        // before it stands, instead of the whole draw being thrown away by `judge`.
+        // Four at most: the OpenAI API's limit.
+        let mut stops = vec![format!("\n[{user}]:"), format!("\n{user}:"), "<user_input>".into(), "<chat_history>".into()];
+        if !user.eq_ignore_ascii_case("user") {
+            stops[3] = "\n[User]:".into();
+        }
+        request.sampler.stop = stops;
         let delivered = AtomicBool::new(false);
         let stripper = Mutex::new(LabelStripper::new(name));
         let on_token = |fragment: &str| {
@@ -551,6 +582,8 @@ mod tests {
         assert!(judge(&reply("A long story that", "length"), "Ilse", "U").unwrap_err().contains("cut off"));
         // A name that merely starts the same way is not a label.
         assert_eq!(ok("Userland is far.").unwrap(), "Userland is far.");
+        assert!(ok("<temporal_data>\nCurrent date: today").unwrap_err().contains("markup"));
+        assert_eq!(ok("I <3 lore, <b>really</b>.").unwrap(), "I <3 lore, <b>really</b>.");
     }
 
     #[test]
