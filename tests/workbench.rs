@@ -309,7 +309,10 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     nav(&harness, "Chat").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
     harness.run();
-    assert!(harness.query_all_by_label_contains("Ilse Marrow").next().is_some(), "the demo companion is selected");
+    let chat = harness.state().chat();
+    let ilse = chat.characters().iter().find(|c| c.name == "Ilse Marrow").expect("the demo companion is in the list");
+    assert_eq!(chat.selected(), Some(ilse.id.as_str()), "and selected");
+    assert!(harness.query_by_label_contains("no chat yet").is_some());
     text_field(&harness, "Message").click();
     harness.run();
     text_field(&harness, "Message").type_text("Hello Ilse, I'm back in town!");
@@ -335,4 +338,17 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     assert!(input.text.contains("I'm back in town"));
     assert!(harness.query_all_by_label_contains(&format!("<user_input>  {}", input.tokens)).next().is_some());
     assert!(harness.query_all_by_label_contains("<system_directive>").next().is_some());
+
+    // The Prompt panel lists the call with its messages exactly as sent.
+    nav(&harness, "Prompt").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.prompt().calls().is_empty());
+    harness.run();
+    let call = harness.state().prompt().calls()[0].clone();
+    assert_eq!(call.request.messages, view_messages(&harness));
+    assert!(harness.query_all_by_label_contains("Reply (stop)").next().is_some());
+    assert!(harness.query_all_by_label_contains("I'm back in town").next().is_some());
+}
+
+fn view_messages(harness: &Harness<'_, WorkbenchApp>) -> Vec<lorekeeper::llm::ChatMessage> {
+    harness.state().chat().packet().expect("packet").packet.messages.clone()
 }

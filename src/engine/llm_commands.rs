@@ -16,6 +16,8 @@ pub enum LlmCommand {
     SetDefaultProfile { name: String },
     /// Map an agent role to a profile, or back to the default with `None`.
     MapRole { role: String, profile: Option<String> },
+    /// Report the newest logged calls as [`LlmEvent::Calls`].
+    Calls { limit: u32 },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -35,6 +37,8 @@ pub enum LlmEvent {
     },
     /// The configuration changed and was saved.
     ConfigSaved,
+    /// The newest LLM calls as sent, newest first.
+    Calls { calls: Vec<crate::llm::calls::CallRecord> },
 }
 
 pub(super) fn handle(ctx: &Arc<EngineContext>, command: LlmCommand) {
@@ -59,6 +63,15 @@ pub(super) fn handle(ctx: &Arc<EngineContext>, command: LlmCommand) {
             c.profiles.retain(|p| p.name != name);
             c.roles.retain(|_, p| *p != name);
         }),
+        LlmCommand::Calls { limit } => {
+            let ctx = ctx.clone();
+            ctx.runtime.clone().spawn_blocking(move || {
+                match ctx.store.reader().and_then(|c| crate::llm::calls::recent(&c, limit)) {
+                    Ok(calls) => ctx.emit(Event::Llm(LlmEvent::Calls { calls })),
+                    Err(e) => ctx.emit(Event::error("llm calls", e)),
+                }
+            });
+        }
         LlmCommand::SetDefaultProfile { name } => save(ctx, "set default profile", |c| c.default_profile = name),
         LlmCommand::MapRole { role, profile } => save(ctx, "map role", |c| match profile {
             Some(p) => {

@@ -37,6 +37,8 @@ pub struct LlmClient {
     secret: Option<Secret>,
     /// Which server answers, as part of the cache key.
     endpoint: String,
+    /// Where every call is logged as sent (when the client has a library).
+    calls: Option<super::calls::CallLog>,
 }
 
 impl LlmClient {
@@ -92,12 +94,13 @@ impl LlmClient {
 
     fn assemble(provider: Arc<dyn Provider>, profile: ProviderProfile, limiter: Option<Arc<RateLimiter>>) -> Self {
         let endpoint = format!("{}|{}", profile.kind.label(), provider.describe());
-        Self { provider, profile, limiter, cache: None, secret: None, endpoint }
+        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None }
     }
 
     /// Use `store` for the response cache (only if the profile enables caching).
     pub fn with_store(mut self, store: Store) -> Self {
-        self.cache = self.profile.cache.then(|| ResponseCache::new(store));
+        self.cache = self.profile.cache.then(|| ResponseCache::new(store.clone()));
+        self.calls = Some(super::calls::CallLog::new(store));
         self
     }
 
@@ -131,12 +134,17 @@ impl LlmClient {
     ) -> Result<Completion, LlmError> {
         let started = Instant::now();
         let request = self.prepare(request);
-        self.complete_prepared(&request, ctx, accept)
+        let result = self
+            .complete_prepared(&request, ctx, accept)
             .map(|mut completion| {
                 completion.elapsed_ms = started.elapsed().as_millis() as u64;
                 completion
             })
-            .map_err(|e| e.scrub(self.secret.as_ref()))
+            .map_err(|e| e.scrub(self.secret.as_ref()));
+        if let Some(log) = &self.calls {
+            log.record(&self.profile.name, &self.endpoint, &request, &result, started.elapsed().as_millis() as u64);
+        }
+        result
     }
 
     fn prepare(&self, request: &ChatRequest) -> ChatRequest {

@@ -7,6 +7,7 @@
 
 mod anthropic;
 mod cache;
+pub mod calls;
 pub mod client;
 mod gemini;
 mod gemini_schema;

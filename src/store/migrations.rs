@@ -18,6 +18,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0007_memory_injections", include_str!("migrations/0007_memory_injections.sql")),
     // 0008 is reserved for the scene engine's lore activation state.
     ("0009_companion", include_str!("migrations/0009_companion.sql")),
+    ("0010_llm_calls", include_str!("migrations/0010_llm_calls.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

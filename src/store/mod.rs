@@ -83,6 +83,15 @@ impl Store {
         open_connection(&self.path, true)
     }
 
+    /// A separate writable connection that gives up after `busy` instead of waiting
+    /// long for the writer: for best-effort records (the LLM call log) written from
+    /// threads that may run while another holds a write transaction.
+    pub fn side_connection(&self, busy: Duration) -> Result<Connection, StoreError> {
+        let conn = open_connection(&self.path, false)?;
+        conn.busy_timeout(busy).map_err(|source| StoreError::Open { path: self.path.clone(), source })?;
+        Ok(conn)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave a half-applied write behind:
         // SQLite rolls back the open transaction when it is dropped.

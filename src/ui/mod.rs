@@ -10,6 +10,7 @@ mod event_log;
 mod identity;
 pub mod library;
 mod memory;
+mod prompt;
 mod providers;
 mod scene;
 
@@ -22,6 +23,7 @@ use library::LibraryPanel;
 pub use providers::TestView;
 pub use scene::ScenePanels;
 pub use memory::MemoryPanel;
+pub use prompt::PromptPanel;
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -76,20 +78,6 @@ impl PanelKind {
             PanelKind::Providers => "Providers",
         }
     }
-
-    /// What an empty panel tells the user while its capability is not in this build.
-    fn coming(self) -> Option<&'static str> {
-        match self {
-            PanelKind::Waves => Some("The character identity pipeline's waves appear here, agent by agent, with timings and tokens."),
-            PanelKind::Checkpoints => Some("Checkpoints to approve or send back with feedback appear here."),
-            PanelKind::Scene => Some("The scene engine's characters, states, trackers and transcript appear here."),
-            PanelKind::Chat => None,
-            PanelKind::Memory => Some("Memory search with keyword, vector and fused scores appears here."),
-            PanelKind::Budgets => Some("Token budgets per context section, with their ledger, appear here."),
-            PanelKind::Prompt => Some("The assembled prompt of any agent call, exactly as sent, appears here."),
-            PanelKind::Providers | PanelKind::Library => None,
-        }
-    }
 }
 
 /// The eframe application.
@@ -103,6 +91,7 @@ pub struct WorkbenchApp {
     scene: ScenePanels,
     memory: MemoryPanel,
     chat: ChatPanel,
+    prompt: PromptPanel,
 }
 
 impl WorkbenchApp {
@@ -121,12 +110,18 @@ impl WorkbenchApp {
             scene: ScenePanels::default(),
             memory: MemoryPanel::new(),
             chat: ChatPanel::default(),
+            prompt: PromptPanel::default(),
         };
         let startup = IdentityPanels::startup().into_iter().chain(ScenePanels::startup()).chain(MemoryPanel::startup()).chain(ChatPanel::startup());
         for command in startup {
             app.send(command);
         }
         app
+    }
+
+    /// The Prompt panel's view model.
+    pub fn prompt(&self) -> &PromptPanel {
+        &self.prompt
     }
 
     /// The Chat panel's view model.
@@ -181,6 +176,7 @@ impl WorkbenchApp {
     fn apply(&mut self, event: Event) {
         self.log.record(&event);
         match &event {
+            Event::Llm(crate::engine::LlmEvent::Calls { calls }) => self.prompt.apply(calls),
             Event::Llm(e) => self.providers.apply(e, &self.engine.context().config()),
             Event::Identity(e) => {
                 let mut outbox = Vec::new();
@@ -211,6 +207,16 @@ impl WorkbenchApp {
         }
         if let Event::Memory(e) = &event {
             self.memory.apply(e);
+        }
+        // Events that follow an LLM call: the Prompt panel refreshes when next shown.
+        if matches!(
+            event,
+            Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. } | crate::companion::CompanionEvent::Failed { .. })
+                | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
+                | Event::Identity(crate::identity::IdentityEvent::CheckpointReady { .. })
+                | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
+        ) {
+            self.prompt.mark_stale();
         }
     }
 
@@ -268,16 +274,13 @@ impl eframe::App for WorkbenchApp {
                 PanelKind::Scene => self.scene.show_scene(ui, &mut outbox),
                 PanelKind::Budgets => self.scene.show_budgets(ui, &mut outbox),
                 PanelKind::Memory => self.memory.show(ui, &mut outbox),
+                PanelKind::Prompt => self.prompt.show(ui, &mut outbox),
                 PanelKind::Chat => {
                     self.chat.show(ui, &mut outbox);
                     if let Some(id) = self.chat.take_open_memory() {
                         self.panel = PanelKind::Memory;
                         outbox.push(self.memory.focus(id));
                     }
-                }
-                other => {
-                    ui.heading(other.title());
-                    ui.label(other.coming().unwrap_or_default());
                 }
             }
             for command in outbox {

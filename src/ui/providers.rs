@@ -73,6 +73,7 @@ impl ProvidersPanel {
                     Err(error.clone().unwrap_or_default())
                 });
             }
+            LlmEvent::Calls { .. } => {}
             LlmEvent::ConfigSaved => {
                 self.config = config.clone();
                 let keep = if self.config.profile(&self.draft.name).is_some() {
