@@ -151,8 +151,8 @@ fn distance_text(state: Proximity, name: &str, user: &str) -> String {
     }
 }
 
-/// The XML blocks the templates must produce, in order.
-const TAGS: [&str; 8] = [
+/// The XML blocks the templates produce, in order.
+pub(crate) const TAGS: [&str; 8] = [
     "system_directive",
     "lore",
     "temporal_data",

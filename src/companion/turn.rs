@@ -242,18 +242,6 @@ impl LabelStripper {
     }
 }
 
-/// The packet's own tags: a reply containing one is echoing the prompt.
-const PACKET_TAGS: [&str; 9] = [
-    "system_directive",
-    "assistant_persona",
-    "lore",
-    "temporal_data",
-    "distance_context",
-    "memory_bank",
-    "chat_history",
-    "user_input",
-    "trigger",
-];
 
 /// Judge a finished reply: the cleaned text, or why it is thrown away.
 pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, String> {
@@ -282,7 +270,8 @@ pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, 
         return Err(format!("it spoke for {user}"));
     }
     // A model that echoes the packet's markup has lost the thread, whatever else it wrote.
-    if PACKET_TAGS.iter().any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>"))) {
+    let tags = packet::TAGS.iter().chain(&["assistant_persona"]);
+    if tags.into_iter().any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>"))) {
         return Err("it repeated the prompt's markup".into());
     }
     Ok(text.to_string())
