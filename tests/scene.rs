@@ -94,6 +94,14 @@ fn view(store: &Store, scene: &str) -> SceneView {
 fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, scene) = setup(dir.path(), "script.json");
+    // The Harbour Seal stays for two messages once fired: its timer must be stored.
+    Store::open(&paths.library_file)
+        .unwrap()
+        .with(|c| {
+            c.execute("UPDATE lore_entries SET entry_json = json_set(entry_json, '$.sticky', 2) WHERE label = 'The Harbour Seal'", [])?;
+            Ok(())
+        })
+        .unwrap();
     let engine = engine::start(paths).unwrap();
     let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
 
@@ -136,7 +144,12 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
         }
     }
     let lore_kept = ledgers[0]["ledger"]["sections"].as_array().unwrap().iter().find(|s| s["section"] == "lore").unwrap()["kept"].clone();
-    assert!(lore_kept.to_string().contains("Harbour Seal"), "the user's 'letter' fired lore: {lore_kept}");
+    assert!(lore_kept.to_string().contains("The Harbour Seal (key \\\"letter\\\")"), "the user's 'letter' fired lore: {lore_kept}");
+    let timers: String =
+        store.with(|c| Ok(c.query_row("SELECT state_json FROM scene_lore_state WHERE scene_id = ?1 AND round = 1", [&scene], |r| r.get(0))?)).unwrap();
+    let timers: serde_json::Value = serde_json::from_str(&timers).unwrap();
+    let timer = timers["timers"].as_object().unwrap().values().next().expect("the sticky entry's timer is stored");
+    assert_eq!(timer["sticky_until"].as_u64().unwrap(), timer["fired_at"].as_u64().unwrap() + 2);
     assert_eq!(record.input.as_deref(), Some("I hand the keeper the sealed letter."));
 }
 
@@ -238,6 +251,8 @@ fn a_process_killed_mid_round_leaves_no_partial_round() {
     assert!(store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().is_empty());
     assert!(store.with(|c| records::load_round(c, &scene, 1)).unwrap().is_none());
     assert!(writes(&store).is_empty());
+    let timers: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM scene_lore_state", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(timers, 0, "no lore timers of a killed round");
     drop(store);
 
     // The next round is round 1 again, numbered from message 1.

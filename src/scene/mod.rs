@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod demo;
 pub mod envelope;
+pub mod lore;
 pub mod model;
 pub mod preview;
 pub mod records;

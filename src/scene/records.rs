@@ -279,6 +279,8 @@ pub struct RoundClose {
     pub director: serde_json::Value,
     pub ledgers: serde_json::Value,
     pub tokens: u64,
+    /// The lore timers after every call of the round.
+    pub lore_state: crate::lorebook::activation::ActivationState,
 }
 
 /// Commit a round. Refuses (and writes nothing) when another round closed on the scene
@@ -337,6 +339,7 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![close.scene_id, close.round, close.input, close.director.to_string(), close.ledgers.to_string(), close.tokens as i64, now],
     )?;
+    super::lore::save_state(conn, &close.scene_id, close.round, &close.lore_state)?;
     Ok(written)
 }
 

@@ -16,6 +16,7 @@ use super::model::{
     ActingCharacter, CastMember, CharacterState, Conflict, DirectorPlan, DirectorRecord, MessageKind, Reconciliation,
     STATE_FIELDS, SceneMessage, SceneView, StateUpdate,
 };
+use super::lore;
 use super::records::{self, RoundClose};
 use super::{SceneConfig, SceneError, SceneEvent};
 use crate::engine::{EngineContext, Event};
@@ -122,13 +123,15 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         templates: PromptTemplates::shipped()?,
     };
 
-    let (view, notes, stored, lore) = ctx.store.with(|c| {
+    let (view, notes, stored, lore, mut lore_state) = ctx.store.with(|c| {
         let view = records::load_view(c, &scene_id)?;
         let notes = records::load_notes(c, &scene_id)?;
         let stored = records::recent_messages(c, &scene_id, config.history_window)?;
-        let lore = records::campaign_lore(c, &view.campaign_id)?;
-        Ok((view, notes, stored, lore))
+        let lore = lore::campaign_lore(c, &view.campaign_id)?;
+        let lore_state = lore::load_state(c, &scene_id)?;
+        Ok((view, notes, stored, lore, lore_state))
     })?;
+    let seed = lore::seed_for(&scene_id);
     let round = view.rounds + 1;
     let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
     emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input: input.clone() });
@@ -158,11 +161,15 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             view: &view,
             notes: &notes,
             history: &history,
-            lore: &lore,
+            lore: Some(&lore),
+            memories: &[],
             character: None,
             director_guidance: Vec::new(),
             lore_scan_depth: config.lore_scan_depth,
+            message_number: u64::from(next_number),
+            seed,
         },
+        &mut lore_state,
     );
     let prompt = envelope::render(&agents.templates, AgentKind::Director, &envelope, None, &turn)?;
     let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
@@ -234,7 +241,8 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             guidance.push(format!("You leave the scene at the end of this round: {exit}"));
         }
         guidance.push(plan.open_guidance.clone());
-        let (reply, usage, ledger) = character_turn(ctx, &agents, &config, &live, &notes, &history, &lore, &member, guidance, &scene_id, round, cancel)?;
+        let call = CallSetup { live: &live, notes: &notes, history: &history, lore: &lore, message_number: u64::from(next_number), seed };
+        let (reply, usage, ledger) = character_turn(ctx, &agents, &config, &call, &mut lore_state, &member, guidance, &scene_id, round, cancel)?;
         tokens += u64::from(usage.total());
         ledgers.push(CallLedger {
             agent: "character".into(),
@@ -283,11 +291,15 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
                 view: &live,
                 notes: &notes,
                 history: &history,
-                lore: &lore,
+                lore: Some(&lore),
+                memories: &[],
                 character: None,
                 director_guidance: vec![plan.open_guidance.clone()],
                 lore_scan_depth: config.lore_scan_depth,
+                message_number: u64::from(next_number),
+                seed,
             },
+            &mut lore_state,
         );
         let turn = envelope::reconcile_turn(round);
         let prompt = envelope::render(&agents.templates, AgentKind::Reconcile, &envelope, None, &turn)?;
@@ -363,6 +375,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         director: serde_json::to_value(&record).map_err(|e| SceneError::Invalid(e.to_string()))?,
         ledgers: serde_json::to_value(&ledgers).map_err(|e| SceneError::Invalid(e.to_string()))?,
         tokens,
+        lore_state,
     };
     let written = ctx.store.transaction(|tx| records::close_round(tx, &close))?;
     emit(SceneEvent::RoundCompleted {
@@ -383,15 +396,23 @@ fn request_for(profile: &ProviderProfile, system: String, user: String, stream: 
     request
 }
 
+/// What a character's call reads of the round so far.
+struct CallSetup<'a> {
+    live: &'a SceneView,
+    notes: &'a records::SceneNotes,
+    history: &'a [SceneMessage],
+    lore: &'a lore::PreparedLore,
+    message_number: u64,
+    seed: u64,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn character_turn(
     ctx: &Arc<EngineContext>,
     agents: &Agents,
     config: &SceneConfig,
-    live: &SceneView,
-    notes: &records::SceneNotes,
-    history: &[SceneMessage],
-    lore: &[crate::lorebook::LoreEntry],
+    call: &CallSetup<'_>,
+    lore_state: &mut crate::lorebook::activation::ActivationState,
     member: &CastMember,
     guidance: Vec<String>,
     scene_id: &str,
@@ -409,14 +430,18 @@ fn character_turn(
         agents.character.1.max_context_tokens,
         &EnvelopeInput {
             agent: AgentKind::Character,
-            view: live,
-            notes,
-            history,
-            lore,
+            view: call.live,
+            notes: call.notes,
+            history: call.history,
+            lore: Some(call.lore),
+            memories: &[],
             character: Some(member),
             director_guidance: guidance,
             lore_scan_depth: config.lore_scan_depth,
+            message_number: call.message_number,
+            seed: call.seed,
         },
+        lore_state,
     );
     let turn = envelope::character_turn(&member.name);
     let prompt = envelope::render(&agents.templates, AgentKind::Character, &envelope, Some(member), &turn)?;
