@@ -25,6 +25,8 @@ fn write_config(paths: &Paths, script: &str) {
         ..Default::default()
     });
     config.default_profile = "script".into();
+    // No embedding model in tests, whatever `models/` holds: memories by keyword.
+    config.memory.embedding.model_dir = Some(paths.library_file.with_file_name("no-model"));
     config.save(&paths.config_file).unwrap();
 }
 
@@ -253,6 +255,8 @@ fn a_process_killed_mid_round_leaves_no_partial_round() {
     assert!(writes(&store).is_empty());
     let timers: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM scene_lore_state", [], |r| r.get(0))?)).unwrap();
     assert_eq!(timers, 0, "no lore timers of a killed round");
+    let memories: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(memories, 0, "no memories of a killed round");
     drop(store);
 
     // The next round is round 1 again, numbered from message 1.
@@ -369,4 +373,64 @@ fn the_telemetry_window_counts_rounds_by_their_messages() {
     assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [1]);
     let (points, _) = lorekeeper::scene::preview::telemetry(&conn, &scene, 500).unwrap();
     assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [0, 1], "a window wider than the scene takes every round");
+}
+
+#[test]
+fn a_character_recalls_only_the_rounds_it_witnessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "memory-script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
+    let store = &engine.context().store;
+    // Round 1 is remembered by the two characters present, not by Marguerite.
+    let witnesses: Vec<(String, String)> = store
+        .with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT m.id, group_concat(w.witness, ',') FROM memories m JOIN memory_witnesses w ON w.memory_rowid = m.rowid
+                 GROUP BY m.rowid ORDER BY m.seq",
+            )?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .unwrap();
+    assert_eq!(witnesses.len(), 2, "the user's line and Wren's: {witnesses:?}");
+    for (id, names) in &witnesses {
+        assert!(id.starts_with(&format!("scene:{scene}:")), "{id}");
+        let mut names: Vec<&str> = names.split(',').collect();
+        names.sort();
+        assert_eq!(names, ["Ossian Vale", "Wren Talloway"]);
+    }
+
+    let events = round(&engine, &scene, Some("Where did you say the brass key was?"));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { round: 2, .. })));
+    let injected = |agent: &str| -> Vec<String> {
+        let hits: String = store
+            .with(|c| Ok(c.query_row("SELECT hits FROM memory_injections WHERE agent = ?1", [agent], |r| r.get(0))?))
+            .unwrap();
+        let hits: serde_json::Value = serde_json::from_str(&hits).unwrap();
+        hits.as_array().unwrap().iter().map(|h| h["text"].as_str().unwrap().to_string()).collect()
+    };
+    let wren = injected("scene:character:Wren Talloway");
+    assert!(wren.iter().any(|t| t.contains("third step")), "Wren was there: {wren:?}");
+    assert!(wren.iter().any(|t| t.contains("I lost the brass key")), "{wren:?}");
+    assert_eq!(injected("scene:character:Marguerite Siltborne"), Vec::<String>::new(), "Marguerite was not there in round 1");
+
+    // Wren's call in round 2 carried the memories in its envelope, and says how they were found.
+    let record = store.with(|c| records::load_round(c, &scene, 2)).unwrap().unwrap();
+    let calls = record.ledgers.as_array().unwrap();
+    let wren_call = calls.iter().find(|l| l["character"] == "Wren Talloway").unwrap();
+    let memories = wren_call["ledger"]["sections"].as_array().unwrap().iter().find(|s| s["section"] == "memories").unwrap();
+    assert!(!memories["kept"].as_array().unwrap().is_empty(), "{memories}");
+    assert!(wren_call["notes"].to_string().contains("keyword only"), "the fallback is in the ledger: {}", wren_call["notes"]);
+    // Round 2's lines are remembered by all three now present.
+    let round_two: i64 = store
+        .with(|c| {
+            Ok(c.query_row(
+                "SELECT count(*) FROM memories m WHERE m.id LIKE ?1 AND (SELECT count(*) FROM memory_witnesses w WHERE w.memory_rowid = m.rowid) = 3",
+                [format!("scene:{scene}:%")],
+                |r| r.get(0),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(round_two, 3, "user, Wren and Marguerite in round 2");
 }

@@ -11,6 +11,7 @@ pub mod envelope;
 pub mod lore;
 pub mod model;
 pub mod preview;
+pub mod recall;
 pub mod records;
 pub mod round;
 
@@ -51,11 +52,13 @@ pub struct SceneConfig {
     pub budgets: BudgetPlan,
     /// Messages the Budgets panel's per-section token plot looks back over.
     pub telemetry_window: u32,
+    /// Memories retrieved for each character's call (the memories budget cuts further).
+    pub memories_per_call: usize,
 }
 
 impl Default for SceneConfig {
     fn default() -> Self {
-        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500 }
+        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8 }
     }
 }
 
@@ -159,7 +162,8 @@ fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), Sc
         }
         SceneCommand::Preview { scene, agent, character } => {
             let config = ctx.config();
-            let preview = preview::preview(&ctx.store.reader()?, &config, &scene, agent, character.as_deref())?;
+            let recall = if agent == envelope::AgentKind::Character { recall::Recall::open(ctx) } else { recall::Recall::none() };
+            let preview = preview::preview(&ctx.store.reader()?, &config, &scene, agent, character.as_deref(), &recall)?;
             emit(SceneEvent::Preview { preview: Box::new(preview) });
             Ok(())
         }

@@ -127,6 +127,7 @@ pub fn preview(
     scene: &str,
     agent: AgentKind,
     character: Option<&str>,
+    recall: &super::recall::Recall,
 ) -> Result<EnvelopePreview, SceneError> {
     let scene_config: &SceneConfig = &config.scene;
     let id = records::resolve_scene(conn, scene)?;
@@ -169,6 +170,11 @@ pub fn preview(
         AgentKind::Reconcile => envelope::reconcile_turn(round),
         AgentKind::Character => envelope::character_turn(member.as_ref().map(|m| m.name.as_str()).unwrap_or_default()),
     };
+    // What the character would recall now (the round searches again with its plan).
+    let recalled = match &member {
+        Some(m) => recall.for_character(&view.campaign_id, &m.name, &history, &guidance, scene_config.memories_per_call).hits,
+        None => Vec::new(),
+    };
     let gathered = envelope::gather(
         &scene_config.budgets,
         max_context_tokens,
@@ -178,7 +184,7 @@ pub fn preview(
             notes: &notes,
             history: &history,
             lore: Some(&lore),
-            memories: &[],
+            memories: &recalled,
             character: member.as_ref(),
             director_guidance: guidance,
             lore_scan_depth: scene_config.lore_scan_depth,

@@ -17,6 +17,7 @@ use super::model::{
     STATE_FIELDS, SceneMessage, SceneView, StateUpdate,
 };
 use super::lore;
+use super::recall::Recall;
 use super::records::{self, RoundClose};
 use super::{SceneConfig, SceneError, SceneEvent};
 use crate::engine::{EngineContext, Event};
@@ -35,6 +36,9 @@ pub struct CallLedger {
     pub ledger: BudgetLedger,
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// What went wrong short of failing the call (memories by keyword only, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Scenes with a round running: a second round on the same scene is refused rather
@@ -132,6 +136,8 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         Ok((view, notes, stored, lore, lore_state))
     })?;
     let seed = lore::seed_for(&scene_id);
+    let recall = Recall::open(ctx);
+    let mut injections: Vec<(String, String, Vec<crate::memory::RetrievalHit>)> = Vec::new();
     let round = view.rounds + 1;
     let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
     emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input: input.clone() });
@@ -182,6 +188,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         ledger: envelope.ledger,
         prompt_tokens: output.usage.prompt_tokens,
         completion_tokens: output.usage.completion_tokens,
+        notes: Vec::new(),
     });
     let plan = output.value;
     emit(SceneEvent::DirectorDecided { scene_id: scene_id.clone(), round, pass: 1, decision: output.json });
@@ -242,7 +249,9 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         }
         guidance.push(plan.open_guidance.clone());
         let call = CallSetup { live: &live, notes: &notes, history: &history, lore: &lore, message_number: u64::from(next_number), seed };
-        let (reply, usage, ledger) = character_turn(ctx, &agents, &config, &call, &mut lore_state, &member, guidance, &scene_id, round, cancel)?;
+        let recalled = recall.for_character(&view.campaign_id, &member.name, &history, &guidance, config.memories_per_call);
+        let (reply, usage, ledger) =
+            character_turn(ctx, &agents, &config, &call, &mut lore_state, &member, &recalled.hits, guidance, &scene_id, round, cancel)?;
         tokens += u64::from(usage.total());
         ledgers.push(CallLedger {
             agent: "character".into(),
@@ -250,7 +259,9 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             ledger,
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            notes: recalled.notes,
         });
+        injections.push((format!("scene:character:{}", member.name), recalled.query, recalled.hits));
         let (prose, delta) = split_delta(&reply);
         emit(SceneEvent::CharacterFinished {
             scene_id: scene_id.clone(),
@@ -314,6 +325,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             ledger: envelope.ledger,
             prompt_tokens: output.usage.prompt_tokens,
             completion_tokens: output.usage.completion_tokens,
+            notes: Vec::new(),
         });
         emit(SceneEvent::DirectorDecided { scene_id: scene_id.clone(), round, pass: 2, decision: output.json });
         let reconciliation = output.value;
@@ -361,6 +373,13 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     if cancel.is_cancelled() {
         return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
     }
+    // The round's messages become memories of everyone present during it.
+    let present: Vec<String> = live.active().map(|c| c.name.clone()).collect();
+    let turns = recall.turns(&view.campaign_id, &scene_id, &new_messages, &present);
+    let (vectors, embed_note) = recall.embed(&turns);
+    if let (Some(note), Some(last)) = (embed_note, ledgers.last_mut()) {
+        last.notes.push(note);
+    }
     let close = RoundClose {
         scene_id: scene_id.clone(),
         campaign_id: view.campaign_id.clone(),
@@ -377,7 +396,20 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         tokens,
         lore_state,
     };
-    let written = ctx.store.transaction(|tx| records::close_round(tx, &close))?;
+    let (written, rowids) = ctx.store.transaction(|tx| {
+        let written = records::close_round(tx, &close)?;
+        let rowids = match recall.bank() {
+            Some(bank) => bank.write_in(tx, &turns, vectors.as_deref())?,
+            None => crate::memory::records::insert(tx, &turns)?,
+        };
+        for (agent, query, hits) in &injections {
+            crate::memory::injections::record(tx, agent, query, hits)?;
+        }
+        Ok((written, rowids))
+    })?;
+    if let (Some(bank), Some(vectors)) = (recall.bank(), &vectors) {
+        bank.publish(&rowids, vectors);
+    }
     emit(SceneEvent::RoundCompleted {
         scene_id,
         round,
@@ -414,6 +446,7 @@ fn character_turn(
     call: &CallSetup<'_>,
     lore_state: &mut crate::lorebook::activation::ActivationState,
     member: &CastMember,
+    memories: &[crate::memory::RetrievalHit],
     guidance: Vec<String>,
     scene_id: &str,
     round: u32,
@@ -434,7 +467,7 @@ fn character_turn(
             notes: call.notes,
             history: call.history,
             lore: Some(call.lore),
-            memories: &[],
+            memories,
             character: Some(member),
             director_guidance: guidance,
             lore_scan_depth: config.lore_scan_depth,
