@@ -123,7 +123,15 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     assert_eq!(after.rounds, 1);
     let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
     let lines: Vec<(u32, u32, &str)> = messages.iter().map(|m| (m.number, m.round, m.speaker.as_str())).collect();
-    assert_eq!(lines, [(1, 1, "Juno"), (2, 1, "Marguerite Siltborne"), (3, 1, "Ossian Vale"), (4, 1, "Wren Talloway")]);
+    assert_eq!(lines, [(1, 1, "Juno"), (2, 1, "Marguerite Siltborne"), (3, 1, "Ossian Vale"), (4, 1, "Wren Talloway"), (5, 1, "Narrator")]);
+    assert_eq!(messages[4].kind, lorekeeper::scene::model::MessageKind::Narrator);
+    let narrated: String =
+        events.iter().filter_map(|e| if let SceneEvent::Token { character_id, text, .. } = e { (character_id == "narrator").then_some(text.as_str()) } else { None }).collect();
+    assert_eq!(narrated, messages[4].content, "the narration streamed, after the characters");
+    let narrator_at = events.iter().position(|e| matches!(e, SceneEvent::NarratorStarted { .. })).unwrap();
+    let last_character = events.iter().rposition(|e| matches!(e, SceneEvent::CharacterFinished { .. })).unwrap();
+    let pass_two = events.iter().position(|e| matches!(e, SceneEvent::DirectorDecided { pass: 2, .. })).unwrap();
+    assert!(last_character < narrator_at && narrator_at < pass_two);
     assert!(!messages[3].content.contains("[location"), "state lines are not prose");
 
     let marguerite = after.member_by_name("Marguerite Siltborne").unwrap();
@@ -139,7 +147,7 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
     let ledgers = record.ledgers.as_array().unwrap();
     let agents: Vec<&str> = ledgers.iter().map(|l| l["agent"].as_str().unwrap()).collect();
-    assert_eq!(agents, ["director", "character", "character", "character", "director (reconcile)"]);
+    assert_eq!(agents, ["director", "character", "character", "character", "narrator", "director (reconcile)"]);
     for call in ledgers {
         for section in call["ledger"]["sections"].as_array().unwrap() {
             assert!(section["used"].as_u64().unwrap() <= section["allocated"].as_u64().unwrap());
@@ -205,15 +213,19 @@ fn pass_two_overrides_a_conflicting_character_delta() {
 }
 
 #[test]
-fn one_director_pass_skips_reconciliation() {
+fn one_director_pass_and_no_narrator_skip_reconciliation_and_narration() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, scene) = setup(dir.path(), "script.json");
     let mut config = Config::load(&paths.config_file).unwrap();
     config.scene.max_director_passes = 1;
+    config.scene.narrator = false;
     config.save(&paths.config_file).unwrap();
     let engine = engine::start(paths).unwrap();
     let events = round(&engine, &scene, Some("Hello?"));
     assert_eq!(events.iter().filter(|e| matches!(e, SceneEvent::DirectorDecided { .. })).count(), 1);
+    assert!(!events.iter().any(|e| matches!(e, SceneEvent::NarratorStarted { .. })));
+    let messages = engine.context().store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    assert!(messages.iter().all(|m| m.speaker != "Narrator"), "no narration when it is off");
     let wren = view(&engine.context().store, &scene).member_by_name("Wren Talloway").unwrap().state.clone();
     assert_eq!(wren.location.as_deref(), Some("the gallery"), "no pass 2: the character's delta stands");
 }
@@ -393,7 +405,7 @@ fn a_character_recalls_only_the_rounds_it_witnessed() {
             Ok(rows)
         })
         .unwrap();
-    assert_eq!(witnesses.len(), 2, "the user's line and Wren's: {witnesses:?}");
+    assert_eq!(witnesses.len(), 3, "the user's line, Wren's and the narration: {witnesses:?}");
     for (id, names) in &witnesses {
         assert!(id.starts_with(&format!("scene:{scene}:")), "{id}");
         let mut names: Vec<&str> = names.split(',').collect();
@@ -432,5 +444,5 @@ fn a_character_recalls_only_the_rounds_it_witnessed() {
             )?)
         })
         .unwrap();
-    assert_eq!(round_two, 3, "user, Wren and Marguerite in round 2");
+    assert_eq!(round_two, 4, "user, Wren, Marguerite and the narration of round 2");
 }

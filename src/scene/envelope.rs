@@ -32,6 +32,8 @@ pub enum AgentKind {
     /// Director pass 2: reconciles what the characters did.
     Reconcile,
     Character,
+    /// Narration after the characters, before the reconciliation.
+    Narrator,
 }
 
 impl AgentKind {
@@ -40,6 +42,16 @@ impl AgentKind {
             AgentKind::Director => "scene/director.j2",
             AgentKind::Reconcile => "scene/reconcile.j2",
             AgentKind::Character => "scene/character.j2",
+            AgentKind::Narrator => "scene/narrator.j2",
+        }
+    }
+
+    /// The role whose profile the call uses.
+    pub fn role(self) -> &'static str {
+        match self {
+            AgentKind::Director | AgentKind::Reconcile => "director",
+            AgentKind::Character => "character",
+            AgentKind::Narrator => "narrator",
         }
     }
 }
@@ -266,6 +278,11 @@ pub fn director_turn(round: u32, input: Option<&str>) -> String {
 /// The instruction ending Director pass 2.
 pub fn reconcile_turn(round: u32) -> String {
     format!("Round {round} has been played. Reconcile the state of the scene after it.")
+}
+
+/// The instruction ending the narrator's call.
+pub fn narrator_turn(round: u32) -> String {
+    format!("Round {round}: narrate the scene as it stands after what the characters just did.")
 }
 
 /// The instruction ending a character's call.

@@ -54,11 +54,13 @@ pub struct SceneConfig {
     pub telemetry_window: u32,
     /// Memories retrieved for each character's call (the memories budget cuts further).
     pub memories_per_call: usize,
+    /// A Narrator agent (role `narrator`) describes the scene after the characters act.
+    pub narrator: bool,
 }
 
 impl Default for SceneConfig {
     fn default() -> Self {
-        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8 }
+        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8, narrator: true }
     }
 }
 
@@ -88,7 +90,11 @@ pub enum SceneEvent {
     /// The Director's accepted JSON of pass 1 (plan) or 2 (reconciliation).
     DirectorDecided { scene_id: String, round: u32, pass: u8, decision: serde_json::Value },
     CharacterStarted { scene_id: String, round: u32, character_id: String, name: String },
-    /// A streamed fragment of a character's reply.
+    /// The narrator starts; its fragments come as [`SceneEvent::Token`] with
+    /// `character_id` `"narrator"`.
+    NarratorStarted { scene_id: String, round: u32 },
+    NarratorFinished { scene_id: String, round: u32, content: String },
+    /// A streamed fragment of a character's (or the narrator's) reply.
     Token { scene_id: String, round: u32, character_id: String, text: String },
     CharacterFinished { scene_id: String, round: u32, character_id: String, name: String, content: String, delta: CharacterState },
     /// The round is committed: its messages as numbered in the store.

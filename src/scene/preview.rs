@@ -142,7 +142,7 @@ pub fn preview(
         0 => None,
         n => records::load_round(conn, &id, n)?.map(LastRound::from_record).transpose()?,
     };
-    let role = if agent == AgentKind::Character { "character" } else { "director" };
+    let role = agent.role();
     let max_context_tokens =
         config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.max_context_tokens;
     let round = view.rounds + 1;
@@ -168,6 +168,7 @@ pub fn preview(
     let turn = match agent {
         AgentKind::Director => envelope::director_turn(round, None),
         AgentKind::Reconcile => envelope::reconcile_turn(round),
+        AgentKind::Narrator => envelope::narrator_turn(round),
         AgentKind::Character => envelope::character_turn(member.as_ref().map(|m| m.name.as_str()).unwrap_or_default()),
     };
     // What the character would recall now (the round searches again with its plan).

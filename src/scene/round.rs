@@ -57,6 +57,8 @@ impl Drop for RunningGuard {
 struct Agents {
     director: (LlmClient, ProviderProfile),
     character: (LlmClient, ProviderProfile),
+    /// `None` when `[scene] narrator = false`.
+    narrator: Option<(LlmClient, ProviderProfile)>,
     templates: PromptTemplates,
 }
 
@@ -124,6 +126,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     let agents = Agents {
         director: client_for(ctx, "director")?,
         character: client_for(ctx, "character")?,
+        narrator: if config.narrator { Some(client_for(ctx, "narrator")?) } else { None },
         templates: PromptTemplates::shipped()?,
     };
 
@@ -287,6 +290,57 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         next_number += 1;
         new_messages.push(message.clone());
         history.push(message);
+    }
+
+    // --- Narrator -----------------------------------------------------------------------
+    if let Some(narrator) = &agents.narrator {
+        if cancel.is_cancelled() {
+            return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
+        }
+        emit(SceneEvent::NarratorStarted { scene_id: scene_id.clone(), round });
+        let envelope = envelope::assemble(
+            &config.budgets,
+            narrator.1.max_context_tokens,
+            &EnvelopeInput {
+                agent: AgentKind::Narrator,
+                view: &live,
+                notes: &notes,
+                history: &history,
+                lore: Some(&lore),
+                memories: &[],
+                character: None,
+                director_guidance: vec![plan.open_guidance.clone()],
+                lore_scan_depth: config.lore_scan_depth,
+                message_number: u64::from(next_number),
+                seed,
+            },
+            &mut lore_state,
+        );
+        let prompt = envelope::render(&agents.templates, AgentKind::Narrator, &envelope, None, &envelope::narrator_turn(round))?;
+        let request = request_for(&narrator.1, prompt.system, prompt.user, true);
+        let sink = ctx.clone();
+        let scene = scene_id.clone();
+        let on_token = move |text: &str| {
+            sink.emit(Event::Scene(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() }))
+        };
+        let completion = narrator.0.complete(&request, CallContext::with_tokens(cancel, &on_token))?;
+        tokens += u64::from(completion.usage.total());
+        ledgers.push(CallLedger {
+            agent: "narrator".into(),
+            character: None,
+            ledger: envelope.ledger,
+            prompt_tokens: completion.usage.prompt_tokens,
+            completion_tokens: completion.usage.completion_tokens,
+            notes: Vec::new(),
+        });
+        let content = completion.text.trim().to_string();
+        emit(SceneEvent::NarratorFinished { scene_id: scene_id.clone(), round, content: content.clone() });
+        if !content.is_empty() {
+            let message = SceneMessage { number: next_number, round, kind: MessageKind::Narrator, character_id: None, speaker: "Narrator".into(), content };
+            next_number += 1;
+            new_messages.push(message.clone());
+            history.push(message);
+        }
     }
 
     // --- Director pass 2 -------------------------------------------------------------

@@ -124,6 +124,17 @@ impl ScenePanels {
                     live.turns.push(LiveTurn { name: name.clone(), text: String::new(), done: false });
                 }
             }
+            SceneEvent::NarratorStarted { scene_id, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.turns.push(LiveTurn { name: "Narrator".into(), text: String::new(), done: false });
+                }
+            }
+            SceneEvent::NarratorFinished { scene_id, content, .. } if self.is_selected(scene_id) => {
+                if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
+                    turn.text = content.clone();
+                    turn.done = true;
+                }
+            }
             SceneEvent::Token { scene_id, text, .. } if self.is_selected(scene_id) => {
                 if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
                     turn.text.push_str(text);
