@@ -446,3 +446,44 @@ fn a_character_recalls_only_the_rounds_it_witnessed() {
         .unwrap();
     assert_eq!(round_two, 4, "user, Wren, Marguerite and the narration of round 2");
 }
+
+#[test]
+fn the_summariser_folds_older_rounds_and_history_starts_after_them() {
+    use lorekeeper::prompting::Section;
+    use lorekeeper::scene::envelope::AgentKind;
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.summarise_every = 2;
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    let first = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    assert!(!first.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { .. })));
+    round(&engine, &scene, Some("What does it say?"));
+    let after = collect(&engine, |e| matches!(e, SceneEvent::SummaryUpdated { .. } | SceneEvent::SummaryFailed { .. }));
+    assert!(matches!(after.last(), Some(SceneEvent::SummaryUpdated { through_round: 1, .. })), "{after:?}");
+
+    let store = &engine.context().store;
+    let (summary, through) = store.with(|c| Ok(lorekeeper::scene::summary::current(c, &scene).unwrap())).unwrap();
+    assert_eq!(through, 1, "everything but the last round");
+    assert!(summary.contains("sealed letter"), "{summary}");
+    // Idempotent: the same rounds are not summarised twice.
+    let again = lorekeeper::scene::summary::summarise(engine.context(), &scene, 1, &lorekeeper::llm::CancelToken::new()).unwrap();
+    assert_eq!(again, None);
+
+    let conn = store.reader().unwrap();
+    let recall = lorekeeper::scene::recall::Recall::none();
+    let preview =
+        lorekeeper::scene::preview::preview(&conn, &engine.context().config(), &scene, AgentKind::Director, None, &recall).unwrap();
+    let history: Vec<&str> = preview.candidates[&Section::History].iter().map(|i| i.id.as_str()).collect();
+    let round_two: Vec<String> = store
+        .with(|c| records::recent_messages(c, &scene, 100))
+        .unwrap()
+        .iter()
+        .filter(|m| m.round == 2)
+        .map(|m| format!("message {}", m.number))
+        .collect();
+    assert_eq!(history, round_two, "round 1 is told by the summary only");
+    let summaries = &preview.candidates[&Section::Summaries];
+    assert!(summaries.iter().any(|i| i.text.contains("through round 1") && i.text.contains("sealed letter")), "{summaries:?}");
+}

@@ -3,7 +3,8 @@
 //! in `prompts/scene/`. The ledger of the fit travels with the round.
 //!
 //! Where each kind of context goes:
-//! - history: the scene's messages, this round's included, newest kept first;
+//! - history: the scene's messages after the rounds its summary covers, this round's
+//!   included, newest kept first;
 //! - summaries: the scene's running summary and earlier scenes' summaries;
 //! - lore: the campaign's lorebooks activated with World Info semantics (see
 //!   [`super::lore`]); the activation's budget is the lore section's allocation, and
@@ -156,9 +157,11 @@ fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
 pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem>> {
     let mut candidates: BTreeMap<Section, Vec<BudgetItem>> = BTreeMap::new();
 
+    // Rounds the scene summary covers are told by the summary, not repeated verbatim.
     let history = input
         .history
         .iter()
+        .filter(|m| m.round > input.notes.summary_round)
         .map(|m| item(format!("message {}", m.number), format!("{}: {}", m.speaker, m.content), 0.0))
         .collect();
     candidates.insert(Section::History, history);
@@ -171,7 +174,9 @@ pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem
         .map(|(i, (name, summary))| item(format!("scene summary {name}"), format!("Earlier scene \"{name}\": {summary}"), i as f64))
         .collect();
     if !input.notes.scene_summary.trim().is_empty() {
-        summaries.push(item("this scene's summary", format!("So far in this scene: {}", input.notes.scene_summary), 1e6));
+        let through = input.notes.summary_round;
+        let text = format!("So far in this scene (through round {through}): {}", input.notes.scene_summary.trim());
+        summaries.push(item("this scene's summary", text, 1e6));
     }
     candidates.insert(Section::Summaries, summaries);
 

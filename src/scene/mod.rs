@@ -14,6 +14,7 @@ pub mod preview;
 pub mod recall;
 pub mod records;
 pub mod round;
+pub mod summary;
 
 use crate::engine::{EngineContext, Event};
 use crate::llm::CancelToken;
@@ -56,11 +57,20 @@ pub struct SceneConfig {
     pub memories_per_call: usize,
     /// A Narrator agent (role `narrator`) describes the scene after the characters act.
     pub narrator: bool,
+    /// Every this many rounds the `summariser` folds all but the last round into the
+    /// scene's summary (0: never).
+    pub summarise_every: u32,
+    /// Longest summary asked for, in words.
+    pub summary_max_words: u32,
 }
 
 impl Default for SceneConfig {
     fn default() -> Self {
-        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8, narrator: true }
+        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8,
+            narrator: true,
+            summarise_every: 5,
+            summary_max_words: 250,
+        }
     }
 }
 
@@ -106,6 +116,10 @@ pub enum SceneEvent {
         conflicts: Vec<Conflict>,
         tokens: u64,
     },
+    /// The scene's summary now covers rounds 1 to `through_round`.
+    SummaryUpdated { scene_id: String, through_round: u32 },
+    /// The summary could not be written; the round it followed is saved regardless.
+    SummaryFailed { scene_id: String, message: String },
     State { view: Box<SceneView> },
     Scenes { scenes: Vec<SceneSummary> },
     DemoReady { scene_id: Option<String> },

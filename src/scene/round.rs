@@ -465,13 +465,26 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         bank.publish(&rowids, vectors);
     }
     emit(SceneEvent::RoundCompleted {
-        scene_id,
+        scene_id: scene_id.clone(),
         round,
         messages: written,
         active: active.into_iter().collect(),
         conflicts: record.conflicts,
         tokens,
     });
+    // The next round may start while the summariser writes: it reads the summary as
+    // it was, and the summary's compare-and-set keeps either order consistent.
+    drop(_guard);
+    if super::summary::due(round, notes.summary_round, config.summarise_every) {
+        match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {
+            Ok(Some(through_round)) => emit(SceneEvent::SummaryUpdated { scene_id, through_round }),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(scene = %scene_id, error = %e, "scene summary failed");
+                emit(SceneEvent::SummaryFailed { scene_id, message: e.to_string() });
+            }
+        }
+    }
     Ok(round)
 }
 

@@ -33,3 +33,7 @@ CREATE TRIGGER lorebooks_revise_update AFTER UPDATE ON lorebooks BEGIN
     INSERT OR IGNORE INTO lorebook_revisions(lorebook_id, revision) VALUES (new.id, 0);
     UPDATE lorebook_revisions SET revision = revision + 1 WHERE lorebook_id = new.id;
 END;
+
+-- The last round the scene's running summary covers: the history section shows the
+-- summary, then the rounds after this one verbatim.
+ALTER TABLE scenes ADD COLUMN summary_round INTEGER NOT NULL DEFAULT 0;
