@@ -487,3 +487,31 @@ fn the_summariser_folds_older_rounds_and_history_starts_after_them() {
     let summaries = &preview.candidates[&Section::Summaries];
     assert!(summaries.iter().any(|i| i.text.contains("through round 1") && i.text.contains("sealed letter")), "{summaries:?}");
 }
+
+#[test]
+fn a_cancelled_round_commits_nothing_and_the_next_round_plays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "slow-script.json");
+    let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I hand over the letter.".into()) })).unwrap();
+    collect(&engine, |e| matches!(e, SceneEvent::Token { .. }));
+    // By name, as the CLI and tests may say it.
+    engine.send(Command::Scene(SceneCommand::Cancel { scene: "The Lamp Room".into() })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::RoundCancelled { .. } | SceneEvent::RoundCompleted { .. }));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCancelled { scene_id }) if *scene_id == scene), "{:?}", events.last());
+
+    let store = &engine.context().store;
+    assert_eq!(view(store, &scene), before, "scene, states, trackers and facts untouched");
+    assert!(store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().is_empty());
+    assert!(writes(store).is_empty());
+    let count = |table: &str| -> i64 { store.with(|c| Ok(c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?)).unwrap() };
+    assert_eq!((count("memories"), count("memory_injections"), count("scene_lore_state"), count("scene_rounds")), (0, 0, 0, 0));
+
+    // The scene is free again: the next round plays and is round 1.
+    drop(engine);
+    write_config(&paths, "script.json");
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("Sorry, where was I?"));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { round: 1, .. })));
+}

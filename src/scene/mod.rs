@@ -78,6 +78,9 @@ impl Default for SceneConfig {
 pub enum SceneCommand {
     /// Play a round: with the user's message, or `None` to continue.
     Round { scene: String, input: Option<String> },
+    /// Stop the round running in `scene` (an id or name); nothing of it is committed and
+    /// the round ends with [`SceneEvent::RoundCancelled`].
+    Cancel { scene: String },
     /// Report a scene's state as [`SceneEvent::State`].
     State { scene: String },
     List,
@@ -116,6 +119,8 @@ pub enum SceneEvent {
         conflicts: Vec<Conflict>,
         tokens: u64,
     },
+    /// The running round stopped on [`SceneCommand::Cancel`]; nothing was saved.
+    RoundCancelled { scene_id: String },
     /// The scene's summary now covers rounds 1 to `through_round`.
     SummaryUpdated { scene_id: String, through_round: u32 },
     /// The summary could not be written; the round it followed is saved regardless.
@@ -133,6 +138,7 @@ pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
+            | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
@@ -147,7 +153,28 @@ pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
 fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
     match command {
-        SceneCommand::Round { scene, input } => round::run(ctx, &scene, input, &CancelToken::new()).map(|_| ()),
+        SceneCommand::Round { scene, input } => {
+            let cancel = CancelToken::new();
+            match round::run(ctx, &scene, input, &cancel) {
+                Ok(_) => Ok(()),
+                // However the stop surfaced (a cancelled stream, a structured call that
+                // gave up), a cancelled round is reported as such, not as a failure.
+                Err(_) if cancel.is_cancelled() => {
+                    let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene)).unwrap_or(scene);
+                    emit(SceneEvent::RoundCancelled { scene_id });
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        SceneCommand::Cancel { scene } => {
+            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
+            if !round::cancel(&scene_id) {
+                // Finished meanwhile: its round_completed tells the rest.
+                tracing::debug!(scene = %scene_id, "cancel: no round running");
+            }
+            Ok(())
+        }
         SceneCommand::State { scene } => {
             let view = ctx.store.with(|c| records::load_view(c, &records::resolve_scene(c, &scene)?))?;
             emit(SceneEvent::State { view: Box::new(view) });

@@ -41,15 +41,29 @@ pub struct CallLedger {
     pub notes: Vec<String>,
 }
 
-/// Scenes with a round running: a second round on the same scene is refused rather
-/// than queued, so the user sees why nothing happens.
-static RUNNING: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+/// Scenes with a round running, with the round's cancel token: a second round on the
+/// same scene is refused rather than queued (so the user sees why nothing happens), and
+/// [`cancel`] reaches the running one.
+static RUNNING: Mutex<BTreeMap<String, CancelToken>> = Mutex::new(BTreeMap::new());
 
 struct RunningGuard(String);
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         RUNNING.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.0);
+    }
+}
+
+/// Cancel the round running in `scene_id`. Returns whether one was running. Nothing of
+/// a cancelled round is committed: every stage checks the token, the model calls stop
+/// on it, and the round close refuses to start once it is set.
+pub fn cancel(scene_id: &str) -> bool {
+    match RUNNING.lock().unwrap_or_else(|p| p.into_inner()).get(scene_id) {
+        Some(token) => {
+            token.cancel();
+            true
+        }
+        None => false,
     }
 }
 
@@ -117,9 +131,10 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
     {
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-        if !running.insert(scene_id.clone()) {
+        if running.contains_key(&scene_id) {
             return Err(SceneError::Busy(scene_id));
         }
+        running.insert(scene_id.clone(), cancel.clone());
     }
     let _guard = RunningGuard(scene_id.clone());
     let config: SceneConfig = ctx.config().scene;
@@ -450,6 +465,9 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         tokens,
         lore_state,
     };
+    if cancel.is_cancelled() {
+        return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
+    }
     let (written, rowids) = ctx.store.transaction(|tx| {
         let written = records::close_round(tx, &close)?;
         let rowids = match recall.bank() {
