@@ -515,3 +515,32 @@ fn a_cancelled_round_commits_nothing_and_the_next_round_plays() {
     let events = round(&engine, &scene, Some("Sorry, where was I?"));
     assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { round: 1, .. })));
 }
+
+#[test]
+fn the_world_agent_owns_trackers_and_time_when_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.world_agent = true;
+    config.save(&paths.config_file).unwrap();
+    let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let world_at = events.iter().position(|e| matches!(e, SceneEvent::WorldDecided { .. })).expect("the world agent ran");
+    let pass_two = events.iter().position(|e| matches!(e, SceneEvent::DirectorDecided { pass: 2, .. })).unwrap();
+    assert!(world_at < pass_two, "pass 2 sees the world's trackers");
+
+    let store = &engine.context().store;
+    let after = view(store, &scene);
+    assert_eq!(after.trackers["tide"], "high");
+    assert_eq!(after.trackers["lamp_oil_hours"], 5);
+    assert_eq!(after.trackers.get("fog"), before.trackers.get("fog"), "pass 2's tracker change is not applied");
+    assert!(!after.trackers.contains_key("tension"));
+    assert_eq!(after.elapsed_minutes, before.elapsed_minutes + 30, "the world's minutes, not pass 2's");
+    assert_eq!(after.facts.len(), 2, "pass 2 still records facts");
+    assert_eq!(after.member_by_name("Ossian Vale").unwrap().state.location.as_deref(), Some("the jetty"), "and states");
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    assert_eq!(record.director["world"]["elapsed_minutes"], 30);
+    let reconcile = record.ledgers.as_array().unwrap().iter().find(|l| l["agent"] == "director (reconcile)").unwrap();
+    assert!(reconcile["notes"].to_string().contains("World agent owns them"), "{reconcile}");
+}

@@ -115,6 +115,7 @@ pub fn print_human(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<
             }
             Ok(())
         }
+        E::WorldDecided { decision, .. } => writeln!(out, "world: {decision}"),
         E::RoundCancelled { .. } => writeln!(out, "round cancelled; nothing was saved"),
         E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
         E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),

@@ -35,6 +35,8 @@ pub enum AgentKind {
     Character,
     /// Narration after the characters, before the reconciliation.
     Narrator,
+    /// Trackers and time, when the World agent is on.
+    World,
 }
 
 impl AgentKind {
@@ -44,6 +46,7 @@ impl AgentKind {
             AgentKind::Reconcile => "scene/reconcile.j2",
             AgentKind::Character => "scene/character.j2",
             AgentKind::Narrator => "scene/narrator.j2",
+            AgentKind::World => "scene/world.j2",
         }
     }
 
@@ -53,6 +56,7 @@ impl AgentKind {
             AgentKind::Director | AgentKind::Reconcile => "director",
             AgentKind::Character => "character",
             AgentKind::Narrator => "narrator",
+            AgentKind::World => "world",
         }
     }
 }
@@ -288,6 +292,11 @@ pub fn reconcile_turn(round: u32) -> String {
 /// The instruction ending the narrator's call.
 pub fn narrator_turn(round: u32) -> String {
     format!("Round {round}: narrate the scene as it stands after what the characters just did.")
+}
+
+/// The instruction ending the World agent's call.
+pub fn world_turn(round: u32) -> String {
+    format!("Round {round} has been played. Report the trackers that changed and the minutes that passed.")
 }
 
 /// The instruction ending a character's call.

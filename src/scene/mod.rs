@@ -57,6 +57,9 @@ pub struct SceneConfig {
     pub memories_per_call: usize,
     /// A Narrator agent (role `narrator`) describes the scene after the characters act.
     pub narrator: bool,
+    /// A World agent (role `world`) owns trackers and in-fiction time; Director pass 2
+    /// then reconciles characters and facts only.
+    pub world_agent: bool,
     /// Every this many rounds the `summariser` folds all but the last round into the
     /// scene's summary (0: never).
     pub summarise_every: u32,
@@ -68,6 +71,7 @@ impl Default for SceneConfig {
     fn default() -> Self {
         Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8,
             narrator: true,
+            world_agent: false,
             summarise_every: 5,
             summary_max_words: 250,
         }
@@ -119,6 +123,8 @@ pub enum SceneEvent {
         conflicts: Vec<Conflict>,
         tokens: u64,
     },
+    /// The World agent's accepted JSON ([`model::WorldUpdate`]).
+    WorldDecided { scene_id: String, round: u32, decision: serde_json::Value },
     /// The running round stopped on [`SceneCommand::Cancel`]; nothing was saved.
     RoundCancelled { scene_id: String },
     /// The scene's summary now covers rounds 1 to `through_round`.

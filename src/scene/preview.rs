@@ -169,6 +169,7 @@ pub fn preview(
         AgentKind::Director => envelope::director_turn(round, None),
         AgentKind::Reconcile => envelope::reconcile_turn(round),
         AgentKind::Narrator => envelope::narrator_turn(round),
+        AgentKind::World => envelope::world_turn(round),
         AgentKind::Character => envelope::character_turn(member.as_ref().map(|m| m.name.as_str()).unwrap_or_default()),
     };
     // What the character would recall now (the round searches again with its plan).

@@ -14,7 +14,7 @@
 use super::envelope::{self, AgentKind, EnvelopeInput};
 use super::model::{
     ActingCharacter, CastMember, CharacterState, Conflict, DirectorPlan, DirectorRecord, MessageKind, Reconciliation,
-    STATE_FIELDS, SceneMessage, SceneView, StateUpdate,
+    STATE_FIELDS, SceneMessage, SceneView, StateUpdate, WorldUpdate,
 };
 use super::lore;
 use super::recall::Recall;
@@ -73,6 +73,8 @@ struct Agents {
     character: (LlmClient, ProviderProfile),
     /// `None` when `[scene] narrator = false`.
     narrator: Option<(LlmClient, ProviderProfile)>,
+    /// `Some` when `[scene] world_agent = true`.
+    world: Option<(LlmClient, ProviderProfile)>,
     templates: PromptTemplates,
 }
 
@@ -142,6 +144,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         director: client_for(ctx, "director")?,
         character: client_for(ctx, "character")?,
         narrator: if config.narrator { Some(client_for(ctx, "narrator")?) } else { None },
+        world: if config.world_agent { Some(client_for(ctx, "world")?) } else { None },
         templates: PromptTemplates::shipped()?,
     };
 
@@ -358,10 +361,58 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         }
     }
 
-    // --- Director pass 2 -------------------------------------------------------------
     let mut trackers = view.trackers.clone();
     let mut facts = view.facts.clone();
     let mut elapsed = view.elapsed_minutes;
+
+    // --- World agent (optional): trackers and time -----------------------------------
+    if let Some(world) = &agents.world {
+        if cancel.is_cancelled() {
+            return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
+        }
+        let envelope = envelope::assemble(
+            &config.budgets,
+            world.1.max_context_tokens,
+            &EnvelopeInput {
+                agent: AgentKind::World,
+                view: &live,
+                notes: &notes,
+                history: &history,
+                lore: Some(&lore),
+                memories: &[],
+                character: None,
+                director_guidance: vec![plan.open_guidance.clone()],
+                lore_scan_depth: config.lore_scan_depth,
+                message_number: u64::from(next_number),
+                seed,
+            },
+            &mut lore_state,
+        );
+        let prompt = envelope::render(&agents.templates, AgentKind::World, &envelope, None, &envelope::world_turn(round))?;
+        let request = request_for(&world.1, prompt.system, prompt.user, false);
+        let output = complete_structured::<WorldUpdate>(&world.0, request, &StructuredOptions::default(), CallContext::new(cancel))
+            .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
+        tokens += u64::from(output.usage.total());
+        ledgers.push(CallLedger {
+            agent: "world".into(),
+            character: None,
+            ledger: envelope.ledger,
+            prompt_tokens: output.usage.prompt_tokens,
+            completion_tokens: output.usage.completion_tokens,
+            notes: Vec::new(),
+        });
+        emit(SceneEvent::WorldDecided { scene_id: scene_id.clone(), round, decision: output.json });
+        let update = output.value;
+        for (name, value) in &update.trackers {
+            trackers.insert(name.clone(), value.clone());
+        }
+        elapsed += u64::from(update.elapsed_minutes);
+        // Pass 2 reconciles against the world as it now stands.
+        live.trackers = trackers.clone();
+        record.world = Some(update);
+    }
+
+    // --- Director pass 2 -------------------------------------------------------------
     if config.max_director_passes >= 2 {
         let envelope = envelope::assemble(
             &config.budgets,
@@ -416,7 +467,13 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             }
         }
         apply_updates(&mut states, &view, &reconciliation.state_updates, &mut record.ignored);
-        for (name, value) in &reconciliation.trackers {
+        let world_owns_trackers = agents.world.is_some();
+        if world_owns_trackers && (!reconciliation.trackers.is_empty() || reconciliation.elapsed_minutes > 0) {
+            if let Some(call) = ledgers.last_mut() {
+                call.notes.push("trackers and minutes from pass 2 not applied: the World agent owns them".into());
+            }
+        }
+        for (name, value) in reconciliation.trackers.iter().filter(|_| !world_owns_trackers) {
             trackers.insert(name.clone(), value.clone());
         }
         for fact in &reconciliation.new_facts {
@@ -424,7 +481,9 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
                 facts.push(fact.trim().to_string());
             }
         }
-        elapsed += u64::from(reconciliation.elapsed_minutes);
+        if !world_owns_trackers {
+            elapsed += u64::from(reconciliation.elapsed_minutes);
+        }
         record.reconciliation = Some(reconciliation);
     }
 

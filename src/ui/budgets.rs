@@ -231,6 +231,7 @@ impl BudgetsPanel {
             (AgentKind::Character, Some(c)) => c.name.clone(),
             (AgentKind::Reconcile, _) => "the Director (reconcile)".into(),
             (AgentKind::Narrator, _) => "the Narrator".into(),
+            (AgentKind::World, _) => "the World agent".into(),
             _ => "the Director".into(),
         };
         ui.strong(format!("Prompt as it would be sent to {who}"));
