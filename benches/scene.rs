@@ -129,7 +129,7 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("scene_100k_messages_5000_lore");
     group.sample_size(30);
-    group.bench_function("scene_context_load", |b| b.iter(|| black_box(load(&conn, &scene, &config)).lore.len()));
+    group.bench_function("scene_context_load", |b| b.iter(|| black_box(load(&conn, &scene, &config)).lore.entries.len()));
     group.bench_function("envelope_assemble", |b| b.iter(|| assemble(black_box(&loaded), &config, &config.budgets, &templates)));
     group.bench_function("envelope_full_call", |b| {
         b.iter(|| {

@@ -41,6 +41,11 @@ pub enum Verb {
         #[command(subcommand)]
         verb: crate::scene::cli::SceneVerb,
     },
+    /// One-to-one chat with a character that remembers.
+    Chat {
+        #[command(subcommand)]
+        verb: crate::companion::cli::ChatVerb,
+    },
     /// Provider profiles: list them, or test one.
     Providers {
         #[command(subcommand)]
@@ -119,6 +124,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Scene { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             crate::scene::cli::run(&engine, verb, cli.json)
+        }
+        Some(Verb::Chat { verb }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            crate::companion::cli::run(&engine, verb, cli.json)
         }
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;

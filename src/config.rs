@@ -52,6 +52,7 @@ pub struct Config {
     pub profiles: Vec<ProviderProfile>,
     pub memory: crate::memory::MemoryConfig,
     pub scene: crate::scene::SceneConfig,
+    pub companion: crate::companion::CompanionConfig,
 }
 
 impl Default for Config {
@@ -65,6 +66,7 @@ impl Default for Config {
             profiles: vec![local_model_profile(), demo_profile(), local_server_profile()],
             memory: Default::default(),
             scene: Default::default(),
+            companion: Default::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! [`interop`], ...) do the work; [`store`] keeps everything durable.
 
 pub mod cli;
+pub mod companion;
 pub mod config;
 pub mod engine;
 pub mod identity;

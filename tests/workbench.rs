@@ -345,3 +345,41 @@ fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
     let messages = context.store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, 10)).expect("messages");
     assert!(messages.is_empty(), "nothing of the cancelled round is stored");
 }
+
+#[test]
+fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    assert!(harness.query_all_by_label_contains("Ilse Marrow").next().is_some(), "the demo companion is selected");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Hello Ilse, I'm back in town!");
+    harness.run();
+    harness.get_by_label("Send").click();
+    // The reply streams in: partial text shows while the turn runs, with a Cancel button.
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().live().is_some_and(|l| l.text.len() > 10));
+    // A spinner keeps repainting while the reply streams: step, do not wait to settle.
+    harness.step();
+    assert!(harness.query_by_label("Cancel").is_some(), "a streaming reply can be cancelled");
+    let partial = harness.state().chat().live().expect("live").text.clone();
+    assert!(harness.query_all_by_label_contains(&partial).next().is_some(), "the partial reply is on screen: {partial:?}");
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().turns().len() == 1 || app.chat().error().is_some());
+    harness.run();
+    assert_eq!(harness.state().chat().error(), None);
+    let turn = harness.state().chat().turns()[0].clone();
+    assert!(turn.reply.starts_with("Oh — it's you."), "{}", turn.reply);
+    assert!(harness.query_all_by_label_contains(&format!("Ilse Marrow: {}", turn.reply)).next().is_some());
+    // Beside it, the packet as sent: its blocks with their token counts.
+    let view = harness.state().chat().packet().expect("packet view");
+    assert!(view.committed);
+    let input = view.packet.block("user_input").expect("user input block");
+    assert!(input.text.contains("I'm back in town"));
+    assert!(harness.query_all_by_label_contains(&format!("<user_input>  {}", input.tokens)).next().is_some());
+    assert!(harness.query_all_by_label_contains("<system_directive>").next().is_some());
+}

@@ -28,6 +28,7 @@ pub enum Command {
     Memory(crate::memory::MemoryCommand),
     Interop(crate::interop::InteropCommand),
     Scene(crate::scene::SceneCommand),
+    Companion(crate::companion::CompanionCommand),
     /// Stop accepting commands; in-flight work is cancelled.
     Shutdown,
 }
@@ -43,6 +44,7 @@ pub enum Event {
     Memory(crate::memory::MemoryEvent),
     Interop(crate::interop::InteropEvent),
     Scene(crate::scene::SceneEvent),
+    Companion(crate::companion::CompanionEvent),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,6 +72,9 @@ impl Event {
     }
     pub fn info(message: impl Into<String>) -> Self {
         Event::Core(CoreEvent::Log { level: LogLevel::Info, message: message.into() })
+    }
+    pub fn warn(message: impl Into<String>) -> Self {
+        Event::Core(CoreEvent::Log { level: LogLevel::Warn, message: message.into() })
     }
 }
 
@@ -215,6 +220,7 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, comma
             Command::Memory(c) => crate::memory::handle(&context, c),
             Command::Interop(c) => crate::interop::handle(&context, c),
             Command::Scene(c) => crate::scene::handle(&context, c),
+            Command::Companion(c) => crate::companion::handle(&context, c),
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

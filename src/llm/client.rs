@@ -117,9 +117,21 @@ impl LlmClient {
     /// One logical call: the profile's model and sampler fill what the request leaves
     /// empty, then cache, rate limit and retries apply as described above.
     pub fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+        self.complete_checked(request, ctx, &|_| true)
+    }
+
+    /// [`Self::complete`] for callers that judge the reply themselves (an empty or
+    /// impersonating chat reply): a reply enters the response cache only if `accept`
+    /// says so, so a rejected draw is never served again from the cache.
+    pub fn complete_checked(
+        &self,
+        request: &ChatRequest,
+        ctx: CallContext<'_>,
+        accept: &dyn Fn(&Completion) -> bool,
+    ) -> Result<Completion, LlmError> {
         let started = Instant::now();
         let request = self.prepare(request);
-        self.complete_prepared(&request, ctx)
+        self.complete_prepared(&request, ctx, accept)
             .map(|mut completion| {
                 completion.elapsed_ms = started.elapsed().as_millis() as u64;
                 completion
@@ -136,7 +148,12 @@ impl LlmClient {
         request
     }
 
-    fn complete_prepared(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
+    fn complete_prepared(
+        &self,
+        request: &ChatRequest,
+        ctx: CallContext<'_>,
+        accept: &dyn Fn(&Completion) -> bool,
+    ) -> Result<Completion, LlmError> {
         if ctx.cancel.is_cancelled() {
             return Err(LlmError::Cancelled);
         }
@@ -177,6 +194,7 @@ impl LlmClient {
                         completion.text = secret.scrub(&completion.text);
                     }
                     if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
+                        && accept(&completion)
                         && let Err(e) = cache.put(key, self.profile.kind.label(), &completion)
                     {
                         tracing::warn!(error = %e, "could not store a reply in the response cache");

@@ -182,6 +182,30 @@ impl MemoryBank {
         self.insert(items, vectors, also)
     }
 
+    /// [`Self::add_then`] without vectors, for when the embedding model cannot run: the
+    /// memories are found by keyword search at once, and `memory reindex` gives them
+    /// vectors later (they count as `without_vectors` until then).
+    pub fn add_keyword_only_then(
+        &self,
+        items: Vec<NewMemory>,
+        also: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<Vec<String>, MemoryError> {
+        if let Some(empty) = items.iter().find(|i| i.text.trim().is_empty()) {
+            return Err(MemoryError::Invalid(format!("memory {:?} has no text", empty.id.as_deref().unwrap_or("(new)"))));
+        }
+        let rowids = self.store.transaction(|tx| {
+            let rowids = records::insert(tx, &items)?;
+            also(tx)?;
+            Ok(rowids)
+        })?;
+        self.store
+            .with(|c| {
+                let mut stmt = c.prepare_cached("SELECT id FROM memories WHERE rowid = ?1")?;
+                rowids.iter().map(|r| Ok(stmt.query_row([r], |row| row.get(0))?)).collect()
+            })
+            .map_err(Into::into)
+    }
+
     /// What gets embedded for each new memory: a turn is preceded by up to
     /// `context_turns` earlier turns of its session (from the batch or the store).
     fn embedding_texts(&self, items: &[NewMemory]) -> Result<Vec<String>, MemoryError> {
@@ -577,12 +601,23 @@ impl MemoryBank {
 
     /// Delete the memories of `source` (their FTS rows and vectors go with them).
     pub fn remove_source(&self, source: &str) -> Result<usize, MemoryError> {
+        self.remove_source_then(source, |_| Ok(()))
+    }
+
+    /// [`Self::remove_source`], running `also` in the same transaction (the companion
+    /// takes back an exchange and its memory turns together).
+    pub fn remove_source_then(
+        &self,
+        source: &str,
+        also: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<usize, MemoryError> {
         let removed: Vec<i64> = self.store.transaction(|tx| {
             let rowids: Vec<i64> = tx
                 .prepare("SELECT rowid FROM memories WHERE source = ?1")?
                 .query_map([source], |r| r.get(0))?
                 .collect::<Result<_, _>>()?;
             tx.execute("DELETE FROM memories WHERE source = ?1", [source])?;
+            also(tx)?;
             Ok(rowids)
         })?;
         if !removed.is_empty() {

@@ -92,6 +92,7 @@ pub struct ProximityUpdate {
 }
 
 /// Tracks proximity across messages by similarity to anchor phrases.
+#[derive(Debug, Clone)]
 pub struct ProximityDetector {
     anchors: Vec<(ProximitySignal, Vec<f32>)>,
     threshold: f32,
@@ -109,6 +110,16 @@ impl ProximityDetector {
 
     pub fn state(&self) -> Proximity {
         self.state
+    }
+
+    /// The same anchors starting from `state`: the anchors are embedded once per
+    /// process and each chat resumes from its own stored state.
+    pub fn with_state(&self, state: Proximity) -> Self {
+        Self { anchors: self.anchors.clone(), threshold: self.threshold, state }
+    }
+
+    pub fn set_threshold(&mut self, threshold: f32) {
+        self.threshold = threshold;
     }
 
     /// The best-matching signal for an embedded message and its similarity.

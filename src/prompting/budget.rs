@@ -197,7 +197,7 @@ pub fn enforce(
 }
 
 /// Decide per item whether it stays; the reasons for the ones that go.
-fn fit(items: &[BudgetItem], allocated: u32, policy: DropPolicy) -> (Vec<bool>, Vec<DroppedItem>) {
+pub fn fit(items: &[BudgetItem], allocated: u32, policy: DropPolicy) -> (Vec<bool>, Vec<DroppedItem>) {
     let mut keep = vec![false; items.len()];
     let mut dropped = Vec::new();
     let mut left = allocated;

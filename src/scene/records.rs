@@ -66,7 +66,7 @@ const SHEET_FIELDS: [&str; 4] = ["description", "personality", "scenario", "summ
 
 /// The sheet of a base character: its card's fields, else its identity profile's
 /// top-level text fields.
-fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeMap<String, String> {
+pub fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeMap<String, String> {
     let mut sheet = BTreeMap::new();
     let text_fields = |value: &serde_json::Value, sheet: &mut BTreeMap<String, String>, only: Option<&[&str]>| {
         if let Some(object) = value.as_object() {

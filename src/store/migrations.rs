@@ -17,6 +17,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0006_scene", include_str!("migrations/0006_scene.sql")),
     ("0007_memory_injections", include_str!("migrations/0007_memory_injections.sql")),
     ("0008_scene_lore", include_str!("migrations/0008_scene_lore.sql")),
+    ("0009_companion", include_str!("migrations/0009_companion.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

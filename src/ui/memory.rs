@@ -289,3 +289,12 @@ fn score_bar(ui: &mut egui::Ui, score: Option<f32>, max: f32, what: &str) {
         }
     }
 }
+
+impl MemoryPanel {
+    /// Show memory `id` in its context (another panel linked to it).
+    pub fn focus(&mut self, id: String) -> Command {
+        self.selected = Some(id.clone());
+        self.context.clear();
+        Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 })
+    }
+}

@@ -5,6 +5,7 @@
 //! `ui`, and the engine wakes the window after every event.
 
 mod budgets;
+pub mod chat;
 mod event_log;
 mod identity;
 pub mod library;
@@ -14,6 +15,7 @@ mod scene;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
+use chat::ChatPanel;
 use event_log::EventLog;
 pub use identity::IdentityPanels;
 use library::LibraryPanel;
@@ -81,7 +83,7 @@ impl PanelKind {
             PanelKind::Waves => Some("The character identity pipeline's waves appear here, agent by agent, with timings and tokens."),
             PanelKind::Checkpoints => Some("Checkpoints to approve or send back with feedback appear here."),
             PanelKind::Scene => Some("The scene engine's characters, states, trackers and transcript appear here."),
-            PanelKind::Chat => Some("One-to-one chat with a character that remembers appears here."),
+            PanelKind::Chat => None,
             PanelKind::Memory => Some("Memory search with keyword, vector and fused scores appears here."),
             PanelKind::Budgets => Some("Token budgets per context section, with their ledger, appear here."),
             PanelKind::Prompt => Some("The assembled prompt of any agent call, exactly as sent, appears here."),
@@ -100,6 +102,7 @@ pub struct WorkbenchApp {
     library: LibraryPanel,
     scene: ScenePanels,
     memory: MemoryPanel,
+    chat: ChatPanel,
 }
 
 impl WorkbenchApp {
@@ -117,12 +120,18 @@ impl WorkbenchApp {
             library: LibraryPanel::default(),
             scene: ScenePanels::default(),
             memory: MemoryPanel::new(),
+            chat: ChatPanel::default(),
         };
-        let startup = IdentityPanels::startup().into_iter().chain(ScenePanels::startup()).chain(MemoryPanel::startup());
+        let startup = IdentityPanels::startup().into_iter().chain(ScenePanels::startup()).chain(MemoryPanel::startup()).chain(ChatPanel::startup());
         for command in startup {
             app.send(command);
         }
         app
+    }
+
+    /// The Chat panel's view model.
+    pub fn chat(&self) -> &ChatPanel {
+        &self.chat
     }
 
     /// The memory browser's view model.
@@ -181,6 +190,13 @@ impl WorkbenchApp {
                 }
             }
             Event::Interop(e) => self.library.apply(e),
+            Event::Companion(e) => {
+                let mut outbox = Vec::new();
+                self.chat.apply(e, &mut outbox);
+                for command in outbox {
+                    self.send(command);
+                }
+            }
             Event::Scene(e) => {
                 let mut outbox = Vec::new();
                 self.scene.apply(e, &mut outbox);
@@ -252,6 +268,13 @@ impl eframe::App for WorkbenchApp {
                 PanelKind::Scene => self.scene.show_scene(ui, &mut outbox),
                 PanelKind::Budgets => self.scene.show_budgets(ui, &mut outbox),
                 PanelKind::Memory => self.memory.show(ui, &mut outbox),
+                PanelKind::Chat => {
+                    self.chat.show(ui, &mut outbox);
+                    if let Some(id) = self.chat.take_open_memory() {
+                        self.panel = PanelKind::Memory;
+                        outbox.push(self.memory.focus(id));
+                    }
+                }
                 other => {
                     ui.heading(other.title());
                     ui.label(other.coming().unwrap_or_default());
@@ -270,6 +293,9 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
     // A first launch opens on a playable scene.
     if let Err(e) = crate::scene::demo::ensure(&engine.context().store) {
         tracing::warn!("cannot add the demo scene: {e}");
+    }
+    if let Err(e) = crate::companion::demo::ensure(&engine.context().store) {
+        tracing::warn!("cannot add the demo companion: {e}");
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),

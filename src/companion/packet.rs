@@ -1,0 +1,363 @@
+//! The packet: the XML-tagged prompt of one chat turn (the seed's format), fitted into
+//! token budgets per block and kept exactly as it is sent.
+//!
+//! Assembly is pure: everything it needs (retrieved hits, the proximity change, the
+//! clock) is decided by the caller, so the same inputs always give the same packet —
+//! which is also what lets the response cache recognise a repeated request.
+
+use super::CompanionConfig;
+use super::records::{CharacterInfo, ChatTurn};
+use crate::llm::{ChatMessage, tokens};
+use crate::memory::RetrievalHit;
+use crate::memory::detect::Proximity;
+use crate::prompting::budget::fit;
+use crate::prompting::{BudgetItem, DropPolicy, DroppedItem, PromptTemplates, TemplateError};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The packet as sent, with what each block cost.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Packet {
+    /// The messages exactly as sent to the model.
+    pub messages: Vec<crate::llm::ChatMessage>,
+    /// The XML blocks in order, each with its text as sent and its token count.
+    pub blocks: Vec<PacketBlock>,
+    /// Why the conditional blocks are there or not, and any fallback taken.
+    pub notes: Vec<String>,
+    /// Estimated prompt tokens of all messages.
+    pub tokens: u32,
+    pub max_context_tokens: u32,
+}
+
+impl Packet {
+    pub fn block(&self, tag: &str) -> Option<&PacketBlock> {
+        self.blocks.iter().find(|b| b.tag == tag)
+    }
+
+    /// The whole prompt as one text (system, then user), for display and search.
+    pub fn text(&self) -> String {
+        self.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n\n")
+    }
+}
+
+/// One XML block of the packet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacketBlock {
+    pub tag: String,
+    /// The block as sent, tags included.
+    pub text: String,
+    pub tokens: u32,
+    /// The block's token budget, for budgeted blocks.
+    pub budget: Option<u32>,
+    /// Items that did not fit the budget, with the reason.
+    pub dropped: Vec<DroppedItem>,
+}
+
+/// Percentages of the profile's `max_context_tokens` per budgeted block. What is left
+/// over is room for the fixed blocks (time, distance, trigger) and the reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PacketBudgets {
+    pub persona: f64,
+    pub lore: f64,
+    pub memory: f64,
+    pub history: f64,
+    pub input: f64,
+}
+
+impl Default for PacketBudgets {
+    fn default() -> Self {
+        Self { persona: 12.0, lore: 10.0, memory: 12.0, history: 36.0, input: 10.0 }
+    }
+}
+
+/// Everything one packet is built from.
+pub struct PacketInput<'a> {
+    pub character: &'a CharacterInfo,
+    pub user_name: &'a str,
+    pub input: &'a str,
+    pub now: DateTime<Utc>,
+    pub last_chat_at: Option<&'a str>,
+    /// `Some(state)` when proximity changed with this message: the distance block.
+    pub distance: Option<Proximity>,
+    pub history: &'a [ChatTurn],
+    pub lore: &'a [RetrievalHit],
+    /// Memories for the memory bank; empty when memory is not relevant to this turn.
+    pub memories: &'a [RetrievalHit],
+    pub max_context_tokens: u32,
+    /// Set when a previous draw was discarded: said in the trigger.
+    pub retry_note: Option<&'a str>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Context<'a> {
+    name: &'a str,
+    user: &'a str,
+    persona: Vec<String>,
+    lore: Vec<String>,
+    now: String,
+    since: String,
+    distance: Option<String>,
+    memories: Vec<String>,
+    history: Vec<String>,
+    input: String,
+    retry_note: Option<&'a str>,
+}
+
+fn budget(percent: f64, max: u32) -> u32 {
+    if !percent.is_finite() || percent <= 0.0 {
+        return 0;
+    }
+    (f64::from(max) * percent / 100.0 + 1e-9).floor() as u32
+}
+
+fn item(id: String, text: String, value: f64) -> BudgetItem {
+    BudgetItem { tokens: tokens::estimate(&text), id, text, value }
+}
+
+/// Keep what fits; the kept texts in their order and the dropped items.
+fn fitted(items: Vec<BudgetItem>, allocated: u32, policy: DropPolicy) -> (Vec<String>, Vec<DroppedItem>) {
+    let (keep, dropped) = fit(&items, allocated, policy);
+    let kept = items.into_iter().zip(keep).filter(|(_, k)| *k).map(|(i, _)| i.text).collect();
+    (kept, dropped)
+}
+
+/// The time since the last chat, in words ("3 hours", "2 days").
+pub fn since_in_words(last: Option<&str>, now: DateTime<Utc>) -> String {
+    let Some(last) = last.and_then(|t| DateTime::parse_from_rfc3339(t).ok()) else {
+        return "this is your first conversation".into();
+    };
+    let seconds = (now - last.with_timezone(&Utc)).num_seconds().max(0);
+    let plural = |n: i64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    match seconds {
+        s if s < 60 => "moments ago".into(),
+        s if s < 3600 => plural(s / 60, "minute"),
+        s if s < 86_400 => {
+            let hours = s as f64 / 3600.0;
+            if hours < 10.0 { format!("{hours:.1} hours") } else { plural(s / 3600, "hour") }
+        }
+        s if s < 14 * 86_400 => plural(s / 86_400, "day"),
+        s if s < 60 * 86_400 => plural(s / (7 * 86_400), "week"),
+        s if s < 730 * 86_400 => plural(s / (30 * 86_400), "month"),
+        s => plural(s / (365 * 86_400), "year"),
+    }
+}
+
+fn distance_text(state: Proximity, name: &str, user: &str) -> String {
+    match state {
+        Proximity::Physical => format!("{user} is physically here with {name}, in the same place."),
+        Proximity::Remote => format!("{user} is not with {name}: they are talking from a distance (messages or a call)."),
+    }
+}
+
+/// The XML blocks the templates must produce, in order.
+const TAGS: [&str; 8] = [
+    "system_directive",
+    "lore",
+    "temporal_data",
+    "distance_context",
+    "memory_bank",
+    "chat_history",
+    "user_input",
+    "trigger",
+];
+
+/// Build the packet for one turn.
+pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: PacketInput<'_>) -> Result<Packet, TemplateError> {
+    let max = input.max_context_tokens;
+    let b = &config.budgets;
+    let name = input.character.name.as_str();
+    let user = input.user_name;
+
+    let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];
+    let fields = input.character.sheet.len();
+    for (i, (key, value)) in input.character.sheet.iter().enumerate() {
+        // Earlier fields (description, personality) are worth more than later ones.
+        persona_items.push(item(key.clone(), format!("{}: {}", capitalise(key), value.trim()), (fields - i) as f64));
+    }
+    let persona_budget = budget(b.persona, max);
+    let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
+
+    let lore_budget = budget(b.lore, max);
+    let lore_items = input.lore.iter().map(|h| item(h.id.clone(), one_line(&h.text), f64::from(h.score))).collect();
+    let (lore, lore_dropped) = fitted(lore_items, lore_budget, DropPolicy::MostValuableFirst);
+
+    let memory_budget = budget(b.memory, max);
+    let memory_items = input
+        .memories
+        .iter()
+        .map(|h| {
+            let when = h.time.as_deref().and_then(|t| t.get(..10)).map(|d| format!("({d}) ")).unwrap_or_default();
+            item(h.id.clone(), format!("{when}{}", one_line(&h.text)), f64::from(h.score))
+        })
+        .collect();
+    let (memories, memory_dropped) = fitted(memory_items, memory_budget, DropPolicy::MostValuableFirst);
+
+    let history_budget = budget(b.history, max);
+    let history_items = input
+        .history
+        .iter()
+        .map(|t| item(t.id.clone(), format!("[{user}]: {}\n[{name}]: {}", t.user_text.trim(), t.reply.trim()), 0.0))
+        .collect();
+    let (history, history_dropped) = fitted(history_items, history_budget, DropPolicy::KeepNewestContiguous);
+
+    // The user's words are never cut: an over-long message is sent whole and the block
+    // shows it over budget.
+    let input_budget = budget(b.input, max);
+
+    let context = Context {
+        name,
+        user,
+        persona,
+        lore,
+        now: input.now.format("%A %Y-%m-%d %H:%M UTC").to_string(),
+        since: since_in_words(input.last_chat_at, input.now),
+        distance: input.distance.map(|p| distance_text(p, name, user)),
+        memories,
+        history,
+        input: input.input.trim().to_string(),
+        retry_note: input.retry_note,
+    };
+    let system = templates.render("companion/system.j2", &context)?;
+    let user_part = templates.render("companion/packet.j2", &context)?;
+    let messages = vec![ChatMessage::system(system), ChatMessage::user(user_part)];
+
+    let mut blocks = Vec::new();
+    let all = format!("{}\n{}", messages[0].content, messages[1].content);
+    for tag in TAGS {
+        let Some(text) = extract(&all, tag) else { continue };
+        let (budget, dropped) = match tag {
+            "system_directive" => (Some(persona_budget + lore_budget), [persona_dropped.clone(), lore_dropped.clone()].concat()),
+            "lore" => (Some(lore_budget), lore_dropped.clone()),
+            "memory_bank" => (Some(memory_budget), memory_dropped.clone()),
+            "chat_history" => (Some(history_budget), history_dropped.clone()),
+            "user_input" => (Some(input_budget), Vec::new()),
+            _ => (None, Vec::new()),
+        };
+        blocks.push(PacketBlock { tag: tag.to_string(), tokens: tokens::estimate(text), text: text.to_string(), budget, dropped });
+    }
+    Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes: input.notes, max_context_tokens: max })
+}
+
+/// `<tag>...</tag>` in `text`, tags included.
+fn extract<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = text.find(&open)?;
+    let end = text[start..].find(&close)? + start + close.len();
+    Some(&text[start..end])
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn capitalise(key: &str) -> String {
+    let mut chars = key.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{MemoryKind, Scope};
+
+    fn character() -> CharacterInfo {
+        CharacterInfo {
+            id: "c1".into(),
+            name: "Ilse Marrow".into(),
+            sheet: vec![
+                ("description".into(), "A bookbinder in a harbour town.".into()),
+                ("personality".into(), "Dry humour, patient hands.".into()),
+            ],
+        }
+    }
+
+    fn hit(id: &str, text: &str, score: f32) -> RetrievalHit {
+        RetrievalHit {
+            id: id.into(),
+            text: text.into(),
+            speaker: None,
+            score,
+            keyword_score: None,
+            vector_score: Some(score),
+            rank: 1,
+            keyword_rank: None,
+            vector_rank: Some(1),
+            kind: MemoryKind::Summary,
+            scope: Scope::character("c1"),
+            session: None,
+            time: Some("2026-11-01T10:00:00Z".into()),
+        }
+    }
+
+    fn input<'a>(c: &'a CharacterInfo, memories: &'a [RetrievalHit], distance: Option<Proximity>) -> PacketInput<'a> {
+        PacketInput {
+            character: c,
+            user_name: "User",
+            input: "Do you remember the lighthouse?",
+            now: DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z").unwrap().with_timezone(&Utc),
+            last_chat_at: Some("2026-11-21T08:48:00Z"),
+            distance,
+            history: &[],
+            lore: &[],
+            memories,
+            max_context_tokens: 4096,
+            retry_note: None,
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn conditional_blocks_appear_only_when_given() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let bare = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        assert!(bare.block("memory_bank").is_none());
+        assert!(bare.block("distance_context").is_none());
+        assert!(bare.block("temporal_data").unwrap().text.contains("3.2 hours"));
+        assert!(bare.block("user_input").unwrap().text.contains("lighthouse"));
+        assert!(bare.messages[0].content.contains("Ilse Marrow"));
+
+        let hits = [hit("m1", "Ilse and the user climbed the old lighthouse.", 0.8)];
+        let full = assemble(&templates, &config, input(&c, &hits, Some(Proximity::Physical))).unwrap();
+        assert!(full.block("memory_bank").unwrap().text.contains("climbed the old lighthouse"));
+        assert!(full.block("distance_context").unwrap().text.contains("physically here"));
+        // Every block's count is of its text as sent.
+        for block in &full.blocks {
+            assert_eq!(block.tokens, tokens::estimate(&block.text), "{}", block.tag);
+            assert!(full.text().contains(&block.text));
+        }
+    }
+
+    #[test]
+    fn memories_over_budget_drop_the_lowest_scored() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let long = "word ".repeat(120);
+        let hits = [hit("low", &format!("low {long}"), 0.1), hit("high", &format!("high {long}"), 0.9), hit("mid", &format!("mid {long}"), 0.5)];
+        let mut small = input(&c, &hits, None);
+        small.max_context_tokens = 2000; // memory budget 240 tokens: room for one
+        let packet = assemble(&templates, &config, small).unwrap();
+        let bank = packet.block("memory_bank").unwrap();
+        assert!(bank.text.contains("high word"));
+        assert_eq!(bank.dropped.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["mid", "low"]);
+    }
+
+    #[test]
+    fn time_since_reads_as_words() {
+        let now = DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z").unwrap().with_timezone(&Utc);
+        assert_eq!(since_in_words(None, now), "this is your first conversation");
+        assert_eq!(since_in_words(Some("2026-11-21T11:59:30Z"), now), "moments ago");
+        assert_eq!(since_in_words(Some("2026-11-21T11:15:00Z"), now), "45 minutes");
+        assert_eq!(since_in_words(Some("2026-11-20T12:00:00Z"), now), "1 day");
+        assert_eq!(since_in_words(Some("2026-10-01T12:00:00Z"), now), "7 weeks");
+        assert_eq!(since_in_words(Some("garbage"), now), "this is your first conversation");
+    }
+}

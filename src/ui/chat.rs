@@ -1,0 +1,354 @@
+//! The Chat panel: talk to one character, watch the reply stream in (and cancel it),
+//! and beside the conversation read the packet of the last turn exactly as it was sent,
+//! block by block with token counts, with the memories that went into it.
+
+use crate::companion::packet::Packet;
+use crate::companion::records::{ChatCharacter, ChatTurn};
+use crate::companion::{CompanionCommand, CompanionEvent};
+use crate::engine::Command;
+use crate::memory::RetrievalHit;
+use egui::RichText;
+
+/// The reply being streamed.
+#[derive(Debug, Clone, Default)]
+pub struct LiveReply {
+    pub input: String,
+    pub attempt: u32,
+    pub text: String,
+    /// Earlier draws of this turn that were thrown away, with the reason.
+    pub discarded: Vec<String>,
+}
+
+/// The packet shown beside the chat: the last one sent (live while a turn runs).
+#[derive(Debug, Clone, Default)]
+pub struct PacketView {
+    pub packet: Packet,
+    pub hits: Vec<RetrievalHit>,
+    pub attempt: u32,
+    pub committed: bool,
+}
+
+#[derive(Default)]
+pub struct ChatPanel {
+    characters: Vec<ChatCharacter>,
+    selected: Option<String>,
+    turns: Vec<ChatTurn>,
+    live: Option<LiveReply>,
+    packet: Option<PacketView>,
+    input: String,
+    notice: Option<String>,
+    error: Option<String>,
+    /// A memory the user asked to open in the memory browser.
+    open_memory: Option<String>,
+}
+
+/// Exchanges loaded when a character is opened.
+const HISTORY_LIMIT: u32 = 200;
+
+impl ChatPanel {
+    /// Commands to send when the window opens.
+    pub fn startup() -> Vec<Command> {
+        vec![Command::Companion(CompanionCommand::Demo), Command::Companion(CompanionCommand::List)]
+    }
+
+    pub fn characters(&self) -> &[ChatCharacter] {
+        &self.characters
+    }
+
+    pub fn selected(&self) -> Option<&str> {
+        self.selected.as_deref()
+    }
+
+    pub fn turns(&self) -> &[ChatTurn] {
+        &self.turns
+    }
+
+    pub fn live(&self) -> Option<&LiveReply> {
+        self.live.as_ref()
+    }
+
+    pub fn packet(&self) -> Option<&PacketView> {
+        self.packet.as_ref()
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// The memory to show in the memory browser, once (the workbench switches panels).
+    pub fn take_open_memory(&mut self) -> Option<String> {
+        self.open_memory.take()
+    }
+
+    fn is_selected(&self, character_id: &str) -> bool {
+        self.selected.as_deref() == Some(character_id)
+    }
+
+    pub fn apply(&mut self, event: &CompanionEvent, outbox: &mut Vec<Command>) {
+        match event {
+            CompanionEvent::Characters { characters } => {
+                self.characters = characters.clone();
+                if self.selected.is_none()
+                    && let Some(first) = self.characters.first()
+                {
+                    self.selected = Some(first.id.clone());
+                    outbox.push(history(&first.id));
+                }
+            }
+            CompanionEvent::DemoReady { character_id: Some(_) } => outbox.push(Command::Companion(CompanionCommand::List)),
+            CompanionEvent::History { character_id, turns, .. } if self.is_selected(character_id) => {
+                self.turns = turns.clone();
+                if self.packet.is_none()
+                    && let Some(last) = turns.last()
+                {
+                    self.packet = Some(PacketView { packet: last.packet.clone(), hits: last.hits.clone(), attempt: last.attempts, committed: true });
+                }
+            }
+            CompanionEvent::TurnStarted { character_id, input, attempt, packet, hits, .. } if self.is_selected(character_id) => {
+                let live = self.live.get_or_insert_with(LiveReply::default);
+                live.input = input.clone();
+                live.attempt = *attempt;
+                live.text.clear();
+                self.packet = Some(PacketView { packet: (**packet).clone(), hits: hits.clone(), attempt: *attempt, committed: false });
+            }
+            CompanionEvent::Token { character_id, attempt, text } if self.is_selected(character_id) => {
+                if let Some(live) = self.live.as_mut().filter(|l| l.attempt == *attempt) {
+                    live.text.push_str(text);
+                }
+            }
+            CompanionEvent::Discarded { character_id, attempt, reason } if self.is_selected(character_id) => {
+                if let Some(live) = self.live.as_mut() {
+                    live.discarded.push(format!("reply {attempt} discarded: {reason}"));
+                }
+            }
+            CompanionEvent::TurnCommitted { turn } if self.is_selected(&turn.character_id) => {
+                self.live = None;
+                self.error = None;
+                self.notice = None;
+                self.turns.push((**turn).clone());
+                if let Some(view) = self.packet.as_mut() {
+                    view.committed = true;
+                }
+                outbox.push(Command::Companion(CompanionCommand::List));
+            }
+            CompanionEvent::Cancelled { character_id } if self.is_selected(character_id) => {
+                self.restore_input();
+                self.notice = Some("Cancelled: nothing of that turn was saved.".into());
+            }
+            CompanionEvent::Failed { character_id, message } => {
+                if character_id.as_deref().is_none_or(|id| self.is_selected(id)) {
+                    self.restore_input();
+                    self.error = Some(message.clone());
+                }
+            }
+            CompanionEvent::Summarised { character_id, .. } if self.is_selected(character_id) => {
+                self.notice = Some("Older turns were summarised into a memory.".into());
+            }
+            CompanionEvent::Undone { character_id, .. } if self.is_selected(character_id) => {
+                self.packet = None;
+                outbox.push(history(character_id));
+                outbox.push(Command::Companion(CompanionCommand::List));
+            }
+            _ => {}
+        }
+    }
+
+    /// A turn that stored nothing gives the user their words back to edit or resend.
+    fn restore_input(&mut self) {
+        if let Some(live) = self.live.take()
+            && self.input.trim().is_empty()
+        {
+            self.input = live.input;
+        }
+    }
+
+    pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Chat");
+        ui.horizontal(|ui| {
+            let label = ui.label("Character");
+            let current = self
+                .selected
+                .as_deref()
+                .and_then(|id| self.characters.iter().find(|c| c.id == id))
+                .map(|c| c.name.clone())
+                .unwrap_or_else(|| "(none)".into());
+            let mut choice = None;
+            egui::ComboBox::from_id_salt("chat_character")
+                .selected_text(current)
+                .show_ui(ui, |ui| {
+                    for c in &self.characters {
+                        let text = format!("{} — {} exchanges", c.name, c.turns);
+                        if ui.selectable_label(self.is_selected(&c.id), text).clicked() {
+                            choice = Some(c.id.clone());
+                        }
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            if let Some(id) = choice.filter(|id| !self.is_selected(id)) {
+                self.selected = Some(id.clone());
+                self.turns.clear();
+                self.packet = None;
+                self.live = None;
+                outbox.push(history(&id));
+            }
+            if let Some(c) = self.selected.as_deref().and_then(|id| self.characters.iter().find(|c| c.id == id)) {
+                ui.label(match &c.last_chat_at {
+                    Some(at) => format!("last chat {at}"),
+                    None => "no chat yet".into(),
+                });
+            }
+        });
+        ui.separator();
+        let width = ui.available_width();
+        ui.horizontal_top(|ui| {
+            ui.vertical(|ui| {
+                ui.set_width((width * 0.55).max(280.0));
+                self.show_conversation(ui, outbox);
+            });
+            ui.separator();
+            ui.vertical(|ui| {
+                self.show_packet(ui);
+            });
+        });
+    }
+
+    fn show_conversation(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let user = "You";
+        let name = self
+            .selected
+            .as_deref()
+            .and_then(|id| self.characters.iter().find(|c| c.id == id))
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        let height = (ui.available_height() - 110.0).max(120.0);
+        egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).stick_to_bottom(true).show(ui, |ui| {
+            if self.turns.is_empty() && self.live.is_none() {
+                ui.weak("No messages yet. Say hello.");
+            }
+            for t in &self.turns {
+                ui.label(RichText::new(format!("{user}: {}", t.user_text)).strong());
+                ui.label(format!("{name}: {}", t.reply));
+                ui.add_space(6.0);
+            }
+            if let Some(live) = &self.live {
+                ui.label(RichText::new(format!("{user}: {}", live.input)).strong());
+                for d in &live.discarded {
+                    ui.colored_label(ui.visuals().warn_fg_color, d);
+                }
+                ui.horizontal_wrapped(|ui| {
+                    ui.label(format!("{name}: {}", live.text));
+                    ui.spinner();
+                });
+            }
+        });
+        if let Some(notice) = &self.notice {
+            ui.weak(notice);
+        }
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        ui.separator();
+        let busy = self.live.is_some();
+        let label = ui.label("Message");
+        let edit = egui::TextEdit::multiline(&mut self.input)
+            .hint_text("Write to the character (Ctrl+Enter sends)")
+            .desired_rows(2)
+            .desired_width(f32::INFINITY)
+            .id_salt("chat_input");
+        let response = ui.add_enabled(!busy, edit).labelled_by(label.id);
+        let ctrl_enter = response.has_focus() && ui.input(|i| i.modifiers.command && i.key_pressed(egui::Key::Enter));
+        ui.horizontal(|ui| {
+            let can_send = !busy && self.selected.is_some() && !self.input.trim().is_empty();
+            if (ui.add_enabled(can_send, egui::Button::new("Send")).clicked() || (ctrl_enter && can_send))
+                && let Some(id) = self.selected.clone()
+            {
+                let text = std::mem::take(&mut self.input).trim().to_string();
+                self.error = None;
+                self.notice = None;
+                self.live = Some(LiveReply { input: text.clone(), ..Default::default() });
+                outbox.push(Command::Companion(CompanionCommand::Send { character: id, text, now: None }));
+            }
+            if busy
+                && ui.button("Cancel").on_hover_text("Stop the reply; nothing of this turn is saved").clicked()
+                && let Some(id) = self.selected.clone()
+            {
+                outbox.push(Command::Companion(CompanionCommand::Cancel { character: id }));
+            }
+            if !busy
+                && !self.turns.is_empty()
+                && ui.button("Undo last").on_hover_text("Take back the last exchange and its memories").clicked()
+                && let Some(id) = self.selected.clone()
+            {
+                outbox.push(Command::Companion(CompanionCommand::Undo { character: id }));
+            }
+        });
+    }
+
+    fn show_packet(&mut self, ui: &mut egui::Ui) {
+        let Some(view) = &self.packet else {
+            ui.weak("The packet of the last turn appears here: every block as sent, with its token count.");
+            return;
+        };
+        ui.horizontal(|ui| {
+            ui.strong("Packet");
+            ui.label(format!(
+                "{} tokens of {} · attempt {} · {}",
+                view.packet.tokens,
+                view.packet.max_context_tokens,
+                view.attempt,
+                if view.committed { "committed" } else { "sending" }
+            ));
+        });
+        for note in &view.packet.notes {
+            ui.weak(format!("• {note}"));
+        }
+        let mut open = None;
+        egui::ScrollArea::vertical().id_salt("chat_packet").show(ui, |ui| {
+            for block in &view.packet.blocks {
+                let budget = block.budget.map(|b| format!(" / {b}")).unwrap_or_default();
+                let dropped = if block.dropped.is_empty() { String::new() } else { format!(", {} dropped", block.dropped.len()) };
+                egui::CollapsingHeader::new(format!("<{}>  {}{budget} tokens{dropped}", block.tag, block.tokens))
+                    .id_salt(("packet_block", &block.tag))
+                    .default_open(matches!(block.tag.as_str(), "memory_bank" | "distance_context" | "user_input"))
+                    .show(ui, |ui| {
+                        ui.label(RichText::new(&block.text).monospace());
+                        for d in &block.dropped {
+                            ui.weak(format!("dropped {} ({} tokens): {}", d.id, d.tokens, d.reason));
+                        }
+                    });
+            }
+            ui.separator();
+            ui.strong(format!("Memories in this packet: {}", view.hits.len()));
+            if view.hits.is_empty() {
+                ui.weak("No memory bank this turn.");
+            }
+            // Fused scores are on the fusion's own scale: bars are relative to the best.
+            let best = view.hits.iter().map(|h| h.score).fold(0.0f32, f32::max);
+            for hit in &view.hits {
+                ui.horizontal(|ui| {
+                    ui.label(format!("#{}", hit.rank));
+                    score_bar(ui, "fused", hit.score, best);
+                    score_bar(ui, "keyword", hit.keyword_score.unwrap_or(0.0), 20.0);
+                    score_bar(ui, "vector", hit.vector_score.unwrap_or(0.0), 1.0);
+                    if ui.small_button("Open").on_hover_text("Show in the memory browser").clicked() {
+                        open = Some(hit.id.clone());
+                    }
+                });
+                ui.label(RichText::new(&hit.text).small());
+            }
+        });
+        if open.is_some() {
+            self.open_memory = open;
+        }
+    }
+}
+
+fn history(character_id: &str) -> Command {
+    Command::Companion(CompanionCommand::History { character: character_id.to_string(), limit: HISTORY_LIMIT })
+}
+
+fn score_bar(ui: &mut egui::Ui, label: &str, value: f32, scale: f32) {
+    let fraction = if scale > 0.0 { (value / scale).clamp(0.0, 1.0) } else { 0.0 };
+    ui.add(egui::ProgressBar::new(fraction).desired_width(60.0).text(format!("{label} {value:.2}")));
+}

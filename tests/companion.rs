@@ -1,0 +1,382 @@
+//! The companion end to end, through the engine: hold–wait–commit, the packet's
+//! conditional blocks, the summarisation cycle feeding a later "do you remember", the
+//! response cache over real HTTP, cancellation, and a process killed mid-stream.
+//!
+//! These run the real embedding model (installed by `.ci/setup.sh`) and a real SQLite
+//! library file; the replies come from scripted providers or a local HTTP server.
+
+mod support {
+    pub mod mock_http;
+    pub mod wire;
+}
+
+use lorekeeper::companion::records::{self, ChatTurn};
+use lorekeeper::companion::{CompanionCommand, CompanionEvent, demo};
+use lorekeeper::config::{Config, Paths};
+use lorekeeper::engine::{self, Command, EngineHandle, Event};
+use lorekeeper::llm::{ProviderKind, ProviderProfile, RetryPolicy, Timeouts};
+use lorekeeper::store::Store;
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::mock_http::{Action, After, MockServer};
+use support::wire::{Dialect, MODEL, OpenAi};
+
+const ILSE: &str = "Ilse Marrow";
+
+fn paths(dir: &Path) -> Paths {
+    Paths { config_file: dir.join("config.toml"), library_file: dir.join("library.sqlite"), log_dir: dir.join("logs") }
+}
+
+/// A library with the demo companion and a config whose `companion` and `summariser`
+/// roles answer from `script` (a scripted provider's JSON).
+fn setup(dir: &Path, script: serde_json::Value, change: impl FnOnce(&mut Config)) -> Paths {
+    let paths = paths(dir);
+    let script_file = dir.join("script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "chat-script".into(),
+        path: Some(script_file),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    change(&mut config);
+    config.save(&paths.config_file).unwrap();
+    demo::ensure(&Store::open(&paths.library_file).unwrap()).unwrap();
+    paths
+}
+
+/// Companion events until `stop` (inclusive). Panics on timeout.
+fn until(engine: &EngineHandle, mut stop: impl FnMut(&CompanionEvent) -> bool) -> Vec<CompanionEvent> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match engine.events().recv_timeout(left) {
+            Ok(Event::Companion(e)) => {
+                let done = stop(&e);
+                seen.push(e);
+                if done {
+                    return seen;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no companion event in time ({e}); seen {seen:#?}"),
+        }
+    }
+}
+
+fn ends_turn(e: &CompanionEvent) -> bool {
+    matches!(e, CompanionEvent::TurnCommitted { .. } | CompanionEvent::Failed { .. } | CompanionEvent::Cancelled { .. })
+}
+
+fn send(engine: &EngineHandle, text: &str, now: Option<&str>) -> Vec<CompanionEvent> {
+    engine
+        .send(Command::Companion(CompanionCommand::Send { character: ILSE.into(), text: text.into(), now: now.map(str::to_string) }))
+        .unwrap();
+    until(engine, ends_turn)
+}
+
+fn committed(events: &[CompanionEvent]) -> ChatTurn {
+    match events.last() {
+        Some(CompanionEvent::TurnCommitted { turn }) => (**turn).clone(),
+        other => panic!("expected a committed turn, got {other:#?}"),
+    }
+}
+
+/// Exchanges, memory turns and chat rows of the library.
+fn counts(paths: &Paths) -> (i64, i64, i64) {
+    let store = Store::open(&paths.library_file).unwrap();
+    store
+        .with(|c| {
+            let n = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0));
+            Ok((
+                n("SELECT count(*) FROM companion_turns")?,
+                n("SELECT count(*) FROM memories WHERE kind = 'turn'")?,
+                n("SELECT count(*) FROM companion_chats")?,
+            ))
+        })
+        .unwrap()
+}
+
+fn reply(text: &str) -> serde_json::Value {
+    json!({ "text": text, "chunk_chars": 5 })
+}
+
+#[test]
+fn invalid_replies_are_discarded_and_never_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "rules": [
+            // The packet's user message holds the history too: the newer message's rule comes first.
+            { "when": { "user_contains": "second" }, "reply": { "text": "[Ilse Marrow]: Mm, you were saying—\nUser: yes, I was." } },
+            { "when": { "user_contains": "first" }, "replies": [
+                reply("[User]: I'll answer for myself, thanks."),
+                reply("[Ilse Marrow]:   "),
+                { "text": "[Ilse Marrow]: It was a long story, and then", "finish_reason": "length" },
+                reply("[Ilse Marrow]: Mind the paste pot.")
+            ], "then": "repeat_last" },
+            { "when": { "system_contains": "compress" }, "reply": "unused" }
+        ]
+    });
+    let paths = setup(dir.path(), script, |c| c.companion.max_attempts = 4);
+    let engine = engine::start(paths.clone()).unwrap();
+
+    let events = send(&engine, "The first message", None);
+    let reasons: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            CompanionEvent::Discarded { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons[0].contains("spoke for User"));
+    assert!(reasons[1].contains("empty"));
+    assert!(reasons[2].contains("cut off"));
+    let turn = committed(&events);
+    assert_eq!(turn.reply, "Mind the paste pot.");
+    assert_eq!(turn.attempts, 4);
+    // The retry told the model why its draw was thrown away.
+    assert!(turn.packet.block("trigger").unwrap().text.contains("discarded because it was cut off"));
+    assert_eq!(counts(&paths), (1, 2, 1));
+
+    // Every draw of the second message speaks for the user: the user is told, nothing is stored.
+    let events = send(&engine, "The second message", None);
+    match events.last() {
+        Some(CompanionEvent::Failed { message, .. }) => {
+            assert!(message.contains("no valid reply after 4 attempts"), "{message}");
+            assert!(message.contains("nothing was saved"), "{message}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(counts(&paths), (1, 2, 1));
+}
+
+#[test]
+fn a_summary_of_earlier_turns_is_recalled_by_do_you_remember() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "rules": [
+            { "when": { "system_contains": "compress a stretch of conversation" },
+              "reply": "Ilse and the user climbed the old Gullhaven lighthouse and counted eleven grey seals on the rocks." },
+            { "when": { "system_contains": "Roleplay as Ilse Marrow" }, "reply": reply("[Ilse Marrow]: Mm-hm.") }
+        ]
+    });
+    let paths = setup(dir.path(), script, |c| c.memory.summary_every = 4);
+    let engine = engine::start(paths.clone()).unwrap();
+    let _ = committed(&send(&engine, "We should climb the lighthouse tomorrow.", Some("2026-11-01T10:00:00Z")));
+    let _ = committed(&send(&engine, "Look at those seals on the rocks!", Some("2026-11-02T10:00:00Z")));
+    // Two exchanges are four memory turns: the cycle compresses them after the commit.
+    let summary = until(&engine, |e| matches!(e, CompanionEvent::Summarised { .. }));
+    let CompanionEvent::Summarised { memory_id, .. } = summary.last().unwrap() else { unreachable!() };
+    assert_eq!(counts(&paths).1, 4, "the turns stay, marked as summarised");
+
+    let store = Store::open(&paths.library_file).unwrap();
+    let events = send(&engine, "Do you remember the seals we counted?", Some("2026-11-10T10:00:00Z"));
+    let turn = committed(&events);
+    let bank = turn.packet.block("memory_bank").expect("a recall question gets a memory bank");
+    assert!(bank.text.contains("eleven grey seals"), "{}", bank.text);
+    assert!(turn.hits.iter().any(|h| &h.id == memory_id), "the summary is among the hits: {:?}", turn.hits);
+    // Hits carry their scores, and the memory browser sees what went out.
+    let summary_hit = turn.hits.iter().find(|h| &h.id == memory_id).unwrap();
+    assert!(summary_hit.keyword_score.is_some() || summary_hit.vector_score.is_some());
+    let injections = store.with(lorekeeper::memory::injections::latest).unwrap();
+    let mine = injections.iter().find(|i| i.agent == "companion:Ilse Marrow").unwrap();
+    assert!(mine.hits.iter().any(|h| &h.id == memory_id));
+}
+
+#[test]
+fn the_memory_bank_is_absent_when_nothing_relevant_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Hm?") } ] });
+    // No history block, so every stored turn is a memory candidate.
+    let paths = setup(dir.path(), script, |c| c.companion.history_turns = 0);
+    let engine = engine::start(paths).unwrap();
+    // A recall question with nothing stored yet.
+    let turn = committed(&send(&engine, "Do you remember my sister's name?", None));
+    assert!(turn.packet.block("memory_bank").is_none());
+    assert!(turn.hits.is_empty());
+    assert!(turn.packet.notes.iter().any(|n| n.contains("nothing relevant stored")), "{:?}", turn.packet.notes);
+    // Lore is retrieved into the persona all the same.
+    assert!(turn.packet.block("lore").is_some_and(|b| b.text.contains("- ")));
+    // Small talk with only unrelated memories stored: no recall asked, nothing similar enough.
+    let turn = committed(&send(&engine, "Could you pass me the glue brush?", None));
+    assert!(turn.packet.block("memory_bank").is_none(), "{:?}", turn.packet.notes);
+    assert!(turn.packet.notes.iter().any(|n| n.contains("memory bank left out")), "{:?}", turn.packet.notes);
+    // Asked to remember, the same memories are sent.
+    let turn = committed(&send(&engine, "Do you remember what I asked about my sister?", None));
+    assert!(turn.packet.block("memory_bank").is_some_and(|b| b.text.contains("sister")), "{:?}", turn.packet.notes);
+}
+
+#[test]
+fn the_distance_block_appears_only_when_proximity_changes_and_the_state_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Mm.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let has_distance = |t: &ChatTurn| t.packet.block("distance_context").map(|b| b.text.clone());
+    {
+        let engine = engine::start(paths.clone()).unwrap();
+        // A chat starts REMOTE: texting from afar changes nothing.
+        let t = committed(&send(&engine, "I'm texting you from the train, we're far apart tonight.", Some("2026-11-20T18:00:00Z")));
+        assert_eq!(has_distance(&t), None);
+        let t = committed(&send(&engine, "I just walked into your workshop and sat down right next to you.", Some("2026-11-20T21:00:00Z")));
+        assert!(has_distance(&t).expect("arriving is a change").contains("physically here"));
+        let t = committed(&send(&engine, "We're sitting together in the same room by the press.", Some("2026-11-20T21:05:00Z")));
+        assert_eq!(has_distance(&t), None, "staying is not a change");
+    }
+    // A new process: the state and the clock come from the library.
+    let engine = engine::start(paths.clone()).unwrap();
+    let t = committed(&send(&engine, "We're sitting together in the same room, side by side.", Some("2026-11-21T00:17:00Z")));
+    assert_eq!(has_distance(&t), None, "still together after a restart");
+    assert!(t.packet.block("temporal_data").unwrap().text.contains("3.2 hours"), "{}", t.packet.block("temporal_data").unwrap().text);
+    let t = committed(&send(&engine, "I'm far away now, texting you from my phone in another city.", Some("2026-11-21T09:00:00Z")));
+    assert!(has_distance(&t).expect("leaving is a change").contains("from a distance"));
+    let store = Store::open(&paths.library_file).unwrap();
+    let id = store.with(|c| records::resolve_character(c, ILSE)).unwrap().id;
+    let state = store.with(|c| records::load_state(c, &id)).unwrap();
+    assert_eq!(state.last_chat_at.as_deref(), Some("2026-11-21T09:00:00Z"));
+    assert_eq!(state.turns, 5);
+}
+
+/// An OpenAI-compatible server on this machine that streams one reply per request.
+fn openai_server() -> MockServer {
+    MockServer::start(|request, index| {
+        if !OpenAi::is_endpoint(&request.target) {
+            return Action::json(404, &OpenAi::error("no route"));
+        }
+        let text = format!("call {index}");
+        let events = OpenAi::stream(&["[Ilse Marrow]: ", "Good to ", "see you — ", &text]);
+        let bytes: Vec<u8> = events.iter().map(|(e, _)| e.as_str()).collect::<String>().into_bytes();
+        Action::event_stream(&bytes, index as u64, true, After::End)
+    })
+}
+
+#[test]
+fn an_identical_request_is_served_from_the_cache_without_reaching_the_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = openai_server();
+    let paths = setup(dir.path(), json!({ "rules": [] }), |c| {
+        c.upsert_profile(ProviderProfile {
+            name: "http".into(),
+            kind: ProviderKind::Openai,
+            base_url: Some(OpenAi::base_url(&server.url())),
+            model: MODEL.into(),
+            cache: true,
+            timeouts: Timeouts { connect_secs: 2.0, read_secs: 5.0, total_secs: 20.0 },
+            retry: RetryPolicy { max_retries: 1, base_delay_ms: 10, max_delay_ms: 100 },
+            ..Default::default()
+        });
+        c.roles.insert("companion".into(), "http".into());
+    });
+    let engine = engine::start(paths.clone()).unwrap();
+    let now = Some("2026-11-21T12:00:00Z");
+    let first = committed(&send(&engine, "Hello there!", now));
+    assert_eq!(server.hits(), 1);
+    assert!(!first.from_cache);
+    assert_eq!(first.reply, "Good to see you — call 0");
+
+    // Take the exchange back and send the same words at the same moment: the packet is
+    // identical, so the reply comes from the cache and the server hears nothing.
+    engine.send(Command::Companion(CompanionCommand::Undo { character: ILSE.into() })).unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Undone { turn_id: Some(_), .. }));
+    assert_eq!(counts(&paths), (0, 0, 1));
+    let again = committed(&send(&engine, "Hello there!", now));
+    assert_eq!(server.hits(), 1, "served from the cache");
+    assert!(again.from_cache);
+    assert_eq!(again.reply, first.reply);
+    assert_eq!(again.packet.messages, first.packet.messages);
+
+    // A different moment is a different request.
+    let third = committed(&send(&engine, "Hello there!", Some("2026-11-21T12:05:00Z")));
+    assert_eq!(server.hits(), 2);
+    assert!(!third.from_cache);
+}
+
+#[test]
+fn cancelling_a_streaming_reply_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "word ".repeat(400);
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": 20 } } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Send { character: ILSE.into(), text: "Tell me a long story".into(), now: None })).unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Token { .. }));
+    engine.send(Command::Companion(CompanionCommand::Cancel { character: ILSE.into() })).unwrap();
+    let events = until(&engine, ends_turn);
+    assert!(matches!(events.last(), Some(CompanionEvent::Cancelled { .. })), "{:?}", events.last());
+    assert_eq!(counts(&paths), (0, 0, 0));
+}
+
+#[test]
+fn a_process_killed_mid_stream_leaves_no_trace_of_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "word ".repeat(400);
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": 25 } } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["chat", "send", "--character", "ilse", "Tell me everything"])
+        .env("LOREKEEPER_LIBRARY", &paths.library_file)
+        .env("LOREKEEPER_CONFIG", &paths.config_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the reply is visibly streaming, then kill the process outright.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&seen).contains("word word word") {
+        assert!(Instant::now() < deadline, "no streamed reply: {:?}", String::from_utf8_lossy(&seen));
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
+        assert!(n > 0, "the process ended before streaming: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_eq!(counts(&paths), (0, 0, 0));
+    // And the chat goes on from a clean state.
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Companion(CompanionCommand::History { character: ILSE.into(), limit: 100 })).unwrap();
+    let events = until(&engine, |e| matches!(e, CompanionEvent::History { .. }));
+    assert!(matches!(events.last(), Some(CompanionEvent::History { turns, .. }) if turns.is_empty()));
+}
+
+#[test]
+fn chat_send_json_prints_the_committed_turn_and_its_hits() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Tea's on.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["chat", "send", "--character", "Ilse Marrow", "Morning!", "--json"])
+        .env("LOREKEEPER_LIBRARY", &paths.library_file)
+        .env("LOREKEEPER_CONFIG", &paths.config_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(value["turn"]["reply"], "Tea's on.");
+    assert_eq!(value["turn"]["user_text"], "Morning!");
+    assert!(value["hits"].is_array());
+    assert!(value["turn"]["packet"]["blocks"].as_array().unwrap().iter().any(|b| b["tag"] == "user_input"));
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["chat", "history", "--character", "ilse", "--json"])
+        .env("LOREKEEPER_LIBRARY", &paths.library_file)
+        .env("LOREKEEPER_CONFIG", &paths.config_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let turns: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(turns.as_array().unwrap().len(), 1);
+    assert_eq!(turns[0]["reply"], "Tea's on.");
+}
