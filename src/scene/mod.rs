@@ -10,6 +10,7 @@ pub mod demo;
 pub mod envelope;
 pub mod lore;
 pub mod model;
+mod narration;
 pub mod preview;
 pub mod recall;
 pub mod records;

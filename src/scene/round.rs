@@ -14,9 +14,10 @@
 use super::envelope::{self, AgentKind, EnvelopeInput};
 use super::model::{
     ActingCharacter, CastMember, CharacterState, Conflict, DirectorPlan, DirectorRecord, MessageKind, Reconciliation,
-    STATE_FIELDS, SceneMessage, SceneView, StateUpdate, WorldUpdate,
+    STATE_FIELDS, SceneMessage, SceneView, StateUpdate,
 };
 use super::lore;
+use super::narration::{self, AfterCharacters};
 use super::recall::Recall;
 use super::records::{self, RoundClose};
 use super::{SceneConfig, SceneError, SceneEvent};
@@ -310,49 +311,29 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         history.push(message);
     }
 
-    // --- Narrator -----------------------------------------------------------------------
+    // --- Narrator, then the World agent (both optional) -------------------------------
+    let mut trackers = view.trackers.clone();
+    let mut facts = view.facts.clone();
+    let mut elapsed = view.elapsed_minutes;
     if let Some(narrator) = &agents.narrator {
-        if cancel.is_cancelled() {
-            return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
-        }
-        emit(SceneEvent::NarratorStarted { scene_id: scene_id.clone(), round });
-        let envelope = envelope::assemble(
-            &config.budgets,
-            narrator.1.max_context_tokens,
-            &EnvelopeInput {
-                agent: AgentKind::Narrator,
-                view: &live,
-                notes: &notes,
-                history: &history,
-                lore: Some(&lore),
-                memories: &[],
-                character: None,
-                director_guidance: vec![plan.open_guidance.clone()],
-                lore_scan_depth: config.lore_scan_depth,
-                message_number: u64::from(next_number),
-                seed,
-            },
-            &mut lore_state,
-        );
-        let prompt = envelope::render(&agents.templates, AgentKind::Narrator, &envelope, None, &envelope::narrator_turn(round))?;
-        let request = request_for(&narrator.1, prompt.system, prompt.user, true);
-        let sink = ctx.clone();
-        let scene = scene_id.clone();
-        let on_token = move |text: &str| {
-            sink.emit(Event::Scene(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() }))
+        let at = AfterCharacters {
+            ctx,
+            config: &config,
+            templates: &agents.templates,
+            live: &live,
+            notes: &notes,
+            history: &history,
+            lore: &lore,
+            open_guidance: &plan.open_guidance,
+            message_number: u64::from(next_number),
+            seed,
+            scene_id: &scene_id,
+            round,
+            cancel,
         };
-        let completion = narrator.0.complete(&request, CallContext::with_tokens(cancel, &on_token))?;
-        tokens += u64::from(completion.usage.total());
-        ledgers.push(CallLedger {
-            agent: "narrator".into(),
-            character: None,
-            ledger: envelope.ledger,
-            prompt_tokens: completion.usage.prompt_tokens,
-            completion_tokens: completion.usage.completion_tokens,
-            notes: Vec::new(),
-        });
-        let content = completion.text.trim().to_string();
-        emit(SceneEvent::NarratorFinished { scene_id: scene_id.clone(), round, content: content.clone() });
+        let (content, ledger) = narration::narrate(&at, narrator, &mut lore_state)?;
+        tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
+        ledgers.push(ledger);
         if !content.is_empty() {
             let message = SceneMessage { number: next_number, round, kind: MessageKind::Narrator, character_id: None, speaker: "Narrator".into(), content };
             next_number += 1;
@@ -360,49 +341,25 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             history.push(message);
         }
     }
-
-    let mut trackers = view.trackers.clone();
-    let mut facts = view.facts.clone();
-    let mut elapsed = view.elapsed_minutes;
-
-    // --- World agent (optional): trackers and time -----------------------------------
     if let Some(world) = &agents.world {
-        if cancel.is_cancelled() {
-            return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
-        }
-        let envelope = envelope::assemble(
-            &config.budgets,
-            world.1.max_context_tokens,
-            &EnvelopeInput {
-                agent: AgentKind::World,
-                view: &live,
-                notes: &notes,
-                history: &history,
-                lore: Some(&lore),
-                memories: &[],
-                character: None,
-                director_guidance: vec![plan.open_guidance.clone()],
-                lore_scan_depth: config.lore_scan_depth,
-                message_number: u64::from(next_number),
-                seed,
-            },
-            &mut lore_state,
-        );
-        let prompt = envelope::render(&agents.templates, AgentKind::World, &envelope, None, &envelope::world_turn(round))?;
-        let request = request_for(&world.1, prompt.system, prompt.user, false);
-        let output = complete_structured::<WorldUpdate>(&world.0, request, &StructuredOptions::default(), CallContext::new(cancel))
-            .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
-        tokens += u64::from(output.usage.total());
-        ledgers.push(CallLedger {
-            agent: "world".into(),
-            character: None,
-            ledger: envelope.ledger,
-            prompt_tokens: output.usage.prompt_tokens,
-            completion_tokens: output.usage.completion_tokens,
-            notes: Vec::new(),
-        });
-        emit(SceneEvent::WorldDecided { scene_id: scene_id.clone(), round, decision: output.json });
-        let update = output.value;
+        let at = AfterCharacters {
+            ctx,
+            config: &config,
+            templates: &agents.templates,
+            live: &live,
+            notes: &notes,
+            history: &history,
+            lore: &lore,
+            open_guidance: &plan.open_guidance,
+            message_number: u64::from(next_number),
+            seed,
+            scene_id: &scene_id,
+            round,
+            cancel,
+        };
+        let (update, ledger) = narration::world(&at, world, &mut lore_state)?;
+        tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
+        ledgers.push(ledger);
         for (name, value) in &update.trackers {
             trackers.insert(name.clone(), value.clone());
         }
