@@ -498,6 +498,11 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     if let (Some(bank), Some(vectors)) = (recall.bank(), &vectors) {
         bank.publish(&rowids, vectors);
     }
+    // Committed: the scene is free before anyone hears of it, so a front door that
+    // starts the next round on `round_completed` is never refused as busy. The next
+    // round may run while the summariser writes: it reads the summary as it was, and
+    // the summary's compare-and-set keeps either order consistent.
+    drop(_guard);
     emit(SceneEvent::RoundCompleted {
         scene_id: scene_id.clone(),
         round,
@@ -506,9 +511,6 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         conflicts: record.conflicts,
         tokens,
     });
-    // The next round may start while the summariser writes: it reads the summary as
-    // it was, and the summary's compare-and-set keeps either order consistent.
-    drop(_guard);
     if super::summary::due(round, notes.summary_round, config.summarise_every) {
         match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {
             Ok(Some(through_round)) => emit(SceneEvent::SummaryUpdated { scene_id, through_round }),
