@@ -49,9 +49,11 @@ fn index_options() -> ActivationOptions<'static> {
     ActivationOptions { case_sensitive: false, match_whole_words: false, ..Default::default() }
 }
 
+/// One book to prepare: its id, revision, settings and `(ordinal, entry)` pairs.
+pub type BookToPrepare = (String, i64, Lorebook, Vec<(usize, LoreEntry)>);
+
 impl PreparedLore {
-    /// Prepare books given as `(id, revision, book settings, [(ordinal, entry)])`.
-    pub fn build(books: Vec<(String, i64, Lorebook, Vec<(usize, LoreEntry)>)>) -> Self {
+    pub fn build(books: Vec<BookToPrepare>) -> Self {
         let mut out = PreparedLore {
             books: Vec::new(),
             entries: Vec::new(),

@@ -425,10 +425,11 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         }
         apply_updates(&mut states, &view, &reconciliation.state_updates, &mut record.ignored);
         let world_owns_trackers = agents.world.is_some();
-        if world_owns_trackers && (!reconciliation.trackers.is_empty() || reconciliation.elapsed_minutes > 0) {
-            if let Some(call) = ledgers.last_mut() {
-                call.notes.push("trackers and minutes from pass 2 not applied: the World agent owns them".into());
-            }
+        if world_owns_trackers
+            && (!reconciliation.trackers.is_empty() || reconciliation.elapsed_minutes > 0)
+            && let Some(call) = ledgers.last_mut()
+        {
+            call.notes.push("trackers and minutes from pass 2 not applied: the World agent owns them".into());
         }
         for (name, value) in reconciliation.trackers.iter().filter(|_| !world_owns_trackers) {
             trackers.insert(name.clone(), value.clone());

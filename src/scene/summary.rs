@@ -48,7 +48,7 @@ pub fn summarise(ctx: &EngineContext, scene_id: &str, through_round: u32, cancel
     let templates = PromptTemplates::shipped()?;
     let system = templates.render(
         "scene/summariser.j2",
-        &serde_json::json!({
+        serde_json::json!({
             "previous": previous.trim(),
             "previous_round": previous_round,
             "from_round": previous_round + 1,
