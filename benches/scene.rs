@@ -3,9 +3,11 @@
 //!
 //! `cargo bench --bench scene` (add `-- --quick` for a short run). Three numbers:
 //! - `scene_context_load`: the store reads a round makes once (view, notes, the newest
-//!   `history_window` messages, every enabled lore entry of the campaign);
-//! - `envelope_assemble`: one call's candidates, lore matching over 5,000 entries,
-//!   budgets and ledger, and the rendered prompt (what each agent call repeats);
+//!   `history_window` messages, the campaign's lore: a revision check that finds the
+//!   compiled key index in the process cache, as every round after the first does);
+//! - `envelope_assemble`: one call's candidates, World Info activation over 5,000
+//!   entries with the cached index, budgets and ledger, and the rendered prompt (what
+//!   each agent call repeats);
 //! - `envelope_full_call`: both together, the cost of a call with nothing cached.
 //! Criterion's reported median is the p50.
 
@@ -13,7 +15,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use lorekeeper::lorebook::{LoreEntry, Lorebook};
 use lorekeeper::prompting::{BudgetPlan, PromptTemplates};
 use lorekeeper::scene::envelope::{self, AgentKind, EnvelopeInput};
-use lorekeeper::scene::{SceneConfig, demo, records};
+use lorekeeper::lorebook::activation::ActivationState;
+use lorekeeper::scene::{SceneConfig, demo, lore, records};
+use std::sync::Arc;
 use lorekeeper::store::{Store, new_id, now_rfc3339};
 use rusqlite::params;
 use std::hint::black_box;
@@ -74,15 +78,17 @@ struct Loaded {
     view: lorekeeper::scene::model::SceneView,
     notes: records::SceneNotes,
     history: Vec<lorekeeper::scene::model::SceneMessage>,
-    lore: Vec<LoreEntry>,
+    lore: Arc<lore::PreparedLore>,
+    lore_state: ActivationState,
 }
 
 fn load(conn: &rusqlite::Connection, scene: &str, config: &SceneConfig) -> Loaded {
     let view = records::load_view(conn, scene).expect("view");
     let notes = records::load_notes(conn, scene).expect("notes");
     let history = records::recent_messages(conn, scene, config.history_window).expect("history");
-    let lore = records::campaign_lore(conn, &view.campaign_id).expect("lore");
-    Loaded { view, notes, history, lore }
+    let lore = lore::campaign_lore(conn, &view.campaign_id).expect("lore");
+    let lore_state = lore::load_state(conn, scene).expect("lore timers");
+    Loaded { view, notes, history, lore, lore_state }
 }
 
 fn assemble(loaded: &Loaded, config: &SceneConfig, plan: &BudgetPlan, templates: &PromptTemplates) -> usize {
@@ -95,11 +101,16 @@ fn assemble(loaded: &Loaded, config: &SceneConfig, plan: &BudgetPlan, templates:
             view: &loaded.view,
             notes: &loaded.notes,
             history: &loaded.history,
-            lore: &loaded.lore,
+            lore: Some(&loaded.lore),
+            memories: &[],
             character: member,
             director_guidance: vec!["Answer the knock.".into()],
             lore_scan_depth: config.lore_scan_depth,
+            message_number: loaded.history.last().map_or(1, |m| u64::from(m.number) + 1),
+            seed: lore::seed_for(&loaded.view.id),
         },
+        // Each call starts from the stored timers, as the first call of a round does.
+        &mut loaded.lore_state.clone(),
     );
     let turn = envelope::character_turn(member.map(|m| m.name.as_str()).unwrap_or("someone"));
     let prompt = envelope::render(templates, AgentKind::Character, &envelope, member, &turn).expect("prompt renders");
@@ -113,11 +124,12 @@ fn bench(c: &mut Criterion) {
     let templates = PromptTemplates::shipped().expect("shipped templates");
     let conn = store.reader().expect("reader");
     let loaded = load(&conn, &scene, &config);
-    assert_eq!(loaded.lore.len(), LORE_ENTRIES + 4, "bench lore plus the demo's");
+    assert_eq!(loaded.lore.entries.len(), LORE_ENTRIES + 4, "bench lore plus the demo's");
+    let builds = lore::builds();
 
     let mut group = c.benchmark_group("scene_100k_messages_5000_lore");
     group.sample_size(30);
-    group.bench_function("scene_context_load", |b| b.iter(|| black_box(load(&conn, &scene, &config)).lore.len()));
+    group.bench_function("scene_context_load", |b| b.iter(|| black_box(load(&conn, &scene, &config)).lore.entries.len()));
     group.bench_function("envelope_assemble", |b| b.iter(|| assemble(black_box(&loaded), &config, &config.budgets, &templates)));
     group.bench_function("envelope_full_call", |b| {
         b.iter(|| {
@@ -126,6 +138,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+    assert_eq!(lore::builds(), builds, "the key index was compiled once, not per call");
 }
 
 criterion_group!(benches, bench);

@@ -25,6 +25,8 @@ fn write_config(paths: &Paths, script: &str) {
         ..Default::default()
     });
     config.default_profile = "script".into();
+    // No embedding model in tests, whatever `models/` holds: memories by keyword.
+    config.memory.embedding.model_dir = Some(paths.library_file.with_file_name("no-model"));
     config.save(&paths.config_file).unwrap();
 }
 
@@ -94,6 +96,14 @@ fn view(store: &Store, scene: &str) -> SceneView {
 fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, scene) = setup(dir.path(), "script.json");
+    // The Harbour Seal stays for two messages once fired: its timer must be stored.
+    Store::open(&paths.library_file)
+        .unwrap()
+        .with(|c| {
+            c.execute("UPDATE lore_entries SET entry_json = json_set(entry_json, '$.sticky', 2) WHERE label = 'The Harbour Seal'", [])?;
+            Ok(())
+        })
+        .unwrap();
     let engine = engine::start(paths).unwrap();
     let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
 
@@ -113,7 +123,15 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     assert_eq!(after.rounds, 1);
     let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
     let lines: Vec<(u32, u32, &str)> = messages.iter().map(|m| (m.number, m.round, m.speaker.as_str())).collect();
-    assert_eq!(lines, [(1, 1, "Juno"), (2, 1, "Marguerite Siltborne"), (3, 1, "Ossian Vale"), (4, 1, "Wren Talloway")]);
+    assert_eq!(lines, [(1, 1, "Juno"), (2, 1, "Marguerite Siltborne"), (3, 1, "Ossian Vale"), (4, 1, "Wren Talloway"), (5, 1, "Narrator")]);
+    assert_eq!(messages[4].kind, lorekeeper::scene::model::MessageKind::Narrator);
+    let narrated: String =
+        events.iter().filter_map(|e| if let SceneEvent::Token { character_id, text, .. } = e { (character_id == "narrator").then_some(text.as_str()) } else { None }).collect();
+    assert_eq!(narrated, messages[4].content, "the narration streamed, after the characters");
+    let narrator_at = events.iter().position(|e| matches!(e, SceneEvent::NarratorStarted { .. })).unwrap();
+    let last_character = events.iter().rposition(|e| matches!(e, SceneEvent::CharacterFinished { .. })).unwrap();
+    let pass_two = events.iter().position(|e| matches!(e, SceneEvent::DirectorDecided { pass: 2, .. })).unwrap();
+    assert!(last_character < narrator_at && narrator_at < pass_two);
     assert!(!messages[3].content.contains("[location"), "state lines are not prose");
 
     let marguerite = after.member_by_name("Marguerite Siltborne").unwrap();
@@ -129,14 +147,19 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
     let ledgers = record.ledgers.as_array().unwrap();
     let agents: Vec<&str> = ledgers.iter().map(|l| l["agent"].as_str().unwrap()).collect();
-    assert_eq!(agents, ["director", "character", "character", "character", "director (reconcile)"]);
+    assert_eq!(agents, ["director", "character", "character", "character", "narrator", "director (reconcile)"]);
     for call in ledgers {
         for section in call["ledger"]["sections"].as_array().unwrap() {
             assert!(section["used"].as_u64().unwrap() <= section["allocated"].as_u64().unwrap());
         }
     }
     let lore_kept = ledgers[0]["ledger"]["sections"].as_array().unwrap().iter().find(|s| s["section"] == "lore").unwrap()["kept"].clone();
-    assert!(lore_kept.to_string().contains("Harbour Seal"), "the user's 'letter' fired lore: {lore_kept}");
+    assert!(lore_kept.to_string().contains("The Harbour Seal (key \\\"letter\\\")"), "the user's 'letter' fired lore: {lore_kept}");
+    let timers: String =
+        store.with(|c| Ok(c.query_row("SELECT state_json FROM scene_lore_state WHERE scene_id = ?1 AND round = 1", [&scene], |r| r.get(0))?)).unwrap();
+    let timers: serde_json::Value = serde_json::from_str(&timers).unwrap();
+    let timer = timers["timers"].as_object().unwrap().values().next().expect("the sticky entry's timer is stored");
+    assert_eq!(timer["sticky_until"].as_u64().unwrap(), timer["fired_at"].as_u64().unwrap() + 2);
     assert_eq!(record.input.as_deref(), Some("I hand the keeper the sealed letter."));
 }
 
@@ -190,15 +213,19 @@ fn pass_two_overrides_a_conflicting_character_delta() {
 }
 
 #[test]
-fn one_director_pass_skips_reconciliation() {
+fn one_director_pass_and_no_narrator_skip_reconciliation_and_narration() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, scene) = setup(dir.path(), "script.json");
     let mut config = Config::load(&paths.config_file).unwrap();
     config.scene.max_director_passes = 1;
+    config.scene.narrator = false;
     config.save(&paths.config_file).unwrap();
     let engine = engine::start(paths).unwrap();
     let events = round(&engine, &scene, Some("Hello?"));
     assert_eq!(events.iter().filter(|e| matches!(e, SceneEvent::DirectorDecided { .. })).count(), 1);
+    assert!(!events.iter().any(|e| matches!(e, SceneEvent::NarratorStarted { .. })));
+    let messages = engine.context().store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    assert!(messages.iter().all(|m| m.speaker != "Narrator"), "no narration when it is off");
     let wren = view(&engine.context().store, &scene).member_by_name("Wren Talloway").unwrap().state.clone();
     assert_eq!(wren.location.as_deref(), Some("the gallery"), "no pass 2: the character's delta stands");
 }
@@ -238,6 +265,10 @@ fn a_process_killed_mid_round_leaves_no_partial_round() {
     assert!(store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().is_empty());
     assert!(store.with(|c| records::load_round(c, &scene, 1)).unwrap().is_none());
     assert!(writes(&store).is_empty());
+    let timers: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM scene_lore_state", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(timers, 0, "no lore timers of a killed round");
+    let memories: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(memories, 0, "no memories of a killed round");
     drop(store);
 
     // The next round is round 1 again, numbered from message 1.
@@ -354,4 +385,162 @@ fn the_telemetry_window_counts_rounds_by_their_messages() {
     assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [1]);
     let (points, _) = lorekeeper::scene::preview::telemetry(&conn, &scene, 500).unwrap();
     assert_eq!(points.iter().map(|p| p.round).collect::<Vec<_>>(), [0, 1], "a window wider than the scene takes every round");
+}
+
+#[test]
+fn a_character_recalls_only_the_rounds_it_witnessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "memory-script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
+    let store = &engine.context().store;
+    // Round 1 is remembered by the two characters present, not by Marguerite.
+    let witnesses: Vec<(String, String)> = store
+        .with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT m.id, group_concat(w.witness, ',') FROM memories m JOIN memory_witnesses w ON w.memory_rowid = m.rowid
+                 GROUP BY m.rowid ORDER BY m.seq",
+            )?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .unwrap();
+    assert_eq!(witnesses.len(), 3, "the user's line, Wren's and the narration: {witnesses:?}");
+    for (id, names) in &witnesses {
+        assert!(id.starts_with(&format!("scene:{scene}:")), "{id}");
+        let mut names: Vec<&str> = names.split(',').collect();
+        names.sort();
+        assert_eq!(names, ["Ossian Vale", "Wren Talloway"]);
+    }
+
+    let events = round(&engine, &scene, Some("Where did you say the brass key was?"));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { round: 2, .. })));
+    let injected = |agent: &str| -> Vec<String> {
+        let hits: String = store
+            .with(|c| Ok(c.query_row("SELECT hits FROM memory_injections WHERE agent = ?1", [agent], |r| r.get(0))?))
+            .unwrap();
+        let hits: serde_json::Value = serde_json::from_str(&hits).unwrap();
+        hits.as_array().unwrap().iter().map(|h| h["text"].as_str().unwrap().to_string()).collect()
+    };
+    let wren = injected("scene:character:Wren Talloway");
+    assert!(wren.iter().any(|t| t.contains("third step")), "Wren was there: {wren:?}");
+    assert!(wren.iter().any(|t| t.contains("I lost the brass key")), "{wren:?}");
+    assert_eq!(injected("scene:character:Marguerite Siltborne"), Vec::<String>::new(), "Marguerite was not there in round 1");
+
+    // Wren's call in round 2 carried the memories in its envelope, and says how they were found.
+    let record = store.with(|c| records::load_round(c, &scene, 2)).unwrap().unwrap();
+    let calls = record.ledgers.as_array().unwrap();
+    let wren_call = calls.iter().find(|l| l["character"] == "Wren Talloway").unwrap();
+    let memories = wren_call["ledger"]["sections"].as_array().unwrap().iter().find(|s| s["section"] == "memories").unwrap();
+    assert!(!memories["kept"].as_array().unwrap().is_empty(), "{memories}");
+    assert!(wren_call["notes"].to_string().contains("keyword only"), "the fallback is in the ledger: {}", wren_call["notes"]);
+    // Round 2's lines are remembered by all three now present.
+    let round_two: i64 = store
+        .with(|c| {
+            Ok(c.query_row(
+                "SELECT count(*) FROM memories m WHERE m.id LIKE ?1 AND (SELECT count(*) FROM memory_witnesses w WHERE w.memory_rowid = m.rowid) = 3",
+                [format!("scene:{scene}:%")],
+                |r| r.get(0),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(round_two, 4, "user, Wren, Marguerite and the narration of round 2");
+}
+
+#[test]
+fn the_summariser_folds_older_rounds_and_history_starts_after_them() {
+    use lorekeeper::prompting::Section;
+    use lorekeeper::scene::envelope::AgentKind;
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.summarise_every = 2;
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    let first = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    assert!(!first.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { .. })));
+    round(&engine, &scene, Some("What does it say?"));
+    let after = collect(&engine, |e| matches!(e, SceneEvent::SummaryUpdated { .. } | SceneEvent::SummaryFailed { .. }));
+    assert!(matches!(after.last(), Some(SceneEvent::SummaryUpdated { through_round: 1, .. })), "{after:?}");
+
+    let store = &engine.context().store;
+    let (summary, through) = store.with(|c| Ok(lorekeeper::scene::summary::current(c, &scene).unwrap())).unwrap();
+    assert_eq!(through, 1, "everything but the last round");
+    assert!(summary.contains("sealed letter"), "{summary}");
+    // Idempotent: the same rounds are not summarised twice.
+    let again = lorekeeper::scene::summary::summarise(engine.context(), &scene, 1, &lorekeeper::llm::CancelToken::new()).unwrap();
+    assert_eq!(again, None);
+
+    let conn = store.reader().unwrap();
+    let recall = lorekeeper::scene::recall::Recall::none();
+    let preview =
+        lorekeeper::scene::preview::preview(&conn, &engine.context().config(), &scene, AgentKind::Director, None, &recall).unwrap();
+    let history: Vec<&str> = preview.candidates[&Section::History].iter().map(|i| i.id.as_str()).collect();
+    let round_two: Vec<String> = store
+        .with(|c| records::recent_messages(c, &scene, 100))
+        .unwrap()
+        .iter()
+        .filter(|m| m.round == 2)
+        .map(|m| format!("message {}", m.number))
+        .collect();
+    assert_eq!(history, round_two, "round 1 is told by the summary only");
+    let summaries = &preview.candidates[&Section::Summaries];
+    assert!(summaries.iter().any(|i| i.text.contains("through round 1") && i.text.contains("sealed letter")), "{summaries:?}");
+}
+
+#[test]
+fn a_cancelled_round_commits_nothing_and_the_next_round_plays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "slow-script.json");
+    let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I hand over the letter.".into()) })).unwrap();
+    collect(&engine, |e| matches!(e, SceneEvent::Token { .. }));
+    // By name, as the CLI and tests may say it.
+    engine.send(Command::Scene(SceneCommand::Cancel { scene: "The Lamp Room".into() })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::RoundCancelled { .. } | SceneEvent::RoundCompleted { .. }));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCancelled { scene_id }) if *scene_id == scene), "{:?}", events.last());
+
+    let store = &engine.context().store;
+    assert_eq!(view(store, &scene), before, "scene, states, trackers and facts untouched");
+    assert!(store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().is_empty());
+    assert!(writes(store).is_empty());
+    let count = |table: &str| -> i64 { store.with(|c| Ok(c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?)).unwrap() };
+    assert_eq!((count("memories"), count("memory_injections"), count("scene_lore_state"), count("scene_rounds")), (0, 0, 0, 0));
+
+    // The scene is free again: the next round plays and is round 1.
+    drop(engine);
+    write_config(&paths, "script.json");
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("Sorry, where was I?"));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { round: 1, .. })));
+}
+
+#[test]
+fn the_world_agent_owns_trackers_and_time_when_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.world_agent = true;
+    config.save(&paths.config_file).unwrap();
+    let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let world_at = events.iter().position(|e| matches!(e, SceneEvent::WorldDecided { .. })).expect("the world agent ran");
+    let pass_two = events.iter().position(|e| matches!(e, SceneEvent::DirectorDecided { pass: 2, .. })).unwrap();
+    assert!(world_at < pass_two, "pass 2 sees the world's trackers");
+
+    let store = &engine.context().store;
+    let after = view(store, &scene);
+    assert_eq!(after.trackers["tide"], "high");
+    assert_eq!(after.trackers["lamp_oil_hours"], 5);
+    assert_eq!(after.trackers.get("fog"), before.trackers.get("fog"), "pass 2's tracker change is not applied");
+    assert!(!after.trackers.contains_key("tension"));
+    assert_eq!(after.elapsed_minutes, before.elapsed_minutes + 30, "the world's minutes, not pass 2's");
+    assert_eq!(after.facts.len(), 2, "pass 2 still records facts");
+    assert_eq!(after.member_by_name("Ossian Vale").unwrap().state.location.as_deref(), Some("the jetty"), "and states");
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    assert_eq!(record.director["world"]["elapsed_minutes"], 30);
+    let reconcile = record.ledgers.as_array().unwrap().iter().find(|l| l["agent"] == "director (reconcile)").unwrap();
+    assert!(reconcile["notes"].to_string().contains("World agent owns them"), "{reconcile}");
 }

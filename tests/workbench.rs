@@ -300,6 +300,53 @@ fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() 
 }
 
 #[test]
+fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A script whose Marguerite streams slowly (250 ms a fragment): time to press Cancel.
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "slow".into(),
+        kind: ProviderKind::Scripted,
+        model: "scene-script".into(),
+        path: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scene/slow-script.json")),
+        ..Default::default()
+    });
+    config.default_profile = "slow".into();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    config.save(&paths.config_file).expect("save config");
+    let engine = engine::start(paths).expect("engine starts");
+    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
+    let context = engine.context().clone();
+    let mut harness = Harness::builder().with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    assert!(harness.query_by_label("Cancel round").is_none(), "no round, no cancel button");
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I hand the keeper the sealed letter.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().live().is_some_and(|l| l.turns.iter().any(|t| t.name == "Marguerite Siltborne" && !t.text.is_empty()))
+    });
+    harness.step(); // spinners repaint forever while the round streams: step, not run
+    harness.get_by_label("Cancel round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled() || app.scene().last_error().is_some());
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    assert!(harness.state().scene().live().is_none());
+    assert!(harness.query_by_label_contains("nothing of it was saved").is_some());
+    assert!(harness.query_by_label("Cancel round").is_none());
+    // `round_cancelled` is sent after the round gave up: the store is final now.
+    let stored = context.store.with(|c| lorekeeper::scene::records::load_view(c, &scene)).expect("view");
+    assert_eq!(stored.rounds, 0);
+    let messages = context.store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, 10)).expect("messages");
+    assert!(messages.is_empty(), "nothing of the cancelled round is stored");
+}
+
+#[test]
 fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();

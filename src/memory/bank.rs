@@ -297,6 +297,46 @@ impl MemoryBank {
         }).map_err(Into::into)
     }
 
+    /// Vectors for memories a caller will store in its own transaction (see
+    /// [`Self::write_in`]); embedding happens before that transaction so it never holds
+    /// the write lock while the model runs.
+    pub fn embed_new(&self, items: &[NewMemory]) -> Result<Vec<Vec<f32>>, MemoryError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let embedder = self.embedder()?;
+        let texts = self.embedding_texts(items)?;
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        Ok(embedder.embed_documents(&texts)?)
+    }
+
+    /// Store memories inside the caller's transaction (a scene's round close writes its
+    /// turns with the round, so a discarded round leaves no memory behind). `vectors`,
+    /// when given, pair with `items`; without them a later `memory reindex` embeds the
+    /// rows and keyword search finds them meanwhile. Call [`Self::publish`] with the
+    /// returned rowids once the transaction has committed.
+    pub fn write_in(&self, tx: &Connection, items: &[NewMemory], vectors: Option<&[Vec<f32>]>) -> Result<Vec<i64>, StoreError> {
+        if let Some(v) = vectors
+            && v.len() != items.len()
+        {
+            return Err(StoreError::Corrupt(format!("{} memories but {} vectors", items.len(), v.len())));
+        }
+        let rowids = records::insert(tx, items)?;
+        if let Some(vectors) = vectors {
+            let pairs: Vec<(i64, &[f32])> = rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
+            records::store_vectors(tx, &self.model_id(), &pairs)?;
+        }
+        Ok(rowids)
+    }
+
+    /// Make committed vectors searchable (the other half of [`Self::write_in`]).
+    pub fn publish(&self, rowids: &[i64], vectors: &[Vec<f32>]) {
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        for (rowid, v) in rowids.iter().zip(vectors) {
+            index.push(*rowid, v);
+        }
+    }
+
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, MemoryError>) -> Result<T, MemoryError> {
         let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {

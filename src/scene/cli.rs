@@ -102,6 +102,8 @@ pub fn print_human(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<
         E::RoundStarted { round, .. } => writeln!(out, "round {round}"),
         E::DirectorDecided { pass, decision, .. } => writeln!(out, "director pass {pass}: {decision}"),
         E::CharacterStarted { name, .. } => write!(out, "\n{name}: "),
+        E::NarratorStarted { .. } => write!(out, "\nNarrator: "),
+        E::NarratorFinished { .. } => writeln!(out),
         E::Token { text, .. } => write!(out, "{text}"),
         E::CharacterFinished { delta, .. } => {
             if delta.is_empty() { writeln!(out) } else { writeln!(out, "\n  (state: {})", serde_json::to_string(delta).unwrap_or_default()) }
@@ -113,6 +115,10 @@ pub fn print_human(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<
             }
             Ok(())
         }
+        E::WorldDecided { decision, .. } => writeln!(out, "world: {decision}"),
+        E::RoundCancelled { .. } => writeln!(out, "round cancelled; nothing was saved"),
+        E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
+        E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),
         E::State { view } => print_state(out, view),
         E::Scenes { scenes } => {
             for s in scenes {

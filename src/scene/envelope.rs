@@ -3,19 +3,24 @@
 //! in `prompts/scene/`. The ledger of the fit travels with the round.
 //!
 //! Where each kind of context goes:
-//! - history: the scene's messages, this round's included, newest kept first;
+//! - history: the scene's messages after the rounds its summary covers, this round's
+//!   included, newest kept first;
 //! - summaries: the scene's running summary and earlier scenes' summaries;
-//! - lore: entries matched in recent text (see [`match_lore`]);
-//! - memories: empty until the memory module offers witness-scoped recall;
+//! - lore: the campaign's lorebooks activated with World Info semantics (see
+//!   [`super::lore`]); the activation's budget is the lore section's allocation, and
+//!   entries held back (budget, probability, groups, timers) are in the ledger;
+//! - memories: what the acting character witnessed, retrieved by the round;
 //! - notes: world / campaign / arc / scene notes, persona, trackers and facts;
 //! - director guidance: the Director's words for the acting character;
 //! - character guidance: character sheets and their current states.
 
 use super::model::{CastMember, STATE_FIELDS, SceneMessage, SceneView};
 use super::records::SceneNotes;
+use super::lore::{LoreCall, PreparedLore};
 use crate::llm::tokens::estimate;
-use crate::lorebook::LoreEntry;
-use crate::prompting::{BudgetItem, BudgetLedger, BudgetPlan, PromptTemplates, Section, TemplateError, enforce};
+use crate::lorebook::activation::ActivationState;
+use crate::memory::RetrievalHit;
+use crate::prompting::{BudgetItem, BudgetLedger, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError, allocate, enforce};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -28,6 +33,10 @@ pub enum AgentKind {
     /// Director pass 2: reconciles what the characters did.
     Reconcile,
     Character,
+    /// Narration after the characters, before the reconciliation.
+    Narrator,
+    /// Trackers and time, when the World agent is on.
+    World,
 }
 
 impl AgentKind {
@@ -36,6 +45,18 @@ impl AgentKind {
             AgentKind::Director => "scene/director.j2",
             AgentKind::Reconcile => "scene/reconcile.j2",
             AgentKind::Character => "scene/character.j2",
+            AgentKind::Narrator => "scene/narrator.j2",
+            AgentKind::World => "scene/world.j2",
+        }
+    }
+
+    /// The role whose profile the call uses.
+    pub fn role(self) -> &'static str {
+        match self {
+            AgentKind::Director | AgentKind::Reconcile => "director",
+            AgentKind::Character => "character",
+            AgentKind::Narrator => "narrator",
+            AgentKind::World => "world",
         }
     }
 }
@@ -47,13 +68,20 @@ pub struct EnvelopeInput<'a> {
     pub notes: &'a SceneNotes,
     /// Stored messages, oldest first, then this round's so far.
     pub history: &'a [SceneMessage],
-    pub lore: &'a [LoreEntry],
+    /// The campaign's prepared lorebooks (`None`: no lore section).
+    pub lore: Option<&'a PreparedLore>,
+    /// Memories retrieved for this call, best first.
+    pub memories: &'a [RetrievalHit],
     /// The character this call speaks for ([`AgentKind::Character`] only).
     pub character: Option<&'a CastMember>,
     /// The Director's guidance for this call, most important first.
     pub director_guidance: Vec<String>,
     /// Messages scanned for lore keys (the most recent ones).
     pub lore_scan_depth: usize,
+    /// The number of the message this call leads to (lore timers count in these).
+    pub message_number: u64,
+    /// Seed of the lore's probability rolls (see [`super::lore::seed_for`]).
+    pub seed: u64,
 }
 
 /// A budgeted envelope: the items kept per section and the ledger.
@@ -63,29 +91,81 @@ pub struct Envelope {
     pub ledger: BudgetLedger,
 }
 
+/// Every candidate of one call, and the lore held back before the budgets.
+#[derive(Debug, Clone, Default)]
+pub struct Candidates {
+    pub sections: BTreeMap<Section, Vec<BudgetItem>>,
+    /// Lore entries that matched but did not activate, with why (budget, probability,
+    /// inclusion group, cooldown...); appended to the lore section's ledger.
+    pub lore_held_back: Vec<DroppedItem>,
+}
+
+/// Gather every candidate and fit it into `max_context_tokens` by `plan`, advancing
+/// the scene's lore timers in `lore_state`.
+pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<'_>, lore_state: &mut ActivationState) -> Envelope {
+    let gathered = gather(plan, max_context_tokens, input, lore_state);
+    fit(plan, max_context_tokens, &gathered.sections, &gathered.lore_held_back)
+}
+
+/// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
+/// workbench can re-fit the same candidates on every slider move without a store read.
+pub fn fit(
+    plan: &BudgetPlan,
+    max_context_tokens: u32,
+    candidates: &BTreeMap<Section, Vec<BudgetItem>>,
+    lore_held_back: &[DroppedItem],
+) -> Envelope {
+    let (kept, mut ledger) = enforce(plan, max_context_tokens, candidates);
+    if let Some(section) = ledger.sections.iter_mut().find(|s| s.section == Section::Lore) {
+        section.dropped.extend(lore_held_back.iter().cloned());
+    }
+    Envelope { kept, ledger }
+}
+
+/// [`candidates`] plus activated lore. Lore activation gets the tokens the lore section
+/// will be allocated, so World Info's own budget rule (an overflow stops every later
+/// budgeted entry) decides, and the ledger names what it skipped.
+pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<'_>, lore_state: &mut ActivationState) -> Candidates {
+    let mut sections = candidates(input);
+    let mut lore_held_back = Vec::new();
+    if let Some(lore) = input.lore.filter(|l| !l.is_empty()) {
+        let mut present: Vec<Section> = sections.iter().filter(|(_, items)| !items.is_empty()).map(|(s, _)| *s).collect();
+        present.push(Section::Lore);
+        let budget = allocate(plan, max_context_tokens, &present).get(&Section::Lore).copied();
+        let scenario = Some(input.view.description.as_str()).filter(|d| !d.trim().is_empty());
+        let activation = super::lore::activate(
+            lore,
+            &LoreCall {
+                messages: input.history,
+                message_number: input.message_number,
+                character: input.character,
+                persona: input.view.persona.as_deref(),
+                scenario,
+                scan_depth: u32::try_from(input.lore_scan_depth).unwrap_or(u32::MAX),
+                budget,
+                seed: input.seed,
+            },
+            lore_state,
+        );
+        sections.insert(Section::Lore, activation.items);
+        lore_held_back = activation.held_back;
+    }
+    Candidates { sections, lore_held_back }
+}
+
 fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
     BudgetItem { id: id.into(), tokens: estimate(&text), text, value }
 }
 
-/// Gather every candidate and fit it into `max_context_tokens` by `plan`.
-pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<'_>) -> Envelope {
-    fit(plan, max_context_tokens, &candidates(input))
-}
-
-/// Fit gathered candidates into the budgets. Kept apart from [`candidates`] so the
-/// workbench can re-fit the same candidates on every slider move without a store read.
-pub fn fit(plan: &BudgetPlan, max_context_tokens: u32, candidates: &BTreeMap<Section, Vec<BudgetItem>>) -> Envelope {
-    let (kept, ledger) = enforce(plan, max_context_tokens, candidates);
-    Envelope { kept, ledger }
-}
-
-/// Every candidate item of every section, before budgets.
+/// Every candidate item of every section but lore (see [`gather`]), before budgets.
 pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem>> {
     let mut candidates: BTreeMap<Section, Vec<BudgetItem>> = BTreeMap::new();
 
+    // Rounds the scene summary covers are told by the summary, not repeated verbatim.
     let history = input
         .history
         .iter()
+        .filter(|m| m.round > input.notes.summary_round)
         .map(|m| item(format!("message {}", m.number), format!("{}: {}", m.speaker, m.content), 0.0))
         .collect();
     candidates.insert(Section::History, history);
@@ -98,23 +178,27 @@ pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem
         .map(|(i, (name, summary))| item(format!("scene summary {name}"), format!("Earlier scene \"{name}\": {summary}"), i as f64))
         .collect();
     if !input.notes.scene_summary.trim().is_empty() {
-        summaries.push(item("this scene's summary", format!("So far in this scene: {}", input.notes.scene_summary), 1e6));
+        let through = input.notes.summary_round;
+        let text = format!("So far in this scene (through round {through}): {}", input.notes.scene_summary.trim());
+        summaries.push(item("this scene's summary", text, 1e6));
     }
     candidates.insert(Section::Summaries, summaries);
 
-    let start = input.history.len().saturating_sub(input.lore_scan_depth);
-    let scan: String = input.history[start..].iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n");
-    let lore = match_lore(input.lore, &scan)
-        .into_iter()
-        .map(|(entry, why)| {
-            let label = if entry.comment.is_empty() { why.clone() } else { entry.comment.clone() };
-            // Lower insertion order is injected first in SillyTavern: worth more here.
-            let value = entry.priority.unwrap_or(0) as f64 * 1e6 - entry.insertion_order as f64;
-            item(format!("lore {label} ({why})"), entry.content.clone(), value)
+    candidates.insert(Section::Lore, Vec::new());
+
+    // Best first: a lower-ranked memory is the first to go.
+    let memories = input
+        .memories
+        .iter()
+        .map(|hit| {
+            let text = match &hit.speaker {
+                Some(speaker) if !hit.text.starts_with(speaker.as_str()) => format!("{speaker}: {}", hit.text),
+                _ => hit.text.clone(),
+            };
+            item(format!("memory {} (score {:.3})", hit.id, hit.score), format!("You remember: {text}"), f64::from(hit.score))
         })
         .collect();
-    candidates.insert(Section::Lore, lore);
-    candidates.insert(Section::Memories, Vec::new());
+    candidates.insert(Section::Memories, memories);
 
     let mut notes = Vec::new();
     // Narrower scopes are more specific to the moment: worth more.
@@ -191,44 +275,6 @@ fn state_line(member: &CastMember) -> String {
         .join("; ")
 }
 
-/// Lore entries that fire on `scan`, with why. A stand-in until
-/// `crate::lorebook::activation` lands: constant entries, and plain keys found as
-/// substrings (case-insensitive unless the entry says otherwise, whole words when it
-/// asks). Regex keys, secondary keys, recursion, probability, groups and timed effects
-/// are that module's job; entries relying on them do not fire here.
-pub fn match_lore<'e>(entries: &'e [LoreEntry], scan: &str) -> Vec<(&'e LoreEntry, String)> {
-    let lower = scan.to_lowercase();
-    let mut out = Vec::new();
-    for entry in entries.iter().filter(|e| e.enabled) {
-        if entry.constant {
-            out.push((entry, "constant".to_string()));
-            continue;
-        }
-        let case_sensitive = entry.case_sensitive.unwrap_or(false);
-        let whole = entry.match_whole_words.unwrap_or(false);
-        let hit = entry.keys.iter().filter(|k| !k.trim().is_empty() && !is_regex_key(k) && !entry.use_regex).find(|key| {
-            let (hay, needle) = if case_sensitive { (scan, key.to_string()) } else { (lower.as_str(), key.to_lowercase()) };
-            contains(hay, needle.trim(), whole)
-        });
-        if let Some(key) = hit {
-            out.push((entry, format!("key {key:?}")));
-        }
-    }
-    out
-}
-
-fn is_regex_key(key: &str) -> bool {
-    key.len() > 2 && key.starts_with('/') && key[1..].contains('/')
-}
-
-fn contains(hay: &str, needle: &str, whole_words: bool) -> bool {
-    if !whole_words {
-        return hay.contains(needle);
-    }
-    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-    hay.match_indices(needle).any(|(at, _)| !word(hay[..at].chars().next_back()) && !word(hay[at + needle.len()..].chars().next()))
-}
-
 /// The instruction ending Director pass 1 (`input` is the user's message, `None` to
 /// continue). Shared with the workbench preview so it shows the words a round sends.
 pub fn director_turn(round: u32, input: Option<&str>) -> String {
@@ -241,6 +287,16 @@ pub fn director_turn(round: u32, input: Option<&str>) -> String {
 /// The instruction ending Director pass 2.
 pub fn reconcile_turn(round: u32) -> String {
     format!("Round {round} has been played. Reconcile the state of the scene after it.")
+}
+
+/// The instruction ending the narrator's call.
+pub fn narrator_turn(round: u32) -> String {
+    format!("Round {round}: narrate the scene as it stands after what the characters just did.")
+}
+
+/// The instruction ending the World agent's call.
+pub fn world_turn(round: u32) -> String {
+    format!("Round {round} has been played. Report the trackers that changed and the minutes that passed.")
 }
 
 /// The instruction ending a character's call.
@@ -282,34 +338,3 @@ pub fn render(
     Ok(RenderedPrompt { system: templates.render(agent.template(), &context)?, user: turn.to_string() })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(keys: &[&str], content: &str) -> LoreEntry {
-        LoreEntry { keys: keys.iter().map(|k| k.to_string()).collect(), content: content.into(), enabled: true, ..Default::default() }
-    }
-
-    #[test]
-    fn lore_matches_plain_keys_constants_and_whole_words() {
-        let mut constant = entry(&[], "always");
-        constant.constant = true;
-        let mut whole = entry(&["ash"], "ash tree");
-        whole.match_whole_words = Some(true);
-        let mut cased = entry(&["Tower"], "tower");
-        cased.case_sensitive = Some(true);
-        let mut disabled = entry(&["lantern"], "off");
-        disabled.enabled = false;
-        let entries = vec![constant, whole, cased, entry(&["LANTERN"], "lantern"), disabled, entry(&["/lan.ern/i"], "regex")];
-        let fired = |scan: &str| match_lore(&entries, scan).into_iter().map(|(e, _)| e.content.as_str()).collect::<Vec<_>>();
-        assert_eq!(fired("She lifts the lantern, dashing to the tower."), vec!["always", "lantern"]);
-        assert_eq!(fired("Ash falls near the Tower"), vec!["always", "ash tree", "tower"]);
-    }
-
-    #[test]
-    fn whole_word_search_checks_every_occurrence() {
-        assert!(contains("crashing ash", "ash", true));
-        assert!(!contains("crashing", "ash", true));
-        assert!(contains("crashing", "ash", false));
-    }
-}

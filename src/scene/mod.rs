@@ -8,10 +8,14 @@
 pub mod cli;
 pub mod demo;
 pub mod envelope;
+pub mod lore;
 pub mod model;
+mod narration;
 pub mod preview;
+pub mod recall;
 pub mod records;
 pub mod round;
+pub mod summary;
 
 use crate::engine::{EngineContext, Event};
 use crate::llm::CancelToken;
@@ -50,11 +54,28 @@ pub struct SceneConfig {
     pub budgets: BudgetPlan,
     /// Messages the Budgets panel's per-section token plot looks back over.
     pub telemetry_window: u32,
+    /// Memories retrieved for each character's call (the memories budget cuts further).
+    pub memories_per_call: usize,
+    /// A Narrator agent (role `narrator`) describes the scene after the characters act.
+    pub narrator: bool,
+    /// A World agent (role `world`) owns trackers and in-fiction time; Director pass 2
+    /// then reconciles characters and facts only.
+    pub world_agent: bool,
+    /// Every this many rounds the `summariser` folds all but the last round into the
+    /// scene's summary (0: never).
+    pub summarise_every: u32,
+    /// Longest summary asked for, in words.
+    pub summary_max_words: u32,
 }
 
 impl Default for SceneConfig {
     fn default() -> Self {
-        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500 }
+        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8,
+            narrator: true,
+            world_agent: false,
+            summarise_every: 5,
+            summary_max_words: 250,
+        }
     }
 }
 
@@ -62,6 +83,9 @@ impl Default for SceneConfig {
 pub enum SceneCommand {
     /// Play a round: with the user's message, or `None` to continue.
     Round { scene: String, input: Option<String> },
+    /// Stop the round running in `scene` (an id or name); nothing of it is committed and
+    /// the round ends with [`SceneEvent::RoundCancelled`].
+    Cancel { scene: String },
     /// Report a scene's state as [`SceneEvent::State`].
     State { scene: String },
     List,
@@ -84,7 +108,11 @@ pub enum SceneEvent {
     /// The Director's accepted JSON of pass 1 (plan) or 2 (reconciliation).
     DirectorDecided { scene_id: String, round: u32, pass: u8, decision: serde_json::Value },
     CharacterStarted { scene_id: String, round: u32, character_id: String, name: String },
-    /// A streamed fragment of a character's reply.
+    /// The narrator starts; its fragments come as [`SceneEvent::Token`] with
+    /// `character_id` `"narrator"`.
+    NarratorStarted { scene_id: String, round: u32 },
+    NarratorFinished { scene_id: String, round: u32, content: String },
+    /// A streamed fragment of a character's (or the narrator's) reply.
     Token { scene_id: String, round: u32, character_id: String, text: String },
     CharacterFinished { scene_id: String, round: u32, character_id: String, name: String, content: String, delta: CharacterState },
     /// The round is committed: its messages as numbered in the store.
@@ -96,6 +124,14 @@ pub enum SceneEvent {
         conflicts: Vec<Conflict>,
         tokens: u64,
     },
+    /// The World agent's accepted JSON ([`model::WorldUpdate`]).
+    WorldDecided { scene_id: String, round: u32, decision: serde_json::Value },
+    /// The running round stopped on [`SceneCommand::Cancel`]; nothing was saved.
+    RoundCancelled { scene_id: String },
+    /// The scene's summary now covers rounds 1 to `through_round`.
+    SummaryUpdated { scene_id: String, through_round: u32 },
+    /// The summary could not be written; the round it followed is saved regardless.
+    SummaryFailed { scene_id: String, message: String },
     State { view: Box<SceneView> },
     Scenes { scenes: Vec<SceneSummary> },
     DemoReady { scene_id: Option<String> },
@@ -109,6 +145,7 @@ pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
+            | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
@@ -123,7 +160,28 @@ pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
 fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
     match command {
-        SceneCommand::Round { scene, input } => round::run(ctx, &scene, input, &CancelToken::new()).map(|_| ()),
+        SceneCommand::Round { scene, input } => {
+            let cancel = CancelToken::new();
+            match round::run(ctx, &scene, input, &cancel) {
+                Ok(_) => Ok(()),
+                // However the stop surfaced (a cancelled stream, a structured call that
+                // gave up), a cancelled round is reported as such, not as a failure.
+                Err(_) if cancel.is_cancelled() => {
+                    let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene)).unwrap_or(scene);
+                    emit(SceneEvent::RoundCancelled { scene_id });
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        SceneCommand::Cancel { scene } => {
+            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
+            if !round::cancel(&scene_id) {
+                // Finished meanwhile: its round_completed tells the rest.
+                tracing::debug!(scene = %scene_id, "cancel: no round running");
+            }
+            Ok(())
+        }
         SceneCommand::State { scene } => {
             let view = ctx.store.with(|c| records::load_view(c, &records::resolve_scene(c, &scene)?))?;
             emit(SceneEvent::State { view: Box::new(view) });
@@ -158,7 +216,8 @@ fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), Sc
         }
         SceneCommand::Preview { scene, agent, character } => {
             let config = ctx.config();
-            let preview = preview::preview(&ctx.store.reader()?, &config, &scene, agent, character.as_deref())?;
+            let recall = if agent == envelope::AgentKind::Character { recall::Recall::open(ctx) } else { recall::Recall::none() };
+            let preview = preview::preview(&ctx.store.reader()?, &config, &scene, agent, character.as_deref(), &recall)?;
             emit(SceneEvent::Preview { preview: Box::new(preview) });
             Ok(())
         }

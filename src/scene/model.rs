@@ -142,6 +142,17 @@ pub struct Reconciliation {
     pub elapsed_minutes: u32,
 }
 
+/// The World agent's report (when `[scene] world_agent` is on it owns trackers and
+/// time, and Director pass 2's trackers and minutes are not applied).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct WorldUpdate {
+    /// Trackers to set (name -> new value); trackers not named keep their value.
+    pub trackers: BTreeMap<String, serde_json::Value>,
+    /// In-fiction minutes that passed during the round.
+    pub elapsed_minutes: u32,
+}
+
 /// A state field where a character's reply and the Director's pass 2 disagreed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conflict {
@@ -156,6 +167,9 @@ pub struct Conflict {
 pub struct DirectorRecord {
     pub plan: DirectorPlan,
     pub reconciliation: Option<Reconciliation>,
+    /// The World agent's report, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldUpdate>,
     pub conflicts: Vec<Conflict>,
     /// Acting characters the Director named that are not in the scene's cast.
     pub ignored: Vec<String>,

@@ -10,7 +10,7 @@ use super::model::{CastMember, DirectorRecord, SceneMessage, SceneView};
 use super::records::{self, RoundRecord};
 use super::round::CallLedger;
 use super::{SceneConfig, SceneError};
-use crate::prompting::{BudgetItem, BudgetPlan, PromptTemplates, Section, TemplateError};
+use crate::prompting::{BudgetItem, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -86,7 +86,11 @@ pub struct EnvelopePreview {
     /// The configured plan and the agent profile's context size: the sliders' start.
     pub plan: BudgetPlan,
     pub max_context_tokens: u32,
+    /// Lore among them is activated for the configured plan: a slider move re-fits
+    /// what activated but does not activate more.
     pub candidates: BTreeMap<Section, Vec<BudgetItem>>,
+    /// Lore entries that matched but were held back, with why.
+    pub lore_held_back: Vec<DroppedItem>,
     /// The instruction the call would end with.
     pub turn: String,
     pub last_round: Option<LastRound>,
@@ -102,7 +106,7 @@ pub struct EnvelopePreview {
 impl EnvelopePreview {
     /// The envelope for `plan` and `max_context_tokens` (the sliders' values).
     pub fn fit(&self, plan: &BudgetPlan, max_context_tokens: u32) -> Envelope {
-        envelope::fit(plan, max_context_tokens, &self.candidates)
+        envelope::fit(plan, max_context_tokens, &self.candidates, &self.lore_held_back)
     }
 
     /// The prompt exactly as the round would send it for `envelope`.
@@ -123,18 +127,22 @@ pub fn preview(
     scene: &str,
     agent: AgentKind,
     character: Option<&str>,
+    recall: &super::recall::Recall,
 ) -> Result<EnvelopePreview, SceneError> {
     let scene_config: &SceneConfig = &config.scene;
     let id = records::resolve_scene(conn, scene)?;
     let view = records::load_view(conn, &id)?;
     let notes = records::load_notes(conn, &id)?;
     let history = records::recent_messages(conn, &id, scene_config.history_window)?;
-    let lore = records::campaign_lore(conn, &view.campaign_id)?;
+    let lore = super::lore::campaign_lore(conn, &view.campaign_id)?;
+    // A copy of the scene's timers: previewing must not advance them.
+    let mut lore_state = super::lore::load_state(conn, &id)?;
+    let next_number = history.last().map(|m| m.number).unwrap_or(0) + 1;
     let last_round = match view.rounds {
         0 => None,
         n => records::load_round(conn, &id, n)?.map(LastRound::from_record).transpose()?,
     };
-    let role = if agent == AgentKind::Character { "character" } else { "director" };
+    let role = agent.role();
     let max_context_tokens =
         config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.max_context_tokens;
     let round = view.rounds + 1;
@@ -160,18 +168,33 @@ pub fn preview(
     let turn = match agent {
         AgentKind::Director => envelope::director_turn(round, None),
         AgentKind::Reconcile => envelope::reconcile_turn(round),
+        AgentKind::Narrator => envelope::narrator_turn(round),
+        AgentKind::World => envelope::world_turn(round),
         AgentKind::Character => envelope::character_turn(member.as_ref().map(|m| m.name.as_str()).unwrap_or_default()),
     };
-    let candidates = envelope::candidates(&EnvelopeInput {
-        agent,
-        view: &view,
-        notes: &notes,
-        history: &history,
-        lore: &lore,
-        character: member.as_ref(),
-        director_guidance: guidance,
-        lore_scan_depth: scene_config.lore_scan_depth,
-    });
+    // What the character would recall now (the round searches again with its plan).
+    let recalled = match &member {
+        Some(m) => recall.for_character(&view.campaign_id, &m.name, &history, &guidance, scene_config.memories_per_call).hits,
+        None => Vec::new(),
+    };
+    let gathered = envelope::gather(
+        &scene_config.budgets,
+        max_context_tokens,
+        &EnvelopeInput {
+            agent,
+            view: &view,
+            notes: &notes,
+            history: &history,
+            lore: Some(&lore),
+            memories: &recalled,
+            character: member.as_ref(),
+            director_guidance: guidance,
+            lore_scan_depth: scene_config.lore_scan_depth,
+            message_number: u64::from(next_number),
+            seed: super::lore::seed_for(&id),
+        },
+        &mut lore_state,
+    );
     let (telemetry, telemetry_messages) = telemetry(conn, &id, scene_config.telemetry_window)?;
     let (templates, template_error) = match PromptTemplates::shipped() {
         Ok(t) => (Some(SharedTemplates(Arc::new(t))), None),
@@ -183,7 +206,8 @@ pub fn preview(
         character: member,
         plan: scene_config.budgets.clone(),
         max_context_tokens,
-        candidates,
+        candidates: gathered.sections,
+        lore_held_back: gathered.lore_held_back,
         turn,
         last_round,
         telemetry,

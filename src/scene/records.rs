@@ -36,16 +36,20 @@ pub struct SceneNotes {
     /// Summaries of earlier scenes of the same arc, oldest first.
     pub earlier_scenes: Vec<(String, String)>,
     pub scene_summary: String,
+    /// The last round `scene_summary` covers (0: none); history starts after it.
+    #[serde(default)]
+    pub summary_round: u32,
 }
 
 pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, StoreError> {
-    let (world, campaign, arc, scene, arc_id, summary, created): (String, String, String, String, String, String, String) =
+    type NotesRow = (String, String, String, String, String, String, String, u32);
+    let (world, campaign, arc, scene, arc_id, summary, created, summary_round): NotesRow =
         conn.query_row(
-            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.created_at
+            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.created_at, s.summary_round
              FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
              JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
             [scene_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
         )
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
@@ -54,7 +58,7 @@ pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, Store
          ORDER BY created_at",
     )?;
     let earlier_scenes = stmt.query_map(params![arc_id, scene_id, created], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-    Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary })
+    Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary, summary_round })
 }
 
 /// Sheet fields a card or identity profile contributes to prompts.
@@ -279,6 +283,8 @@ pub struct RoundClose {
     pub director: serde_json::Value,
     pub ledgers: serde_json::Value,
     pub tokens: u64,
+    /// The lore timers after every call of the round.
+    pub lore_state: crate::lorebook::activation::ActivationState,
 }
 
 /// Commit a round. Refuses (and writes nothing) when another round closed on the scene
@@ -337,6 +343,7 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![close.scene_id, close.round, close.input, close.director.to_string(), close.ledgers.to_string(), close.tokens as i64, now],
     )?;
+    super::lore::save_state(conn, &close.scene_id, close.round, &close.lore_state)?;
     Ok(written)
 }
 

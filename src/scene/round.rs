@@ -16,6 +16,9 @@ use super::model::{
     ActingCharacter, CastMember, CharacterState, Conflict, DirectorPlan, DirectorRecord, MessageKind, Reconciliation,
     STATE_FIELDS, SceneMessage, SceneView, StateUpdate,
 };
+use super::lore;
+use super::narration::{self, AfterCharacters};
+use super::recall::Recall;
 use super::records::{self, RoundClose};
 use super::{SceneConfig, SceneError, SceneEvent};
 use crate::engine::{EngineContext, Event};
@@ -34,11 +37,15 @@ pub struct CallLedger {
     pub ledger: BudgetLedger,
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// What went wrong short of failing the call (memories by keyword only, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
-/// Scenes with a round running: a second round on the same scene is refused rather
-/// than queued, so the user sees why nothing happens.
-static RUNNING: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+/// Scenes with a round running, with the round's cancel token: a second round on the
+/// same scene is refused rather than queued (so the user sees why nothing happens), and
+/// [`cancel`] reaches the running one.
+static RUNNING: Mutex<BTreeMap<String, CancelToken>> = Mutex::new(BTreeMap::new());
 
 struct RunningGuard(String);
 
@@ -48,10 +55,27 @@ impl Drop for RunningGuard {
     }
 }
 
+/// Cancel the round running in `scene_id`. Returns whether one was running. Nothing of
+/// a cancelled round is committed: every stage checks the token, the model calls stop
+/// on it, and the round close refuses to start once it is set.
+pub fn cancel(scene_id: &str) -> bool {
+    match RUNNING.lock().unwrap_or_else(|p| p.into_inner()).get(scene_id) {
+        Some(token) => {
+            token.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
 /// Agents and their clients for one round.
 struct Agents {
     director: (LlmClient, ProviderProfile),
     character: (LlmClient, ProviderProfile),
+    /// `None` when `[scene] narrator = false`.
+    narrator: Option<(LlmClient, ProviderProfile)>,
+    /// `Some` when `[scene] world_agent = true`.
+    world: Option<(LlmClient, ProviderProfile)>,
     templates: PromptTemplates,
 }
 
@@ -110,25 +134,32 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
     {
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-        if !running.insert(scene_id.clone()) {
+        if running.contains_key(&scene_id) {
             return Err(SceneError::Busy(scene_id));
         }
+        running.insert(scene_id.clone(), cancel.clone());
     }
     let _guard = RunningGuard(scene_id.clone());
     let config: SceneConfig = ctx.config().scene;
     let agents = Agents {
         director: client_for(ctx, "director")?,
         character: client_for(ctx, "character")?,
+        narrator: if config.narrator { Some(client_for(ctx, "narrator")?) } else { None },
+        world: if config.world_agent { Some(client_for(ctx, "world")?) } else { None },
         templates: PromptTemplates::shipped()?,
     };
 
-    let (view, notes, stored, lore) = ctx.store.with(|c| {
+    let (view, notes, stored, lore, mut lore_state) = ctx.store.with(|c| {
         let view = records::load_view(c, &scene_id)?;
         let notes = records::load_notes(c, &scene_id)?;
         let stored = records::recent_messages(c, &scene_id, config.history_window)?;
-        let lore = records::campaign_lore(c, &view.campaign_id)?;
-        Ok((view, notes, stored, lore))
+        let lore = lore::campaign_lore(c, &view.campaign_id)?;
+        let lore_state = lore::load_state(c, &scene_id)?;
+        Ok((view, notes, stored, lore, lore_state))
     })?;
+    let seed = lore::seed_for(&scene_id);
+    let recall = Recall::open(ctx);
+    let mut injections: Vec<(String, String, Vec<crate::memory::RetrievalHit>)> = Vec::new();
     let round = view.rounds + 1;
     let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
     emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input: input.clone() });
@@ -158,11 +189,15 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             view: &view,
             notes: &notes,
             history: &history,
-            lore: &lore,
+            lore: Some(&lore),
+            memories: &[],
             character: None,
             director_guidance: Vec::new(),
             lore_scan_depth: config.lore_scan_depth,
+            message_number: u64::from(next_number),
+            seed,
         },
+        &mut lore_state,
     );
     let prompt = envelope::render(&agents.templates, AgentKind::Director, &envelope, None, &turn)?;
     let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
@@ -175,6 +210,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         ledger: envelope.ledger,
         prompt_tokens: output.usage.prompt_tokens,
         completion_tokens: output.usage.completion_tokens,
+        notes: Vec::new(),
     });
     let plan = output.value;
     emit(SceneEvent::DirectorDecided { scene_id: scene_id.clone(), round, pass: 1, decision: output.json });
@@ -234,7 +270,10 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             guidance.push(format!("You leave the scene at the end of this round: {exit}"));
         }
         guidance.push(plan.open_guidance.clone());
-        let (reply, usage, ledger) = character_turn(ctx, &agents, &config, &live, &notes, &history, &lore, &member, guidance, &scene_id, round, cancel)?;
+        let call = CallSetup { live: &live, notes: &notes, history: &history, lore: &lore, message_number: u64::from(next_number), seed };
+        let recalled = recall.for_character(&view.campaign_id, &member.name, &history, &guidance, config.memories_per_call);
+        let (reply, usage, ledger) =
+            character_turn(ctx, &agents, &config, &call, &mut lore_state, &member, &recalled.hits, guidance, &scene_id, round, cancel)?;
         tokens += u64::from(usage.total());
         ledgers.push(CallLedger {
             agent: "character".into(),
@@ -242,7 +281,9 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             ledger,
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            notes: recalled.notes,
         });
+        injections.push((format!("scene:character:{}", member.name), recalled.query, recalled.hits));
         let (prose, delta) = split_delta(&reply);
         emit(SceneEvent::CharacterFinished {
             scene_id: scene_id.clone(),
@@ -270,10 +311,65 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         history.push(message);
     }
 
-    // --- Director pass 2 -------------------------------------------------------------
+    // --- Narrator, then the World agent (both optional) -------------------------------
     let mut trackers = view.trackers.clone();
     let mut facts = view.facts.clone();
     let mut elapsed = view.elapsed_minutes;
+    if let Some(narrator) = &agents.narrator {
+        let at = AfterCharacters {
+            ctx,
+            config: &config,
+            templates: &agents.templates,
+            live: &live,
+            notes: &notes,
+            history: &history,
+            lore: &lore,
+            open_guidance: &plan.open_guidance,
+            message_number: u64::from(next_number),
+            seed,
+            scene_id: &scene_id,
+            round,
+            cancel,
+        };
+        let (content, ledger) = narration::narrate(&at, narrator, &mut lore_state)?;
+        tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
+        ledgers.push(ledger);
+        if !content.is_empty() {
+            let message = SceneMessage { number: next_number, round, kind: MessageKind::Narrator, character_id: None, speaker: "Narrator".into(), content };
+            next_number += 1;
+            new_messages.push(message.clone());
+            history.push(message);
+        }
+    }
+    if let Some(world) = &agents.world {
+        let at = AfterCharacters {
+            ctx,
+            config: &config,
+            templates: &agents.templates,
+            live: &live,
+            notes: &notes,
+            history: &history,
+            lore: &lore,
+            open_guidance: &plan.open_guidance,
+            message_number: u64::from(next_number),
+            seed,
+            scene_id: &scene_id,
+            round,
+            cancel,
+        };
+        let (update, ledger) = narration::world(&at, world, &mut lore_state)?;
+        tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
+        ledgers.push(ledger);
+        for (name, value) in &update.trackers {
+            trackers.insert(name.clone(), value.clone());
+        }
+        elapsed += u64::from(update.elapsed_minutes);
+        // Pass 2 reconciles against the world as it now stands.
+        live.trackers = trackers.clone();
+        record.world = Some(update);
+    }
+
+    // --- Director pass 2 -------------------------------------------------------------
     if config.max_director_passes >= 2 {
         let envelope = envelope::assemble(
             &config.budgets,
@@ -283,11 +379,15 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
                 view: &live,
                 notes: &notes,
                 history: &history,
-                lore: &lore,
+                lore: Some(&lore),
+                memories: &[],
                 character: None,
                 director_guidance: vec![plan.open_guidance.clone()],
                 lore_scan_depth: config.lore_scan_depth,
+                message_number: u64::from(next_number),
+                seed,
             },
+            &mut lore_state,
         );
         let turn = envelope::reconcile_turn(round);
         let prompt = envelope::render(&agents.templates, AgentKind::Reconcile, &envelope, None, &turn)?;
@@ -302,6 +402,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             ledger: envelope.ledger,
             prompt_tokens: output.usage.prompt_tokens,
             completion_tokens: output.usage.completion_tokens,
+            notes: Vec::new(),
         });
         emit(SceneEvent::DirectorDecided { scene_id: scene_id.clone(), round, pass: 2, decision: output.json });
         let reconciliation = output.value;
@@ -323,7 +424,14 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
             }
         }
         apply_updates(&mut states, &view, &reconciliation.state_updates, &mut record.ignored);
-        for (name, value) in &reconciliation.trackers {
+        let world_owns_trackers = agents.world.is_some();
+        if world_owns_trackers
+            && (!reconciliation.trackers.is_empty() || reconciliation.elapsed_minutes > 0)
+            && let Some(call) = ledgers.last_mut()
+        {
+            call.notes.push("trackers and minutes from pass 2 not applied: the World agent owns them".into());
+        }
+        for (name, value) in reconciliation.trackers.iter().filter(|_| !world_owns_trackers) {
             trackers.insert(name.clone(), value.clone());
         }
         for fact in &reconciliation.new_facts {
@@ -331,7 +439,9 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
                 facts.push(fact.trim().to_string());
             }
         }
-        elapsed += u64::from(reconciliation.elapsed_minutes);
+        if !world_owns_trackers {
+            elapsed += u64::from(reconciliation.elapsed_minutes);
+        }
         record.reconciliation = Some(reconciliation);
     }
 
@@ -349,6 +459,13 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     if cancel.is_cancelled() {
         return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
     }
+    // The round's messages become memories of everyone present during it.
+    let present: Vec<String> = live.active().map(|c| c.name.clone()).collect();
+    let turns = recall.turns(&view.campaign_id, &scene_id, &new_messages, &present);
+    let (vectors, embed_note) = recall.embed(&turns);
+    if let (Some(note), Some(last)) = (embed_note, ledgers.last_mut()) {
+        last.notes.push(note);
+    }
     let close = RoundClose {
         scene_id: scene_id.clone(),
         campaign_id: view.campaign_id.clone(),
@@ -363,16 +480,48 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         director: serde_json::to_value(&record).map_err(|e| SceneError::Invalid(e.to_string()))?,
         ledgers: serde_json::to_value(&ledgers).map_err(|e| SceneError::Invalid(e.to_string()))?,
         tokens,
+        lore_state,
     };
-    let written = ctx.store.transaction(|tx| records::close_round(tx, &close))?;
+    if cancel.is_cancelled() {
+        return Err(SceneError::Llm(crate::llm::LlmError::Cancelled));
+    }
+    let (written, rowids) = ctx.store.transaction(|tx| {
+        let written = records::close_round(tx, &close)?;
+        let rowids = match recall.bank() {
+            Some(bank) => bank.write_in(tx, &turns, vectors.as_deref())?,
+            None => crate::memory::records::insert(tx, &turns)?,
+        };
+        for (agent, query, hits) in &injections {
+            crate::memory::injections::record(tx, agent, query, hits)?;
+        }
+        Ok((written, rowids))
+    })?;
+    if let (Some(bank), Some(vectors)) = (recall.bank(), &vectors) {
+        bank.publish(&rowids, vectors);
+    }
+    // Committed: the scene is free before anyone hears of it, so a front door that
+    // starts the next round on `round_completed` is never refused as busy. The next
+    // round may run while the summariser writes: it reads the summary as it was, and
+    // the summary's compare-and-set keeps either order consistent.
+    drop(_guard);
     emit(SceneEvent::RoundCompleted {
-        scene_id,
+        scene_id: scene_id.clone(),
         round,
         messages: written,
         active: active.into_iter().collect(),
         conflicts: record.conflicts,
         tokens,
     });
+    if super::summary::due(round, notes.summary_round, config.summarise_every) {
+        match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {
+            Ok(Some(through_round)) => emit(SceneEvent::SummaryUpdated { scene_id, through_round }),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(scene = %scene_id, error = %e, "scene summary failed");
+                emit(SceneEvent::SummaryFailed { scene_id, message: e.to_string() });
+            }
+        }
+    }
     Ok(round)
 }
 
@@ -383,16 +532,25 @@ fn request_for(profile: &ProviderProfile, system: String, user: String, stream: 
     request
 }
 
+/// What a character's call reads of the round so far.
+struct CallSetup<'a> {
+    live: &'a SceneView,
+    notes: &'a records::SceneNotes,
+    history: &'a [SceneMessage],
+    lore: &'a lore::PreparedLore,
+    message_number: u64,
+    seed: u64,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn character_turn(
     ctx: &Arc<EngineContext>,
     agents: &Agents,
     config: &SceneConfig,
-    live: &SceneView,
-    notes: &records::SceneNotes,
-    history: &[SceneMessage],
-    lore: &[crate::lorebook::LoreEntry],
+    call: &CallSetup<'_>,
+    lore_state: &mut crate::lorebook::activation::ActivationState,
     member: &CastMember,
+    memories: &[crate::memory::RetrievalHit],
     guidance: Vec<String>,
     scene_id: &str,
     round: u32,
@@ -409,14 +567,18 @@ fn character_turn(
         agents.character.1.max_context_tokens,
         &EnvelopeInput {
             agent: AgentKind::Character,
-            view: live,
-            notes,
-            history,
-            lore,
+            view: call.live,
+            notes: call.notes,
+            history: call.history,
+            lore: Some(call.lore),
+            memories,
             character: Some(member),
             director_guidance: guidance,
             lore_scan_depth: config.lore_scan_depth,
+            message_number: call.message_number,
+            seed: call.seed,
         },
+        lore_state,
     );
     let turn = envelope::character_turn(&member.name);
     let prompt = envelope::render(&agents.templates, AgentKind::Character, &envelope, Some(member), &turn)?;

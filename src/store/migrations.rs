@@ -16,7 +16,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0005_identity", include_str!("migrations/0005_identity.sql")),
     ("0006_scene", include_str!("migrations/0006_scene.sql")),
     ("0007_memory_injections", include_str!("migrations/0007_memory_injections.sql")),
-    // 0008 is reserved for the scene engine's lore activation state.
+    ("0008_scene_lore", include_str!("migrations/0008_scene_lore.sql")),
     ("0009_companion", include_str!("migrations/0009_companion.sql")),
     ("0010_llm_calls", include_str!("migrations/0010_llm_calls.sql")),
 ];

@@ -230,6 +230,8 @@ impl BudgetsPanel {
         let who = match (preview.agent, &preview.character) {
             (AgentKind::Character, Some(c)) => c.name.clone(),
             (AgentKind::Reconcile, _) => "the Director (reconcile)".into(),
+            (AgentKind::Narrator, _) => "the Narrator".into(),
+            (AgentKind::World, _) => "the World agent".into(),
             _ => "the Director".into(),
         };
         ui.strong(format!("Prompt as it would be sent to {who}"));

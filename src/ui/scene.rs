@@ -44,6 +44,8 @@ pub struct ScenePanels {
     live: Option<LiveRound>,
     input: String,
     last_error: Option<String>,
+    /// Set when the last round was cancelled (shown until the next round starts).
+    cancelled: bool,
     budgets: BudgetsPanel,
 }
 
@@ -68,6 +70,10 @@ impl ScenePanels {
 
     pub fn budgets(&self) -> &BudgetsPanel {
         &self.budgets
+    }
+
+    pub fn was_cancelled(&self) -> bool {
+        self.cancelled
     }
 
     pub fn last_error(&self) -> Option<&str> {
@@ -106,6 +112,7 @@ impl ScenePanels {
             }
             SceneEvent::RoundStarted { scene_id, round, input } if self.is_selected(scene_id) => {
                 self.last_error = None;
+                self.cancelled = false;
                 self.live = Some(LiveRound { round: *round, input: input.clone(), ..Default::default() });
             }
             SceneEvent::DirectorDecided { scene_id, pass, decision, .. } if self.is_selected(scene_id) => {
@@ -122,6 +129,17 @@ impl ScenePanels {
             SceneEvent::CharacterStarted { scene_id, name, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
                     live.turns.push(LiveTurn { name: name.clone(), text: String::new(), done: false });
+                }
+            }
+            SceneEvent::NarratorStarted { scene_id, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.turns.push(LiveTurn { name: "Narrator".into(), text: String::new(), done: false });
+                }
+            }
+            SceneEvent::NarratorFinished { scene_id, content, .. } if self.is_selected(scene_id) => {
+                if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
+                    turn.text = content.clone();
+                    turn.done = true;
                 }
             }
             SceneEvent::Token { scene_id, text, .. } if self.is_selected(scene_id) => {
@@ -147,6 +165,10 @@ impl ScenePanels {
                     self.refresh(outbox);
                     outbox.push(self.budgets.preview_command(scene_id));
                 }
+            }
+            SceneEvent::RoundCancelled { scene_id } if self.is_selected(scene_id) => {
+                self.live = None;
+                self.cancelled = true;
             }
             SceneEvent::Error { scene_id, message } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
@@ -395,9 +417,15 @@ impl ScenePanels {
                 self.live = Some(LiveRound::default());
             }
             if running {
+                if ui.button("Cancel round").on_hover_text("Stop this round; nothing of it is saved").clicked() {
+                    outbox.push(Command::Scene(SceneCommand::Cancel { scene: scene.clone() }));
+                }
                 ui.spinner();
             }
         });
+        if self.cancelled && !running {
+            ui.weak("The round was cancelled; nothing of it was saved.");
+        }
     }
 
     fn transcript(&self, ui: &mut egui::Ui) {

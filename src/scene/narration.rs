@@ -1,0 +1,126 @@
+//! The round's optional agents after the characters: the Narrator (scene narration,
+//! streamed) and the World agent (trackers and in-fiction time). Kept apart from
+//! [`super::round`], which decides when they run and what becomes of their output.
+
+use super::SceneConfig;
+use super::SceneEvent;
+use super::envelope::{self, AgentKind, EnvelopeInput};
+use super::lore::PreparedLore;
+use super::model::{SceneMessage, SceneView, WorldUpdate};
+use super::records::SceneNotes;
+use super::round::CallLedger;
+use super::SceneError;
+use crate::engine::{EngineContext, Event};
+use crate::llm::structured::{StructuredOptions, complete_structured};
+use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile};
+use crate::lorebook::activation::ActivationState;
+use crate::prompting::PromptTemplates;
+use std::sync::Arc;
+
+/// What the Narrator and the World agent read of the round so far.
+pub(super) struct AfterCharacters<'a> {
+    pub ctx: &'a Arc<EngineContext>,
+    pub config: &'a SceneConfig,
+    pub templates: &'a PromptTemplates,
+    /// The scene with pass 1 and the characters' own deltas applied.
+    pub live: &'a SceneView,
+    pub notes: &'a SceneNotes,
+    pub history: &'a [SceneMessage],
+    pub lore: &'a PreparedLore,
+    pub open_guidance: &'a str,
+    pub message_number: u64,
+    pub seed: u64,
+    pub scene_id: &'a str,
+    pub round: u32,
+    pub cancel: &'a CancelToken,
+}
+
+impl AfterCharacters<'_> {
+    fn envelope(&self, agent: AgentKind, profile: &ProviderProfile, lore_state: &mut ActivationState) -> envelope::Envelope {
+        envelope::assemble(
+            &self.config.budgets,
+            profile.max_context_tokens,
+            &EnvelopeInput {
+                agent,
+                view: self.live,
+                notes: self.notes,
+                history: self.history,
+                lore: Some(self.lore),
+                memories: &[],
+                character: None,
+                director_guidance: vec![self.open_guidance.to_string()],
+                lore_scan_depth: self.config.lore_scan_depth,
+                message_number: self.message_number,
+                seed: self.seed,
+            },
+            lore_state,
+        )
+    }
+
+    fn request(profile: &ProviderProfile, system: String, user: String, stream: bool) -> ChatRequest {
+        let mut request = ChatRequest::new(profile.model.clone(), vec![ChatMessage::system(system), ChatMessage::user(user)]);
+        request.sampler = profile.sampler.clone();
+        request.stream = stream;
+        request
+    }
+
+    fn cancelled(&self) -> Result<(), SceneError> {
+        if self.cancel.is_cancelled() { Err(SceneError::Llm(crate::llm::LlmError::Cancelled)) } else { Ok(()) }
+    }
+}
+
+/// The Narrator's words for this round (streamed as tokens with `character_id`
+/// `"narrator"`), and its call's ledger.
+pub(super) fn narrate(
+    at: &AfterCharacters<'_>,
+    narrator: &(LlmClient, ProviderProfile),
+    lore_state: &mut ActivationState,
+) -> Result<(String, CallLedger), SceneError> {
+    at.cancelled()?;
+    let emit = |e: SceneEvent| at.ctx.emit(Event::Scene(e));
+    emit(SceneEvent::NarratorStarted { scene_id: at.scene_id.to_string(), round: at.round });
+    let envelope = at.envelope(AgentKind::Narrator, &narrator.1, lore_state);
+    let prompt = envelope::render(at.templates, AgentKind::Narrator, &envelope, None, &envelope::narrator_turn(at.round))?;
+    let request = AfterCharacters::request(&narrator.1, prompt.system, prompt.user, true);
+    let sink = at.ctx.clone();
+    let (scene, round) = (at.scene_id.to_string(), at.round);
+    let on_token = move |text: &str| {
+        sink.emit(Event::Scene(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() }))
+    };
+    let completion = narrator.0.complete(&request, CallContext::with_tokens(at.cancel, &on_token))?;
+    let content = completion.text.trim().to_string();
+    emit(SceneEvent::NarratorFinished { scene_id: at.scene_id.to_string(), round: at.round, content: content.clone() });
+    let ledger = CallLedger {
+        agent: "narrator".into(),
+        character: None,
+        ledger: envelope.ledger,
+        prompt_tokens: completion.usage.prompt_tokens,
+        completion_tokens: completion.usage.completion_tokens,
+        notes: Vec::new(),
+    };
+    Ok((content, ledger))
+}
+
+/// The World agent's trackers and minutes for this round, and its call's ledger.
+pub(super) fn world(
+    at: &AfterCharacters<'_>,
+    world: &(LlmClient, ProviderProfile),
+    lore_state: &mut ActivationState,
+) -> Result<(WorldUpdate, CallLedger), SceneError> {
+    at.cancelled()?;
+    let envelope = at.envelope(AgentKind::World, &world.1, lore_state);
+    let prompt = envelope::render(at.templates, AgentKind::World, &envelope, None, &envelope::world_turn(at.round))?;
+    let request = AfterCharacters::request(&world.1, prompt.system, prompt.user, false);
+    let output = complete_structured::<WorldUpdate>(&world.0, request, &StructuredOptions::default(), CallContext::new(at.cancel))
+        .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
+    at.ctx.emit(Event::Scene(SceneEvent::WorldDecided { scene_id: at.scene_id.to_string(), round: at.round, decision: output.json }));
+    let ledger = CallLedger {
+        agent: "world".into(),
+        character: None,
+        ledger: envelope.ledger,
+        prompt_tokens: output.usage.prompt_tokens,
+        completion_tokens: output.usage.completion_tokens,
+        notes: Vec::new(),
+    };
+    Ok((output.value, ledger))
+}

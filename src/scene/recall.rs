@@ -1,0 +1,144 @@
+//! Witness-scoped memories for the characters of a round, and the round's messages
+//! turned into memories.
+//!
+//! A character recalls only what it witnessed (or what is common knowledge): every
+//! scene message becomes a memory turn whose witnesses are the characters present when
+//! it was said, and each character's search filters on its own name. Nothing is
+//! written here: the round close stores the turns and the injection records in its one
+//! transaction, so a discarded round leaves no memory behind.
+//!
+//! The memory bank wants the embedding model; without it (no model under `models/`,
+//! a model that fails to load) recall falls back to keyword search and the round
+//! says so in its ledger, rather than failing.
+
+use super::model::SceneMessage;
+use crate::engine::EngineContext;
+use crate::memory::{MemoryBank, MemoryKind, NewMemory, RetrievalHit, Scope, ScopeKind, SearchFilter, SearchMode, SearchRequest};
+use std::sync::Arc;
+
+/// Recall for one round: the bank (if it opened) and how it searches.
+pub struct Recall {
+    bank: Option<Arc<MemoryBank>>,
+    mode: SearchMode,
+    /// Why recall is degraded, if it is; copied into every character call's ledger.
+    pub notes: Vec<String>,
+}
+
+/// What one character's call was given.
+#[derive(Debug, Clone)]
+pub struct Recalled {
+    pub query: String,
+    pub hits: Vec<RetrievalHit>,
+    pub notes: Vec<String>,
+}
+
+impl Recall {
+    pub fn open(ctx: &EngineContext) -> Self {
+        let mut notes = Vec::new();
+        let bank = match crate::memory::bank_for(ctx) {
+            Ok(bank) => Some(bank),
+            Err(e) => {
+                notes.push(format!("memories unavailable: {e}"));
+                None
+            }
+        };
+        let mode = match bank.as_ref().map(|b| b.embedder()) {
+            Some(Err(e)) => {
+                notes.push(format!("embedding model unavailable ({e}): memories found by keyword only"));
+                SearchMode::Keyword
+            }
+            _ => SearchMode::Hybrid,
+        };
+        Self { bank, mode, notes }
+    }
+
+    /// A recall that never finds anything (no bank), for callers without an engine.
+    pub fn none() -> Self {
+        Self { bank: None, mode: SearchMode::Keyword, notes: Vec::new() }
+    }
+
+    pub fn bank(&self) -> Option<&Arc<MemoryBank>> {
+        self.bank.as_ref()
+    }
+
+    /// The campaign's memories `witness` may recall, for the moment described by the
+    /// last messages and the Director's guidance.
+    pub fn for_character(&self, campaign_id: &str, witness: &str, history: &[SceneMessage], guidance: &[String], k: usize) -> Recalled {
+        let mut notes = self.notes.clone();
+        let query = query_text(history, guidance);
+        let Some(bank) = &self.bank else { return Recalled { query, hits: Vec::new(), notes } };
+        if k == 0 || query.trim().is_empty() {
+            return Recalled { query, hits: Vec::new(), notes };
+        }
+        let mut request = SearchRequest::new(query.clone(), k);
+        request.mode = self.mode;
+        request.filter = SearchFilter {
+            scope: Some(Scope { kind: ScopeKind::Campaign, id: Some(campaign_id.to_string()) }),
+            witness: Some(witness.to_string()),
+            ..Default::default()
+        };
+        let hits = match bank.search(&request) {
+            Ok(hits) => hits,
+            Err(e) if self.mode != SearchMode::Keyword => {
+                notes.push(format!("hybrid memory search failed ({e}): keyword only for this call"));
+                request.mode = SearchMode::Keyword;
+                bank.search(&request).unwrap_or_else(|e| {
+                    notes.push(format!("memory search failed: {e}"));
+                    Vec::new()
+                })
+            }
+            Err(e) => {
+                notes.push(format!("memory search failed: {e}"));
+                Vec::new()
+            }
+        };
+        Recalled { query, hits, notes }
+    }
+
+    /// The round's messages as memory turns of the campaign, witnessed by `present`
+    /// (the characters in the scene during the round). Ids follow the scene's message
+    /// numbers, so a round can never be remembered twice.
+    pub fn turns(&self, campaign_id: &str, scene_id: &str, messages: &[SceneMessage], present: &[String]) -> Vec<NewMemory> {
+        messages
+            .iter()
+            .filter(|m| !m.content.trim().is_empty())
+            .map(|m| {
+                let mut witnesses = present.to_vec();
+                if witnesses.is_empty() {
+                    // Said to nobody: the speaker alone knows (never common knowledge).
+                    witnesses.push(m.speaker.clone());
+                }
+                NewMemory {
+                    id: Some(format!("scene:{scene_id}:{}", m.number)),
+                    kind: MemoryKind::Turn,
+                    scope: Scope { kind: ScopeKind::Campaign, id: Some(campaign_id.to_string()) },
+                    speaker: Some(m.speaker.clone()),
+                    text: m.content.clone(),
+                    session: Some(scene_id.to_string()),
+                    witnesses,
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Vectors for `turns` when the embedder works; `None` (and why) otherwise, and
+    /// the turns are stored for keyword search until a reindex.
+    pub fn embed(&self, turns: &[NewMemory]) -> (Option<Vec<Vec<f32>>>, Option<String>) {
+        match (&self.bank, self.mode) {
+            (Some(bank), SearchMode::Hybrid) => match bank.embed_new(turns) {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(format!("the round's memories are stored without vectors ({e}); `memory reindex` adds them"))),
+            },
+            _ => (None, None),
+        }
+    }
+}
+
+/// The search text: the last three messages and the guidance for this turn.
+fn query_text(history: &[SceneMessage], guidance: &[String]) -> String {
+    let start = history.len().saturating_sub(3);
+    let mut parts: Vec<String> = history[start..].iter().map(|m| m.content.clone()).collect();
+    parts.extend(guidance.iter().filter(|g| !g.trim().is_empty()).cloned());
+    parts.join("\n")
+}

@@ -1,0 +1,107 @@
+//! The scene's running summary: every `summarise_every` rounds the `summariser` role
+//! folds the rounds older than the last one into `scenes.summary`, and the envelope's
+//! history then starts after the rounds the summary covers.
+//!
+//! It runs after the round has committed, in its own transaction, so a failed or slow
+//! summary never costs the round. The write is a compare-and-set on the round the
+//! summary covered before, so running it twice (or in two processes) changes nothing
+//! the second time.
+
+use super::SceneError;
+use super::records;
+use crate::engine::EngineContext;
+use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient};
+use crate::prompting::PromptTemplates;
+use rusqlite::{OptionalExtension, params};
+
+/// Whether the round that just closed triggers a summary: `every` rounds have closed
+/// since the rounds the summary covers (`summary_round`). Never after round 1, which
+/// has nothing older than itself; a summary that failed is tried again next round.
+pub fn due(round: u32, summary_round: u32, every: u32) -> bool {
+    every > 0 && round >= 2 && round.saturating_sub(summary_round) >= every
+}
+
+/// Fold rounds up to `through_round` into the scene's summary. `Ok(None)` when there is
+/// nothing new to cover or another run already covered it.
+pub fn summarise(ctx: &EngineContext, scene_id: &str, through_round: u32, cancel: &CancelToken) -> Result<Option<u32>, SceneError> {
+    let config = ctx.config();
+    let (previous, previous_round): (String, u32) = ctx.store.with(|c| {
+        c.query_row("SELECT summary, summary_round FROM scenes WHERE id = ?1", [scene_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .ok_or_else(|| crate::store::StoreError::NotFound(format!("scene {scene_id}")))
+    })?;
+    if previous_round >= through_round {
+        return Ok(None);
+    }
+    let lines: Vec<String> = ctx.store.with(|c| {
+        let mut stmt = c.prepare(
+            "SELECT round, speaker, content FROM scene_messages WHERE scene_id = ?1 AND round > ?2 AND round <= ?3 ORDER BY number",
+        )?;
+        let rows = stmt.query_map(params![scene_id, previous_round, through_round], |r| {
+            Ok(format!("[round {}] {}: {}", r.get::<_, u32>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    })?;
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let templates = PromptTemplates::shipped()?;
+    let system = templates.render(
+        "scene/summariser.j2",
+        serde_json::json!({
+            "previous": previous.trim(),
+            "previous_round": previous_round,
+            "from_round": previous_round + 1,
+            "to_round": through_round,
+            "transcript": lines,
+            "max_words": config.scene.summary_max_words,
+        }),
+    )?;
+    let profile = config.profile_for_role("summariser").map_err(|e| SceneError::Invalid(e.to_string()))?.clone();
+    let client = LlmClient::from_profile(&profile, Some(&ctx.store))?;
+    let mut request = ChatRequest::new(
+        profile.model.clone(),
+        vec![ChatMessage::system(system), ChatMessage::user(format!("Write the summary through round {through_round}."))],
+    );
+    request.sampler = profile.sampler.clone();
+    let completion = client.complete(&request, CallContext::new(cancel))?;
+    let summary = completion.text.trim();
+    if summary.is_empty() {
+        return Err(SceneError::Agent { agent: "summariser".into(), message: "the summary came back empty".into() });
+    }
+    let changed = ctx.store.transaction(|tx| {
+        Ok(tx.execute(
+            "UPDATE scenes SET summary = ?2, summary_round = ?3 WHERE id = ?1 AND summary_round = ?4",
+            params![scene_id, summary, through_round, previous_round],
+        )?)
+    })?;
+    Ok((changed == 1).then_some(through_round))
+}
+
+/// The summary and the round it covers, for tests and the CLI.
+pub fn current(conn: &rusqlite::Connection, scene_id: &str) -> Result<(String, u32), SceneError> {
+    let notes = records::load_notes(conn, scene_id)?;
+    Ok((notes.scene_summary, notes.summary_round))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_summary_is_due_every_n_rounds_but_never_after_the_first() {
+        // (round, rounds covered, every) -> due
+        let cases = [
+            ((5, 0, 5), true),
+            ((4, 0, 5), false),
+            ((9, 4, 5), true),
+            ((8, 4, 5), false),
+            ((6, 0, 5), true), // round 5's summary failed: try again
+            ((1, 0, 1), false),
+            ((2, 1, 1), true),
+            ((2, 0, 2), true),
+            ((7, 0, 0), false),
+        ];
+        for ((round, covered, every), want) in cases {
+            assert_eq!(super::due(round, covered, every), want, "round {round}, covered {covered}, every {every}");
+        }
+    }
+}
