@@ -381,11 +381,45 @@ impl MemoryBank {
     }
 
     /// Vector candidates for an embedded query: `(rowid, cosine)`, best first.
+    ///
+    /// A filter is applied in the cheapest order for its selectivity. First the graph is
+    /// searched unfiltered for a few times `n` and the filter checked on just those rows
+    /// (one query): a broad filter (the memories of the character most of the library is
+    /// about) is done there, without listing its 100k rows. Otherwise the filter is
+    /// listed and, when it keeps few rows, only those are scored exactly.
     pub fn vector_candidates(&self, query: &[f32], filter: &SearchFilter, n: usize) -> Result<Vec<Candidate>, MemoryError> {
-        let allowed = self.allowed(filter)?;
-        let keep = |r: i64| allowed.as_ref().is_none_or(|a| a.contains(&r));
         let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        if filter.is_empty() {
+            return Ok(index.search(query, n, &|_| true));
+        }
+        let wide = index.search(query, n.saturating_mul(4), &|_| true);
+        let passing = self.passing(filter, wide.iter().map(|c| c.0))?;
+        let hits: Vec<Candidate> = wide.into_iter().filter(|c| passing.contains(&c.0)).take(n).collect();
+        if hits.len() == n {
+            return Ok(hits);
+        }
+        let allowed = self.allowed(filter)?.unwrap_or_default();
+        let keep = |r: i64| allowed.contains(&r);
+        if allowed.len() <= index.len() / 8 {
+            return Ok(index.search_subset(query, n, &keep));
+        }
         Ok(index.search(query, n, &keep))
+    }
+
+    /// Which of `rowids` pass `filter` (one query, however many rows the filter keeps).
+    fn passing(&self, filter: &SearchFilter, rowids: impl Iterator<Item = i64>) -> Result<HashSet<i64>, MemoryError> {
+        let list: Vec<String> = rowids.map(|r| r.to_string()).collect();
+        if list.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let (cond, params) = filter.sql();
+        // Rowids are integers from the index, so they can be written into the SQL.
+        let sql = format!("SELECT m.rowid FROM memories m WHERE m.rowid IN ({}) AND {cond}", list.join(","));
+        self.with_reader(|c| {
+            let mut stmt = c.prepare(&sql)?;
+            let rows = stmt.query_map(params_from_iter(params.iter()), |r| r.get::<_, i64>(0))?;
+            Ok(rows.collect::<Result<HashSet<_>, _>>()?)
+        })
     }
 
     /// Hybrid (or single-list) search. Any query text is valid.

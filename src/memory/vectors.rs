@@ -142,6 +142,20 @@ impl VectorIndex {
     }
 
     /// The `n` most similar rows among `range`, by exact scan: `(rowid, cosine)`, best first.
+    /// Exact search over the rows `keep` accepts, testing `keep` before the dot
+    /// product: for a selective filter (a character's lore among 100k memories) this
+    /// costs a lookup per row instead of a 384-wide product per row.
+    pub fn search_subset(&self, query: &[f32], n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
+        if n == 0 || query.len() != self.dim {
+            return Vec::new();
+        }
+        let mut scored: Vec<(i64, f32)> =
+            (0..self.len()).filter(|&i| keep(self.rowids[i])).map(|i| (self.rowids[i], dot(query, self.row(i)))).collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        scored.truncate(n);
+        scored
+    }
+
     fn scan(&self, query: &[f32], range: std::ops::Range<usize>, n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
         let mut best: Vec<(i64, f32)> = Vec::with_capacity(n + 1);
         let mut floor = f32::NEG_INFINITY;
