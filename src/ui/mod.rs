@@ -19,7 +19,7 @@ pub use identity::IdentityPanels;
 use library::LibraryPanel;
 pub use providers::TestView;
 pub use scene::ScenePanels;
-pub use memory::MemoryPanel;
+pub use memory::{MemoryPanel, MemoryTab};
 use providers::ProvidersPanel;
 
 /// At most this many events are applied per frame, so a flood of streamed tokens
@@ -193,8 +193,10 @@ impl WorkbenchApp {
             }
             _ => {}
         }
-        if let Event::Memory(e) = &event {
-            self.memory.apply(e);
+        let mut outbox = Vec::new();
+        self.memory.observe(&event, &mut outbox);
+        for command in outbox {
+            self.send(command);
         }
     }
 
