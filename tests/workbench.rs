@@ -399,3 +399,87 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
 fn view_messages(harness: &Harness<'_, WorkbenchApp>) -> Vec<lorekeeper::llm::ChatMessage> {
     harness.state().chat().packet().expect("packet").packet.messages.clone()
 }
+
+#[test]
+fn the_memory_panel_shows_the_memories_injected_into_each_agents_last_prompt() {
+    use lorekeeper::memory::{MemoryKind, NewMemory, RetrievalHit, Scope, injections, records};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let turn = |id: &str, speaker: &str, text: &str| NewMemory {
+        id: Some(id.into()),
+        kind: MemoryKind::Turn,
+        scope: Scope::world(),
+        speaker: Some(speaker.into()),
+        text: text.into(),
+        session: Some("s1".into()),
+        time: Some("2024-05-01T12:00:00Z".into()),
+        ..Default::default()
+    };
+    let hit = |id: &str, text: &str, score: f32, keyword: Option<f32>, vector: Option<f32>| RetrievalHit {
+        id: id.into(),
+        text: text.into(),
+        speaker: Some("user".into()),
+        score,
+        keyword_score: keyword,
+        vector_score: vector,
+        rank: 1,
+        keyword_rank: keyword.map(|_| 1),
+        vector_rank: vector.map(|_| 1),
+        kind: MemoryKind::Turn,
+        scope: Scope::world(),
+        session: Some("s1".into()),
+        time: None,
+    };
+    let mut harness = open_app(dir.path(), &Config::default());
+    let store = harness.state().engine().context().store.clone();
+    store
+        .transaction(|tx| {
+            records::insert(
+                tx,
+                &[
+                    turn("t1", "Mira", "Where did you find that?"),
+                    turn("t2", "user", "We found a brass compass in the sand below the lighthouse."),
+                    turn("t3", "Mira", "Keep it dry, the needle rusts."),
+                ],
+            )?;
+            injections::record(
+                tx,
+                "companion:Mira",
+                "what did we dig up?",
+                &[hit("t2", "We found a brass compass in the sand below the lighthouse.", 0.912, Some(3.25), Some(0.634))],
+            )
+        })
+        .expect("write an injection");
+    harness.run();
+    nav(&harness, "Memory").click();
+    harness.run();
+    harness.get_by_label_contains("Injected into prompts").click();
+    run_until(&mut harness, Duration::from_secs(10), |app| !app.memory().injections().is_empty());
+    harness.run();
+    assert_eq!(harness.state().memory().selected_agent(), Some("companion:Mira"));
+    harness.get_by_label("companion:Mira (1)");
+    assert!(harness.query_all_by_label_contains("brass compass").next().is_some(), "the injected hit is listed");
+    for score in ["0.912", "3.250", "0.634"] {
+        assert!(harness.query_all_by_label_contains(score).next().is_some(), "score {score} shown as a bar");
+    }
+
+    // A later prompt of another agent shows after a refresh, and is selectable.
+    store
+        .with(|c| injections::record(c, "scene:character:Tobin", "the lighthouse", &[hit("t3", "Keep it dry, the needle rusts.", 0.5, None, Some(0.5))]))
+        .expect("second injection");
+    harness.get_by_label("Refresh injections").click();
+    run_until(&mut harness, Duration::from_secs(10), |app| app.memory().injections().len() == 2);
+    harness.run();
+    harness.get_by_label("scene:character:Tobin (1)").click();
+    harness.run();
+    assert_eq!(harness.state().memory().selected_agent(), Some("scene:character:Tobin"));
+    assert!(harness.query_all_by_label_contains("needle rusts").next().is_some());
+
+    // Its context button shows the turn among its neighbours, as for a search hit.
+    harness.get_by_label("Context").click();
+    let started = Instant::now();
+    while harness.query_all_by_label_contains("Where did you find that?").next().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "context not shown");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+}

@@ -104,6 +104,10 @@ pub struct EngineContext {
     config: RwLock<Config>,
     pub events: EventSink,
     pub runtime: tokio::runtime::Handle,
+    /// The library's memory bank, opened on first use by `memory::bank_for`. It lives
+    /// here rather than in a process-wide map so that its vector index (hundreds of MB
+    /// for a large library) goes away with the engine, and two engines never share one.
+    pub(crate) memory: std::sync::Mutex<Option<Arc<crate::memory::MemoryBank>>>,
 }
 
 impl EngineContext {
@@ -201,6 +205,7 @@ pub fn start(paths: Paths) -> Result<EngineHandle, EngineError> {
         config: RwLock::new(config),
         events: EventSink { tx: event_tx, waker: waker.clone() },
         runtime: runtime.handle().clone(),
+        memory: std::sync::Mutex::new(None),
     });
     let loop_context = context.clone();
     let thread = std::thread::Builder::new()

@@ -63,6 +63,9 @@ pub struct MemoryBank {
     index: RwLock<VectorIndex>,
     reader: Mutex<Option<Connection>>,
     rebuilding: AtomicBool,
+    /// Lower-cased names of everyone who has spoken, for stripping names from queries:
+    /// reading them is a scan of every memory, too slow to repeat per search at 100k.
+    speakers: RwLock<Option<HashSet<String>>>,
 }
 
 impl MemoryBank {
@@ -76,6 +79,7 @@ impl MemoryBank {
             embedder: Mutex::new(None),
             reader: Mutex::new(None),
             rebuilding: AtomicBool::new(false),
+            speakers: RwLock::new(None),
         };
         bank.load_vectors()?;
         Ok(Arc::new(bank))
@@ -291,6 +295,9 @@ impl MemoryBank {
                 index.push(*rowid, v);
             }
         }
+        if let Some(known) = self.speakers.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            known.extend(items.iter().filter_map(|m| m.speaker.as_deref()).map(str::to_lowercase));
+        }
         self.store.with(|c| {
             let mut stmt = c.prepare_cached("SELECT id FROM memories WHERE rowid = ?1")?;
             rowids.iter().map(|r| Ok(stmt.query_row([r], |row| row.get(0))?)).collect()
@@ -351,15 +358,29 @@ impl MemoryBank {
     /// Keyword candidates: `(rowid, -bm25)`, best first.
     pub fn keyword_candidates(&self, query: &str, filter: &SearchFilter, n: usize) -> Result<Vec<Candidate>, MemoryError> {
         let Some(fts) = keyword::fts_query(query) else { return Ok(Vec::new()) };
+        // Only the text column: the speaker column has weight 0 in the ranking, but a
+        // term that names a speaker ("user", "Mira") would still match (and rank) half
+        // of all memories for nothing; at 100k that was most of a search's time.
+        let fts = format!("text : ({fts})");
         let (cond, mut params) = filter.sql();
         params.push(rusqlite::types::Value::Text(fts));
         params.push(rusqlite::types::Value::Integer(n as i64));
         let q = params.len() - 1;
-        let sql = format!(
-            "SELECT m.rowid, -bm25(memory_fts, 1.0, 0.0) FROM memory_fts JOIN memories m ON m.rowid = memory_fts.rowid \
-             WHERE memory_fts MATCH ?{q} AND {cond} ORDER BY bm25(memory_fts, 1.0, 0.0) LIMIT ?{}",
-            q + 1
-        );
+        let sql = if filter.is_empty() {
+            // No filter, no join: each matching row would otherwise be looked up in
+            // `memories` before the ranking.
+            format!(
+                "SELECT rowid, -bm25(memory_fts, 1.0, 0.0) FROM memory_fts WHERE memory_fts MATCH ?{q} \
+                 ORDER BY bm25(memory_fts, 1.0, 0.0) LIMIT ?{}",
+                q + 1
+            )
+        } else {
+            format!(
+                "SELECT m.rowid, -bm25(memory_fts, 1.0, 0.0) FROM memory_fts JOIN memories m ON m.rowid = memory_fts.rowid \
+                 WHERE memory_fts MATCH ?{q} AND {cond} ORDER BY bm25(memory_fts, 1.0, 0.0) LIMIT ?{}",
+                q + 1
+            )
+        };
         self.with_reader(|c| {
             let mut stmt = c.prepare_cached(&sql)?;
             let rows = stmt.query_map(params_from_iter(params.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)? as f32)))?;
@@ -655,6 +676,7 @@ impl MemoryBank {
             Ok(rowids)
         })?;
         if !removed.is_empty() {
+            *self.speakers.write().unwrap_or_else(|p| p.into_inner()) = None;
             let gone: HashSet<i64> = removed.iter().copied().collect();
             self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| !gone.contains(&r));
         }

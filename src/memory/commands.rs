@@ -6,9 +6,8 @@ use super::records::{Memory, MemoryKind, NewMemory, Scope};
 use super::retrieval::{RetrievalHit, SearchMode, SearchRequest};
 use crate::engine::{EngineContext, Event};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -143,21 +142,20 @@ pub fn import_file(
     })
 }
 
-/// The engine's bank for its library (one per library file, shared by every command).
+/// The engine's bank for its library (one per engine, shared by every command and by
+/// the agents that recall memories). A change of retrieval settings applies at once; a
+/// change of embedding model opens a new bank, because stored vectors are per model.
 pub fn bank_for(ctx: &EngineContext) -> Result<Arc<MemoryBank>, MemoryError> {
-    static BANKS: Mutex<Option<HashMap<PathBuf, Arc<MemoryBank>>>> = Mutex::new(None);
     let config = ctx.config().memory;
-    let mut banks = BANKS.lock().unwrap_or_else(|p| p.into_inner());
-    let map = banks.get_or_insert_with(HashMap::new);
-    let key = ctx.store.path().to_path_buf();
-    if let Some(bank) = map.get(&key) {
+    let mut slot = ctx.memory.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(bank) = slot.as_ref() {
         if bank.config().embedding == config.embedding {
             bank.set_config(config);
             return Ok(bank.clone());
         }
     }
     let bank = MemoryBank::open(ctx.store.clone(), config)?;
-    map.insert(key, bank.clone());
+    *slot = Some(bank.clone());
     Ok(bank)
 }
 

@@ -34,6 +34,8 @@ impl serde::Serialize for AnnPoint {
 }
 
 thread_local! {
+    /// Scratch space of graph searches on this thread.
+    static SEARCH: std::cell::RefCell<Search> = std::cell::RefCell::new(Search::default());
     /// The vectors a graph being decoded on this thread refers to.
     static DECODING: std::cell::RefCell<Option<(Arc<[f32]>, usize)>> = const { std::cell::RefCell::new(None) };
 }
@@ -198,20 +200,27 @@ impl VectorIndex {
         let Some(ann) = self.ann.as_ref().filter(|a| a.covers > 0 && a.covers <= self.len()) else {
             return self.scan(query, 0..self.len(), n, keep);
         };
-        let mut search = Search::default();
         let point = AnnPoint { index: u32::MAX, vector: Arc::from(query) };
         let mut hits: Vec<(i64, f32)> = Vec::with_capacity(n * 2);
         let mut seen = 0;
-        for item in ann.map.search(&point, &mut search) {
-            seen += 1;
-            let rowid = self.rowids[*item.value as usize];
-            if keep(rowid) {
-                hits.push((rowid, 1.0 - item.distance));
-                if hits.len() == n {
-                    break;
+        let mut walk = |search: &mut Search| {
+            for item in ann.map.search(&point, search) {
+                seen += 1;
+                let rowid = self.rowids[*item.value as usize];
+                if keep(rowid) {
+                    hits.push((rowid, 1.0 - item.distance));
+                    if hits.len() == n {
+                        break;
+                    }
                 }
             }
-        }
+        };
+        // A search's scratch space holds a visited mark per vector: reuse it per thread
+        // instead of allocating and zeroing `len()` bytes for every query.
+        SEARCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut search) => walk(&mut search),
+            Err(_) => walk(&mut Search::default()),
+        });
         if hits.len() < n && seen > hits.len() * 2 {
             // The filter is selective: the graph's candidates are not enough.
             return self.scan(query, 0..self.len(), n, keep);

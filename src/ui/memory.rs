@@ -1,12 +1,35 @@
 //! The memory browser: search memories and lore with filters, see every hit's keyword,
-//! vector and fused score as bars, read the source turn in its conversation, and watch
-//! the index (vectors indexed by the graph, pending in the exact-scan tail, rebuilding).
+//! vector and fused score as bars, read the source turn in its conversation, see which
+//! memories went into each agent's last prompt, and watch the index (vectors indexed by
+//! the graph, pending in the exact-scan tail, rebuilding).
 
-use crate::engine::Command;
+use crate::engine::{Command, Event};
+use crate::memory::injections::Injection;
 use crate::memory::{Memory, MemoryCommand, MemoryEvent, MemoryStats, RetrievalHit, Scope, SearchFilter, SearchMode, SearchRequest};
+use std::time::Instant;
+
+/// The two halves of the panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryTab {
+    #[default]
+    Search,
+    /// What each agent's last prompt was given.
+    Injections,
+}
+
+/// Long work on the index, as the status line shows it.
+#[derive(Debug, Clone, PartialEq)]
+enum Work {
+    /// Embedding (import or reindex): `done` of `total` memories.
+    Embedding { what: &'static str, done: usize, total: usize },
+    /// The HNSW graph is being rebuilt; it reports no progress of its own, so the
+    /// status shows how long it has run.
+    Rebuilding { vectors: usize, since: Instant },
+}
 
 #[derive(Default)]
 pub struct MemoryPanel {
+    tab: MemoryTab,
     query: String,
     k: usize,
     mode: SearchMode,
@@ -22,6 +45,9 @@ pub struct MemoryPanel {
     context: Vec<Memory>,
     stats: Option<MemoryStats>,
     status: Option<String>,
+    work: Option<Work>,
+    injections: Vec<Injection>,
+    agent: Option<String>,
 }
 
 fn optional(text: &str) -> Option<String> {
@@ -33,9 +59,49 @@ impl MemoryPanel {
         Self { k: 20, ..Default::default() }
     }
 
-    /// Commands to send when the workbench opens (index status for the header).
+    /// Commands to send when the workbench opens (index status for the header, and what
+    /// the agents were last given).
     pub fn startup() -> Vec<Command> {
-        vec![Command::Memory(MemoryCommand::Stats)]
+        vec![Command::Memory(MemoryCommand::Stats), Command::Memory(MemoryCommand::Injections)]
+    }
+
+    pub fn tab(&self) -> MemoryTab {
+        self.tab
+    }
+
+    /// Every agent's last injection, most recent first.
+    pub fn injections(&self) -> &[Injection] {
+        &self.injections
+    }
+
+    /// The agent whose injected memories are shown.
+    pub fn selected_agent(&self) -> Option<&str> {
+        self.agent.as_deref()
+    }
+
+    /// Follow the engine: memory events update the panel; a committed round (the moment
+    /// injections are written, in the round's transaction) asks for them again, and
+    /// finished index work asks for fresh counts.
+    pub fn observe(&mut self, event: &Event, outbox: &mut Vec<Command>) {
+        match event {
+            Event::Memory(e) => {
+                self.apply(e);
+                if matches!(
+                    e,
+                    MemoryEvent::Imported { .. }
+                        | MemoryEvent::Reindexed { .. }
+                        | MemoryEvent::IndexRebuilt { .. }
+                        | MemoryEvent::LoreIndexed { .. }
+                ) {
+                    outbox.push(Command::Memory(MemoryCommand::Stats));
+                }
+            }
+            Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
+            | Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. }) => {
+                outbox.push(Command::Memory(MemoryCommand::Injections));
+            }
+            _ => {}
+        }
     }
 
     pub fn hits(&self) -> &[RetrievalHit] {
@@ -57,20 +123,34 @@ impl MemoryPanel {
             MemoryEvent::Context { id, memories } if self.selected.as_deref() == Some(id) => {
                 self.context = memories.clone();
             }
-            MemoryEvent::ImportProgress { done, total } | MemoryEvent::ReindexProgress { done, total } => {
-                self.status = Some(format!("working: {done}/{total}"));
+            MemoryEvent::ImportProgress { done, total } => {
+                self.work = Some(Work::Embedding { what: "importing", done: *done, total: *total });
+            }
+            MemoryEvent::ReindexProgress { done, total } => {
+                self.work = Some(Work::Embedding { what: "embedding", done: *done, total: *total });
             }
             MemoryEvent::IndexRebuilding { vectors } => {
-                self.status = Some(format!("rebuilding the vector graph over {vectors} vectors"));
+                self.work = Some(Work::Rebuilding { vectors: *vectors, since: Instant::now() });
                 if let Some(s) = self.stats.as_mut() {
                     s.rebuilding = true;
                 }
             }
             MemoryEvent::IndexRebuilt { vectors, elapsed_ms } => {
+                self.work = None;
                 self.status = Some(format!("vector graph rebuilt over {vectors} vectors in {elapsed_ms} ms"));
+                if let Some(s) = self.stats.as_mut() {
+                    s.rebuilding = false;
+                }
             }
             MemoryEvent::Imported { .. } | MemoryEvent::Reindexed { .. } => {
-                self.status = None;
+                self.work = None;
+            }
+            MemoryEvent::Injections { injections } => {
+                self.injections = injections.clone();
+                let still_there = self.agent.as_ref().is_some_and(|a| self.injections.iter().any(|i| &i.agent == a));
+                if !still_there {
+                    self.agent = self.injections.first().map(|i| i.agent.clone());
+                }
             }
             _ => {}
         }
@@ -101,6 +181,37 @@ impl MemoryPanel {
         ui.heading("Memory");
         self.show_status(ui, outbox);
         ui.separator();
+        ui.horizontal(|ui| {
+            ui.selectable_value(&mut self.tab, MemoryTab::Search, "Browse memories");
+            let label = format!("Injected into prompts ({})", self.injections.len());
+            if ui.selectable_value(&mut self.tab, MemoryTab::Injections, label).clicked() {
+                outbox.push(Command::Memory(MemoryCommand::Injections));
+            }
+        });
+        ui.separator();
+        let open = match self.tab {
+            MemoryTab::Search => self.show_search(ui, outbox),
+            MemoryTab::Injections => self.show_injections(ui, outbox),
+        };
+        if let Some(id) = open {
+            self.selected = Some(id.clone());
+            self.context.clear();
+            outbox.push(Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 }));
+        }
+        if self.selected.is_some() {
+            ui.separator();
+            self.show_context(ui);
+        }
+    }
+
+    /// The table's height: what is left above the context view, if one is open.
+    fn table_height(&self, ui: &egui::Ui) -> f32 {
+        let context_height = if self.selected.is_some() { 180.0 } else { 0.0 };
+        (ui.available_height() - context_height).max(120.0)
+    }
+
+    /// The search form and its hits; returns the hit whose context was asked for.
+    fn show_search(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) -> Option<String> {
         let mut search = false;
         ui.horizontal(|ui| {
             let label = ui.label("Search memories");
@@ -150,13 +261,46 @@ impl MemoryPanel {
             _ => {}
         }
         ui.separator();
-        let context_height = if self.selected.is_some() { 180.0 } else { 0.0 };
-        let table_height = (ui.available_height() - context_height).max(120.0);
-        ui.allocate_ui(egui::vec2(ui.available_width(), table_height), |ui| self.show_table(ui, outbox));
-        if self.selected.is_some() {
-            ui.separator();
-            self.show_context(ui);
+        let height = self.table_height(ui);
+        let selected = self.selected.as_deref();
+        ui.allocate_ui(egui::vec2(ui.available_width(), height), |ui| hit_table(ui, "memory_hits", &self.hits, selected)).inner
+    }
+
+    /// Agents and the memories their last prompt was given, scored as at the time.
+    fn show_injections(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) -> Option<String> {
+        ui.horizontal(|ui| {
+            ui.label("The memories each agent's most recent prompt was given.");
+            if ui.button("Refresh injections").clicked() {
+                outbox.push(Command::Memory(MemoryCommand::Injections));
+            }
+        });
+        if self.injections.is_empty() {
+            ui.label("No agent has been given memories yet: they appear after a companion turn or a scene round.");
+            return None;
         }
+        ui.horizontal_wrapped(|ui| {
+            ui.label("Agent");
+            for injection in &self.injections {
+                let selected = self.agent.as_deref() == Some(injection.agent.as_str());
+                let text = format!("{} ({})", injection.agent, injection.hits.len());
+                if ui.selectable_label(selected, text).on_hover_text(format!("prompted at {}", injection.at)).clicked() {
+                    self.agent = Some(injection.agent.clone());
+                }
+            }
+        });
+        let Some(injection) = self.agent.as_ref().and_then(|a| self.injections.iter().find(|i| &i.agent == a)) else {
+            return None;
+        };
+        ui.label(format!(
+            "{} memories for {:?} at {}",
+            injection.hits.len(),
+            injection.query.chars().take(200).collect::<String>(),
+            injection.at
+        ));
+        ui.separator();
+        let height = self.table_height(ui);
+        let selected = self.selected.as_deref();
+        ui.allocate_ui(egui::vec2(ui.available_width(), height), |ui| hit_table(ui, "memory_injected", &injection.hits, selected)).inner
     }
 
     fn show_status(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
@@ -164,16 +308,21 @@ impl MemoryPanel {
             match &self.stats {
                 Some(s) => {
                     ui.label(format!(
-                        "{} memories ({} turns, {} summaries, {} lore) · vectors: {} indexed, {} pending{} · model {}",
+                        "{} memories ({} turns, {} summaries, {} lore) · vectors: {} indexed, {} pending{}{} · model {}",
                         s.memories,
                         s.turns,
                         s.summaries,
                         s.lore_chunks,
                         s.ann_indexed,
-                        s.ann_pending + s.without_vectors,
+                        s.ann_pending,
+                        if s.without_vectors > 0 { format!(", {} not embedded", s.without_vectors) } else { String::new() },
                         if s.rebuilding { " · rebuilding" } else { "" },
                         s.model
-                    ));
+                    ))
+                    .on_hover_text(
+                        "indexed: served by the vector graph · pending: newer than the graph, scanned exactly \
+                         until the next rebuild · not embedded: no vector of this model yet (Rebuild index embeds them)",
+                    );
                 }
                 None => {
                     ui.label("Index status not loaded yet.");
@@ -182,71 +331,31 @@ impl MemoryPanel {
             if ui.button("Refresh status").clicked() {
                 outbox.push(Command::Memory(MemoryCommand::Stats));
             }
-            if ui.button("Rebuild index").clicked() {
+            let busy = self.work.is_some() || self.stats.as_ref().is_some_and(|s| s.rebuilding);
+            if ui.add_enabled(!busy, egui::Button::new("Rebuild index")).clicked() {
                 outbox.push(Command::Memory(MemoryCommand::Reindex { force: false }));
-                outbox.push(Command::Memory(MemoryCommand::Stats));
             }
             if let Some(status) = &self.status {
                 ui.label(status);
             }
         });
-    }
-
-    fn show_table(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
-        use egui_extras::{Column, TableBuilder};
-        let max_kw = self.hits.iter().filter_map(|h| h.keyword_score).fold(0f32, f32::max);
-        let max_fused = self.hits.iter().map(|h| h.score).fold(0f32, f32::max);
-        let mut open = None;
-        TableBuilder::new(ui)
-            .striped(true)
-            .resizable(true)
-            .column(Column::exact(36.0))
-            .column(Column::initial(70.0))
-            .column(Column::remainder().at_least(240.0).clip(true))
-            .column(Column::exact(110.0))
-            .column(Column::exact(110.0))
-            .column(Column::exact(110.0))
-            .column(Column::exact(64.0))
-            .header(22.0, |mut header| {
-                for title in ["#", "Speaker", "Memory", "Fused", "Keyword", "Vector", ""] {
-                    header.col(|ui| {
-                        ui.strong(title);
-                    });
-                }
-            })
-            .body(|body| {
-                body.rows(24.0, self.hits.len(), |mut row| {
-                    let hit = &self.hits[row.index()];
-                    let selected = self.selected.as_deref() == Some(hit.id.as_str());
-                    row.set_selected(selected);
-                    row.col(|ui| {
-                        ui.label(hit.rank.to_string());
-                    });
-                    row.col(|ui| {
-                        ui.label(hit.speaker.as_deref().unwrap_or(hit.kind.as_str()));
-                    });
-                    row.col(|ui| {
-                        ui.label(&hit.text).on_hover_text(format!(
-                            "{} · {} · {}",
-                            hit.id,
-                            hit.session.as_deref().unwrap_or("no session"),
-                            hit.time.as_deref().unwrap_or("no time")
-                        ));
-                    });
-                    row.col(|ui| score_bar(ui, Some(hit.score), max_fused, "fused"));
-                    row.col(|ui| score_bar(ui, hit.keyword_score, max_kw, "keyword"));
-                    row.col(|ui| score_bar(ui, hit.vector_score, 1.0, "vector"));
-                    row.col(|ui| {
-                        if ui.small_button("Context").on_hover_text("Show the turns around this memory").clicked() {
-                            open = Some(hit.id.clone());
-                        }
-                    });
+        match &self.work {
+            Some(Work::Embedding { what, done, total }) => {
+                let fraction = if *total > 0 { *done as f32 / *total as f32 } else { 0.0 };
+                ui.add(egui::ProgressBar::new(fraction).desired_width(360.0).text(format!("{what} {done}/{total}")));
+            }
+            Some(Work::Rebuilding { vectors, since }) => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label(format!(
+                        "rebuilding the vector graph over {vectors} vectors ({} s); new memories are searched exactly meanwhile",
+                        since.elapsed().as_secs()
+                    ));
                 });
-            });
-        if let Some(id) = open {
-            self.selected = Some(id.clone());
-            self.context.clear();
-            outbox.push(Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 }));
+                // The elapsed time moves without events.
+                ui.ctx().request_repaint_after(std::time::Duration::from_millis(500));
+            }
+            None => {}
         }
     }
 
@@ -275,6 +384,62 @@ impl MemoryPanel {
     }
 }
 
+/// Hits with their three scores as bars (virtualised: only visible rows are laid out);
+/// returns the id whose "Context" button was clicked.
+fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Option<&str>) -> Option<String> {
+    use egui_extras::{Column, TableBuilder};
+    let max_kw = hits.iter().filter_map(|h| h.keyword_score).fold(0f32, f32::max);
+    let max_fused = hits.iter().map(|h| h.score).fold(0f32, f32::max);
+    let mut open = None;
+    TableBuilder::new(ui)
+        .id_salt(salt)
+        .striped(true)
+        .resizable(true)
+        .column(Column::exact(36.0))
+        .column(Column::initial(70.0))
+        .column(Column::remainder().at_least(240.0).clip(true))
+        .column(Column::exact(110.0))
+        .column(Column::exact(110.0))
+        .column(Column::exact(110.0))
+        .column(Column::exact(64.0))
+        .header(22.0, |mut header| {
+            for title in ["#", "Speaker", "Memory", "Fused", "Keyword", "Vector", ""] {
+                header.col(|ui| {
+                    ui.strong(title);
+                });
+            }
+        })
+        .body(|body| {
+            body.rows(24.0, hits.len(), |mut row| {
+                let hit = &hits[row.index()];
+                row.set_selected(selected == Some(hit.id.as_str()));
+                row.col(|ui| {
+                    ui.label(hit.rank.to_string());
+                });
+                row.col(|ui| {
+                    ui.label(hit.speaker.as_deref().unwrap_or(hit.kind.as_str()));
+                });
+                row.col(|ui| {
+                    ui.label(&hit.text).on_hover_text(format!(
+                        "{} · {} · {}",
+                        hit.id,
+                        hit.session.as_deref().unwrap_or("no session"),
+                        hit.time.as_deref().unwrap_or("no time")
+                    ));
+                });
+                row.col(|ui| score_bar(ui, Some(hit.score), max_fused, "fused"));
+                row.col(|ui| score_bar(ui, hit.keyword_score, max_kw, "keyword"));
+                row.col(|ui| score_bar(ui, hit.vector_score, 1.0, "vector"));
+                row.col(|ui| {
+                    if ui.small_button("Context").on_hover_text("Show the turns around this memory").clicked() {
+                        open = Some(hit.id.clone());
+                    }
+                });
+            });
+        });
+    open
+}
+
 /// A score as a bar scaled to `max`, labelled with the number (or "–" when the list did
 /// not return the memory), so the accessible label carries the value.
 fn score_bar(ui: &mut egui::Ui, score: Option<f32>, max: f32, what: &str) {
@@ -293,8 +458,66 @@ fn score_bar(ui: &mut egui::Ui, score: Option<f32>, max: f32, what: &str) {
 impl MemoryPanel {
     /// Show memory `id` in its context (another panel linked to it).
     pub fn focus(&mut self, id: String) -> Command {
+        self.tab = MemoryTab::Search;
         self.selected = Some(id.clone());
         self.context.clear();
         Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::injections::Injection;
+
+    fn injection(agent: &str) -> Injection {
+        Injection { agent: agent.into(), query: "q".into(), at: "2024-05-01T12:00:00Z".into(), hits: Vec::new() }
+    }
+
+    #[test]
+    fn a_committed_round_asks_for_the_injections_again() {
+        let mut panel = MemoryPanel::new();
+        let mut outbox = Vec::new();
+        let round = crate::scene::SceneEvent::RoundCompleted {
+            scene_id: "s".into(),
+            round: 1,
+            messages: Vec::new(),
+            active: Vec::new(),
+            conflicts: Vec::new(),
+            tokens: 0,
+        };
+        panel.observe(&Event::Scene(round), &mut outbox);
+        assert!(matches!(outbox.as_slice(), [Command::Memory(MemoryCommand::Injections)]));
+        outbox.clear();
+        panel.observe(&Event::Memory(MemoryEvent::Stats { stats: MemoryStats::default() }), &mut outbox);
+        assert!(outbox.is_empty(), "a status answer asks for nothing more");
+    }
+
+    #[test]
+    fn the_selected_agent_survives_a_refresh_while_it_is_still_listed() {
+        let mut panel = MemoryPanel::new();
+        panel.apply(&MemoryEvent::Injections { injections: vec![injection("companion:Mira"), injection("scene:director")] });
+        assert_eq!(panel.selected_agent(), Some("companion:Mira"));
+        panel.agent = Some("scene:director".into());
+        panel.apply(&MemoryEvent::Injections { injections: vec![injection("scene:character:Tobin"), injection("scene:director")] });
+        assert_eq!(panel.selected_agent(), Some("scene:director"));
+        panel.apply(&MemoryEvent::Injections { injections: vec![injection("scene:character:Tobin")] });
+        assert_eq!(panel.selected_agent(), Some("scene:character:Tobin"));
+    }
+
+    #[test]
+    fn index_work_shows_progress_then_clears_and_refreshes_the_counts() {
+        let mut panel = MemoryPanel::new();
+        let mut outbox = Vec::new();
+        panel.apply(&MemoryEvent::Stats { stats: MemoryStats::default() });
+        panel.apply(&MemoryEvent::ReindexProgress { done: 256, total: 1000 });
+        assert_eq!(panel.work, Some(Work::Embedding { what: "embedding", done: 256, total: 1000 }));
+        panel.apply(&MemoryEvent::IndexRebuilding { vectors: 1000 });
+        assert!(matches!(panel.work, Some(Work::Rebuilding { vectors: 1000, .. })));
+        assert!(panel.stats().is_some_and(|s| s.rebuilding));
+        panel.observe(&Event::Memory(MemoryEvent::IndexRebuilt { vectors: 1000, elapsed_ms: 5 }), &mut outbox);
+        assert_eq!(panel.work, None);
+        assert!(panel.stats().is_some_and(|s| !s.rebuilding));
+        assert!(matches!(outbox.as_slice(), [Command::Memory(MemoryCommand::Stats)]));
     }
 }

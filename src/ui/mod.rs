@@ -22,7 +22,7 @@ pub use identity::IdentityPanels;
 use library::LibraryPanel;
 pub use providers::TestView;
 pub use scene::ScenePanels;
-pub use memory::MemoryPanel;
+pub use memory::{MemoryPanel, MemoryTab};
 pub use prompt::PromptPanel;
 use providers::ProvidersPanel;
 
@@ -205,8 +205,10 @@ impl WorkbenchApp {
             }
             _ => {}
         }
-        if let Event::Memory(e) = &event {
-            self.memory.apply(e);
+        let mut outbox = Vec::new();
+        self.memory.observe(&event, &mut outbox);
+        for command in outbox {
+            self.send(command);
         }
         // Events that follow an LLM call: the Prompt panel refreshes when next shown.
         if matches!(

@@ -26,13 +26,19 @@ impl MemoryBank {
         Ok(if text.trim().is_empty() { query.to_string() } else { text })
     }
 
-    /// Lower-cased names of everyone who has spoken.
+    /// Lower-cased names of everyone who has spoken (read once, then kept up to date by
+    /// `insert` and dropped by `remove_source`).
     pub fn speakers(&self) -> Result<HashSet<String>, MemoryError> {
-        self.with_reader(|c| {
-            let mut stmt = c.prepare_cached("SELECT DISTINCT lower(speaker) FROM memories WHERE speaker IS NOT NULL")?;
+        if let Some(known) = self.speakers.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            return Ok(known.clone());
+        }
+        let known = self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT DISTINCT speaker FROM memories WHERE speaker IS NOT NULL")?;
             let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<HashSet<_>, _>>()?)
-        })
+            Ok(rows.map(|r| r.map(|s| s.to_lowercase())).collect::<Result<HashSet<_>, _>>()?)
+        })?;
+        *self.speakers.write().unwrap_or_else(|p| p.into_inner()) = Some(known.clone());
+        Ok(known)
     }
 
     /// Scale down turns with fewer than `words` content words.
