@@ -12,53 +12,26 @@
 //! memories are synthetic (clustered unit vectors); their text is realistic. The library
 //! is built once into cargo's target `tmp/companion-bench/` and reused.
 
+mod support;
+
 use criterion::{Criterion, criterion_group, criterion_main};
+use support::{VectorSource, corpus, embedding_config, percentiles};
 use lorekeeper::companion::packet::{self, PacketInput};
 use lorekeeper::companion::records::{self, ChatTurn};
 use lorekeeper::companion::turn;
 use lorekeeper::companion::{CompanionConfig, demo};
 use lorekeeper::memory::detect::{Proximity, ProximityDetector};
-use lorekeeper::memory::{Embedder, EmbeddingConfig, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope};
+use lorekeeper::memory::{Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope};
 use lorekeeper::prompting::PromptTemplates;
 use lorekeeper::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const DIM: usize = 384;
 const TURNS: u32 = 1000;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
-fn embedding_config() -> EmbeddingConfig {
-    EmbeddingConfig {
-        model_dir: Some(root().join("models/all-MiniLM-L6-v2")),
-        runtime_library: Some(root().join("models/onnxruntime/libonnxruntime.so")),
-        ..Default::default()
-    }
-}
 
 fn memories() -> usize {
     std::env::var("LOREKEEPER_BENCH_MEMORIES").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000)
-}
-
-fn corpus() -> Vec<String> {
-    let text = std::fs::read_to_string(root().join("tests/data/memory/conversation.jsonl")).expect("evaluation set");
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v["text"].as_str().map(str::to_string))
-        .collect()
-}
-
-fn gauss(rng: &mut fastrand::Rng) -> f32 {
-    let (u, v) = (rng.f32().max(1e-9), rng.f32());
-    (-2.0 * u.ln()).sqrt() * (2.0 * std::f32::consts::PI * v).cos()
-}
-
-fn unit(v: Vec<f32>) -> Vec<f32> {
-    lorekeeper::memory::embedder::normalise(v)
 }
 
 struct Library {
@@ -71,11 +44,8 @@ struct Library {
 /// The demo companion with `n` memories, 40 lore chunks and 1,000 exchanges.
 fn library(n: usize) -> Library {
     let mut rng = fastrand::Rng::with_seed(7);
-    let centroids: Vec<Vec<f32>> = (0..256).map(|_| unit((0..DIM).map(|_| gauss(&mut rng)).collect())).collect();
-    let vector = |rng: &mut fastrand::Rng| {
-        let c = &centroids[rng.usize(..centroids.len())];
-        unit(c.iter().map(|x| x + 0.08 * gauss(rng)).collect())
-    };
+    let source = VectorSource::new(&mut rng);
+    let vector = |rng: &mut fastrand::Rng| source.next(rng);
     let corpus = corpus();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("companion-bench");
     std::fs::create_dir_all(&dir).expect("bench dir");
@@ -168,11 +138,6 @@ fn library(n: usize) -> Library {
     Library { store, bank, character, queries }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
 fn packet_benches(c: &mut Criterion) {
     let n = memories();
     let lib = library(n);
@@ -219,11 +184,9 @@ fn packet_benches(c: &mut Criterion) {
         times.push(started.elapsed());
         with_bank += usize::from(packet.block("memory_bank").is_some());
     }
-    times.sort();
+    let (p50, p99) = percentiles(times);
     println!(
-        "companion-bench: packet assembly at {n} memories / {TURNS} exchanges: p50 {:.2} ms, p99 {:.2} ms ({} of {} packets with a memory bank)",
-        percentile(&times, 0.5),
-        percentile(&times, 0.99),
+        "companion-bench: packet assembly at {n} memories / {TURNS} exchanges: p50 {p50:.2} ms, p99 {p99:.2} ms ({} of {} packets with a memory bank)",
         with_bank,
         lib.queries.len()
     );
@@ -234,8 +197,8 @@ fn packet_benches(c: &mut Criterion) {
             e.embed_query(text).expect("embed");
             embed.push(started.elapsed());
         }
-        embed.sort();
-        println!("companion-bench: message embedding (MiniLM, one query): p50 {:.2} ms, p99 {:.2} ms", percentile(&embed, 0.5), percentile(&embed, 0.99));
+        let (p50, p99) = percentiles(embed);
+        println!("companion-bench: message embedding (MiniLM, one query): p50 {p50:.2} ms, p99 {p99:.2} ms");
     }
 
     let mut group = c.benchmark_group("companion");

@@ -15,38 +15,28 @@
 //! here (p50/p99 over many different queries, recall, one-shot build times) are printed
 //! as `memory-bench:` lines; criterion adds steady-state timings of the same calls.
 
+mod support;
+
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use support::{DIM, VectorSource, corpus, embedding_config, jsonl, percentiles, root};
 use lorekeeper::memory::vectors::{VectorIndex, build_ann};
 use lorekeeper::memory::{
-    Embedder, EmbeddingConfig, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchRequest,
+    Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchRequest,
 };
 use lorekeeper::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const DIM: usize = 384;
 /// Graph parameters shared by both HNSW libraries, so they are compared like for like:
 /// `instant-distance` fixes M = 32 (64 links on layer 0) and we build it with
 /// ef_construction 100 (see `vectors::build_ann`).
 const HNSW_M: usize = 32;
 const EF_CONSTRUCTION: usize = 100;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
 fn bench_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
     target.join("memory-bench")
-}
-
-fn embedding_config() -> EmbeddingConfig {
-    EmbeddingConfig {
-        model_dir: Some(root().join("models/all-MiniLM-L6-v2")),
-        runtime_library: Some(root().join("models/onnxruntime/libonnxruntime.so")),
-        ..Default::default()
-    }
 }
 
 fn sizes() -> Vec<usize> {
@@ -61,19 +51,6 @@ fn enabled(group: &str) -> bool {
     std::env::var("LOREKEEPER_BENCH_GROUPS").map(|g| g.split(',').any(|x| x.trim() == group)).unwrap_or(true)
 }
 
-fn jsonl(path: &str, field: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(root().join(path)).expect("evaluation set");
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v[field].as_str().map(str::to_string))
-        .collect()
-}
-
-/// Turns of the evaluation conversation, the raw material for synthetic text.
-fn corpus() -> Vec<String> {
-    jsonl("tests/data/memory/conversation.jsonl", "text")
-}
-
 /// Realistic queries: the evaluation questions.
 fn questions() -> Vec<String> {
     jsonl("tests/data/memory/questions.jsonl", "question")
@@ -86,40 +63,6 @@ fn synthetic_text(corpus: &[String], rng: &mut fastrand::Rng) -> String {
     let cut_a = a.char_indices().nth(a.chars().count() / 2).map(|(i, _)| i).unwrap_or(a.len());
     let cut_b = b.char_indices().nth(b.chars().count() / 2).map(|(i, _)| i).unwrap_or(0);
     format!("{}{}", &a[..cut_a], &b[cut_b..])
-}
-
-/// Clustered unit vectors: real sentence embeddings are far from uniform, and a graph
-/// index behaves differently on clustered data than on uniform noise.
-struct VectorSource {
-    centroids: Vec<Vec<f32>>,
-}
-
-impl VectorSource {
-    fn new(rng: &mut fastrand::Rng) -> Self {
-        let centroids = (0..256).map(|_| unit((0..DIM).map(|_| gauss(rng)).collect())).collect();
-        Self { centroids }
-    }
-    fn next(&self, rng: &mut fastrand::Rng) -> Vec<f32> {
-        let c = &self.centroids[rng.usize(..self.centroids.len())];
-        unit(c.iter().map(|x| x + 0.08 * gauss(rng)).collect())
-    }
-}
-
-fn gauss(rng: &mut fastrand::Rng) -> f32 {
-    // Box–Muller.
-    let (u, v) = (rng.f32().max(1e-9), rng.f32());
-    (-2.0 * u.ln()).sqrt() * (2.0 * std::f32::consts::PI * v).cos()
-}
-
-fn unit(v: Vec<f32>) -> Vec<f32> {
-    lorekeeper::memory::embedder::normalise(v)
-}
-
-/// p50 and p99 in milliseconds.
-fn percentiles(mut times: Vec<Duration>) -> (f64, f64) {
-    times.sort();
-    let at = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0;
-    (at(0.5), at(0.99))
 }
 
 fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {

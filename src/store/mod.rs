@@ -125,6 +125,9 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
     conn.busy_timeout(Duration::from_secs(10)).map_err(open_err)?;
     conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
+    // Read pages through a memory map instead of a read() copy each: a search over a
+    // large library touches many pages, and the copies were a fifth of its time.
+    conn.pragma_update(None, "mmap_size", 1i64 << 30).map_err(open_err)?;
     if !read_only {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;

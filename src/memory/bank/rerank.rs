@@ -85,24 +85,27 @@ impl MemoryBank {
     ) -> Result<Vec<(i64, Fused)>, MemoryError> {
         let top: Vec<(i64, f32)> = fused.iter().take(k.max(10)).map(|(r, f)| (*r, f.score)).collect();
         let mut scores: HashMap<i64, Fused> = fused.into_iter().collect();
-        let allowed = self.allowed(filter)?;
-        self.with_reader(|c| {
+        let shares: Vec<(i64, f32)> = self.with_reader(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT n.rowid FROM memories m JOIN memories n ON n.session IS m.session AND n.kind = 'turn' \
                  AND n.seq IN (m.seq - 1, m.seq + 1) WHERE m.rowid = ?1 AND m.kind = 'turn'",
             )?;
+            let mut shares = Vec::new();
             for (rowid, score) in top {
-                let neighbours = stmt.query_map([rowid], |r| r.get::<_, i64>(0))?;
-                for n in neighbours {
-                    let n = n?;
-                    if allowed.as_ref().is_some_and(|a| !a.contains(&n)) {
-                        continue;
-                    }
-                    scores.entry(n).or_default().score += weight * score;
+                for n in stmt.query_map([rowid], |r| r.get::<_, i64>(0))? {
+                    shares.push((n?, weight * score));
                 }
             }
-            Ok(())
+            Ok(shares)
         })?;
+        // Only neighbours the filter allows; checked for these few rows, never by
+        // listing everything the filter allows.
+        let allowed = if filter.is_empty() { None } else { Some(self.passing(filter, shares.iter().map(|s| s.0))?) };
+        for (n, share) in shares {
+            if allowed.as_ref().is_none_or(|a| a.contains(&n)) {
+                scores.entry(n).or_default().score += share;
+            }
+        }
         let mut list: Vec<(i64, Fused)> = scores.into_iter().collect();
         sort_fused(&mut list);
         Ok(list)
