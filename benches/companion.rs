@@ -21,7 +21,7 @@ use lorekeeper::companion::records::{self, ChatTurn};
 use lorekeeper::companion::turn;
 use lorekeeper::companion::{CompanionConfig, demo};
 use lorekeeper::memory::detect::{Proximity, ProximityDetector};
-use lorekeeper::memory::{Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope};
+use lorekeeper::memory::{Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchFilter, SearchMode, SearchRequest};
 use lorekeeper::prompting::PromptTemplates;
 use lorekeeper::store::Store;
 use std::path::Path;
@@ -190,6 +190,30 @@ fn packet_benches(c: &mut Criterion) {
         with_bank,
         lib.queries.len()
     );
+    // Where the time goes: each retrieval list on its own, for the two searches a
+    // packet makes (the character's lore, the character's memories).
+    let lore_filter = SearchFilter { scope: Some(Scope::character(lib.character.lore_slug())), kinds: vec![MemoryKind::Lore], ..Default::default() };
+    let memory_filter =
+        SearchFilter { scope: Some(Scope::character(lib.character.id.clone())), kinds: vec![MemoryKind::Turn, MemoryKind::Summary], ..Default::default() };
+    for (name, filter) in [("lore", &lore_filter), ("memories", &memory_filter)] {
+        let (mut keyword, mut vector, mut whole) = (Vec::new(), Vec::new(), Vec::new());
+        for (text, v) in &lib.queries {
+            let started = Instant::now();
+            lib.bank.keyword_candidates(text, filter, 100).expect("keyword");
+            keyword.push(started.elapsed());
+            let started = Instant::now();
+            lib.bank.vector_candidates(v, filter, 100).expect("vector");
+            vector.push(started.elapsed());
+            let request = SearchRequest { query: text.clone(), k: 10, mode: SearchMode::Hybrid, filter: filter.clone() };
+            let started = Instant::now();
+            lib.bank.search_with_vector(&request, Some(v)).expect("search");
+            whole.push(started.elapsed());
+        }
+        let (k50, _) = percentiles(keyword);
+        let (v50, _) = percentiles(vector);
+        let (w50, _) = percentiles(whole);
+        println!("companion-bench: {name} search p50: keyword list {k50:.2} ms, vector list {v50:.2} ms, whole hybrid search {w50:.2} ms");
+    }
     if let Some(e) = &embedder {
         let mut embed = Vec::new();
         for (text, _) in lib.queries.iter().take(100) {

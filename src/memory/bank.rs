@@ -415,8 +415,11 @@ impl MemoryBank {
         }
         let wide = index.search(query, n.saturating_mul(4), &|_| true);
         let passing = self.passing(filter, wide.iter().map(|c| c.0))?;
+        let offered = wide.len().min(n);
         let hits: Vec<Candidate> = wide.into_iter().filter(|c| passing.contains(&c.0)).take(n).collect();
-        if hits.len() == n {
+        // The graph offers at most its `ef_search` candidates, filtered or not: when most
+        // of them pass, they are what a filtered graph search would have returned.
+        if hits.len() == n || (!hits.is_empty() && hits.len() * 2 >= offered) {
             return Ok(hits);
         }
         let allowed = self.allowed(filter)?.unwrap_or_default();
