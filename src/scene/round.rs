@@ -315,22 +315,24 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
     let mut trackers = view.trackers.clone();
     let mut facts = view.facts.clone();
     let mut elapsed = view.elapsed_minutes;
+    // Both agents see the history as it stands when they run (narration included).
+    let after = AfterCharacters {
+        ctx,
+        config: &config,
+        templates: &agents.templates,
+        live: &live,
+        notes: &notes,
+        history: &[],
+        lore: &lore,
+        open_guidance: &plan.open_guidance,
+        message_number: 0,
+        seed,
+        scene_id: &scene_id,
+        round,
+        cancel,
+    };
     if let Some(narrator) = &agents.narrator {
-        let at = AfterCharacters {
-            ctx,
-            config: &config,
-            templates: &agents.templates,
-            live: &live,
-            notes: &notes,
-            history: &history,
-            lore: &lore,
-            open_guidance: &plan.open_guidance,
-            message_number: u64::from(next_number),
-            seed,
-            scene_id: &scene_id,
-            round,
-            cancel,
-        };
+        let at = AfterCharacters { history: &history, message_number: u64::from(next_number), ..after };
         let (content, ledger) = narration::narrate(&at, narrator, &mut lore_state)?;
         tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
         ledgers.push(ledger);
@@ -342,21 +344,7 @@ pub fn run(ctx: &Arc<EngineContext>, scene_id: &str, input: Option<String>, canc
         }
     }
     if let Some(world) = &agents.world {
-        let at = AfterCharacters {
-            ctx,
-            config: &config,
-            templates: &agents.templates,
-            live: &live,
-            notes: &notes,
-            history: &history,
-            lore: &lore,
-            open_guidance: &plan.open_guidance,
-            message_number: u64::from(next_number),
-            seed,
-            scene_id: &scene_id,
-            round,
-            cancel,
-        };
+        let at = AfterCharacters { history: &history, message_number: u64::from(next_number), ..after };
         let (update, ledger) = narration::world(&at, world, &mut lore_state)?;
         tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
         ledgers.push(ledger);
