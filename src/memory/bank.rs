@@ -198,7 +198,7 @@ impl MemoryBank {
             return Err(MemoryError::Invalid(format!("memory {:?} has no text", empty.id.as_deref().unwrap_or("(new)"))));
         }
         let rowids = self.store.transaction(|tx| {
-            let rowids = records::insert(tx, &items)?;
+            let rowids = self.write_in(tx, &items, None)?;
             also(tx)?;
             Ok(rowids)
         })?;
@@ -269,35 +269,24 @@ impl MemoryBank {
                 return Err(MemoryError::Invalid(format!("memory {:?} has no text", item.id.as_deref().unwrap_or("(new)"))));
             }
         }
-        let model = self.model_id();
         let (rowids, replaced) = self.store.transaction(|tx| {
             let before: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
-            let rowids = records::insert(tx, &items)?;
+            let rowids = self.write_in(tx, &items, Some(&vectors))?;
             let after: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
-            let pairs: Vec<(i64, &[f32])> = rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
-            records::store_vectors(tx, &model, &pairs)?;
             also(tx)?;
             let replaced = (before + rowids.len() as i64) != after;
             Ok((rowids, replaced))
         })?;
-        {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            if replaced {
-                // Re-imported ids replaced older rows: drop their stale vectors.
-                let live: HashSet<i64> = self.store.with(|c| {
-                    let mut stmt = c.prepare("SELECT rowid FROM memories")?;
-                    let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
-                    Ok(rows.collect::<Result<HashSet<_>, _>>()?)
-                })?;
-                index.retain(|r| live.contains(&r));
-            }
-            for (rowid, v) in rowids.iter().zip(&vectors) {
-                index.push(*rowid, v);
-            }
+        if replaced {
+            // Re-imported ids replaced older rows: drop their stale vectors.
+            let live: HashSet<i64> = self.store.with(|c| {
+                let mut stmt = c.prepare("SELECT rowid FROM memories")?;
+                let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
+                Ok(rows.collect::<Result<HashSet<_>, _>>()?)
+            })?;
+            self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| live.contains(&r));
         }
-        if let Some(known) = self.speakers.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            known.extend(items.iter().filter_map(|m| m.speaker.as_deref()).map(str::to_lowercase));
-        }
+        self.publish(&rowids, &vectors);
         self.store.with(|c| {
             let mut stmt = c.prepare_cached("SELECT id FROM memories WHERE rowid = ?1")?;
             rowids.iter().map(|r| Ok(stmt.query_row([r], |row| row.get(0))?)).collect()
@@ -332,6 +321,11 @@ impl MemoryBank {
         if let Some(vectors) = vectors {
             let pairs: Vec<(i64, &[f32])> = rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
             records::store_vectors(tx, &self.model_id(), &pairs)?;
+        }
+        // The cache of speaker names only strips names from queries: a name from a
+        // transaction that is then rolled back does no harm there.
+        if let Some(known) = self.speakers.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            known.extend(items.iter().filter_map(|m| m.speaker.as_deref()).map(str::to_lowercase));
         }
         Ok(rowids)
     }
