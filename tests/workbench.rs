@@ -62,6 +62,11 @@ fn spawn_openai_stub() -> String {
     format!("http://{addr}/v1")
 }
 
+/// Frames `run()` may take to settle. Engine events arrive on their own threads and each
+/// asks for a repaint, so a panel that loads something (Prompt, Memory) can need a few
+/// more frames than kittest's default of 4 before it is still.
+const MAX_STEPS: u64 = 64;
+
 fn open_app(dir: &Path, config: &Config) -> Harness<'static, WorkbenchApp> {
     let paths = Paths {
         config_file: dir.join("config.toml"),
@@ -70,7 +75,7 @@ fn open_app(dir: &Path, config: &Config) -> Harness<'static, WorkbenchApp> {
     };
     config.save(&paths.config_file).expect("save config");
     let engine = engine::start(paths).expect("engine starts");
-    Harness::builder().with_size([1280.0, 800.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine))
+    Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, 800.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine))
 }
 
 /// The navigation bar's entry for a panel (the panel's own heading repeats the name).
@@ -100,7 +105,7 @@ fn open_demo_scene(dir: &Path, height: f32) -> (Harness<'static, WorkbenchApp>, 
     config.save(&paths.config_file).expect("save config");
     let engine = engine::start(paths).expect("engine starts");
     let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
-    let harness = Harness::builder().with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    let harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
     (harness, scene)
 }
 
@@ -317,7 +322,7 @@ fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
     let engine = engine::start(paths).expect("engine starts");
     let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
     let context = engine.context().clone();
-    let mut harness = Harness::builder().with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
     harness.run();
     nav(&harness, "Scene").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
