@@ -414,7 +414,9 @@ fn the_memory_browser_searches_and_shows_scored_hits() {
     config.memory.embedding = embedding_config();
     config.save(&paths.config_file).unwrap();
     let engine = lorekeeper::engine::start(paths).unwrap();
+    // Engine events repaint on their own threads: allow a few frames to settle.
     let mut harness = egui_kittest::Harness::builder()
+        .with_max_steps(64)
         .with_size([1280.0, 800.0])
         .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
     harness.run();
