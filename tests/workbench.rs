@@ -4,7 +4,7 @@
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use lorekeeper::config::{Config, Paths};
-use lorekeeper::engine;
+use lorekeeper::engine::{self, EngineHandle};
 use lorekeeper::llm::{ProviderKind, ProviderProfile};
 use lorekeeper::ui::{PanelKind, WorkbenchApp};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -67,15 +67,23 @@ fn spawn_openai_stub() -> String {
 /// more frames than kittest's default of 4 before it is still.
 const MAX_STEPS: u64 = 64;
 
-fn open_app(dir: &Path, config: &Config) -> Harness<'static, WorkbenchApp> {
+/// The engine on a new library in `dir` with `config` saved as its config file.
+fn start_engine(dir: &Path, config: &Config) -> EngineHandle {
     let paths = Paths {
         config_file: dir.join("config.toml"),
         library_file: dir.join("library.sqlite"),
         log_dir: dir.join("logs"),
     };
     config.save(&paths.config_file).expect("save config");
-    let engine = engine::start(paths).expect("engine starts");
-    Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, 800.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine))
+    engine::start(paths).expect("engine starts")
+}
+
+fn harness(engine: EngineHandle, height: f32) -> Harness<'static, WorkbenchApp> {
+    Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine))
+}
+
+fn open_app(dir: &Path, config: &Config) -> Harness<'static, WorkbenchApp> {
+    harness(start_engine(dir, config), 800.0)
 }
 
 /// The navigation bar's entry for a panel (the panel's own heading repeats the name).
@@ -97,16 +105,14 @@ fn text_field<'h>(harness: &'h Harness<'_, WorkbenchApp>, label: &'h str) -> egu
 fn open_demo_scene(dir: &Path, height: f32) -> (Harness<'static, WorkbenchApp>, String) {
     let mut config = Config::default();
     config.default_profile = "demo".into();
-    let paths = Paths {
-        config_file: dir.join("config.toml"),
-        library_file: dir.join("library.sqlite"),
-        log_dir: dir.join("logs"),
-    };
-    config.save(&paths.config_file).expect("save config");
-    let engine = engine::start(paths).expect("engine starts");
+    open_demo_scene_with(dir, &config, height)
+}
+
+/// [`open_demo_scene`] with another config.
+fn open_demo_scene_with(dir: &Path, config: &Config, height: f32) -> (Harness<'static, WorkbenchApp>, String) {
+    let engine = start_engine(dir, config);
     let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
-    let harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
-    (harness, scene)
+    (harness(engine, height), scene)
 }
 
 /// Step the app until `done` holds, failing the test after `limit`.
@@ -317,12 +323,8 @@ fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
         ..Default::default()
     });
     config.default_profile = "slow".into();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    config.save(&paths.config_file).expect("save config");
-    let engine = engine::start(paths).expect("engine starts");
-    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
-    let context = engine.context().clone();
-    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    let (mut harness, scene) = open_demo_scene_with(dir.path(), &config, 1000.0);
+    let context = harness.state().engine().context().clone();
     harness.run();
     nav(&harness, "Scene").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
