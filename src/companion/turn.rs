@@ -34,8 +34,7 @@ static DETECTOR: Mutex<Option<(String, ProximityDetector)>> = Mutex::new(None);
 fn detector(bank: &MemoryBank, threshold: f32, state: Proximity) -> Result<ProximityDetector, MemoryError> {
     let model = bank.model_id();
     let mut slot = DETECTOR.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((m, d)) = slot.as_ref().filter(|(m, _)| *m == model) {
-        let _ = m;
+    if let Some((_, d)) = slot.as_ref().filter(|(m, _)| *m == model) {
         let mut d = d.with_state(state);
         d.set_threshold(threshold);
         return Ok(d);
@@ -472,15 +471,12 @@ fn commit(
         records::insert_turn(tx, &turn)?;
         crate::memory::injections::record(tx, &agent, text, &turn.hits)
     };
-    match bank.add_then(items.clone(), also) {
+    match bank.add_then(items.clone(), |tx| also(tx)) {
         Ok(_) => {}
         // No embedding model: the exchange is still kept, found by keyword until reindexed.
         Err(MemoryError::Embed(e)) => {
             tracing::warn!(error = %e, "storing a chat turn without vectors");
-            bank.add_keyword_only_then(items, |tx| {
-                records::insert_turn(tx, &turn)?;
-                crate::memory::injections::record(tx, &agent, text, &turn.hits)
-            })?;
+            bank.add_keyword_only_then(items, also)?;
         }
         Err(e) => return Err(e.into()),
     }
