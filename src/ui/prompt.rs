@@ -15,6 +15,8 @@ pub struct PromptPanel {
     selected: Option<i64>,
     filter: String,
     loading: bool,
+    /// The log was fetched at least once (it may be empty).
+    loaded: bool,
     /// Something new was probably sent since the last refresh.
     stale: bool,
 }
@@ -27,6 +29,7 @@ impl PromptPanel {
     pub fn apply(&mut self, calls: &[CallRecord]) {
         self.calls = calls.to_vec();
         self.loading = false;
+        self.loaded = true;
         if self.selected.is_none_or(|id| !self.calls.iter().any(|c| c.id == id)) {
             self.selected = self.calls.first().map(|c| c.id);
         }
@@ -44,7 +47,7 @@ impl PromptPanel {
     }
 
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
-        if (self.stale || self.calls.is_empty() && !self.loading) && !self.loading {
+        if !self.loading && (self.stale || !self.loaded) {
             self.refresh(outbox);
         }
         ui.heading("Prompt");
