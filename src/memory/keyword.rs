@@ -55,19 +55,58 @@ pub fn content_terms(text: &str) -> Vec<String> {
     out
 }
 
-/// An FTS5 MATCH expression for `text`, or `None` when it has no searchable word.
-/// Every term is a double-quoted string of letters and digits, which FTS5 always
-/// accepts; a query made only of stop words falls back to those words.
-pub fn fts_query(text: &str) -> Option<String> {
-    let mut terms = content_terms(text);
-    if terms.is_empty() {
-        let mut seen = BTreeSet::new();
-        terms = words(text).filter(|w| seen.insert(w.clone())).take(MAX_TERMS).collect();
+/// The terms an FTS query for `text` is made of: its content words, or, when it has
+/// none, its words (a query made only of stop words still finds something).
+pub fn query_terms(text: &str) -> Vec<String> {
+    let terms = content_terms(text);
+    if !terms.is_empty() {
+        return terms;
     }
+    let mut seen = BTreeSet::new();
+    words(text).filter(|w| seen.insert(w.clone())).take(MAX_TERMS).collect()
+}
+
+/// An FTS5 MATCH expression for `terms` (any of them), or `None` when there are none.
+/// Every term is a double-quoted string of letters and digits, which FTS5 always accepts.
+pub fn fts_expression(terms: &[String]) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
     Some(terms.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR "))
+}
+
+/// An FTS5 MATCH expression for `text`, or `None` when it has no searchable word.
+pub fn fts_query(text: &str) -> Option<String> {
+    fts_expression(&query_terms(text))
+}
+
+/// Which terms to search, given how many rows each matches (`(term, rows)` in query
+/// order): rarest first while the rows they match add up to at most `budget`; the
+/// rarest matching term is always kept. Terms matching nothing are left out (they
+/// cannot change the result). Returns `(kept, left_out)`, each in query order.
+pub fn choose_terms(counted: &[(String, usize)], budget: usize) -> (Vec<String>, Vec<String>) {
+    let mut order: Vec<usize> = (0..counted.len()).collect();
+    order.sort_by_key(|&i| counted[i].1);
+    let mut keep = vec![false; counted.len()];
+    let mut rows = 0usize;
+    let mut any = false;
+    for i in order {
+        let n = counted[i].1;
+        if n == 0 {
+            continue;
+        }
+        if !any || budget == 0 || rows + n <= budget {
+            keep[i] = true;
+            rows += n;
+            any = true;
+        }
+    }
+    let mut kept = Vec::new();
+    let mut left = Vec::new();
+    for (i, (term, _)) in counted.iter().enumerate() {
+        if keep[i] { kept.push(term.clone()) } else { left.push(term.clone()) }
+    }
+    (kept, left)
 }
 
 #[cfg(test)]
@@ -93,6 +132,23 @@ mod tests {
         assert_eq!(fts_query("do you remember the lake?").as_deref(), Some("\"lake\""));
         assert_eq!(fts_query("what was it").as_deref(), Some("\"what\" OR \"was\" OR \"it\""));
         assert_eq!(fts_query("🙂 !!! ..."), None);
+    }
+
+    #[test]
+    fn terms_are_chosen_rarest_first_within_the_budget() {
+        let counted: Vec<(String, usize)> =
+            [("mira", 2900), ("dish", 3), ("love", 1500), ("zither", 0), ("pie", 400)].iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        let (kept, left) = choose_terms(&counted, 2000);
+        assert_eq!(kept, ["dish", "love", "pie"]);
+        assert_eq!(left, ["mira", "zither"]);
+        // The rarest matching term stays even when it alone is over the budget.
+        let (kept, _) = choose_terms(&counted, 1);
+        assert_eq!(kept, ["dish"]);
+        // No budget: every term that matches.
+        let (kept, left) = choose_terms(&counted, 0);
+        assert_eq!(kept, ["mira", "dish", "love", "pie"]);
+        assert_eq!(left, ["zither"]);
+        assert_eq!(choose_terms(&[("x".to_string(), 0)], 10), (vec![], vec!["x".to_string()]));
     }
 
     #[test]

@@ -63,6 +63,12 @@ pub struct RetrievalConfig {
     /// Remove speaker names from the text that is embedded for a query: names dominate a
     /// small model's vector and pull in every turn that greets that person.
     pub strip_names: bool,
+    /// About how many matching rows one keyword search may rank. BM25 costs a few µs per
+    /// matching row, so a query mixing a rare word with common ones ("Mira", "love")
+    /// would rank thousands of rows in a large library for the common words alone: its
+    /// terms are taken rarest first while their rows fit this budget (the rarest is
+    /// always kept), and the rest left to the vector list. 0 keeps every term.
+    pub keyword_max_rows: usize,
 }
 
 impl Default for RetrievalConfig {
@@ -80,6 +86,7 @@ impl Default for RetrievalConfig {
             context_turns: 2,
             short_turn_words: 8,
             strip_names: true,
+            keyword_max_rows: 2000,
         }
     }
 }
