@@ -15,13 +15,13 @@
 mod support;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use support::{VectorSource, corpus, embedding_config, percentiles};
+use support::{VectorSource, bench_memory_config, corpus, embedding_config, percentiles};
 use lorekeeper::companion::packet::{self, PacketInput};
 use lorekeeper::companion::records::{self, ChatTurn};
 use lorekeeper::companion::turn;
 use lorekeeper::companion::{CompanionConfig, demo};
 use lorekeeper::memory::detect::{Proximity, ProximityDetector};
-use lorekeeper::memory::{Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchFilter, SearchMode, SearchRequest};
+use lorekeeper::memory::{Embedder, MemoryBank, MemoryKind, NewMemory, Scope, SearchFilter, SearchMode, SearchRequest};
 use lorekeeper::prompting::PromptTemplates;
 use lorekeeper::store::Store;
 use std::path::Path;
@@ -53,7 +53,7 @@ fn library(n: usize) -> Library {
     let store = Store::open(&path).expect("store");
     demo::ensure(&store).expect("demo");
     let character = store.with(|c| records::resolve_character(c, demo::DEMO_NAME)).expect("character");
-    let bank = MemoryBank::open(store.clone(), MemoryConfig { embedding: embedding_config(), ..Default::default() }).expect("bank");
+    let bank = MemoryBank::open(store.clone(), bench_memory_config()).expect("bank");
     let have = bank.stats().expect("stats").memories;
     if have < n + 40 {
         let started = Instant::now();
@@ -126,7 +126,7 @@ fn library(n: usize) -> Library {
     }
     if bank.stats().expect("stats").ann_pending > 0 {
         let started = Instant::now();
-        bank.rebuild_ann().expect("graph");
+        bank.rebuild_ann_waiting().expect("graph");
         println!("companion-bench: HNSW graph over {n} vectors in {:.1} s", started.elapsed().as_secs_f64());
     }
     let queries = (0..200)

@@ -18,7 +18,7 @@
 mod support;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use support::{DIM, VectorSource, corpus, embedding_config, jsonl, percentiles, root};
+use support::{DIM, VectorSource, bench_memory_config, corpus, embedding_config, jsonl, percentiles, root};
 use lorekeeper::memory::vectors::{VectorIndex, build_ann};
 use lorekeeper::memory::{
     Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchRequest,
@@ -80,7 +80,7 @@ fn library(n: usize) -> (Arc<MemoryBank>, VectorSource) {
     std::fs::create_dir_all(&dir).expect("bench dir");
     let path = dir.join(format!("library-{n}.sqlite"));
     let store = Store::open(&path).expect("store");
-    let bank = MemoryBank::open(store, MemoryConfig { embedding: embedding_config(), ..Default::default() }).expect("bank");
+    let bank = MemoryBank::open(store, bench_memory_config()).expect("bank");
     let mut done = bank.stats().expect("stats").memories;
     if done < n {
         let started = Instant::now();
@@ -106,7 +106,7 @@ fn library(n: usize) -> (Arc<MemoryBank>, VectorSource) {
     }
     let stats = bank.stats().expect("stats");
     if stats.ann_indexed == 0 || stats.ann_pending > n / 100 {
-        let (_, took) = time(|| bank.rebuild_ann().expect("graph"));
+        let (_, took) = time(|| bank.rebuild_ann_waiting().expect("graph"));
         println!("memory-bench: library graph over {n} vectors built and saved in {:.1} s", took.as_secs_f64());
     }
     (bank, source)

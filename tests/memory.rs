@@ -2,7 +2,7 @@
 //! `.ci/setup.sh`, real SQLite files in temporary folders, the real CLI binary.
 
 use lorekeeper::memory::{
-    Embedder, EmbeddingConfig, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchFilter, SearchMode,
+    Embedder, EmbeddingConfig, GraphConfig, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchFilter, SearchMode,
     SearchRequest,
 };
 use lorekeeper::store::Store;
@@ -184,7 +184,7 @@ fn new_memories_are_searchable_at_once_and_survive_a_reopen() {
         let many: Vec<NewMemory> =
             (0..40).map(|i| turn(&format!("n{i}"), "user", &format!("Filler note number {i} about the weather."), &[])).collect();
         bank.add(many).unwrap();
-        bank.rebuild_ann().unwrap();
+        bank.rebuild_ann_waiting().unwrap();
         bank.add(vec![turn("fresh", "Mira", "The dragon kite snapped its string over the harbour.", &[])]).unwrap();
         let stats = bank.stats().unwrap();
         assert_eq!(stats.ann_indexed, 40);
@@ -197,6 +197,78 @@ fn new_memories_are_searchable_at_once_and_survive_a_reopen() {
     assert_eq!((stats.memories, stats.with_vectors, stats.without_vectors), (41, 41, 0));
     let hits = bank.search(&SearchRequest { mode: SearchMode::Vector, ..SearchRequest::new("a kite flying away", 1) }).unwrap();
     assert_eq!(hits[0].id, "fresh");
+}
+
+/// `n` memories with random unit vectors (no model needed), from `source`.
+fn synthetic(rng: &mut fastrand::Rng, from: usize, n: usize, source: &str) -> (Vec<NewMemory>, Vec<Vec<f32>>) {
+    let items = (from..from + n)
+        .map(|i| NewMemory { source: Some(source.into()), ..turn(&format!("v{i}"), "user", &format!("synthetic note {i}"), &[]) })
+        .collect();
+    let vectors = (0..n)
+        .map(|_| {
+            let v: Vec<f32> = (0..384).map(|_| rng.f32() - 0.5).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / norm).collect()
+        })
+        .collect();
+    (items, vectors)
+}
+
+#[test]
+fn the_vector_graph_rebuilds_itself_in_the_background_and_survives_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = MemoryConfig {
+        embedding: embedding_config(),
+        graph: GraphConfig { auto_rebuild: true, min_vectors: 30, rebuild_after: 25 },
+        ..Default::default()
+    };
+    let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(5);
+    let bank = open();
+    // Below `min_vectors`: no graph, and none started.
+    let (items, first) = synthetic(&mut rng, 0, 20, "first");
+    bank.add_with_vectors(items, first.clone()).unwrap();
+    assert!(!bank.is_rebuilding());
+    assert_eq!(bank.stats().unwrap().ann_indexed, 0);
+    // Crossing it starts a rebuild on its own; it covers everything once it is done.
+    let (items, second) = synthetic(&mut rng, 20, 20, "second");
+    bank.add_with_vectors(items, second.clone()).unwrap();
+    bank.wait_for_rebuild();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.ann_indexed, stats.ann_pending, stats.rebuilding), (40, 0, false));
+    // A few new vectors wait in the exact tail; enough of them start the next rebuild.
+    let (items, third) = synthetic(&mut rng, 40, 5, "third");
+    bank.add_with_vectors(items, third.clone()).unwrap();
+    bank.wait_for_rebuild();
+    assert_eq!(bank.stats().unwrap().ann_pending, 5);
+    let (items, fourth) = synthetic(&mut rng, 45, 25, "fourth");
+    bank.add_with_vectors(items, fourth).unwrap();
+    bank.wait_for_rebuild();
+    assert_eq!(bank.stats().unwrap().ann_indexed, 70);
+    // Deleting memories under the graph keeps the graph; they are never returned.
+    assert_eq!(bank.remove_source("first").unwrap(), 20);
+    assert!(!bank.is_rebuilding());
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.ann_removed, stats.ann_indexed, stats.memories), (20, 50, 50));
+    for v in &first {
+        let hits = bank.vector_candidates(v, &Default::default(), 5).unwrap();
+        assert_eq!(hits.len(), 5);
+        assert!(hits.iter().all(|(rowid, _)| *rowid > 20), "a deleted memory was returned: {hits:?}");
+    }
+    let hits = bank.vector_candidates(&second[3], &Default::default(), 1).unwrap();
+    assert!((hits[0].1 - 1.0).abs() < 1e-4, "the graph still finds a live vector itself");
+    // Five more deletes make 25 rows outside the graph: a rebuild drops them.
+    assert_eq!(bank.remove_source("third").unwrap(), 5);
+    bank.wait_for_rebuild();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.ann_indexed, stats.ann_removed, stats.ann_pending), (45, 0, 0));
+    drop(bank);
+    // The saved graph fits the library as it is now, so a reopen uses it at once.
+    let bank = open();
+    assert!(!bank.is_rebuilding());
+    assert_eq!(bank.stats().unwrap().ann_indexed, 45);
+    let hits = bank.vector_candidates(&second[2], &Default::default(), 1).unwrap();
+    assert!((hits[0].1 - 1.0).abs() < 1e-4);
 }
 
 fn lorekeeper(dir: &tempfile::TempDir, args: &[&str]) -> std::process::Output {

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each bench uses a different part of it
 
-use lorekeeper::memory::EmbeddingConfig;
+use lorekeeper::memory::{EmbeddingConfig, GraphConfig, MemoryConfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +18,16 @@ pub fn embedding_config() -> EmbeddingConfig {
     EmbeddingConfig {
         model_dir: Some(root().join("models/all-MiniLM-L6-v2")),
         runtime_library: Some(root().join("models/onnxruntime/libonnxruntime.so")),
+        ..Default::default()
+    }
+}
+
+/// Memory settings for bench libraries: they are filled in bulk and their graph built
+/// once, explicitly, so no background rebuild runs while they fill or while we measure.
+pub fn bench_memory_config() -> MemoryConfig {
+    MemoryConfig {
+        embedding: embedding_config(),
+        graph: GraphConfig { auto_rebuild: false, ..Default::default() },
         ..Default::default()
     }
 }

@@ -5,7 +5,7 @@ use super::embedder::{EmbedError, Embedder};
 use super::keyword;
 use super::records::{self, Memory, MemoryKind, NewMemory};
 use super::retrieval::{Candidate, RetrievalHit, SearchFilter, SearchMode, SearchRequest, fuse};
-use super::vectors::{VectorIndex, build_ann};
+use super::vectors::{VectorIndex, build_ann_reporting};
 use super::MemoryConfig;
 
 mod rerank;
@@ -14,7 +14,8 @@ use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -53,8 +54,24 @@ pub struct MemoryStats {
     /// Vectors served by the HNSW graph, and those scanned exactly until it is rebuilt.
     pub ann_indexed: usize,
     pub ann_pending: usize,
+    /// Deleted memories the graph still holds (skipped in results until a rebuild).
+    pub ann_removed: usize,
     pub rebuilding: bool,
+    /// Points inserted so far by the running rebuild, of `rebuild_total`.
+    pub rebuild_done: usize,
+    pub rebuild_total: usize,
 }
+
+/// What a graph rebuild reports while it runs (the engine turns these into events).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GraphProgress {
+    Started { vectors: usize },
+    Building { done: usize, total: usize },
+    Finished { vectors: usize, elapsed_ms: u64 },
+    Failed { message: String },
+}
+
+type GraphObserver = Arc<dyn Fn(GraphProgress) + Send + Sync>;
 
 pub struct MemoryBank {
     store: Store,
@@ -63,6 +80,11 @@ pub struct MemoryBank {
     index: RwLock<VectorIndex>,
     reader: Mutex<Option<Connection>>,
     rebuilding: AtomicBool,
+    /// The running rebuild's progress bar (hidden: only its position is read).
+    progress: Mutex<Option<indicatif::ProgressBar>>,
+    observer: RwLock<Option<GraphObserver>>,
+    /// This bank, for starting a background rebuild from `&self`.
+    me: Weak<MemoryBank>,
     /// Lower-cased names of everyone who has spoken, for stripping names from queries:
     /// reading them is a scan of every memory, too slow to repeat per search at 100k.
     speakers: RwLock<Option<HashSet<String>>>,
@@ -72,17 +94,71 @@ impl MemoryBank {
     /// Open the memories of `store` and load their vectors. The embedder starts on first
     /// use, so keyword search works (and a missing model is reported) without it.
     pub fn open(store: Store, config: MemoryConfig) -> Result<Arc<MemoryBank>, MemoryError> {
-        let bank = MemoryBank {
+        Self::open_observed(store, config, None)
+    }
+
+    /// [`Self::open`], telling `observer` how background graph rebuilds go (the engine
+    /// emits them as events), including one that opening a stale library starts.
+    pub fn open_observed(
+        store: Store,
+        config: MemoryConfig,
+        observer: Option<Arc<dyn Fn(GraphProgress) + Send + Sync>>,
+    ) -> Result<Arc<MemoryBank>, MemoryError> {
+        let bank = Arc::new_cyclic(|me| MemoryBank {
             index: RwLock::new(VectorIndex::new(config.embedding.dimension)),
             store,
             config: RwLock::new(config),
             embedder: Mutex::new(None),
             reader: Mutex::new(None),
             rebuilding: AtomicBool::new(false),
+            progress: Mutex::new(None),
+            observer: RwLock::new(observer),
+            me: me.clone(),
             speakers: RwLock::new(None),
-        };
+        });
         bank.load_vectors()?;
-        Ok(Arc::new(bank))
+        Ok(bank)
+    }
+
+    fn notify(&self, progress: GraphProgress) {
+        let observer = self.observer.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(observer) = observer {
+            observer(progress);
+        }
+    }
+
+    /// Start a background rebuild when the graph is missing or stale enough (see
+    /// [`super::GraphConfig`]); returns whether one was started.
+    pub fn maybe_rebuild(&self) -> bool {
+        let config = self.config().graph;
+        if !config.auto_rebuild || self.rebuilding.load(Ordering::SeqCst) {
+            return false;
+        }
+        let (live, outside, covered) = {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            (index.live(), index.pending() + index.gone, index.len() - index.pending())
+        };
+        if live < config.min_vectors || (covered > 0 && outside < config.rebuild_after.max(covered / 20)) {
+            return false;
+        }
+        let Some(bank) = self.me.upgrade() else { return false };
+        // Claimed here, not on the new thread, so `is_rebuilding` is true from now on.
+        if self.rebuilding.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let started = std::thread::Builder::new().name("memory-graph".into()).spawn(move || {
+            if let Err(e) = bank.run_rebuild() {
+                tracing::warn!(error = %e, "background rebuild of the vector graph failed; searching exactly meanwhile");
+            }
+        });
+        match started {
+            Ok(_) => true,
+            Err(e) => {
+                self.rebuilding.store(false, Ordering::SeqCst);
+                tracing::warn!(error = %e, "cannot start a thread to rebuild the vector graph");
+                false
+            }
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -139,7 +215,13 @@ impl MemoryBank {
             Ok(())
         })?;
         self.attach_saved_ann(&mut index, &model)?;
-        *self.index.write().unwrap_or_else(|p| p.into_inner()) = index;
+        {
+            let mut current = self.index.write().unwrap_or_else(|p| p.into_inner());
+            // A rebuild from the old index must not be swapped into this one.
+            index.generation = current.generation + 1;
+            *current = index;
+        }
+        self.maybe_rebuild();
         Ok(())
     }
 
@@ -332,10 +414,13 @@ impl MemoryBank {
 
     /// Make committed vectors searchable (the other half of [`Self::write_in`]).
     pub fn publish(&self, rowids: &[i64], vectors: &[Vec<f32>]) {
-        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-        for (rowid, v) in rowids.iter().zip(vectors) {
-            index.push(*rowid, v);
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            for (rowid, v) in rowids.iter().zip(vectors) {
+                index.push(*rowid, v);
+            }
         }
+        self.maybe_rebuild();
     }
 
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, MemoryError>) -> Result<T, MemoryError> {
@@ -543,8 +628,13 @@ impl MemoryBank {
         stats.model = model;
         stats.dimension = index.dim;
         stats.ann_pending = index.pending();
-        stats.ann_indexed = index.len() - stats.ann_pending;
+        stats.ann_removed = index.gone;
+        stats.ann_indexed = index.len() - stats.ann_pending - index.gone;
         stats.rebuilding = self.rebuilding.load(Ordering::SeqCst);
+        if let Some(bar) = self.progress.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            stats.rebuild_done = bar.position() as usize;
+            stats.rebuild_total = bar.length().unwrap_or(0) as usize;
+        }
         Ok(stats)
     }
 
@@ -609,43 +699,114 @@ impl MemoryBank {
         Ok(texts)
     }
 
-    /// Build the HNSW graph over every vector now in the index (slow: run it on a worker).
-    /// Memories added meanwhile stay in the exactly-scanned tail.
-    pub fn rebuild_ann(&self) -> Result<usize, MemoryError> {
+    /// Build the HNSW graph over every live vector now in the index, save it, and swap it
+    /// in; slow (minutes at 100k), so the engine runs it on a worker and
+    /// [`Self::maybe_rebuild`] on its own thread. Searches go on meanwhile: memories
+    /// added during the build stay in the exactly scanned tail. Returns the vectors the
+    /// graph covers, or `None` when another rebuild was already running (see
+    /// [`Self::rebuild_ann_waiting`]).
+    pub fn rebuild_ann(&self) -> Result<Option<usize>, MemoryError> {
         if self.rebuilding.swap(true, Ordering::SeqCst) {
-            return Ok(0);
+            return Ok(None);
         }
-        let (data, dim, count, last_rowid) = {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            (index.data.clone(), index.dim, index.len(), index.rowids.last().copied().unwrap_or(0))
-        };
-        let ann = build_ann(&data, dim, 0x10e_4ee9);
-        let bytes = super::vectors::encode_ann(&ann).map_err(MemoryError::Invalid);
-        let saved = bytes.and_then(|bytes| {
-            let model = self.model_id();
-            Ok(self.store.with(|c| {
-                c.execute(
-                    "INSERT INTO memory_ann(id, model, max_rowid, count, built_at, graph) VALUES (1, ?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT(id) DO UPDATE SET model = excluded.model, max_rowid = excluded.max_rowid,
-                     count = excluded.count, built_at = excluded.built_at, graph = excluded.graph",
-                    rusqlite::params![model, last_rowid, count as i64, crate::store::now_rfc3339(), bytes],
-                )?;
-                Ok(())
-            })?)
-        });
-        if let Err(e) = saved {
-            self.rebuilding.store(false, Ordering::SeqCst);
-            return Err(e);
-        }
-        {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            // Rows were only appended since the snapshot unless a delete reshuffled them.
-            if index.len() >= count && index.data[..count * dim] == data[..] {
-                index.ann = Some(Arc::new(ann));
-            }
-        }
+        self.run_rebuild().map(Some)
+    }
+
+    /// The rebuild, once `rebuilding` is claimed; releases it.
+    fn run_rebuild(&self) -> Result<usize, MemoryError> {
+        let outcome = self.rebuild_now();
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.rebuilding.store(false, Ordering::SeqCst);
-        Ok(count)
+        match &outcome {
+            Ok((vectors, elapsed, swapped)) => {
+                self.notify(GraphProgress::Finished { vectors: *vectors, elapsed_ms: elapsed.as_millis() as u64 });
+                // What was written during the build (or a delete, which made the new
+                // graph unusable: `swapped` is false) may call for the next one already.
+                let _ = swapped;
+                self.maybe_rebuild();
+            }
+            Err(e) => self.notify(GraphProgress::Failed { message: e.to_string() }),
+        }
+        outcome.map(|(vectors, _, _)| vectors)
+    }
+
+    /// Whether a graph rebuild is running.
+    pub fn is_rebuilding(&self) -> bool {
+        self.rebuilding.load(Ordering::SeqCst)
+    }
+
+    /// Block until no graph rebuild is running (a headless command that started one
+    /// waits for it before its process ends).
+    pub fn wait_for_rebuild(&self) {
+        while self.is_rebuilding() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Rebuild now, first waiting for a background rebuild that is already running (its
+    /// snapshot may predate what the caller just wrote).
+    pub fn rebuild_ann_waiting(&self) -> Result<usize, MemoryError> {
+        loop {
+            if let Some(vectors) = self.rebuild_ann()? {
+                return Ok(vectors);
+            }
+            self.wait_for_rebuild();
+        }
+    }
+
+    /// The rebuild itself: `(vectors, time taken, whether the graph was swapped in)`.
+    fn rebuild_now(&self) -> Result<(usize, Duration, bool), MemoryError> {
+        let started = Instant::now();
+        let (rowids, data, dim, snapshot_len, generation) = {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            let (rowids, data) = index.compacted();
+            (rowids, data, index.dim, index.len(), index.generation)
+        };
+        let count = rowids.len();
+        self.notify(GraphProgress::Started { vectors: count });
+        let bar = indicatif::ProgressBar::hidden();
+        bar.set_length(count as u64);
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
+        let ann = std::thread::scope(|scope| {
+            let building = scope.spawn(|| build_ann_reporting(&data, dim, 0x10e_4ee9, Some(bar.clone())));
+            let mut told = Instant::now();
+            while !building.is_finished() {
+                std::thread::sleep(Duration::from_millis(20));
+                if told.elapsed() >= Duration::from_millis(250) {
+                    told = Instant::now();
+                    let total = bar.length().unwrap_or(count as u64) as usize;
+                    self.notify(GraphProgress::Building { done: bar.position() as usize, total });
+                }
+            }
+            building.join().map_err(|_| MemoryError::Invalid("building the vector graph panicked".into()))
+        })?;
+        let bytes = super::vectors::encode_ann(&ann).map_err(MemoryError::Invalid)?;
+        let model = self.model_id();
+        let last_rowid = rowids.last().copied().unwrap_or(0);
+        self.store.with(|c| {
+            c.execute(
+                "INSERT INTO memory_ann(id, model, max_rowid, count, built_at, graph) VALUES (1, ?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(id) DO UPDATE SET model = excluded.model, max_rowid = excluded.max_rowid,
+                 count = excluded.count, built_at = excluded.built_at, graph = excluded.graph",
+                rusqlite::params![model, last_rowid, count as i64, crate::store::now_rfc3339(), bytes],
+            )?;
+            Ok(())
+        })?;
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        // Only appends happened since the snapshot unless the generation moved (a delete
+        // or a reload): then the graph's positions no longer match and it is dropped.
+        if index.generation != generation || index.len() < snapshot_len {
+            return Ok((count, started.elapsed(), false));
+        }
+        let mut next = VectorIndex::new(dim);
+        next.rowids = rowids;
+        next.data = data;
+        next.rowids.extend_from_slice(&index.rowids[snapshot_len..]);
+        next.data.extend_from_slice(&index.data[snapshot_len * dim..]);
+        next.generation = index.generation;
+        next.ann = Some(Arc::new(ann));
+        *index = next;
+        Ok((count, started.elapsed(), true))
     }
 
     /// Exact vector search (the ground truth for the graph's recall).
@@ -696,6 +857,7 @@ impl MemoryBank {
             *self.speakers.write().unwrap_or_else(|p| p.into_inner()) = None;
             let gone: HashSet<i64> = removed.iter().copied().collect();
             self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| !gone.contains(&r));
+            self.maybe_rebuild();
         }
         Ok(removed.len())
     }

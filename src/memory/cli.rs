@@ -104,6 +104,30 @@ fn progress(label: &str, done: usize, total: usize) {
     let _ = err.flush();
 }
 
+/// Wait for a vector-graph rebuild that the command's writes started in the background:
+/// the process would otherwise end in the middle of it, and the next open start over.
+fn finish_graph(engine: &EngineHandle) -> Result<()> {
+    loop {
+        engine.send(Command::Memory(MemoryCommand::Stats))?;
+        let rebuilding = wait(engine, |e| match e {
+            MemoryEvent::Stats { stats } => Some(stats.rebuilding),
+            _ => None,
+        })?;
+        if !rebuilding {
+            return Ok(());
+        }
+        eprintln!("building the vector graph in the background (searches work meanwhile)...");
+        wait(engine, |e| match e {
+            MemoryEvent::IndexRebuildProgress { done, total } => {
+                progress("graph", *done, *total);
+                None
+            }
+            MemoryEvent::IndexRebuilt { .. } => Some(()),
+            _ => None,
+        })?;
+    }
+}
+
 pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match action {
@@ -117,6 +141,7 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
                 MemoryEvent::Imported { summary } => Some(summary.clone()),
                 _ => None,
             })?;
+            finish_graph(engine)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string(&summary)?)?;
             } else {
@@ -208,6 +233,10 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
                 }
                 MemoryEvent::IndexRebuilding { vectors } => {
                     eprintln!("building the vector graph over {vectors} vectors...");
+                    None
+                }
+                MemoryEvent::IndexRebuildProgress { done, total } => {
+                    progress("graph", *done, *total);
                     None
                 }
                 MemoryEvent::Reindexed { embedded } => Some(*embedded),

@@ -1,6 +1,6 @@
 //! The memory capability's commands and events, run by the engine on blocking workers.
 
-use super::bank::{MemoryBank, MemoryError, MemoryStats};
+use super::bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats};
 use super::eval::{self, EvalReport};
 use super::records::{Memory, MemoryKind, NewMemory, Scope};
 use super::retrieval::{RetrievalHit, SearchMode, SearchRequest};
@@ -39,6 +39,7 @@ pub enum MemoryEvent {
     ReindexProgress { done: usize, total: usize },
     /// The vector graph is being rebuilt / was rebuilt.
     IndexRebuilding { vectors: usize },
+    IndexRebuildProgress { done: usize, total: usize },
     IndexRebuilt { vectors: usize, elapsed_ms: u64 },
     Reindexed { embedded: usize },
     Stats { stats: MemoryStats },
@@ -154,7 +155,16 @@ pub fn bank_for(ctx: &EngineContext) -> Result<Arc<MemoryBank>, MemoryError> {
             return Ok(bank.clone());
         }
     }
-    let bank = MemoryBank::open(ctx.store.clone(), config)?;
+    let events = ctx.events.clone();
+    let observer = move |progress: GraphProgress| {
+        events.send(match progress {
+            GraphProgress::Started { vectors } => Event::Memory(MemoryEvent::IndexRebuilding { vectors }),
+            GraphProgress::Building { done, total } => Event::Memory(MemoryEvent::IndexRebuildProgress { done, total }),
+            GraphProgress::Finished { vectors, elapsed_ms } => Event::Memory(MemoryEvent::IndexRebuilt { vectors, elapsed_ms }),
+            GraphProgress::Failed { message } => Event::warn(format!("rebuilding the vector graph failed: {message}; searching exactly meanwhile")),
+        })
+    };
+    let bank = MemoryBank::open_observed(ctx.store.clone(), config, Some(Arc::new(observer)))?;
     *slot = Some(bank.clone());
     Ok(bank)
 }
@@ -220,11 +230,8 @@ fn run(ctx: &EngineContext, command: MemoryCommand) -> Result<(), MemoryError> {
         }
         MemoryCommand::Reindex { force } => {
             let embedded = bank.reindex(force, |done, total| emit(ctx, MemoryEvent::ReindexProgress { done, total }))?;
-            let vectors = bank.stats()?.with_vectors;
-            emit(ctx, MemoryEvent::IndexRebuilding { vectors });
-            let started = Instant::now();
-            let vectors = bank.rebuild_ann()?;
-            emit(ctx, MemoryEvent::IndexRebuilt { vectors, elapsed_ms: started.elapsed().as_millis() as u64 });
+            // The bank's observer reports the rebuild (see `bank_for`).
+            bank.rebuild_ann_waiting()?;
             emit(ctx, MemoryEvent::Reindexed { embedded });
         }
         MemoryCommand::Stats => emit(ctx, MemoryEvent::Stats { stats: bank.stats()? }),

@@ -96,21 +96,39 @@ pub struct Ann {
 
 /// Build a graph over `vectors` (row-major, `dim` wide). Slow: seconds for 10k vectors.
 pub fn build_ann(vectors: &[f32], dim: usize, seed: u64) -> Ann {
+    build_ann_reporting(vectors, dim, seed, None)
+}
+
+/// [`build_ann`], counting inserted points on `progress` (a hidden bar works: its
+/// position is read by whoever reports the progress).
+pub fn build_ann_reporting(vectors: &[f32], dim: usize, seed: u64, progress: Option<indicatif::ProgressBar>) -> Ann {
     let n = if dim == 0 { 0 } else { vectors.len() / dim };
     let points: Vec<AnnPoint> =
         (0..n).map(|i| AnnPoint { index: i as u32, vector: Arc::from(&vectors[i * dim..(i + 1) * dim]) }).collect();
     let values: Vec<u32> = (0..n as u32).collect();
-    let map = Builder::default().ef_construction(100).ef_search(64).seed(seed).build(points, values);
+    let mut builder = Builder::default().ef_construction(100).ef_search(64).seed(seed);
+    if let Some(bar) = progress {
+        builder = builder.progress(bar);
+    }
+    let map = builder.build(points, values);
     Ann { map, covers: n }
 }
+
+/// The rowid of a deleted row the graph still refers to (see [`VectorIndex::retain`]).
+pub const GONE: i64 = i64::MIN;
 
 #[derive(Default)]
 pub struct VectorIndex {
     pub dim: usize,
+    /// One per row; [`GONE`] for a row deleted under the graph.
     pub rowids: Vec<i64>,
     /// Row-major, `rowids.len() * dim` values, each row unit length.
     pub data: Vec<f32>,
     pub ann: Option<Arc<Ann>>,
+    /// Rows marked [`GONE`].
+    pub gone: usize,
+    /// Bumped by every delete, so a graph built from an older snapshot is not swapped in.
+    pub generation: u64,
 }
 
 impl VectorIndex {
@@ -124,6 +142,11 @@ impl VectorIndex {
 
     pub fn is_empty(&self) -> bool {
         self.rowids.is_empty()
+    }
+
+    /// Rows that are live (not [`GONE`]).
+    pub fn live(&self) -> usize {
+        self.len() - self.gone
     }
 
     /// How many vectors the graph does not cover yet.
@@ -152,7 +175,7 @@ impl VectorIndex {
             return Vec::new();
         }
         let mut scored: Vec<(i64, f32)> =
-            (0..self.len()).filter(|&i| keep(self.rowids[i])).map(|i| (self.rowids[i], dot(query, self.row(i)))).collect();
+            (0..self.len()).filter(|&i| self.rowids[i] != GONE && keep(self.rowids[i])).map(|i| (self.rowids[i], dot(query, self.row(i)))).collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
         scored.truncate(n);
         scored
@@ -167,7 +190,7 @@ impl VectorIndex {
                 continue;
             }
             let rowid = self.rowids[i];
-            if !keep(rowid) {
+            if rowid == GONE || !keep(rowid) {
                 continue;
             }
             let at = best.partition_point(|&(_, s)| s >= score);
@@ -207,7 +230,7 @@ impl VectorIndex {
             for item in ann.map.search(&point, search) {
                 seen += 1;
                 let rowid = self.rowids[*item.value as usize];
-                if keep(rowid) {
+                if rowid != GONE && keep(rowid) {
                     hits.push((rowid, 1.0 - item.distance));
                     if hits.len() == n {
                         break;
@@ -231,22 +254,51 @@ impl VectorIndex {
         hits
     }
 
-    /// Drop rows (after deletes). The graph no longer matches and is discarded.
+    /// Drop rows (after deletes). Rows under the graph are only marked [`GONE`], so the
+    /// graph keeps serving the rest (a companion's undo must not turn a 1 ms graph search
+    /// into a 70 ms scan until the next rebuild); tail rows are removed.
     pub fn retain(&mut self, keep: impl Fn(i64) -> bool) {
         let dim = self.dim;
+        let covers = self.ann.as_ref().map(|a| a.covers.min(self.len())).unwrap_or(0);
         let mut rowids = Vec::with_capacity(self.rowids.len());
         let mut data = Vec::with_capacity(self.data.len());
+        let mut changed = false;
         for (i, &r) in self.rowids.iter().enumerate() {
-            if keep(r) {
+            let live = r != GONE && keep(r);
+            changed |= r != GONE && !live;
+            if i < covers {
+                if !live && r != GONE {
+                    self.gone += 1;
+                }
+                rowids.push(if live { r } else { GONE });
+            } else if live {
                 rowids.push(r);
-                data.extend_from_slice(&self.data[i * dim..(i + 1) * dim]);
+            } else {
+                continue;
             }
+            data.extend_from_slice(&self.data[i * dim..(i + 1) * dim]);
         }
-        if rowids.len() != self.rowids.len() {
-            self.ann = None;
+        if changed {
+            self.generation += 1;
         }
         self.rowids = rowids;
         self.data = data;
+    }
+
+    /// The live rows as a new index without a graph: `(rowids, data)`.
+    pub fn compacted(&self) -> (Vec<i64>, Vec<f32>) {
+        if self.gone == 0 {
+            return (self.rowids.clone(), self.data.clone());
+        }
+        let mut rowids = Vec::with_capacity(self.live());
+        let mut data = Vec::with_capacity(self.live() * self.dim);
+        for (i, &r) in self.rowids.iter().enumerate() {
+            if r != GONE {
+                rowids.push(r);
+                data.extend_from_slice(self.row(i));
+            }
+        }
+        (rowids, data)
     }
 }
 
@@ -308,6 +360,26 @@ mod tests {
             agree += approx.iter().filter(|r| exact.contains(r)).count();
         }
         assert!(agree as f32 / 500.0 > 0.9, "recall {}", agree as f32 / 500.0);
+    }
+
+    #[test]
+    fn deleting_under_the_graph_keeps_the_graph_and_skips_the_rows() {
+        let mut index = random_index(300, 16);
+        index.ann = Some(Arc::new(build_ann(&index.data, 16, 2)));
+        let fresh = index.row(5).to_vec();
+        index.push(9_000, &fresh);
+        let q = index.row(10).to_vec();
+        // Rows 11 (under the graph) and 9 000 (in the tail) go.
+        index.retain(|r| r != 11 && r != 9_000);
+        assert!(index.ann.is_some());
+        assert_eq!((index.len(), index.live(), index.gone, index.pending(), index.generation), (300, 299, 1, 0, 1));
+        let hits = index.search(&q, 10, &|_| true);
+        assert_eq!(hits.len(), 10);
+        assert!(hits.iter().all(|(r, _)| *r != 11 && *r != 9_000));
+        assert!(index.search_exact(&q, 300, &|_| true).iter().all(|(r, _)| *r != 11));
+        let (rowids, data) = index.compacted();
+        assert_eq!((rowids.len(), data.len()), (299, 299 * 16));
+        assert!(!rowids.contains(&11));
     }
 
     #[test]

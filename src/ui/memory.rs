@@ -22,9 +22,8 @@ pub enum MemoryTab {
 enum Work {
     /// Embedding (import or reindex): `done` of `total` memories.
     Embedding { what: &'static str, done: usize, total: usize },
-    /// The HNSW graph is being rebuilt; it reports no progress of its own, so the
-    /// status shows how long it has run.
-    Rebuilding { vectors: usize, since: Instant },
+    /// The HNSW graph is being rebuilt: points inserted so far, and since when.
+    Rebuilding { vectors: usize, done: usize, since: Instant },
 }
 
 #[derive(Default)]
@@ -130,11 +129,18 @@ impl MemoryPanel {
                 self.work = Some(Work::Embedding { what: "embedding", done: *done, total: *total });
             }
             MemoryEvent::IndexRebuilding { vectors } => {
-                self.work = Some(Work::Rebuilding { vectors: *vectors, since: Instant::now() });
+                self.work = Some(Work::Rebuilding { vectors: *vectors, done: 0, since: Instant::now() });
                 if let Some(s) = self.stats.as_mut() {
                     s.rebuilding = true;
                 }
             }
+            MemoryEvent::IndexRebuildProgress { done, total } => match self.work.as_mut() {
+                Some(Work::Rebuilding { done: shown, .. }) => *shown = *done,
+                _ => {
+                    // The panel opened while a rebuild was already running.
+                    self.work = Some(Work::Rebuilding { vectors: *total, done: *done, since: Instant::now() })
+                }
+            },
             MemoryEvent::IndexRebuilt { vectors, elapsed_ms } => {
                 self.work = None;
                 self.status = Some(format!("vector graph rebuilt over {vectors} vectors in {elapsed_ms} ms"));
@@ -308,20 +314,22 @@ impl MemoryPanel {
             match &self.stats {
                 Some(s) => {
                     ui.label(format!(
-                        "{} memories ({} turns, {} summaries, {} lore) · vectors: {} indexed, {} pending{}{} · model {}",
+                        "{} memories ({} turns, {} summaries, {} lore) · vectors: {} indexed, {} pending{}{}{} · model {}",
                         s.memories,
                         s.turns,
                         s.summaries,
                         s.lore_chunks,
                         s.ann_indexed,
                         s.ann_pending,
+                        if s.ann_removed > 0 { format!(", {} deleted", s.ann_removed) } else { String::new() },
                         if s.without_vectors > 0 { format!(", {} not embedded", s.without_vectors) } else { String::new() },
                         if s.rebuilding { " · rebuilding" } else { "" },
                         s.model
                     ))
                     .on_hover_text(
                         "indexed: served by the vector graph · pending: newer than the graph, scanned exactly \
-                         until the next rebuild · not embedded: no vector of this model yet (Rebuild index embeds them)",
+                         until the next rebuild (it starts by itself, see [memory.graph]) · deleted: still in the \
+                         graph, skipped in results · not embedded: no vector of this model yet (Rebuild index embeds them)",
                     );
                 }
                 None => {
@@ -344,13 +352,15 @@ impl MemoryPanel {
                 let fraction = if *total > 0 { *done as f32 / *total as f32 } else { 0.0 };
                 ui.add(egui::ProgressBar::new(fraction).desired_width(360.0).text(format!("{what} {done}/{total}")));
             }
-            Some(Work::Rebuilding { vectors, since }) => {
+            Some(Work::Rebuilding { vectors, done, since }) => {
+                let fraction = if *vectors == 0 { 0.0 } else { (*done as f32 / *vectors as f32).min(1.0) };
                 ui.horizontal(|ui| {
-                    ui.spinner();
-                    ui.label(format!(
-                        "rebuilding the vector graph over {vectors} vectors ({} s); new memories are searched exactly meanwhile",
-                        since.elapsed().as_secs()
-                    ));
+                    ui.add(
+                        egui::ProgressBar::new(fraction)
+                            .desired_width(240.0)
+                            .text(format!("vector graph {done}/{vectors}")),
+                    );
+                    ui.label(format!("{} s; new memories are searched exactly meanwhile", since.elapsed().as_secs()));
                 });
                 // The elapsed time moves without events.
                 ui.ctx().request_repaint_after(std::time::Duration::from_millis(500));
@@ -513,7 +523,9 @@ mod tests {
         panel.apply(&MemoryEvent::ReindexProgress { done: 256, total: 1000 });
         assert_eq!(panel.work, Some(Work::Embedding { what: "embedding", done: 256, total: 1000 }));
         panel.apply(&MemoryEvent::IndexRebuilding { vectors: 1000 });
-        assert!(matches!(panel.work, Some(Work::Rebuilding { vectors: 1000, .. })));
+        assert!(matches!(panel.work, Some(Work::Rebuilding { vectors: 1000, done: 0, .. })));
+        panel.apply(&MemoryEvent::IndexRebuildProgress { done: 400, total: 1000 });
+        assert!(matches!(panel.work, Some(Work::Rebuilding { vectors: 1000, done: 400, .. })));
         assert!(panel.stats().is_some_and(|s| s.rebuilding));
         panel.observe(&Event::Memory(MemoryEvent::IndexRebuilt { vectors: 1000, elapsed_ms: 5 }), &mut outbox);
         assert_eq!(panel.work, None);
