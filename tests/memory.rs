@@ -518,3 +518,42 @@ fn the_memory_browser_searches_and_shows_scored_hits() {
     assert!(harness.query_all_by_label_contains(&vector).next().is_some(), "vector score {vector} shown");
     assert!(harness.query_all_by_label_contains("2 memories").next().is_some(), "index status shown");
 }
+
+#[test]
+fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
+    use egui_kittest::kittest::Queryable;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // Written with the default settings: 40 vectors are far below `min_vectors`.
+        let bank = bank(&dir);
+        let mut rng = fastrand::Rng::with_seed(11);
+        let (items, vectors) = synthetic(&mut rng, 0, 40, "bulk");
+        bank.add_with_vectors(items, vectors).unwrap();
+        assert_eq!(bank.stats().unwrap().ann_indexed, 0);
+    }
+    let paths = lorekeeper::config::Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("lib.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    let mut config = lorekeeper::config::Config::default();
+    config.memory.embedding = embedding_config();
+    config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, rebuild_after: 25 };
+    config.save(&paths.config_file).unwrap();
+    let engine = lorekeeper::engine::start(paths).unwrap();
+    let mut harness = egui_kittest::Harness::builder()
+        .with_max_steps(64)
+        .with_size([1280.0, 800.0])
+        .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    // Opening the browser opens the library's memories: with these settings the graph
+    // is missing, so a rebuild starts on its own and the panel reports it.
+    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
+    let started = std::time::Instant::now();
+    while harness.query_all_by_label_contains("40 indexed, 0 pending").next().is_none() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the rebuilt graph never showed in the status");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
+    assert!(harness.query_all_by_label_contains("vector graph rebuilt over 40 vectors").next().is_some());
+}
