@@ -17,11 +17,20 @@ use sha2::{Digest, Sha256};
 #[derive(Clone, Debug)]
 pub struct ResponseCache {
     store: Store,
+    capacity: usize,
 }
 
 impl ResponseCache {
+    /// Replies kept by default: the least recently used go first beyond it, so a long
+    /// campaign's cache cannot grow the library without bound.
+    pub const DEFAULT_CAPACITY: usize = 5000;
+
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self::with_capacity(store, Self::DEFAULT_CAPACITY)
+    }
+
+    pub fn with_capacity(store: Store, capacity: usize) -> Self {
+        Self { store, capacity: capacity.max(1) }
     }
 
     /// The cache key of `request` sent to `endpoint` (a provider kind and address).
@@ -93,6 +102,13 @@ impl ResponseCache {
                     completion.usage.reported,
                     now_rfc3339(),
                 ],
+            )?;
+            // Over capacity: drop the least recently used (written or served) replies.
+            conn.execute(
+                "DELETE FROM llm_response_cache WHERE key IN (
+                     SELECT key FROM llm_response_cache
+                     ORDER BY coalesce(last_hit_at, created_at) DESC, created_at DESC LIMIT -1 OFFSET ?1)",
+                [self.capacity as i64],
             )?;
             Ok(())
         })
@@ -181,6 +197,34 @@ mod tests {
         }
         let unique: std::collections::HashSet<_> = variants.iter().collect();
         assert_eq!(unique.len(), variants.len());
+    }
+
+    #[test]
+    fn the_least_recently_used_replies_go_beyond_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ResponseCache::with_capacity(Store::open(dir.path().join("lib.sqlite")).unwrap(), 3);
+        let reply = |text: &str| Completion {
+            text: text.into(),
+            usage: Usage::default(),
+            finish_reason: None,
+            model: "m".into(),
+            from_cache: false,
+            elapsed_ms: 0,
+        };
+        for key in ["a", "b", "c"] {
+            cache.put(key, "openai", &reply(key)).unwrap();
+            // Timestamps have millisecond resolution: keep the order unambiguous.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // "a" is served again, so "b" is now the least recently used.
+        assert!(cache.get("a").unwrap().is_some());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        cache.put("d", "openai", &reply("d")).unwrap();
+        assert_eq!(cache.len().unwrap(), 3);
+        assert!(cache.get("b").unwrap().is_none());
+        for key in ["a", "c", "d"] {
+            assert!(cache.get(key).unwrap().is_some(), "{key} kept");
+        }
     }
 
     #[test]
