@@ -290,8 +290,10 @@ fn ann_benches(c: &mut Criterion) {
         println!("memory-bench: ann at {n}: exact scan top-10 p50 {e50:.3} ms, p99 {e99:.3} ms (recall 1 by definition)");
 
         // instant-distance, as the bank uses it (graph for the bulk, exact tail).
-        let (ann, build) = time(|| build_ann(&index.data, DIM, 0x10e_4ee9));
-        index.ann = Some(Arc::new(ann));
+        let flat = index.flat(n);
+        let (ann, build) = time(|| build_ann(&flat, DIM, 0x10e_4ee9));
+        drop(flat);
+        assert!(index.set_graph(ann));
         let mut found = Vec::new();
         let mut times = Vec::new();
         for q in &queries {
@@ -311,7 +313,7 @@ fn ann_benches(c: &mut Criterion) {
         use hnsw_rs::prelude::{DistDot, Hnsw};
         let (hnsw, build) = time(|| {
             let hnsw = Hnsw::<f32, DistDot>::new(HNSW_M, n, 16, EF_CONSTRUCTION, DistDot {});
-            let rows: Vec<(&[f32], usize)> = (0..n).map(|i| (&index.data[i * DIM..(i + 1) * DIM], i)).collect();
+            let rows: Vec<(&[f32], usize)> = (0..n).map(|i| (index.row(i), i)).collect();
             hnsw.parallel_insert_slice(&rows);
             hnsw
         });

@@ -239,8 +239,10 @@ impl MemoryBank {
         if count == 0 || count > index.len() || index.rowids[count - 1] != max_rowid {
             return Ok(());
         }
-        match super::vectors::decode_ann(&graph, &index.data, index.dim, count) {
-            Ok(ann) => index.ann = Some(Arc::new(ann)),
+        match super::vectors::decode_ann(&graph, Arc::from(index.flat(count)), index.dim, count) {
+            Ok(ann) => {
+                index.set_graph(ann);
+            }
             Err(e) => tracing::warn!(error = %e, "the saved vector graph is unreadable; searching exactly until a rebuild"),
         }
         Ok(())
@@ -718,11 +720,10 @@ impl MemoryBank {
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.rebuilding.store(false, Ordering::SeqCst);
         match &outcome {
-            Ok((vectors, elapsed, swapped)) => {
+            Ok((vectors, elapsed, _swapped)) => {
                 self.notify(GraphProgress::Finished { vectors: *vectors, elapsed_ms: elapsed.as_millis() as u64 });
-                // What was written during the build (or a delete, which made the new
-                // graph unusable: `swapped` is false) may call for the next one already.
-                let _ = swapped;
+                // What was written during the build may call for the next one already;
+                // so does a delete during it, which left the new graph unused.
                 self.maybe_rebuild();
             }
             Err(e) => self.notify(GraphProgress::Failed { message: e.to_string() }),
@@ -767,8 +768,10 @@ impl MemoryBank {
         let bar = indicatif::ProgressBar::hidden();
         bar.set_length(count as u64);
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
+        // The graph keeps this buffer as the index's bulk: no second copy of the vectors.
+        let data: Arc<[f32]> = Arc::from(data);
         let ann = std::thread::scope(|scope| {
-            let building = scope.spawn(|| build_ann_reporting(&data, dim, 0x10e_4ee9, Some(bar.clone())));
+            let building = scope.spawn(|| build_ann_reporting(data.clone(), dim, 0x10e_4ee9, Some(bar.clone())));
             let mut told = Instant::now();
             while !building.is_finished() {
                 std::thread::sleep(Duration::from_millis(20));
@@ -798,13 +801,12 @@ impl MemoryBank {
         if index.generation != generation || index.len() < snapshot_len {
             return Ok((count, started.elapsed(), false));
         }
-        let mut next = VectorIndex::new(dim);
-        next.rowids = rowids;
-        next.data = data;
-        next.rowids.extend_from_slice(&index.rowids[snapshot_len..]);
-        next.data.extend_from_slice(&index.data[snapshot_len * dim..]);
+        drop(data);
+        let mut rowids = rowids;
+        rowids.extend_from_slice(&index.rowids[snapshot_len..]);
+        let tail: Vec<f32> = (snapshot_len..index.len()).flat_map(|i| index.row(i).iter().copied()).collect();
+        let mut next = VectorIndex::with_graph(dim, rowids, ann, tail);
         next.generation = index.generation;
-        next.ann = Some(Arc::new(ann));
         *index = next;
         Ok((count, started.elapsed(), true))
     }

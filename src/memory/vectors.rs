@@ -1,29 +1,47 @@
-//! The in-memory vector index: every stored vector in one flat array for an exact scan,
-//! plus (once built) an HNSW graph over the bulk.
+//! The in-memory vector index: every stored vector for an exact scan, plus (once built)
+//! an HNSW graph over the bulk.
 //!
 //! Why both: `instant-distance` builds its graph in one batch and cannot insert, so a
 //! memory written a moment ago is not in the graph. The graph covers the first
-//! `ann_covers` vectors; everything after them (the tail) is scanned exactly, so a new
-//! memory is searchable at once and the graph is rebuilt in the background.
+//! `covers` rows (the bulk); everything after them (the tail) is scanned exactly, so a
+//! new memory is searchable at once while the graph is rebuilt in the background.
+//!
+//! The bulk's vectors are one buffer shared by the index and the graph's points: at 1M
+//! memories a second copy would be another 1.5 GB.
 
 use instant_distance::{Builder, HnswMap, Search};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-/// A vector in the HNSW graph. Distance is `1 - cosine` (vectors are unit length).
+/// A vector in the HNSW graph: row `index` of a shared buffer. Distance is `1 - cosine`
+/// (vectors are unit length).
 ///
-/// It serialises as its position in the index only: the vectors themselves are already
-/// stored in `memory_vectors`, so the persisted graph holds just its links, and loading
-/// takes each point's vector from the index being restored (see [`decode_ann`]).
+/// It serialises as its position only: the vectors themselves are stored in
+/// `memory_vectors`, so the persisted graph holds just its links, and loading points
+/// each one at the buffer of the index being restored (see [`decode_ann`]).
 #[derive(Clone, Debug)]
 pub struct AnnPoint {
     pub index: u32,
-    pub vector: Arc<[f32]>,
+    dim: u32,
+    data: Arc<[f32]>,
+}
+
+impl AnnPoint {
+    /// A query: its own one-row buffer.
+    pub fn query(vector: &[f32]) -> Self {
+        AnnPoint { index: 0, dim: vector.len() as u32, data: Arc::from(vector) }
+    }
+
+    pub fn vector(&self) -> &[f32] {
+        let dim = self.dim as usize;
+        let start = self.index as usize * dim;
+        &self.data[start..start + dim]
+    }
 }
 
 impl instant_distance::Point for AnnPoint {
     fn distance(&self, other: &Self) -> f32 {
-        1.0 - dot(&self.vector, &other.vector)
+        1.0 - dot(self.vector(), other.vector())
     }
 }
 
@@ -36,7 +54,7 @@ impl serde::Serialize for AnnPoint {
 thread_local! {
     /// Scratch space of graph searches on this thread.
     static SEARCH: std::cell::RefCell<Search> = std::cell::RefCell::new(Search::default());
-    /// The vectors a graph being decoded on this thread refers to.
+    /// The buffer a graph being decoded on this thread refers to, and its width.
     static DECODING: std::cell::RefCell<Option<(Arc<[f32]>, usize)>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -46,9 +64,10 @@ impl<'de> serde::Deserialize<'de> for AnnPoint {
         DECODING.with(|slot| {
             let slot = slot.borrow();
             let (data, dim) = slot.as_ref().ok_or_else(|| serde::de::Error::custom("no vectors to decode against"))?;
-            let start = index as usize * dim;
-            let row = data.get(start..start + dim).ok_or_else(|| serde::de::Error::custom("graph refers to a missing vector"))?;
-            Ok(AnnPoint { index, vector: Arc::from(row) })
+            if (index as usize + 1) * dim > data.len() {
+                return Err(serde::de::Error::custom("graph refers to a missing vector"));
+            }
+            Ok(AnnPoint { index, dim: *dim as u32, data: data.clone() })
         })
     }
 }
@@ -60,14 +79,16 @@ pub fn encode_ann(ann: &Ann) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Restore a graph saved by [`encode_ann`] over the first `covers` rows of `data`.
-pub fn decode_ann(bytes: &[u8], data: &[f32], dim: usize, covers: usize) -> Result<Ann, String> {
-    let shared: Arc<[f32]> = Arc::from(&data[..(covers * dim).min(data.len())]);
-    DECODING.with(|slot| *slot.borrow_mut() = Some((shared, dim)));
+/// Restore a graph saved by [`encode_ann`] over `data`, the `covers` rows it was built on.
+pub fn decode_ann(bytes: &[u8], data: Arc<[f32]>, dim: usize, covers: usize) -> Result<Ann, String> {
+    if dim == 0 || data.len() != covers * dim {
+        return Err(format!("the graph covers {covers} vectors but {} were given", data.len() / dim.max(1)));
+    }
+    DECODING.with(|slot| *slot.borrow_mut() = Some((data.clone(), dim)));
     let map: Result<HnswMap<AnnPoint, u32>, _> = ciborium::from_reader(bytes);
     DECODING.with(|slot| *slot.borrow_mut() = None);
     let map = map.map_err(|e| e.to_string())?;
-    Ok(Ann { map, covers })
+    Ok(Ann { map, covers, data })
 }
 
 /// Dot product written so the compiler vectorises it (8 independent accumulators).
@@ -88,30 +109,31 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// An HNSW graph over the first `covers` entries of the index.
+/// An HNSW graph over the `covers` rows of `data`.
 pub struct Ann {
     pub map: HnswMap<AnnPoint, u32>,
     pub covers: usize,
+    /// The vectors of the covered rows, shared with the index's bulk.
+    pub data: Arc<[f32]>,
 }
 
 /// Build a graph over `vectors` (row-major, `dim` wide). Slow: seconds for 10k vectors.
 pub fn build_ann(vectors: &[f32], dim: usize, seed: u64) -> Ann {
-    build_ann_reporting(vectors, dim, seed, None)
+    build_ann_reporting(Arc::from(vectors), dim, seed, None)
 }
 
-/// [`build_ann`], counting inserted points on `progress` (a hidden bar works: its
-/// position is read by whoever reports the progress).
-pub fn build_ann_reporting(vectors: &[f32], dim: usize, seed: u64, progress: Option<indicatif::ProgressBar>) -> Ann {
-    let n = if dim == 0 { 0 } else { vectors.len() / dim };
-    let points: Vec<AnnPoint> =
-        (0..n).map(|i| AnnPoint { index: i as u32, vector: Arc::from(&vectors[i * dim..(i + 1) * dim]) }).collect();
+/// [`build_ann`] over a buffer it keeps, counting inserted points on `progress` (a
+/// hidden bar works: its position is read by whoever reports the progress).
+pub fn build_ann_reporting(data: Arc<[f32]>, dim: usize, seed: u64, progress: Option<indicatif::ProgressBar>) -> Ann {
+    let n = if dim == 0 { 0 } else { data.len() / dim };
+    let points: Vec<AnnPoint> = (0..n).map(|i| AnnPoint { index: i as u32, dim: dim as u32, data: data.clone() }).collect();
     let values: Vec<u32> = (0..n as u32).collect();
     let mut builder = Builder::default().ef_construction(100).ef_search(64).seed(seed);
     if let Some(bar) = progress {
         builder = builder.progress(bar);
     }
     let map = builder.build(points, values);
-    Ann { map, covers: n }
+    Ann { map, covers: n, data }
 }
 
 /// The rowid of a deleted row the graph still refers to (see [`VectorIndex::retain`]).
@@ -122,9 +144,11 @@ pub struct VectorIndex {
     pub dim: usize,
     /// One per row; [`GONE`] for a row deleted under the graph.
     pub rowids: Vec<i64>,
-    /// Row-major, `rowids.len() * dim` values, each row unit length.
-    pub data: Vec<f32>,
-    pub ann: Option<Arc<Ann>>,
+    /// The rows under the graph (its `data`; empty without a graph).
+    bulk: Arc<[f32]>,
+    /// The rows after them, row-major, each unit length.
+    tail: Vec<f32>,
+    ann: Option<Arc<Ann>>,
     /// Rows marked [`GONE`].
     pub gone: usize,
     /// Bumped by every delete, so a graph built from an older snapshot is not swapped in.
@@ -133,7 +157,13 @@ pub struct VectorIndex {
 
 impl VectorIndex {
     pub fn new(dim: usize) -> Self {
-        Self { dim, ..Default::default() }
+        Self { dim, bulk: Arc::from(Vec::new()), ..Default::default() }
+    }
+
+    /// An index over `rowids` whose first rows are `ann`'s buffer and the rest `tail`.
+    pub fn with_graph(dim: usize, rowids: Vec<i64>, ann: Ann, tail: Vec<f32>) -> Self {
+        let gone = rowids.iter().filter(|&&r| r == GONE).count();
+        Self { dim, rowids, bulk: ann.data.clone(), tail, ann: Some(Arc::new(ann)), gone, generation: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -149,9 +179,17 @@ impl VectorIndex {
         self.len() - self.gone
     }
 
+    fn covers(&self) -> usize {
+        self.ann.as_ref().map(|a| a.covers.min(self.len())).unwrap_or(0)
+    }
+
+    pub fn has_graph(&self) -> bool {
+        self.ann.is_some()
+    }
+
     /// How many vectors the graph does not cover yet.
     pub fn pending(&self) -> usize {
-        self.len() - self.ann.as_ref().map(|a| a.covers.min(self.len())).unwrap_or(0)
+        self.len() - self.covers()
     }
 
     pub fn push(&mut self, rowid: i64, vector: &[f32]) {
@@ -159,11 +197,39 @@ impl VectorIndex {
             return;
         }
         self.rowids.push(rowid);
-        self.data.extend_from_slice(vector);
+        self.tail.extend_from_slice(vector);
     }
 
-    fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
+    /// Put a graph over the first `ann.covers` rows, whose vectors must be `ann.data`
+    /// (it was built from them, or decoded against them). Returns false, changing
+    /// nothing, if the index has fewer rows.
+    pub fn set_graph(&mut self, ann: Ann) -> bool {
+        let (dim, covers) = (self.dim, ann.covers);
+        if covers > self.len() || ann.data.len() != covers * dim {
+            return false;
+        }
+        let tail: Vec<f32> = (covers..self.len()).flat_map(|i| self.row(i).iter().copied()).collect();
+        self.bulk = ann.data.clone();
+        self.tail = tail;
+        self.ann = Some(Arc::new(ann));
+        true
+    }
+
+    /// Row `i`'s vector.
+    pub fn row(&self, i: usize) -> &[f32] {
+        let dim = self.dim;
+        let bulk_rows = self.bulk.len() / dim.max(1);
+        if i < bulk_rows {
+            &self.bulk[i * dim..(i + 1) * dim]
+        } else {
+            let j = i - bulk_rows;
+            &self.tail[j * dim..(j + 1) * dim]
+        }
+    }
+
+    /// The first `n` rows' vectors, row-major (a copy).
+    pub fn flat(&self, n: usize) -> Vec<f32> {
+        (0..n.min(self.len())).flat_map(|i| self.row(i).iter().copied()).collect()
     }
 
     /// The `n` most similar rows among `range`, by exact scan: `(rowid, cosine)`, best first.
@@ -223,7 +289,7 @@ impl VectorIndex {
         let Some(ann) = self.ann.as_ref().filter(|a| a.covers > 0 && a.covers <= self.len()) else {
             return self.scan(query, 0..self.len(), n, keep);
         };
-        let point = AnnPoint { index: u32::MAX, vector: Arc::from(query) };
+        let point = AnnPoint::query(query);
         let mut hits: Vec<(i64, f32)> = Vec::with_capacity(n * 2);
         let mut seen = 0;
         let mut walk = |search: &mut Search| {
@@ -258,10 +324,9 @@ impl VectorIndex {
     /// graph keeps serving the rest (a companion's undo must not turn a 1 ms graph search
     /// into a 70 ms scan until the next rebuild); tail rows are removed.
     pub fn retain(&mut self, keep: impl Fn(i64) -> bool) {
-        let dim = self.dim;
-        let covers = self.ann.as_ref().map(|a| a.covers.min(self.len())).unwrap_or(0);
+        let (dim, covers) = (self.dim, self.covers());
         let mut rowids = Vec::with_capacity(self.rowids.len());
-        let mut data = Vec::with_capacity(self.data.len());
+        let mut tail = Vec::with_capacity(self.tail.len());
         let mut changed = false;
         for (i, &r) in self.rowids.iter().enumerate() {
             let live = r != GONE && keep(r);
@@ -273,23 +338,19 @@ impl VectorIndex {
                 rowids.push(if live { r } else { GONE });
             } else if live {
                 rowids.push(r);
-            } else {
-                continue;
+                let j = i - covers;
+                tail.extend_from_slice(&self.tail[j * dim..(j + 1) * dim]);
             }
-            data.extend_from_slice(&self.data[i * dim..(i + 1) * dim]);
         }
         if changed {
             self.generation += 1;
         }
         self.rowids = rowids;
-        self.data = data;
+        self.tail = tail;
     }
 
-    /// The live rows as a new index without a graph: `(rowids, data)`.
+    /// The live rows, without a graph: `(rowids, vectors row-major)`.
     pub fn compacted(&self) -> (Vec<i64>, Vec<f32>) {
-        if self.gone == 0 {
-            return (self.rowids.clone(), self.data.clone());
-        }
         let mut rowids = Vec::with_capacity(self.live());
         let mut data = Vec::with_capacity(self.live() * self.dim);
         for (i, &r) in self.rowids.iter().enumerate() {
@@ -344,7 +405,7 @@ mod tests {
     #[test]
     fn graph_plus_tail_finds_new_rows_at_once() {
         let mut index = random_index(400, 16);
-        index.ann = Some(Arc::new(build_ann(&index.data, 16, 1)));
+        assert!(index.set_graph(build_ann(&index.flat(400), 16, 1)));
         let mut rng = fastrand::Rng::with_seed(99);
         let fresh = unit((0..16).map(|_| rng.f32() - 0.5).collect());
         index.push(10_000, &fresh);
@@ -365,7 +426,7 @@ mod tests {
     #[test]
     fn deleting_under_the_graph_keeps_the_graph_and_skips_the_rows() {
         let mut index = random_index(300, 16);
-        index.ann = Some(Arc::new(build_ann(&index.data, 16, 2)));
+        assert!(index.set_graph(build_ann(&index.flat(300), 16, 2)));
         let fresh = index.row(5).to_vec();
         index.push(9_000, &fresh);
         let q = index.row(10).to_vec();
@@ -385,19 +446,22 @@ mod tests {
     #[test]
     fn a_saved_graph_loads_and_answers_like_the_original() {
         let index = random_index(300, 16);
-        let ann = build_ann(&index.data, 16, 3);
+        let ann = build_ann(&index.flat(300), 16, 3);
         let bytes = encode_ann(&ann).unwrap();
         // The graph alone, without its vectors: links only (~150 bytes a point), a tenth
         // of what one 384-dimensional vector takes.
         assert!(bytes.len() < 300 * 200, "{} bytes", bytes.len());
-        let loaded = decode_ann(&bytes, &index.data, 16, 300).unwrap();
-        let mut a = VectorIndex { ann: Some(Arc::new(ann)), ..random_index(300, 16) };
-        let b = VectorIndex { ann: Some(Arc::new(loaded)), ..random_index(300, 16) };
+        let loaded = decode_ann(&bytes, Arc::from(index.flat(300)), 16, 300).unwrap();
+        let mut a = random_index(300, 16);
+        assert!(a.set_graph(ann));
+        let mut b = random_index(300, 16);
+        assert!(b.set_graph(loaded));
         for i in 0..20 {
             let q = a.row(i).to_vec();
             assert_eq!(a.search(&q, 10, &|_| true), b.search(&q, 10, &|_| true));
         }
-        a.ann = None;
-        assert!(decode_ann(&bytes, &index.data[..16 * 10], 16, 10).is_err());
+        // Decoding against fewer vectors than the graph covers is an error, not a panic.
+        assert!(decode_ann(&bytes, Arc::from(index.flat(10)), 16, 10).is_err());
+        assert!(decode_ann(&bytes, Arc::from(index.flat(10)), 16, 300).is_err());
     }
 }
