@@ -271,6 +271,31 @@ fn the_vector_graph_rebuilds_itself_in_the_background_and_survives_deletes() {
     assert!((hits[0].1 - 1.0).abs() < 1e-4);
 }
 
+#[test]
+fn re_importing_an_id_replaces_the_memory_and_its_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = bank(&dir);
+    let mut rng = fastrand::Rng::with_seed(3);
+    let (items, old) = synthetic(&mut rng, 0, 10, "file");
+    bank.add_with_vectors(items, old.clone()).unwrap();
+    // The same ids again (a re-import), with other vectors and text.
+    let (mut items, new) = synthetic(&mut rng, 0, 10, "file");
+    for item in &mut items {
+        item.text = format!("{} (revised)", item.text);
+    }
+    bank.add_with_vectors(items, new.clone()).unwrap();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.memories, stats.with_vectors, stats.ann_pending), (10, 10, 10));
+    // The new vector is found as itself; the old one is gone from the index.
+    let hits = bank.vector_candidates(&new[4], &Default::default(), 1).unwrap();
+    assert!((hits[0].1 - 1.0).abs() < 1e-4);
+    let hits = bank.vector_candidates(&old[4], &Default::default(), 10).unwrap();
+    assert_eq!(hits.len(), 10);
+    assert!(hits.iter().all(|h| h.1 < 0.99), "a replaced vector is still searched: {hits:?}");
+    let found = bank.search(&SearchRequest { mode: SearchMode::Keyword, ..SearchRequest::new("revised", 20) }).unwrap();
+    assert_eq!(found.len(), 10);
+}
+
 fn lorekeeper(dir: &tempfile::TempDir, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
         .args(["--library", dir.path().join("lib.sqlite").to_str().unwrap()])

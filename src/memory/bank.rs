@@ -354,21 +354,14 @@ impl MemoryBank {
             }
         }
         let (rowids, replaced) = self.store.transaction(|tx| {
-            let before: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
-            let rowids = self.write_in(tx, &items, Some(&vectors))?;
-            let after: i64 = tx.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
+            let written = self.write_in_replacing(tx, &items, Some(&vectors))?;
             also(tx)?;
-            let replaced = (before + rowids.len() as i64) != after;
-            Ok((rowids, replaced))
+            Ok(written)
         })?;
-        if replaced {
+        if !replaced.is_empty() {
             // Re-imported ids replaced older rows: drop their stale vectors.
-            let live: HashSet<i64> = self.store.with(|c| {
-                let mut stmt = c.prepare("SELECT rowid FROM memories")?;
-                let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
-                Ok(rows.collect::<Result<HashSet<_>, _>>()?)
-            })?;
-            self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| live.contains(&r));
+            let stale: HashSet<i64> = replaced.into_iter().collect();
+            self.index.write().unwrap_or_else(|p| p.into_inner()).retain(|r| !stale.contains(&r));
         }
         self.publish(&rowids, &vectors);
         self.store.with(|c| {
@@ -395,13 +388,25 @@ impl MemoryBank {
     /// when given, pair with `items`; without them a later `memory reindex` embeds the
     /// rows and keyword search finds them meanwhile. Call [`Self::publish`] with the
     /// returned rowids once the transaction has committed.
+    /// The ids of rounds and chat turns are always new, so nothing is replaced there; a
+    /// write that may reuse ids (an import) goes through [`Self::add`].
     pub fn write_in(&self, tx: &Connection, items: &[NewMemory], vectors: Option<&[Vec<f32>]>) -> Result<Vec<i64>, StoreError> {
+        Ok(self.write_in_replacing(tx, items, vectors)?.0)
+    }
+
+    /// [`Self::write_in`], also returning the rowids its items replaced (same id).
+    fn write_in_replacing(
+        &self,
+        tx: &Connection,
+        items: &[NewMemory],
+        vectors: Option<&[Vec<f32>]>,
+    ) -> Result<(Vec<i64>, Vec<i64>), StoreError> {
         if let Some(v) = vectors
             && v.len() != items.len()
         {
             return Err(StoreError::Corrupt(format!("{} memories but {} vectors", items.len(), v.len())));
         }
-        let rowids = records::insert(tx, items)?;
+        let (rowids, replaced) = records::insert_replacing(tx, items)?;
         if let Some(vectors) = vectors {
             let pairs: Vec<(i64, &[f32])> = rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
             records::store_vectors(tx, &self.model_id(), &pairs)?;
@@ -411,7 +416,7 @@ impl MemoryBank {
         if let Some(known) = self.speakers.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
             known.extend(items.iter().filter_map(|m| m.speaker.as_deref()).map(str::to_lowercase));
         }
-        Ok(rowids)
+        Ok((rowids, replaced))
     }
 
     /// Make committed vectors searchable (the other half of [`Self::write_in`]).

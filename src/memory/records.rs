@@ -173,6 +173,12 @@ pub fn normalise_time(text: &str) -> String {
 /// Insert memories in the caller's transaction; returns their rowids. An id already
 /// present is replaced (re-importing a file updates rather than duplicates).
 pub fn insert(conn: &Connection, items: &[NewMemory]) -> Result<Vec<i64>, StoreError> {
+    Ok(insert_replacing(conn, items)?.0)
+}
+
+/// [`insert`], also returning the rowids of older memories replaced because they had
+/// the same id (a re-import), whose vectors the caller must drop.
+pub fn insert_replacing(conn: &Connection, items: &[NewMemory]) -> Result<(Vec<i64>, Vec<i64>), StoreError> {
     let mut next_seq: i64 = conn.query_row("SELECT coalesce(max(seq), 0) + 1 FROM memories", [], |r| r.get(0))?;
     let now = now_rfc3339();
     let mut insert = conn.prepare_cached(
@@ -182,10 +188,12 @@ pub fn insert(conn: &Connection, items: &[NewMemory]) -> Result<Vec<i64>, StoreE
     let mut witness = conn.prepare_cached("INSERT OR IGNORE INTO memory_witnesses(memory_rowid, witness) VALUES (?1, ?2)")?;
     let mut existing = conn.prepare_cached("SELECT rowid FROM memories WHERE id = ?1")?;
     let mut rowids = Vec::with_capacity(items.len());
+    let mut replaced = Vec::new();
     for item in items {
         let id = item.id.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(new_id);
         if let Some(old) = existing.query_row([&id], |r| r.get::<_, i64>(0)).optional()? {
             conn.execute("DELETE FROM memories WHERE rowid = ?1", [old])?;
+            replaced.push(old);
         }
         let time = item.time.as_deref().map(normalise_time).unwrap_or_else(|| now.clone());
         insert.execute(params![
@@ -210,7 +218,7 @@ pub fn insert(conn: &Connection, items: &[NewMemory]) -> Result<Vec<i64>, StoreE
         }
         rowids.push(rowid);
     }
-    Ok(rowids)
+    Ok((rowids, replaced))
 }
 
 /// Tell `witness` about a memory (they now recall it too).

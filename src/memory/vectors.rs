@@ -217,8 +217,17 @@ impl VectorIndex {
 
     /// Row `i`'s vector.
     pub fn row(&self, i: usize) -> &[f32] {
+        self.row_at(i, self.bulk_rows())
+    }
+
+    fn bulk_rows(&self) -> usize {
+        self.bulk.len() / self.dim.max(1)
+    }
+
+    /// Row `i` given [`Self::bulk_rows`], computed once per scan rather than per row.
+    #[inline]
+    fn row_at(&self, i: usize, bulk_rows: usize) -> &[f32] {
         let dim = self.dim;
-        let bulk_rows = self.bulk.len() / dim.max(1);
         if i < bulk_rows {
             &self.bulk[i * dim..(i + 1) * dim]
         } else {
@@ -250,8 +259,9 @@ impl VectorIndex {
     fn scan(&self, query: &[f32], range: std::ops::Range<usize>, n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
         let mut best: Vec<(i64, f32)> = Vec::with_capacity(n + 1);
         let mut floor = f32::NEG_INFINITY;
+        let bulk_rows = self.bulk_rows();
         for i in range {
-            let score = dot(query, self.row(i));
+            let score = dot(query, self.row_at(i, bulk_rows));
             if best.len() == n && score <= floor {
                 continue;
             }
