@@ -543,8 +543,15 @@ impl MemoryBank {
             return Ok(HashSet::new());
         }
         let (cond, params) = filter.sql();
-        // Rowids are integers from the index, so they can be written into the SQL.
-        let sql = format!("SELECT m.rowid FROM memories m WHERE m.rowid IN ({}) AND {cond}", list.join(","));
+        // Rowids are integers from the index, so they can be written into the SQL. The
+        // CROSS JOIN fixes the order: one rowid lookup per candidate. With a plain
+        // `rowid IN (...)` SQLite preferred the (kind, scope, scope_id) index and walked
+        // every row of the character's scope: 13 ms at 100k instead of ~0.1 ms.
+        let values: Vec<String> = list.iter().map(|r| format!("({r})")).collect();
+        let sql = format!(
+            "WITH wanted(r) AS (VALUES {}) SELECT m.rowid FROM wanted CROSS JOIN memories m ON m.rowid = wanted.r WHERE {cond}",
+            values.join(",")
+        );
         self.with_reader(|c| {
             let mut stmt = c.prepare(&sql)?;
             let rows = stmt.query_map(params_from_iter(params.iter()), |r| r.get::<_, i64>(0))?;
