@@ -73,6 +73,10 @@ pub enum GraphProgress {
 
 type GraphObserver = Arc<dyn Fn(GraphProgress) + Send + Sync>;
 
+/// A filter that keeps at most this many memories is searched by reading their vectors
+/// from the library (a few hundred µs) instead of testing every row of the index.
+const SMALL_SUBSET: usize = 2048;
+
 pub struct MemoryBank {
     store: Store,
     config: RwLock<MemoryConfig>,
@@ -529,11 +533,48 @@ impl MemoryBank {
             return Ok(hits);
         }
         let allowed = self.allowed(filter)?.unwrap_or_default();
+        if allowed.len() <= SMALL_SUBSET {
+            // A character's lore among 100k memories: read those few vectors from the
+            // library and score them, rather than test every row of the index.
+            drop(index);
+            return self.score_rows(query, n, &allowed);
+        }
         let keep = |r: i64| allowed.contains(&r);
         if allowed.len() <= index.len() / 8 {
             return Ok(index.search_subset(query, n, &keep));
         }
         Ok(index.search(query, n, &keep))
+    }
+
+    /// Exact scores of `rowids`' stored vectors (of the current model): `(rowid,
+    /// cosine)`, best `n` first.
+    fn score_rows(&self, query: &[f32], n: usize, rowids: &HashSet<i64>) -> Result<Vec<Candidate>, MemoryError> {
+        if rowids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values: Vec<String> = rowids.iter().map(|r| format!("({r})")).collect();
+        // Integers from the library, written into the SQL; one primary-key lookup each.
+        let sql = format!(
+            "WITH wanted(r) AS (VALUES {}) SELECT v.memory_rowid, v.vector FROM wanted \
+             CROSS JOIN memory_vectors v ON v.memory_rowid = wanted.r WHERE v.model = ?1 AND v.dim = ?2",
+            values.join(",")
+        );
+        let model = self.model_id();
+        let mut scored: Vec<Candidate> = self.with_reader(|c| {
+            let mut stmt = c.prepare(&sql)?;
+            let mut rows = stmt.query(rusqlite::params![model, query.len() as i64])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let blob: Vec<u8> = row.get(1)?;
+                if let Some(v) = records::blob_to_vector(&blob) {
+                    out.push((row.get::<_, i64>(0)?, super::vectors::dot(query, &v)));
+                }
+            }
+            Ok(out)
+        })?;
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        scored.truncate(n);
+        Ok(scored)
     }
 
     /// Which of `rowids` pass `filter` (one query, however many rows the filter keeps).
