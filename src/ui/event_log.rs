@@ -49,6 +49,37 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
     }
 }
 
+fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)> {
+    use crate::memory::MemoryEvent as E;
+    let info = |text: String| Some((LogLevel::Info, text));
+    match event {
+        // Progress is shown by the memory browser; a line every 250 ms would bury the log.
+        E::ImportProgress { .. } | E::ReindexProgress { .. } | E::IndexRebuildProgress { .. } => None,
+        // Snapshots the panels asked for.
+        E::Stats { .. } | E::Context { .. } | E::Injections { .. } => None,
+        E::SearchResults { query, hits, elapsed_ms, .. } => {
+            info(format!("memory: {} hits for {query:?} in {elapsed_ms:.1} ms", hits.len()))
+        }
+        E::Imported { summary } => info(format!(
+            "memory: imported {} turns from {} ({:.0}/s)",
+            summary.imported, summary.path, summary.per_second
+        )),
+        E::Evaluated { report } => info(format!(
+            "memory: eval of {} questions, {:?}: recall@5 {:.3}, recall@10 {:.3}",
+            report.questions, report.mode, report.recall_at_5, report.recall_at_10
+        )),
+        E::IndexRebuilding { vectors } => info(format!("memory: rebuilding the vector graph over {vectors} vectors in the background")),
+        E::IndexRebuilt { vectors, elapsed_ms } => {
+            info(format!("memory: vector graph rebuilt over {vectors} vectors in {:.1} s", *elapsed_ms as f64 / 1000.0))
+        }
+        E::Reindexed { embedded } => info(format!("memory: reindexed, {embedded} memories embedded")),
+        E::LoreIndexed { report } => info(format!(
+            "memory: {} lore files, {} indexed ({} chunks), {} unchanged, {} removed",
+            report.files, report.indexed, report.chunks, report.unchanged, report.removed
+        )),
+    }
+}
+
 impl EventLog {
     /// Keep a line for events worth a line; streamed tokens are not.
     pub fn record(&mut self, event: &Event) {
@@ -63,6 +94,7 @@ impl EventLog {
                 | crate::identity::IdentityEvent::Runs { .. },
             ) => None,
             Event::Companion(e) => companion_line(e),
+            Event::Memory(e) => memory_line(e),
             other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
         };
         // One row each: the strip is a log, the panels hold the details.
@@ -104,6 +136,32 @@ impl EventLog {
                     ui.add(egui::Label::new(egui::RichText::new(text).monospace().color(color)).truncate());
                 }
             },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryEvent;
+
+    #[test]
+    fn memory_progress_gets_no_line_and_its_outcome_one_plain_line() {
+        let mut log = EventLog::default();
+        for done in [0, 1000, 2000] {
+            log.record(&Event::Memory(MemoryEvent::IndexRebuildProgress { done, total: 5000 }));
+        }
+        log.record(&Event::Memory(MemoryEvent::ImportProgress { done: 1, total: 2 }));
+        assert_eq!(log.lines().count(), 0);
+        log.record(&Event::Memory(MemoryEvent::IndexRebuilding { vectors: 5000 }));
+        log.record(&Event::Memory(MemoryEvent::IndexRebuilt { vectors: 5000, elapsed_ms: 2500 }));
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "memory: rebuilding the vector graph over 5000 vectors in the background",
+                "memory: vector graph rebuilt over 5000 vectors in 2.5 s"
+            ]
         );
     }
 }
