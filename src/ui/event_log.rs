@@ -95,6 +95,14 @@ impl EventLog {
             ) => None,
             Event::Companion(e) => companion_line(e),
             Event::Memory(e) => memory_line(e),
+            // Snapshots a panel asked for, and streamed tokens: the panels show them.
+            Event::Scene(
+                crate::scene::SceneEvent::Token { .. }
+                | crate::scene::SceneEvent::State { .. }
+                | crate::scene::SceneEvent::Scenes { .. }
+                | crate::scene::SceneEvent::Snapshot { .. }
+                | crate::scene::SceneEvent::Preview { .. },
+            ) => None,
             other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
         };
         // One row each: the strip is a log, the panels hold the details.
@@ -146,12 +154,14 @@ mod tests {
     use crate::memory::MemoryEvent;
 
     #[test]
-    fn memory_progress_gets_no_line_and_its_outcome_one_plain_line() {
+    fn progress_and_tokens_get_no_line_and_a_memory_outcome_one_plain_line() {
         let mut log = EventLog::default();
         for done in [0, 1000, 2000] {
             log.record(&Event::Memory(MemoryEvent::IndexRebuildProgress { done, total: 5000 }));
         }
         log.record(&Event::Memory(MemoryEvent::ImportProgress { done: 1, total: 2 }));
+        let token = crate::scene::SceneEvent::Token { scene_id: "s".into(), round: 1, character_id: "c".into(), text: "Hi".into() };
+        log.record(&Event::Scene(token));
         assert_eq!(log.lines().count(), 0);
         log.record(&Event::Memory(MemoryEvent::IndexRebuilding { vectors: 5000 }));
         log.record(&Event::Memory(MemoryEvent::IndexRebuilt { vectors: 5000, elapsed_ms: 2500 }));
