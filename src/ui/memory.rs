@@ -143,7 +143,7 @@ impl MemoryPanel {
             },
             MemoryEvent::IndexRebuilt { vectors, elapsed_ms } => {
                 self.work = None;
-                self.status = Some(format!("vector graph rebuilt over {vectors} vectors in {elapsed_ms} ms"));
+                self.status = Some(format!("vector graph rebuilt over {vectors} vectors in {:.1} s", *elapsed_ms as f64 / 1000.0));
                 if let Some(s) = self.stats.as_mut() {
                     s.rebuilding = false;
                 }
