@@ -290,7 +290,7 @@ fn ann_benches(c: &mut Criterion) {
         println!("memory-bench: ann at {n}: exact scan top-10 p50 {e50:.3} ms, p99 {e99:.3} ms (recall 1 by definition)");
 
         // instant-distance, as the bank uses it (graph for the bulk, exact tail).
-        let flat = index.flat(n);
+        let flat = index.flat(0..n);
         let (ann, build) = time(|| build_ann(&flat, DIM, 0x10e_4ee9));
         drop(flat);
         assert!(index.set_graph(ann));

@@ -204,13 +204,7 @@ fn synthetic(rng: &mut fastrand::Rng, from: usize, n: usize, source: &str) -> (V
     let items = (from..from + n)
         .map(|i| NewMemory { source: Some(source.into()), ..turn(&format!("v{i}"), "user", &format!("synthetic note {i}"), &[]) })
         .collect();
-    let vectors = (0..n)
-        .map(|_| {
-            let v: Vec<f32> = (0..384).map(|_| rng.f32() - 0.5).collect();
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            v.into_iter().map(|x| x / norm).collect()
-        })
-        .collect();
+    let vectors = (0..n).map(|_| lorekeeper::memory::embedder::normalise((0..384).map(|_| rng.f32() - 0.5).collect())).collect();
     (items, vectors)
 }
 
@@ -490,6 +484,31 @@ fn lore_files_are_indexed_by_scope_and_only_reindexed_when_they_change() {
     assert_eq!(bank.stats().unwrap().lore_chunks, 1);
 }
 
+/// The workbench on the library in `dir`, with the test model and `adjust`ed settings,
+/// after its first frames.
+fn workbench(
+    dir: &tempfile::TempDir,
+    adjust: impl FnOnce(&mut lorekeeper::config::Config),
+) -> egui_kittest::Harness<'static, lorekeeper::ui::WorkbenchApp> {
+    let paths = lorekeeper::config::Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("lib.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    let mut config = lorekeeper::config::Config::default();
+    config.memory.embedding = embedding_config();
+    adjust(&mut config);
+    config.save(&paths.config_file).unwrap();
+    let engine = lorekeeper::engine::start(paths).unwrap();
+    // Engine events repaint on their own threads: allow a few frames to settle.
+    let mut harness = egui_kittest::Harness::builder()
+        .with_max_steps(64)
+        .with_size([1280.0, 800.0])
+        .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    harness
+}
+
 #[test]
 fn the_memory_browser_searches_and_shows_scored_hits() {
     use egui_kittest::kittest::Queryable;
@@ -502,21 +521,7 @@ fn the_memory_browser_searches_and_shows_scored_hits() {
         ])
         .unwrap();
     }
-    let paths = lorekeeper::config::Paths {
-        config_file: dir.path().join("config.toml"),
-        library_file: dir.path().join("lib.sqlite"),
-        log_dir: dir.path().join("logs"),
-    };
-    let mut config = lorekeeper::config::Config::default();
-    config.memory.embedding = embedding_config();
-    config.save(&paths.config_file).unwrap();
-    let engine = lorekeeper::engine::start(paths).unwrap();
-    // Engine events repaint on their own threads: allow a few frames to settle.
-    let mut harness = egui_kittest::Harness::builder()
-        .with_max_steps(64)
-        .with_size([1280.0, 800.0])
-        .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
-    harness.run();
+    let mut harness = workbench(&dir, |_| {});
     harness.get_all_by_label("Memory").next().expect("navigation entry").click();
     harness.run();
     let role = egui::accesskit::Role::TextInput;
@@ -556,21 +561,9 @@ fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
         bank.add_with_vectors(items, vectors).unwrap();
         assert_eq!(bank.stats().unwrap().ann_indexed, 0);
     }
-    let paths = lorekeeper::config::Paths {
-        config_file: dir.path().join("config.toml"),
-        library_file: dir.path().join("lib.sqlite"),
-        log_dir: dir.path().join("logs"),
-    };
-    let mut config = lorekeeper::config::Config::default();
-    config.memory.embedding = embedding_config();
-    config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, rebuild_after: 25 };
-    config.save(&paths.config_file).unwrap();
-    let engine = lorekeeper::engine::start(paths).unwrap();
-    let mut harness = egui_kittest::Harness::builder()
-        .with_max_steps(64)
-        .with_size([1280.0, 800.0])
-        .build_eframe(move |cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
-    harness.run();
+    let mut harness = workbench(&dir, |config| {
+        config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, rebuild_after: 25 };
+    });
     // Opening the browser opens the library's memories: with these settings the graph
     // is missing, so a rebuild starts on its own and the panel reports it.
     harness.get_all_by_label("Memory").next().expect("navigation entry").click();

@@ -75,11 +75,6 @@ pub fn fts_expression(terms: &[String]) -> Option<String> {
     Some(terms.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" OR "))
 }
 
-/// An FTS5 MATCH expression for `text`, or `None` when it has no searchable word.
-pub fn fts_query(text: &str) -> Option<String> {
-    fts_expression(&query_terms(text))
-}
-
 /// Which terms to search, given how many rows each matches (`(term, rows)` in query
 /// order): rarest first while the rows they match add up to at most `budget`; the
 /// rarest matching term is always kept. Terms matching nothing are left out (they
@@ -112,6 +107,11 @@ pub fn choose_terms(counted: &[(String, usize)], budget: usize) -> (Vec<String>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The MATCH expression a search for `text` would use, before terms are counted.
+    fn fts_query(text: &str) -> Option<String> {
+        fts_expression(&query_terms(text))
+    }
 
     #[test]
     fn every_listed_stop_word_is_recognised() {

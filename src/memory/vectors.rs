@@ -183,10 +183,6 @@ impl VectorIndex {
         self.ann.as_ref().map(|a| a.covers.min(self.len())).unwrap_or(0)
     }
 
-    pub fn has_graph(&self) -> bool {
-        self.ann.is_some()
-    }
-
     /// How many vectors the graph does not cover yet.
     pub fn pending(&self) -> usize {
         self.len() - self.covers()
@@ -208,7 +204,7 @@ impl VectorIndex {
         if covers > self.len() || ann.data.len() != covers * dim {
             return false;
         }
-        let tail: Vec<f32> = (covers..self.len()).flat_map(|i| self.row(i).iter().copied()).collect();
+        let tail = self.flat(covers..self.len());
         self.bulk = ann.data.clone();
         self.tail = tail;
         self.ann = Some(Arc::new(ann));
@@ -236,9 +232,9 @@ impl VectorIndex {
         }
     }
 
-    /// The first `n` rows' vectors, row-major (a copy).
-    pub fn flat(&self, n: usize) -> Vec<f32> {
-        (0..n.min(self.len())).flat_map(|i| self.row(i).iter().copied()).collect()
+    /// The vectors of `rows`, row-major (a copy).
+    pub fn flat(&self, rows: std::ops::Range<usize>) -> Vec<f32> {
+        (rows.start..rows.end.min(self.len())).flat_map(|i| self.row(i).iter().copied()).collect()
     }
 
     /// The `n` most similar rows among `range`, by exact scan: `(rowid, cosine)`, best first.
@@ -415,7 +411,7 @@ mod tests {
     #[test]
     fn graph_plus_tail_finds_new_rows_at_once() {
         let mut index = random_index(400, 16);
-        assert!(index.set_graph(build_ann(&index.flat(400), 16, 1)));
+        assert!(index.set_graph(build_ann(&index.flat(0..400), 16, 1)));
         let mut rng = fastrand::Rng::with_seed(99);
         let fresh = unit((0..16).map(|_| rng.f32() - 0.5).collect());
         index.push(10_000, &fresh);
@@ -436,7 +432,7 @@ mod tests {
     #[test]
     fn deleting_under_the_graph_keeps_the_graph_and_skips_the_rows() {
         let mut index = random_index(300, 16);
-        assert!(index.set_graph(build_ann(&index.flat(300), 16, 2)));
+        assert!(index.set_graph(build_ann(&index.flat(0..300), 16, 2)));
         let fresh = index.row(5).to_vec();
         index.push(9_000, &fresh);
         let q = index.row(10).to_vec();
@@ -456,12 +452,12 @@ mod tests {
     #[test]
     fn a_saved_graph_loads_and_answers_like_the_original() {
         let index = random_index(300, 16);
-        let ann = build_ann(&index.flat(300), 16, 3);
+        let ann = build_ann(&index.flat(0..300), 16, 3);
         let bytes = encode_ann(&ann).unwrap();
         // The graph alone, without its vectors: links only (~150 bytes a point), a tenth
         // of what one 384-dimensional vector takes.
         assert!(bytes.len() < 300 * 200, "{} bytes", bytes.len());
-        let loaded = decode_ann(&bytes, Arc::from(index.flat(300)), 16, 300).unwrap();
+        let loaded = decode_ann(&bytes, Arc::from(index.flat(0..300)), 16, 300).unwrap();
         let mut a = random_index(300, 16);
         assert!(a.set_graph(ann));
         let mut b = random_index(300, 16);
@@ -471,7 +467,7 @@ mod tests {
             assert_eq!(a.search(&q, 10, &|_| true), b.search(&q, 10, &|_| true));
         }
         // Decoding against fewer vectors than the graph covers is an error, not a panic.
-        assert!(decode_ann(&bytes, Arc::from(index.flat(10)), 16, 10).is_err());
-        assert!(decode_ann(&bytes, Arc::from(index.flat(10)), 16, 300).is_err());
+        assert!(decode_ann(&bytes, Arc::from(index.flat(0..10)), 16, 10).is_err());
+        assert!(decode_ann(&bytes, Arc::from(index.flat(0..10)), 16, 300).is_err());
     }
 }
