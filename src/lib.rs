@@ -6,7 +6,9 @@
 
 pub mod cli;
 pub mod companion;
+pub mod character;
 pub mod config;
+pub mod context;
 pub mod engine;
 pub mod identity;
 pub mod interop;
@@ -14,6 +16,7 @@ pub mod llm;
 pub mod logging;
 pub mod lorebook;
 pub mod memory;
+pub mod paths;
 pub mod prompting;
 pub mod scene;
 pub mod store;

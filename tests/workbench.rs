@@ -409,7 +409,7 @@ fn view_messages(harness: &Harness<'_, WorkbenchApp>) -> Vec<lorekeeper::llm::Ch
 
 #[test]
 fn the_memory_panel_shows_the_memories_injected_into_each_agents_last_prompt() {
-    use lorekeeper::memory::{MemoryKind, NewMemory, RetrievalHit, Scope, injections, records};
+    use lorekeeper::memory::{MemoryKind, NewMemory, PreparedMemories, RetrievalHit, Scope, injections};
     let dir = tempfile::tempdir().expect("tempdir");
     let turn = |id: &str, speaker: &str, text: &str| NewMemory {
         id: Some(id.into()),
@@ -440,14 +440,14 @@ fn the_memory_panel_shows_the_memories_injected_into_each_agents_last_prompt() {
     let store = harness.state().engine().context().store.clone();
     store
         .transaction(|tx| {
-            records::insert(
-                tx,
-                &[
-                    turn("t1", "Mira", "Where did you find that?"),
-                    turn("t2", "user", "We found a brass compass in the sand below the lighthouse."),
-                    turn("t3", "Mira", "Keep it dry, the needle rusts."),
-                ],
-            )?;
+            let memories = PreparedMemories::without_vectors(vec![
+                turn("t1", "Mira", "Where did you find that?"),
+                turn("t2", "user", "We found a brass compass in the sand below the lighthouse."),
+                turn("t3", "Mira", "Keep it dry, the needle rusts."),
+            ])
+            .map_err(|e| lorekeeper::store::StoreError::Corrupt(e.to_string()))?;
+            // Nothing to publish: these memories have no vectors.
+            let _ = memories.write(tx)?;
             injections::record(
                 tx,
                 "companion:Mira",

@@ -2,7 +2,8 @@
 //! `lore/characters/ilse-marrow/`. Added once to a library so the Chat panel has
 //! someone to talk to on first launch.
 
-use crate::store::{Store, StoreError, new_id, now_rfc3339};
+use crate::character::{NewCharacter, Origin};
+use crate::store::{Store, StoreError, new_id};
 use rusqlite::params;
 
 const META_KEY: &str = "companion_demo";
@@ -36,11 +37,9 @@ pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
                 "extensions": {}
             }
         });
-        let now = now_rfc3339();
-        tx.execute(
-            "INSERT INTO characters(id, name, origin, card_json, created_at, updated_at) VALUES (?1, ?2, 'demo', ?3, ?4, ?4)",
-            params![id, DEMO_NAME, card.to_string(), now],
-        )?;
+        let card = card.to_string();
+        let new = NewCharacter { id: Some(&id), name: DEMO_NAME, origin: Origin::Demo, card_json: Some(&card), profile_json: None };
+        crate::character::insert(tx, new)?;
         tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)", params![META_KEY, id])?;
         Ok(Some(id))
     })

@@ -6,20 +6,20 @@
 //! the user, a cut-off stream, a failed provider or a cancel stores nothing at all — not
 //! the exchange, not its memory turns, not the proximity change, not the clock.
 
-pub mod cli;
 pub mod demo;
+pub mod model;
 pub mod packet;
 pub mod records;
 pub mod turn;
 
-use crate::engine::{EngineContext, Event};
+use crate::context::Context;
 use crate::llm::CancelToken;
 use crate::memory::RetrievalHit;
-use packet::{Packet, PacketBudgets};
+pub use crate::config::{CompanionConfig, PacketBudgets};
+use packet::Packet;
 use records::{ChatCharacter, ChatTurn};
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use serde::Serialize;
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompanionError {
@@ -37,42 +37,6 @@ pub enum CompanionError {
     NoValidReply { attempts: u32, last: String },
     #[error("{0}")]
     Invalid(String),
-}
-
-/// Chat settings in the config file (`[companion]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CompanionConfig {
-    /// How the user is named in the packet and the history.
-    pub user_name: String,
-    /// Exchanges read as candidates for the history block (its budget cuts further).
-    pub history_turns: u32,
-    /// Memories retrieved for the memory bank, and lore chunks for the persona.
-    pub memory_k: usize,
-    pub lore_k: usize,
-    /// Without a "do you remember", the memory bank is sent only if the best memory is
-    /// at least this similar to the message (cosine).
-    pub memory_confidence: f32,
-    /// Draws per turn before the user is told no valid reply came.
-    pub max_attempts: u32,
-    /// A gap this long starts a new session (a new sitting of the conversation).
-    pub session_gap_minutes: i64,
-    pub budgets: PacketBudgets,
-}
-
-impl Default for CompanionConfig {
-    fn default() -> Self {
-        Self {
-            user_name: "User".into(),
-            history_turns: 24,
-            memory_k: 5,
-            lore_k: 4,
-            memory_confidence: 0.6,
-            max_attempts: 3,
-            session_gap_minutes: 180,
-            budgets: PacketBudgets::default(),
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,67 +79,36 @@ pub enum CompanionEvent {
     DemoReady { character_id: Option<String> },
 }
 
-/// The cancel switch of each character's running turn.
-static RUNNING: Mutex<Option<HashMap<String, CancelToken>>> = Mutex::new(None);
-
-/// Held while a turn runs: a second message to the same character is refused.
-pub(crate) struct RunningGuard(String);
-
-impl RunningGuard {
-    pub(crate) fn acquire(character_id: &str, name: &str, cancel: &CancelToken) -> Result<Self, CompanionError> {
-        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-        let map = running.get_or_insert_with(HashMap::new);
-        if map.contains_key(character_id) {
-            return Err(CompanionError::Busy { name: name.to_string() });
-        }
-        map.insert(character_id.to_string(), cancel.clone());
-        Ok(Self(character_id.to_string()))
-    }
+/// The job key of a character's chat turn: one turn per character at a time, and a
+/// cancel reaches the running one.
+pub(crate) fn turn_job(character_id: &str) -> crate::context::JobKey {
+    crate::context::JobKey::new("turn", character_id)
 }
 
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        if let Some(map) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            map.remove(&self.0);
-        }
-    }
-}
-
-fn cancel_running(character_id: &str) -> bool {
-    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-    match running.as_ref().and_then(|m| m.get(character_id)) {
-        Some(token) => {
-            token.cancel();
-            true
-        }
-        None => false,
-    }
-}
-
-pub fn handle(ctx: &Arc<EngineContext>, command: CompanionCommand) {
+pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
     // Cancel must not queue behind the turn it cancels.
     if let CompanionCommand::Cancel { character } = &command {
         let id = ctx.store.with(|c| records::resolve_character(c, character)).map(|c| c.id);
         match id {
             Ok(id) => {
-                if !cancel_running(&id) {
+                if !ctx.jobs.cancel(&turn_job(&id)) {
                     tracing::info!(character = %id, "cancel: no reply is running");
                 }
             }
-            Err(e) => ctx.emit(Event::Companion(CompanionEvent::Failed { character_id: None, message: e.to_string() })),
+            Err(e) => ctx.emit(CompanionEvent::Failed { character_id: None, message: e.to_string() }),
         }
         return;
     }
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(Event::Companion(CompanionEvent::Failed { character_id: None, message: e.to_string() }));
+            ctx.emit(CompanionEvent::Failed { character_id: None, message: e.to_string() });
         }
     });
 }
 
-fn run_command(ctx: &Arc<EngineContext>, command: CompanionCommand) -> Result<(), CompanionError> {
-    let emit = |e: CompanionEvent| ctx.emit(Event::Companion(e));
+fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), CompanionError> {
+    let emit = |e: CompanionEvent| ctx.emit(e);
     match command {
         CompanionCommand::List => emit(CompanionEvent::Characters { characters: ctx.store.with(records::list)? }),
         CompanionCommand::History { character, limit } => {

@@ -5,71 +5,17 @@
 //! clock) is decided by the caller, so the same inputs always give the same packet —
 //! which is also what lets the response cache recognise a repeated request.
 
-use super::CompanionConfig;
-use super::records::{CharacterInfo, ChatTurn};
+pub use crate::config::PacketBudgets;
+use crate::config::CompanionConfig;
+pub use super::model::{Packet, PacketBlock};
+use super::model::{CharacterInfo, ChatTurn};
 use crate::llm::{ChatMessage, tokens};
 use crate::memory::RetrievalHit;
 use crate::memory::detect::Proximity;
 use crate::prompting::budget::fit;
 use crate::prompting::{BudgetItem, DropPolicy, DroppedItem, PromptTemplates, TemplateError};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-
-/// The packet as sent, with what each block cost.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct Packet {
-    /// The messages exactly as sent to the model.
-    pub messages: Vec<crate::llm::ChatMessage>,
-    /// The XML blocks in order, each with its text as sent and its token count.
-    pub blocks: Vec<PacketBlock>,
-    /// Why the conditional blocks are there or not, and any fallback taken.
-    pub notes: Vec<String>,
-    /// Estimated prompt tokens of all messages.
-    pub tokens: u32,
-    pub max_context_tokens: u32,
-}
-
-impl Packet {
-    pub fn block(&self, tag: &str) -> Option<&PacketBlock> {
-        self.blocks.iter().find(|b| b.tag == tag)
-    }
-
-    /// The whole prompt as one text (system, then user), for display and search.
-    pub fn text(&self) -> String {
-        self.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n\n")
-    }
-}
-
-/// One XML block of the packet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PacketBlock {
-    pub tag: String,
-    /// The block as sent, tags included.
-    pub text: String,
-    pub tokens: u32,
-    /// The block's token budget, for budgeted blocks.
-    pub budget: Option<u32>,
-    /// Items that did not fit the budget, with the reason.
-    pub dropped: Vec<DroppedItem>,
-}
-
-/// Percentages of the profile's `max_context_tokens` per budgeted block. What is left
-/// over is room for the fixed blocks (time, distance, trigger) and the reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PacketBudgets {
-    pub persona: f64,
-    pub lore: f64,
-    pub memory: f64,
-    pub history: f64,
-    pub input: f64,
-}
-
-impl Default for PacketBudgets {
-    fn default() -> Self {
-        Self { persona: 12.0, lore: 10.0, memory: 12.0, history: 36.0, input: 10.0 }
-    }
-}
+use serde::Serialize;
 
 /// Everything one packet is built from.
 pub struct PacketInput<'a> {

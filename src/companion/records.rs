@@ -1,81 +1,11 @@
 //! Companion rows: the chat state per character and the committed exchanges.
 
-use super::packet::Packet;
-use crate::memory::RetrievalHit;
+pub use super::model::{CharacterInfo, ChatCharacter, ChatState, ChatTurn, slug};
+use super::model::Packet;
 use crate::memory::detect::Proximity;
 use crate::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
-
-/// A character one can chat with, as the chat list shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatCharacter {
-    pub id: String,
-    pub name: String,
-    pub origin: String,
-    pub turns: u32,
-    pub last_chat_at: Option<String>,
-}
-
-/// What the packet needs to know about the character.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CharacterInfo {
-    pub id: String,
-    pub name: String,
-    /// Sheet fields (description, personality, scenario, ...) in a stable order.
-    pub sheet: Vec<(String, String)>,
-}
-
-impl CharacterInfo {
-    /// The lore folder name under `lore/characters/`: lower-case name with dashes, so
-    /// `Ilse Marrow` reads `lore/characters/ilse-marrow/`.
-    pub fn lore_slug(&self) -> String {
-        slug(&self.name)
-    }
-}
-
-pub fn slug(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.trim().chars() {
-        if c.is_alphanumeric() {
-            out.extend(c.to_lowercase());
-        } else if !out.ends_with('-') && !out.is_empty() {
-            out.push('-');
-        }
-    }
-    out.trim_end_matches('-').to_string()
-}
-
-/// Where the conversation with one character stands.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct ChatState {
-    pub proximity: Proximity,
-    pub session: Option<String>,
-    pub last_chat_at: Option<String>,
-    pub turns: u32,
-}
-
-/// One committed exchange.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatTurn {
-    pub id: String,
-    pub character_id: String,
-    pub seq: u32,
-    pub session: String,
-    pub user_text: String,
-    pub reply: String,
-    pub at: String,
-    pub user_memory_id: Option<String>,
-    pub reply_memory_id: Option<String>,
-    pub proximity: Proximity,
-    pub packet: Packet,
-    pub hits: Vec<RetrievalHit>,
-    pub attempts: u32,
-    pub prompt_tokens: u32,
-    pub completion_tokens: u32,
-    pub from_cache: bool,
-    pub elapsed_ms: u64,
-}
+use serde::Serialize;
 
 pub fn proximity_str(p: Proximity) -> &'static str {
     match p {
@@ -88,67 +18,36 @@ fn parse_proximity(text: &str) -> Proximity {
     if text.eq_ignore_ascii_case("physical") { Proximity::Physical } else { Proximity::Remote }
 }
 
-/// Find a character by id or (case-insensitive) name.
+/// Find a character by id, (case-insensitive) name or unique name prefix.
 pub fn resolve_character(conn: &Connection, key: &str) -> Result<CharacterInfo, StoreError> {
-    let row: Option<(String, String, Option<String>, Option<String>)> = conn
-        .query_row(
-            "SELECT id, name, card_json, profile_json FROM characters WHERE id = ?1 OR name = ?1 COLLATE NOCASE \
-             ORDER BY (id = ?1) DESC, created_at LIMIT 1",
-            [key.trim()],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()?;
-    let (id, name, card, profile) = match row {
-        Some(row) => row,
-        None => {
-            // A unique prefix of a name is enough ("ilse" for "Ilse Marrow").
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, name, card_json, profile_json FROM characters WHERE name LIKE ?1 || '%' ESCAPE '\\' LIMIT 2",
-            )?;
-            let escaped = key.trim().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-            let found: Vec<(String, String, Option<String>, Option<String>)> = stmt
-                .query_map([escaped], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                .collect::<Result<_, _>>()?;
-            match found.len() {
-                1 => found.into_iter().next().ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))?,
-                0 => return Err(StoreError::NotFound(format!("character {key:?} (see `lorekeeper chat list`)"))),
-                _ => return Err(StoreError::NotFound(format!("character {key:?}: more than one name starts so; give the full name"))),
-            }
-        }
-    };
-    let mut sheet = crate::scene::records::base_sheet(card.as_deref(), profile.as_deref());
-    // A character developed by the identity pipeline has a nested profile and no card:
-    // read it through the same mapping the card export uses.
-    if card.is_none()
-        && let Some(profile) = profile.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
-    {
-        let card = crate::interop::profile::card_from_profile(&profile, &name);
-        sheet.clear();
-        for (key, value) in [("description", card.description), ("personality", card.personality), ("scenario", card.scenario)] {
-            if !value.trim().is_empty() {
-                sheet.insert(key.to_string(), value);
-            }
-        }
-    }
-    // Stable, readable order: the usual card fields first, then the rest by name.
-    let order = ["description", "personality", "scenario", "summary"];
-    let mut fields: Vec<(String, String)> =
-        order.iter().filter_map(|k| sheet.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
-    fields.extend(sheet.into_iter().filter(|(k, _)| !order.contains(&k.as_str())));
-    Ok(CharacterInfo { id, name, sheet: fields })
+    let record = crate::character::resolve(conn, key).map_err(|e| match e {
+        StoreError::NotFound(what) if !what.contains("more than one") => StoreError::NotFound(format!("{what} (see `lorekeeper chat list`)")),
+        other => other,
+    })?;
+    let sheet = crate::character::chat_sheet(&record);
+    Ok(CharacterInfo { id: record.id, name: record.name, sheet })
 }
 
 /// Every character of the library with its chat progress, most recently chatted first.
 pub fn list(conn: &Connection) -> Result<Vec<ChatCharacter>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT c.id, c.name, c.origin, coalesce(s.turns, 0), s.last_chat_at FROM characters c \
-         LEFT JOIN companion_chats s ON s.character_id = c.id \
-         ORDER BY s.last_chat_at IS NULL, s.last_chat_at DESC, c.name COLLATE NOCASE",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(ChatCharacter { id: r.get(0)?, name: r.get(1)?, origin: r.get(2)?, turns: r.get(3)?, last_chat_at: r.get(4)? })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let mut stmt = conn.prepare_cached("SELECT character_id, turns, last_chat_at FROM companion_chats")?;
+    let chats: std::collections::HashMap<String, (u32, Option<String>)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?.collect::<Result<_, _>>()?;
+    let mut characters: Vec<ChatCharacter> = crate::character::list(conn)?
+        .into_iter()
+        .map(|c| {
+            let (turns, last_chat_at) = chats.get(&c.id).cloned().unwrap_or_default();
+            ChatCharacter { id: c.id, name: c.name, origin: c.origin, turns, last_chat_at }
+        })
+        .collect();
+    // Most recently chatted first (RFC 3339 times sort as text), then never chatted by name.
+    characters.sort_by(|a, b| match (&a.last_chat_at, &b.last_chat_at) {
+        (Some(x), Some(y)) => y.cmp(x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    Ok(characters)
 }
 
 pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, StoreError> {
@@ -281,7 +180,7 @@ mod tests {
     fn a_pipeline_character_reads_through_its_profile() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(dir.path().join("lib.sqlite")).unwrap();
-        let profile = crate::interop::profile::sample_profile();
+        let profile = crate::character::profile::sample_profile();
         store
             .with(|c| {
                 c.execute(

@@ -3,8 +3,8 @@
 
 use super::packet::{self, Packet, PacketInput};
 use super::records::{self, CharacterInfo, ChatState, ChatTurn};
-use super::{CompanionConfig, CompanionError, CompanionEvent, RunningGuard};
-use crate::engine::{EngineContext, Event};
+use super::{CompanionConfig, CompanionError, CompanionEvent, turn_job};
+use crate::context::{Context, CoreEvent};
 use crate::llm::{CallContext, CancelToken, ChatRequest, Completion, LlmClient, LlmError};
 use crate::memory::detect::{Proximity, ProximityDetector, ProximitySignal, is_memory_intent};
 use crate::memory::{MemoryBank, MemoryError, MemoryKind, NewMemory, RetrievalHit, Scope, SearchFilter, SearchMode, SearchRequest};
@@ -116,7 +116,7 @@ pub fn retrieve(
 /// Everything before the first LLM call: state, history, lore indexing, the message's
 /// embedding, proximity and retrieval.
 pub fn prepare(
-    ctx: &EngineContext,
+    ctx: &Context,
     bank: &MemoryBank,
     character: &CharacterInfo,
     config: &CompanionConfig,
@@ -127,7 +127,7 @@ pub fn prepare(
     })?;
     let mut notes = Vec::new();
     // Lore files are re-indexed only when their content changed (a hash check per file).
-    if let Err(e) = crate::memory::lore::index_lore(bank, &crate::config::lore_dir()) {
+    if let Err(e) = crate::memory::lore::index_lore(bank, &crate::paths::lore_dir()) {
         notes.push(format!("lore not re-indexed: {e}"));
     }
     let vector = match bank.embedder().and_then(|e| Ok(e.embed_query(text)?)) {
@@ -300,7 +300,7 @@ fn session_for(state: &ChatState, character_id: &str, now: DateTime<Utc>, gap_mi
 
 /// Run one turn to its end. Returns the committed exchange.
 pub fn send(
-    ctx: &Arc<EngineContext>,
+    ctx: &Arc<Context>,
     character: &CharacterInfo,
     text: &str,
     now: Option<&str>,
@@ -311,7 +311,10 @@ pub fn send(
         return Err(CompanionError::Invalid("an empty message is not sent".into()));
     }
     let now = parse_now(now)?;
-    let guard = RunningGuard::acquire(&character.id, &character.name, cancel)?;
+    let guard = ctx
+        .jobs
+        .try_start(turn_job(&character.id), cancel)
+        .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })?;
     let config = ctx.config();
     let cc = config.companion.clone();
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
@@ -319,7 +322,7 @@ pub fn send(
     let templates = PromptTemplates::shipped()?;
     let bank = crate::memory::bank_for(ctx)?;
     let prepared = prepare(ctx, &bank, character, &cc, text)?;
-    let emit = |e: CompanionEvent| ctx.emit(Event::Companion(e));
+    let emit = |e: CompanionEvent| ctx.emit(e);
 
     let name = character.name.as_str();
     let user = cc.user_name.as_str();
@@ -345,12 +348,6 @@ pub fn send(
                 notes: prepared.notes.clone(),
             },
         )?;
-        let mut packet = packet;
-        if profile.kind == crate::llm::ProviderKind::Local {
-            // A base model continues text: open the character's line for it, or it
-            // carries on writing more of the packet.
-            packet.messages.push(crate::llm::ChatMessage::assistant(format!("[{name}]:")));
-        }
         emit(CompanionEvent::TurnStarted {
             character_id: character.id.clone(),
             name: character.name.clone(),
@@ -361,6 +358,8 @@ pub fn send(
         });
         let mut request = ChatRequest::new("", packet.messages.clone());
         request.stream = true;
+        // A base model continues text: open the character's line for it.
+        request.reply_prefix = Some(format!("[{name}]:"));
         // A model that starts writing the user's next line is stopped there: the reply
         // before it stands, instead of the whole draw being thrown away by `judge`.
         // Four at most: the OpenAI API's limit.
@@ -467,31 +466,27 @@ fn commit(
         elapsed_ms: completion.elapsed_ms,
     };
     let agent = format!("companion:{}", character.name);
-    let also = |tx: &rusqlite::Transaction<'_>| {
+    // No embedding model: the exchange is still kept, found by keyword until reindexed.
+    let memories = bank.prepare_or_keyword_only(items)?;
+    let write = bank.store().transaction(|tx| {
+        let write = memories.write(tx)?;
         records::insert_turn(tx, &turn)?;
-        crate::memory::injections::record(tx, &agent, text, &turn.hits)
-    };
-    match bank.add_then(items.clone(), |tx| also(tx)) {
-        Ok(_) => {}
-        // No embedding model: the exchange is still kept, found by keyword until reindexed.
-        Err(MemoryError::Embed(e)) => {
-            tracing::warn!(error = %e, "storing a chat turn without vectors");
-            bank.add_keyword_only_then(items, also)?;
-        }
-        Err(e) => return Err(e.into()),
-    }
+        crate::memory::injections::record(tx, &agent, text, &turn.hits)?;
+        Ok(write)
+    })?;
+    bank.publish(write);
     Ok(turn)
 }
 
 /// The summarisation cycle after a committed turn. A failure only postpones it: the
 /// unsummarised turns stay in the store and the next turn tries again. It runs after
 /// the turn has let go of the character, so the next message need not wait for it.
-pub fn summarise(ctx: &EngineContext, character: &CharacterInfo) {
+pub fn summarise(ctx: &Context, character: &CharacterInfo) {
     let config = ctx.config();
     let bank = match crate::memory::bank_for(ctx) {
         Ok(bank) => bank,
         Err(e) => {
-            ctx.emit(Event::warn(format!("the summary of {}'s chat is postponed: {e}", character.name)));
+            ctx.emit(CoreEvent::warn(format!("the summary of {}'s chat is postponed: {e}", character.name)));
             return;
         }
     };
@@ -511,30 +506,29 @@ pub fn summarise(ctx: &EngineContext, character: &CharacterInfo) {
         .map_err(|e| e.to_string())
     });
     match outcome {
-        Ok(Some(memory_id)) => ctx.emit(Event::Companion(CompanionEvent::Summarised { character_id: character.id.clone(), memory_id })),
+        Ok(Some(memory_id)) => ctx.emit(CompanionEvent::Summarised { character_id: character.id.clone(), memory_id }),
         Ok(None) => {}
-        Err(e) => ctx.emit(Event::warn(format!("the summary of {}'s chat is postponed: {e}", character.name))),
+        Err(e) => ctx.emit(CoreEvent::warn(format!("the summary of {}'s chat is postponed: {e}", character.name))),
     }
 }
 
 /// Take back the last exchange with its memory turns, in one transaction. Refused once
 /// a summary covers it (the summary cannot be taken apart).
-pub fn undo(ctx: &EngineContext, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
+pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
     let bank = crate::memory::bank_for(ctx)?;
     let Some(last) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, false))?.pop() else {
         return Ok(None);
     };
-    let summarised: i64 = ctx.store.with(|c| {
-        Ok(c.query_row("SELECT count(*) FROM memories WHERE source = ?1 AND summarised = 1", [format!("chat:{}", last.id)], |r| r.get(0))?)
-    })?;
-    if summarised > 0 {
+    let summarised = ctx.store.with(|c| crate::memory::records::any_summarised(c, &format!("chat:{}", last.id)))?;
+    if summarised {
         return Err(CompanionError::Invalid("the last exchange is already part of a summary memory and cannot be taken back".into()));
     }
-    let character_id = character.id.clone();
-    bank.remove_source_then(&format!("chat:{}", last.id), |tx| {
-        records::delete_last(tx, &character_id)?;
-        Ok(())
+    let write = ctx.store.transaction(|tx| {
+        let write = crate::memory::remove_source(tx, &format!("chat:{}", last.id))?;
+        records::delete_last(tx, &character.id)?;
+        Ok(write)
     })?;
+    bank.publish(write);
     Ok(Some(last.id))
 }
 

@@ -1,6 +1,7 @@
 //! Commands about providers and profiles.
 
-use super::{EngineContext, Event};
+use crate::config::Config;
+use crate::context::{Context, CoreEvent};
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile, Usage};
 use serde::Serialize;
 use std::sync::Arc;
@@ -18,6 +19,8 @@ pub enum LlmCommand {
     MapRole { role: String, profile: Option<String> },
     /// Report the newest logged calls as [`LlmEvent::Calls`].
     Calls { limit: u32 },
+    /// Report the configuration as [`LlmEvent::Config`].
+    Config,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,9 +42,46 @@ pub enum LlmEvent {
     ConfigSaved,
     /// The newest LLM calls as sent, newest first.
     Calls { calls: Vec<crate::llm::calls::CallRecord> },
+    /// The configuration as it is now (never holds a key), with a plain line saying
+    /// what the default profile runs on: sent on request and after every save, so a
+    /// front door never reads the config or stats the model file itself.
+    Config { config: Box<Config>, model: ModelLine },
 }
 
-pub(super) fn handle(ctx: &Arc<EngineContext>, command: LlmCommand) {
+/// What the default profile runs on, said plainly, with a hint for switching.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelLine {
+    pub text: String,
+    pub hint: String,
+}
+
+impl ModelLine {
+    pub fn of(config: &Config) -> Self {
+        use crate::llm::ProviderKind;
+        let hint = "Click to choose another profile: a local server (llama.cpp, Ollama, LM Studio) or an API.".to_string();
+        let Some(p) = config.profile(&config.default_profile) else {
+            return Self { text: "No default profile".into(), hint };
+        };
+        let text = match p.kind {
+            ProviderKind::Local => {
+                let path = crate::llm::local::resolve_model_path(p.path.as_deref());
+                match std::fs::metadata(&path) {
+                    Ok(m) => format!(
+                        "Model: embedded {} ({} MiB, in-process, offline; small and rough)",
+                        p.model,
+                        m.len() / (1024 * 1024)
+                    ),
+                    Err(_) => format!("Model: embedded {} — not installed (run .ci/setup.sh)", p.model),
+                }
+            }
+            ProviderKind::Scripted => "Model: none — scripted demo replies".to_string(),
+            kind => format!("Model: {} via {} at {}", p.model, kind.label(), p.base_url().unwrap_or("?")),
+        };
+        Self { text, hint }
+    }
+}
+
+pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
     match command {
         LlmCommand::TestProfile { profile } => {
             let ctx = ctx.clone();
@@ -67,11 +107,12 @@ pub(super) fn handle(ctx: &Arc<EngineContext>, command: LlmCommand) {
             let ctx = ctx.clone();
             ctx.runtime.clone().spawn_blocking(move || {
                 match ctx.store.reader().and_then(|c| crate::llm::calls::recent(&c, limit)) {
-                    Ok(calls) => ctx.emit(Event::Llm(LlmEvent::Calls { calls })),
-                    Err(e) => ctx.emit(Event::error("llm calls", e)),
+                    Ok(calls) => ctx.emit(LlmEvent::Calls { calls }),
+                    Err(e) => ctx.emit(CoreEvent::error("llm calls", e)),
                 }
             });
         }
+        LlmCommand::Config => emit_config(ctx, &ctx.config()),
         LlmCommand::SetDefaultProfile { name } => save(ctx, "set default profile", |c| c.default_profile = name),
         LlmCommand::MapRole { role, profile } => save(ctx, "map role", |c| match profile {
             Some(p) => {
@@ -84,18 +125,25 @@ pub(super) fn handle(ctx: &Arc<EngineContext>, command: LlmCommand) {
     }
 }
 
-fn save(ctx: &EngineContext, what: &str, change: impl FnOnce(&mut crate::config::Config)) {
+fn save(ctx: &Context, what: &str, change: impl FnOnce(&mut crate::config::Config)) {
     match ctx.update_config(change) {
-        Ok(_) => ctx.emit(Event::Llm(LlmEvent::ConfigSaved)),
-        Err(e) => ctx.emit(Event::error(what, e)),
+        Ok(config) => {
+            ctx.emit(LlmEvent::ConfigSaved);
+            emit_config(ctx, &config);
+        }
+        Err(e) => ctx.emit(CoreEvent::error(what, e)),
     }
 }
 
-fn test_profile(ctx: &EngineContext, name: &str) {
-    ctx.emit(Event::Llm(LlmEvent::ProfileTestStarted { profile: name.to_string() }));
+fn emit_config(ctx: &Context, config: &Config) {
+    ctx.emit(LlmEvent::Config { model: ModelLine::of(config), config: Box::new(config.clone()) });
+}
+
+fn test_profile(ctx: &Context, name: &str) {
+    ctx.emit(LlmEvent::ProfileTestStarted { profile: name.to_string() });
     let config = ctx.config();
     let Some(profile) = config.profile(name) else {
-        ctx.emit(Event::error("test profile", format!("no profile named {name:?}")));
+        ctx.emit(CoreEvent::error("test profile", format!("no profile named {name:?}")));
         return;
     };
     let started = Instant::now();
@@ -111,7 +159,7 @@ fn test_profile(ctx: &EngineContext, name: &str) {
         request.sampler.max_tokens = Some(32);
         let cancel = CancelToken::new();
         let sink = |text: &str| {
-            ctx.emit(Event::Llm(LlmEvent::ProfileToken { profile: name.to_string(), text: text.to_string() }))
+            ctx.emit(LlmEvent::ProfileToken { profile: name.to_string(), text: text.to_string() })
         };
         let completion = client.complete(&request, CallContext::with_tokens(&cancel, &sink))?;
         Ok((client.describe(), completion))
@@ -139,5 +187,5 @@ fn test_profile(ctx: &EngineContext, name: &str) {
             error: Some(e.to_string()),
         },
     };
-    ctx.emit(Event::Llm(event));
+    ctx.emit(event);
 }

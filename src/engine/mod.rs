@@ -7,9 +7,12 @@
 
 mod llm_commands;
 
-pub use llm_commands::{LlmCommand, LlmEvent};
+pub use llm_commands::{LlmCommand, LlmEvent, ModelLine};
+
+pub use crate::context::{CoreEvent, LogLevel};
 
 use crate::config::{Config, Paths};
+use crate::context::{Context, EventRoutes};
 use crate::store::Store;
 use crossbeam_channel::{Receiver, Sender, bounded};
 use serde::Serialize;
@@ -47,25 +50,6 @@ pub enum Event {
     Companion(crate::companion::CompanionEvent),
 }
 
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum CoreEvent {
-    /// A human-readable line for the event log.
-    Log { level: LogLevel, message: String },
-    /// A command failed; `context` names what was being done.
-    Error { context: String, message: String },
-    /// The engine stopped.
-    Stopped,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogLevel {
-    Info,
-    Warn,
-    Error,
-}
-
 impl Event {
     pub fn error(context: impl Into<String>, message: impl std::fmt::Display) -> Self {
         Event::Core(CoreEvent::Error { context: context.into(), message: message.to_string() })
@@ -97,46 +81,12 @@ impl EventSink {
     }
 }
 
-/// State shared by all work the engine runs.
-pub struct EngineContext {
-    pub store: Store,
-    pub paths: Paths,
-    config: RwLock<Config>,
-    pub events: EventSink,
-    pub runtime: tokio::runtime::Handle,
-    /// The library's memory bank, opened on first use by `memory::bank_for`. It lives
-    /// here rather than in a process-wide map so that its vector index (hundreds of MB
-    /// for a large library) goes away with the engine, and two engines never share one.
-    pub(crate) memory: std::sync::Mutex<Option<Arc<crate::memory::MemoryBank>>>,
-}
-
-impl EngineContext {
-    /// A snapshot of the current configuration.
-    pub fn config(&self) -> Config {
-        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Change the configuration and persist it; the change is visible only once saved.
-    pub fn update_config(&self, change: impl FnOnce(&mut Config)) -> Result<Config, crate::config::ConfigError> {
-        let mut guard = self.config.write().unwrap_or_else(|p| p.into_inner());
-        let mut next = guard.clone();
-        change(&mut next);
-        next.save(&self.paths.config_file)?;
-        *guard = next.clone();
-        Ok(next)
-    }
-
-    pub fn emit(&self, event: Event) {
-        self.events.send(event);
-    }
-}
-
 /// The front door's end of the engine.
 pub struct EngineHandle {
     commands: Sender<Command>,
     events: Receiver<Event>,
     waker: Arc<RwLock<Option<Waker>>>,
-    context: Arc<EngineContext>,
+    context: Arc<Context>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -144,6 +94,15 @@ impl EngineHandle {
     /// Queue a command. Fails only when the engine has stopped.
     pub fn send(&self, command: Command) -> Result<(), EngineStopped> {
         self.commands.send(command).map_err(|_| EngineStopped)
+    }
+
+    /// Queue a command if there is room, without waiting: for a front door that must
+    /// not block (the GUI's frame). A full queue gives the command back.
+    pub fn try_send(&self, command: Command) -> Result<(), TrySendError> {
+        self.commands.try_send(command).map_err(|e| match e {
+            crossbeam_channel::TrySendError::Full(command) => TrySendError::Full(command),
+            crossbeam_channel::TrySendError::Disconnected(_) => TrySendError::Stopped,
+        })
     }
 
     /// The event stream (drain it: the engine blocks when it is full).
@@ -157,7 +116,7 @@ impl EngineHandle {
     }
 
     /// Read-only access for front doors that need a snapshot (config, paths).
-    pub fn context(&self) -> &Arc<EngineContext> {
+    pub fn context(&self) -> &Arc<Context> {
         &self.context
     }
 }
@@ -174,6 +133,14 @@ impl Drop for EngineHandle {
 #[derive(Debug, thiserror::Error)]
 #[error("the engine has stopped")]
 pub struct EngineStopped;
+
+/// Why [`EngineHandle::try_send`] did not queue a command.
+#[derive(Debug)]
+pub enum TrySendError {
+    /// The queue is full: here is the command back, to send later.
+    Full(Command),
+    Stopped,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -199,14 +166,8 @@ pub fn start(paths: Paths) -> Result<EngineHandle, EngineError> {
     let (command_tx, command_rx) = bounded::<Command>(COMMAND_CAPACITY);
     let (event_tx, event_rx) = bounded::<Event>(EVENT_CAPACITY);
     let waker: Arc<RwLock<Option<Waker>>> = Arc::new(RwLock::new(None));
-    let context = Arc::new(EngineContext {
-        store,
-        paths,
-        config: RwLock::new(config),
-        events: EventSink { tx: event_tx, waker: waker.clone() },
-        runtime: runtime.handle().clone(),
-        memory: std::sync::Mutex::new(None),
-    });
+    let sink = EventSink { tx: event_tx, waker: waker.clone() };
+    let context = Arc::new(Context::new(store, paths, config, routes(&sink), runtime.handle().clone()));
     let loop_context = context.clone();
     let thread = std::thread::Builder::new()
         .name("lorekeeper-engine".into())
@@ -215,7 +176,23 @@ pub fn start(paths: Paths) -> Result<EngineHandle, EngineError> {
     Ok(EngineHandle { commands: command_tx, events: event_rx, waker, context, thread: Some(thread) })
 }
 
-fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, commands: Receiver<Command>) {
+/// Each capability's events become one variant of [`Event`].
+fn routes(sink: &EventSink) -> EventRoutes {
+    fn to<E: 'static>(sink: &EventSink, wrap: fn(E) -> Event) -> impl Fn(E) + Send + Sync + 'static {
+        let sink = sink.clone();
+        move |e| sink.send(wrap(e))
+    }
+    EventRoutes::default()
+        .route(to(sink, Event::Core))
+        .route(to(sink, Event::Llm))
+        .route(to(sink, Event::Identity))
+        .route(to(sink, Event::Memory))
+        .route(to(sink, Event::Interop))
+        .route(to(sink, Event::Scene))
+        .route(to(sink, Event::Companion))
+}
+
+fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<Context>, commands: Receiver<Command>) {
     while let Ok(command) = commands.recv() {
         tracing::debug!(?command, "command");
         match command {
@@ -229,5 +206,5 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<EngineContext>, comma
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-    context.emit(Event::Core(CoreEvent::Stopped));
+    context.emit(CoreEvent::Stopped);
 }

@@ -4,7 +4,6 @@
 
 use super::records::{CheckpointStatus, RunStatus};
 use crate::store::{Store, StoreError};
-use rusqlite::OptionalExtension;
 use super::{IdentityError, RunView};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -107,10 +106,8 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
 
 /// The final profile stored for a completed character, if any.
 pub fn stored_profile(store: &Store, character_id: &str) -> Result<Option<Value>, IdentityError> {
-    let text: Option<Option<String>> = store.with(|c| {
-        Ok(c.query_row("SELECT profile_json FROM characters WHERE id = ?1", [character_id], |r| r.get(0)).optional()?)
-    })?;
-    match text.flatten() {
+    let record = store.with(|c| crate::character::get(c, character_id))?;
+    match record.and_then(|r| r.profile_json) {
         Some(t) => serde_json::from_str(&t).map(Some).map_err(|e| IdentityError::Store(StoreError::Corrupt(e.to_string()))),
         None => Ok(None),
     }

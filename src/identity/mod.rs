@@ -4,14 +4,13 @@
 //! Invariant: every checkpoint version is in the store before its `checkpoint_ready`
 //! event, and a run can be resumed from the store alone (see [`pipeline`]).
 
-pub mod cli;
 pub mod export;
 pub mod pipeline;
 pub mod prompt;
 pub mod records;
 pub mod schema;
 
-use crate::engine::{EngineContext, Event};
+use crate::context::Context;
 use records::{CheckpointRecord, RunRecord, VersionRecord};
 use schema::{Agent, CharacterSeed, Mode};
 use serde::Serialize;
@@ -48,6 +47,8 @@ pub enum IdentityCommand {
     /// Report a run's full state as a [`IdentityEvent::Snapshot`].
     Snapshot { character_id: String },
     List,
+    /// Write a run as a seed folder under `out`; reported as [`IdentityEvent::Exported`].
+    Export { character_id: String, out: std::path::PathBuf },
 }
 
 /// A run with every checkpoint and version, for the panels and `identity status`.
@@ -92,6 +93,8 @@ pub enum IdentityEvent {
     Error { character_id: String, checkpoint: Option<u8>, message: String },
     Snapshot { view: Box<RunView> },
     Runs { runs: Vec<RunRecord> },
+    /// A seed folder was written.
+    Exported { character_id: String, path: std::path::PathBuf },
 }
 
 impl IdentityEvent {
@@ -113,6 +116,7 @@ impl IdentityEvent {
             | Error { character_id, .. } => Some(character_id),
             Snapshot { view } => Some(&view.run.id),
             Runs { .. } => None,
+            Exported { character_id, .. } => Some(character_id),
         }
     }
 }
@@ -130,7 +134,7 @@ pub fn load_view(store: &crate::store::Store, character_id: &str) -> Result<RunV
     })?)
 }
 
-pub fn handle(ctx: &Arc<EngineContext>, command: IdentityCommand) {
+pub fn handle(ctx: &Arc<Context>, command: IdentityCommand) {
     let ctx = ctx.clone();
     // Store work and agent start-up stay off the engine loop.
     ctx.runtime.clone().spawn_blocking(move || {
@@ -140,17 +144,18 @@ pub fn handle(ctx: &Arc<EngineContext>, command: IdentityCommand) {
             | IdentityCommand::Reopen { character_id, .. }
             | IdentityCommand::Rerun { character_id, .. }
             | IdentityCommand::Keep { character_id, .. }
-            | IdentityCommand::Snapshot { character_id } => character_id.clone(),
+            | IdentityCommand::Snapshot { character_id }
+            | IdentityCommand::Export { character_id, .. } => character_id.clone(),
             IdentityCommand::Resume { character_id } => character_id.clone().unwrap_or_default(),
             IdentityCommand::Start { .. } | IdentityCommand::List => String::new(),
         };
         if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(Event::Identity(IdentityEvent::Error { character_id: subject, checkpoint: None, message: e.to_string() }));
+            ctx.emit(IdentityEvent::Error { character_id: subject, checkpoint: None, message: e.to_string() });
         }
     });
 }
 
-fn run_command(ctx: &Arc<EngineContext>, command: IdentityCommand) -> Result<(), IdentityError> {
+fn run_command(ctx: &Arc<Context>, command: IdentityCommand) -> Result<(), IdentityError> {
     match command {
         IdentityCommand::Start { seed, mode, profile, auto_approve } => {
             pipeline::start(ctx, seed, mode, profile, auto_approve).map(|_| ())
@@ -182,12 +187,19 @@ fn run_command(ctx: &Arc<EngineContext>, command: IdentityCommand) -> Result<(),
         }
         IdentityCommand::Snapshot { character_id } => {
             let view = load_view(&ctx.store, &character_id)?;
-            ctx.emit(Event::Identity(IdentityEvent::Snapshot { view: Box::new(view) }));
+            ctx.emit(IdentityEvent::Snapshot { view: Box::new(view) });
             Ok(())
         }
         IdentityCommand::List => {
             let runs = ctx.store.with(records::list_runs)?;
-            ctx.emit(Event::Identity(IdentityEvent::Runs { runs }));
+            ctx.emit(IdentityEvent::Runs { runs });
+            Ok(())
+        }
+        IdentityCommand::Export { character_id, out } => {
+            let view = load_view(&ctx.store, &character_id)?;
+            let profile = export::stored_profile(&ctx.store, &view.run.id)?;
+            let path = export::write_seed_folder(&view, profile.as_ref(), &out)?;
+            ctx.emit(IdentityEvent::Exported { character_id: view.run.id.clone(), path });
             Ok(())
         }
     }

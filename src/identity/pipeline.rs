@@ -11,12 +11,12 @@ use super::prompt::build_request;
 use super::records::{self, CheckpointRecord, CheckpointStatus, RunRecord, RunStatus, VersionRecord};
 use super::schema::*;
 use super::{IdentityError, IdentityEvent};
-use crate::engine::{EngineContext, Event};
+use crate::context::{Context, JobKey};
 use crate::llm::structured::{StructuredOptions, complete_structured};
 use crate::llm::{CallContext, CancelToken, LlmClient, Usage};
 use crate::store::{new_id, now_rfc3339};
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -26,23 +26,22 @@ fn transitions() -> &'static Mutex<()> {
     LOCK.get_or_init(|| Mutex::new(()))
 }
 
-/// `(run id, checkpoint number)` of the agents running in this process.
-fn running() -> &'static Mutex<HashSet<(String, u8)>> {
-    static RUNNING: OnceLock<Mutex<HashSet<(String, u8)>>> = OnceLock::new();
-    RUNNING.get_or_init(|| Mutex::new(HashSet::new()))
+/// The job key of one checkpoint's agent, held while the agent runs in this process.
+fn job(run_id: &str, number: u8) -> JobKey {
+    JobKey::new("checkpoint", format!("{run_id}#{number}"))
 }
 
-fn is_running(run_id: &str, number: u8) -> bool {
-    running().lock().unwrap_or_else(|p| p.into_inner()).contains(&(run_id.to_string(), number))
+fn is_running(ctx: &Context, run_id: &str, number: u8) -> bool {
+    ctx.jobs.is_running(&job(run_id, number))
 }
 
-fn emit(ctx: &EngineContext, event: IdentityEvent) {
-    ctx.emit(Event::Identity(event));
+fn emit(ctx: &Context, event: IdentityEvent) {
+    ctx.emit(event);
 }
 
 /// Create a run and start wave 1.
 pub fn start(
-    ctx: &Arc<EngineContext>,
+    ctx: &Arc<Context>,
     seed: CharacterSeed,
     mode: Mode,
     profile: Option<String>,
@@ -82,7 +81,7 @@ fn current_wave(checkpoints: &[CheckpointRecord]) -> u8 {
 
 /// Start what may run now, finish the run when everything is approved, and say when
 /// the run waits for the user.
-pub fn advance(ctx: &Arc<EngineContext>, run_id: &str) {
+pub fn advance(ctx: &Arc<Context>, run_id: &str) {
     let outcome = {
         let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
         advance_locked(ctx, run_id)
@@ -92,7 +91,7 @@ pub fn advance(ctx: &Arc<EngineContext>, run_id: &str) {
     }
 }
 
-fn advance_locked(ctx: &Arc<EngineContext>, run_id: &str) -> Result<(), IdentityError> {
+fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError> {
     let run = ctx.store.with(|c| records::load_run(c, run_id))?;
     if run.status != RunStatus::InProgress {
         return Ok(());
@@ -106,7 +105,7 @@ fn advance_locked(ctx: &Arc<EngineContext>, run_id: &str) -> Result<(), Identity
     let fresh_wave = in_wave.iter().all(|c| c.status == CheckpointStatus::Queued);
     let mut to_start = Vec::new();
     for cp in &in_wave {
-        let interrupted = cp.status.is_working() && !is_running(run_id, cp.number);
+        let interrupted = cp.status.is_working() && !is_running(ctx, run_id, cp.number);
         let stale_auto = run.auto_approve && cp.status == CheckpointStatus::Stale;
         if cp.status == CheckpointStatus::Queued || interrupted || stale_auto {
             to_start.push((cp.agent, cp.pending_feedback.clone(), cp.status));
@@ -129,7 +128,7 @@ fn advance_locked(ctx: &Arc<EngineContext>, run_id: &str) -> Result<(), Identity
     }
     // Nothing running for this run any more: the user has the next move.
     let after = ctx.store.with(|c| records::checkpoints(c, run_id))?;
-    if !after.iter().any(|c| c.status.is_working() || is_running(run_id, c.number)) {
+    if !after.iter().any(|c| c.status.is_working() || is_running(ctx, run_id, c.number)) {
         let with = |s: CheckpointStatus| after.iter().filter(|c| c.status == s).map(|c| c.number).collect::<Vec<_>>();
         emit(
             ctx,
@@ -144,8 +143,13 @@ fn advance_locked(ctx: &Arc<EngineContext>, run_id: &str) -> Result<(), Identity
     Ok(())
 }
 
-fn spawn_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback: Option<String>) {
-    running().lock().unwrap_or_else(|p| p.into_inner()).insert((run.id.clone(), agent.number()));
+fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<String>) {
+    // Registered before the task starts, so no other thread sees this checkpoint as
+    // interrupted in between. Its cancel token is not wired to the agent yet.
+    let Some(job) = ctx.jobs.try_start(job(&run.id, agent.number()), &crate::llm::CancelToken::new()) else {
+        tracing::debug!(run = %run.id, checkpoint = agent.number(), "agent already running");
+        return;
+    };
     let ctx = ctx.clone();
     let run = run.clone();
     ctx.runtime.clone().spawn_blocking(move || {
@@ -171,7 +175,7 @@ fn spawn_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback
                 advance(&ctx, &run.id);
             }
         }
-        running().lock().unwrap_or_else(|p| p.into_inner()).remove(&(run.id.clone(), number));
+        drop(job);
         // Now that this agent is really done, the run may be idle.
         advance(&ctx, &run.id);
     });
@@ -179,7 +183,7 @@ fn spawn_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback
 
 /// One agent call: prompt from the approved knowledge base (and the feedback with the
 /// version it answers), structured output, then the new version stored for approval.
-fn run_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback: Option<&str>) -> Result<(), IdentityError> {
+fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<&str>) -> Result<(), IdentityError> {
     let number = agent.number();
     let started_at = now_rfc3339();
     let started = Instant::now();
@@ -207,7 +211,7 @@ fn run_agent(ctx: &Arc<EngineContext>, run: &RunRecord, agent: Agent, feedback: 
     let run_id = run.id.clone();
     let sink_ctx = ctx.clone();
     let on_token = move |text: &str| {
-        sink_ctx.emit(Event::Identity(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() }))
+        sink_ctx.emit(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() })
     };
     let call = CallContext::with_tokens(&cancel, &on_token);
     let options = StructuredOptions::default();
@@ -341,7 +345,7 @@ pub fn assemble_profile(
 }
 
 /// All seven approved: store the character and close the run, in one transaction.
-fn complete(ctx: &Arc<EngineContext>, run: &RunRecord) -> Result<(), IdentityError> {
+fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
     let current = ctx.store.with(|c| records::current_versions(c, &run.id))?;
     let final_version = current.get(&7).ok_or_else(|| IdentityError::Invalid("no final consolidation".into()))?;
     let consolidation = ConsolidationOutput {
@@ -355,13 +359,7 @@ fn complete(ctx: &Arc<EngineContext>, run: &RunRecord) -> Result<(), IdentityErr
     profile.metadata.regenerations = run.regenerations;
     let profile_json = serde_json::to_string(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
     ctx.store.transaction(|tx| {
-        let now = now_rfc3339();
-        tx.execute(
-            "INSERT INTO characters (id, name, origin, profile_json, created_at, updated_at)
-             VALUES (?1, ?2, 'identity', ?3, ?4, ?4)
-             ON CONFLICT(id) DO UPDATE SET name = excluded.name, profile_json = excluded.profile_json, updated_at = excluded.updated_at",
-            rusqlite::params![run.id, run.name, profile_json, now],
-        )?;
+        crate::character::save_profile(tx, &run.id, &run.name, &profile_json)?;
         records::finish_run(tx, &run.id, RunStatus::Completed, None)
     })?;
     emit(
@@ -375,7 +373,7 @@ fn complete(ctx: &Arc<EngineContext>, run: &RunRecord) -> Result<(), IdentityErr
     Ok(())
 }
 
-fn checkpoint(ctx: &EngineContext, run_id: &str, number: u8) -> Result<CheckpointRecord, IdentityError> {
+fn checkpoint(ctx: &Context, run_id: &str, number: u8) -> Result<CheckpointRecord, IdentityError> {
     ctx.store
         .with(|c| records::checkpoints(c, run_id))?
         .into_iter()
@@ -384,7 +382,7 @@ fn checkpoint(ctx: &EngineContext, run_id: &str, number: u8) -> Result<Checkpoin
 }
 
 /// Approve the current version of a checkpoint awaiting approval.
-pub fn approve(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), IdentityError> {
+pub fn approve(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), IdentityError> {
     let wave_done = {
         let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
         let cp = checkpoint(ctx, run_id, number)?;
@@ -412,7 +410,7 @@ pub fn approve(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(),
 
 /// Send a checkpoint back: the agent runs again with the feedback and the rejected
 /// version in its prompt.
-pub fn reject(ctx: &Arc<EngineContext>, run_id: &str, number: u8, feedback: &str) -> Result<(), IdentityError> {
+pub fn reject(ctx: &Arc<Context>, run_id: &str, number: u8, feedback: &str) -> Result<(), IdentityError> {
     let feedback = feedback.trim();
     if feedback.is_empty() {
         return Err(IdentityError::Invalid("rejecting needs feedback for the agent".into()));
@@ -440,7 +438,7 @@ pub fn reject(ctx: &Arc<EngineContext>, run_id: &str, number: u8, feedback: &str
 
 /// Take an approved checkpoint back to awaiting approval; every later checkpoint that
 /// read it becomes stale.
-pub fn reopen(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<Vec<u8>, IdentityError> {
+pub fn reopen(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<Vec<u8>, IdentityError> {
     let stale = {
         let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
         let cp = checkpoint(ctx, run_id, number)?;
@@ -471,7 +469,7 @@ pub fn reopen(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<Vec<
 }
 
 /// Re-run a stale or failed checkpoint as it is (no feedback).
-pub fn rerun(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), IdentityError> {
+pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), IdentityError> {
     {
         let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
         let cp = checkpoint(ctx, run_id, number)?;
@@ -485,7 +483,7 @@ pub fn rerun(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), I
 }
 
 /// Keep a stale checkpoint's version as it is: it goes back to awaiting approval.
-pub fn keep(ctx: &Arc<EngineContext>, run_id: &str, number: u8) -> Result<(), IdentityError> {
+pub fn keep(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), IdentityError> {
     {
         let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
         let cp = checkpoint(ctx, run_id, number)?;

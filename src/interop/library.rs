@@ -6,7 +6,7 @@
 use super::format::card::{CardSpec, CharacterCard, decode_card, encode_card, encode_v2_backfill};
 use super::format::detect::{Document, parse_bytes};
 use super::format::{FormatError, MAX_FILE_BYTES, book, png, world_info};
-use super::profile::card_from_profile;
+use crate::character::{self, profile::card_from_profile};
 use crate::lorebook::{LoreEntry, Lorebook, SourceFormat};
 use crate::store::{Store, StoreError, new_id, now_rfc3339};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -79,20 +79,13 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
     let warnings = parsed.warnings;
     store.transaction(|tx| match parsed.document {
         Document::Card(parsed_card) => {
-            let existing: Option<(String, String)> = tx
-                .query_row("SELECT id, name FROM characters WHERE origin = 'card' AND card_json = ?1", [&canonical], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()?;
-            if let Some((id, name)) = existing {
-                return Ok(ImportOutcome::Duplicate { kind: ItemKind::Character, id, name });
+            if let Some(existing) = character::find_card(tx, &canonical)? {
+                return Ok(ImportOutcome::Duplicate { kind: ItemKind::Character, id: existing.id, name: existing.name });
             }
             let card = parsed_card.card;
-            let now = now_rfc3339();
-            let id = new_id();
-            tx.execute(
-                "INSERT INTO characters(id, name, origin, card_json, profile_json, created_at, updated_at) VALUES (?1, ?2, 'card', ?3, NULL, ?4, ?4)",
-                params![id, card.name, canonical, now],
+            let id = character::insert(
+                tx,
+                character::NewCharacter { id: None, name: &card.name, origin: character::Origin::Card, card_json: Some(&canonical), profile_json: None },
             )?;
             if let Some(image) = &parsed_card.image {
                 tx.execute("INSERT INTO character_images(character_id, png) VALUES (?1, ?2)", params![id, image])?;
@@ -198,23 +191,19 @@ pub struct LorebookSummary {
 
 /// Every character and lorebook, sorted by name.
 pub fn list(conn: &Connection) -> Result<(Vec<CharacterSummary>, Vec<LorebookSummary>), StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT c.id, c.name, c.origin, c.card_json IS NOT NULL, c.profile_json IS NOT NULL,
-                EXISTS(SELECT 1 FROM character_images i WHERE i.character_id = c.id)
-         FROM characters c ORDER BY c.name COLLATE NOCASE, c.created_at",
-    )?;
-    let characters = stmt
-        .query_map([], |r| {
-            Ok(CharacterSummary {
-                id: r.get(0)?,
-                name: r.get(1)?,
-                origin: r.get(2)?,
-                has_card: r.get(3)?,
-                has_profile: r.get(4)?,
-                has_portrait: r.get(5)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut stmt = conn.prepare("SELECT character_id FROM character_images")?;
+    let portraits: std::collections::HashSet<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let characters = character::list(conn)?
+        .into_iter()
+        .map(|c| CharacterSummary {
+            has_card: c.card_json.is_some(),
+            has_profile: c.profile_json.is_some(),
+            has_portrait: portraits.contains(&c.id),
+            id: c.id,
+            name: c.name,
+            origin: c.origin,
+        })
+        .collect();
     let mut stmt = conn.prepare(
         "SELECT b.id, b.name, (SELECT COUNT(*) FROM lore_entries e WHERE e.lorebook_id = b.id), b.character_id
          FROM lorebooks b ORDER BY b.name COLLATE NOCASE, b.created_at",
@@ -243,6 +232,21 @@ pub fn load_lorebook(conn: &Connection, id: &str) -> Result<Lorebook, InteropErr
         book.entries.push(serde_json::from_str::<LoreEntry>(&json).map_err(|e| damaged(e.to_string()))?);
     }
     Ok(book)
+}
+
+/// A lorebook's settings (without entries) and its enabled entries with their book
+/// order, for activation: what a scene or a chat fires lore from.
+pub fn enabled_entries(conn: &Connection, book_id: &str) -> Result<(Lorebook, Vec<(usize, LoreEntry)>), StoreError> {
+    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what}: {e}"));
+    let book_json: String = conn.query_row("SELECT book_json FROM lorebooks WHERE id = ?1", [book_id], |r| r.get(0))?;
+    let book: Lorebook = serde_json::from_str(&book_json).map_err(|e| corrupt("lorebook settings", e))?;
+    let mut stmt = conn.prepare_cached("SELECT ordinal, entry_json FROM lore_entries WHERE lorebook_id = ?1 AND enabled = 1 ORDER BY ordinal")?;
+    let rows: Vec<(i64, String)> = stmt.query_map([book_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    let entries = rows
+        .into_iter()
+        .map(|(ordinal, json)| Ok((ordinal.max(0) as usize, serde_json::from_str(&json).map_err(|e| corrupt("lore entry", e))?)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok((book, entries))
 }
 
 /// Resolve `key` (an id, else an exact name, case-insensitive) in `table`.
@@ -275,7 +279,7 @@ fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str
 }
 
 /// The card formats a character can be exported in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CardFormat {
     CardV2,
@@ -298,7 +302,7 @@ impl CardFormat {
 }
 
 /// The formats a lorebook can be exported in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LorebookFormat {
     WorldInfo,
@@ -325,13 +329,8 @@ pub struct Export {
 /// A character as a card: its imported card (with its lorebook as it is now), else a
 /// card built from its identity profile.
 pub fn load_card(conn: &Connection, id: &str) -> Result<(CharacterCard, Option<Vec<u8>>), InteropError> {
-    let (name, card_json, profile_json): (String, Option<String>, Option<String>) = conn
-        .query_row("SELECT name, card_json, profile_json FROM characters WHERE id = ?1", [id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()
-        .map_err(StoreError::from)?
-        .ok_or_else(|| InteropError::NotFound { kind: "character", key: id.to_string() })?;
+    let character::CharacterRecord { name, card_json, profile_json, .. } =
+        character::get(conn, id)?.ok_or_else(|| InteropError::NotFound { kind: "character", key: id.to_string() })?;
     let damaged = |reason: String| InteropError::Damaged { what: format!("character {name:?}"), reason };
     let mut card = if let Some(json) = card_json {
         let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| damaged(e.to_string()))?;

@@ -6,14 +6,13 @@
 //! engine's blocking pool and reports with [`InteropEvent`]s. Invariant: a file that
 //! cannot be read changes nothing, and every event is sent after its transaction.
 
-pub mod cli;
 pub mod format;
 pub mod library;
-pub mod profile;
+
 
 pub use library::{CardFormat, CharacterSummary, CreatedItem, ImportOutcome, InteropError, ItemKind, LorebookFormat, LorebookSummary};
 
-use crate::engine::{EngineContext, Event};
+use crate::context::{Context, CoreEvent};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -89,17 +88,17 @@ pub fn import_paths(store: &crate::store::Store, paths: &[PathBuf]) -> InteropEv
     InteropEvent::ImportReport { created, skipped, warnings }
 }
 
-pub fn handle(ctx: &Arc<EngineContext>, command: InteropCommand) {
+pub fn handle(ctx: &Arc<Context>, command: InteropCommand) {
     let ctx = ctx.clone();
     // File and database work is blocking; keep it off the engine loop.
     drop(ctx.runtime.clone().spawn_blocking(move || run(&ctx, command)));
 }
 
-fn run(ctx: &EngineContext, command: InteropCommand) {
+fn run(ctx: &Context, command: InteropCommand) {
     match command {
         InteropCommand::Import { paths } => {
             let report = import_paths(&ctx.store, &paths);
-            ctx.emit(Event::Interop(report));
+            ctx.emit(report);
             emit_library(ctx);
         }
         InteropCommand::ExportCharacter { character, format, png, out } => {
@@ -110,15 +109,15 @@ fn run(ctx: &EngineContext, command: InteropCommand) {
                 Ok(export)
             });
             match result {
-                Ok(export) => ctx.emit(Event::Interop(InteropEvent::Exported {
+                Ok(export) => ctx.emit(InteropEvent::Exported {
                     kind: ItemKind::Character,
                     id: export.id,
                     name: export.name,
                     format: format!("{}{}", format.label(), if png { " (png)" } else { "" }),
                     path: out,
                     bytes: export.bytes.len() as u64,
-                })),
-                Err(e) => ctx.emit(Event::error(context, e)),
+                }),
+                Err(e) => ctx.emit(CoreEvent::error(context, e)),
             }
         }
         InteropCommand::ExportLorebook { lorebook, format, out } => {
@@ -129,24 +128,24 @@ fn run(ctx: &EngineContext, command: InteropCommand) {
                 Ok(export)
             });
             match result {
-                Ok(export) => ctx.emit(Event::Interop(InteropEvent::Exported {
+                Ok(export) => ctx.emit(InteropEvent::Exported {
                     kind: ItemKind::Lorebook,
                     id: export.id,
                     name: export.name,
                     format: format.label().to_string(),
                     path: out,
                     bytes: export.bytes.len() as u64,
-                })),
-                Err(e) => ctx.emit(Event::error(context, e)),
+                }),
+                Err(e) => ctx.emit(CoreEvent::error(context, e)),
             }
         }
         InteropCommand::List => emit_library(ctx),
     }
 }
 
-fn emit_library(ctx: &EngineContext) {
+fn emit_library(ctx: &Context) {
     match ctx.store.reader().and_then(|conn| library::list(&conn)) {
-        Ok((characters, lorebooks)) => ctx.emit(Event::Interop(InteropEvent::Library { characters, lorebooks })),
-        Err(e) => ctx.emit(Event::error("list the library", e)),
+        Ok((characters, lorebooks)) => ctx.emit(InteropEvent::Library { characters, lorebooks }),
+        Err(e) => ctx.emit(CoreEvent::error("list the library", e)),
     }
 }

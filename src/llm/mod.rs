@@ -88,6 +88,11 @@ pub struct ChatRequest {
     /// Ask for a streamed reply. Tokens are delivered through [`CallContext::on_token`].
     #[serde(default)]
     pub stream: bool,
+    /// Text the reply is started with, for a model that continues a transcript (the
+    /// embedded model): without it a base model often writes more of the prompt
+    /// instead of the character's line. Providers of chat models ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_prefix: Option<String>,
 }
 
 impl ChatRequest {
@@ -98,6 +103,7 @@ impl ChatRequest {
             sampler: SamplerSettings::default(),
             response_format: ResponseFormat::Text,
             stream: false,
+            reply_prefix: None,
         }
     }
 }

@@ -4,7 +4,7 @@ use super::bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats};
 use super::eval::{self, EvalReport};
 use super::records::{Memory, MemoryKind, NewMemory, Scope};
 use super::retrieval::{RetrievalHit, SearchMode, SearchRequest};
-use crate::engine::{EngineContext, Event};
+use crate::context::{Context, CoreEvent};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -146,35 +146,39 @@ pub fn import_file(
 /// The engine's bank for its library (one per engine, shared by every command and by
 /// the agents that recall memories). A change of retrieval settings applies at once; a
 /// change of embedding model opens a new bank, because stored vectors are per model.
-pub fn bank_for(ctx: &EngineContext) -> Result<Arc<MemoryBank>, MemoryError> {
+pub fn bank_for(ctx: &Context) -> Result<Arc<MemoryBank>, MemoryError> {
     let config = ctx.config().memory;
-    let mut slot = ctx.memory.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = ctx.service::<MemoryBank>();
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(bank) = slot.as_ref() {
         if bank.config().embedding == config.embedding {
             bank.set_config(config);
             return Ok(bank.clone());
         }
     }
-    let events = ctx.events.clone();
-    let observer = move |progress: GraphProgress| {
-        events.send(match progress {
-            GraphProgress::Started { vectors } => Event::Memory(MemoryEvent::IndexRebuilding { vectors }),
-            GraphProgress::Building { done, total } => Event::Memory(MemoryEvent::IndexRebuildProgress { done, total }),
-            GraphProgress::Finished { vectors, elapsed_ms } => Event::Memory(MemoryEvent::IndexRebuilt { vectors, elapsed_ms }),
-            GraphProgress::Failed { message } => Event::warn(format!("rebuilding the vector graph failed: {message}; searching exactly meanwhile")),
-        })
+    // Emitters, not the context: the bank lives in the context, and an observer holding
+    // the context would keep it alive for ever.
+    let events = ctx.emitter::<MemoryEvent>();
+    let log = ctx.emitter::<CoreEvent>();
+    let observer = move |progress: GraphProgress| match progress {
+        GraphProgress::Started { vectors } => events.send(MemoryEvent::IndexRebuilding { vectors }),
+        GraphProgress::Building { done, total } => events.send(MemoryEvent::IndexRebuildProgress { done, total }),
+        GraphProgress::Finished { vectors, elapsed_ms } => events.send(MemoryEvent::IndexRebuilt { vectors, elapsed_ms }),
+        GraphProgress::Failed { message } => {
+            log.send(CoreEvent::warn(format!("rebuilding the vector graph failed: {message}; searching exactly meanwhile")))
+        }
     };
     let bank = MemoryBank::open_observed(ctx.store.clone(), config, Some(Arc::new(observer)))?;
     *slot = Some(bank.clone());
     Ok(bank)
 }
 
-pub fn handle(ctx: &Arc<EngineContext>, command: MemoryCommand) {
+pub fn handle(ctx: &Arc<Context>, command: MemoryCommand) {
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let what = describe(&command);
         if let Err(e) = run(&ctx, command) {
-            ctx.emit(Event::error(what, e));
+            ctx.emit(CoreEvent::error(what, e));
         }
     });
 }
@@ -192,11 +196,11 @@ fn describe(command: &MemoryCommand) -> &'static str {
     }
 }
 
-fn emit(ctx: &EngineContext, event: MemoryEvent) {
-    ctx.emit(Event::Memory(event));
+fn emit(ctx: &Context, event: MemoryEvent) {
+    ctx.emit(event);
 }
 
-fn run(ctx: &EngineContext, command: MemoryCommand) -> Result<(), MemoryError> {
+fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
     let bank = bank_for(ctx)?;
     match command {
         MemoryCommand::Import { path } => {
@@ -240,7 +244,7 @@ fn run(ctx: &EngineContext, command: MemoryCommand) -> Result<(), MemoryError> {
             emit(ctx, MemoryEvent::Context { id, memories });
         }
         MemoryCommand::IndexLore { dir } => {
-            let dir = dir.unwrap_or_else(crate::config::lore_dir);
+            let dir = dir.unwrap_or_else(crate::paths::lore_dir);
             let report = super::lore::index_lore(&bank, &dir)?;
             emit(ctx, MemoryEvent::LoreIndexed { report });
         }

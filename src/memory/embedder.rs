@@ -6,71 +6,16 @@
 //! `batch_size` and scatters the vectors back. Callers block on a reply channel, so the
 //! embedder is used from the engine's blocking workers, never from the UI thread.
 
+use crate::config::{EmbeddingConfig, Pooling};
 use crossbeam_channel::{Receiver, Sender, bounded};
-use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-/// How token vectors become one sentence vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Pooling {
-    /// Mean of the token vectors under the attention mask (sentence-transformers' MiniLM).
-    #[default]
-    Mean,
-    /// The first token's vector (bge models).
-    Cls,
-}
-
-/// Where the model lives and how to run it. Defaults fit all-MiniLM-L6-v2 as installed
-/// by `.ci/setup.sh`; another BERT-style model (bge-small, nomic-embed) is a matter of
-/// pointing `model_dir` at it and setting pooling, dimension and prefixes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(default)]
-pub struct EmbeddingConfig {
-    /// Folder holding the model and `tokenizer.json` (default: `models/all-MiniLM-L6-v2`).
-    pub model_dir: Option<PathBuf>,
-    /// The ONNX file inside `model_dir`. `model.onnx` is fp32, `model_int8.onnx` int8.
-    pub model_file: String,
-    pub tokenizer_file: String,
-    /// `libonnxruntime.so` (default: `$ORT_DYLIB_PATH`, else `models/onnxruntime/`).
-    pub runtime_library: Option<PathBuf>,
-    pub pooling: Pooling,
-    pub dimension: usize,
-    /// Longest input in tokens; longer texts are truncated.
-    pub max_length: usize,
-    /// Intra-op threads of the ONNX session.
-    pub threads: usize,
-    /// Texts per model call.
-    pub batch_size: usize,
-    /// Prepended to queries / documents (e.g. nomic's `search_query: `).
-    pub query_prefix: String,
-    pub document_prefix: String,
-}
-
-impl Default for EmbeddingConfig {
-    fn default() -> Self {
-        Self {
-            model_dir: None,
-            model_file: "model.onnx".into(),
-            tokenizer_file: "tokenizer.json".into(),
-            runtime_library: None,
-            pooling: Pooling::Mean,
-            dimension: 384,
-            max_length: 256,
-            threads: 2,
-            batch_size: 32,
-            query_prefix: String::new(),
-            document_prefix: String::new(),
-        }
-    }
-}
-
 impl EmbeddingConfig {
     pub fn model_dir(&self) -> PathBuf {
-        self.model_dir.clone().unwrap_or_else(|| crate::config::models_dir().join("all-MiniLM-L6-v2"))
+        self.model_dir.clone().unwrap_or_else(|| crate::paths::models_dir().join("all-MiniLM-L6-v2"))
     }
 
     pub fn runtime_library(&self) -> PathBuf {
@@ -80,7 +25,7 @@ impl EmbeddingConfig {
         if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
             return PathBuf::from(path);
         }
-        crate::config::models_dir().join("onnxruntime").join("libonnxruntime.so")
+        crate::paths::models_dir().join("onnxruntime").join("libonnxruntime.so")
     }
 }
 

@@ -170,15 +170,19 @@ pub fn normalise_time(text: &str) -> String {
     t.to_string()
 }
 
-/// Insert memories in the caller's transaction; returns their rowids. An id already
-/// present is replaced (re-importing a file updates rather than duplicates).
-pub fn insert(conn: &Connection, items: &[NewMemory]) -> Result<Vec<i64>, StoreError> {
-    Ok(insert_replacing(conn, items)?.0)
+/// What [`insert_replacing`] wrote.
+pub struct Inserted {
+    pub rowids: Vec<i64>,
+    pub ids: Vec<String>,
+    /// Rowids of older memories replaced because they had the same id (a re-import),
+    /// whose vectors the caller must drop.
+    pub replaced: Vec<i64>,
 }
 
-/// [`insert`], also returning the rowids of older memories replaced because they had
-/// the same id (a re-import), whose vectors the caller must drop.
-pub fn insert_replacing(conn: &Connection, items: &[NewMemory]) -> Result<(Vec<i64>, Vec<i64>), StoreError> {
+/// Insert memories in the caller's transaction. An id already present is replaced
+/// (re-importing a file updates rather than duplicates). Only the bank's write
+/// protocol calls this (`PreparedMemories::write`).
+pub(crate) fn insert_replacing(conn: &Connection, items: &[NewMemory]) -> Result<Inserted, StoreError> {
     let mut next_seq: i64 = conn.query_row("SELECT coalesce(max(seq), 0) + 1 FROM memories", [], |r| r.get(0))?;
     let now = now_rfc3339();
     let mut insert = conn.prepare_cached(
@@ -188,6 +192,7 @@ pub fn insert_replacing(conn: &Connection, items: &[NewMemory]) -> Result<(Vec<i
     let mut witness = conn.prepare_cached("INSERT OR IGNORE INTO memory_witnesses(memory_rowid, witness) VALUES (?1, ?2)")?;
     let mut existing = conn.prepare_cached("SELECT rowid FROM memories WHERE id = ?1")?;
     let mut rowids = Vec::with_capacity(items.len());
+    let mut ids = Vec::with_capacity(items.len());
     let mut replaced = Vec::new();
     for item in items {
         let id = item.id.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(new_id);
@@ -217,8 +222,9 @@ pub fn insert_replacing(conn: &Connection, items: &[NewMemory]) -> Result<(Vec<i
             witness.execute(params![rowid, w])?;
         }
         rowids.push(rowid);
+        ids.push(id);
     }
-    Ok((rowids, replaced))
+    Ok(Inserted { rowids, ids, replaced })
 }
 
 /// Tell `witness` about a memory (they now recall it too).
@@ -251,6 +257,12 @@ pub fn load(conn: &Connection, rowids: &[i64]) -> Result<Vec<Memory>, StoreError
 }
 
 /// The memory with `id`, if any.
+/// Whether a summary already covers any memory written from `source` (a summary
+/// cannot be taken apart, so such memories are no longer undone).
+pub fn any_summarised(conn: &Connection, source: &str) -> Result<bool, StoreError> {
+    Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM memories WHERE source = ?1 AND summarised = 1)", [source], |r| r.get(0))?)
+}
+
 pub fn get(conn: &Connection, id: &str) -> Result<Option<Memory>, StoreError> {
     let rowid: Option<i64> = conn.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
     Ok(match rowid {

@@ -2,6 +2,7 @@
 //! carrying its keyword score, vector score, fused score and rank so a game master can
 //! see why it was recalled.
 
+use crate::config::{Fusion, RetrievalConfig};
 use super::records::{MemoryKind, Scope};
 use serde::{Deserialize, Serialize};
 
@@ -21,72 +22,6 @@ impl SearchMode {
             "keyword" => Some(SearchMode::Keyword),
             "vector" => Some(SearchMode::Vector),
             _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Fusion {
-    /// Reciprocal rank fusion: `w / (k + rank)` summed over the lists.
-    Rrf,
-    /// Weighted sum of scores normalised to [0, 1] within each list.
-    #[default]
-    Weighted,
-}
-
-/// How the two result lists are merged. Tuned on the dev split of
-/// `tests/data/memory/` (see `memory eval`), reported on the held-out split.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RetrievalConfig {
-    pub fusion: Fusion,
-    pub keyword_weight: f32,
-    pub vector_weight: f32,
-    /// RRF's damping constant.
-    pub rrf_k: f32,
-    /// Candidates taken from each list before fusion.
-    pub candidates: usize,
-    /// Share of a hit's fused score given to the turns just before and after it in its
-    /// session (answers often sit next to the turn that names the topic).
-    pub neighbour_weight: f32,
-    /// Extra weight (a factor of `1 + time_boost`) for memories from the months a query
-    /// names ("in April", "this summer").
-    pub time_boost: f32,
-    /// Earlier turns of the same session embedded together with a turn, so a reply like
-    /// "Terribly, the cat leaves the room" carries the question it answers.
-    pub context_turns: usize,
-    /// Turns with few content words ("How did you know?") rarely answer anything but
-    /// embed close to many queries: their score is scaled by
-    /// `min(1, content_words / short_turn_words)`. 0 turns this off.
-    pub short_turn_words: usize,
-    /// Remove speaker names from the text that is embedded for a query: names dominate a
-    /// small model's vector and pull in every turn that greets that person.
-    pub strip_names: bool,
-    /// About how many matching rows one keyword search may rank. BM25 costs a few µs per
-    /// matching row, so a query mixing a rare word with common ones ("Mira", "love")
-    /// would rank thousands of rows in a large library for the common words alone: its
-    /// terms are taken rarest first while their rows fit this budget (the rarest is
-    /// always kept), and the rest left to the vector list. 0 keeps every term.
-    pub keyword_max_rows: usize,
-}
-
-impl Default for RetrievalConfig {
-    /// Chosen on the dev split of `tests/data/memory/questions.jsonl` (hybrid recall@10
-    /// 0.833 there; the held-out test split is reported separately in the README).
-    fn default() -> Self {
-        Self {
-            fusion: Fusion::Weighted,
-            keyword_weight: 0.4,
-            vector_weight: 0.6,
-            rrf_k: 60.0,
-            candidates: 100,
-            neighbour_weight: 0.3,
-            time_boost: 0.5,
-            context_turns: 2,
-            short_turn_words: 8,
-            strip_names: true,
-            keyword_max_rows: 2000,
         }
     }
 }

@@ -93,7 +93,9 @@ pub fn summarise_if_due(
         content_hash: None,
     };
     let covered: Vec<i64> = turns.iter().map(|t| t.rowid).collect();
-    let ids = bank.add_then(vec![summary], |tx| {
+    let prepared = bank.prepare(vec![summary])?;
+    let write = bank.store().transaction(|tx| {
+        let write = prepared.write(tx)?;
         let mut mark = tx.prepare_cached("UPDATE memories SET summarised = 1 WHERE rowid = ?1 AND summarised = 0")?;
         for rowid in &covered {
             if mark.execute([rowid])? != 1 {
@@ -101,7 +103,10 @@ pub fn summarise_if_due(
                 return Err(crate::store::StoreError::Corrupt("turns were summarised concurrently".into()));
             }
         }
-        Ok(())
-    })?;
-    Ok(ids.into_iter().next())
+        Ok(write)
+    })
+    .map_err(MemoryError::from)?;
+    let id = write.ids().first().cloned();
+    bank.publish(write);
+    Ok(id)
 }

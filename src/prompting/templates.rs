@@ -33,7 +33,7 @@ impl PromptTemplates {
 
     /// The shipped `prompts/` folder (or `LOREKEEPER_PROMPTS_DIR`).
     pub fn shipped() -> Result<Self, TemplateError> {
-        Self::load(&crate::config::prompts_dir())
+        Self::load(&crate::paths::prompts_dir())
     }
 
     pub fn dir(&self) -> &Path {

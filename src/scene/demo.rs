@@ -5,6 +5,7 @@
 //! demo does not bring it back.
 
 use super::records;
+use crate::character::{self, NewCharacter, Origin};
 use crate::lorebook::{LoreEntry, Lorebook};
 use crate::store::{Store, StoreError, new_id, now_rfc3339};
 use rusqlite::{Connection, params};
@@ -67,11 +68,8 @@ pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
 
 fn insert(conn: &Connection) -> Result<String, StoreError> {
     let now = now_rfc3339();
-    let persona = new_id();
-    conn.execute(
-        "INSERT INTO personas(id, name, description, created_at) VALUES (?1, ?2, ?3, ?4)",
-        params![persona, "Juno", "a courier carrying a sealed letter for the lighthouse keeper, soaked from the crossing", now],
-    )?;
+    let persona =
+        character::insert_persona(conn, "Juno", "a courier carrying a sealed letter for the lighthouse keeper, soaked from the crossing")?;
     let world = new_id();
     conn.execute(
         "INSERT INTO worlds(id, name, description, notes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -129,10 +127,9 @@ fn insert(conn: &Connection) -> Result<String, StoreError> {
                 "extensions": {}
             }
         });
-        conn.execute(
-            "INSERT INTO characters(id, name, origin, card_json, created_at, updated_at) VALUES (?1, ?2, 'demo', ?3, ?4, ?4)",
-            params![id, character.name, card.to_string(), now],
-        )?;
+        let card = card.to_string();
+        let new = NewCharacter { id: Some(&id), name: character.name, origin: Origin::Demo, card_json: Some(&card), profile_json: None };
+        character::insert(conn, new)?;
         if character.active {
             active.push(id.clone());
         }

@@ -136,14 +136,7 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
     // Built outside the lock: another campaign's call need not wait half a second.
     let mut books = Vec::new();
     for (id, revision) in &key.1 {
-        let book_json: String = conn.query_row("SELECT book_json FROM lorebooks WHERE id = ?1", [id], |r| r.get(0))?;
-        let book: Lorebook = serde_json::from_str(&book_json).map_err(|e| corrupt("lorebook settings", e))?;
-        let mut stmt = conn.prepare_cached("SELECT ordinal, entry_json FROM lore_entries WHERE lorebook_id = ?1 AND enabled = 1 ORDER BY ordinal")?;
-        let rows: Vec<(i64, String)> = stmt.query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-        let entries = rows
-            .into_iter()
-            .map(|(ordinal, json)| Ok((ordinal.max(0) as usize, serde_json::from_str(&json).map_err(|e| corrupt("lore entry", e))?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let (book, entries) = crate::interop::library::enabled_entries(conn, id)?;
         books.push((id.clone(), *revision, book, entries));
     }
     let prepared = Arc::new(PreparedLore::build(books));

@@ -5,7 +5,6 @@
 //! Invariant: a round is in the store whole or not at all (see [`round`]), and every
 //! agent call keeps the budget ledger of its context envelope with the round.
 
-pub mod cli;
 pub mod demo;
 pub mod envelope;
 pub mod lore;
@@ -17,11 +16,11 @@ pub mod records;
 pub mod round;
 pub mod summary;
 
-use crate::engine::{EngineContext, Event};
+use crate::context::Context;
 use crate::llm::CancelToken;
-use crate::prompting::BudgetPlan;
+pub use crate::config::SceneConfig;
 use model::{CharacterState, Conflict, SceneMessage, SceneSummary, SceneView};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,45 +37,6 @@ pub enum SceneError {
     Busy(String),
     #[error("{0}")]
     Invalid(String),
-}
-
-/// Scene settings in the config file (`[scene]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SceneConfig {
-    /// 1: the Director only plans; 2: it also reconciles after the characters.
-    pub max_director_passes: u32,
-    /// Messages read from the store as history candidates (the budget cuts further).
-    pub history_window: u32,
-    /// Recent messages scanned for lore keys.
-    pub lore_scan_depth: usize,
-    /// Budget percentages per context section.
-    pub budgets: BudgetPlan,
-    /// Messages the Budgets panel's per-section token plot looks back over.
-    pub telemetry_window: u32,
-    /// Memories retrieved for each character's call (the memories budget cuts further).
-    pub memories_per_call: usize,
-    /// A Narrator agent (role `narrator`) describes the scene after the characters act.
-    pub narrator: bool,
-    /// A World agent (role `world`) owns trackers and in-fiction time; Director pass 2
-    /// then reconciles characters and facts only.
-    pub world_agent: bool,
-    /// Every this many rounds the `summariser` folds all but the last round into the
-    /// scene's summary (0: never).
-    pub summarise_every: u32,
-    /// Longest summary asked for, in words.
-    pub summary_max_words: u32,
-}
-
-impl Default for SceneConfig {
-    fn default() -> Self {
-        Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8,
-            narrator: true,
-            world_agent: false,
-            summarise_every: 5,
-            summary_max_words: 250,
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -100,13 +60,21 @@ pub enum SceneCommand {
     Preview { scene: String, agent: envelope::AgentKind, character: Option<String> },
 }
 
+/// What the Director decided in one pass; serialised as the decision itself.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum DirectorDecision {
+    Plan(Box<model::DirectorPlan>),
+    Reconciliation(Box<model::Reconciliation>),
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SceneEvent {
     SceneCreated { scene_id: String, name: String },
     RoundStarted { scene_id: String, round: u32, input: Option<String> },
-    /// The Director's accepted JSON of pass 1 (plan) or 2 (reconciliation).
-    DirectorDecided { scene_id: String, round: u32, pass: u8, decision: serde_json::Value },
+    /// The Director's accepted plan (pass 1) or reconciliation (pass 2).
+    DirectorDecided { scene_id: String, round: u32, pass: u8, decision: DirectorDecision },
     CharacterStarted { scene_id: String, round: u32, character_id: String, name: String },
     /// The narrator starts; its fragments come as [`SceneEvent::Token`] with
     /// `character_id` `"narrator"`.
@@ -124,8 +92,8 @@ pub enum SceneEvent {
         conflicts: Vec<Conflict>,
         tokens: u64,
     },
-    /// The World agent's accepted JSON ([`model::WorldUpdate`]).
-    WorldDecided { scene_id: String, round: u32, decision: serde_json::Value },
+    /// The World agent's accepted update.
+    WorldDecided { scene_id: String, round: u32, decision: Box<model::WorldUpdate> },
     /// The running round stopped on [`SceneCommand::Cancel`]; nothing was saved.
     RoundCancelled { scene_id: String },
     /// The scene's summary now covers rounds 1 to `through_round`.
@@ -140,7 +108,7 @@ pub enum SceneEvent {
     Error { scene_id: Option<String>, message: String },
 }
 
-pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
+pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
@@ -152,13 +120,13 @@ pub fn handle(ctx: &Arc<EngineContext>, command: SceneCommand) {
             _ => None,
         };
         if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(Event::Scene(SceneEvent::Error { scene_id: subject, message: e.to_string() }));
+            ctx.emit(SceneEvent::Error { scene_id: subject, message: e.to_string() });
         }
     });
 }
 
-fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), SceneError> {
-    let emit = |e: SceneEvent| ctx.emit(Event::Scene(e));
+fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
+    let emit = |e: SceneEvent| ctx.emit(e);
     match command {
         SceneCommand::Round { scene, input } => {
             let cancel = CancelToken::new();
@@ -176,7 +144,7 @@ fn run_command(ctx: &Arc<EngineContext>, command: SceneCommand) -> Result<(), Sc
         }
         SceneCommand::Cancel { scene } => {
             let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
-            if !round::cancel(&scene_id) {
+            if !round::cancel(ctx, &scene_id) {
                 // Finished meanwhile: its round_completed tells the rest.
                 tracing::debug!(scene = %scene_id, "cancel: no round running");
             }

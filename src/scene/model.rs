@@ -2,6 +2,7 @@
 //! these types, so prompt and validation cannot drift), character state, and the
 //! views the front doors read.
 
+use crate::prompting::BudgetLedger;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -302,4 +303,17 @@ mod tests {
         assert_eq!(plan.acting_characters[0].order, None);
         assert!(plan.activations.is_empty());
     }
+}
+
+/// The budget ledger of one agent call, kept with the round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallLedger {
+    pub agent: String,
+    pub character: Option<String>,
+    pub ledger: BudgetLedger,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// What went wrong short of failing the call (memories by keyword only, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }

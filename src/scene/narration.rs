@@ -8,9 +8,9 @@ use super::envelope::{self, AgentKind, EnvelopeInput};
 use super::lore::PreparedLore;
 use super::model::{SceneMessage, SceneView, WorldUpdate};
 use super::records::SceneNotes;
-use super::round::CallLedger;
+use super::model::CallLedger;
 use super::SceneError;
-use crate::engine::{EngineContext, Event};
+use crate::context::Context;
 use crate::llm::structured::{StructuredOptions, complete_structured};
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile};
 use crate::lorebook::activation::ActivationState;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 /// What the Narrator and the World agent read of the round so far.
 pub(super) struct AfterCharacters<'a> {
-    pub ctx: &'a Arc<EngineContext>,
+    pub ctx: &'a Arc<Context>,
     pub config: &'a SceneConfig,
     pub templates: &'a PromptTemplates,
     /// The scene with pass 1 and the characters' own deltas applied.
@@ -77,7 +77,7 @@ pub(super) fn narrate(
     lore_state: &mut ActivationState,
 ) -> Result<(String, CallLedger), SceneError> {
     at.cancelled()?;
-    let emit = |e: SceneEvent| at.ctx.emit(Event::Scene(e));
+    let emit = |e: SceneEvent| at.ctx.emit(e);
     emit(SceneEvent::NarratorStarted { scene_id: at.scene_id.to_string(), round: at.round });
     let envelope = at.envelope(AgentKind::Narrator, &narrator.1, lore_state);
     let prompt = envelope::render(at.templates, AgentKind::Narrator, &envelope, None, &envelope::narrator_turn(at.round))?;
@@ -85,7 +85,7 @@ pub(super) fn narrate(
     let sink = at.ctx.clone();
     let (scene, round) = (at.scene_id.to_string(), at.round);
     let on_token = move |text: &str| {
-        sink.emit(Event::Scene(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() }))
+        sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() })
     };
     let completion = narrator.0.complete(&request, CallContext::with_tokens(at.cancel, &on_token))?;
     let content = completion.text.trim().to_string();
@@ -113,7 +113,7 @@ pub(super) fn world(
     let request = AfterCharacters::request(&world.1, prompt.system, prompt.user, false);
     let output = complete_structured::<WorldUpdate>(&world.0, request, &StructuredOptions::default(), CallContext::new(at.cancel))
         .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
-    at.ctx.emit(Event::Scene(SceneEvent::WorldDecided { scene_id: at.scene_id.to_string(), round: at.round, decision: output.json }));
+    at.ctx.emit(SceneEvent::WorldDecided { scene_id: at.scene_id.to_string(), round: at.round, decision: Box::new(output.value.clone()) });
     let ledger = CallLedger {
         agent: "world".into(),
         character: None,

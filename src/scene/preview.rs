@@ -8,7 +8,7 @@
 use super::envelope::{self, AgentKind, Envelope, EnvelopeInput, RenderedPrompt};
 use super::model::{CastMember, DirectorRecord, SceneMessage, SceneView};
 use super::records::{self, RoundRecord};
-use super::round::CallLedger;
+use super::model::CallLedger;
 use super::{SceneConfig, SceneError};
 use crate::prompting::{BudgetItem, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -113,7 +113,7 @@ impl EnvelopePreview {
     pub fn render(&self, envelope: &Envelope) -> Result<RenderedPrompt, TemplateError> {
         match &self.templates {
             Some(t) => envelope::render(&t.0, self.agent, envelope, self.character.as_ref(), &self.turn),
-            None => Err(TemplateError::MissingDir(crate::config::prompts_dir())),
+            None => Err(TemplateError::MissingDir(crate::paths::prompts_dir())),
         }
     }
 }

@@ -12,8 +12,8 @@
 //! says so in its ledger, rather than failing.
 
 use super::model::SceneMessage;
-use crate::engine::EngineContext;
-use crate::memory::{MemoryBank, MemoryKind, NewMemory, RetrievalHit, Scope, ScopeKind, SearchFilter, SearchMode, SearchRequest};
+use crate::context::Context;
+use crate::memory::{MemoryBank, MemoryError, MemoryKind, PreparedMemories, NewMemory, RetrievalHit, Scope, ScopeKind, SearchFilter, SearchMode, SearchRequest};
 use std::sync::Arc;
 
 /// Recall for one round: the bank (if it opened) and how it searches.
@@ -33,7 +33,7 @@ pub struct Recalled {
 }
 
 impl Recall {
-    pub fn open(ctx: &EngineContext) -> Self {
+    pub fn open(ctx: &Context) -> Self {
         let mut notes = Vec::new();
         let bank = match crate::memory::bank_for(ctx) {
             Ok(bank) => Some(bank),
@@ -122,15 +122,19 @@ impl Recall {
             .collect()
     }
 
-    /// Vectors for `turns` when the embedder works; `None` (and why) otherwise, and
-    /// the turns are stored for keyword search until a reindex.
-    pub fn embed(&self, turns: &[NewMemory]) -> (Option<Vec<Vec<f32>>>, Option<String>) {
+    /// Stage 1 of the memory write for the round's turns: embedded when the embedder
+    /// works, else kept for keyword search until a reindex (and the note says so).
+    pub fn prepare(&self, turns: Vec<NewMemory>) -> Result<(PreparedMemories, Option<String>), MemoryError> {
         match (&self.bank, self.mode) {
-            (Some(bank), SearchMode::Hybrid) => match bank.embed_new(turns) {
-                Ok(v) => (Some(v), None),
-                Err(e) => (None, Some(format!("the round's memories are stored without vectors ({e}); `memory reindex` adds them"))),
-            },
-            _ => (None, None),
+            (Some(bank), SearchMode::Hybrid) => {
+                let prepared = bank.prepare_or_keyword_only(turns)?;
+                let note = prepared
+                    .keyword_only
+                    .as_ref()
+                    .map(|e| format!("the round's memories are stored without vectors ({e}); `memory reindex` adds them"));
+                Ok((prepared, note))
+            }
+            _ => Ok((PreparedMemories::without_vectors(turns)?, None)),
         }
     }
 }

@@ -61,35 +61,6 @@ pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, Store
     Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary, summary_round })
 }
 
-/// Sheet fields a card or identity profile contributes to prompts.
-const SHEET_FIELDS: [&str; 4] = ["description", "personality", "scenario", "summary"];
-
-/// The sheet of a base character: its card's fields, else its identity profile's
-/// top-level text fields.
-pub fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeMap<String, String> {
-    let mut sheet = BTreeMap::new();
-    let text_fields = |value: &serde_json::Value, sheet: &mut BTreeMap<String, String>, only: Option<&[&str]>| {
-        if let Some(object) = value.as_object() {
-            for (key, v) in object {
-                if only.is_some_and(|keys| !keys.contains(&key.as_str())) {
-                    continue;
-                }
-                if let Some(text) = v.as_str().filter(|t| !t.trim().is_empty()) {
-                    sheet.insert(key.clone(), text.to_string());
-                }
-            }
-        }
-    };
-    if let Some(card) = card_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
-        // V2/V3 cards keep their fields under `data`; V1 at the top.
-        let data = card.get("data").unwrap_or(&card);
-        text_fields(data, &mut sheet, Some(&SHEET_FIELDS));
-    } else if let Some(profile) = profile_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
-        text_fields(&profile, &mut sheet, None);
-    }
-    sheet
-}
-
 /// The scene with its cast (overrides applied), states and campaign state.
 pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreError> {
     struct Row {
@@ -107,7 +78,7 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
     let row = conn
         .query_row(
             "SELECT s.name, s.description, s.active_json, s.rounds, a.name, c.name, c.id, w.name, w.id,
-                    (SELECT p.name || ': ' || p.description FROM personas p WHERE p.id = c.persona_id)
+                    c.persona_id
              FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
              JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
             [scene_id],
@@ -131,40 +102,26 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
     let active: BTreeSet<String> = serde_json::from_str(&row.active_json).map_err(|e| corrupt("scene active set", e))?;
 
     let mut stmt = conn.prepare(
-        "SELECT ch.id, ch.name, ch.card_json, ch.profile_json,
-                (SELECT override_json FROM character_overrides o WHERE o.character_id = ch.id AND o.scope = 'world' AND o.scope_id = ?2),
-                (SELECT override_json FROM character_overrides o WHERE o.character_id = ch.id AND o.scope = 'campaign' AND o.scope_id = ?3),
-                (SELECT state_json FROM scene_character_states st WHERE st.scene_id = ?1 AND st.character_id = ch.id)
-         FROM scene_cast sc JOIN characters ch ON ch.id = sc.character_id
-         WHERE sc.scene_id = ?1 ORDER BY ch.name COLLATE NOCASE, ch.id",
+        "SELECT sc.character_id, st.state_json FROM scene_cast sc
+         LEFT JOIN scene_character_states st ON st.scene_id = sc.scene_id AND st.character_id = sc.character_id
+         WHERE sc.scene_id = ?1",
     )?;
-    type CastRow = (String, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
-    let rows: Vec<CastRow> = stmt
-        .query_map(params![scene_id, row.world_id, row.campaign_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
-        })?
-        .collect::<Result<_, _>>()?;
+    let rows: Vec<(String, Option<String>)> =
+        stmt.query_map([scene_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    let mut placed = Vec::new();
+    for (id, state) in rows {
+        // The characters table cascades into scene_cast, so a cast member always exists.
+        let Some(character) = crate::character::placed(conn, &id, &row.world_id, &row.campaign_id)? else { continue };
+        placed.push((character, state));
+    }
+    placed.sort_by(|(a, _), (b, _)| a.base_name.to_lowercase().cmp(&b.base_name.to_lowercase()).then_with(|| a.id.cmp(&b.id)));
     let mut cast = Vec::new();
-    for (id, mut name, card, profile, world_override, campaign_override, state) in rows {
-        let mut sheet = base_sheet(card.as_deref(), profile.as_deref());
-        // Campaign after world: the narrower scope wins.
-        for json in [world_override, campaign_override].into_iter().flatten() {
-            let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| corrupt("character override", e))?;
-            for (key, v) in value.as_object().into_iter().flatten() {
-                if let Some(text) = v.as_str() {
-                    if key == "name" {
-                        name = text.to_string();
-                    } else {
-                        sheet.insert(key.clone(), text.to_string());
-                    }
-                }
-            }
-        }
+    for (character, state) in placed {
         let state: CharacterState = match state {
             Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("character state", e))?,
             None => CharacterState::default(),
         };
-        cast.push(CastMember { active: active.contains(&id), id, name, sheet, state });
+        cast.push(CastMember { active: active.contains(&character.id), id: character.id, name: character.name, sheet: character.sheet, state });
     }
 
     let (trackers, facts, elapsed): (String, String, i64) = conn
@@ -188,7 +145,10 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
         trackers: serde_json::from_str(&trackers).map_err(|e| corrupt("trackers", e))?,
         facts: serde_json::from_str(&facts).map_err(|e| corrupt("facts", e))?,
         elapsed_minutes: elapsed.max(0) as u64,
-        persona: row.persona,
+        persona: match row.persona {
+            Some(id) => crate::character::persona(conn, &id)?.map(|p| format!("{}: {}", p.name, p.description)),
+            None => None,
+        },
     })
 }
 
@@ -211,12 +171,13 @@ pub fn recent_messages(conn: &Connection, scene_id: &str, limit: u32) -> Result<
 
 /// The enabled entries of every lorebook linked to the campaign, in book order.
 pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Vec<LoreEntry>, StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT e.entry_json FROM campaign_lorebooks cl JOIN lore_entries e ON e.lorebook_id = cl.lorebook_id
-         WHERE cl.campaign_id = ?1 AND e.enabled = 1 ORDER BY cl.lorebook_id, e.ordinal",
-    )?;
-    let rows: Vec<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    rows.iter().map(|j| serde_json::from_str(j).map_err(|e| corrupt("lore entry", e))).collect()
+    let mut stmt = conn.prepare("SELECT lorebook_id FROM campaign_lorebooks WHERE campaign_id = ?1 ORDER BY lorebook_id")?;
+    let books: Vec<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let mut entries = Vec::new();
+    for book in books {
+        entries.extend(crate::interop::library::enabled_entries(conn, &book)?.1.into_iter().map(|(_, entry)| entry));
+    }
+    Ok(entries)
 }
 
 pub fn list_scenes(conn: &Connection) -> Result<Vec<SceneSummary>, StoreError> {
@@ -372,13 +333,7 @@ pub fn create_scene(
 
 /// A character id from an id or a (case-insensitive) name.
 pub fn resolve_character(conn: &Connection, key: &str) -> Result<String, StoreError> {
-    conn.query_row(
-        "SELECT id FROM characters WHERE id = ?1 OR name = ?1 COLLATE NOCASE ORDER BY (id = ?1) DESC, created_at LIMIT 1",
-        [key],
-        |r| r.get(0),
-    )
-    .optional()?
-    .ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))
+    Ok(crate::character::resolve(conn, key)?.id)
 }
 
 /// The newest arc, for `scene new` without `--arc`.

@@ -9,7 +9,7 @@
 
 use super::SceneError;
 use super::records;
-use crate::engine::EngineContext;
+use crate::context::Context;
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient};
 use crate::prompting::PromptTemplates;
 use rusqlite::{OptionalExtension, params};
@@ -23,7 +23,7 @@ pub fn due(round: u32, summary_round: u32, every: u32) -> bool {
 
 /// Fold rounds up to `through_round` into the scene's summary. `Ok(None)` when there is
 /// nothing new to cover or another run already covered it.
-pub fn summarise(ctx: &EngineContext, scene_id: &str, through_round: u32, cancel: &CancelToken) -> Result<Option<u32>, SceneError> {
+pub fn summarise(ctx: &Context, scene_id: &str, through_round: u32, cancel: &CancelToken) -> Result<Option<u32>, SceneError> {
     let config = ctx.config();
     let (previous, previous_round): (String, u32) = ctx.store.with(|c| {
         c.query_row("SELECT summary, summary_round FROM scenes WHERE id = ?1", [scene_id], |r| Ok((r.get(0)?, r.get(1)?)))

@@ -6,9 +6,9 @@
 //! preview brought (allocation and enforcement are arithmetic on a few hundred items)
 //! and renders the prompt itself, only when a value actually changed.
 
-use super::scene::PreviewTarget;
 use crate::engine::Command;
 use crate::prompting::{BudgetLedger, BudgetPlan, Section};
+use crate::scene::SceneCommand;
 use crate::scene::envelope::{AgentKind, Envelope};
 use crate::scene::preview::EnvelopePreview;
 use egui::RichText;
@@ -282,5 +282,22 @@ fn ledger_grid(ui: &mut egui::Ui, id: &str, ledger: &BudgetLedger) {
                 ui.label(format!("{}: {} ({} tokens) — {}", section_title(section), d.id, d.tokens, d.reason));
             }
         });
+    }
+}
+
+/// Which agent's next call the Budgets panel previews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreviewTarget {
+    Director,
+    Character(Option<String>),
+}
+
+impl PreviewTarget {
+    pub fn command(&self, scene: &str) -> Command {
+        let (agent, character) = match self {
+            PreviewTarget::Director => (AgentKind::Director, None),
+            PreviewTarget::Character(name) => (AgentKind::Character, name.clone()),
+        };
+        Command::Scene(SceneCommand::Preview { scene: scene.to_string(), agent, character })
     }
 }

@@ -352,3 +352,24 @@ fn score_bar(ui: &mut egui::Ui, label: &str, value: f32, scale: f32) {
     let fraction = if scale > 0.0 { (value / scale).clamp(0.0, 1.0) } else { 0.0 };
     ui.add(egui::ProgressBar::new(fraction).desired_width(60.0).text(format!("{label} {value:.2}")));
 }
+
+impl super::Panel for ChatPanel {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Chat]
+    }
+
+    fn startup(&self) -> Vec<crate::engine::Command> {
+        ChatPanel::startup()
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        if let crate::engine::Event::Companion(e) = event {
+            ChatPanel::apply(self, e, outbox);
+        }
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = kind;
+        ChatPanel::show(self, ui, outbox);
+    }
+}

@@ -175,3 +175,19 @@ mod tests {
         );
     }
 }
+
+impl super::Panel for EventLog {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[]
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = outbox;
+        self.record(event);
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = (kind, outbox);
+        EventLog::show(self, ui);
+    }
+}

@@ -556,3 +556,30 @@ fn timeline(ui: &mut egui::Ui, view: &RunView) {
     let chart = egui_plot::BarChart::new("versions", bars).horizontal().color(Color32::from_rgb(90, 160, 230));
     egui_plot::Plot::new("identity_timeline").height(180.0).allow_scroll(false).show(ui, |plot| plot.bar_chart(chart));
 }
+
+impl super::Panel for IdentityPanels {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Waves, super::PanelKind::Checkpoints]
+    }
+
+    fn startup(&self) -> Vec<crate::engine::Command> {
+        IdentityPanels::startup()
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        if let crate::engine::Event::Identity(e) = event {
+            IdentityPanels::apply(self, e, outbox);
+        }
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        match kind {
+            super::PanelKind::Checkpoints => {
+                egui::ScrollArea::vertical().show(ui, |ui| self.show_checkpoints(ui, outbox));
+            }
+            _ => {
+                egui::ScrollArea::vertical().show(ui, |ui| self.show_waves(ui, outbox));
+            }
+        }
+    }
+}

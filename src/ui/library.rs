@@ -272,3 +272,20 @@ impl LibraryPanel {
 fn file_name(path: &std::path::Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
 }
+
+impl super::Panel for LibraryPanel {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Library]
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, _outbox: &mut Vec<crate::engine::Command>) {
+        if let crate::engine::Event::Interop(e) = event {
+            LibraryPanel::apply(self, e);
+        }
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = kind;
+        LibraryPanel::show(self, ui, outbox);
+    }
+}

@@ -533,3 +533,22 @@ mod tests {
         assert!(matches!(outbox.as_slice(), [Command::Memory(MemoryCommand::Stats)]));
     }
 }
+
+impl super::Panel for MemoryPanel {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Memory]
+    }
+
+    fn startup(&self) -> Vec<crate::engine::Command> {
+        MemoryPanel::startup()
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        self.observe(event, outbox);
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = kind;
+        MemoryPanel::show(self, ui, outbox);
+    }
+}

@@ -16,6 +16,8 @@ mod scene;
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
+use egui::RichText;
+use std::collections::VecDeque;
 use chat::ChatPanel;
 use event_log::EventLog;
 pub use identity::IdentityPanels;
@@ -29,6 +31,22 @@ use providers::ProvidersPanel;
 /// At most this many events are applied per frame, so a flood of streamed tokens
 /// cannot stretch one frame; the rest wait for the next one.
 const MAX_EVENTS_PER_FRAME: usize = 2000;
+
+/// One unit of the workbench: a view model that asks for what it needs when the window
+/// opens, follows the engine's events, and draws the panel kinds it owns. The app loops
+/// over its panels instead of knowing each one's methods.
+pub trait Panel {
+    /// The panel kinds this unit draws (the identity unit draws Waves and Checkpoints).
+    fn kinds(&self) -> &'static [PanelKind];
+    /// Commands sent once when the window opens.
+    fn startup(&self) -> Vec<Command> {
+        Vec::new()
+    }
+    /// Update the view model from one engine event; commands it needs go to `outbox`.
+    fn apply(&mut self, event: &Event, outbox: &mut Vec<Command>);
+    /// Draw `kind`; commands from the user's actions go to `outbox`.
+    fn show(&mut self, kind: PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<Command>);
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum UiError {
@@ -92,6 +110,9 @@ pub struct WorkbenchApp {
     memory: MemoryPanel,
     chat: ChatPanel,
     prompt: PromptPanel,
+    /// Commands the engine could not take yet (its queue was full): sent first on the
+    /// next frame, in order, and shown as "engine busy" meanwhile. A frame never waits.
+    pending: VecDeque<Command>,
 }
 
 impl WorkbenchApp {
@@ -99,24 +120,38 @@ impl WorkbenchApp {
     pub fn new(egui_ctx: &egui::Context, engine: EngineHandle) -> Self {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
-        let providers = ProvidersPanel::new(engine.context().config());
         let mut app = Self {
             engine,
             panel: PanelKind::Waves,
             log: EventLog::default(),
-            providers,
+            providers: ProvidersPanel::new(),
             identity: IdentityPanels::default(),
             library: LibraryPanel::default(),
             scene: ScenePanels::default(),
             memory: MemoryPanel::new(),
             chat: ChatPanel::default(),
             prompt: PromptPanel::default(),
+            pending: VecDeque::new(),
         };
-        let startup = IdentityPanels::startup().into_iter().chain(ScenePanels::startup()).chain(MemoryPanel::startup()).chain(ChatPanel::startup());
+        let startup: Vec<Command> = app.panels().iter().flat_map(|p| p.startup()).collect();
         for command in startup {
             app.send(command);
         }
         app
+    }
+
+    /// Every panel unit, in navigation order.
+    fn panels(&mut self) -> [&mut dyn Panel; 8] {
+        [
+            &mut self.identity,
+            &mut self.scene,
+            &mut self.chat,
+            &mut self.memory,
+            &mut self.prompt,
+            &mut self.library,
+            &mut self.providers,
+            &mut self.log,
+        ]
     }
 
     /// The Prompt panel's view model.
@@ -167,48 +202,43 @@ impl WorkbenchApp {
         self.log.lines()
     }
 
+    /// Commands waiting for room in the engine's queue.
+    pub fn pending_commands(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Queue a command without blocking the frame: whatever the engine cannot take now
+    /// waits in `pending`, behind any older command.
     fn send(&mut self, command: Command) {
-        if self.engine.send(command).is_err() {
-            self.log.push_error("engine", "the engine has stopped; restart the workbench");
+        self.pending.push_back(command);
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        while let Some(command) = self.pending.pop_front() {
+            match self.engine.try_send(command) {
+                Ok(()) => {}
+                Err(engine::TrySendError::Full(command)) => {
+                    self.pending.push_front(command);
+                    break;
+                }
+                Err(engine::TrySendError::Stopped) => {
+                    self.pending.clear();
+                    self.log.push_error("engine", "the engine has stopped; restart the workbench");
+                }
+            }
         }
     }
 
     fn apply(&mut self, event: Event) {
-        self.log.record(&event);
-        match &event {
-            Event::Llm(crate::engine::LlmEvent::Calls { calls }) => self.prompt.apply(calls),
-            Event::Llm(e) => self.providers.apply(e, &self.engine.context().config()),
-            Event::Identity(e) => {
-                let mut outbox = Vec::new();
-                self.identity.apply(e, &mut outbox);
-                for command in outbox {
-                    self.send(command);
-                }
-            }
-            Event::Interop(e) => self.library.apply(e),
-            Event::Companion(e) => {
-                let mut outbox = Vec::new();
-                self.chat.apply(e, &mut outbox);
-                for command in outbox {
-                    self.send(command);
-                }
-            }
-            Event::Scene(e) => {
-                let mut outbox = Vec::new();
-                self.scene.apply(e, &mut outbox);
-                for command in outbox {
-                    self.send(command);
-                }
-            }
-            Event::Core(engine::CoreEvent::Error { context, message }) if context.starts_with("export ") => {
-                self.library.export_failed(&format!("{context}: {message}"));
-            }
-            _ => {}
-        }
         let mut outbox = Vec::new();
-        self.memory.observe(&event, &mut outbox);
-        for command in outbox {
-            self.send(command);
+        for panel in self.panels() {
+            panel.apply(&event, &mut outbox);
+        }
+        if let Event::Core(engine::CoreEvent::Error { context, message }) = &event
+            && context.starts_with("export ")
+        {
+            self.library.export_failed(&format!("{context}: {message}"));
         }
         // Events that follow an LLM call: the Prompt panel refreshes when next shown.
         if matches!(
@@ -220,10 +250,14 @@ impl WorkbenchApp {
         ) {
             self.prompt.mark_stale();
         }
+        for command in outbox {
+            self.send(command);
+        }
     }
 
     /// Apply pending events (bounded per frame).
     pub fn drain_events(&mut self) {
+        self.flush();
         for _ in 0..MAX_EVENTS_PER_FRAME {
             match self.engine.events().try_recv() {
                 Ok(event) => self.apply(event),
@@ -252,10 +286,15 @@ impl eframe::App for WorkbenchApp {
                     ui.selectable_value(&mut self.panel, kind, kind.title());
                 }
                 ui.separator();
-                let config = self.engine.context().config();
-                let line = model_line(&config);
-                if ui.link(line.0).on_hover_text(line.1).clicked() {
+                if let Some(line) = self.providers.model_line()
+                    && ui.link(&line.text).on_hover_text(&line.hint).clicked()
+                {
                     self.panel = PanelKind::Providers;
+                }
+                if !self.pending.is_empty() {
+                    ui.separator();
+                    ui.label(RichText::new(format!("engine busy: {} command(s) waiting", self.pending.len())).color(ui.visuals().warn_fg_color))
+                        .on_hover_text("The engine's queue is full; your commands are sent, in order, as it catches up.");
                 }
             });
         });
@@ -264,26 +303,15 @@ impl eframe::App for WorkbenchApp {
         });
         egui::CentralPanel::default_margins().show(ui, |ui| {
             let mut outbox = Vec::new();
-            match self.panel {
-                PanelKind::Providers => self.providers.show(ui, &mut outbox),
-                PanelKind::Waves => {
-                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_waves(ui, &mut outbox));
+            let kind = self.panel;
+            for panel in self.panels() {
+                if panel.kinds().contains(&kind) {
+                    panel.show(kind, ui, &mut outbox);
                 }
-                PanelKind::Checkpoints => {
-                    egui::ScrollArea::vertical().show(ui, |ui| self.identity.show_checkpoints(ui, &mut outbox));
-                }
-                PanelKind::Library => self.library.show(ui, &mut outbox),
-                PanelKind::Scene => self.scene.show_scene(ui, &mut outbox),
-                PanelKind::Budgets => self.scene.show_budgets(ui, &mut outbox),
-                PanelKind::Memory => self.memory.show(ui, &mut outbox),
-                PanelKind::Prompt => self.prompt.show(ui, &mut outbox),
-                PanelKind::Chat => {
-                    self.chat.show(ui, &mut outbox);
-                    if let Some(id) = self.chat.take_open_memory() {
-                        self.panel = PanelKind::Memory;
-                        outbox.push(self.memory.focus(id));
-                    }
-                }
+            }
+            if let Some(id) = self.chat.take_open_memory() {
+                self.panel = PanelKind::Memory;
+                outbox.push(self.memory.focus(id));
             }
             for command in outbox {
                 self.send(command);
@@ -295,12 +323,11 @@ impl eframe::App for WorkbenchApp {
 /// Open the workbench window (blocks until it is closed).
 pub fn run_native(paths: Paths) -> Result<(), UiError> {
     let engine = engine::start(paths)?;
-    // A first launch opens on a playable scene.
-    if let Err(e) = crate::scene::demo::ensure(&engine.context().store) {
-        tracing::warn!("cannot add the demo scene: {e}");
-    }
-    if let Err(e) = crate::companion::demo::ensure(&engine.context().store) {
-        tracing::warn!("cannot add the demo companion: {e}");
+    // A first launch opens on a playable scene and a companion to talk to; the panels
+    // list them again when the engine says they are ready.
+    // (The Chat panel asks for the demo companion itself when it starts.)
+    if engine.send(Command::Scene(crate::scene::SceneCommand::Demo)).is_err() {
+        tracing::warn!("the engine stopped before the demo could be added");
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
@@ -308,29 +335,4 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
     };
     eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))
         .map_err(|e| UiError::Window(e.to_string()))
-}
-
-/// What the default profile runs on, said plainly, with a hint for switching.
-fn model_line(config: &crate::config::Config) -> (String, String) {
-    use crate::llm::ProviderKind;
-    let switch = "Click to choose another profile: a local server (llama.cpp, Ollama, LM Studio) or an API.".to_string();
-    let Some(p) = config.profile(&config.default_profile) else {
-        return ("No default profile".into(), switch);
-    };
-    let text = match p.kind {
-        ProviderKind::Local => {
-            let path = crate::llm::local::resolve_model_path(p.path.as_deref());
-            match std::fs::metadata(&path) {
-                Ok(m) => format!(
-                    "Model: embedded {} ({} MiB, in-process, offline; small and rough)",
-                    p.model,
-                    m.len() / (1024 * 1024)
-                ),
-                Err(_) => format!("Model: embedded {} — not installed (run .ci/setup.sh)", p.model),
-            }
-        }
-        ProviderKind::Scripted => "Model: none — scripted demo replies".to_string(),
-        kind => format!("Model: {} via {} at {}", p.model, kind.label(), p.base_url().unwrap_or("?")),
-    };
-    (text, switch)
 }

@@ -145,3 +145,20 @@ fn show_call(ui: &mut egui::Ui, call: &CallRecord) {
         (None, None) => {}
     }
 }
+
+impl super::Panel for PromptPanel {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Prompt]
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, _outbox: &mut Vec<crate::engine::Command>) {
+        if let crate::engine::Event::Llm(crate::engine::LlmEvent::Calls { calls }) = event {
+            PromptPanel::apply(self, calls);
+        }
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = kind;
+        PromptPanel::show(self, ui, outbox);
+    }
+}

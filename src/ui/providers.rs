@@ -1,7 +1,7 @@
 //! Provider settings: edit profiles, map agent roles to them, and test one live.
 
 use crate::config::{Config, ROLES};
-use crate::engine::{Command, LlmCommand, LlmEvent};
+use crate::engine::{Command, LlmCommand, LlmEvent, ModelLine};
 use crate::llm::{ProviderKind, ProviderProfile};
 use std::collections::BTreeMap;
 
@@ -21,21 +21,30 @@ pub struct ProvidersPanel {
     temperature_text: String,
     max_tokens_text: String,
     tests: BTreeMap<String, TestView>,
+    model: Option<ModelLine>,
 }
 
 impl ProvidersPanel {
-    pub fn new(config: Config) -> Self {
-        let selected = config.default_profile.clone();
-        let mut panel = Self {
+    /// Empty until the engine reports the configuration ([`LlmEvent::Config`]).
+    pub fn new() -> Self {
+        Self {
             draft: ProviderProfile::default(),
-            config,
+            config: Config { profiles: Vec::new(), ..Config::default() },
             selected: String::new(),
             temperature_text: String::new(),
             max_tokens_text: String::new(),
             tests: BTreeMap::new(),
-        };
-        panel.select(&selected);
-        panel
+            model: None,
+        }
+    }
+
+    pub fn startup() -> Vec<Command> {
+        vec![Command::Llm(LlmCommand::Config)]
+    }
+
+    /// What the default profile runs on, once the engine has said.
+    pub fn model_line(&self) -> Option<&ModelLine> {
+        self.model.as_ref()
     }
 
     fn select(&mut self, name: &str) {
@@ -51,7 +60,7 @@ impl ProvidersPanel {
         self.tests.get(profile)
     }
 
-    pub fn apply(&mut self, event: &LlmEvent, config: &Config) {
+    pub fn apply(&mut self, event: &LlmEvent) {
         match event {
             LlmEvent::ProfileTestStarted { profile } => {
                 self.tests.insert(profile.clone(), TestView { running: true, ..Default::default() });
@@ -73,9 +82,10 @@ impl ProvidersPanel {
                     Err(error.clone().unwrap_or_default())
                 });
             }
-            LlmEvent::Calls { .. } => {}
-            LlmEvent::ConfigSaved => {
-                self.config = config.clone();
+            LlmEvent::Calls { .. } | LlmEvent::ConfigSaved => {}
+            LlmEvent::Config { config, model } => {
+                self.config = (**config).clone();
+                self.model = Some(model.clone());
                 let keep = if self.config.profile(&self.draft.name).is_some() {
                     self.draft.name.clone()
                 } else {
@@ -275,5 +285,26 @@ impl ProvidersPanel {
                 }
             });
         });
+    }
+}
+
+impl super::Panel for ProvidersPanel {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Providers]
+    }
+
+    fn startup(&self) -> Vec<crate::engine::Command> {
+        ProvidersPanel::startup()
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, _outbox: &mut Vec<crate::engine::Command>) {
+        if let crate::engine::Event::Llm(e) = event {
+            ProvidersPanel::apply(self, e);
+        }
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        let _ = kind;
+        ProvidersPanel::show(self, ui, outbox);
     }
 }

@@ -8,11 +8,10 @@
 
 use super::budgets::BudgetsPanel;
 use crate::engine::Command;
-use crate::scene::envelope::AgentKind;
 use crate::scene::model::{DirectorPlan, Reconciliation, STATE_FIELDS, SceneSummary};
 use crate::scene::preview::SceneSnapshot;
 use crate::scene::round::turn_order;
-use crate::scene::{SceneCommand, SceneEvent};
+use crate::scene::{DirectorDecision, SceneCommand, SceneEvent};
 use egui::RichText;
 
 /// One character's turn of the round being played.
@@ -115,14 +114,11 @@ impl ScenePanels {
                 self.cancelled = false;
                 self.live = Some(LiveRound { round: *round, input: input.clone(), ..Default::default() });
             }
-            SceneEvent::DirectorDecided { scene_id, pass, decision, .. } if self.is_selected(scene_id) => {
+            SceneEvent::DirectorDecided { scene_id, decision, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
-                    // The engine validated these against the same types; a mismatch only
-                    // costs the live view, the stored round is read back after the commit.
-                    if *pass == 1 {
-                        live.plan = serde_json::from_value(decision.clone()).ok();
-                    } else {
-                        live.reconciliation = serde_json::from_value(decision.clone()).ok();
+                    match decision {
+                        DirectorDecision::Plan(plan) => live.plan = Some((**plan).clone()),
+                        DirectorDecision::Reconciliation(r) => live.reconciliation = Some((**r).clone()),
                     }
                 }
             }
@@ -479,19 +475,25 @@ fn state_text(state: &crate::scene::model::CharacterState) -> String {
     if parts.is_empty() { "no change".into() } else { parts.join("; ") }
 }
 
-/// Which agent's next call the Budgets panel previews.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PreviewTarget {
-    Director,
-    Character(Option<String>),
-}
+impl super::Panel for ScenePanels {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Scene, super::PanelKind::Budgets]
+    }
 
-impl PreviewTarget {
-    pub fn command(&self, scene: &str) -> Command {
-        let (agent, character) = match self {
-            PreviewTarget::Director => (AgentKind::Director, None),
-            PreviewTarget::Character(name) => (AgentKind::Character, name.clone()),
-        };
-        Command::Scene(SceneCommand::Preview { scene: scene.to_string(), agent, character })
+    fn startup(&self) -> Vec<crate::engine::Command> {
+        ScenePanels::startup()
+    }
+
+    fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        if let crate::engine::Event::Scene(e) = event {
+            ScenePanels::apply(self, e, outbox);
+        }
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
+        match kind {
+            super::PanelKind::Budgets => self.show_budgets(ui, outbox),
+            _ => self.show_scene(ui, outbox),
+        }
     }
 }

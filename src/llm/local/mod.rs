@@ -29,7 +29,7 @@ pub const DEFAULT_MODEL_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 
 /// The default model's path (it may not exist: the set-up script installs it).
 pub fn default_model_path() -> PathBuf {
-    crate::config::models_dir().join(DEFAULT_MODEL_FILE)
+    crate::paths::models_dir().join(DEFAULT_MODEL_FILE)
 }
 
 /// Threads to compute with when the profile does not say: half the cores, at least one.
@@ -177,7 +177,7 @@ pub fn resolve_model_path(path: Option<&Path>) -> PathBuf {
     match path {
         None => default_model_path(),
         Some(p) if p.is_relative() && !p.exists() => {
-            let under_models = crate::config::models_dir().join(p);
+            let under_models = crate::paths::models_dir().join(p);
             if under_models.exists() { under_models } else { p.to_path_buf() }
         }
         Some(p) => p.to_path_buf(),

@@ -10,7 +10,7 @@ use super::grammar;
 use super::prompt::{StopScanner, TrimmedStream, Utf8Assembler, render_transcript, transcript_stops};
 use super::decode::TokenChooser;
 use super::sampler::Sampler;
-use crate::llm::{CancelToken, ChatRequest, Completion, LlmError, Role, Usage};
+use crate::llm::{CancelToken, ChatMessage, ChatRequest, Completion, LlmError, Role, Usage};
 use crossbeam_channel::{Receiver, Sender};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -266,25 +266,25 @@ fn runtime_error(what: &str, e: impl std::fmt::Display) -> LlmError {
     LlmError::Malformed(format!("the local model failed {what}: {e}"))
 }
 
-/// Runs one job to completion on the model thread.
-fn generate(
+/// The prompt text for `request`: the model's own chat template when it has one, else a
+/// transcript a base model continues; with the stop strings that end the reply. A
+/// `reply_prefix` opens the assistant's turn with that text.
+fn render_prompt(
     model: &LlamaModel,
-    ctx: &mut LlamaContext<'_>,
-    cached: &mut Vec<LlamaToken>,
     template: Option<&LlamaChatTemplate>,
-    job: &Job,
-    emit: &dyn Fn(&str),
-) -> Result<(Completion, Timings), LlmError> {
-    let started = Instant::now();
-    let deadline = started + job.total_timeout;
-    let request = &job.request;
-    let vocab = model.vocab();
-    let grammar = grammar::for_format(&request.response_format)?;
-
-    let (prompt, parse_special, mut stops) = match template {
+    request: &ChatRequest,
+) -> Result<(String, bool, Vec<String>), LlmError> {
+    let prefilled;
+    let messages = match &request.reply_prefix {
+        Some(prefix) => {
+            prefilled = [request.messages.as_slice(), &[ChatMessage::assistant(prefix.clone())]].concat();
+            prefilled.as_slice()
+        }
+        None => request.messages.as_slice(),
+    };
+    Ok(match template {
         Some(template) => {
-            let messages = request
-                .messages
+            let messages = messages
                 .iter()
                 .map(|m| {
                     let role = match m.role {
@@ -301,8 +301,26 @@ fn generate(
                 .map_err(|e| runtime_error("to apply its chat template", e))?;
             (prompt, true, Vec::new())
         }
-        None => (render_transcript(&request.messages), false, transcript_stops()),
-    };
+        None => (render_transcript(messages), false, transcript_stops()),
+    })
+}
+
+/// Runs one job to completion on the model thread.
+fn generate(
+    model: &LlamaModel,
+    ctx: &mut LlamaContext<'_>,
+    cached: &mut Vec<LlamaToken>,
+    template: Option<&LlamaChatTemplate>,
+    job: &Job,
+    emit: &dyn Fn(&str),
+) -> Result<(Completion, Timings), LlmError> {
+    let started = Instant::now();
+    let deadline = started + job.total_timeout;
+    let request = &job.request;
+    let vocab = model.vocab();
+    let grammar = grammar::for_format(&request.response_format)?;
+
+    let (prompt, parse_special, mut stops) = render_prompt(model, template, request)?;
     stops.extend(request.sampler.stop.iter().cloned());
     if grammar.is_some() || job.options.exact_length {
         // The grammar decides where JSON ends; a speaker tag inside a string is content.

@@ -1,8 +1,8 @@
 //! `lorekeeper chat ...`: the companion headless. `send` streams the reply to stdout;
 //! with `--json` it prints one object, the committed turn with the memory hits it used.
 
-use super::records::ChatTurn;
-use super::{CompanionCommand, CompanionEvent};
+use crate::companion::records::ChatTurn;
+use crate::companion::{CompanionCommand, CompanionEvent};
 use crate::engine::{Command, CoreEvent, EngineHandle, Event};
 use anyhow::{Result, anyhow, bail};
 use clap::Subcommand;
@@ -48,8 +48,13 @@ pub enum ChatVerb {
 
 pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode> {
     // A first chat has the demo companion to talk to.
-    super::demo::ensure(&engine.context().store)?;
     let send = |c: CompanionCommand| engine.send(Command::Companion(c)).map_err(|e| anyhow!(e));
+    send(CompanionCommand::Demo)?;
+    super::drive::wait(engine, Duration::from_secs(60), |event| match event {
+        Event::Companion(CompanionEvent::DemoReady { .. }) => Some(Ok(())),
+        Event::Companion(CompanionEvent::Failed { message, .. }) => Some(Err(anyhow!("{message}"))),
+        _ => None,
+    })??;
     match verb {
         ChatVerb::Send { character, text, now } => {
             send(CompanionCommand::Send { character, text, now })?;

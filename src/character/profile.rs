@@ -6,7 +6,7 @@
 //! export. The card's prose fields are what other tools put in a prompt; the whole
 //! profile also travels under `extensions.lorekeeper.profile`, so nothing is lost.
 
-use super::format::card::{CardSpec, CharacterCard};
+use crate::interop::format::card::{CardSpec, CharacterCard};
 use serde_json::{Map, Value, json};
 
 /// Build a card from `profile`; `fallback_name` is used when the profile has no name.

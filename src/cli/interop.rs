@@ -1,10 +1,9 @@
 //! `lorekeeper import` and `lorekeeper export`.
 
-use super::{CardFormat, InteropCommand, InteropEvent, LorebookFormat};
+use crate::interop::{CardFormat, InteropCommand, InteropEvent, LorebookFormat};
 use crate::engine::{Command, EngineHandle, Event};
 use anyhow::{Result, anyhow};
-use clap::{Args, Subcommand};
-use std::io::Write;
+use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -20,6 +19,38 @@ pub struct ImportArgs {
     pub files: Vec<PathBuf>,
 }
 
+/// `--format` of `export character`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CardFormatArg {
+    CardV2,
+    CardV3,
+}
+
+impl From<CardFormatArg> for CardFormat {
+    fn from(f: CardFormatArg) -> Self {
+        match f {
+            CardFormatArg::CardV2 => CardFormat::CardV2,
+            CardFormatArg::CardV3 => CardFormat::CardV3,
+        }
+    }
+}
+
+/// `--format` of `export lorebook`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LorebookFormatArg {
+    WorldInfo,
+    LorebookV3,
+}
+
+impl From<LorebookFormatArg> for LorebookFormat {
+    fn from(f: LorebookFormatArg) -> Self {
+        match f {
+            LorebookFormatArg::WorldInfo => LorebookFormat::WorldInfo,
+            LorebookFormatArg::LorebookV3 => LorebookFormat::LorebookV3,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ExportWhat {
     /// A character as a Character Card (JSON, or PNG with --png).
@@ -27,7 +58,7 @@ pub enum ExportWhat {
         /// The character's name or id.
         character: String,
         #[arg(long, value_enum)]
-        format: CardFormat,
+        format: CardFormatArg,
         /// Write a PNG card (the imported portrait, or a generated placeholder).
         #[arg(long)]
         png: bool,
@@ -39,7 +70,7 @@ pub enum ExportWhat {
         /// The lorebook's name or id.
         lorebook: String,
         #[arg(long, value_enum)]
-        format: LorebookFormat,
+        format: LorebookFormatArg,
         #[arg(long)]
         out: PathBuf,
     },
@@ -49,7 +80,7 @@ pub enum ExportWhat {
 pub fn import(engine: &EngineHandle, args: ImportArgs, json: bool) -> Result<ExitCode> {
     let paths = args.files.iter().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())).collect();
     engine.send(Command::Interop(InteropCommand::Import { paths }))?;
-    let failed = crate::cli::drive(engine, json, TIMEOUT, |event| match event {
+    let failed = super::drive::drive(engine, json, TIMEOUT, |event| match event {
         Event::Interop(InteropEvent::ImportReport { skipped, .. }) => Some(skipped.iter().filter(|s| s.error).count()),
         _ => None,
     })?;
@@ -63,14 +94,14 @@ pub fn import(engine: &EngineHandle, args: ImportArgs, json: bool) -> Result<Exi
 pub fn export(engine: &EngineHandle, what: ExportWhat, json: bool) -> Result<ExitCode> {
     let command = match what {
         ExportWhat::Character { character, format, png, out } => {
-            InteropCommand::ExportCharacter { character, format, png, out: std::path::absolute(&out).unwrap_or(out) }
+            InteropCommand::ExportCharacter { character, format: format.into(), png, out: std::path::absolute(&out).unwrap_or(out) }
         }
         ExportWhat::Lorebook { lorebook, format, out } => {
-            InteropCommand::ExportLorebook { lorebook, format, out: std::path::absolute(&out).unwrap_or(out) }
+            InteropCommand::ExportLorebook { lorebook, format: format.into(), out: std::path::absolute(&out).unwrap_or(out) }
         }
     };
     engine.send(Command::Interop(command))?;
-    crate::cli::drive(engine, json, TIMEOUT, |event| match event {
+    super::drive::drive(engine, json, TIMEOUT, |event| match event {
         Event::Interop(InteropEvent::Exported { .. }) => Some(()),
         _ => None,
     })
@@ -78,33 +109,3 @@ pub fn export(engine: &EngineHandle, what: ExportWhat, json: bool) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// Human text for interop events.
-pub fn print_human(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<()> {
-    match event {
-        InteropEvent::ImportReport { created, skipped, warnings } => {
-            for c in created {
-                let kind = match c.item.kind {
-                    super::ItemKind::Character => "character",
-                    super::ItemKind::Lorebook => "lorebook",
-                };
-                writeln!(out, "created {kind} {:?} ({}) from {}: {}", c.item.name, c.item.id, c.path.display(), c.item.detail)?;
-            }
-            for w in warnings {
-                writeln!(out, "note: {}: {}", w.path.display(), w.message)?;
-            }
-            for s in skipped {
-                writeln!(out, "skipped {}: {}", s.path.display(), s.reason)?;
-            }
-            if created.is_empty() && skipped.is_empty() {
-                writeln!(out, "nothing to import")?;
-            }
-            Ok(())
-        }
-        InteropEvent::Exported { name, format, path, bytes, .. } => {
-            writeln!(out, "wrote {name:?} as {format} to {} ({bytes} bytes)", path.display())
-        }
-        InteropEvent::Library { characters, lorebooks } => {
-            writeln!(out, "{} characters, {} lorebooks", characters.len(), lorebooks.len())
-        }
-    }
-}

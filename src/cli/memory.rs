@@ -4,9 +4,9 @@
 //! With `--json` stdout carries exactly one JSON document (the hits array, the summary,
 //! the report), so scripts can pipe it; progress always goes to stderr.
 
-use super::commands::{MemoryCommand, MemoryEvent};
-use super::records::Scope;
-use super::retrieval::{SearchFilter, SearchMode, SearchRequest};
+use crate::memory::{MemoryCommand, MemoryEvent};
+use crate::memory::records::Scope;
+use crate::memory::retrieval::{SearchFilter, SearchMode, SearchRequest};
 use crate::engine::{Command, CoreEvent, EngineHandle, Event};
 use anyhow::{Result, anyhow, bail};
 use clap::{Args, Subcommand};

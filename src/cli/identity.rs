@@ -1,9 +1,9 @@
 //! `lorekeeper identity ...`: the pipeline headless. Each verb sends its command and
 //! prints events until the run needs the user again (or is complete).
 
-use super::schema::{CharacterSeed, Mode};
-use super::{IdentityCommand, IdentityEvent, export};
-use crate::cli::drive;
+use crate::identity::schema::{CharacterSeed, Mode};
+use crate::identity::{IdentityCommand, IdentityEvent};
+use super::drive::{drive, wait};
 use crate::engine::{Command, EngineHandle, Event};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
@@ -13,6 +13,8 @@ use std::time::Duration;
 
 /// Agents can be slow on small machines: generous, but never endless.
 const RUN_LIMIT: Duration = Duration::from_secs(6 * 3600);
+/// Reading or writing what is already stored.
+const QUICK_LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Subcommand)]
 pub enum IdentityVerb {
@@ -102,7 +104,12 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             follow(engine, json, Some(id))
         }
         IdentityVerb::Status { id } => {
-            let view = super::load_view(&engine.context().store, &id)?;
+            send(IdentityCommand::Snapshot { character_id: id })?;
+            let view = wait(engine, QUICK_LIMIT, |event| match event {
+                Event::Identity(IdentityEvent::Snapshot { view }) => Some(Ok(view.clone())),
+                Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
+                _ => None,
+            })??;
             if json {
                 println!("{}", serde_json::to_string(&view)?);
             } else {
@@ -123,7 +130,12 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             Ok(ExitCode::SUCCESS)
         }
         IdentityVerb::List => {
-            let runs = engine.context().store.with(super::records::list_runs)?;
+            send(IdentityCommand::List)?;
+            let runs = wait(engine, QUICK_LIMIT, |event| match event {
+                Event::Identity(IdentityEvent::Runs { runs }) => Some(Ok(runs.clone())),
+                Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
+                _ => None,
+            })??;
             for r in runs {
                 if json {
                     println!("{}", serde_json::json!({"id": r.id, "name": r.name, "mode": r.mode, "status": r.status, "created_at": r.created_at}));
@@ -137,10 +149,13 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             if args.format != "seed-folder" {
                 bail!("unknown format {:?}: identity export writes seed-folder (cards: `lorekeeper export character`)", args.format);
             }
-            let store = &engine.context().store;
-            let view = super::load_view(store, &args.id)?;
-            let profile = export::stored_profile(store, &args.id)?;
-            let dir = export::write_seed_folder(&view, profile.as_ref(), &args.out)?;
+            let out = std::path::absolute(&args.out).unwrap_or(args.out);
+            send(IdentityCommand::Export { character_id: args.id, out })?;
+            let dir = wait(engine, QUICK_LIMIT, |event| match event {
+                Event::Identity(IdentityEvent::Exported { path, .. }) => Some(Ok(path.clone())),
+                Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
+                _ => None,
+            })??;
             if json {
                 println!("{}", serde_json::json!({"exported": dir}));
             } else {
@@ -151,11 +166,11 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
     }
 }
 
-fn status_word(view: &super::RunView) -> &'static str {
+fn status_word(view: &crate::identity::RunView) -> &'static str {
     match view.run.status {
-        super::records::RunStatus::InProgress => "in progress",
-        super::records::RunStatus::Completed => "completed",
-        super::records::RunStatus::Failed => "failed",
+        crate::identity::records::RunStatus::InProgress => "in progress",
+        crate::identity::records::RunStatus::Completed => "completed",
+        crate::identity::records::RunStatus::Failed => "failed",
     }
 }
 

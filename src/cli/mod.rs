@@ -2,8 +2,18 @@
 //! events as JSON lines with `--json` (human text otherwise), and exits non-zero with a
 //! one-line reason on stderr when it fails.
 
+mod bench;
+mod chat;
+mod drive;
+mod identity;
+mod interop;
+mod memory;
+mod print;
+mod scene;
+
 use crate::config::Paths;
-use crate::engine::{self, Command, CoreEvent, EngineHandle, Event, LlmCommand, LlmEvent};
+use drive::drive;
+use crate::engine::{self, Command, EngineHandle, Event, LlmCommand, LlmEvent};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
@@ -34,17 +44,17 @@ pub enum Verb {
     /// The character identity pipeline.
     Identity {
         #[command(subcommand)]
-        verb: crate::identity::cli::IdentityVerb,
+        verb: identity::IdentityVerb,
     },
     /// Scenes: create, play rounds, inspect state.
     Scene {
         #[command(subcommand)]
-        verb: crate::scene::cli::SceneVerb,
+        verb: scene::SceneVerb,
     },
     /// One-to-one chat with a character that remembers.
     Chat {
         #[command(subcommand)]
-        verb: crate::companion::cli::ChatVerb,
+        verb: chat::ChatVerb,
     },
     /// Provider profiles: list them, or test one.
     Providers {
@@ -52,11 +62,11 @@ pub enum Verb {
         action: ProvidersAction,
     },
     /// Import character cards and lorebooks; prints what was created.
-    Import(crate::interop::cli::ImportArgs),
+    Import(interop::ImportArgs),
     /// Export a character as a card, or a lorebook as World Info / lorebook_v3.
     Export {
         #[command(subcommand)]
-        what: crate::interop::cli::ExportWhat,
+        what: interop::ExportWhat,
     },
     /// Measure how fast something runs on this machine.
     Bench {
@@ -66,14 +76,14 @@ pub enum Verb {
     /// Memories: import, search, evaluate, reindex, stats.
     Memory {
         #[command(subcommand)]
-        action: crate::memory::cli::MemoryAction,
+        action: memory::MemoryAction,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum BenchTarget {
     /// The embedded local model: prompt and generation tokens/s, time to first token, peak memory.
-    Local(crate::llm::local::bench::LocalBenchArgs),
+    Local(bench::LocalBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,15 +129,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Verb::Identity { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
-            crate::identity::cli::run(&engine, verb, cli.json)
+            identity::run(&engine, verb, cli.json)
         }
         Some(Verb::Scene { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
-            crate::scene::cli::run(&engine, verb, cli.json)
+            scene::run(&engine, verb, cli.json)
         }
         Some(Verb::Chat { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
-            crate::companion::cli::run(&engine, verb, cli.json)
+            chat::run(&engine, verb, cli.json)
         }
         Some(Verb::Providers { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
@@ -135,16 +145,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Verb::Import(args)) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
-            crate::interop::cli::import(&engine, args, cli.json)
+            interop::import(&engine, args, cli.json)
         }
         Some(Verb::Export { what }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
-            crate::interop::cli::export(&engine, what, cli.json)
+            interop::export(&engine, what, cli.json)
         }
-        Some(Verb::Bench { target: BenchTarget::Local(args) }) => crate::llm::local::bench::cli_run(args, cli.json),
+        Some(Verb::Bench { target: BenchTarget::Local(args) }) => bench::run(args, cli.json),
         Some(Verb::Memory { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
-            crate::memory::cli::run(&engine, action, cli.json)
+            memory::run(&engine, action, cli.json)
         }
     }
 }
@@ -199,84 +209,3 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
     }
 }
 
-/// Print events until `done` returns a verdict for one of them. With `json` every
-/// event is a JSON line on stdout; otherwise streamed text and logs go to stdout and
-/// errors to stderr.
-pub fn drive<T>(
-    engine: &EngineHandle,
-    json: bool,
-    timeout: Duration,
-    mut done: impl FnMut(&Event) -> Option<T>,
-) -> Result<T> {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut out = std::io::stdout().lock();
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let event = match engine.events().recv_timeout(left) {
-            Ok(event) => event,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => bail!("no result within {timeout:?}"),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("the engine stopped unexpectedly"),
-        };
-        if json {
-            writeln!(out, "{}", serde_json::to_string(&event)?)?;
-        } else {
-            print_human(&mut out, &event)?;
-        }
-        out.flush()?;
-        if let Some(verdict) = done(&event) {
-            return Ok(verdict);
-        }
-        if let Event::Core(CoreEvent::Error { context, message }) = &event {
-            bail!("{context}: {message}");
-        }
-    }
-}
-
-fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
-    match event {
-        Event::Core(CoreEvent::Log { message, .. }) => writeln!(out, "{message}"),
-        Event::Core(CoreEvent::Error { .. }) | Event::Core(CoreEvent::Stopped) => Ok(()),
-        Event::Llm(LlmEvent::ProfileToken { text, .. }) => write!(out, "{text}"),
-        Event::Llm(LlmEvent::ProfileTested { ok: true, provider, model, usage, latency_ms, .. }) => writeln!(
-            out,
-            "\nok: {provider}, model {model}, {latency_ms} ms, {} prompt + {} completion tokens{}",
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            if usage.reported { "" } else { " (estimated)" }
-        ),
-        Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
-        Event::Identity(e) => print_identity(out, e),
-        Event::Interop(e) => crate::interop::cli::print_human(out, e),
-        Event::Scene(e) => crate::scene::cli::print_human(out, e),
-        other => match serde_json::to_string(other) {
-            Ok(line) => writeln!(out, "{line}"),
-            Err(_) => Ok(()),
-        },
-    }
-}
-
-fn print_identity(out: &mut impl Write, event: &crate::identity::IdentityEvent) -> std::io::Result<()> {
-    use crate::identity::IdentityEvent as E;
-    match event {
-        E::RunStarted { character_id, name, mode } => writeln!(out, "developing {name} ({character_id}), mode {}", mode.label()),
-        E::WaveStarted { wave, agents, .. } => writeln!(out, "wave {wave}: {}", agents.join(", ")),
-        E::AgentStarted { checkpoint, agent, version, .. } => writeln!(out, "  {checkpoint} {} running (version {version})", agent.name()),
-        E::Token { .. } => Ok(()),
-        E::CheckpointReady { checkpoint_number, message, tokens, wall_ms, .. } => {
-            writeln!(out, "  {checkpoint_number} ready: {message} ({tokens} tokens, {:.1}s)", *wall_ms as f64 / 1000.0)
-        }
-        E::CheckpointApproved { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} approved"),
-        E::CheckpointRejected { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} sent back, regenerating"),
-        E::CheckpointReopened { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} re-opened"),
-        E::CheckpointStale { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} is stale"),
-        E::WaveComplete { wave, .. } => writeln!(out, "wave {wave} complete"),
-        E::CharacterComplete { character_id, total_tokens, .. } => {
-            writeln!(out, "character {character_id} complete ({total_tokens} tokens)")
-        }
-        E::Idle { .. } | E::Snapshot { .. } | E::Runs { .. } => Ok(()),
-        E::Error { checkpoint, message, .. } => match checkpoint {
-            Some(n) => writeln!(out, "  {n} failed: {message}"),
-            None => writeln!(out, "error: {message}"),
-        },
-    }
-}

@@ -1,0 +1,312 @@
+//! Characters: the one owner of the `characters` table (migration 0001) and of the
+//! tables that say who a character is in a given place — `character_overrides` and
+//! `personas` (created with the scene tables in migration 0006, owned here since).
+//!
+//! Architecture invariant: no other module reads or writes these tables; identity,
+//! interop, scene and companion call the functions here. A character's sheet (what
+//! prompts say about it) is built in one place: its card's fields, else its identity
+//! profile read through the card mapping, then world and campaign overrides on top.
+//!
+//! API boundary: plain functions over a `rusqlite::Connection`, so the caller chooses
+//! the transaction (an import writes a character and its lorebook in one).
+
+pub mod profile;
+
+use crate::store::{StoreError, new_id, now_rfc3339};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Where a character came from (the `origin` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Identity,
+    Card,
+    Demo,
+    Manual,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Identity => "identity",
+            Origin::Card => "card",
+            Origin::Demo => "demo",
+            Origin::Manual => "manual",
+        }
+    }
+}
+
+/// One row of the characters table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CharacterRecord {
+    pub id: String,
+    pub name: String,
+    pub origin: String,
+    /// An imported card document, kept whole so export is lossless.
+    #[serde(skip)]
+    pub card_json: Option<String>,
+    /// An identity pipeline's final profile.
+    #[serde(skip)]
+    pub profile_json: Option<String>,
+    pub created_at: String,
+}
+
+const COLUMNS: &str = "id, name, origin, card_json, profile_json, created_at";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CharacterRecord> {
+    Ok(CharacterRecord {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        origin: r.get(2)?,
+        card_json: r.get(3)?,
+        profile_json: r.get(4)?,
+        created_at: r.get(5)?,
+    })
+}
+
+/// The character with this id, if any.
+pub fn get(conn: &Connection, id: &str) -> Result<Option<CharacterRecord>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM characters WHERE id = ?1");
+    Ok(conn.query_row(&sql, [id], from_row).optional()?)
+}
+
+/// Find a character by id, by (case-insensitive) name, or by a unique prefix of a
+/// name ("ilse" for "Ilse Marrow"). Of two characters with one name, the older wins.
+pub fn resolve(conn: &Connection, key: &str) -> Result<CharacterRecord, StoreError> {
+    let key = key.trim();
+    let sql = format!(
+        "SELECT {COLUMNS} FROM characters WHERE id = ?1 OR name = ?1 COLLATE NOCASE ORDER BY (id = ?1) DESC, created_at LIMIT 1"
+    );
+    if let Some(found) = conn.query_row(&sql, [key], from_row).optional()? {
+        return Ok(found);
+    }
+    let sql = format!("SELECT {COLUMNS} FROM characters WHERE name LIKE ?1 || '%' ESCAPE '\\' LIMIT 2");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let escaped = key.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+    let mut found: Vec<CharacterRecord> = stmt.query_map([escaped], from_row)?.collect::<Result<_, _>>()?;
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(StoreError::NotFound(format!("character {key:?}"))),
+        _ => Err(StoreError::NotFound(format!("character {key:?}: more than one name starts so; give the full name"))),
+    }
+}
+
+/// Every character, sorted by name.
+pub fn list(conn: &Connection) -> Result<Vec<CharacterRecord>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM characters ORDER BY name COLLATE NOCASE, created_at");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The card character imported from exactly this (canonical) document, if any: the
+/// same file imported twice is one character.
+pub fn find_card(conn: &Connection, canonical_json: &str) -> Result<Option<CharacterRecord>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM characters WHERE origin = 'card' AND card_json = ?1");
+    Ok(conn.query_row(&sql, [canonical_json], from_row).optional()?)
+}
+
+/// What a new character is made of.
+pub struct NewCharacter<'a> {
+    /// `None`: a fresh id.
+    pub id: Option<&'a str>,
+    pub name: &'a str,
+    pub origin: Origin,
+    pub card_json: Option<&'a str>,
+    pub profile_json: Option<&'a str>,
+}
+
+/// Add a character; returns its id.
+pub fn insert(conn: &Connection, new: NewCharacter<'_>) -> Result<String, StoreError> {
+    let id = new.id.map(str::to_string).unwrap_or_else(new_id);
+    conn.execute(
+        "INSERT INTO characters(id, name, origin, card_json, profile_json, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+        params![id, new.name, new.origin.as_str(), new.card_json, new.profile_json, now_rfc3339()],
+    )?;
+    Ok(id)
+}
+
+/// Store the final profile of the identity run `id` as its character (created on the
+/// first completion, updated when a finished run is completed again).
+pub fn save_profile(conn: &Connection, id: &str, name: &str, profile_json: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO characters (id, name, origin, profile_json, created_at, updated_at)
+         VALUES (?1, ?2, 'identity', ?3, ?4, ?4)
+         ON CONFLICT(id) DO UPDATE SET name = excluded.name, profile_json = excluded.profile_json, updated_at = excluded.updated_at",
+        params![id, name, profile_json, now_rfc3339()],
+    )?;
+    Ok(())
+}
+
+/// Sheet fields a card contributes to prompts.
+const CARD_FIELDS: [&str; 4] = ["description", "personality", "scenario", "summary"];
+
+/// The sheet of a base character: its card's fields, else its identity profile's
+/// top-level text fields.
+pub fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeMap<String, String> {
+    let mut sheet = BTreeMap::new();
+    let text_fields = |value: &serde_json::Value, sheet: &mut BTreeMap<String, String>, only: Option<&[&str]>| {
+        if let Some(object) = value.as_object() {
+            for (key, v) in object {
+                if only.is_some_and(|keys| !keys.contains(&key.as_str())) {
+                    continue;
+                }
+                if let Some(text) = v.as_str().filter(|t| !t.trim().is_empty()) {
+                    sheet.insert(key.clone(), text.to_string());
+                }
+            }
+        }
+    };
+    if let Some(card) = card_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
+        // V2/V3 cards keep their fields under `data`; V1 at the top.
+        let data = card.get("data").unwrap_or(&card);
+        text_fields(data, &mut sheet, Some(&CARD_FIELDS));
+    } else if let Some(profile) = profile_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
+        text_fields(&profile, &mut sheet, None);
+    }
+    sheet
+}
+
+/// A character's sheet for one-to-one chat, as ordered fields: the usual card fields
+/// first, then the rest by name. A character developed by the identity pipeline has a
+/// nested profile and no card: it is read through the same mapping the card export uses.
+pub fn chat_sheet(record: &CharacterRecord) -> Vec<(String, String)> {
+    let mut sheet = base_sheet(record.card_json.as_deref(), record.profile_json.as_deref());
+    if record.card_json.is_none()
+        && let Some(profile) = record.profile_json.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+    {
+        let card = profile::card_from_profile(&profile, &record.name);
+        sheet.clear();
+        for (key, value) in [("description", card.description), ("personality", card.personality), ("scenario", card.scenario)] {
+            if !value.trim().is_empty() {
+                sheet.insert(key.to_string(), value);
+            }
+        }
+    }
+    let mut fields: Vec<(String, String)> =
+        CARD_FIELDS.iter().filter_map(|k| sheet.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+    fields.extend(sheet.into_iter().filter(|(k, _)| !CARD_FIELDS.contains(&k.as_str())));
+    fields
+}
+
+/// A character as one campaign sees it: overrides applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacedCharacter {
+    pub id: String,
+    /// The base name, for stable ordering.
+    pub base_name: String,
+    /// The name in this campaign (an override may rename).
+    pub name: String,
+    pub sheet: BTreeMap<String, String>,
+}
+
+/// The sheet of `id` in `world_id` / `campaign_id`: the base sheet, then the world's
+/// override, then the campaign's (the narrower scope wins). `None` when no such
+/// character exists.
+pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) -> Result<Option<PlacedCharacter>, StoreError> {
+    let Some(record) = get(conn, id)? else { return Ok(None) };
+    let mut sheet = base_sheet(record.card_json.as_deref(), record.profile_json.as_deref());
+    let mut name = record.name.clone();
+    for (scope, scope_id) in [("world", world_id), ("campaign", campaign_id)] {
+        let json: Option<String> = conn
+            .query_row(
+                "SELECT override_json FROM character_overrides WHERE character_id = ?1 AND scope = ?2 AND scope_id = ?3",
+                params![id, scope, scope_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(json) = json else { continue };
+        let value: serde_json::Value =
+            serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?;
+        for (key, v) in value.as_object().into_iter().flatten() {
+            if let Some(text) = v.as_str() {
+                if key == "name" {
+                    name = text.to_string();
+                } else {
+                    sheet.insert(key.clone(), text.to_string());
+                }
+            }
+        }
+    }
+    Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet }))
+}
+
+/// A persona: who the user plays.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Persona {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+}
+
+pub fn persona(conn: &Connection, id: &str) -> Result<Option<Persona>, StoreError> {
+    Ok(conn
+        .query_row("SELECT id, name, description FROM personas WHERE id = ?1", [id], |r| {
+            Ok(Persona { id: r.get(0)?, name: r.get(1)?, description: r.get(2)? })
+        })
+        .optional()?)
+}
+
+/// Add a persona; returns its id.
+pub fn insert_persona(conn: &Connection, name: &str, description: &str) -> Result<String, StoreError> {
+    let id = new_id();
+    conn.execute(
+        "INSERT INTO personas(id, name, description, created_at) VALUES (?1, ?2, ?3, ?4)",
+        params![id, name, description, now_rfc3339()],
+    )?;
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("lib.sqlite")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn resolves_by_id_name_and_unique_prefix() {
+        let (_dir, store) = store();
+        store
+            .with(|c| {
+                insert(c, NewCharacter { id: Some("a1"), name: "Ilse Marrow", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                insert(c, NewCharacter { id: Some("b2"), name: "Ilya", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                insert(c, NewCharacter { id: Some("c3"), name: "Tam_5%", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                assert_eq!(resolve(c, "a1")?.name, "Ilse Marrow");
+                assert_eq!(resolve(c, "ilya")?.id, "b2");
+                assert_eq!(resolve(c, "ilse")?.id, "a1");
+                assert_eq!(resolve(c, "Tam_")?.id, "c3", "LIKE wildcards in a key are literal");
+                assert!(resolve(c, "il").is_err(), "an ambiguous prefix is refused");
+                assert!(resolve(c, "zed").is_err());
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn a_campaign_override_wins_over_the_world_and_the_card() {
+        let (_dir, store) = store();
+        store
+            .with(|c| {
+                let card = r#"{"spec":"chara_card_v2","data":{"name":"Ro","description":"a smith","personality":"gruff"}}"#;
+                insert(c, NewCharacter { id: Some("r"), name: "Ro", origin: Origin::Card, card_json: Some(card), profile_json: None })?;
+                c.execute_batch(
+                    "INSERT INTO character_overrides(character_id, scope, scope_id, override_json) VALUES
+                       ('r', 'world', 'w', '{\"personality\":\"weary\",\"name\":\"Old Ro\"}'),
+                       ('r', 'campaign', 'k', '{\"personality\":\"hopeful\"}');",
+                )?;
+                let ro = placed(c, "r", "w", "k")?.expect("exists");
+                assert_eq!(ro.name, "Old Ro");
+                assert_eq!(ro.sheet.get("description").map(String::as_str), Some("a smith"));
+                assert_eq!(ro.sheet.get("personality").map(String::as_str), Some("hopeful"));
+                assert!(placed(c, "nobody", "w", "k")?.is_none());
+                Ok(())
+            })
+            .unwrap();
+    }
+}

@@ -1,0 +1,148 @@
+//! Events as a person reads them: what each verb prints without `--json`.
+
+use crate::engine::{CoreEvent, Event, LlmEvent};
+use crate::interop::InteropEvent;
+use crate::scene::SceneEvent;
+use crate::scene::model::SceneView;
+use std::io::Write;
+
+pub(super) fn print_human(out: &mut impl Write, event: &Event) -> std::io::Result<()> {
+    match event {
+        Event::Core(CoreEvent::Log { message, .. }) => writeln!(out, "{message}"),
+        Event::Core(CoreEvent::Error { .. }) | Event::Core(CoreEvent::Stopped) => Ok(()),
+        Event::Llm(LlmEvent::ProfileToken { text, .. }) => write!(out, "{text}"),
+        Event::Llm(LlmEvent::ProfileTested { ok: true, provider, model, usage, latency_ms, .. }) => writeln!(
+            out,
+            "\nok: {provider}, model {model}, {latency_ms} ms, {} prompt + {} completion tokens{}",
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            if usage.reported { "" } else { " (estimated)" }
+        ),
+        Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
+        Event::Identity(e) => print_identity(out, e),
+        Event::Interop(e) => print_interop(out, e),
+        Event::Scene(e) => print_scene(out, e),
+        other => match serde_json::to_string(other) {
+            Ok(line) => writeln!(out, "{line}"),
+            Err(_) => Ok(()),
+        },
+    }
+}
+
+fn print_identity(out: &mut impl Write, event: &crate::identity::IdentityEvent) -> std::io::Result<()> {
+    use crate::identity::IdentityEvent as E;
+    match event {
+        E::RunStarted { character_id, name, mode } => writeln!(out, "developing {name} ({character_id}), mode {}", mode.label()),
+        E::WaveStarted { wave, agents, .. } => writeln!(out, "wave {wave}: {}", agents.join(", ")),
+        E::AgentStarted { checkpoint, agent, version, .. } => writeln!(out, "  {checkpoint} {} running (version {version})", agent.name()),
+        E::Token { .. } => Ok(()),
+        E::CheckpointReady { checkpoint_number, message, tokens, wall_ms, .. } => {
+            writeln!(out, "  {checkpoint_number} ready: {message} ({tokens} tokens, {:.1}s)", *wall_ms as f64 / 1000.0)
+        }
+        E::CheckpointApproved { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} approved"),
+        E::CheckpointRejected { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} sent back, regenerating"),
+        E::CheckpointReopened { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} re-opened"),
+        E::CheckpointStale { checkpoint_number, .. } => writeln!(out, "  {checkpoint_number} is stale"),
+        E::WaveComplete { wave, .. } => writeln!(out, "wave {wave} complete"),
+        E::CharacterComplete { character_id, total_tokens, .. } => {
+            writeln!(out, "character {character_id} complete ({total_tokens} tokens)")
+        }
+        E::Idle { .. } | E::Snapshot { .. } | E::Runs { .. } | E::Exported { .. } => Ok(()),
+        E::Error { checkpoint, message, .. } => match checkpoint {
+            Some(n) => writeln!(out, "  {n} failed: {message}"),
+            None => writeln!(out, "error: {message}"),
+        },
+    }
+}
+
+/// Human-readable lines for the events of this module.
+fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> {
+    use SceneEvent as E;
+    match event {
+        E::SceneCreated { scene_id, name } => writeln!(out, "created scene {name} ({scene_id})"),
+        E::RoundStarted { round, .. } => writeln!(out, "round {round}"),
+        E::DirectorDecided { pass, decision, .. } => writeln!(out, "director pass {pass}: {}", serde_json::to_string(decision).unwrap_or_default()),
+        E::CharacterStarted { name, .. } => write!(out, "\n{name}: "),
+        E::NarratorStarted { .. } => write!(out, "\nNarrator: "),
+        E::NarratorFinished { .. } => writeln!(out),
+        E::Token { text, .. } => write!(out, "{text}"),
+        E::CharacterFinished { delta, .. } => {
+            if delta.is_empty() { writeln!(out) } else { writeln!(out, "\n  (state: {})", serde_json::to_string(delta).unwrap_or_default()) }
+        }
+        E::RoundCompleted { round, messages, conflicts, tokens, .. } => {
+            writeln!(out, "round {round} saved: {} messages, {tokens} tokens", messages.len())?;
+            for c in conflicts {
+                writeln!(out, "  director overrode {}'s {}: {:?} -> {:?}", c.character, c.field, c.character_value, c.director_value)?;
+            }
+            Ok(())
+        }
+        E::WorldDecided { decision, .. } => writeln!(out, "world: {}", serde_json::to_string(decision).unwrap_or_default()),
+        E::RoundCancelled { .. } => writeln!(out, "round cancelled; nothing was saved"),
+        E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
+        E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),
+        E::State { view } => print_state(out, view),
+        E::Scenes { scenes } => {
+            for s in scenes {
+                writeln!(out, "{}  {}  ({} / {}, {} rounds, {} present)", s.id, s.name, s.campaign, s.arc, s.rounds, s.active)?;
+            }
+            Ok(())
+        }
+        E::DemoReady { scene_id: Some(id) } => writeln!(out, "demo scene ready: {id}"),
+        E::DemoReady { scene_id: None } => writeln!(out, "this library already has its worlds; no demo added"),
+        E::Snapshot { snapshot } => print_state(out, &snapshot.view),
+        E::Preview { preview } => {
+            let envelope = preview.fit(&preview.plan, preview.max_context_tokens);
+            for s in &envelope.ledger.sections {
+                writeln!(out, "  {:<20} {:>6} of {:>6} tokens, {} dropped", s.section.label(), s.used, s.allocated, s.dropped.len())?;
+            }
+            Ok(())
+        }
+        E::Error { message, .. } => writeln!(out, "error: {message}"),
+    }
+}
+
+fn print_state(out: &mut impl Write, view: &SceneView) -> std::io::Result<()> {
+    writeln!(out, "{} — {} / {} / {} — {} rounds, {} in-fiction minutes", view.name, view.world, view.campaign, view.arc, view.rounds, view.elapsed_minutes)?;
+    for member in &view.cast {
+        let state = serde_json::to_string(&member.state).unwrap_or_default();
+        writeln!(out, "  {} {}  {state}", if member.active { "*" } else { " " }, member.name)?;
+    }
+    for (name, value) in &view.trackers {
+        writeln!(out, "  tracker {name} = {value}")?;
+    }
+    for fact in &view.facts {
+        writeln!(out, "  fact: {fact}")?;
+    }
+    Ok(())
+}
+
+/// Human text for interop events.
+fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<()> {
+    match event {
+        InteropEvent::ImportReport { created, skipped, warnings } => {
+            for c in created {
+                let kind = match c.item.kind {
+                    crate::interop::ItemKind::Character => "character",
+                    crate::interop::ItemKind::Lorebook => "lorebook",
+                };
+                writeln!(out, "created {kind} {:?} ({}) from {}: {}", c.item.name, c.item.id, c.path.display(), c.item.detail)?;
+            }
+            for w in warnings {
+                writeln!(out, "note: {}: {}", w.path.display(), w.message)?;
+            }
+            for s in skipped {
+                writeln!(out, "skipped {}: {}", s.path.display(), s.reason)?;
+            }
+            if created.is_empty() && skipped.is_empty() {
+                writeln!(out, "nothing to import")?;
+            }
+            Ok(())
+        }
+        InteropEvent::Exported { name, format, path, bytes, .. } => {
+            writeln!(out, "wrote {name:?} as {format} to {} ({bytes} bytes)", path.display())
+        }
+        InteropEvent::Library { characters, lorebooks } => {
+            writeln!(out, "{} characters, {} lorebooks", characters.len(), lorebooks.len())
+        }
+    }
+}

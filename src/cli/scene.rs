@@ -1,0 +1,94 @@
+//! `lorekeeper scene ...`: scenes headless. A round prints its events (tokens stream
+//! as text without `--json`) and ends at `round_completed`.
+
+use crate::scene::{SceneCommand, SceneEvent};
+use super::drive::drive;
+use crate::engine::{Command, EngineHandle, Event};
+use anyhow::{Result, anyhow};
+use clap::{Args, Subcommand};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// A round runs several agents; slow local models need time, but never forever.
+const ROUND_LIMIT: Duration = Duration::from_secs(3 * 3600);
+const QUICK_LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Subcommand)]
+pub enum SceneVerb {
+    /// Create a scene in an arc.
+    New(NewArgs),
+    /// Play a round with the user's message.
+    Round { scene: String, text: String },
+    /// Play a round without a user message.
+    Continue { scene: String },
+    /// Show active characters, their states, trackers and facts.
+    State { scene: String },
+    /// List scenes.
+    List,
+    /// Add the demo world (once per library).
+    Demo,
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    pub name: String,
+    /// The arc (default: the newest).
+    #[arg(long)]
+    pub arc: Option<String>,
+    #[arg(long, default_value = "")]
+    pub description: String,
+    /// Characters who may appear, by name or id, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub cast: Vec<String>,
+    /// Cast members present at the start (default: the whole cast).
+    #[arg(long, value_delimiter = ',')]
+    pub active: Option<Vec<String>>,
+}
+
+fn is_error(event: &Event) -> Option<Result<(), anyhow::Error>> {
+    match event {
+        Event::Scene(SceneEvent::Error { message, .. }) => Some(Err(anyhow!("{message}"))),
+        _ => None,
+    }
+}
+
+pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCode> {
+    let send = |c: SceneCommand| engine.send(Command::Scene(c)).map_err(|e| anyhow!(e));
+    let wait = |limit: Duration, done: fn(&SceneEvent) -> bool| -> Result<ExitCode> {
+        drive(engine, json, limit, |event| {
+            is_error(event).or_else(|| match event {
+                Event::Scene(e) if done(e) => Some(Ok(())),
+                _ => None,
+            })
+        })??;
+        Ok(ExitCode::SUCCESS)
+    };
+    match verb {
+        SceneVerb::New(args) => {
+            let active = args.active.unwrap_or_else(|| args.cast.clone());
+            send(SceneCommand::New { arc: args.arc, name: args.name, description: args.description, cast: args.cast, active })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::SceneCreated { .. }))
+        }
+        SceneVerb::Round { scene, text } => {
+            send(SceneCommand::Round { scene, input: Some(text) })?;
+            wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
+        }
+        SceneVerb::Continue { scene } => {
+            send(SceneCommand::Round { scene, input: None })?;
+            wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
+        }
+        SceneVerb::State { scene } => {
+            send(SceneCommand::State { scene })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::State { .. }))
+        }
+        SceneVerb::List => {
+            send(SceneCommand::List)?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Scenes { .. }))
+        }
+        SceneVerb::Demo => {
+            send(SceneCommand::Demo)?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::DemoReady { .. }))
+        }
+    }
+}
+

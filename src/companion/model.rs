@@ -1,0 +1,117 @@
+//! The chat's data: the packet as sent, the character as the packet sees it, and the
+//! committed exchanges. Plain types, so assembly (`packet`) and storage (`records`)
+//! both build on them without depending on each other.
+
+use crate::llm::ChatMessage;
+use crate::memory::RetrievalHit;
+use crate::prompting::DroppedItem;
+use crate::memory::detect::Proximity;
+use serde::{Deserialize, Serialize};
+
+/// The packet as sent, with what each block cost.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Packet {
+    /// The messages exactly as sent to the model.
+    pub messages: Vec<ChatMessage>,
+    /// The XML blocks in order, each with its text as sent and its token count.
+    pub blocks: Vec<PacketBlock>,
+    /// Why the conditional blocks are there or not, and any fallback taken.
+    pub notes: Vec<String>,
+    /// Estimated prompt tokens of all messages.
+    pub tokens: u32,
+    pub max_context_tokens: u32,
+}
+
+impl Packet {
+    pub fn block(&self, tag: &str) -> Option<&PacketBlock> {
+        self.blocks.iter().find(|b| b.tag == tag)
+    }
+
+    /// The whole prompt as one text (system, then user), for display and search.
+    pub fn text(&self) -> String {
+        self.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n\n")
+    }
+}
+
+/// One XML block of the packet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacketBlock {
+    pub tag: String,
+    /// The block as sent, tags included.
+    pub text: String,
+    pub tokens: u32,
+    /// The block's token budget, for budgeted blocks.
+    pub budget: Option<u32>,
+    /// Items that did not fit the budget, with the reason.
+    pub dropped: Vec<DroppedItem>,
+}
+
+/// A character one can chat with, as the chat list shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCharacter {
+    pub id: String,
+    pub name: String,
+    pub origin: String,
+    pub turns: u32,
+    pub last_chat_at: Option<String>,
+}
+
+/// What the packet needs to know about the character.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CharacterInfo {
+    pub id: String,
+    pub name: String,
+    /// Sheet fields (description, personality, scenario, ...) in a stable order.
+    pub sheet: Vec<(String, String)>,
+}
+
+impl CharacterInfo {
+    /// The lore folder name under `lore/characters/`: lower-case name with dashes, so
+    /// `Ilse Marrow` reads `lore/characters/ilse-marrow/`.
+    pub fn lore_slug(&self) -> String {
+        slug(&self.name)
+    }
+}
+
+pub fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.trim().chars() {
+        if c.is_alphanumeric() {
+            out.extend(c.to_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').to_string()
+}
+
+/// Where the conversation with one character stands.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatState {
+    pub proximity: Proximity,
+    pub session: Option<String>,
+    pub last_chat_at: Option<String>,
+    pub turns: u32,
+}
+
+/// One committed exchange.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTurn {
+    pub id: String,
+    pub character_id: String,
+    pub seq: u32,
+    pub session: String,
+    pub user_text: String,
+    pub reply: String,
+    pub at: String,
+    pub user_memory_id: Option<String>,
+    pub reply_memory_id: Option<String>,
+    pub proximity: Proximity,
+    pub packet: Packet,
+    pub hits: Vec<RetrievalHit>,
+    pub attempts: u32,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub from_cache: bool,
+    pub elapsed_ms: u64,
+}

@@ -1,0 +1,244 @@
+//! The one way memories are written, by every writer (an import, lore indexing, a chat
+//! turn, a scene round, the summariser, an undo):
+//!
+//! 1. **prepare**, outside any transaction: validate, and embed with the model (the
+//!    write lock is never held while the model runs). When the embedder cannot run, a
+//!    writer that must not fail (a chat turn, a round) stores the memories for keyword
+//!    search only, and `memory reindex` embeds them later.
+//! 2. **write**, inside the caller's transaction, beside the caller's own rows (the
+//!    exchange, the round, the covered-turn marks), so both are stored or neither is.
+//! 3. **publish**, after the commit: the vector index learns of new and removed rows.
+//!    A transaction that rolls back publishes nothing, so the index never holds a
+//!    vector the library does not.
+
+use super::MemoryBank;
+use crate::memory::MemoryError;
+use crate::memory::records::{self, MemoryKind, NewMemory};
+use crate::store::StoreError;
+use rusqlite::Connection;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Memories ready to be written: checked, and embedded unless `keyword_only` says why not.
+#[derive(Debug)]
+pub struct PreparedMemories {
+    items: Vec<NewMemory>,
+    /// Vectors paired with `items`, and the model that made them.
+    vectors: Option<(Vec<Vec<f32>>, String)>,
+    /// Why these memories have no vectors, when the embedder failed.
+    pub keyword_only: Option<String>,
+}
+
+impl PreparedMemories {
+    /// Memories stored without vectors (no bank, or keyword search only): keyword
+    /// search finds them at once, `memory reindex` embeds them later.
+    pub fn without_vectors(items: Vec<NewMemory>) -> Result<Self, MemoryError> {
+        check_texts(&items)?;
+        Ok(Self { items, vectors: None, keyword_only: None })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Stage 2: store the memories in the caller's transaction. Replaces a memory with
+    /// the same id (a re-import), and reports it so its stale vector is dropped.
+    pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+        let inserted = records::insert_replacing(tx, &self.items)?;
+        if let Some((vectors, model)) = &self.vectors {
+            let pairs: Vec<(i64, &[f32])> = inserted.rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
+            records::store_vectors(tx, model, &pairs)?;
+        }
+        let speakers = self.items.iter().filter_map(|m| m.speaker.as_deref()).map(str::to_lowercase).collect();
+        Ok(MemoryWrite {
+            ids: inserted.ids,
+            vectors: self.vectors.map(|(v, _)| inserted.rowids.iter().copied().zip(v).collect()).unwrap_or_default(),
+            gone: inserted.replaced,
+            speakers,
+        })
+    }
+}
+
+/// What a transaction did to the memories, to publish once it has committed.
+#[derive(Debug, Default)]
+#[must_use = "publish it after the transaction commits, or the vector index misses the change"]
+pub struct MemoryWrite {
+    ids: Vec<String>,
+    vectors: Vec<(i64, Vec<f32>)>,
+    /// Rows replaced or deleted.
+    gone: Vec<i64>,
+    speakers: Vec<String>,
+}
+
+impl MemoryWrite {
+    /// The ids of the memories written, in order.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// How many memories were deleted or replaced.
+    pub fn removed(&self) -> usize {
+        self.gone.len()
+    }
+
+    /// Combine two writes of one transaction.
+    pub fn and(mut self, other: MemoryWrite) -> MemoryWrite {
+        self.ids.extend(other.ids);
+        self.vectors.extend(other.vectors);
+        self.gone.extend(other.gone);
+        self.speakers.extend(other.speakers);
+        self
+    }
+}
+
+/// Stage 2 of a removal: delete the memories of `source` (their keyword rows and
+/// vectors go with them) in the caller's transaction.
+pub fn remove_source(tx: &Connection, source: &str) -> Result<MemoryWrite, StoreError> {
+    let gone: Vec<i64> =
+        tx.prepare("SELECT rowid FROM memories WHERE source = ?1")?.query_map([source], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    tx.execute("DELETE FROM memories WHERE source = ?1", [source])?;
+    Ok(MemoryWrite { gone, ..Default::default() })
+}
+
+fn check_texts(items: &[NewMemory]) -> Result<(), MemoryError> {
+    match items.iter().find(|i| i.text.trim().is_empty()) {
+        Some(empty) => Err(MemoryError::Invalid(format!("memory {:?} has no text", empty.id.as_deref().unwrap_or("(new)")))),
+        None => Ok(()),
+    }
+}
+
+impl MemoryBank {
+    /// Stage 1: check and embed `items`; fails when the embedder cannot run.
+    pub fn prepare(&self, items: Vec<NewMemory>) -> Result<PreparedMemories, MemoryError> {
+        check_texts(&items)?;
+        if items.is_empty() {
+            return Ok(PreparedMemories { items, vectors: None, keyword_only: None });
+        }
+        let embedder = self.embedder()?;
+        let texts = self.embedding_texts(&items)?;
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed_documents(&texts)?;
+        Ok(PreparedMemories { items, vectors: Some((vectors, self.model_id())), keyword_only: None })
+    }
+
+    /// [`Self::prepare`] for a writer that must not fail for want of the model (a chat
+    /// turn, a round): without the embedder the memories are kept for keyword search,
+    /// and `keyword_only` says why.
+    pub fn prepare_or_keyword_only(&self, items: Vec<NewMemory>) -> Result<PreparedMemories, MemoryError> {
+        check_texts(&items)?;
+        match self.prepare(items.clone()) {
+            Ok(prepared) => Ok(prepared),
+            Err(MemoryError::Embed(e)) => {
+                tracing::warn!(error = %e, "storing memories without vectors");
+                Ok(PreparedMemories { items, vectors: None, keyword_only: Some(e.to_string()) })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stage 1 with vectors already known (benchmarks, re-imports).
+    pub fn prepare_with_vectors(&self, items: Vec<NewMemory>, vectors: Vec<Vec<f32>>) -> Result<PreparedMemories, MemoryError> {
+        if items.len() != vectors.len() {
+            return Err(MemoryError::Invalid(format!("{} memories but {} vectors", items.len(), vectors.len())));
+        }
+        check_texts(&items)?;
+        Ok(PreparedMemories { items, vectors: Some((vectors, self.model_id())), keyword_only: None })
+    }
+
+    /// Stage 3: make a committed write searchable by vector, and forget removed rows.
+    pub fn publish(&self, write: MemoryWrite) {
+        if !write.speakers.is_empty()
+            && let Some(known) = self.speakers.write().unwrap_or_else(|p| p.into_inner()).as_mut()
+        {
+            known.extend(write.speakers);
+        }
+        if !write.gone.is_empty() && write.ids.is_empty() {
+            // A removal: a speaker may have no memory left, so the cache is rebuilt.
+            *self.speakers.write().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        if write.gone.is_empty() && write.vectors.is_empty() {
+            return;
+        }
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            if !write.gone.is_empty() {
+                let gone: HashSet<i64> = write.gone.into_iter().collect();
+                index.retain(|r| !gone.contains(&r));
+            }
+            for (rowid, v) in &write.vectors {
+                index.push(*rowid, v);
+            }
+        }
+        self.maybe_rebuild();
+    }
+
+    /// Prepare, write in a transaction of its own and publish: memories that are all
+    /// there is to the change (an import, lore). Returns their ids.
+    pub fn add(&self, items: Vec<NewMemory>) -> Result<Vec<String>, MemoryError> {
+        let prepared = self.prepare(items)?;
+        self.commit(prepared)
+    }
+
+    /// [`Self::add`] with vectors already known (benchmarks, re-imports).
+    pub fn add_with_vectors(&self, items: Vec<NewMemory>, vectors: Vec<Vec<f32>>) -> Result<Vec<String>, MemoryError> {
+        let prepared = self.prepare_with_vectors(items, vectors)?;
+        self.commit(prepared)
+    }
+
+    fn commit(&self, prepared: PreparedMemories) -> Result<Vec<String>, MemoryError> {
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let write = self.store.transaction(|tx| prepared.write(tx))?;
+        let ids = write.ids().to_vec();
+        self.publish(write);
+        Ok(ids)
+    }
+
+    /// Delete the memories of `source` in a transaction of their own. Returns how many.
+    pub fn remove_source(&self, source: &str) -> Result<usize, MemoryError> {
+        let write = self.store.transaction(|tx| remove_source(tx, source))?;
+        let removed = write.removed();
+        self.publish(write);
+        Ok(removed)
+    }
+
+    /// What gets embedded for each new memory: a turn is preceded by up to
+    /// `context_turns` earlier turns of its session (from the batch or the store).
+    fn embedding_texts(&self, items: &[NewMemory]) -> Result<Vec<String>, MemoryError> {
+        let window = self.config().retrieval.context_turns;
+        let mut recent: HashMap<String, VecDeque<String>> = HashMap::new();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let session = match (&item.session, item.kind) {
+                (Some(s), MemoryKind::Turn) if window > 0 => s.clone(),
+                _ => {
+                    out.push(item.text.clone());
+                    continue;
+                }
+            };
+            if !recent.contains_key(&session) {
+                let earlier = self.store.with(|c| {
+                    let mut stmt = c.prepare_cached(
+                        "SELECT text FROM memories WHERE session = ?1 AND kind = 'turn' ORDER BY seq DESC LIMIT ?2",
+                    )?;
+                    let rows = stmt.query_map(rusqlite::params![session, window as i64], |r| r.get::<_, String>(0))?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })?;
+                recent.insert(session.clone(), earlier.into_iter().rev().collect());
+            }
+            let window_texts = recent.entry(session).or_default();
+            let mut text = String::new();
+            for t in window_texts.iter() {
+                text.push_str(t);
+                text.push('\n');
+            }
+            text.push_str(&item.text);
+            out.push(text);
+            window_texts.push_back(item.text.clone());
+            while window_texts.len() > window {
+                window_texts.pop_front();
+            }
+        }
+        Ok(out)
+    }
+}

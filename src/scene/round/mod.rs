@@ -1,0 +1,255 @@
+//! One round: Director pass 1 → each acting character in turn (streamed) → Director
+//! pass 2 → round close.
+//!
+//! Hold–wait–commit: nothing of the round touches the store until it closes, and the
+//! close is one transaction (messages, character states, active set, trackers, facts,
+//! time, the round's audit). A round killed at any point before the commit leaves the
+//! scene exactly as it was; `round_completed` is sent only after the commit.
+//!
+//! State precedence, lowest to highest: the state before the round, Director pass 1
+//! (authoritative before anyone acts), each character's own reply, Director pass 2.
+//! Where a character's reply and pass 2 disagree on a field, pass 2 wins and the
+//! conflict is recorded in the round's audit.
+
+mod stages;
+
+use super::envelope::{self, AgentKind, EnvelopeInput};
+use super::model::{ActingCharacter, CastMember, CharacterState, STATE_FIELDS, SceneMessage, SceneView, StateUpdate};
+use super::lore;
+use super::recall::Recall;
+use super::records;
+pub use super::model::CallLedger;
+use super::{SceneConfig, SceneError, SceneEvent};
+use crate::context::{Context, JobKey};
+use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile};
+use stages::RoundDraft;
+use crate::prompting::{BudgetLedger, PromptTemplates};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The job key of `scene_id`'s round: a second round on the same scene is refused
+/// rather than queued (so the user sees why nothing happens), and [`cancel`] reaches the
+/// running one.
+fn job(scene_id: &str) -> JobKey {
+    JobKey::new("round", scene_id)
+}
+
+/// Cancel the round running in `scene_id`. Returns whether one was running. Nothing of
+/// a cancelled round is committed: every stage checks the token, the model calls stop
+/// on it, and the round close refuses to start once it is set.
+pub fn cancel(ctx: &Context, scene_id: &str) -> bool {
+    ctx.jobs.cancel(&job(scene_id))
+}
+
+/// Agents and their clients for one round.
+struct Agents {
+    director: (LlmClient, ProviderProfile),
+    character: (LlmClient, ProviderProfile),
+    /// `None` when `[scene] narrator = false`.
+    narrator: Option<(LlmClient, ProviderProfile)>,
+    /// `Some` when `[scene] world_agent = true`.
+    world: Option<(LlmClient, ProviderProfile)>,
+    templates: PromptTemplates,
+}
+
+fn client_for(ctx: &Context, role: &str) -> Result<(LlmClient, ProviderProfile), SceneError> {
+    let config = ctx.config();
+    let profile = config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.clone();
+    let client = LlmClient::from_profile(&profile, Some(&ctx.store))?;
+    Ok((client, profile))
+}
+
+/// Sort acting characters: explicit order first (ascending), then higher priority,
+/// then name; the sort is stable so equal keys keep the Director's order.
+pub fn turn_order(mut acting: Vec<ActingCharacter>) -> Vec<ActingCharacter> {
+    acting.sort_by(|a, b| {
+        let order = |c: &ActingCharacter| c.order.unwrap_or(u32::MAX);
+        order(a).cmp(&order(b)).then(b.priority.cmp(&a.priority)).then_with(|| a.name.to_lowercase().cmp(&b.name.to_lowercase()))
+    });
+    acting
+}
+
+/// Split a character's reply into its prose and the state it declares for itself:
+/// lines of the form `[mood: wary]` (any of the five state fields) anywhere in the
+/// reply are taken out of the prose and read as the character's delta.
+pub fn split_delta(reply: &str) -> (String, CharacterState) {
+    let mut delta = CharacterState::default();
+    let mut prose = Vec::new();
+    for line in reply.lines() {
+        let trimmed = line.trim();
+        let parsed = trimmed
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .and_then(|t| t.split_once(':'))
+            .map(|(field, value)| (field.trim().to_lowercase(), value.trim()))
+            .filter(|(field, value)| STATE_FIELDS.contains(&field.as_str()) && !value.is_empty());
+        match parsed {
+            Some((field, value)) => {
+                delta.set(&field, value);
+            }
+            None => prose.push(line),
+        }
+    }
+    (prose.join("\n").trim().to_string(), delta)
+}
+
+fn apply_updates(states: &mut BTreeMap<String, CharacterState>, view: &SceneView, updates: &[StateUpdate], ignored: &mut Vec<String>) {
+    for update in updates {
+        match view.member_by_name(&update.name) {
+            Some(member) => states.entry(member.id.clone()).or_default().apply(&update.state),
+            None => ignored.push(update.name.clone()),
+        }
+    }
+}
+
+/// Run one round on `scene_id`. `input` is the user's message, `None` to continue.
+pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, cancel: &CancelToken) -> Result<u32, SceneError> {
+    let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
+    let Some(job) = ctx.jobs.try_start(job(&scene_id), cancel) else {
+        return Err(SceneError::Busy(scene_id));
+    };
+    let config: SceneConfig = ctx.config().scene;
+    let agents = Agents {
+        director: client_for(ctx, "director")?,
+        character: client_for(ctx, "character")?,
+        narrator: if config.narrator { Some(client_for(ctx, "narrator")?) } else { None },
+        world: if config.world_agent { Some(client_for(ctx, "world")?) } else { None },
+        templates: PromptTemplates::shipped()?,
+    };
+    let recall = Recall::open(ctx);
+    let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config)?;
+    let round = draft.round;
+    let summary_round = draft.notes.summary_round;
+    ctx.emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input });
+
+    let plan = stages::director_plan(ctx, &agents, &config, &mut draft, cancel)?;
+    stages::characters(ctx, &agents, &config, &recall, &plan, &mut draft, cancel)?;
+    stages::after_characters(ctx, &agents, &config, &plan, &mut draft, cancel)?;
+    if config.max_director_passes >= 2 {
+        stages::reconcile(ctx, &agents, &config, &plan, &mut draft, cancel)?;
+    }
+    let closed = stages::close(ctx, &recall, draft, cancel)?;
+
+    // Committed: the scene is free before anyone hears of it, so a front door that
+    // starts the next round on `round_completed` is never refused as busy. The next
+    // round may run while the summariser writes: it reads the summary as it was, and
+    // the summary's compare-and-set keeps either order consistent.
+    drop(job);
+    ctx.emit(SceneEvent::RoundCompleted {
+        scene_id: scene_id.clone(),
+        round,
+        messages: closed.messages,
+        active: closed.active,
+        conflicts: closed.conflicts,
+        tokens: closed.tokens,
+    });
+    if super::summary::due(round, summary_round, config.summarise_every) {
+        match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {
+            Ok(Some(through_round)) => ctx.emit(SceneEvent::SummaryUpdated { scene_id, through_round }),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(scene = %scene_id, error = %e, "scene summary failed");
+                ctx.emit(SceneEvent::SummaryFailed { scene_id, message: e.to_string() });
+            }
+        }
+    }
+    Ok(round)
+}
+
+fn request_for(profile: &ProviderProfile, system: String, user: String, stream: bool) -> ChatRequest {
+    let mut request = ChatRequest::new(profile.model.clone(), vec![ChatMessage::system(system), ChatMessage::user(user)]);
+    request.sampler = profile.sampler.clone();
+    request.stream = stream;
+    request
+}
+
+/// What a character's call reads of the round so far.
+struct CallSetup<'a> {
+    live: &'a SceneView,
+    notes: &'a records::SceneNotes,
+    history: &'a [SceneMessage],
+    lore: &'a lore::PreparedLore,
+    message_number: u64,
+    seed: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn character_turn(
+    ctx: &Arc<Context>,
+    agents: &Agents,
+    config: &SceneConfig,
+    call: &CallSetup<'_>,
+    lore_state: &mut crate::lorebook::activation::ActivationState,
+    member: &CastMember,
+    memories: &[crate::memory::RetrievalHit],
+    guidance: Vec<String>,
+    scene_id: &str,
+    round: u32,
+    cancel: &CancelToken,
+) -> Result<(String, crate::llm::Usage, BudgetLedger), SceneError> {
+    ctx.emit(SceneEvent::CharacterStarted {
+        scene_id: scene_id.to_string(),
+        round,
+        character_id: member.id.clone(),
+        name: member.name.clone(),
+    });
+    let envelope = envelope::assemble(
+        &config.budgets,
+        agents.character.1.max_context_tokens,
+        &EnvelopeInput {
+            agent: AgentKind::Character,
+            view: call.live,
+            notes: call.notes,
+            history: call.history,
+            lore: Some(call.lore),
+            memories,
+            character: Some(member),
+            director_guidance: guidance,
+            lore_scan_depth: config.lore_scan_depth,
+            message_number: call.message_number,
+            seed: call.seed,
+        },
+        lore_state,
+    );
+    let turn = envelope::character_turn(&member.name);
+    let prompt = envelope::render(&agents.templates, AgentKind::Character, &envelope, Some(member), &turn)?;
+    let request = request_for(&agents.character.1, prompt.system, prompt.user, true);
+    let sink = ctx.clone();
+    let (scene, id) = (scene_id.to_string(), member.id.clone());
+    let on_token = move |text: &str| {
+        sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: id.clone(), text: text.to_string() })
+    };
+    let completion = agents.character.0.complete(&request, CallContext::with_tokens(cancel, &on_token))?;
+    Ok((completion.text, completion.usage, envelope.ledger))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actor(name: &str, priority: i32, order: Option<u32>) -> ActingCharacter {
+        ActingCharacter { name: name.into(), guidance: String::new(), priority, order }
+    }
+
+    #[test]
+    fn turn_order_is_explicit_order_then_priority_then_name() {
+        let check = |input: Vec<ActingCharacter>, expected: &[&str]| {
+            let got: Vec<String> = turn_order(input).into_iter().map(|a| a.name).collect();
+            assert_eq!(got, expected);
+        };
+        check(vec![actor("Bram", 1, None), actor("Ada", 1, None), actor("Cole", 5, None)], &["Cole", "Ada", "Bram"]);
+        check(vec![actor("Bram", 9, None), actor("Ada", 0, Some(2)), actor("Cole", 0, Some(1))], &["Cole", "Ada", "Bram"]);
+        check(vec![actor("bram", 0, None), actor("Ada", 0, None)], &["Ada", "bram"]);
+    }
+
+    #[test]
+    fn split_delta_takes_state_lines_out_of_the_prose() {
+        let (prose, delta) = split_delta("I step back.\n[Mood: wary]\n\"Who's there?\"\n[location: the cellar]\n[weather: rain]");
+        assert_eq!(prose, "I step back.\n\"Who's there?\"\n[weather: rain]");
+        assert_eq!(delta.mood.as_deref(), Some("wary"));
+        assert_eq!(delta.location.as_deref(), Some("the cellar"));
+        let (prose, delta) = split_delta("Just talk [mood: happy] inline.");
+        assert_eq!(prose, "Just talk [mood: happy] inline.");
+        assert!(delta.is_empty());
+    }
+}

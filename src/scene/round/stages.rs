@@ -1,0 +1,468 @@
+//! The stages of one round, each a function over the [`RoundDraft`] it carries: begin
+//! (read the scene) → Director pass 1 → the characters → the Narrator and the World
+//! agent → Director pass 2 → close (the one transaction). Every stage before the close
+//! only changes the draft, so a round stopped anywhere leaves the library untouched.
+
+use super::{Agents, CallSetup, apply_updates, character_turn, request_for, split_delta, turn_order};
+use crate::context::Context;
+use crate::llm::structured::{StructuredOptions, complete_structured};
+use crate::llm::{CallContext, CancelToken, LlmError};
+use crate::lorebook::activation::ActivationState;
+use crate::memory::RetrievalHit;
+use crate::scene::envelope::{self, AgentKind, EnvelopeInput};
+use crate::scene::lore::{self, PreparedLore};
+use crate::scene::model::{
+    CallLedger, CharacterState, Conflict, DirectorPlan, DirectorRecord, MessageKind, Reconciliation, STATE_FIELDS, SceneMessage, SceneView,
+};
+use crate::scene::narration::{self, AfterCharacters};
+use crate::scene::recall::Recall;
+use crate::scene::records::{self, RoundClose, SceneNotes};
+use crate::scene::{DirectorDecision, SceneConfig, SceneError, SceneEvent};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Everything a round builds up before it closes.
+pub(super) struct RoundDraft {
+    pub scene_id: String,
+    pub round: u32,
+    pub input: Option<String>,
+    /// The scene as it was before the round.
+    pub view: SceneView,
+    /// The scene as the characters see it: pass 1's activations and states, then each
+    /// character's own changes as it acts.
+    pub live: SceneView,
+    pub notes: SceneNotes,
+    /// What the next call reads: stored messages, then this round's.
+    pub history: Vec<SceneMessage>,
+    pub next_number: u32,
+    pub new_messages: Vec<SceneMessage>,
+    pub lore: Arc<PreparedLore>,
+    pub lore_state: ActivationState,
+    pub seed: u64,
+    pub ledgers: Vec<CallLedger>,
+    pub tokens: u64,
+    /// `(agent, query, hits)` of every memory search, stored with the round.
+    pub injections: Vec<(String, String, Vec<RetrievalHit>)>,
+    pub record: DirectorRecord,
+    pub active: BTreeSet<String>,
+    pub entering: BTreeMap<String, String>,
+    pub leaving: BTreeMap<String, String>,
+    /// Changes to each character's state this round (deltas over `view`).
+    pub states: BTreeMap<String, CharacterState>,
+    /// What each character said of itself, to find where pass 2 disagrees.
+    pub character_deltas: BTreeMap<String, CharacterState>,
+    pub trackers: BTreeMap<String, serde_json::Value>,
+    pub facts: Vec<String>,
+    pub elapsed: u64,
+}
+
+impl RoundDraft {
+    /// Read the scene and open the round with the user's message, if any.
+    pub fn begin(ctx: &Context, scene_id: String, input: Option<String>, config: &SceneConfig) -> Result<Self, SceneError> {
+        let (view, notes, history, lore, lore_state) = ctx.store.with(|c| {
+            let view = records::load_view(c, &scene_id)?;
+            let notes = records::load_notes(c, &scene_id)?;
+            let stored = records::recent_messages(c, &scene_id, config.history_window)?;
+            let lore = lore::campaign_lore(c, &view.campaign_id)?;
+            let lore_state = lore::load_state(c, &scene_id)?;
+            Ok((view, notes, stored, lore, lore_state))
+        })?;
+        let mut draft = RoundDraft {
+            seed: lore::seed_for(&scene_id),
+            round: view.rounds + 1,
+            next_number: history.last().map(|m| m.number).unwrap_or(0) + 1,
+            active: view.active().map(|c| c.id.clone()).collect(),
+            live: view.clone(),
+            trackers: view.trackers.clone(),
+            facts: view.facts.clone(),
+            elapsed: view.elapsed_minutes,
+            scene_id,
+            input,
+            view,
+            notes,
+            history,
+            new_messages: Vec::new(),
+            lore,
+            lore_state,
+            ledgers: Vec::new(),
+            tokens: 0,
+            injections: Vec::new(),
+            record: DirectorRecord::default(),
+            entering: BTreeMap::new(),
+            leaving: BTreeMap::new(),
+            states: BTreeMap::new(),
+            character_deltas: BTreeMap::new(),
+        };
+        if let Some(text) = draft.input.clone().filter(|t| !t.trim().is_empty()) {
+            let speaker = draft.view.persona.as_deref().and_then(|p| p.split(':').next()).unwrap_or("User").to_string();
+            draft.push_message(MessageKind::User, None, speaker, text.trim().to_string());
+        }
+        Ok(draft)
+    }
+
+    fn push_message(&mut self, kind: MessageKind, character_id: Option<String>, speaker: String, content: String) {
+        let message = SceneMessage { number: self.next_number, round: self.round, kind, character_id, speaker, content };
+        self.next_number += 1;
+        self.new_messages.push(message.clone());
+        self.history.push(message);
+    }
+
+    fn envelope_input<'a>(&'a self, agent: AgentKind, view: &'a SceneView, config: &SceneConfig, guidance: Vec<String>) -> EnvelopeInput<'a> {
+        EnvelopeInput {
+            agent,
+            view,
+            notes: &self.notes,
+            history: &self.history,
+            lore: Some(&self.lore),
+            memories: &[],
+            character: None,
+            director_guidance: guidance,
+            lore_scan_depth: config.lore_scan_depth,
+            message_number: u64::from(self.next_number),
+            seed: self.seed,
+        }
+    }
+
+    fn emit_decision(&self, ctx: &Context, pass: u8, decision: DirectorDecision) {
+        ctx.emit(SceneEvent::DirectorDecided { scene_id: self.scene_id.clone(), round: self.round, pass, decision });
+    }
+}
+
+fn cancelled(cancel: &CancelToken) -> Result<(), SceneError> {
+    if cancel.is_cancelled() { Err(SceneError::Llm(LlmError::Cancelled)) } else { Ok(()) }
+}
+
+/// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
+pub(super) fn director_plan(
+    ctx: &Context,
+    agents: &Agents,
+    config: &SceneConfig,
+    draft: &mut RoundDraft,
+    cancel: &CancelToken,
+) -> Result<DirectorPlan, SceneError> {
+    let turn = envelope::director_turn(draft.round, draft.input.as_deref());
+    let mut lore_state = std::mem::take(&mut draft.lore_state);
+    let envelope = envelope::assemble(
+        &config.budgets,
+        agents.director.1.max_context_tokens,
+        &draft.envelope_input(AgentKind::Director, &draft.view, config, Vec::new()),
+        &mut lore_state,
+    );
+    draft.lore_state = lore_state;
+    let prompt = envelope::render(&agents.templates, AgentKind::Director, &envelope, None, &turn)?;
+    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
+    let output = complete_structured::<DirectorPlan>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
+        .map_err(|e| SceneError::Agent { agent: "director".into(), message: e.to_string() })?;
+    draft.tokens += u64::from(output.usage.total());
+    draft.ledgers.push(CallLedger {
+        agent: "director".into(),
+        character: None,
+        ledger: envelope.ledger,
+        prompt_tokens: output.usage.prompt_tokens,
+        completion_tokens: output.usage.completion_tokens,
+        notes: Vec::new(),
+    });
+    let plan = output.value;
+    draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
+
+    draft.record.plan = plan.clone();
+    for activation in &plan.activations {
+        match draft.view.member_by_name(&activation.name) {
+            Some(member) => {
+                draft.active.insert(member.id.clone());
+                draft.entering.insert(member.id.clone(), activation.entry_guidance.clone());
+            }
+            None => draft.record.ignored.push(activation.name.clone()),
+        }
+    }
+    for deactivation in &plan.deactivations {
+        match draft.view.member_by_name(&deactivation.name) {
+            Some(member) => {
+                draft.leaving.insert(member.id.clone(), deactivation.exit_guidance.clone());
+            }
+            None => draft.record.ignored.push(deactivation.name.clone()),
+        }
+    }
+    apply_updates(&mut draft.states, &draft.view, &plan.state_updates, &mut draft.record.ignored);
+    for member in &mut draft.live.cast {
+        member.active = draft.active.contains(&member.id);
+        if let Some(delta) = draft.states.get(&member.id) {
+            member.state.apply(delta);
+        }
+    }
+    Ok(plan)
+}
+
+/// Each acting character in turn, streamed; its own `[field: value]` lines change its
+/// state for the characters after it.
+pub(super) fn characters(
+    ctx: &Arc<Context>,
+    agents: &Agents,
+    config: &SceneConfig,
+    recall: &Recall,
+    plan: &DirectorPlan,
+    draft: &mut RoundDraft,
+    cancel: &CancelToken,
+) -> Result<(), SceneError> {
+    let mut acted = BTreeSet::new();
+    for actor in turn_order(plan.acting_characters.clone()) {
+        let Some(member) = draft.live.member_by_name(&actor.name).filter(|m| m.active).cloned() else {
+            draft.record.ignored.push(actor.name.clone());
+            continue;
+        };
+        if !acted.insert(member.id.clone()) {
+            continue; // named twice: one turn each
+        }
+        cancelled(cancel)?;
+        let mut guidance = vec![actor.guidance.clone()];
+        if let Some(entry) = draft.entering.get(&member.id) {
+            guidance.push(format!("You enter the scene this round: {entry}"));
+        }
+        if let Some(exit) = draft.leaving.get(&member.id) {
+            guidance.push(format!("You leave the scene at the end of this round: {exit}"));
+        }
+        guidance.push(plan.open_guidance.clone());
+        let recalled =
+            recall.for_character(&draft.view.campaign_id, &member.name, &draft.history, &guidance, config.memories_per_call);
+        let mut lore_state = std::mem::take(&mut draft.lore_state);
+        let call = CallSetup {
+            live: &draft.live,
+            notes: &draft.notes,
+            history: &draft.history,
+            lore: &draft.lore,
+            message_number: u64::from(draft.next_number),
+            seed: draft.seed,
+        };
+        let outcome =
+            character_turn(ctx, agents, config, &call, &mut lore_state, &member, &recalled.hits, guidance, &draft.scene_id, draft.round, cancel);
+        draft.lore_state = lore_state;
+        let (reply, usage, ledger) = outcome?;
+        draft.tokens += u64::from(usage.total());
+        draft.ledgers.push(CallLedger {
+            agent: "character".into(),
+            character: Some(member.name.clone()),
+            ledger,
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            notes: recalled.notes,
+        });
+        draft.injections.push((format!("scene:character:{}", member.name), recalled.query, recalled.hits));
+        let (prose, delta) = split_delta(&reply);
+        ctx.emit(SceneEvent::CharacterFinished {
+            scene_id: draft.scene_id.clone(),
+            round: draft.round,
+            character_id: member.id.clone(),
+            name: member.name.clone(),
+            content: prose.clone(),
+            delta: delta.clone(),
+        });
+        if let Some(slot) = draft.live.cast.iter_mut().find(|c| c.id == member.id) {
+            slot.state.apply(&delta);
+        }
+        draft.states.entry(member.id.clone()).or_default().apply(&delta);
+        draft.character_deltas.entry(member.id.clone()).or_default().apply(&delta);
+        draft.push_message(MessageKind::Character, Some(member.id.clone()), member.name.clone(), prose);
+    }
+    Ok(())
+}
+
+/// The Narrator, then the World agent (both optional); each sees the history as it
+/// stands when it runs, narration included.
+pub(super) fn after_characters(
+    ctx: &Arc<Context>,
+    agents: &Agents,
+    config: &SceneConfig,
+    plan: &DirectorPlan,
+    draft: &mut RoundDraft,
+    cancel: &CancelToken,
+) -> Result<(), SceneError> {
+    if let Some(narrator) = &agents.narrator {
+        let mut lore_state = std::mem::take(&mut draft.lore_state);
+        let at = after(ctx, agents, config, plan, draft, cancel);
+        let outcome = narration::narrate(&at, narrator, &mut lore_state);
+        draft.lore_state = lore_state;
+        let (content, ledger) = outcome?;
+        draft.tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
+        draft.ledgers.push(ledger);
+        if !content.is_empty() {
+            draft.push_message(MessageKind::Narrator, None, "Narrator".into(), content);
+        }
+    }
+    if let Some(world) = &agents.world {
+        let mut lore_state = std::mem::take(&mut draft.lore_state);
+        let at = after(ctx, agents, config, plan, draft, cancel);
+        let outcome = narration::world(&at, world, &mut lore_state);
+        draft.lore_state = lore_state;
+        let (update, ledger) = outcome?;
+        draft.tokens += u64::from(ledger.prompt_tokens) + u64::from(ledger.completion_tokens);
+        draft.ledgers.push(ledger);
+        for (name, value) in &update.trackers {
+            draft.trackers.insert(name.clone(), value.clone());
+        }
+        draft.elapsed += u64::from(update.elapsed_minutes);
+        // Pass 2 reconciles against the world as it now stands.
+        draft.live.trackers = draft.trackers.clone();
+        draft.record.world = Some(update);
+    }
+    Ok(())
+}
+
+fn after<'a>(
+    ctx: &'a Arc<Context>,
+    agents: &'a Agents,
+    config: &'a SceneConfig,
+    plan: &'a DirectorPlan,
+    draft: &'a RoundDraft,
+    cancel: &'a CancelToken,
+) -> AfterCharacters<'a> {
+    AfterCharacters {
+        ctx,
+        config,
+        templates: &agents.templates,
+        live: &draft.live,
+        notes: &draft.notes,
+        history: &draft.history,
+        lore: &draft.lore,
+        open_guidance: &plan.open_guidance,
+        message_number: u64::from(draft.next_number),
+        seed: draft.seed,
+        scene_id: &draft.scene_id,
+        round: draft.round,
+        cancel,
+    }
+}
+
+/// Director pass 2: reconcile the characters' replies into states, trackers and facts;
+/// where a character's own line and pass 2 disagree, pass 2 wins and the conflict is
+/// recorded.
+pub(super) fn reconcile(
+    ctx: &Context,
+    agents: &Agents,
+    config: &SceneConfig,
+    plan: &DirectorPlan,
+    draft: &mut RoundDraft,
+    cancel: &CancelToken,
+) -> Result<(), SceneError> {
+    let mut lore_state = std::mem::take(&mut draft.lore_state);
+    let envelope = envelope::assemble(
+        &config.budgets,
+        agents.director.1.max_context_tokens,
+        &draft.envelope_input(AgentKind::Reconcile, &draft.live, config, vec![plan.open_guidance.clone()]),
+        &mut lore_state,
+    );
+    draft.lore_state = lore_state;
+    let turn = envelope::reconcile_turn(draft.round);
+    let prompt = envelope::render(&agents.templates, AgentKind::Reconcile, &envelope, None, &turn)?;
+    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
+    let output = complete_structured::<Reconciliation>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
+        .map_err(|e| SceneError::Agent { agent: "director (reconcile)".into(), message: e.to_string() })?;
+    draft.tokens += u64::from(output.usage.total());
+    draft.ledgers.push(CallLedger {
+        agent: "director (reconcile)".into(),
+        character: None,
+        ledger: envelope.ledger,
+        prompt_tokens: output.usage.prompt_tokens,
+        completion_tokens: output.usage.completion_tokens,
+        notes: Vec::new(),
+    });
+    let reconciliation = output.value;
+    draft.emit_decision(ctx, 2, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
+    for update in &reconciliation.state_updates {
+        let Some(member) = draft.view.member_by_name(&update.name) else { continue };
+        if let Some(delta) = draft.character_deltas.get(&member.id) {
+            for field in STATE_FIELDS {
+                if let (Some(mine), Some(theirs)) = (delta.get(field), update.state.get(field).filter(|v| !v.trim().is_empty()))
+                    && mine != theirs.trim()
+                {
+                    draft.record.conflicts.push(Conflict {
+                        character: member.name.clone(),
+                        field: field.to_string(),
+                        character_value: mine.to_string(),
+                        director_value: theirs.trim().to_string(),
+                    });
+                }
+            }
+        }
+    }
+    apply_updates(&mut draft.states, &draft.view, &reconciliation.state_updates, &mut draft.record.ignored);
+    let world_owns_trackers = agents.world.is_some();
+    if world_owns_trackers
+        && (!reconciliation.trackers.is_empty() || reconciliation.elapsed_minutes > 0)
+        && let Some(call) = draft.ledgers.last_mut()
+    {
+        call.notes.push("trackers and minutes from pass 2 not applied: the World agent owns them".into());
+    }
+    for (name, value) in reconciliation.trackers.iter().filter(|_| !world_owns_trackers) {
+        draft.trackers.insert(name.clone(), value.clone());
+    }
+    for fact in &reconciliation.new_facts {
+        if !fact.trim().is_empty() && !draft.facts.iter().any(|f| f == fact.trim()) {
+            draft.facts.push(fact.trim().to_string());
+        }
+    }
+    if !world_owns_trackers {
+        draft.elapsed += u64::from(reconciliation.elapsed_minutes);
+    }
+    draft.record.reconciliation = Some(reconciliation);
+    Ok(())
+}
+
+/// What the close committed, for `round_completed`.
+pub(super) struct Closed {
+    pub messages: Vec<SceneMessage>,
+    pub active: Vec<String>,
+    pub conflicts: Vec<Conflict>,
+    pub tokens: u64,
+}
+
+/// The round close: messages, states, active set, trackers, facts, time, lore timers,
+/// the round's memories and injection records, in one transaction.
+pub(super) fn close(ctx: &Context, recall: &Recall, mut draft: RoundDraft, cancel: &CancelToken) -> Result<Closed, SceneError> {
+    for id in draft.leaving.keys() {
+        draft.active.remove(id);
+    }
+    // Full states (not deltas) for every character the round touched.
+    let mut final_states = BTreeMap::new();
+    for (id, delta) in &draft.states {
+        let mut state = draft.view.cast.iter().find(|c| &c.id == id).map(|c| c.state.clone()).unwrap_or_default();
+        state.apply(delta);
+        final_states.insert(id.clone(), state);
+    }
+    cancelled(cancel)?;
+    // The round's messages become memories of everyone present during it.
+    let present: Vec<String> = draft.live.active().map(|c| c.name.clone()).collect();
+    let turns = recall.turns(&draft.view.campaign_id, &draft.scene_id, &draft.new_messages, &present);
+    let (memories, embed_note) = recall.prepare(turns).map_err(|e| SceneError::Invalid(e.to_string()))?;
+    if let (Some(note), Some(last)) = (embed_note, draft.ledgers.last_mut()) {
+        last.notes.push(note);
+    }
+    let close = RoundClose {
+        scene_id: draft.scene_id.clone(),
+        campaign_id: draft.view.campaign_id.clone(),
+        round: draft.round,
+        input: draft.input.clone(),
+        messages: draft.new_messages.iter().map(|m| (m.kind, m.character_id.clone(), m.speaker.clone(), m.content.clone())).collect(),
+        states: final_states,
+        active: draft.active.clone(),
+        trackers: draft.trackers,
+        facts: draft.facts,
+        elapsed_minutes: draft.elapsed,
+        director: serde_json::to_value(&draft.record).map_err(|e| SceneError::Invalid(e.to_string()))?,
+        ledgers: serde_json::to_value(&draft.ledgers).map_err(|e| SceneError::Invalid(e.to_string()))?,
+        tokens: draft.tokens,
+        lore_state: draft.lore_state,
+    };
+    cancelled(cancel)?;
+    let (written, memory_write) = ctx.store.transaction(|tx| {
+        let written = records::close_round(tx, &close)?;
+        let memory_write = memories.write(tx)?;
+        for (agent, query, hits) in &draft.injections {
+            crate::memory::injections::record(tx, agent, query, hits)?;
+        }
+        Ok((written, memory_write))
+    })?;
+    if let Some(bank) = recall.bank() {
+        bank.publish(memory_write);
+    }
+    Ok(Closed { messages: written, active: draft.active.into_iter().collect(), conflicts: draft.record.conflicts, tokens: draft.tokens })
+}
