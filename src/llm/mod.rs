@@ -5,27 +5,25 @@
 //! every provider simple to test against a plain local HTTP server and lets a
 //! [`CancelToken`] stop a stream between two reads.
 
-mod anthropic;
-mod cache;
-pub mod calls;
+//! Subsystems, each a folder: `providers` (one attempt against one backend, on the
+//! wire), `client` (every policy around a call: retries, rate limit, response cache,
+//! call log), `structured` (schema → validate → repair → re-ask) and `local` (the
+//! embedded model). `profile`, `secret` and `tokens` are shared by all of them.
+
 pub mod client;
-mod gemini;
-mod gemini_schema;
-mod http;
 pub mod local;
-mod openai;
 pub mod profile;
-pub mod rate_limit;
-pub mod repair;
-mod reply;
-pub mod retry;
-pub mod scripted;
+pub mod providers;
 pub mod secret;
-pub mod sse;
 pub mod structured;
 pub mod tokens;
 
-pub use cache::ResponseCache;
+pub use client::{calls, rate_limit, retry};
+pub use providers::{scripted, sse};
+pub use structured::repair;
+use providers::{anthropic, gemini, http, openai, reply};
+
+pub use client::cache::ResponseCache;
 pub use client::LlmClient;
 pub use profile::{ProviderKind, ProviderProfile, RetryPolicy, SamplerSettings, Timeouts};
 pub use secret::Secret;

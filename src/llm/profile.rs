@@ -1,5 +1,5 @@
 //! Named provider profiles: which backend, which model, and how to talk to it.
-//! Profiles are stored in the TOML config; API keys never are (see [`super::Secret`]).
+//! Profiles are stored in the TOML config; API keys never are (see [`crate::llm::Secret`]).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

@@ -17,7 +17,7 @@
 //! On English prose this lands within about 15% of real tokenizers and errs high, which
 //! is the safe side for context budgets.
 
-use super::ChatMessage;
+use crate::llm::ChatMessage;
 
 /// Estimated token count of `text`.
 pub fn estimate(text: &str) -> u32 {

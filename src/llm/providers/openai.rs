@@ -2,10 +2,10 @@
 //! server-sent events. The dialect every local server speaks (llama.cpp, Ollama,
 //! LM Studio, vLLM) as well as OpenRouter and OpenAI.
 
-use super::http::{HttpResponse, HttpTransport, JsonPost, server_message};
-use super::reply::{ReplyBuilder, in_stream_error};
-use super::profile::SamplerWireNames;
-use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Secret, Timeouts};
+use crate::llm::http::{HttpResponse, HttpTransport, JsonPost, server_message};
+use crate::llm::reply::{ReplyBuilder, in_stream_error};
+use crate::llm::profile::SamplerWireNames;
+use crate::llm::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Secret, Timeouts};
 use serde_json::{Map, Value, json};
 
 pub(crate) struct OpenAiProvider {
@@ -114,7 +114,7 @@ fn parse_body(value: &Value, reply: &mut ReplyBuilder, ctx: &CallContext<'_>) ->
     }
     let choice = value
         .pointer("/choices/0")
-        .ok_or_else(|| LlmError::Malformed(format!("no choices in the reply: {}", super::http::quote(value.to_string().as_bytes()))))?;
+        .ok_or_else(|| LlmError::Malformed(format!("no choices in the reply: {}", crate::llm::http::quote(value.to_string().as_bytes()))))?;
     match choice.pointer("/message/content") {
         Some(Value::String(text)) => reply.push(ctx, text),
         Some(Value::Null) | None => {} // e.g. a refusal or a tool call: no text
@@ -148,7 +148,7 @@ fn read_stream(response: &mut HttpResponse, reply: &mut ReplyBuilder, ctx: &Call
             return Ok(true);
         }
         let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| LlmError::Malformed(format!("a stream event is not valid JSON ({e}): {}", super::http::quote(data.as_bytes()))))?;
+            .map_err(|e| LlmError::Malformed(format!("a stream event is not valid JSON ({e}): {}", crate::llm::http::quote(data.as_bytes()))))?;
         if chunk.get("error").is_some() {
             let status = chunk.pointer("/error/code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok());
             return Err(in_stream_error(status, server_message(&chunk).unwrap_or_default()));

@@ -8,7 +8,7 @@
 //! a number, `#[schemars(regex(pattern = r"^\w+$"))]` on a string. The same keys are
 //! also read from `#[validate(...)]` and `#[garde(...)]` attributes.
 //!
-//! Each attempt is call → [`repair`](super::repair) → validate (every error, with its
+//! Each attempt is call → [`repair`](crate::llm::repair) → validate (every error, with its
 //! instance path) → deserialize. A failed attempt is answered with a re-ask that quotes
 //! the reply and lists the exact errors, up to [`StructuredOptions::max_attempts`].
 //! Every attempt is kept, successful or not, so the UI can show what the model said and
@@ -19,8 +19,11 @@
 #[cfg(test)]
 mod tests;
 
-use super::repair::{Expect, Repair, RepairOptions, repair_json_with};
-use super::{CallContext, ChatMessage, ChatRequest, LlmClient, LlmError, ResponseFormat, Role, Usage};
+
+pub mod repair;
+
+use crate::llm::repair::{Expect, Repair, RepairOptions, repair_json_with};
+use crate::llm::{CallContext, ChatMessage, ChatRequest, LlmClient, LlmError, ResponseFormat, Role, Usage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;

@@ -1,10 +1,10 @@
 //! Anthropic's Messages API: `POST {base}/v1/messages` with `x-api-key` and a pinned
 //! `anthropic-version`, plain or streamed as typed server-sent events.
 
-use super::http::{HttpResponse, HttpTransport, JsonPost, server_message};
-use super::reply::ReplyBuilder;
-use super::profile::SamplerWireNames;
-use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Secret, Timeouts};
+use crate::llm::http::{HttpResponse, HttpTransport, JsonPost, server_message};
+use crate::llm::reply::ReplyBuilder;
+use crate::llm::profile::SamplerWireNames;
+use crate::llm::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Secret, Timeouts};
 use serde_json::{Map, Value, json};
 
 const API_VERSION: &str = "2023-06-01";
@@ -40,7 +40,7 @@ impl AnthropicProvider {
 
 impl Provider for AnthropicProvider {
     fn describe(&self) -> String {
-        format!("anthropic ({})", super::http::endpoint_of(&self.url))
+        format!("anthropic ({})", crate::llm::http::endpoint_of(&self.url))
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
@@ -125,7 +125,7 @@ fn parse_message(value: &Value, reply: &mut ReplyBuilder, ctx: &CallContext<'_>)
     let content = value
         .get("content")
         .and_then(Value::as_array)
-        .ok_or_else(|| LlmError::Malformed(format!("no content in the reply: {}", super::http::quote(value.to_string().as_bytes()))))?;
+        .ok_or_else(|| LlmError::Malformed(format!("no content in the reply: {}", crate::llm::http::quote(value.to_string().as_bytes()))))?;
     for block in content.iter().filter(|b| b.get("type").and_then(Value::as_str) == Some("text")) {
         if let Some(text) = block.get("text").and_then(Value::as_str) {
             reply.push(ctx, text);
@@ -148,7 +148,7 @@ fn parse_message(value: &Value, reply: &mut ReplyBuilder, ctx: &CallContext<'_>)
 fn read_stream(response: &mut HttpResponse, reply: &mut ReplyBuilder, ctx: &CallContext<'_>) -> Result<(), LlmError> {
     let end = response.read_events(|event| {
         let data: Value = serde_json::from_str(&event.data).map_err(|e| {
-            LlmError::Malformed(format!("a stream event is not valid JSON ({e}): {}", super::http::quote(event.data.as_bytes())))
+            LlmError::Malformed(format!("a stream event is not valid JSON ({e}): {}", crate::llm::http::quote(event.data.as_bytes())))
         })?;
         let kind = data.get("type").and_then(Value::as_str).or(event.event.as_deref()).unwrap_or_default();
         match kind {

@@ -2,7 +2,7 @@
 //! streamed fragment on, remember the stop reason, model and usage, and estimate the
 //! usage when the provider reported none.
 
-use super::{CallContext, ChatRequest, Completion, LlmError, Usage, tokens};
+use crate::llm::{CallContext, ChatRequest, Completion, LlmError, Usage, tokens};
 use crate::llm::http::StreamEnd;
 
 #[derive(Debug, Default)]

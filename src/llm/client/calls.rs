@@ -5,7 +5,7 @@
 //! connection with a short busy timeout, and a write that cannot happen is dropped with
 //! a warning. Only the newest [`KEEP`] calls are kept.
 
-use super::{ChatRequest, Completion, LlmError};
+use crate::llm::{ChatRequest, Completion, LlmError};
 use crate::store::{Store, StoreError, now_rfc3339};
 use rusqlite::{Connection, params};
 use serde::Serialize;

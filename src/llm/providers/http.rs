@@ -8,9 +8,9 @@
 //! checks the [`CancelToken`] between them. A cancelled or finished caller drops the
 //! channel, and the worker ends at its next read (bounded by the read timeout).
 
-use super::retry::{parse_proto_duration, parse_retry_after};
-use super::sse::{SseEvent, SseParser};
-use super::{CancelToken, LlmError, Secret, Timeouts};
+use crate::llm::retry::{parse_proto_duration, parse_retry_after};
+use crate::llm::sse::{SseEvent, SseParser};
+use crate::llm::{CancelToken, LlmError, Secret, Timeouts};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use std::io::Read;
 use std::time::{Duration, Instant, SystemTime};

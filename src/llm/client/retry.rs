@@ -1,10 +1,10 @@
-//! Backoff arithmetic and `Retry-After` parsing for [`super::LlmClient`]'s retries.
+//! Backoff arithmetic and `Retry-After` parsing for [`crate::llm::LlmClient`]'s retries.
 //!
 //! Full jitter (a uniform delay between zero and the exponential cap) spreads the
 //! retries of many clients that failed together, which plain exponential backoff does
 //! not; a server's `Retry-After` is a floor, since asking sooner only earns another 429.
 
-use super::{CancelToken, LlmError, RetryPolicy};
+use crate::llm::{CancelToken, LlmError, RetryPolicy};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The exponential cap for retry number `attempt` (0 for the first retry).

@@ -8,8 +8,8 @@
 //! profile share one through [`shared`], so the identity pipeline's parallel agents
 //! together stay under the limit.
 
-use super::retry::sleep_cancellable;
-use super::{CancelToken, LlmError};
+use crate::llm::retry::sleep_cancellable;
+use crate::llm::{CancelToken, LlmError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};

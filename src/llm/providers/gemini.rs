@@ -5,10 +5,10 @@
 //! also accepts, so it cannot leak into a logged or quoted URL.
 
 use super::gemini_schema::to_gemini_schema;
-use super::http::{HttpResponse, HttpTransport, JsonPost, server_message};
-use super::reply::{ReplyBuilder, in_stream_error};
-use super::profile::SamplerWireNames;
-use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Secret, Timeouts};
+use crate::llm::http::{HttpResponse, HttpTransport, JsonPost, server_message};
+use crate::llm::reply::{ReplyBuilder, in_stream_error};
+use crate::llm::profile::SamplerWireNames;
+use crate::llm::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Secret, Timeouts};
 use serde_json::{Map, Value, json};
 
 pub(crate) struct GeminiProvider {
@@ -40,7 +40,7 @@ impl GeminiProvider {
 
 impl Provider for GeminiProvider {
     fn describe(&self) -> String {
-        format!("gemini ({})", super::http::endpoint_of(&self.base_url))
+        format!("gemini ({})", crate::llm::http::endpoint_of(&self.base_url))
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
@@ -133,7 +133,7 @@ fn read_chunk(value: &Value, reply: &mut ReplyBuilder, ctx: &CallContext<'_>) ->
     if candidates.is_none() && value.get("usageMetadata").is_none() {
         return Err(LlmError::Malformed(format!(
             "no candidates in the reply: {}",
-            super::http::quote(value.to_string().as_bytes())
+            crate::llm::http::quote(value.to_string().as_bytes())
         )));
     }
     if let Some(candidate) = candidates.and_then(|c| c.first()) {
@@ -174,7 +174,7 @@ fn read_chunk(value: &Value, reply: &mut ReplyBuilder, ctx: &CallContext<'_>) ->
 fn read_stream(response: &mut HttpResponse, reply: &mut ReplyBuilder, ctx: &CallContext<'_>) -> Result<(), LlmError> {
     let end = response.read_events(|event| {
         let chunk: Value = serde_json::from_str(&event.data).map_err(|e| {
-            LlmError::Malformed(format!("a stream event is not valid JSON ({e}): {}", super::http::quote(event.data.as_bytes())))
+            LlmError::Malformed(format!("a stream event is not valid JSON ({e}): {}", crate::llm::http::quote(event.data.as_bytes())))
         })?;
         read_chunk(&chunk, reply, ctx)?;
         Ok(false)

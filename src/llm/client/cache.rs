@@ -8,7 +8,7 @@
 //! streamed call can be served by a cached non-streamed one and vice versa), and the
 //! API key never is.
 
-use super::{ChatRequest, Completion, Usage};
+use crate::llm::{ChatRequest, Completion, Usage};
 use crate::store::{Store, StoreError, now_rfc3339};
 use rusqlite::OptionalExtension;
 use serde_json::Value;

@@ -10,14 +10,20 @@
 //! back to the caller, who can start over cleanly. Attempts that failed before any
 //! token was delivered are retried as usual.
 
-use super::anthropic::AnthropicProvider;
-use super::cache::ResponseCache;
-use super::gemini::GeminiProvider;
-use super::openai::OpenAiProvider;
-use super::rate_limit::{self, RateLimiter};
-use super::retry::{retry_delay, sleep_cancellable};
-use super::scripted::ScriptedProvider;
-use super::{
+
+pub mod cache;
+pub mod calls;
+pub mod rate_limit;
+pub mod retry;
+
+use crate::llm::anthropic::AnthropicProvider;
+use cache::ResponseCache;
+use crate::llm::gemini::GeminiProvider;
+use crate::llm::openai::OpenAiProvider;
+use rate_limit::RateLimiter;
+use crate::llm::retry::{retry_delay, sleep_cancellable};
+use crate::llm::scripted::ScriptedProvider;
+use crate::llm::{
     CallContext, ChatRequest, Completion, LlmError, Provider, ProviderKind, ProviderProfile, SamplerSettings, Secret,
 };
 use crate::store::Store;
@@ -38,7 +44,7 @@ pub struct LlmClient {
     /// Which server answers, as part of the cache key.
     endpoint: String,
     /// Where every call is logged as sent (when the client has a library).
-    calls: Option<super::calls::CallLog>,
+    calls: Option<crate::llm::calls::CallLog>,
 }
 
 impl LlmClient {
@@ -71,7 +77,7 @@ impl LlmClient {
                 })?;
                 Arc::new(ScriptedProvider::from_file(path, timeouts)?)
             }
-            ProviderKind::Local => Arc::new(super::local::LocalProvider::from_profile(profile)?),
+            ProviderKind::Local => Arc::new(crate::llm::local::LocalProvider::from_profile(profile)?),
         };
         // Clients built from one profile share its limiter: the limit is the profile's,
         // not a single client's.
@@ -100,7 +106,7 @@ impl LlmClient {
     /// Use `store` for the response cache (only if the profile enables caching).
     pub fn with_store(mut self, store: Store) -> Self {
         self.cache = self.profile.cache.then(|| ResponseCache::new(store.clone()));
-        self.calls = Some(super::calls::CallLog::new(store));
+        self.calls = Some(crate::llm::calls::CallLog::new(store));
         self
     }
 
@@ -287,7 +293,7 @@ fn missing(profile: &ProviderProfile) -> LlmError {
 /// Whether `url` points at this machine or a private network, where self-hosted
 /// servers (llama.cpp, Ollama, LM Studio, vLLM) run without keys.
 pub(crate) fn is_local_address(url: &str) -> bool {
-    let endpoint = super::http::endpoint_of(url);
+    let endpoint = crate::llm::http::endpoint_of(url);
     let authority = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
     let host = if let Some(rest) = authority.strip_prefix('[') {
         rest.split(']').next().unwrap_or(rest)

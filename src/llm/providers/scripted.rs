@@ -56,8 +56,8 @@
 //!
 //! Usage is always an estimate (`reported: false`): no tokenizer runs here.
 
-use super::retry::sleep_cancellable;
-use super::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Timeouts, Usage, tokens};
+use crate::llm::retry::sleep_cancellable;
+use crate::llm::{CallContext, ChatRequest, Completion, LlmError, Provider, ResponseFormat, Role, Timeouts, Usage, tokens};
 use serde::Deserialize;
 use std::path::Path;
 use std::sync::Mutex;
@@ -205,7 +205,7 @@ impl ScriptedProvider {
 
     pub fn new(script: Script, source: String, timeouts: Timeouts) -> Self {
         let positions = Mutex::new(vec![0; script.rules.len()]);
-        Self { script, source, read_timeout: super::http::seconds(timeouts.read_secs), positions }
+        Self { script, source, read_timeout: crate::llm::http::seconds(timeouts.read_secs), positions }
     }
 
     /// Pick the reply for `request`, advancing the matching rule's sequence.
@@ -334,7 +334,7 @@ impl Provider for ScriptedProvider {
 
 impl ScriptedProvider {
     /// The error a scripted failure stands for; waits first where a real one would.
-    fn fail(&self, failure: &Failure, cancel: &super::CancelToken) -> Result<LlmError, LlmError> {
+    fn fail(&self, failure: &Failure, cancel: &crate::llm::CancelToken) -> Result<LlmError, LlmError> {
         Ok(match failure {
             Failure::Http { status, message } => LlmError::Http {
                 status: *status,
