@@ -6,7 +6,7 @@ int8 ONNX file, but not as an fp32 ONNX file. Exporting through torch would make
 set-up script download several gigabytes; the BERT encoder is small enough to write
 out operator by operator with the `onnx` package and numpy instead. The graph's output
 (`last_hidden_state`) is checked against sentence-transformers by the Rust parity test
-(`tests/memory.rs`, fixture made by `tests/data/memory/make_reference.py`).
+(`tests/it/memory.rs`, fixture made by `tests/data/memory/make_reference.py`).
 
 Usage: bert_to_onnx.py MODEL_DIR OUT.onnx
 Inputs of the graph: input_ids, attention_mask, token_type_ids (int64, [batch, seq]).

@@ -8,7 +8,7 @@
 //! - `client/*`: a whole call through `LlmClient` to an OpenAI-compatible server on
 //!   127.0.0.1 (worker thread, HTTP, parsing): a plain reply, and a 200-event stream.
 
-#[path = "../tests/support/mock_http.rs"]
+#[path = "../tests/it/support/mock_http.rs"]
 mod mock_http;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

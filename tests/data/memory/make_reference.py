@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference sentence embeddings for the parity test in tests/memory.rs.
+"""Reference sentence embeddings for the parity test in tests/it/memory.rs.
 
 Run once, by hand, in an environment with sentence-transformers (torch) installed:
 

@@ -5,10 +5,7 @@
 //! These run the real embedding model (installed by `.ci/setup.sh`) and a real SQLite
 //! library file; the replies come from scripted providers or a local HTTP server.
 
-mod support {
-    pub mod mock_http;
-    pub mod wire;
-}
+use crate::support;
 
 use lorekeeper::companion::records::{self, ChatTurn};
 use lorekeeper::companion::{CompanionCommand, CompanionEvent, demo};

@@ -1,10 +1,7 @@
 //! The headless command line as a script uses it: the real binary, a real library file,
 //! a local server speaking OpenAI's wire format.
 
-mod support {
-    pub mod mock_http;
-    pub mod wire;
-}
+use crate::support;
 
 use lorekeeper::config::Config;
 use lorekeeper::llm::{ProviderKind, ProviderProfile};

@@ -48,7 +48,7 @@ fn turn(id: &str, speaker: &str, text: &str, witnesses: &[&str]) -> NewMemory {
 #[test]
 fn embeddings_match_sentence_transformers_to_1e_4() {
     let fixture: serde_json::Value =
-        serde_json::from_str(include_str!("data/memory/reference_embeddings.json")).unwrap();
+        serde_json::from_str(include_str!("../data/memory/reference_embeddings.json")).unwrap();
     let items = fixture["items"].as_array().unwrap();
     let texts: Vec<String> = items.iter().map(|i| i["text"].as_str().unwrap().to_string()).collect();
     let vectors = embedder().embed(texts.clone()).unwrap();

@@ -2,10 +2,7 @@
 //! format, through the real `LlmClient` (retries, cache, rate limit, cancellation).
 //! Every case must end in the right result or a clear error: never a panic or a hang.
 
-mod support {
-    pub mod mock_http;
-    pub mod wire;
-}
+use crate::support;
 
 use lorekeeper::llm::{
     CallContext, CancelToken, ChatMessage, ChatRequest, Completion, LlmClient, LlmError, ProviderKind, ProviderProfile,

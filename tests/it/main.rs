@@ -1,0 +1,18 @@
+//! Every end-to-end test in one binary: the library (with egui, llama.cpp and ONNX
+//! Runtime) is linked once instead of once per file, and the helpers in `support` are
+//! compiled once. Each module is one area, as a user meets it.
+
+mod support {
+    pub mod mock_http;
+    pub mod wire;
+}
+
+mod cli;
+mod companion;
+mod identity;
+mod interop;
+mod local_model;
+mod memory;
+mod providers;
+mod scene;
+mod workbench;
