@@ -296,6 +296,26 @@ mod tests {
         assert_eq!(bank.dropped.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["mid", "low"]);
     }
 
+    /// The whole packet exactly as sent, block by block: a change to a template or to
+    /// the assembly shows here as a reviewable diff (`UPDATE_EXPECT=1` rewrites it).
+    #[test]
+    fn the_packet_as_sent() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let hits = [hit("m1", "Ilse and the user climbed the old lighthouse.", 0.8)];
+        let packet = assemble(&templates, &config, input(&c, &hits, Some(Proximity::Physical))).unwrap();
+        let mut shown = String::new();
+        for message in &packet.messages {
+            shown.push_str(&format!("--- {:?}\n{}\n", message.role, message.content));
+        }
+        shown.push_str(&format!("--- {} tokens of {}; blocks:", packet.tokens, packet.max_context_tokens));
+        for block in &packet.blocks {
+            shown.push_str(&format!(" {}={}", block.tag, block.tokens));
+        }
+        expect_test::expect_file!["snapshots/packet_as_sent.txt"].assert_eq(&shown);
+    }
+
     #[test]
     fn time_since_reads_as_words() {
         let now = DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z").unwrap().with_timezone(&Utc);

@@ -548,6 +548,36 @@ mod tests {
         }
     }
 
+    /// What the judge keeps or why it throws a draw away, for the replies a model
+    /// really writes.
+    #[test]
+    fn the_judge_on_typical_draws() {
+        let cases = [
+            ("[Ilse Marrow]: The kettle's on.", "stop"),
+            ("Ilse Marrow: *smiles* The kettle's on.", "stop"),
+            ("The kettle's on.\n[Juno]: Thanks!", "stop"),
+            ("Juno: I'll have tea.", "stop"),
+            ("<user_input>Do you remember?</user_input>", "stop"),
+            ("   ", "stop"),
+            ("The kettle's on and the", "length"),
+        ];
+        let shown: Vec<String> = cases
+            .iter()
+            .map(|(text, finish)| match judge(&reply(text, finish), "Ilse Marrow", "Juno") {
+                Ok(kept) => format!("{text:?} -> kept {kept:?}"),
+                Err(why) => format!("{text:?} -> discarded: {why}"),
+            })
+            .collect();
+        expect_test::expect![[r#"
+            "[Ilse Marrow]: The kettle's on." -> kept "The kettle's on."
+            "Ilse Marrow: *smiles* The kettle's on." -> kept "*smiles* The kettle's on."
+            "The kettle's on.\n[Juno]: Thanks!" -> discarded: it spoke for Juno
+            "Juno: I'll have tea." -> discarded: it spoke for Juno
+            "<user_input>Do you remember?</user_input>" -> discarded: it repeated the prompt's markup
+            "   " -> discarded: it was empty
+            "The kettle's on and the" -> discarded: it was cut off at the token limit"#]].assert_eq(&shown.join("\n"));
+    }
+
     #[test]
     fn judging_replies() {
         let ok = |t: &str| judge(&reply(t, "stop"), "Ilse Marrow", "Juno");

@@ -338,3 +338,62 @@ pub fn render(
     Ok(RenderedPrompt { system: templates.render(agent.template(), &context)?, user: turn.to_string() })
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::{demo, lore, records};
+    use crate::store::Store;
+
+    /// The demo scene's Director and character prompts exactly as rendered: a change to
+    /// a template, a budget or the assembly shows here as a reviewable diff
+    /// (`UPDATE_EXPECT=1` rewrites the files).
+    #[test]
+    fn the_demo_scene_envelopes_as_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (view, notes, history, prepared, mut lore_state) = store
+            .with(|c| {
+                let view = records::load_view(c, &scene)?;
+                Ok((
+                    records::load_notes(c, &scene)?,
+                    records::recent_messages(c, &scene, config.history_window)?,
+                    lore::campaign_lore(c, &view.campaign_id)?,
+                    lore::load_state(c, &scene)?,
+                    view,
+                ))
+            })
+            .map(|(notes, history, prepared, state, view)| (view, notes, history, prepared, state))
+            .unwrap();
+        let input = |agent, character| EnvelopeInput {
+            agent,
+            view: &view,
+            notes: &notes,
+            history: &history,
+            lore: Some(&prepared),
+            memories: &[],
+            character,
+            director_guidance: vec!["Someone knocks at the lamp room door.".into()],
+            lore_scan_depth: config.lore_scan_depth,
+            message_number: history.last().map_or(1, |m| u64::from(m.number) + 1),
+            seed: 7,
+        };
+        let show = |envelope: &Envelope, prompt: &RenderedPrompt| {
+            let sections: Vec<String> = envelope.ledger.sections.iter().map(|s| format!("{:?}={}", s.section, s.used)).collect();
+            format!("--- system\n{}\n--- user\n{}\n--- used: {}", prompt.system, prompt.user, sections.join(" "))
+        };
+
+        let director = assemble(&config.budgets, 8192, &input(AgentKind::Director, None), &mut lore_state);
+        let turn = director_turn(1, Some("I light the lamp."));
+        let prompt = render(&templates, AgentKind::Director, &director, None, &turn).unwrap();
+        expect_test::expect_file!["snapshots/envelope_director.txt"].assert_eq(&show(&director, &prompt));
+
+        let member = view.active().next().expect("the demo has someone present");
+        let character = assemble(&config.budgets, 8192, &input(AgentKind::Character, Some(member)), &mut lore_state);
+        let prompt = render(&templates, AgentKind::Character, &character, Some(member), &character_turn(&member.name)).unwrap();
+        expect_test::expect_file!["snapshots/envelope_character.txt"].assert_eq(&show(&character, &prompt));
+    }
+}
