@@ -131,168 +131,186 @@ fn finish_graph(engine: &EngineHandle) -> Result<()> {
 pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match action {
-        MemoryAction::Import { file } => {
-            engine.send(Command::Memory(MemoryCommand::Import { path: file }))?;
-            let summary = wait(engine, |e| match e {
-                MemoryEvent::ImportProgress { done, total } => {
-                    progress("imported", *done, *total);
-                    None
-                }
-                MemoryEvent::Imported { summary } => Some(summary.clone()),
-                _ => None,
-            })?;
-            finish_graph(engine)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&summary)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "imported {} turns from {} session(s) in {} ms ({:.0}/s)",
-                    summary.imported, summary.sessions, summary.elapsed_ms, summary.per_second
-                )?;
-            }
-        }
-        MemoryAction::Search(args) => {
-            let scope = match &args.scope {
-                Some(s) => Some(Scope::parse(s).ok_or_else(|| anyhow!("unknown scope {s:?} (world, campaign:ID, character:ID)"))?),
-                None => None,
-            };
-            let request = SearchRequest {
-                query: args.query,
-                k: args.k,
-                mode: args.mode,
-                filter: SearchFilter {
-                    scope,
-                    speaker: args.speaker,
-                    witness: args.witness,
-                    session: args.session,
-                    time_from: args.from,
-                    time_to: args.to,
-                    kinds: Vec::new(),
-                },
-            };
-            engine.send(Command::Memory(MemoryCommand::Search { request }))?;
-            let hits = wait(engine, |e| match e {
-                MemoryEvent::SearchResults { hits, .. } => Some(hits.clone()),
-                _ => None,
-            })?;
-            if json {
-                let list: Vec<serde_json::Value> = hits
-                    .iter()
-                    .map(|h| {
-                        serde_json::json!({
-                            "id": h.id, "text": h.text, "speaker": h.speaker, "score": h.score,
-                            "keyword_score": h.keyword_score, "vector_score": h.vector_score, "rank": h.rank,
-                            "kind": h.kind, "session": h.session, "time": h.time,
-                        })
-                    })
-                    .collect();
-                writeln!(out, "{}", serde_json::to_string(&list)?)?;
-            } else {
-                for h in &hits {
-                    let score = |s: Option<f32>| s.map(|s| format!("{s:.3}")).unwrap_or_else(|| "-".into());
-                    writeln!(
-                        out,
-                        "{:>3}. [{:.4}] kw {} vec {}  {} ({}): {}",
-                        h.rank,
-                        h.score,
-                        score(h.keyword_score),
-                        score(h.vector_score),
-                        h.id,
-                        h.speaker.as_deref().unwrap_or("-"),
-                        h.text
-                    )?;
-                }
-            }
-        }
-        MemoryAction::Eval(args) => {
-            engine.send(Command::Memory(MemoryCommand::Eval { path: args.file, k: args.k, mode: args.mode }))?;
-            let report = wait(engine, |e| match e {
-                MemoryEvent::Evaluated { report } => Some(report.clone()),
-                _ => None,
-            })?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&report)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "{} questions, mode {:?}: recall@{} {:.3}, recall@5 {:.3}, recall@10 {:.3}",
-                    report.questions, report.mode, report.k, report.recall_at_k, report.recall_at_5, report.recall_at_10
-                )?;
-                for (name, r) in report.by_type.iter().chain(report.by_split.iter()) {
-                    writeln!(out, "  {name:<12} {:>3} questions: @5 {:.3}  @10 {:.3}", r.questions, r.recall_at_5, r.recall_at_10)?;
-                }
-            }
-        }
-        MemoryAction::Reindex { force } => {
-            engine.send(Command::Memory(MemoryCommand::Reindex { force }))?;
-            let embedded = wait(engine, |e| match e {
-                MemoryEvent::ReindexProgress { done, total } => {
-                    progress("embedded", *done, *total);
-                    None
-                }
-                MemoryEvent::IndexRebuilding { vectors } => {
-                    eprintln!("building the vector graph over {vectors} vectors...");
-                    None
-                }
-                MemoryEvent::IndexRebuildProgress { done, total } => {
-                    progress("graph", *done, *total);
-                    None
-                }
-                MemoryEvent::Reindexed { embedded } => Some(*embedded),
-                _ => None,
-            })?;
-            if json {
-                writeln!(out, "{}", serde_json::json!({ "embedded": embedded }))?;
-            } else {
-                writeln!(out, "embedded {embedded} memories; vector graph rebuilt")?;
-            }
-        }
-        MemoryAction::Lore { dir } => {
-            engine.send(Command::Memory(MemoryCommand::IndexLore { dir }))?;
-            let report = wait(engine, |e| match e {
-                MemoryEvent::LoreIndexed { report } => Some(report.clone()),
-                _ => None,
-            })?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&report)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "{} lore files: {} indexed ({} chunks), {} unchanged, {} removed",
-                    report.files, report.indexed, report.chunks, report.unchanged, report.removed
-                )?;
-            }
-        }
-        MemoryAction::Stats => {
-            engine.send(Command::Memory(MemoryCommand::Stats))?;
-            let stats = wait(engine, |e| match e {
-                MemoryEvent::Stats { stats } => Some(stats.clone()),
-                _ => None,
-            })?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&stats)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "{} memories ({} turns, {} summaries, {} lore chunks) in {} sessions\n\
-                     vectors: {} of model {} ({} missing); graph: {} indexed, {} pending{}\n\
-                     unsummarised turns: {}",
-                    stats.memories,
-                    stats.turns,
-                    stats.summaries,
-                    stats.lore_chunks,
-                    stats.sessions,
-                    stats.with_vectors,
-                    stats.model,
-                    stats.without_vectors,
-                    stats.ann_indexed,
-                    stats.ann_pending,
-                    if stats.rebuilding { " (rebuilding)" } else { "" },
-                    stats.unsummarised_turns
-                )?;
-            }
-        }
+        MemoryAction::Import { file } => import(engine, file, json, &mut out)?,
+        MemoryAction::Search(args) => search(engine, args, json, &mut out)?,
+        MemoryAction::Eval(args) => eval(engine, args, json, &mut out)?,
+        MemoryAction::Reindex { force } => reindex(engine, force, json, &mut out)?,
+        MemoryAction::Lore { dir } => lore(engine, dir, json, &mut out)?,
+        MemoryAction::Stats => stats(engine, json, &mut out)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn import(engine: &EngineHandle, file: PathBuf, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(MemoryCommand::Import { path: file }))?;
+    let summary = wait(engine, |e| match e {
+        MemoryEvent::ImportProgress { done, total } => {
+            progress("imported", *done, *total);
+            None
+        }
+        MemoryEvent::Imported { summary } => Some(summary.clone()),
+        _ => None,
+    })?;
+    finish_graph(engine)?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&summary)?)?;
+    } else {
+        writeln!(
+            out,
+            "imported {} turns from {} session(s) in {} ms ({:.0}/s)",
+            summary.imported, summary.sessions, summary.elapsed_ms, summary.per_second
+        )?;
+    }
+    Ok(())
+}
+
+fn search(engine: &EngineHandle, args: SearchArgs, json: bool, out: &mut impl Write) -> Result<()> {
+    let scope = match &args.scope {
+        Some(s) => Some(Scope::parse(s).ok_or_else(|| anyhow!("unknown scope {s:?} (world, campaign:ID, character:ID)"))?),
+        None => None,
+    };
+    let request = SearchRequest {
+        query: args.query,
+        k: args.k,
+        mode: args.mode,
+        filter: SearchFilter {
+            scope,
+            speaker: args.speaker,
+            witness: args.witness,
+            session: args.session,
+            time_from: args.from,
+            time_to: args.to,
+            kinds: Vec::new(),
+        },
+    };
+    engine.send(Command::Memory(MemoryCommand::Search { request }))?;
+    let hits = wait(engine, |e| match e {
+        MemoryEvent::SearchResults { hits, .. } => Some(hits.clone()),
+        _ => None,
+    })?;
+    if json {
+        let list: Vec<serde_json::Value> = hits
+            .iter()
+            .map(|h| {
+                serde_json::json!({
+                    "id": h.id, "text": h.text, "speaker": h.speaker, "score": h.score,
+                    "keyword_score": h.keyword_score, "vector_score": h.vector_score, "rank": h.rank,
+                    "kind": h.kind, "session": h.session, "time": h.time,
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string(&list)?)?;
+    } else {
+        for h in &hits {
+            let score = |s: Option<f32>| s.map(|s| format!("{s:.3}")).unwrap_or_else(|| "-".into());
+            writeln!(
+                out,
+                "{:>3}. [{:.4}] kw {} vec {}  {} ({}): {}",
+                h.rank,
+                h.score,
+                score(h.keyword_score),
+                score(h.vector_score),
+                h.id,
+                h.speaker.as_deref().unwrap_or("-"),
+                h.text
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn eval(engine: &EngineHandle, args: EvalArgs, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(MemoryCommand::Eval { path: args.file, k: args.k, mode: args.mode }))?;
+    let report = wait(engine, |e| match e {
+        MemoryEvent::Evaluated { report } => Some(report.clone()),
+        _ => None,
+    })?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} questions, mode {:?}: recall@{} {:.3}, recall@5 {:.3}, recall@10 {:.3}",
+            report.questions, report.mode, report.k, report.recall_at_k, report.recall_at_5, report.recall_at_10
+        )?;
+        for (name, r) in report.by_type.iter().chain(report.by_split.iter()) {
+            writeln!(out, "  {name:<12} {:>3} questions: @5 {:.3}  @10 {:.3}", r.questions, r.recall_at_5, r.recall_at_10)?;
+        }
+    }
+    Ok(())
+}
+
+fn reindex(engine: &EngineHandle, force: bool, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(MemoryCommand::Reindex { force }))?;
+    let embedded = wait(engine, |e| match e {
+        MemoryEvent::ReindexProgress { done, total } => {
+            progress("embedded", *done, *total);
+            None
+        }
+        MemoryEvent::IndexRebuilding { vectors } => {
+            eprintln!("building the vector graph over {vectors} vectors...");
+            None
+        }
+        MemoryEvent::IndexRebuildProgress { done, total } => {
+            progress("graph", *done, *total);
+            None
+        }
+        MemoryEvent::Reindexed { embedded } => Some(*embedded),
+        _ => None,
+    })?;
+    if json {
+        writeln!(out, "{}", serde_json::json!({ "embedded": embedded }))?;
+    } else {
+        writeln!(out, "embedded {embedded} memories; vector graph rebuilt")?;
+    }
+    Ok(())
+}
+
+fn lore(engine: &EngineHandle, dir: Option<PathBuf>, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(MemoryCommand::IndexLore { dir }))?;
+    let report = wait(engine, |e| match e {
+        MemoryEvent::LoreIndexed { report } => Some(report.clone()),
+        _ => None,
+    })?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} lore files: {} indexed ({} chunks), {} unchanged, {} removed",
+            report.files, report.indexed, report.chunks, report.unchanged, report.removed
+        )?;
+    }
+    Ok(())
+}
+
+fn stats(engine: &EngineHandle, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(MemoryCommand::Stats))?;
+    let stats = wait(engine, |e| match e {
+        MemoryEvent::Stats { stats } => Some(stats.clone()),
+        _ => None,
+    })?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&stats)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} memories ({} turns, {} summaries, {} lore chunks) in {} sessions\n\
+             vectors: {} of model {} ({} missing); graph: {} indexed, {} pending{}\n\
+             unsummarised turns: {}",
+            stats.memories,
+            stats.turns,
+            stats.summaries,
+            stats.lore_chunks,
+            stats.sessions,
+            stats.with_vectors,
+            stats.model,
+            stats.without_vectors,
+            stats.ann_indexed,
+            stats.ann_pending,
+            if stats.rebuilding { " (rebuilding)" } else { "" },
+            stats.unsummarised_turns
+        )?;
+    }
+    Ok(())
 }

@@ -344,33 +344,7 @@ fn generate(
     let default_max = DEFAULT_MAX_TOKENS.max(minimal_tokens.saturating_mul(4));
     let max_tokens = request.sampler.max_tokens.unwrap_or(default_max).min(room);
 
-    // Keep the cached state of the longest prefix this prompt shares with the last
-    // call (a re-ask repeats the whole conversation; a chat repeats its history), and
-    // evaluate only the rest. The last prompt token is always evaluated: its logits
-    // start the reply.
-    let keep = if job.options.cold_cache { 0 } else { common_prefix(cached, &prompt_tokens).min(prompt_tokens.len() - 1) };
-    let reused = if keep > 0 && ctx.kv_cache_seq_rm(0, Some(keep as u32), None).is_ok() {
-        keep
-    } else {
-        ctx.clear_kv_cache();
-        0
-    };
-    cached.truncate(reused);
-
-    // Evaluate the prompt in batches; only the last position needs logits.
-    let mut batch = LlamaBatch::new(PROMPT_BATCH as usize, 1);
-    let last = prompt_tokens.len() - 1;
-    for chunk_start in (reused..prompt_tokens.len()).step_by(PROMPT_BATCH as usize) {
-        check_continue(&job.cancel, deadline, job.total_timeout)?;
-        let chunk = &prompt_tokens[chunk_start..(chunk_start + PROMPT_BATCH as usize).min(prompt_tokens.len())];
-        batch.clear();
-        for (i, token) in chunk.iter().enumerate() {
-            let pos = chunk_start + i;
-            batch.add(*token, pos as i32, &[0], pos == last).map_err(|e| runtime_error("to batch the prompt", e))?;
-        }
-        ctx.decode(&mut batch).map_err(|e| runtime_error("to evaluate the prompt", e))?;
-        cached.extend_from_slice(chunk);
-    }
+    let (reused, mut batch) = evaluate_prompt(ctx, cached, &prompt_tokens, job, deadline)?;
     let prompt_done = Instant::now();
     let mut timings = Timings {
         prompt_ms: ms(prompt_done - started),
@@ -472,6 +446,44 @@ fn generate(
         elapsed_ms: started.elapsed().as_millis() as u64,
     };
     Ok((completion, timings))
+}
+
+/// Evaluate the prompt, reusing the cached state of the longest prefix it shares with
+/// the last call (a re-ask repeats the whole conversation; a chat repeats its history).
+/// Returns how many tokens were reused, and the batch whose last position holds the
+/// logits that start the reply.
+fn evaluate_prompt(
+    ctx: &mut LlamaContext<'_>,
+    cached: &mut Vec<LlamaToken>,
+    prompt_tokens: &[LlamaToken],
+    job: &Job,
+    deadline: Instant,
+) -> Result<(usize, LlamaBatch<'static>), LlmError> {
+    // The last prompt token is always evaluated: its logits start the reply.
+    let keep = if job.options.cold_cache { 0 } else { common_prefix(cached, prompt_tokens).min(prompt_tokens.len() - 1) };
+    let reused = if keep > 0 && ctx.kv_cache_seq_rm(0, Some(keep as u32), None).is_ok() {
+        keep
+    } else {
+        ctx.clear_kv_cache();
+        0
+    };
+    cached.truncate(reused);
+
+    // Evaluate the prompt in batches; only the last position needs logits.
+    let mut batch = LlamaBatch::new(PROMPT_BATCH as usize, 1);
+    let last = prompt_tokens.len() - 1;
+    for chunk_start in (reused..prompt_tokens.len()).step_by(PROMPT_BATCH as usize) {
+        check_continue(&job.cancel, deadline, job.total_timeout)?;
+        let chunk = &prompt_tokens[chunk_start..(chunk_start + PROMPT_BATCH as usize).min(prompt_tokens.len())];
+        batch.clear();
+        for (i, token) in chunk.iter().enumerate() {
+            let pos = chunk_start + i;
+            batch.add(*token, pos as i32, &[0], pos == last).map_err(|e| runtime_error("to batch the prompt", e))?;
+        }
+        ctx.decode(&mut batch).map_err(|e| runtime_error("to evaluate the prompt", e))?;
+        cached.extend_from_slice(chunk);
+    }
+    Ok((reused, batch))
 }
 
 fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {

@@ -1,0 +1,329 @@
+//! One chat turn: hold the user's message, build the packet, stream a reply, judge it,
+//! and commit the exchange in one transaction — or store nothing.
+
+use super::packet::{self, Packet, PacketInput};
+use super::records::{self, CharacterInfo, ChatState, ChatTurn};
+use super::{CompanionConfig, CompanionError, CompanionEvent, turn_job};
+use crate::context::{Context, CoreEvent};
+use crate::llm::{CallContext, CancelToken, ChatRequest, Completion, LlmClient, LlmError, ProviderProfile};
+use crate::memory::{MemoryBank, MemoryKind, NewMemory, Scope};
+use crate::prompting::PromptTemplates;
+use chrono::{DateTime, Utc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+mod judge;
+mod prepare;
+
+pub use judge::judge;
+pub use prepare::{Prepared, prepare, retrieve};
+use judge::LabelStripper;
+
+fn parse_now(now: Option<&str>) -> Result<DateTime<Utc>, CompanionError> {
+    match now {
+        None => Ok(Utc::now()),
+        Some(t) => DateTime::parse_from_rfc3339(t.trim())
+            .map(|d| d.with_timezone(&Utc))
+            .map_err(|e| CompanionError::Invalid(format!("--now {t:?} is not an RFC 3339 time: {e}"))),
+    }
+}
+
+/// The session of a message at `now`: the current one, or a new one after a long gap.
+fn session_for(state: &ChatState, character_id: &str, now: DateTime<Utc>, gap_minutes: i64) -> String {
+    let recent = state
+        .last_chat_at
+        .as_deref()
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .is_some_and(|last| (now - last.with_timezone(&Utc)).num_minutes() < gap_minutes);
+    match (&state.session, recent) {
+        (Some(s), true) => s.clone(),
+        _ => format!("chat-{}-{}", character_id.get(..12).unwrap_or(character_id), now.format("%Y%m%dT%H%M%S")),
+    }
+}
+
+/// One turn between its stages: the message, when it was sent, and what preparation
+/// found for it.
+struct TurnDraft<'a> {
+    character: &'a CharacterInfo,
+    config: CompanionConfig,
+    text: &'a str,
+    now: DateTime<Utc>,
+    prepared: Prepared,
+}
+
+/// The companion agent of this turn.
+struct Agent {
+    client: LlmClient,
+    profile: ProviderProfile,
+    templates: PromptTemplates,
+}
+
+/// A draw the judge accepted.
+struct Accepted {
+    reply: String,
+    packet: Packet,
+    attempt: u32,
+    completion: Completion,
+}
+
+/// What one draw came to: a reply to commit, or the reason it was thrown away.
+enum Draw {
+    Accepted(Accepted),
+    Discarded(String),
+}
+
+/// Run one turn to its end: prepare → draw (judged; redrawn up to `max_attempts`) →
+/// commit. Returns the committed exchange.
+pub fn send(
+    ctx: &Arc<Context>,
+    character: &CharacterInfo,
+    text: &str,
+    now: Option<&str>,
+    cancel: &CancelToken,
+) -> Result<ChatTurn, CompanionError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(CompanionError::Invalid("an empty message is not sent".into()));
+    }
+    let now = parse_now(now)?;
+    let guard = ctx
+        .jobs
+        .try_start(turn_job(&character.id), cancel)
+        .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })?;
+    let config = ctx.config();
+    let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
+    let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
+    let bank = crate::memory::bank_for(ctx)?;
+    let prepared = prepare(ctx, &bank, character, &config.companion, text)?;
+    let draft = TurnDraft { character, config: config.companion, text, now, prepared };
+
+    let attempts = draft.config.max_attempts.max(1);
+    let mut last_reason = String::new();
+    for attempt in 1..=attempts {
+        match draw(ctx, &agent, &draft, attempt, &last_reason, cancel)? {
+            Draw::Accepted(accepted) => {
+                let turn = commit(&bank, &draft, accepted)?;
+                // Free the character before saying so: a front door that sends the next
+                // message as soon as it hears of the commit must not find it still busy.
+                drop(guard);
+                ctx.emit(CompanionEvent::TurnCommitted { turn: Box::new(turn.clone()) });
+                return Ok(turn);
+            }
+            Draw::Discarded(reason) => {
+                ctx.emit(CompanionEvent::Discarded { character_id: character.id.clone(), attempt, reason: reason.clone() });
+                last_reason = reason;
+            }
+        }
+    }
+    Err(CompanionError::NoValidReply { attempts, last: last_reason })
+}
+
+/// One draw: assemble the packet (saying why the last draw was thrown away), stream the
+/// reply with its `[Name]:` label held back, and judge it.
+fn draw(
+    ctx: &Context,
+    agent: &Agent,
+    draft: &TurnDraft<'_>,
+    attempt: u32,
+    last_reason: &str,
+    cancel: &CancelToken,
+) -> Result<Draw, CompanionError> {
+    let character = draft.character;
+    let prepared = &draft.prepared;
+    let name = character.name.as_str();
+    let user = draft.config.user_name.as_str();
+    let retry_note =
+        (attempt > 1).then(|| format!("Your previous reply was discarded because {last_reason}. Answer again, only as {name}."));
+    let packet = packet::assemble(
+        &agent.templates,
+        &draft.config,
+        PacketInput {
+            character,
+            user_name: user,
+            input: draft.text,
+            now: draft.now,
+            last_chat_at: prepared.state.last_chat_at.as_deref(),
+            distance: prepared.proximity_changed.then_some(prepared.proximity),
+            history: &prepared.history,
+            lore: &prepared.lore,
+            memories: &prepared.memories,
+            max_context_tokens: agent.profile.max_context_tokens,
+            retry_note: retry_note.as_deref(),
+            notes: prepared.notes.clone(),
+        },
+    )?;
+    ctx.emit(CompanionEvent::TurnStarted {
+        character_id: character.id.clone(),
+        name: character.name.clone(),
+        input: draft.text.to_string(),
+        attempt,
+        packet: Box::new(packet.clone()),
+        hits: prepared.memories.clone(),
+    });
+    let mut request = ChatRequest::new("", packet.messages.clone());
+    request.stream = true;
+    // A base model continues text: open the character's line for it.
+    request.reply_prefix = Some(format!("[{name}]:"));
+    // A model that starts writing the user's next line is stopped there: the reply
+    // before it stands, instead of the whole draw being thrown away by `judge`.
+    // Four at most: the OpenAI API's limit.
+    let mut stops = vec![format!("\n[{user}]:"), format!("\n{user}:"), "<user_input>".into(), "<chat_history>".into()];
+    if !user.eq_ignore_ascii_case("user") {
+        stops[3] = "\n[User]:".into();
+    }
+    request.sampler.stop = stops;
+    let delivered = AtomicBool::new(false);
+    let stripper = Mutex::new(LabelStripper::new(name));
+    let on_token = |fragment: &str| {
+        delivered.store(true, Ordering::Relaxed);
+        let shown = stripper.lock().unwrap_or_else(|p| p.into_inner()).push(fragment);
+        if let Some(text) = shown {
+            ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text });
+        }
+    };
+    let result = agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user).is_ok());
+    if let Some(rest) = stripper.lock().unwrap_or_else(|p| p.into_inner()).finish() {
+        ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text: rest });
+    }
+    let completion = match result {
+        Ok(c) => c,
+        Err(LlmError::Cancelled) => return Err(LlmError::Cancelled.into()),
+        // A stream that broke after it started: the client does not retry a reply the
+        // user has partly seen; this turn throws the draw away and asks again.
+        Err(e) if e.is_transient() && delivered.load(Ordering::Relaxed) => {
+            return Ok(Draw::Discarded(format!("the stream broke off ({e})")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if cancel.is_cancelled() {
+        return Err(LlmError::Cancelled.into());
+    }
+    Ok(match judge(&completion, name, user) {
+        Ok(reply) => Draw::Accepted(Accepted { reply, packet, attempt, completion }),
+        Err(reason) => Draw::Discarded(reason),
+    })
+}
+
+/// Store the exchange, its two memory turns, the chat's new state and what the memory
+/// bank carried — one transaction.
+fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
+    let TurnDraft { character, config: cc, text, now, prepared } = draft;
+    let Accepted { reply, packet, attempt: attempts, completion } = accepted;
+    let (text, now) = (*text, *now);
+    let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let session = session_for(&prepared.state, &character.id, now, cc.session_gap_minutes);
+    let id = crate::store::new_id();
+    let memory = |suffix: &str, speaker: &str, words: &str| NewMemory {
+        id: Some(format!("{id}-{suffix}")),
+        kind: MemoryKind::Turn,
+        scope: Scope::character(character.id.clone()),
+        speaker: Some(speaker.to_string()),
+        text: words.to_string(),
+        session: Some(session.clone()),
+        fiction_time: None,
+        time: Some(at.clone()),
+        witnesses: vec![character.name.clone(), cc.user_name.clone()],
+        source: Some(format!("chat:{id}")),
+        content_hash: None,
+    };
+    let items = vec![memory("u", &cc.user_name, text), memory("r", &character.name, &reply)];
+    let turn = ChatTurn {
+        id: id.clone(),
+        character_id: character.id.clone(),
+        seq: prepared.history.last().map(|t| t.seq).unwrap_or(0).max(prepared.state.turns) + 1,
+        session: session.clone(),
+        user_text: text.to_string(),
+        reply,
+        at: at.clone(),
+        user_memory_id: Some(format!("{id}-u")),
+        reply_memory_id: Some(format!("{id}-r")),
+        proximity: prepared.proximity,
+        packet,
+        hits: prepared.memories.clone(),
+        attempts,
+        prompt_tokens: completion.usage.prompt_tokens,
+        completion_tokens: completion.usage.completion_tokens,
+        from_cache: completion.from_cache,
+        elapsed_ms: completion.elapsed_ms,
+    };
+    let agent = format!("companion:{}", character.name);
+    // No embedding model: the exchange is still kept, found by keyword until reindexed.
+    let memories = bank.prepare_or_keyword_only(items)?;
+    let write = bank.store().transaction(|tx| {
+        let write = memories.write(tx)?;
+        records::insert_turn(tx, &turn)?;
+        crate::memory::injections::record(tx, &agent, text, &turn.hits)?;
+        Ok(write)
+    })?;
+    bank.publish(write);
+    Ok(turn)
+}
+
+/// The summarisation cycle after a committed turn. A failure only postpones it: the
+/// unsummarised turns stay in the store and the next turn tries again. It runs after
+/// the turn has let go of the character, so the next message need not wait for it.
+pub fn summarise(ctx: &Context, character: &CharacterInfo) {
+    let config = ctx.config();
+    let bank = match crate::memory::bank_for(ctx) {
+        Ok(bank) => bank,
+        Err(e) => {
+            ctx.emit(CoreEvent::warn(format!("the summary of {}'s chat is postponed: {e}", character.name)));
+            return;
+        }
+    };
+    let bank = bank.as_ref();
+    let client = match config.profile_for_role("summariser") {
+        Ok(profile) => LlmClient::from_profile(profile, Some(&ctx.store)),
+        Err(e) => Err(LlmError::Config(e.to_string())),
+    };
+    let outcome = client.map_err(|e| e.to_string()).and_then(|client| {
+        crate::memory::summarise::summarise_if_due(
+            bank,
+            &client,
+            &Scope::character(character.id.clone()),
+            None,
+            config.memory.summary_every,
+        )
+        .map_err(|e| e.to_string())
+    });
+    match outcome {
+        Ok(Some(memory_id)) => ctx.emit(CompanionEvent::Summarised { character_id: character.id.clone(), memory_id }),
+        Ok(None) => {}
+        Err(e) => ctx.emit(CoreEvent::warn(format!("the summary of {}'s chat is postponed: {e}", character.name))),
+    }
+}
+
+/// Take back the last exchange with its memory turns, in one transaction. Refused once
+/// a summary covers it (the summary cannot be taken apart).
+pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
+    let bank = crate::memory::bank_for(ctx)?;
+    let Some(last) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, false))?.pop() else {
+        return Ok(None);
+    };
+    let summarised = ctx.store.with(|c| crate::memory::records::any_summarised(c, &format!("chat:{}", last.id)))?;
+    if summarised {
+        return Err(CompanionError::Invalid("the last exchange is already part of a summary memory and cannot be taken back".into()));
+    }
+    let write = ctx.store.transaction(|tx| {
+        let write = crate::memory::remove_source(tx, &format!("chat:{}", last.id))?;
+        records::delete_last(tx, &character.id)?;
+        Ok(write)
+    })?;
+    bank.publish(write);
+    Ok(Some(last.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_gap_starts_a_new_session() {
+        let now = DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z").unwrap().with_timezone(&Utc);
+        let state = ChatState { session: Some("s1".into()), last_chat_at: Some("2026-11-21T11:00:00Z".into()), ..Default::default() };
+        assert_eq!(session_for(&state, "c", now, 180), "s1");
+        let later = now + chrono::Duration::hours(5);
+        assert_ne!(session_for(&state, "c", later, 180), "s1");
+        assert!(session_for(&ChatState::default(), "c", now, 180).starts_with("chat-c-"));
+    }
+}

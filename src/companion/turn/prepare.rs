@@ -1,0 +1,164 @@
+//! The first stage of a turn: everything before the first LLM call — chat state and
+//! history, lore indexing, the message's embedding, proximity, and retrieval.
+
+use crate::companion::records::{self, CharacterInfo, ChatState, ChatTurn};
+use crate::companion::{CompanionConfig, CompanionError};
+use crate::context::Context;
+use crate::memory::detect::{Proximity, ProximityDetector, ProximitySignal, is_memory_intent};
+use crate::memory::{MemoryBank, MemoryError, MemoryKind, RetrievalHit, Scope, SearchFilter, SearchMode, SearchRequest};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// What retrieval and the detectors decided for one message, before any LLM call.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    pub state: ChatState,
+    pub history: Vec<ChatTurn>,
+    pub lore: Vec<RetrievalHit>,
+    /// The memory bank's hits; empty when memory is not relevant to this message.
+    pub memories: Vec<RetrievalHit>,
+    /// The proximity after this message, and whether it changed.
+    pub proximity: Proximity,
+    pub proximity_changed: bool,
+    pub notes: Vec<String>,
+}
+
+/// Anchor vectors embedded once per process and embedding model.
+static DETECTOR: Mutex<Option<(String, ProximityDetector)>> = Mutex::new(None);
+
+fn detector(bank: &MemoryBank, threshold: f32, state: Proximity) -> Result<ProximityDetector, MemoryError> {
+    let model = bank.model_id();
+    let mut slot = DETECTOR.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = slot.as_ref().filter(|(m, _)| *m == model) {
+        let mut d = d.with_state(state);
+        d.set_threshold(threshold);
+        return Ok(d);
+    }
+    let d = ProximityDetector::new(&bank.embedder()?, threshold, state)?;
+    *slot = Some((model, d.clone()));
+    Ok(d)
+}
+
+/// The memory turns an exchange became, so a memory already in the history block is
+/// not repeated in the memory bank.
+fn history_memory_ids(history: &[ChatTurn]) -> HashSet<String> {
+    history.iter().flat_map(|t| [t.user_memory_id.clone(), t.reply_memory_id.clone()]).flatten().collect()
+}
+
+/// Retrieve lore and memories for `text` and decide whether the memory bank goes out.
+/// `vector` is the message's embedding (`None`: keyword-only, e.g. no model).
+pub fn retrieve(
+    bank: &MemoryBank,
+    character: &CharacterInfo,
+    config: &CompanionConfig,
+    text: &str,
+    vector: Option<&[f32]>,
+    history: &[ChatTurn],
+    notes: &mut Vec<String>,
+) -> Result<(Vec<RetrievalHit>, Vec<RetrievalHit>), MemoryError> {
+    let mode = if vector.is_some() { SearchMode::Hybrid } else { SearchMode::Keyword };
+    let lore = bank.search_with_vector(
+        &SearchRequest {
+            query: text.to_string(),
+            k: config.lore_k,
+            mode,
+            filter: SearchFilter {
+                scope: Some(Scope::character(character.lore_slug())),
+                kinds: vec![MemoryKind::Lore],
+                ..Default::default()
+            },
+        },
+        vector,
+    )?;
+
+    let skip = history_memory_ids(history);
+    let found = bank.search_with_vector(
+        &SearchRequest {
+            query: text.to_string(),
+            k: config.memory_k + skip.len().min(64),
+            mode,
+            filter: SearchFilter {
+                scope: Some(Scope::character(character.id.clone())),
+                kinds: vec![MemoryKind::Turn, MemoryKind::Summary],
+                ..Default::default()
+            },
+        },
+        vector,
+    )?;
+    let mut memories: Vec<RetrievalHit> = found.into_iter().filter(|h| !skip.contains(&h.id)).take(config.memory_k).collect();
+    for (i, hit) in memories.iter_mut().enumerate() {
+        hit.rank = i + 1;
+    }
+    let intent = is_memory_intent(text);
+    let best = memories.iter().filter_map(|h| h.vector_score).fold(f32::MIN, f32::max);
+    if memories.is_empty() {
+        notes.push("memory bank: nothing relevant stored".into());
+    } else if intent {
+        notes.push("memory bank: the message asks to remember".into());
+    } else if best >= config.memory_confidence {
+        notes.push(format!("memory bank: best memory similarity {best:.2} ≥ {:.2}", config.memory_confidence));
+    } else {
+        notes.push(format!(
+            "memory bank left out: no recall asked and best similarity {} < {:.2}",
+            if best == f32::MIN { "n/a".to_string() } else { format!("{best:.2}") },
+            config.memory_confidence
+        ));
+        memories.clear();
+    }
+    Ok((lore, memories))
+}
+
+/// Everything before the first LLM call: state, history, lore indexing, the message's
+/// embedding, proximity and retrieval.
+pub fn prepare(
+    ctx: &Context,
+    bank: &MemoryBank,
+    character: &CharacterInfo,
+    config: &CompanionConfig,
+    text: &str,
+) -> Result<Prepared, CompanionError> {
+    let (state, history) = ctx.store.with(|c| {
+        Ok((records::load_state(c, &character.id)?, records::recent_turns(c, &character.id, config.history_turns, false)?))
+    })?;
+    let mut notes = Vec::new();
+    // Lore files are re-indexed only when their content changed (a hash check per file).
+    if let Err(e) = crate::memory::lore::index_lore(bank, &crate::paths::lore_dir()) {
+        notes.push(format!("lore not re-indexed: {e}"));
+    }
+    let vector = match bank.embedder().and_then(|e| Ok(e.embed_query(text)?)) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            notes.push(format!("embedding model unavailable ({e}): keyword-only retrieval, proximity unchanged"));
+            None
+        }
+    };
+    let threshold = ctx.config().memory.proximity_threshold;
+    let (proximity, proximity_changed) = match &vector {
+        Some(v) => match detector(bank, threshold, state.proximity) {
+            Ok(mut d) => {
+                let update = d.observe_vector(v);
+                if update.changed {
+                    let how = match update.signal {
+                        Some(ProximitySignal::TowardPhysical) => "arriving",
+                        Some(ProximitySignal::AwayRemote) => "leaving",
+                        Some(ProximitySignal::Physical) => "together",
+                        Some(ProximitySignal::Remote) | None => "apart",
+                    };
+                    notes.push(format!(
+                        "distance: now {} ({how}, similarity {:.2} > {threshold:.2})",
+                        super::records::proximity_str(update.state),
+                        update.confidence
+                    ));
+                }
+                (update.state, update.changed)
+            }
+            Err(e) => {
+                notes.push(format!("proximity detector unavailable: {e}"));
+                (state.proximity, false)
+            }
+        },
+        None => (state.proximity, false),
+    };
+    let (lore, memories) = retrieve(bank, character, config, text, vector.as_deref(), &history, &mut notes)?;
+    Ok(Prepared { state, history, lore, memories, proximity, proximity_changed, notes })
+}
