@@ -160,7 +160,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Result<ExitCode> {
-    let config = engine.context().config();
+    engine.send(Command::Llm(LlmCommand::Config))?;
+    let config = drive::wait(engine, Duration::from_secs(60), |event| match event {
+        Event::Llm(LlmEvent::Config { config, .. }) => Some(config.clone()),
+        _ => None,
+    })?;
     match action {
         ProvidersAction::List => {
             let mut out = std::io::stdout().lock();
