@@ -258,6 +258,49 @@ pub fn insert_persona(conn: &Connection, name: &str, description: &str) -> Resul
     Ok(id)
 }
 
+/// Every persona, by name.
+pub fn personas(conn: &Connection) -> Result<Vec<Persona>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT id, name, description FROM personas ORDER BY name COLLATE NOCASE, created_at")?;
+    let rows = stmt.query_map([], |r| Ok(Persona { id: r.get(0)?, name: r.get(1)?, description: r.get(2)? }))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A persona by id, or by a name only one persona has.
+pub fn resolve_persona(conn: &Connection, key: &str) -> Result<Persona, StoreError> {
+    let key = key.trim();
+    if let Some(found) = persona(conn, key)? {
+        return Ok(found);
+    }
+    let mut stmt = conn.prepare_cached("SELECT id, name, description FROM personas WHERE name = ?1 COLLATE NOCASE")?;
+    let mut found: Vec<Persona> =
+        stmt.query_map([key], |r| Ok(Persona { id: r.get(0)?, name: r.get(1)?, description: r.get(2)? }))?.collect::<Result<_, _>>()?;
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(StoreError::NotFound(format!("persona {key:?}"))),
+        n => Err(StoreError::NotFound(format!("persona {key:?} is ambiguous ({n} personas have that name; use the id)"))),
+    }
+}
+
+/// Change a persona's name or description (`None` keeps it).
+pub fn update_persona(conn: &Connection, id: &str, name: Option<&str>, description: Option<&str>) -> Result<(), StoreError> {
+    let changed = conn.execute(
+        "UPDATE personas SET name = coalesce(?2, name), description = coalesce(?3, description) WHERE id = ?1",
+        params![id, name, description],
+    )?;
+    if changed == 0 {
+        return Err(StoreError::NotFound(format!("persona {id}")));
+    }
+    Ok(())
+}
+
+/// Delete a persona; campaigns that used it have none afterwards.
+pub fn delete_persona(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    if conn.execute("DELETE FROM personas WHERE id = ?1", [id])? == 0 {
+        return Err(StoreError::NotFound(format!("persona {id}")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! events as JSON lines with `--json` (human text otherwise), and exits non-zero with a
 //! one-line reason on stderr when it fails.
 
+mod author;
 mod bench;
 mod chat;
 mod drive;
@@ -45,6 +46,31 @@ pub enum Verb {
     Identity {
         #[command(subcommand)]
         verb: identity::IdentityVerb,
+    },
+    /// Worlds: the top of a campaign's tree, with notes every scene of it carries.
+    World {
+        #[command(subcommand)]
+        verb: author::WorldVerb,
+    },
+    /// Campaigns of a world: cast, persona, trackers, facts and time.
+    Campaign {
+        #[command(subcommand)]
+        verb: author::CampaignVerb,
+    },
+    /// Arcs of a campaign.
+    Arc {
+        #[command(subcommand)]
+        verb: author::ArcVerb,
+    },
+    /// Personas: who the user plays.
+    Persona {
+        #[command(subcommand)]
+        verb: author::PersonaVerb,
+    },
+    /// Attach an imported lorebook to a world or campaign, so it fires in their scenes.
+    Lorebook {
+        #[command(subcommand)]
+        verb: author::LorebookVerb,
     },
     /// Scenes: create, play rounds, inspect state.
     Scene {
@@ -131,6 +157,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let engine = engine::start(paths).context("cannot start the engine")?;
             identity::run(&engine, verb, cli.json)
         }
+        Some(Verb::World { verb }) => author::world(&start(paths)?, verb, cli.json),
+        Some(Verb::Campaign { verb }) => author::campaign(&start(paths)?, verb, cli.json),
+        Some(Verb::Arc { verb }) => author::arc(&start(paths)?, verb, cli.json),
+        Some(Verb::Persona { verb }) => author::persona(&start(paths)?, verb, cli.json),
+        Some(Verb::Lorebook { verb }) => author::lorebook(&start(paths)?, verb, cli.json),
         Some(Verb::Scene { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             scene::run(&engine, verb, cli.json)
@@ -157,6 +188,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             memory::run(&engine, action, cli.json)
         }
     }
+}
+
+fn start(paths: Paths) -> Result<EngineHandle> {
+    engine::start(paths).context("cannot start the engine")
 }
 
 fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Result<ExitCode> {

@@ -27,17 +27,35 @@ pub enum SceneVerb {
     List,
     /// Add the demo world (once per library).
     Demo,
+    /// Rename a scene or change its description or notes.
+    Edit(super::author::EditArgs),
+    /// Delete a scene (with --yes when it has messages).
+    Delete(super::author::DeleteArgs),
+    /// Write the whole transcript as Markdown or JSON.
+    Export {
+        scene: String,
+        #[arg(long, value_enum, default_value = "markdown")]
+        format: super::author::ExportFormat,
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Change a character's state in a scene by hand.
+    SetState(super::author::SetStateArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct NewArgs {
     pub name: String,
-    /// The arc (default: the newest).
+    /// The arc, by id or name.
     #[arg(long)]
-    pub arc: Option<String>,
+    pub arc: String,
     #[arg(long, default_value = "")]
     pub description: String,
-    /// Characters who may appear, by name or id, comma-separated.
+    /// Scenario / author notes for this scene.
+    #[arg(long, default_value = "")]
+    pub notes: String,
+    /// Characters who may appear, by name or id, comma-separated (default: the
+    /// campaign's cast).
     #[arg(long, value_delimiter = ',')]
     pub cast: Vec<String>,
     /// Cast members present at the start (default: the whole cast).
@@ -65,8 +83,14 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
     };
     match verb {
         SceneVerb::New(args) => {
-            let active = args.active.unwrap_or_else(|| args.cast.clone());
-            send(SceneCommand::New { arc: args.arc, name: args.name, description: args.description, cast: args.cast, active })?;
+            send(SceneCommand::New {
+                arc: args.arc,
+                name: args.name,
+                description: args.description,
+                notes: args.notes,
+                cast: args.cast,
+                active: args.active,
+            })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::SceneCreated { .. }))
         }
         SceneVerb::Round { scene, text } => {
@@ -89,6 +113,10 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             send(SceneCommand::Demo)?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::DemoReady { .. }))
         }
+        SceneVerb::Edit(args) => super::author::scene_edit(engine, args, json),
+        SceneVerb::Delete(args) => super::author::scene_delete(engine, args, json),
+        SceneVerb::Export { scene, format, out } => super::author::scene_export(engine, scene, format, out, json),
+        SceneVerb::SetState(args) => super::author::scene_set_state(engine, args, json),
     }
 }
 

@@ -47,6 +47,7 @@ pub enum Event {
     Memory(crate::memory::MemoryEvent),
     Interop(crate::interop::InteropEvent),
     Scene(crate::scene::SceneEvent),
+    Author(crate::scene::author::AuthorEvent),
     Companion(crate::companion::CompanionEvent),
 }
 
@@ -189,6 +190,7 @@ fn routes(sink: &EventSink) -> EventRoutes {
         .route(to(sink, Event::Memory))
         .route(to(sink, Event::Interop))
         .route(to(sink, Event::Scene))
+        .route(to(sink, Event::Author))
         .route(to(sink, Event::Companion))
 }
 

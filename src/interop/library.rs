@@ -249,6 +249,11 @@ pub fn enabled_entries(conn: &Connection, book_id: &str) -> Result<(Lorebook, Ve
     Ok((book, entries))
 }
 
+/// A lorebook's `(id, name)` by id, or by a name only one lorebook has.
+pub fn resolve_lorebook(conn: &Connection, key: &str) -> Result<(String, String), InteropError> {
+    resolve(conn, "lorebooks", "lorebook", key)
+}
+
 /// Resolve `key` (an id, else an exact name, case-insensitive) in `table`.
 fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str) -> Result<(String, String), InteropError> {
     let by_id: Option<(String, String)> = conn

@@ -114,13 +114,16 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-/// The campaign's lore, from the cache when no book changed since it was prepared.
+/// The lore of a campaign (its own lorebooks and its world's), from the cache when no book changed since it was prepared.
 /// Costs one small query on a hit.
 pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<PreparedLore>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT cl.lorebook_id, COALESCE(r.revision, 0) FROM campaign_lorebooks cl
-         LEFT JOIN lorebook_revisions r ON r.lorebook_id = cl.lorebook_id
-         WHERE cl.campaign_id = ?1 ORDER BY cl.lorebook_id",
+        "SELECT b.lorebook_id, COALESCE(r.revision, 0) FROM (
+             SELECT lorebook_id FROM campaign_lorebooks WHERE campaign_id = ?1
+             UNION
+             SELECT wl.lorebook_id FROM world_lorebooks wl JOIN campaigns c ON c.world_id = wl.world_id WHERE c.id = ?1
+         ) b LEFT JOIN lorebook_revisions r ON r.lorebook_id = b.lorebook_id
+         ORDER BY b.lorebook_id",
     )?;
     let books: Vec<(String, i64)> = stmt.query_map([campaign_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
     let key: CacheKey = (conn.path().map(PathBuf::from).unwrap_or_default(), books);

@@ -5,6 +5,8 @@
 //! Invariant: a round is in the store whole or not at all (see [`round`]), and every
 //! agent call keeps the budget ledger of its context envelope with the round.
 
+pub mod author;
+pub mod authoring;
 pub mod demo;
 pub mod envelope;
 pub mod lore;
@@ -15,6 +17,7 @@ pub mod recall;
 pub mod records;
 pub mod round;
 pub mod summary;
+pub mod transcript;
 
 use crate::context::Context;
 use crate::llm::CancelToken;
@@ -49,8 +52,13 @@ pub enum SceneCommand {
     /// Report a scene's state as [`SceneEvent::State`].
     State { scene: String },
     List,
-    /// A new scene in an arc (the newest when `None`), cast and active set by name or id.
-    New { arc: Option<String>, name: String, description: String, cast: Vec<String>, active: Vec<String> },
+    /// A new scene in an arc (an id, or a name only one arc has). The cast is by name or
+    /// id, the campaign's cast when empty; `active` is who is present at the start, the
+    /// whole cast when `None`.
+    New { arc: String, name: String, description: String, notes: String, cast: Vec<String>, active: Option<Vec<String>> },
+    /// Build, change or remove worlds, campaigns, arcs, scenes, personas, lore links
+    /// and state by hand.
+    Author(author::AuthorCommand),
     /// Add the demo world if the library has no world yet.
     Demo,
     /// Report the scene's state, recent transcript and last round as [`SceneEvent::Snapshot`].
@@ -159,21 +167,36 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             emit(SceneEvent::Scenes { scenes: ctx.store.with(records::list_scenes)? });
             Ok(())
         }
-        SceneCommand::New { arc, name, description, cast, active } => {
+        SceneCommand::New { arc, name, description, notes, cast, active } => {
             if name.trim().is_empty() {
                 return Err(SceneError::Invalid("a scene needs a name".into()));
             }
             let id = ctx.store.transaction(|tx| {
-                let arc = match arc {
-                    Some(arc) => arc,
-                    None => records::latest_arc(tx)?
-                        .ok_or_else(|| crate::store::StoreError::NotFound("an arc (run `lorekeeper scene demo` or pass --arc)".into()))?,
+                let (arc, _) = authoring::resolve(tx, authoring::Level::Arc, &arc)?;
+                let mut cast: Vec<String> = cast.iter().map(|c| records::resolve_character(tx, c)).collect::<Result<_, _>>()?;
+                if cast.is_empty() {
+                    let campaign: String = tx.query_row("SELECT campaign_id FROM arcs WHERE id = ?1", [&arc], |r| r.get(0))?;
+                    cast = authoring::cast_of(tx, &campaign)?;
+                }
+                let active: Vec<String> = match active {
+                    Some(names) => names.iter().map(|c| records::resolve_character(tx, c)).collect::<Result<_, _>>()?,
+                    None => cast.clone(),
                 };
-                let cast: Vec<String> = cast.iter().map(|c| records::resolve_character(tx, c)).collect::<Result<_, _>>()?;
-                let active: Vec<String> = active.iter().map(|c| records::resolve_character(tx, c)).collect::<Result<_, _>>()?;
-                records::create_scene(tx, &arc, name.trim(), &description, &cast, &active)
+                let id = records::create_scene(tx, &arc, name.trim(), &description, &cast, &active)?;
+                if !notes.trim().is_empty() {
+                    authoring::edit(tx, authoring::Level::Scene, &id, &authoring::Edit { notes: Some(notes.clone()), ..Default::default() })?;
+                }
+                Ok(id)
             })?;
             emit(SceneEvent::SceneCreated { scene_id: id, name });
+            let tree = ctx.store.with(authoring::tree)?;
+            ctx.emit(author::AuthorEvent::Tree { tree: Box::new(tree) });
+            Ok(())
+        }
+        SceneCommand::Author(command) => {
+            for event in author::run(ctx, command)? {
+                ctx.emit(event);
+            }
             Ok(())
         }
         SceneCommand::Snapshot { scene } => {

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0010_llm_calls", include_str!("migrations/0010_llm_calls.sql")),
     ("0011_memory_fts_text", include_str!("migrations/0011_memory_fts_text.sql")),
     ("0012_memory_seq", include_str!("migrations/0012_memory_seq.sql")),
+    ("0013_campaign_authoring", include_str!("migrations/0013_campaign_authoring.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

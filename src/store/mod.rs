@@ -29,6 +29,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// A change refused as it stands (an empty name, a delete not confirmed).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Handle to the library database. Cheap to clone; all clones share one writer
@@ -69,9 +72,14 @@ impl Store {
 
     /// Run `f` inside one transaction: committed if `f` returns `Ok`, rolled back
     /// otherwise (and if the process dies before the commit).
+    ///
+    /// The transaction begins IMMEDIATE: it takes the library's write lock at once, so
+    /// when another process holds it the busy timeout waits for it. A deferred
+    /// transaction that reads and then writes would instead fail with "database is
+    /// locked" the moment it tries to write — throwing away a finished, paid-for reply.
     pub fn transaction<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
         Ok(out)

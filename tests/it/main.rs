@@ -7,6 +7,7 @@ mod support {
     pub mod wire;
 }
 
+mod authoring;
 mod cli;
 mod companion;
 mod identity;

@@ -293,7 +293,7 @@ fn the_cli_creates_a_scene_and_reports_state_as_json() {
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect::<Vec<_>>()
     };
-    let created = run(&["scene", "new", "The Jetty", "--cast", "Ossian Vale,Wren Talloway", "--active", "Ossian Vale"]);
+    let created = run(&["scene", "new", "The Jetty", "--arc", "The Letter", "--cast", "Ossian Vale,Wren Talloway", "--active", "Ossian Vale"]);
     let id = created.last().unwrap()["scene_id"].as_str().unwrap().to_string();
     let state = run(&["scene", "state", &id]);
     let view = &state.last().unwrap()["view"];

@@ -1,0 +1,382 @@
+//! `lorekeeper world|campaign|arc|persona|lorebook ...`: a game master's own campaign,
+//! built from the command line. Every verb is one engine command; the result is one
+//! line (or the event as JSON with `--json`).
+
+use super::drive::wait;
+use crate::engine::{Command, EngineHandle, Event};
+use crate::scene::SceneCommand;
+use crate::scene::author::{AuthorCommand, AuthorEvent, TranscriptFormat};
+use crate::scene::authoring::{Edit, Level, LoreLevel, StateEdit, Tree};
+use crate::scene::model::CharacterState;
+use crate::scene::SceneEvent;
+use anyhow::{Result, anyhow, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Args)]
+pub struct Described {
+    #[arg(long, default_value = "")]
+    pub description: String,
+    /// Scenario / author notes: every prompt of this level's scenes carries them.
+    #[arg(long, default_value = "")]
+    pub notes: String,
+}
+
+#[derive(Debug, Args)]
+pub struct EditArgs {
+    /// An id, or a name only one has.
+    pub key: String,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+    #[arg(long)]
+    pub notes: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    pub key: String,
+    /// Delete even though campaigns, arcs, scenes or messages go with it.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorldVerb {
+    New {
+        name: String,
+        #[command(flatten)]
+        text: Described,
+    },
+    Edit(EditArgs),
+    /// Every world with its campaigns, arcs and scenes.
+    List,
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CampaignVerb {
+    New {
+        name: String,
+        #[arg(long)]
+        world: String,
+        #[command(flatten)]
+        text: Described,
+        /// Who the user plays (a persona's name or id).
+        #[arg(long)]
+        persona: Option<String>,
+    },
+    Edit(EditArgs),
+    List,
+    Delete(DeleteArgs),
+    /// The campaign's cast: library characters a new scene starts with.
+    Cast {
+        #[command(subcommand)]
+        action: CastAction,
+    },
+    /// Set a tracker (VALUE is read as JSON if it parses, else as text), or remove it.
+    Tracker {
+        campaign: String,
+        name: String,
+        value: Option<String>,
+        #[arg(long, conflicts_with = "value")]
+        remove: bool,
+    },
+    /// Add or remove a fact the Director and characters are told.
+    Fact {
+        campaign: String,
+        #[arg(value_enum)]
+        action: FactAction,
+        text: String,
+    },
+    /// Set the in-fiction minutes elapsed since the campaign began.
+    Time { campaign: String, minutes: u64 },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CastAction {
+    Add { campaign: String, characters: Vec<String> },
+    Remove { campaign: String, characters: Vec<String> },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FactAction {
+    Add,
+    Remove,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ArcVerb {
+    New {
+        name: String,
+        #[arg(long)]
+        campaign: String,
+        #[arg(long, default_value = "")]
+        notes: String,
+    },
+    Edit(EditArgs),
+    List,
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PersonaVerb {
+    New {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    Edit {
+        persona: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    List,
+    /// Play this persona in a campaign's scenes (`--none`: nobody in particular).
+    Use {
+        persona: Option<String>,
+        #[arg(long)]
+        campaign: String,
+        #[arg(long, conflicts_with = "persona")]
+        none: bool,
+    },
+    Delete { persona: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LorebookVerb {
+    /// Make a lorebook fire in every scene of a world or a campaign.
+    Attach(AttachArgs),
+    Detach(AttachArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The lorebook, by id or name.
+    pub lorebook: String,
+    #[arg(long, conflicts_with = "campaign", required_unless_present = "campaign")]
+    pub world: Option<String>,
+    #[arg(long)]
+    pub campaign: Option<String>,
+}
+
+/// Scene verbs that edit by hand (the rest live in `cli::scene`).
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct SetStateArgs {
+    pub scene: String,
+    pub character: String,
+    #[arg(long)]
+    pub location: Option<String>,
+    #[arg(long)]
+    pub mood: Option<String>,
+    #[arg(long)]
+    pub clothing: Option<String>,
+    #[arg(long)]
+    pub activity: Option<String>,
+    #[arg(long)]
+    pub intentions: Option<String>,
+}
+
+fn edit_of(args: &EditArgs) -> Edit {
+    Edit { name: args.name.clone(), description: args.description.clone(), notes: args.notes.clone() }
+}
+
+/// Send `command` and wait for what it reports; print it; fail on the scene error.
+fn author(engine: &EngineHandle, json: bool, command: AuthorCommand) -> Result<ExitCode> {
+    let listing = matches!(command, AuthorCommand::Tree | AuthorCommand::Personas);
+    engine.send(Command::Scene(SceneCommand::Author(command)))?;
+    let event = wait(engine, LIMIT, |event| match event {
+        Event::Author(AuthorEvent::Tree { .. }) if listing => Some(Ok(event.clone())),
+        Event::Author(AuthorEvent::Personas { .. }) if listing => Some(Ok(event.clone())),
+        Event::Author(e @ (AuthorEvent::Authored { .. } | AuthorEvent::TranscriptExported { .. })) if !listing => {
+            Some(Ok(Event::Author(e.clone())))
+        }
+        Event::Scene(SceneEvent::Error { message, .. }) => Some(Err(anyhow!("{message}"))),
+        _ => None,
+    })??;
+    if json {
+        println!("{}", serde_json::to_string(&event)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    match event {
+        Event::Author(AuthorEvent::Authored { action, kind, id, name, impact }) => {
+            let gone = impact.filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
+            println!("{action} {kind} {name} ({id}){gone}");
+        }
+        Event::Author(AuthorEvent::Tree { tree }) => print_tree(&tree),
+        Event::Author(AuthorEvent::Personas { personas }) => {
+            for p in personas {
+                println!("{}  {}: {}", p.id, p.name, p.description);
+            }
+        }
+        Event::Author(AuthorEvent::TranscriptExported { path, messages, .. }) => {
+            println!("wrote {messages} messages to {}", path.display());
+        }
+        _ => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_tree(tree: &Tree) {
+    let books = |books: &[(String, String)]| {
+        if books.is_empty() { String::new() } else { format!("  lore: {}", books.iter().map(|b| b.1.as_str()).collect::<Vec<_>>().join(", ")) }
+    };
+    for w in &tree.worlds {
+        println!("world {} ({}){}", w.name, w.id, books(&w.lorebooks));
+        for c in &w.campaigns {
+            let persona = c.persona.as_ref().map(|p| format!("  persona: {}", p.name)).unwrap_or_default();
+            let cast = if c.cast.is_empty() { String::new() } else { format!("  cast: {}", c.cast.iter().map(|c| c.1.as_str()).collect::<Vec<_>>().join(", ")) };
+            println!("  campaign {} ({}){persona}{cast}{}", c.name, c.id, books(&c.lorebooks));
+            for a in &c.arcs {
+                println!("    arc {} ({})", a.name, a.id);
+                for s in &a.scenes {
+                    println!("      scene {} ({}), {} rounds", s.name, s.id, s.rounds);
+                }
+            }
+        }
+    }
+}
+
+pub fn world(engine: &EngineHandle, verb: WorldVerb, json: bool) -> Result<ExitCode> {
+    let command = match verb {
+        WorldVerb::New { name, text } => AuthorCommand::NewWorld { name, description: text.description, notes: text.notes },
+        WorldVerb::Edit(args) => AuthorCommand::Edit { level: Level::World, edit: edit_of(&args), key: args.key },
+        WorldVerb::List => AuthorCommand::Tree,
+        WorldVerb::Delete(args) => AuthorCommand::Delete { level: Level::World, key: args.key, confirmed: args.yes },
+    };
+    author(engine, json, command)
+}
+
+pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result<ExitCode> {
+    let command = match verb {
+        CampaignVerb::New { name, world, text, persona } => {
+            let created = author(engine, json, AuthorCommand::NewCampaign { world, name: name.clone(), description: text.description, notes: text.notes })?;
+            if let Some(persona) = persona {
+                return author(engine, json, AuthorCommand::UsePersona { campaign: name, persona: Some(persona) });
+            }
+            return Ok(created);
+        }
+        CampaignVerb::Edit(args) => AuthorCommand::Edit { level: Level::Campaign, edit: edit_of(&args), key: args.key },
+        CampaignVerb::List => AuthorCommand::Tree,
+        CampaignVerb::Delete(args) => AuthorCommand::Delete { level: Level::Campaign, key: args.key, confirmed: args.yes },
+        CampaignVerb::Cast { action } => {
+            let (campaign, characters, add) = match action {
+                CastAction::Add { campaign, characters } => (campaign, characters, true),
+                CastAction::Remove { campaign, characters } => (campaign, characters, false),
+            };
+            if characters.is_empty() {
+                bail!("name at least one character");
+            }
+            for character in characters {
+                let campaign = campaign.clone();
+                let command =
+                    if add { AuthorCommand::CastAdd { campaign, character } } else { AuthorCommand::CastRemove { campaign, character } };
+                author(engine, json, command)?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        CampaignVerb::Tracker { campaign, name, value, remove } => {
+            let value = match (value, remove) {
+                (_, true) => None,
+                (Some(text), false) => Some(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))),
+                (None, false) => bail!("give the tracker a value, or --remove it"),
+            };
+            AuthorCommand::EditState { campaign, edit: StateEdit::Tracker { name, value } }
+        }
+        CampaignVerb::Fact { campaign, action, text } => {
+            let edit = match action {
+                FactAction::Add => StateEdit::AddFact { fact: text },
+                FactAction::Remove => StateEdit::RemoveFact { fact: text },
+            };
+            AuthorCommand::EditState { campaign, edit }
+        }
+        CampaignVerb::Time { campaign, minutes } => AuthorCommand::EditState { campaign, edit: StateEdit::Elapsed { minutes } },
+    };
+    author(engine, json, command)
+}
+
+pub fn arc(engine: &EngineHandle, verb: ArcVerb, json: bool) -> Result<ExitCode> {
+    let command = match verb {
+        ArcVerb::New { name, campaign, notes } => AuthorCommand::NewArc { campaign, name, notes },
+        ArcVerb::Edit(args) => AuthorCommand::Edit { level: Level::Arc, edit: edit_of(&args), key: args.key },
+        ArcVerb::List => AuthorCommand::Tree,
+        ArcVerb::Delete(args) => AuthorCommand::Delete { level: Level::Arc, key: args.key, confirmed: args.yes },
+    };
+    author(engine, json, command)
+}
+
+pub fn persona(engine: &EngineHandle, verb: PersonaVerb, json: bool) -> Result<ExitCode> {
+    let command = match verb {
+        PersonaVerb::New { name, description } => AuthorCommand::NewPersona { name, description },
+        PersonaVerb::Edit { persona, name, description } => AuthorCommand::EditPersona { persona, name, description },
+        PersonaVerb::List => AuthorCommand::Personas,
+        PersonaVerb::Use { persona, campaign, none } => {
+            if persona.is_none() && !none {
+                bail!("name the persona, or pass --none");
+            }
+            AuthorCommand::UsePersona { campaign, persona }
+        }
+        PersonaVerb::Delete { persona } => AuthorCommand::DeletePersona { persona },
+    };
+    author(engine, json, command)
+}
+
+pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result<ExitCode> {
+    let (args, attach) = match verb {
+        LorebookVerb::Attach(args) => (args, true),
+        LorebookVerb::Detach(args) => (args, false),
+    };
+    let (level, owner) = match (args.world, args.campaign) {
+        (Some(world), None) => (LoreLevel::World, world),
+        (None, Some(campaign)) => (LoreLevel::Campaign, campaign),
+        _ => bail!("attach to one world (--world) or one campaign (--campaign)"),
+    };
+    let command = if attach {
+        AuthorCommand::Attach { lorebook: args.lorebook, level, owner }
+    } else {
+        AuthorCommand::Detach { lorebook: args.lorebook, level, owner }
+    };
+    author(engine, json, command)
+}
+
+/// `scene edit`, `scene delete`, `scene export`, `scene set-state`.
+pub fn scene_edit(engine: &EngineHandle, args: EditArgs, json: bool) -> Result<ExitCode> {
+    author(engine, json, AuthorCommand::Edit { level: Level::Scene, edit: edit_of(&args), key: args.key })
+}
+
+pub fn scene_delete(engine: &EngineHandle, args: DeleteArgs, json: bool) -> Result<ExitCode> {
+    author(engine, json, AuthorCommand::Delete { level: Level::Scene, key: args.key, confirmed: args.yes })
+}
+
+pub fn scene_export(engine: &EngineHandle, scene: String, format: ExportFormat, out: PathBuf, json: bool) -> Result<ExitCode> {
+    let format = match format {
+        ExportFormat::Markdown => TranscriptFormat::Markdown,
+        ExportFormat::Json => TranscriptFormat::Json,
+    };
+    let out = std::path::absolute(&out).unwrap_or(out);
+    author(engine, json, AuthorCommand::ExportTranscript { scene, format, out })
+}
+
+pub fn scene_set_state(engine: &EngineHandle, args: SetStateArgs, json: bool) -> Result<ExitCode> {
+    let state = CharacterState {
+        location: args.location,
+        mood: args.mood,
+        clothing: args.clothing,
+        activity: args.activity,
+        intentions: args.intentions,
+    };
+    author(engine, json, AuthorCommand::EditCharacterState { scene: args.scene, character: args.character, state })
+}

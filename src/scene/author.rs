@@ -1,0 +1,234 @@
+//! The authoring commands: each resolves its names, runs in one transaction, and
+//! reports the library tree (or what it wrote) afterwards.
+
+use super::authoring::{self, Edit, Impact, Level, LoreLevel, StateEdit, Tree};
+use super::model::CharacterState;
+use super::{SceneError, records};
+use crate::character;
+use crate::context::Context;
+use crate::store::StoreError;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// What a game master can build, change or remove. Names are resolved here; a name
+/// two things share is refused with their ids.
+#[derive(Debug, Clone)]
+pub enum AuthorCommand {
+    /// Report the library as [`AuthorEvent::Tree`].
+    Tree,
+    NewWorld { name: String, description: String, notes: String },
+    NewCampaign { world: String, name: String, description: String, notes: String },
+    NewArc { campaign: String, name: String, notes: String },
+    /// Rename, re-describe or re-note a world, campaign, arc or scene.
+    Edit { level: Level, key: String, edit: Edit },
+    /// Delete with everything under it; refused unless `confirmed` when anything would go.
+    Delete { level: Level, key: String, confirmed: bool },
+    CastAdd { campaign: String, character: String },
+    CastRemove { campaign: String, character: String },
+    /// Who the user plays in the campaign's scenes (`None`: nobody in particular).
+    UsePersona { campaign: String, persona: Option<String> },
+    NewPersona { name: String, description: String },
+    EditPersona { persona: String, name: Option<String>, description: Option<String> },
+    DeletePersona { persona: String },
+    /// Report every persona as [`AuthorEvent::Personas`].
+    Personas,
+    Attach { lorebook: String, level: LoreLevel, owner: String },
+    Detach { lorebook: String, level: LoreLevel, owner: String },
+    /// A hand edit of the campaign's trackers, facts or time.
+    EditState { campaign: String, edit: StateEdit },
+    /// A hand edit of a character's state in a scene (only the fields given).
+    EditCharacterState { scene: String, character: String, state: CharacterState },
+    /// Write a scene's whole transcript as Markdown or JSON.
+    ExportTranscript { scene: String, format: TranscriptFormat, out: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptFormat {
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum AuthorEvent {
+    /// Something was created, changed or removed (`action`: created, updated, deleted).
+    Authored { action: String, kind: String, id: String, name: String, impact: Option<Impact> },
+    Tree { tree: Box<Tree> },
+    Personas { personas: Vec<character::Persona> },
+    TranscriptExported { scene_id: String, path: PathBuf, messages: usize },
+}
+
+fn authored(action: &str, kind: &str, id: String, name: String) -> AuthorEvent {
+    AuthorEvent::Authored { action: action.into(), kind: kind.into(), id, name, impact: None }
+}
+
+/// Run one authoring command; what it did, as events (the tree follows every change).
+pub fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneError> {
+    let store = &ctx.store;
+    let event = match command {
+        AuthorCommand::Tree => None,
+        AuthorCommand::NewWorld { name, description, notes } => {
+            let id = store.transaction(|tx| authoring::create_world(tx, &name, &description, &notes))?;
+            Some(authored("created", "world", id, name.trim().into()))
+        }
+        AuthorCommand::NewCampaign { world, name, description, notes } => {
+            let id = store.transaction(|tx| {
+                let (world, _) = authoring::resolve(tx, Level::World, &world)?;
+                authoring::create_campaign(tx, &world, &name, &description, &notes)
+            })?;
+            Some(authored("created", "campaign", id, name.trim().into()))
+        }
+        AuthorCommand::NewArc { campaign, name, notes } => {
+            let id = store.transaction(|tx| {
+                let (campaign, _) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                authoring::create_arc(tx, &campaign, &name, &notes)
+            })?;
+            Some(authored("created", "arc", id, name.trim().into()))
+        }
+        AuthorCommand::Edit { level, key, edit } => {
+            let (id, name) = store.transaction(|tx| {
+                let (id, old) = authoring::resolve(tx, level, &key)?;
+                authoring::edit(tx, level, &id, &edit)?;
+                Ok((id, edit.name.clone().map(|n| n.trim().to_string()).unwrap_or(old)))
+            })?;
+            Some(authored("updated", level.label(), id, name))
+        }
+        AuthorCommand::Delete { level, key, confirmed } => {
+            let (id, name, impact) = store.transaction(|tx| {
+                let (id, name) = authoring::resolve(tx, level, &key)?;
+                let impact = authoring::delete(tx, level, &id, confirmed)?;
+                Ok((id, name, impact))
+            })?;
+            Some(AuthorEvent::Authored { action: "deleted".into(), kind: level.label().into(), id, name, impact: Some(impact) })
+        }
+        AuthorCommand::CastAdd { campaign, character: who } => {
+            let (id, name) = store.transaction(|tx| {
+                let (campaign, _) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                let character = character::resolve(tx, &who)?;
+                authoring::cast_add(tx, &campaign, &character.id)?;
+                Ok((campaign, character.name))
+            })?;
+            Some(authored("updated", "cast", id, name))
+        }
+        AuthorCommand::CastRemove { campaign, character: who } => {
+            let (id, name) = store.transaction(|tx| {
+                let (campaign, _) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                let character = character::resolve(tx, &who)?;
+                authoring::cast_remove(tx, &campaign, &character.id)?;
+                Ok((campaign, character.name))
+            })?;
+            Some(authored("updated", "cast", id, name))
+        }
+        AuthorCommand::UsePersona { campaign, persona } => {
+            let (id, name) = store.transaction(|tx| {
+                let (campaign, name) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                let persona = match persona.as_deref() {
+                    Some(key) => Some(character::resolve_persona(tx, key)?.id),
+                    None => None,
+                };
+                authoring::set_persona(tx, &campaign, persona.as_deref())?;
+                Ok((campaign, name))
+            })?;
+            Some(authored("updated", "campaign", id, name))
+        }
+        AuthorCommand::NewPersona { name, description } => {
+            if name.trim().is_empty() {
+                return Err(SceneError::Invalid("a persona needs a name".into()));
+            }
+            let id = store.transaction(|tx| character::insert_persona(tx, name.trim(), description.trim()))?;
+            Some(authored("created", "persona", id, name.trim().into()))
+        }
+        AuthorCommand::EditPersona { persona, name, description } => {
+            if name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                return Err(SceneError::Invalid("a persona needs a name".into()));
+            }
+            let (id, shown) = store.transaction(|tx| {
+                let found = character::resolve_persona(tx, &persona)?;
+                character::update_persona(tx, &found.id, name.as_deref().map(str::trim), description.as_deref())?;
+                Ok((found.id, name.clone().unwrap_or(found.name)))
+            })?;
+            Some(authored("updated", "persona", id, shown))
+        }
+        AuthorCommand::DeletePersona { persona } => {
+            let found = store.transaction(|tx| {
+                let found = character::resolve_persona(tx, &persona)?;
+                character::delete_persona(tx, &found.id)?;
+                Ok(found)
+            })?;
+            Some(authored("deleted", "persona", found.id, found.name))
+        }
+        AuthorCommand::Personas => {
+            let personas = store.with(character::personas)?;
+            return Ok(vec![AuthorEvent::Personas { personas }]);
+        }
+        AuthorCommand::Attach { lorebook, level, owner: key } => {
+            let (book, name) = attach_target(ctx, &lorebook)?;
+            store.transaction(|tx| authoring::attach(tx, level, &owner(tx, level, &key)?, &book))?;
+            Some(authored("attached", "lorebook", book, name))
+        }
+        AuthorCommand::Detach { lorebook, level, owner: key } => {
+            let (book, name) = attach_target(ctx, &lorebook)?;
+            let detached = store.transaction(|tx| authoring::detach(tx, level, &owner(tx, level, &key)?, &book))?;
+            if !detached {
+                return Err(SceneError::Invalid(format!("lorebook {name:?} is not attached there")));
+            }
+            Some(authored("detached", "lorebook", book, name))
+        }
+        AuthorCommand::EditState { campaign, edit } => {
+            let (id, name) = store.transaction(|tx| {
+                let (campaign, name) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                authoring::edit_state(tx, &campaign, &edit)?;
+                Ok((campaign, name))
+            })?;
+            Some(authored("updated", "campaign state", id, name))
+        }
+        AuthorCommand::EditCharacterState { scene, character: who, state } => {
+            let (scene_id, name) = store.transaction(|tx| {
+                let scene_id = records::resolve_scene(tx, &scene)?;
+                let character = character::resolve(tx, &who)?;
+                let campaign = authoring::campaign_of_scene(tx, &scene_id)?;
+                let edit = StateEdit::Character { scene_id: scene_id.clone(), character_id: character.id, state };
+                authoring::edit_state(tx, &campaign, &edit)?;
+                Ok((scene_id, character.name))
+            })?;
+            Some(authored("updated", "character state", scene_id, name))
+        }
+        AuthorCommand::ExportTranscript { scene, format, out } => {
+            let (scene_id, text, messages) = store.with(|c| {
+                let scene_id = records::resolve_scene(c, &scene)?;
+                let (text, messages) = super::transcript::render(c, &scene_id, format)?;
+                Ok((scene_id, text, messages))
+            })?;
+            write_file(&out, &text)?;
+            return Ok(vec![AuthorEvent::TranscriptExported { scene_id, path: out, messages }]);
+        }
+    };
+    let tree = store.with(authoring::tree)?;
+    Ok(event.into_iter().chain([AuthorEvent::Tree { tree: Box::new(tree) }]).collect())
+}
+
+/// Write `text` whole or not at all: a temporary file beside the target, then a rename.
+fn write_file(path: &std::path::Path, text: &str) -> Result<(), SceneError> {
+    let io = |e: std::io::Error| SceneError::Invalid(format!("cannot write {}: {e}", path.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// The `(id, name)` of the lorebook to attach or detach.
+fn attach_target(ctx: &Context, key: &str) -> Result<(String, String), SceneError> {
+    Ok(ctx.store.with(|c| crate::interop::library::resolve_lorebook(c, key).map_err(|e| StoreError::Invalid(e.to_string())))?)
+}
+
+/// Resolve the owner of a lorebook attachment.
+fn owner(tx: &rusqlite::Connection, level: LoreLevel, key: &str) -> Result<String, StoreError> {
+    let level = match level {
+        LoreLevel::World => Level::World,
+        LoreLevel::Campaign => Level::Campaign,
+    };
+    Ok(authoring::resolve(tx, level, key)?.0)
+}

@@ -1,0 +1,523 @@
+//! What a game master builds by hand: worlds, campaigns, arcs and scenes with their
+//! notes, a campaign's cast and persona, the lorebooks a world or campaign scans, and
+//! hand edits of the campaign's state (trackers, facts, time) and of a character's
+//! state in a scene.
+//!
+//! These are the scene module's tables (migrations 0006 and 0013), so they are written
+//! here and nowhere else; characters, personas and lorebooks are looked up through
+//! their owners. Every function takes the caller's connection: the engine runs each
+//! command in one transaction, so a refused edit changes nothing.
+
+use super::model::{CharacterState, STATE_FIELDS};
+use crate::character;
+use crate::store::{StoreError, new_id, now_rfc3339};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+/// The levels a game master builds, top to bottom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    World,
+    Campaign,
+    Arc,
+    Scene,
+}
+
+impl Level {
+    pub fn label(self) -> &'static str {
+        match self {
+            Level::World => "world",
+            Level::Campaign => "campaign",
+            Level::Arc => "arc",
+            Level::Scene => "scene",
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Level::World => "worlds",
+            Level::Campaign => "campaigns",
+            Level::Arc => "arcs",
+            Level::Scene => "scenes",
+        }
+    }
+}
+
+/// A change to a name, description or notes; `None` keeps the field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Edit {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub notes: Option<String>,
+}
+
+/// The whole library as a tree of worlds → campaigns → arcs → scenes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tree {
+    pub worlds: Vec<WorldNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorldNode {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub notes: String,
+    /// `(id, name)` of the lorebooks every campaign of this world scans.
+    pub lorebooks: Vec<(String, String)>,
+    pub campaigns: Vec<CampaignNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CampaignNode {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub notes: String,
+    pub persona: Option<character::Persona>,
+    /// `(id, name)` of the campaign's cast.
+    pub cast: Vec<(String, String)>,
+    pub lorebooks: Vec<(String, String)>,
+    pub arcs: Vec<ArcNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArcNode {
+    pub id: String,
+    pub name: String,
+    pub notes: String,
+    pub scenes: Vec<SceneLeaf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SceneLeaf {
+    pub id: String,
+    pub name: String,
+    pub rounds: u32,
+}
+
+/// What deleting something takes with it, said before it happens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Impact {
+    pub campaigns: u32,
+    pub arcs: u32,
+    pub scenes: u32,
+    pub messages: u32,
+}
+
+impl Impact {
+    pub fn is_empty(&self) -> bool {
+        *self == Impact::default()
+    }
+
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for (n, what) in [(self.campaigns, "campaign"), (self.arcs, "arc"), (self.scenes, "scene"), (self.messages, "message")] {
+            if n > 0 {
+                parts.push(format!("{n} {what}{}", if n == 1 { "" } else { "s" }));
+            }
+        }
+        parts.join(", ")
+    }
+}
+
+fn invalid(message: impl Into<String>) -> StoreError {
+    StoreError::Invalid(message.into())
+}
+
+fn required(name: &str, what: &str) -> Result<String, StoreError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(invalid(format!("a {what} needs a name")));
+    }
+    Ok(name.to_string())
+}
+
+/// Find a world, campaign, arc or scene by id, or by a name only one of them has.
+pub fn resolve(conn: &Connection, level: Level, key: &str) -> Result<(String, String), StoreError> {
+    let table = level.table();
+    let key = key.trim();
+    let by_id: Option<(String, String)> =
+        conn.query_row(&format!("SELECT id, name FROM {table} WHERE id = ?1"), [key], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+    if let Some(found) = by_id {
+        return Ok(found);
+    }
+    let mut stmt = conn.prepare(&format!("SELECT id, name FROM {table} WHERE name = ?1 COLLATE NOCASE"))?;
+    let mut found: Vec<(String, String)> = stmt.query_map([key], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(StoreError::NotFound(format!("{} {key:?}", level.label()))),
+        n => {
+            let ids: Vec<&str> = found.iter().map(|(id, _)| id.as_str()).collect();
+            Err(StoreError::NotFound(format!(
+                "{} {key:?} is ambiguous ({n} have that name; use one of the ids {})",
+                level.label(),
+                ids.join(", ")
+            )))
+        }
+    }
+}
+
+pub fn create_world(conn: &Connection, name: &str, description: &str, notes: &str) -> Result<String, StoreError> {
+    let name = required(name, "world")?;
+    let id = new_id();
+    conn.execute(
+        "INSERT INTO worlds(id, name, description, notes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![id, name, description.trim(), notes.trim(), now_rfc3339()],
+    )?;
+    Ok(id)
+}
+
+/// A campaign of `world_id`, with an empty campaign state.
+pub fn create_campaign(conn: &Connection, world_id: &str, name: &str, description: &str, notes: &str) -> Result<String, StoreError> {
+    let name = required(name, "campaign")?;
+    let id = new_id();
+    let now = now_rfc3339();
+    conn.execute(
+        "INSERT INTO campaigns(id, world_id, name, description, notes, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![id, world_id, name, description.trim(), notes.trim(), now],
+    )?;
+    conn.execute("INSERT INTO campaign_state(campaign_id, updated_at) VALUES (?1, ?2)", params![id, now])?;
+    Ok(id)
+}
+
+/// An arc at the end of `campaign_id`'s arcs.
+pub fn create_arc(conn: &Connection, campaign_id: &str, name: &str, notes: &str) -> Result<String, StoreError> {
+    let name = required(name, "arc")?;
+    let ordinal: i64 = conn.query_row("SELECT coalesce(max(ordinal), 0) + 1 FROM arcs WHERE campaign_id = ?1", [campaign_id], |r| r.get(0))?;
+    let id = new_id();
+    conn.execute(
+        "INSERT INTO arcs(id, campaign_id, ordinal, name, notes, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![id, campaign_id, ordinal, name, notes.trim(), now_rfc3339()],
+    )?;
+    Ok(id)
+}
+
+/// Rename or re-describe a world, campaign, arc or scene. Arcs have no description.
+pub fn edit(conn: &Connection, level: Level, id: &str, edit: &Edit) -> Result<(), StoreError> {
+    if let Some(name) = &edit.name {
+        required(name, level.label())?;
+    }
+    if level == Level::Arc && edit.description.is_some() {
+        return Err(invalid("an arc has notes, not a description"));
+    }
+    let table = level.table();
+    let changed = match level {
+        Level::Arc => conn.execute(
+            "UPDATE arcs SET name = coalesce(?2, name), notes = coalesce(?3, notes) WHERE id = ?1",
+            params![id, edit.name.as_deref().map(str::trim), edit.notes.as_deref()],
+        )?,
+        _ => conn.execute(
+            &format!(
+                "UPDATE {table} SET name = coalesce(?2, name), description = coalesce(?3, description), notes = coalesce(?4, notes) WHERE id = ?1"
+            ),
+            params![id, edit.name.as_deref().map(str::trim), edit.description.as_deref(), edit.notes.as_deref()],
+        )?,
+    };
+    if changed == 0 {
+        return Err(StoreError::NotFound(format!("{} {id}", level.label())));
+    }
+    if level == Level::Scene {
+        conn.execute("UPDATE scenes SET updated_at = ?2 WHERE id = ?1", params![id, now_rfc3339()])?;
+    }
+    Ok(())
+}
+
+/// What deleting `id` would take with it.
+pub fn impact(conn: &Connection, level: Level, id: &str) -> Result<Impact, StoreError> {
+    let count = |sql: &str| -> Result<u32, StoreError> { Ok(conn.query_row(sql, [id], |r| r.get(0))?) };
+    Ok(match level {
+        Level::World => Impact {
+            campaigns: count("SELECT count(*) FROM campaigns WHERE world_id = ?1")?,
+            arcs: count("SELECT count(*) FROM arcs a JOIN campaigns c ON c.id = a.campaign_id WHERE c.world_id = ?1")?,
+            scenes: count(
+                "SELECT count(*) FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id WHERE c.world_id = ?1",
+            )?,
+            messages: count(
+                "SELECT count(*) FROM scene_messages m JOIN scenes s ON s.id = m.scene_id JOIN arcs a ON a.id = s.arc_id
+                 JOIN campaigns c ON c.id = a.campaign_id WHERE c.world_id = ?1",
+            )?,
+        },
+        Level::Campaign => Impact {
+            campaigns: 0,
+            arcs: count("SELECT count(*) FROM arcs WHERE campaign_id = ?1")?,
+            scenes: count("SELECT count(*) FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE a.campaign_id = ?1")?,
+            messages: count(
+                "SELECT count(*) FROM scene_messages m JOIN scenes s ON s.id = m.scene_id JOIN arcs a ON a.id = s.arc_id WHERE a.campaign_id = ?1",
+            )?,
+        },
+        Level::Arc => Impact {
+            scenes: count("SELECT count(*) FROM scenes WHERE arc_id = ?1")?,
+            messages: count("SELECT count(*) FROM scene_messages m JOIN scenes s ON s.id = m.scene_id WHERE s.arc_id = ?1")?,
+            ..Impact::default()
+        },
+        Level::Scene => Impact { messages: count("SELECT count(*) FROM scene_messages WHERE scene_id = ?1")?, ..Impact::default() },
+    })
+}
+
+/// Delete a world, campaign, arc or scene with everything under it. Unless `confirmed`,
+/// refused (changing nothing) when anything would go with it, saying what.
+pub fn delete(conn: &Connection, level: Level, id: &str, confirmed: bool) -> Result<Impact, StoreError> {
+    let impact = impact(conn, level, id)?;
+    if !confirmed && !impact.is_empty() {
+        return Err(invalid(format!(
+            "deleting this {} also deletes {}; confirm to delete (CLI: --yes)",
+            level.label(),
+            impact.describe()
+        )));
+    }
+    if conn.execute(&format!("DELETE FROM {} WHERE id = ?1", level.table()), [id])? == 0 {
+        return Err(StoreError::NotFound(format!("{} {id}", level.label())));
+    }
+    Ok(impact)
+}
+
+/// Add a library character to a campaign's cast (once, however often asked).
+pub fn cast_add(conn: &Connection, campaign_id: &str, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("INSERT OR IGNORE INTO campaign_cast(campaign_id, character_id) VALUES (?1, ?2)", params![campaign_id, character_id])?;
+    Ok(())
+}
+
+pub fn cast_remove(conn: &Connection, campaign_id: &str, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM campaign_cast WHERE campaign_id = ?1 AND character_id = ?2", params![campaign_id, character_id])?;
+    Ok(())
+}
+
+/// The ids of a campaign's cast.
+pub fn cast_of(conn: &Connection, campaign_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT character_id FROM campaign_cast WHERE campaign_id = ?1 ORDER BY character_id")?;
+    let rows = stmt.query_map([campaign_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Who the user plays in a campaign's scenes (`None`: nobody in particular).
+pub fn set_persona(conn: &Connection, campaign_id: &str, persona_id: Option<&str>) -> Result<(), StoreError> {
+    if conn.execute("UPDATE campaigns SET persona_id = ?2 WHERE id = ?1", params![campaign_id, persona_id])? == 0 {
+        return Err(StoreError::NotFound(format!("campaign {campaign_id}")));
+    }
+    Ok(())
+}
+
+/// Where a lorebook is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoreLevel {
+    World,
+    Campaign,
+}
+
+/// Attach a lorebook to a world (all its campaigns) or a campaign; attaching twice
+/// attaches once.
+pub fn attach(conn: &Connection, level: LoreLevel, owner_id: &str, lorebook_id: &str) -> Result<(), StoreError> {
+    let sql = match level {
+        LoreLevel::World => "INSERT OR IGNORE INTO world_lorebooks(world_id, lorebook_id) VALUES (?1, ?2)",
+        LoreLevel::Campaign => "INSERT OR IGNORE INTO campaign_lorebooks(campaign_id, lorebook_id) VALUES (?1, ?2)",
+    };
+    conn.execute(sql, params![owner_id, lorebook_id])?;
+    Ok(())
+}
+
+pub fn detach(conn: &Connection, level: LoreLevel, owner_id: &str, lorebook_id: &str) -> Result<bool, StoreError> {
+    let sql = match level {
+        LoreLevel::World => "DELETE FROM world_lorebooks WHERE world_id = ?1 AND lorebook_id = ?2",
+        LoreLevel::Campaign => "DELETE FROM campaign_lorebooks WHERE campaign_id = ?1 AND lorebook_id = ?2",
+    };
+    Ok(conn.execute(sql, params![owner_id, lorebook_id])? > 0)
+}
+
+/// The whole library as a tree, each level sorted by name (arcs in their order).
+pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
+    let books = crate::interop::library::list(conn)?.1;
+    let book_name = |id: String| {
+        let name = books.iter().find(|b| b.id == id).map(|b| b.name.clone()).unwrap_or_default();
+        (id, name)
+    };
+    let ids = |sql: &str, key: &str| -> Result<Vec<String>, StoreError> {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map([key], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    };
+    let mut worlds = Vec::new();
+    let mut stmt = conn.prepare("SELECT id, name, description, notes FROM worlds ORDER BY name COLLATE NOCASE, created_at")?;
+    let rows: Vec<(String, String, String, String)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect::<Result<_, _>>()?;
+    for (id, name, description, notes) in rows {
+        let lorebooks = ids("SELECT lorebook_id FROM world_lorebooks WHERE world_id = ?1 ORDER BY lorebook_id", &id)?
+            .into_iter()
+            .map(book_name)
+            .collect();
+        let mut campaigns = Vec::new();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, name, description, notes, persona_id FROM campaigns WHERE world_id = ?1 ORDER BY name COLLATE NOCASE, created_at",
+        )?;
+        let rows: Vec<(String, String, String, String, Option<String>)> =
+            stmt.query_map([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?.collect::<Result<_, _>>()?;
+        for (cid, cname, cdescription, cnotes, persona) in rows {
+            let persona = match persona {
+                Some(p) => character::persona(conn, &p)?,
+                None => None,
+            };
+            let mut cast = Vec::new();
+            for character_id in cast_of(conn, &cid)? {
+                if let Some(c) = character::get(conn, &character_id)? {
+                    cast.push((c.id, c.name));
+                }
+            }
+            cast.sort_by(|a, b| a.1.to_lowercase().cmp(&b.1.to_lowercase()));
+            let lorebooks = ids("SELECT lorebook_id FROM campaign_lorebooks WHERE campaign_id = ?1 ORDER BY lorebook_id", &cid)?
+                .into_iter()
+                .map(book_name)
+                .collect();
+            let mut arcs = Vec::new();
+            let mut stmt = conn.prepare_cached("SELECT id, name, notes FROM arcs WHERE campaign_id = ?1 ORDER BY ordinal, created_at")?;
+            let rows: Vec<(String, String, String)> =
+                stmt.query_map([&cid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+            for (aid, aname, anotes) in rows {
+                let mut stmt = conn.prepare_cached("SELECT id, name, rounds FROM scenes WHERE arc_id = ?1 ORDER BY created_at")?;
+                let scenes = stmt
+                    .query_map([&aid], |r| Ok(SceneLeaf { id: r.get(0)?, name: r.get(1)?, rounds: r.get(2)? }))?
+                    .collect::<Result<_, _>>()?;
+                arcs.push(ArcNode { id: aid, name: aname, notes: anotes, scenes });
+            }
+            campaigns.push(CampaignNode {
+                id: cid,
+                name: cname,
+                description: cdescription,
+                notes: cnotes,
+                persona,
+                cast,
+                lorebooks,
+                arcs,
+            });
+        }
+        worlds.push(WorldNode { id, name, description, notes, lorebooks, campaigns });
+    }
+    Ok(Tree { worlds })
+}
+
+/// One hand edit of a campaign's state or a character's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "edit", rename_all = "snake_case")]
+pub enum StateEdit {
+    /// Set a tracker (`value: None` removes it).
+    Tracker { name: String, value: Option<serde_json::Value> },
+    AddFact { fact: String },
+    RemoveFact { fact: String },
+    /// Set the in-fiction time elapsed since the campaign began.
+    Elapsed { minutes: u64 },
+    /// Change fields of a character's state in a scene (only the fields given).
+    Character { scene_id: String, character_id: String, state: CharacterState },
+}
+
+/// Apply a hand edit and record it in the campaign's history. Each field is changed on
+/// its own (read and written in the caller's transaction), so an edit never writes back
+/// a stale copy of the rest of the state.
+pub fn edit_state(conn: &Connection, campaign_id: &str, edit: &StateEdit) -> Result<(), StoreError> {
+    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what}: {e}"));
+    let (trackers, facts): (String, String) = conn
+        .query_row("SELECT trackers_json, facts_json FROM campaign_state WHERE campaign_id = ?1", [campaign_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?
+        .unwrap_or_else(|| ("{}".into(), "[]".into()));
+    let mut trackers: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&trackers).map_err(|e| corrupt("trackers", e))?;
+    let mut facts: Vec<String> = serde_json::from_str(&facts).map_err(|e| corrupt("facts", e))?;
+    let now = now_rfc3339();
+    let mut scene_id = None;
+    match edit {
+        StateEdit::Tracker { name, value } => {
+            let name = required(name, "tracker")?;
+            match value {
+                Some(v) => {
+                    trackers.insert(name, v.clone());
+                }
+                None => {
+                    if trackers.remove(&name).is_none() {
+                        return Err(StoreError::NotFound(format!("tracker {name:?}")));
+                    }
+                }
+            }
+        }
+        StateEdit::AddFact { fact } => {
+            let fact = fact.trim();
+            if fact.is_empty() {
+                return Err(invalid("an empty fact is not added"));
+            }
+            if !facts.iter().any(|f| f == fact) {
+                facts.push(fact.to_string());
+            }
+        }
+        StateEdit::RemoveFact { fact } => {
+            let before = facts.len();
+            facts.retain(|f| f != fact.trim());
+            if facts.len() == before {
+                return Err(StoreError::NotFound(format!("fact {fact:?}")));
+            }
+        }
+        StateEdit::Elapsed { minutes } => {
+            conn.execute(
+                "INSERT INTO campaign_state(campaign_id, elapsed_minutes, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(campaign_id) DO UPDATE SET elapsed_minutes = excluded.elapsed_minutes, updated_at = excluded.updated_at",
+                params![campaign_id, *minutes as i64, now],
+            )?;
+        }
+        StateEdit::Character { scene_id: scene, character_id, state } => {
+            if STATE_FIELDS.iter().all(|f| state.get(f).is_none()) {
+                return Err(invalid(format!("a character state edit names at least one of {}", STATE_FIELDS.join(", "))));
+            }
+            let current: Option<String> = conn
+                .query_row(
+                    "SELECT state_json FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2",
+                    params![scene, character_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let mut full: CharacterState = match current {
+                Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("character state", e))?,
+                None => CharacterState::default(),
+            };
+            full.apply(state);
+            let round: i64 = conn.query_row("SELECT rounds FROM scenes WHERE id = ?1", [scene], |r| r.get(0))?;
+            let json = serde_json::to_string(&full).map_err(|e| corrupt("character state", e))?;
+            conn.execute(
+                "INSERT INTO scene_character_states(scene_id, character_id, state_json, round) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(scene_id, character_id) DO UPDATE SET state_json = excluded.state_json, round = excluded.round",
+                params![scene, character_id, json, round],
+            )?;
+            scene_id = Some(scene.clone());
+        }
+    }
+    if matches!(edit, StateEdit::Tracker { .. } | StateEdit::AddFact { .. } | StateEdit::RemoveFact { .. }) {
+        let trackers = serde_json::to_string(&trackers).map_err(|e| corrupt("trackers", e))?;
+        let facts = serde_json::to_string(&facts).map_err(|e| corrupt("facts", e))?;
+        conn.execute(
+            "INSERT INTO campaign_state(campaign_id, trackers_json, facts_json, updated_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(campaign_id) DO UPDATE SET trackers_json = excluded.trackers_json, facts_json = excluded.facts_json,
+             updated_at = excluded.updated_at",
+            params![campaign_id, trackers, facts, now],
+        )?;
+    }
+    let json = serde_json::to_string(edit).map_err(|e| corrupt("state edit", e))?;
+    conn.execute(
+        "INSERT INTO state_edits(id, campaign_id, scene_id, edit_json, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![new_id(), campaign_id, scene_id, json, now],
+    )?;
+    Ok(())
+}
+
+/// The hand edits of a campaign, oldest first, with when they were made.
+pub fn state_edits(conn: &Connection, campaign_id: &str) -> Result<Vec<(String, StateEdit)>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT created_at, edit_json FROM state_edits WHERE campaign_id = ?1 ORDER BY created_at, rowid")?;
+    let rows: Vec<(String, String)> = stmt.query_map([campaign_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(at, json)| Ok((at, serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("state edit: {e}")))?)))
+        .collect()
+}
+
+/// The campaign a scene belongs to.
+pub fn campaign_of_scene(conn: &Connection, scene_id: &str) -> Result<String, StoreError> {
+    conn.query_row("SELECT a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1", [scene_id], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))
+}

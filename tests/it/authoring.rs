@@ -1,0 +1,235 @@
+//! A game master's own campaign from nothing, through the real binary only: a world
+//! with notes, a persona, a campaign with two characters imported from cards, an arc,
+//! a scene, an imported World Info book attached to the campaign, a round in which an
+//! entry of that book fires, a tracker edited by hand, and the transcript exported. The
+//! library also holds the demo world, and nothing of it may reach this campaign.
+
+use lorekeeper::config::{Config, Paths};
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use lorekeeper::store::Store;
+use serde_json::{Value, json};
+use std::path::Path;
+
+struct Cli {
+    paths: Paths,
+}
+
+impl Cli {
+    fn run(&self, args: &[&str]) -> Result<Vec<Value>, String> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", self.paths.library_file.to_str().unwrap(), "--config", self.paths.config_file.to_str().unwrap()])
+            .arg("--json")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect())
+    }
+
+    fn ok(&self, args: &[&str]) -> Vec<Value> {
+        self.run(args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+    }
+}
+
+fn card(name: &str, description: &str, personality: &str) -> Value {
+    json!({
+        "spec": "chara_card_v2", "spec_version": "2.0",
+        "data": {
+            "name": name, "description": description, "personality": personality,
+            "scenario": "", "first_mes": "", "mes_example": "", "creator_notes": "",
+            "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [],
+            "tags": [], "creator": "someone else", "character_version": "1", "extensions": {}
+        }
+    })
+}
+
+fn write(dir: &Path, name: &str, value: &Value) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Director plans name this campaign's characters; every reply is distinct text.
+fn script() -> Value {
+    json!({
+        "rules": [
+            { "when": { "system_contains": "which characters act, in what order" }, "reply": { "json": {
+                "acting_characters": [
+                    { "name": "Bram Holloway", "guidance": "Recognise the seal and go pale.", "priority": 2 },
+                    { "name": "Tessa Quill", "guidance": "Ask who gave it to Kit.", "priority": 1 }
+                ],
+                "activations": [], "deactivations": [],
+                "state_updates": [ { "name": "Bram Holloway", "mood": "uneasy" } ],
+                "open_guidance": "The cellar lamp gutters."
+            } } },
+            { "when": { "system_contains": "reconciling the round" }, "reply": { "json": {
+                "state_updates": [], "trackers": { "suspicion": 1 }, "new_facts": [], "elapsed_minutes": 5
+            } } },
+            { "when": { "system_contains": "You are playing Bram Holloway" }, "reply": "Bram sets down the cask. \"Where did you get that?\"" },
+            { "when": { "system_contains": "You are playing Tessa Quill" }, "reply": "Tessa leans in. \"Who gave you this, Kit?\"" },
+            { "when": { "system_contains": "You are the narrator of" }, "reply": "Wax drips from the cellar lamp." }
+        ],
+        "default": "Nothing happens."
+    })
+}
+
+fn setup(dir: &Path) -> Cli {
+    let paths = Paths { config_file: dir.join("config.toml"), library_file: dir.join("library.sqlite"), log_dir: dir.join("logs") };
+    let mut config = Config::default();
+    let script = write(dir, "script.json", &script());
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "authoring-script".into(),
+        path: Some(script.into()),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    // No embedding model in tests, whatever `models/` holds: memories by keyword.
+    config.memory.embedding.model_dir = Some(dir.join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    Cli { paths }
+}
+
+fn last_event<'a>(events: &'a [Value], name: &str) -> &'a Value {
+    events.iter().rev().find(|e| e["event"] == name).unwrap_or_else(|| panic!("no {name} in {events:?}"))
+}
+
+#[test]
+fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    cli.ok(&["scene", "demo"]);
+
+    cli.ok(&["world", "new", "Vael", "--notes", "Ash falls from the mountain every autumn."]);
+    cli.ok(&["persona", "new", "Kit", "--description", "a courier who asks too many questions"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael", "--persona", "Kit", "--notes", "Smugglers rule the lower town."]);
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper with burn-scarred hands.", "Wary, loyal."));
+    let tessa = write(dir.path(), "tessa.json", &card("Tessa Quill", "A clerk who forges permits.", "Sharp, curious."));
+    let book = write(
+        dir.path(),
+        "ashfall-lore.json",
+        &json!({ "entries": { "0": {
+            "uid": 0, "key": ["seal"], "keysecondary": [], "comment": "The Black Seal",
+            "content": "The black wax seal marks cargo of the Cinder Guild; carrying one uninvited is a death sentence.",
+            "constant": false, "selective": false, "order": 100, "position": 0, "disable": false, "probability": 100
+        } } }),
+    );
+    let imported = cli.ok(&["import", &bram, &tessa, &book]);
+    assert_eq!(last_event(&imported, "import_report")["created"].as_array().unwrap().len(), 3, "{imported:?}");
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway", "Tessa Quill"]);
+    cli.ok(&["arc", "new", "The Cellar Job", "--campaign", "Ashfall"]);
+    let created = cli.ok(&["scene", "new", "Under the Tavern", "--arc", "The Cellar Job", "--notes", "A single lamp; casks everywhere."]);
+    let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
+    cli.ok(&["lorebook", "attach", "ashfall-lore", "--campaign", "Ashfall"]);
+    // Attaching twice attaches once.
+    cli.ok(&["lorebook", "attach", "ashfall-lore", "--campaign", "Ashfall"]);
+
+    // A scene needs its arc named: there is no default to someone else's.
+    assert!(cli.run(&["scene", "new", "Nowhere"]).is_err());
+    // Deleting a world that has campaigns says what would go, and changes nothing.
+    let refused = cli.run(&["world", "delete", "Vael"]).unwrap_err();
+    assert!(refused.contains("1 campaign") && refused.contains("1 scene") && refused.contains("--yes"), "{refused}");
+
+    let tree = last_event(&cli.ok(&["world", "list"]), "tree")["tree"].clone();
+    let vael = tree["worlds"].as_array().unwrap().iter().find(|w| w["name"] == "Vael").unwrap().clone();
+    let ashfall = &vael["campaigns"][0];
+    assert_eq!(ashfall["persona"]["name"], "Kit");
+    assert_eq!(ashfall["cast"].as_array().unwrap().len(), 2);
+    assert_eq!(ashfall["lorebooks"].as_array().unwrap().len(), 1);
+    assert_eq!(ashfall["arcs"][0]["scenes"][0]["name"], "Under the Tavern");
+
+    let played = cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
+    let completed = last_event(&played, "round_completed");
+    let speakers: Vec<&str> = completed["messages"].as_array().unwrap().iter().map(|m| m["speaker"].as_str().unwrap()).collect();
+    assert_eq!(speakers, ["Kit", "Bram Holloway", "Tessa Quill", "Narrator"], "the persona speaks for the user");
+
+    // The prompts as sent: the entry fired for the Director and both characters, with
+    // the campaign's own notes, and nothing of the demo world.
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 50)).unwrap();
+    let prompts: Vec<String> = calls
+        .iter()
+        .filter(|c| c.model == "authoring-script")
+        .map(|c| c.request.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"))
+        .collect();
+    let lore = "carrying one uninvited is a death sentence";
+    let director = prompts.iter().find(|p| p.contains("which characters act, in what order")).expect("director call");
+    assert!(director.contains(lore), "the Director was given the entry");
+    for name in ["Bram Holloway", "Tessa Quill"] {
+        let prompt = prompts.iter().find(|p| p.contains(&format!("You are playing {name}"))).expect("character call");
+        assert!(prompt.contains(lore), "{name} was given the entry");
+        assert!(prompt.contains("Smugglers rule the lower town.") && prompt.contains("Ash falls from the mountain"), "{name}'s notes");
+        assert!(prompt.contains("Kit: a courier who asks too many questions"), "{name} knows the persona");
+    }
+    for prompt in &prompts {
+        for demo in ["Saltmarsh", "Juno", "lamp_oil_hours", "Ossian", "Wren Talloway", "relief ship"] {
+            assert!(!prompt.contains(demo), "the demo's {demo:?} leaked into the campaign's prompt:\n{prompt}");
+        }
+    }
+    // The ledger says which key fired it.
+    let snapshot = lorekeeper::scene::preview::snapshot(&store.reader().unwrap(), &scene).unwrap();
+    let last = snapshot.last_round.expect("the round is stored");
+    let ledgers = serde_json::to_value(&last.ledgers).unwrap();
+    let kept: Vec<String> = ledgers
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l["ledger"]["sections"].as_array().unwrap().iter().filter(|s| s["section"] == "lore").flat_map(|s| s["kept"].as_array().unwrap().clone()))
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert!(kept.iter().any(|k| k.contains("The Black Seal") && k.contains("key \"seal\"")), "{kept:?}");
+
+    // A tracker edited by hand, then the whole transcript.
+    cli.ok(&["campaign", "tracker", "Ashfall", "guild_alert", "raised"]);
+    let state = last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
+    assert_eq!(state["trackers"]["guild_alert"], "raised");
+    assert_eq!(state["trackers"]["suspicion"], 1, "the round's own tracker is kept");
+    let out = dir.path().join("transcript.md");
+    let exported = cli.ok(&["scene", "export", &scene, "--format", "markdown", "--out", out.to_str().unwrap()]);
+    assert_eq!(last_event(&exported, "transcript_exported")["messages"], 4);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("# Under the Tavern") && text.contains("**Kit**: I put the black seal on the table."), "{text}");
+    assert!(text.contains("**Bram Holloway**: Bram sets down the cask."), "{text}");
+
+    // Confirmed, the world goes with everything under it; the demo stays.
+    let deleted = cli.ok(&["world", "delete", "Vael", "--yes"]);
+    assert_eq!(last_event(&deleted, "authored")["impact"]["scenes"], 1);
+    let tree = last_event(&cli.ok(&["world", "list"]), "tree")["tree"].clone();
+    let names: Vec<&str> = tree["worlds"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["The Saltmarsh Coast"]);
+}
+
+#[test]
+fn hand_edits_of_state_are_checked_and_kept_in_the_campaigns_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "fact", "Ashfall", "add", "The bridge is out."]);
+    cli.ok(&["campaign", "fact", "Ashfall", "add", "The bridge is out."]);
+    cli.ok(&["campaign", "time", "Ashfall", "90"]);
+    assert!(cli.run(&["campaign", "fact", "Ashfall", "remove", "No such fact."]).is_err());
+    assert!(cli.run(&["campaign", "tracker", "Ashfall", "fog", "--remove"]).is_err(), "removing a tracker that is not there");
+    assert!(cli.run(&["campaign", "new", "  ", "--world", "Vael"]).is_err(), "a campaign needs a name");
+    cli.ok(&["world", "new", "Vael"]);
+    let ambiguous = cli.run(&["campaign", "new", "Other", "--world", "Vael"]).unwrap_err();
+    assert!(ambiguous.contains("ambiguous"), "{ambiguous}");
+
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let (facts, minutes, edits): (String, i64, i64) = store
+        .with(|c| {
+            Ok(c.query_row(
+                "SELECT s.facts_json, s.elapsed_minutes, (SELECT count(*) FROM state_edits) FROM campaign_state s",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(facts, r#"["The bridge is out."]"#, "a fact is added once");
+    assert_eq!(minutes, 90);
+    assert_eq!(edits, 3, "each accepted edit is in the history, refused ones are not");
+}
