@@ -63,8 +63,33 @@ fn authored(action: &str, kind: &str, id: String, name: String) -> AuthorEvent {
     AuthorEvent::Authored { action: action.into(), kind: kind.into(), id, name, impact: None }
 }
 
+/// Serialises authoring commands within one engine. Commands run on worker threads, so
+/// without it two edits could commit in one order and report their trees in the other,
+/// leaving a front door with a stale tree and no later event to correct it.
+#[derive(Default)]
+pub struct AuthoringOrder(std::sync::Mutex<()>);
+
+/// Run `work` (which commits and reports) while no other authoring command does.
+pub fn in_order<T>(ctx: &Context, work: impl FnOnce() -> T) -> T {
+    let slot = ctx.service::<AuthoringOrder>();
+    let order = slot.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Default::default).clone();
+    let _turn = order.0.lock().unwrap_or_else(|p| p.into_inner());
+    work()
+}
+
+/// Run one authoring command and send what it did, then the tree, as events. Commands
+/// are taken one at a time (see [`AuthoringOrder`]).
+pub fn handle(ctx: &Context, command: AuthorCommand) -> Result<(), SceneError> {
+    in_order(ctx, || {
+        for event in run(ctx, command)? {
+            ctx.emit(event);
+        }
+        Ok(())
+    })
+}
+
 /// Run one authoring command; what it did, as events (the tree follows every change).
-pub fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneError> {
+fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneError> {
     let store = &ctx.store;
     let event = match command {
         AuthorCommand::Tree => None,

@@ -79,6 +79,9 @@ pub struct CampaignNode {
     /// `(id, name)` of the campaign's cast.
     pub cast: Vec<(String, String)>,
     pub lorebooks: Vec<(String, String)>,
+    pub trackers: std::collections::BTreeMap<String, serde_json::Value>,
+    pub facts: Vec<String>,
+    pub elapsed_minutes: u64,
     pub arcs: Vec<ArcNode>,
 }
 
@@ -369,6 +372,15 @@ pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
                 .into_iter()
                 .map(book_name)
                 .collect();
+            let (trackers, facts, elapsed_minutes): (String, String, i64) = conn
+                .query_row("SELECT trackers_json, facts_json, elapsed_minutes FROM campaign_state WHERE campaign_id = ?1", [&cid], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?
+                .unwrap_or_else(|| ("{}".into(), "[]".into(), 0));
+            let corrupt = |e: serde_json::Error| StoreError::Corrupt(format!("campaign state: {e}"));
+            let trackers = serde_json::from_str(&trackers).map_err(corrupt)?;
+            let facts = serde_json::from_str(&facts).map_err(corrupt)?;
             let mut arcs = Vec::new();
             let mut stmt = conn.prepare_cached("SELECT id, name, notes FROM arcs WHERE campaign_id = ?1 ORDER BY ordinal, created_at")?;
             let rows: Vec<(String, String, String)> =
@@ -388,6 +400,9 @@ pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
                 persona,
                 cast,
                 lorebooks,
+                trackers,
+                facts,
+                elapsed_minutes: elapsed_minutes.max(0) as u64,
                 arcs,
             });
         }

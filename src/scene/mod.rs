@@ -167,7 +167,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             emit(SceneEvent::Scenes { scenes: ctx.store.with(records::list_scenes)? });
             Ok(())
         }
-        SceneCommand::New { arc, name, description, notes, cast, active } => {
+        SceneCommand::New { arc, name, description, notes, cast, active } => author::in_order(ctx, || {
             if name.trim().is_empty() {
                 return Err(SceneError::Invalid("a scene needs a name".into()));
             }
@@ -192,13 +192,8 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             let tree = ctx.store.with(authoring::tree)?;
             ctx.emit(author::AuthorEvent::Tree { tree: Box::new(tree) });
             Ok(())
-        }
-        SceneCommand::Author(command) => {
-            for event in author::run(ctx, command)? {
-                ctx.emit(event);
-            }
-            Ok(())
-        }
+        }),
+        SceneCommand::Author(command) => author::handle(ctx, command),
         SceneCommand::Snapshot { scene } => {
             // A reader connection: a long campaign's snapshot does not hold the writer's lock.
             let snapshot = preview::snapshot(&ctx.store.reader()?, &scene)?;

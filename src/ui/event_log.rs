@@ -49,6 +49,18 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
     }
 }
 
+fn author_line(event: &crate::scene::author::AuthorEvent) -> Option<(LogLevel, String)> {
+    use crate::scene::author::AuthorEvent as E;
+    match event {
+        E::Authored { action, kind, name, impact, .. } => {
+            let gone = impact.as_ref().filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
+            Some((LogLevel::Info, format!("{action} {kind} {name}{gone}")))
+        }
+        E::TranscriptExported { path, messages, .. } => Some((LogLevel::Info, format!("exported {messages} messages to {}", path.display()))),
+        E::Tree { .. } | E::Personas { .. } => None,
+    }
+}
+
 fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)> {
     use crate::memory::MemoryEvent as E;
     let info = |text: String| Some((LogLevel::Info, text));
@@ -103,6 +115,7 @@ impl EventLog {
                 | crate::scene::SceneEvent::Snapshot { .. }
                 | crate::scene::SceneEvent::Preview { .. },
             ) => None,
+            Event::Author(e) => author_line(e),
             other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
         };
         // One row each: the strip is a log, the panels hold the details.

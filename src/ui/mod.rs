@@ -5,6 +5,7 @@
 //! `ui`, and the engine wakes the window after every event.
 
 mod budgets;
+pub mod campaigns;
 pub mod chat;
 mod event_log;
 mod identity;
@@ -59,6 +60,7 @@ pub enum UiError {
 /// The panels of the workbench, in the order of the navigation bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PanelKind {
+    Campaigns,
     Waves,
     Checkpoints,
     Scene,
@@ -71,7 +73,8 @@ pub enum PanelKind {
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 9] = [
+    pub const ALL: [PanelKind; 10] = [
+        PanelKind::Campaigns,
         PanelKind::Waves,
         PanelKind::Checkpoints,
         PanelKind::Scene,
@@ -85,6 +88,7 @@ impl PanelKind {
 
     pub fn title(self) -> &'static str {
         match self {
+            PanelKind::Campaigns => "Campaigns",
             PanelKind::Waves => "Waves",
             PanelKind::Checkpoints => "Checkpoints",
             PanelKind::Scene => "Scene",
@@ -110,6 +114,7 @@ pub struct WorkbenchApp {
     memory: MemoryPanel,
     chat: ChatPanel,
     prompt: PromptPanel,
+    campaigns: campaigns::CampaignsPanel,
     /// Commands the engine could not take yet (its queue was full): sent first on the
     /// next frame, in order, and shown as "engine busy" meanwhile. A frame never waits.
     pending: VecDeque<Command>,
@@ -131,6 +136,7 @@ impl WorkbenchApp {
             memory: MemoryPanel::new(),
             chat: ChatPanel::default(),
             prompt: PromptPanel::default(),
+            campaigns: campaigns::CampaignsPanel::default(),
             pending: VecDeque::new(),
         };
         let startup: Vec<Command> = app.panels().iter().flat_map(|p| p.startup()).collect();
@@ -141,8 +147,9 @@ impl WorkbenchApp {
     }
 
     /// Every panel unit, in navigation order.
-    fn panels(&mut self) -> [&mut dyn Panel; 8] {
+    fn panels(&mut self) -> [&mut dyn Panel; 9] {
         [
+            &mut self.campaigns,
             &mut self.identity,
             &mut self.scene,
             &mut self.chat,
@@ -152,6 +159,16 @@ impl WorkbenchApp {
             &mut self.providers,
             &mut self.log,
         ]
+    }
+
+    /// The Campaigns panel's view model.
+    pub fn campaigns(&self) -> &campaigns::CampaignsPanel {
+        &self.campaigns
+    }
+
+    /// Select a node of the Campaigns tree by kind and name, as a click on it would.
+    pub fn select_in_campaigns(&mut self, level: crate::scene::authoring::Level, name: &str) -> bool {
+        self.campaigns.select_named(level, name)
     }
 
     /// The Prompt panel's view model.
@@ -308,6 +325,10 @@ impl eframe::App for WorkbenchApp {
                 if panel.kinds().contains(&kind) {
                     panel.show(kind, ui, &mut outbox);
                 }
+            }
+            if let Some(scene) = self.campaigns.take_open_scene() {
+                self.panel = PanelKind::Scene;
+                self.scene.open(scene, &mut outbox);
             }
             if let Some(id) = self.chat.take_open_memory() {
                 self.panel = PanelKind::Memory;

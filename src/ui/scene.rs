@@ -187,6 +187,12 @@ impl ScenePanels {
         }
     }
 
+    /// Show `scene` (asked for by another panel), refreshing the list first.
+    pub fn open(&mut self, scene: String, outbox: &mut Vec<Command>) {
+        outbox.push(Command::Scene(SceneCommand::List));
+        self.select(scene, outbox);
+    }
+
     fn select(&mut self, id: String, outbox: &mut Vec<Command>) {
         if !self.is_selected(&id) {
             self.snapshot = None;
@@ -372,7 +378,7 @@ impl ScenePanels {
                 ui.label(format!("  {}: {}", u.name, state_text(&u.state)));
             }
             for (name, value) in &r.trackers {
-                ui.label(format!("  tracker {name} → {value}"));
+                ui.label(format!("  tracker {name} = {value}"));
             }
             for fact in &r.new_facts {
                 ui.label(format!("  new fact: {fact}"));
@@ -485,8 +491,13 @@ impl super::Panel for ScenePanels {
     }
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
-        if let crate::engine::Event::Scene(e) = event {
-            ScenePanels::apply(self, e, outbox);
+        match event {
+            crate::engine::Event::Scene(e) => ScenePanels::apply(self, e, outbox),
+            // A scene created, renamed or deleted elsewhere: the list follows.
+            crate::engine::Event::Author(crate::scene::author::AuthorEvent::Tree { .. }) => {
+                outbox.push(Command::Scene(SceneCommand::List));
+            }
+            _ => {}
         }
     }
 

@@ -233,3 +233,182 @@ fn hand_edits_of_state_are_checked_and_kept_in_the_campaigns_history() {
     assert_eq!(minutes, 90);
     assert_eq!(edits, 3, "each accepted edit is in the history, refused ones are not");
 }
+
+/// The same campaign built in the workbench, by clicking and typing.
+mod gui {
+    use super::*;
+    use egui_kittest::Harness;
+    use egui_kittest::kittest::Queryable;
+    use lorekeeper::ui::WorkbenchApp;
+    use std::time::{Duration, Instant};
+
+    fn run_until(harness: &mut Harness<'_, WorkbenchApp>, what: &str, mut done: impl FnMut(&WorkbenchApp) -> bool) {
+        let start = Instant::now();
+        while !done(harness.state()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "not reached within 30 s: {what}; campaign: {:?}; status: {:?}; books: {:?}",
+                campaign(harness.state()),
+                harness.state().campaigns().status(),
+                harness.state().library().lorebooks()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+            harness.step();
+        }
+        settle(harness);
+    }
+
+    /// Run frames until the app is still. Engine events repaint on their own threads, so
+    /// a busy moment (startup, a round) can take more frames than one `run` allows.
+    fn settle(harness: &mut Harness<'_, WorkbenchApp>) {
+        let start = Instant::now();
+        while harness.try_run().is_err() {
+            assert!(start.elapsed() < Duration::from_secs(30), "the workbench never settled");
+        }
+    }
+
+    fn field<'h>(harness: &'h Harness<'_, WorkbenchApp>, label: &'h str) -> egui_kittest::Node<'h> {
+        use egui::accesskit::Role;
+        harness
+            .query_by_role_and_label(Role::TextInput, label)
+            .or_else(|| harness.query_by_role_and_label(Role::MultilineTextInput, label))
+            .unwrap_or_else(|| panic!("no text field labelled {label:?}"))
+    }
+
+    fn type_into(harness: &mut Harness<'_, WorkbenchApp>, label: &str, text: &str) {
+        field(harness, label).click();
+        settle(harness);
+        field(harness, label).type_text(text);
+        settle(harness);
+    }
+
+    fn click(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
+        harness.get_by_label(label).click();
+        settle(harness);
+    }
+
+    fn campaign(app: &WorkbenchApp) -> Option<&lorekeeper::scene::authoring::CampaignNode> {
+        app.campaigns().tree().worlds.iter().flat_map(|w| &w.campaigns).find(|c| c.name == "Ashfall")
+    }
+
+    #[test]
+    fn a_campaign_built_in_the_workbench_plays_with_its_own_lore() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper with burn-scarred hands.", "Wary, loyal."));
+        let tessa = write(dir.path(), "tessa.json", &card("Tessa Quill", "A clerk who forges permits.", "Sharp, curious."));
+        let book = write(
+            dir.path(),
+            "ashfall-lore.json",
+            &json!({ "entries": { "0": {
+                "uid": 0, "key": ["seal"], "comment": "The Black Seal",
+                "content": "The black wax seal marks cargo of the Cinder Guild; carrying one uninvited is a death sentence.",
+                "order": 100, "position": 0, "disable": false, "probability": 100
+            } } }),
+        );
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        lorekeeper::scene::demo::ensure(&engine.context().store).unwrap();
+        let mut harness = Harness::builder()
+            .with_max_steps(64)
+            .with_size([1400.0, 1100.0])
+            .build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+
+        // The user's own files, imported in the Library panel.
+        harness.get_all_by_label("Library").next().unwrap().click();
+        settle(&mut harness);
+        for file in [&bram, &tessa, &book] {
+            type_into(&mut harness, "Import file", file);
+            click(&mut harness, "Import");
+        }
+        run_until(&mut harness, "three items imported", |app| app.library().characters().len() >= 4 && !app.library().lorebooks().is_empty());
+
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        settle(&mut harness);
+        type_into(&mut harness, "New world", "Vael");
+        click(&mut harness, "Create world");
+        run_until(&mut harness, "the world", |app| app.campaigns().tree().worlds.iter().any(|w| w.name == "Vael"));
+        click(&mut harness, "World Vael");
+        type_into(&mut harness, "Notes", "Ash falls from the mountain every autumn.");
+        click(&mut harness, "Save");
+        run_until(&mut harness, "the notes", |app| app.campaigns().tree().worlds.iter().any(|w| w.name == "Vael" && !w.notes.is_empty()));
+        type_into(&mut harness, "New campaign", "Ashfall");
+        click(&mut harness, "Create campaign");
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some());
+
+        click(&mut harness, "Settings of Ashfall");
+        type_into(&mut harness, "Persona name", "Kit");
+        type_into(&mut harness, "Persona description", "a courier who asks too many questions");
+        click(&mut harness, "Create persona");
+        let start = Instant::now();
+        while harness.query_by_label("Play as Kit").is_none() {
+            assert!(start.elapsed() < Duration::from_secs(20), "the new persona is offered");
+            std::thread::sleep(Duration::from_millis(10));
+            harness.step();
+        }
+        // Each click waits for the engine's answer: the panel's rows move when it comes.
+        click(&mut harness, "Play as Kit");
+        run_until(&mut harness, "the persona", |app| campaign(app).is_some_and(|c| c.persona.is_some()));
+        click(&mut harness, "Add Bram Holloway");
+        run_until(&mut harness, "Bram in the cast", |app| campaign(app).is_some_and(|c| c.cast.len() == 1));
+        click(&mut harness, "Add Tessa Quill");
+        run_until(&mut harness, "Tessa in the cast", |app| campaign(app).is_some_and(|c| c.cast.len() == 2));
+        click(&mut harness, "Attach ashfall-lore");
+        run_until(&mut harness, "cast, persona and lore", |app| {
+            campaign(app).is_some_and(|c| c.cast.len() == 2 && c.persona.is_some() && c.lorebooks.len() == 1)
+        });
+        type_into(&mut harness, "New arc", "The Cellar Job");
+        click(&mut harness, "Create arc");
+        run_until(&mut harness, "the arc", |app| campaign(app).is_some_and(|c| c.arcs.len() == 1));
+        click(&mut harness, "Arc The Cellar Job");
+        type_into(&mut harness, "New scene", "Under the Tavern");
+        click(&mut harness, "Create scene");
+        run_until(&mut harness, "the scene", |app| campaign(app).is_some_and(|c| c.arcs[0].scenes.len() == 1));
+
+        // Play it.
+        harness.get_by_label_contains("Scene Under the Tavern").click();
+        settle(&mut harness);
+        click(&mut harness, "Play in the Scene panel");
+        run_until(&mut harness, "the scene is open", |app| app.scene().snapshot().is_some_and(|s| s.view.name == "Under the Tavern"));
+        type_into(&mut harness, "Your message", "I put the black seal on the table.");
+        click(&mut harness, "Play round");
+        run_until(&mut harness, "the round", |app| {
+            app.scene().last_error().is_some() || app.scene().snapshot().is_some_and(|s| s.view.rounds == 1 && s.view.name == "Under the Tavern")
+        });
+        assert_eq!(harness.state().scene().last_error(), None);
+
+        // A tracker by hand, then the transcript.
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        settle(&mut harness);
+        click(&mut harness, "Settings of Ashfall");
+        type_into(&mut harness, "Tracker", "guild_alert");
+        type_into(&mut harness, "Value", "raised");
+        click(&mut harness, "Set tracker");
+        run_until(&mut harness, "the tracker", |app| campaign(app).is_some_and(|c| c.trackers.get("guild_alert") == Some(&json!("raised"))));
+        harness.get_by_label_contains("Scene Under the Tavern").click();
+        settle(&mut harness);
+        let out = dir.path().join("tavern.md");
+        type_into(&mut harness, "Transcript file", out.to_str().unwrap());
+        click(&mut harness, "Export Markdown");
+        run_until(&mut harness, "the export", |_| out.exists());
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains("**Kit**: I put the black seal on the table.") && text.contains("**Tessa Quill**:"), "{text}");
+
+        let store = Store::open(&cli.paths.library_file).unwrap();
+        let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 50)).unwrap();
+        let prompts: Vec<String> = calls
+            .iter()
+            .filter(|c| c.model == "authoring-script")
+            .map(|c| c.request.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"))
+            .collect();
+        assert!(prompts.len() >= 3, "the Director and both characters were called");
+        let fired = prompts.iter().filter(|p| p.contains("carrying one uninvited is a death sentence")).count();
+        assert!(fired >= 3, "the entry reached the Director and both characters ({fired} prompts)");
+        for prompt in &prompts {
+            assert!(prompt.contains("Ash falls from the mountain"), "the world's notes, saved in the panel");
+            for demo in ["Saltmarsh", "Juno", "lamp_oil_hours", "Ossian"] {
+                assert!(!prompt.contains(demo), "the demo's {demo:?} leaked:\n{prompt}");
+            }
+        }
+    }
+}

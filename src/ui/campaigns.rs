@@ -1,0 +1,523 @@
+//! The Campaigns panel: the library as a tree of worlds → campaigns → arcs → scenes,
+//! and beside it the selected node with everything a game master sets by hand — names,
+//! descriptions and notes, a campaign's cast and persona, attached lorebooks, trackers
+//! and facts, new children, delete with confirmation, and a scene's transcript export.
+
+use crate::engine::{Command, Event};
+use crate::interop::{CharacterSummary, InteropCommand, InteropEvent, LorebookSummary};
+use crate::scene::author::{AuthorCommand, AuthorEvent, TranscriptFormat};
+use crate::scene::authoring::{CampaignNode, Edit, Level, LoreLevel, StateEdit, Tree};
+use crate::scene::{SceneCommand, SceneEvent};
+use egui::RichText;
+
+/// The node shown on the right.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Selected {
+    level: Level,
+    id: String,
+}
+
+/// Text being typed, kept across frames.
+#[derive(Debug, Default)]
+struct Drafts {
+    world_name: String,
+    name: String,
+    description: String,
+    notes: String,
+    /// The node the name/description/notes fields were filled from.
+    loaded_for: Option<Selected>,
+    child_name: String,
+    persona_name: String,
+    persona_description: String,
+    tracker_name: String,
+    tracker_value: String,
+    fact: String,
+    export_path: String,
+    character_filter: String,
+    lorebook_filter: String,
+}
+
+/// Library items offered at once (type in the filter to find the others).
+const LIST_LIMIT: usize = 30;
+
+#[derive(Default)]
+pub struct CampaignsPanel {
+    tree: Tree,
+    personas: Vec<crate::character::Persona>,
+    characters: Vec<CharacterSummary>,
+    lorebooks: Vec<LorebookSummary>,
+    selected: Option<Selected>,
+    drafts: Drafts,
+    /// A delete the engine refused until confirmed: the node and what would go.
+    confirm: Option<(Selected, String)>,
+    status: Option<Result<String, String>>,
+    open_scene: Option<String>,
+}
+
+fn author(command: AuthorCommand) -> Command {
+    Command::Scene(SceneCommand::Author(command))
+}
+
+impl CampaignsPanel {
+    pub fn startup() -> Vec<Command> {
+        vec![author(AuthorCommand::Tree), author(AuthorCommand::Personas), Command::Interop(InteropCommand::List)]
+    }
+
+    pub fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    /// What the last command said: a confirmation, or why it was refused.
+    pub fn status(&self) -> Option<&Result<String, String>> {
+        self.status.as_ref()
+    }
+
+    /// A scene the user asked to play (the app opens it in the Scene panel).
+    pub fn take_open_scene(&mut self) -> Option<String> {
+        self.open_scene.take()
+    }
+
+    pub fn apply(&mut self, event: &Event, outbox: &mut Vec<Command>) {
+        match event {
+            Event::Author(AuthorEvent::Tree { tree }) => self.tree = (**tree).clone(),
+            Event::Author(AuthorEvent::Personas { personas }) => self.personas = personas.clone(),
+            Event::Author(AuthorEvent::Authored { action, kind, name, impact, .. }) => {
+                let gone = impact.as_ref().filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
+                self.status = Some(Ok(format!("{} {kind} {name}{gone}", capitalised(action))));
+                if kind == "persona" {
+                    outbox.push(author(AuthorCommand::Personas));
+                }
+                if action == "deleted" {
+                    self.confirm = None;
+                    if self.selected.as_ref().is_some_and(|s| !self.exists(s)) {
+                        self.selected = None;
+                    }
+                }
+            }
+            Event::Author(AuthorEvent::TranscriptExported { path, messages, .. }) => {
+                self.status = Some(Ok(format!("Wrote {messages} messages to {}", path.display())));
+            }
+            Event::Scene(SceneEvent::Error { scene_id: None, message }) => {
+                if let Some(selected) = self.selected.clone().filter(|_| message.contains("confirm to delete")) {
+                    self.confirm = Some((selected, message.clone()));
+                }
+                self.status = Some(Err(message.clone()));
+            }
+            Event::Scene(SceneEvent::RoundCompleted { .. }) => outbox.push(author(AuthorCommand::Tree)),
+            Event::Interop(InteropEvent::Library { characters, lorebooks }) => {
+                self.characters = characters.clone();
+                self.lorebooks = lorebooks.clone();
+            }
+            Event::Interop(InteropEvent::ImportReport { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
+            _ => {}
+        }
+    }
+
+    fn exists(&self, s: &Selected) -> bool {
+        self.tree.worlds.iter().any(|w| {
+            (s.level == Level::World && w.id == s.id)
+                || w.campaigns.iter().any(|c| {
+                    (s.level == Level::Campaign && c.id == s.id)
+                        || c.arcs.iter().any(|a| (s.level == Level::Arc && a.id == s.id) || a.scenes.iter().any(|x| s.level == Level::Scene && x.id == s.id))
+                })
+        })
+    }
+
+    /// Name, description and notes of the selected node (arcs have no description).
+    fn texts(&self, s: &Selected) -> (String, String, String) {
+        for w in &self.tree.worlds {
+            if s.level == Level::World && w.id == s.id {
+                return (w.name.clone(), w.description.clone(), w.notes.clone());
+            }
+            for c in &w.campaigns {
+                if s.level == Level::Campaign && c.id == s.id {
+                    return (c.name.clone(), c.description.clone(), c.notes.clone());
+                }
+                for a in &c.arcs {
+                    if s.level == Level::Arc && a.id == s.id {
+                        return (a.name.clone(), String::new(), a.notes.clone());
+                    }
+                    for x in &a.scenes {
+                        if s.level == Level::Scene && x.id == s.id {
+                            return (x.name.clone(), String::new(), String::new());
+                        }
+                    }
+                }
+            }
+        }
+        Default::default()
+    }
+
+    fn campaign(&self, id: &str) -> Option<&CampaignNode> {
+        self.tree.worlds.iter().flat_map(|w| &w.campaigns).find(|c| c.id == id)
+    }
+
+    pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.heading("Campaigns");
+        match &self.status {
+            Some(Ok(text)) => {
+                ui.label(text);
+            }
+            Some(Err(text)) => {
+                ui.colored_label(ui.visuals().error_fg_color, text);
+            }
+            None => {}
+        }
+        ui.horizontal_top(|ui| {
+            ui.vertical(|ui| {
+                ui.set_width(300.0);
+                self.show_tree(ui, outbox);
+            });
+            ui.separator();
+            ui.vertical(|ui| {
+                egui::ScrollArea::vertical().id_salt("campaigns_detail").show(ui, |ui| self.show_detail(ui, outbox));
+            });
+        });
+    }
+
+    fn show_tree(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        ui.horizontal(|ui| {
+            let label = ui.label("New world");
+            ui.add(egui::TextEdit::singleline(&mut self.drafts.world_name).desired_width(140.0).id_salt("campaigns_world_name"))
+                .labelled_by(label.id);
+            if ui.add_enabled(!self.drafts.world_name.trim().is_empty(), egui::Button::new("Create world")).clicked() {
+                let name = std::mem::take(&mut self.drafts.world_name);
+                outbox.push(author(AuthorCommand::NewWorld { name, description: String::new(), notes: String::new() }));
+            }
+        });
+        if self.tree.worlds.is_empty() {
+            ui.label("No worlds yet: create one to start a campaign.");
+        }
+        let mut clicked = None;
+        egui::ScrollArea::vertical().id_salt("campaigns_tree").show(ui, |ui| {
+            for w in &self.tree.worlds {
+                let node = |level, id: &str| Selected { level, id: id.to_string() };
+                egui::CollapsingHeader::new(format!("{} (world)", w.name)).id_salt(("world", &w.id)).default_open(true).show(ui, |ui| {
+                    if ui.selectable_label(self.selected == Some(node(Level::World, &w.id)), format!("World {}", w.name)).clicked() {
+                        clicked = Some(node(Level::World, &w.id));
+                    }
+                    for c in &w.campaigns {
+                        egui::CollapsingHeader::new(format!("Campaign {}", c.name)).id_salt(("campaign", &c.id)).default_open(true).show(ui, |ui| {
+                            if ui.selectable_label(self.selected == Some(node(Level::Campaign, &c.id)), format!("Settings of {}", c.name)).clicked() {
+                                clicked = Some(node(Level::Campaign, &c.id));
+                            }
+                            for a in &c.arcs {
+                                if ui.selectable_label(self.selected == Some(node(Level::Arc, &a.id)), format!("Arc {}", a.name)).clicked() {
+                                    clicked = Some(node(Level::Arc, &a.id));
+                                }
+                                for s in &a.scenes {
+                                    let text = format!("    Scene {} ({} rounds)", s.name, s.rounds);
+                                    if ui.selectable_label(self.selected == Some(node(Level::Scene, &s.id)), text).clicked() {
+                                        clicked = Some(node(Level::Scene, &s.id));
+                                    }
+                                }
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        if let Some(node) = clicked {
+            self.select(node);
+        }
+        let _ = outbox;
+    }
+
+    /// Select a node by its kind and name (for tests and links).
+    pub fn select_named(&mut self, level: Level, name: &str) -> bool {
+        let mut found = None;
+        for w in &self.tree.worlds {
+            if level == Level::World && w.name == name {
+                found = Some(w.id.clone());
+            }
+            for c in &w.campaigns {
+                if level == Level::Campaign && c.name == name {
+                    found = Some(c.id.clone());
+                }
+                for a in &c.arcs {
+                    if level == Level::Arc && a.name == name {
+                        found = Some(a.id.clone());
+                    }
+                    for s in &a.scenes {
+                        if level == Level::Scene && s.name == name {
+                            found = Some(s.id.clone());
+                        }
+                    }
+                }
+            }
+        }
+        match found {
+            Some(id) => {
+                self.select(Selected { level, id });
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn select(&mut self, node: Selected) {
+        self.confirm = None;
+        self.selected = Some(node);
+    }
+
+    fn show_detail(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(selected) = self.selected.clone() else {
+            ui.label("Select a world, campaign, arc or scene.");
+            return;
+        };
+        if self.drafts.loaded_for.as_ref() != Some(&selected) {
+            let (name, description, notes) = self.texts(&selected);
+            self.drafts.name = name;
+            self.drafts.description = description;
+            self.drafts.notes = notes;
+            self.drafts.child_name.clear();
+            self.drafts.loaded_for = Some(selected.clone());
+        }
+        let level = selected.level;
+        ui.strong(format!("{} {}", capitalised(level.label()), self.drafts.name));
+        text_row(ui, "Name", &mut self.drafts.name, false);
+        if matches!(level, Level::World | Level::Campaign | Level::Scene) {
+            text_row(ui, "Description", &mut self.drafts.description, true);
+        }
+        text_row(ui, "Notes", &mut self.drafts.notes, true);
+        ui.horizontal(|ui| {
+            if ui.button("Save").clicked() {
+                let edit = Edit {
+                    name: Some(self.drafts.name.clone()),
+                    description: (level != Level::Arc).then(|| self.drafts.description.clone()),
+                    notes: Some(self.drafts.notes.clone()),
+                };
+                outbox.push(author(AuthorCommand::Edit { level, key: selected.id.clone(), edit }));
+            }
+            if ui.button("Delete").clicked() {
+                outbox.push(author(AuthorCommand::Delete { level, key: selected.id.clone(), confirmed: false }));
+            }
+        });
+        if let Some((node, message)) = self.confirm.clone().filter(|(node, _)| *node == selected) {
+            ui.colored_label(ui.visuals().warn_fg_color, message);
+            if ui.button("Confirm delete").clicked() {
+                outbox.push(author(AuthorCommand::Delete { level: node.level, key: node.id, confirmed: true }));
+            }
+        }
+        ui.separator();
+        match level {
+            Level::World => {
+                self.child_form(ui, outbox, "New campaign", "Create campaign", |name| {
+                    author(AuthorCommand::NewCampaign { world: selected.id.clone(), name, description: String::new(), notes: String::new() })
+                });
+                self.lore_form(ui, outbox, LoreLevel::World, &selected.id);
+            }
+            Level::Campaign => self.show_campaign(ui, outbox, &selected.id),
+            // A new scene starts with the campaign's cast, everyone present.
+            Level::Arc => self.child_form(ui, outbox, "New scene", "Create scene", |name| {
+                Command::Scene(SceneCommand::New {
+                    arc: selected.id.clone(),
+                    name,
+                    description: String::new(),
+                    notes: String::new(),
+                    cast: Vec::new(),
+                    active: None,
+                })
+            }),
+            Level::Scene => self.show_scene(ui, outbox, &selected.id),
+        }
+    }
+
+    fn child_form(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, label: &str, button: &str, make: impl FnOnce(String) -> Command) {
+        ui.horizontal(|ui| {
+            let l = ui.label(label);
+            ui.add(egui::TextEdit::singleline(&mut self.drafts.child_name).desired_width(180.0).id_salt("campaigns_child_name"))
+                .labelled_by(l.id);
+            if ui.add_enabled(!self.drafts.child_name.trim().is_empty(), egui::Button::new(button)).clicked() {
+                outbox.push(make(std::mem::take(&mut self.drafts.child_name)));
+            }
+        });
+    }
+
+    fn lore_form(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, level: LoreLevel, owner: &str) {
+        let attached: Vec<(String, String)> = match level {
+            LoreLevel::World => self.tree.worlds.iter().find(|w| w.id == owner).map(|w| w.lorebooks.clone()).unwrap_or_default(),
+            LoreLevel::Campaign => self.campaign(owner).map(|c| c.lorebooks.clone()).unwrap_or_default(),
+        };
+        ui.label(RichText::new("Lorebooks").strong());
+        for (id, name) in &attached {
+            ui.horizontal(|ui| {
+                ui.label(name);
+                if ui.small_button(format!("Detach {name}")).clicked() {
+                    outbox.push(author(AuthorCommand::Detach { lorebook: id.clone(), level, owner: owner.to_string() }));
+                }
+            });
+        }
+        let filter = self.drafts.lorebook_filter.to_lowercase();
+        let candidates: Vec<&LorebookSummary> = self
+            .lorebooks
+            .iter()
+            .filter(|b| !attached.iter().any(|(id, _)| *id == b.id) && b.name.to_lowercase().contains(&filter))
+            .take(LIST_LIMIT)
+            .collect();
+        if !self.lorebooks.is_empty() {
+            ui.horizontal_wrapped(|ui| {
+                text_inline(ui, "Find lorebook", &mut self.drafts.lorebook_filter, 120.0);
+                for b in candidates {
+                    if ui.small_button(format!("Attach {}", b.name)).on_hover_text(format!("{} entries", b.entries)).clicked() {
+                        outbox.push(author(AuthorCommand::Attach { lorebook: b.id.clone(), level, owner: owner.to_string() }));
+                    }
+                }
+            });
+        }
+    }
+
+    fn show_campaign(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, id: &str) {
+        let Some(campaign) = self.campaign(id).cloned() else { return };
+        self.child_form(ui, outbox, "New arc", "Create arc", |name| {
+            author(AuthorCommand::NewArc { campaign: id.to_string(), name, notes: String::new() })
+        });
+
+        ui.label(RichText::new("Persona (who the user plays)").strong());
+        ui.label(campaign.persona.as_ref().map(|p| format!("{}: {}", p.name, p.description)).unwrap_or_else(|| "none".into()));
+        ui.horizontal_wrapped(|ui| {
+            for p in self.personas.iter().filter(|p| campaign.persona.as_ref().is_none_or(|c| c.id != p.id)).take(LIST_LIMIT) {
+                if ui.small_button(format!("Play as {}", p.name)).on_hover_text(&p.description).clicked() {
+                    outbox.push(author(AuthorCommand::UsePersona { campaign: id.to_string(), persona: Some(p.id.clone()) }));
+                }
+            }
+            if campaign.persona.is_some() && ui.small_button("Play as nobody in particular").clicked() {
+                outbox.push(author(AuthorCommand::UsePersona { campaign: id.to_string(), persona: None }));
+            }
+        });
+        ui.horizontal(|ui| {
+            text_inline(ui, "Persona name", &mut self.drafts.persona_name, 120.0);
+            text_inline(ui, "Persona description", &mut self.drafts.persona_description, 220.0);
+            if ui.add_enabled(!self.drafts.persona_name.trim().is_empty(), egui::Button::new("Create persona")).clicked() {
+                let name = std::mem::take(&mut self.drafts.persona_name);
+                let description = std::mem::take(&mut self.drafts.persona_description);
+                outbox.push(author(AuthorCommand::NewPersona { name, description }));
+            }
+        });
+
+        ui.label(RichText::new("Cast").strong());
+        for (cid, name) in &campaign.cast {
+            ui.horizontal(|ui| {
+                ui.label(name);
+                if ui.small_button(format!("Remove {name}")).clicked() {
+                    outbox.push(author(AuthorCommand::CastRemove { campaign: id.to_string(), character: cid.clone() }));
+                }
+            });
+        }
+        let filter = self.drafts.character_filter.to_lowercase();
+        let candidates: Vec<&CharacterSummary> = self
+            .characters
+            .iter()
+            .filter(|c| !campaign.cast.iter().any(|(id, _)| *id == c.id) && c.name.to_lowercase().contains(&filter))
+            .take(LIST_LIMIT)
+            .collect();
+        ui.horizontal_wrapped(|ui| {
+            text_inline(ui, "Find character", &mut self.drafts.character_filter, 120.0);
+            for c in candidates {
+                if ui.small_button(format!("Add {}", c.name)).clicked() {
+                    outbox.push(author(AuthorCommand::CastAdd { campaign: id.to_string(), character: c.id.clone() }));
+                }
+            }
+        });
+        self.lore_form(ui, outbox, LoreLevel::Campaign, id);
+
+        ui.label(RichText::new(format!("State ({} minutes in)", campaign.elapsed_minutes)).strong());
+        for (name, value) in &campaign.trackers {
+            ui.horizontal(|ui| {
+                ui.label(format!("{name} = {value}"));
+                if ui.small_button(format!("Remove tracker {name}")).clicked() {
+                    let edit = StateEdit::Tracker { name: name.clone(), value: None };
+                    outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit }));
+                }
+            });
+        }
+        ui.horizontal(|ui| {
+            text_inline(ui, "Tracker", &mut self.drafts.tracker_name, 120.0);
+            text_inline(ui, "Value", &mut self.drafts.tracker_value, 120.0);
+            if ui.add_enabled(!self.drafts.tracker_name.trim().is_empty(), egui::Button::new("Set tracker")).clicked() {
+                let text = std::mem::take(&mut self.drafts.tracker_value);
+                let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+                let edit = StateEdit::Tracker { name: std::mem::take(&mut self.drafts.tracker_name), value: Some(value) };
+                outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit }));
+            }
+        });
+        for fact in &campaign.facts {
+            ui.horizontal(|ui| {
+                ui.label(format!("• {fact}"));
+                if ui.small_button("Remove fact").clicked() {
+                    outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::RemoveFact { fact: fact.clone() } }));
+                }
+            });
+        }
+        ui.horizontal(|ui| {
+            text_inline(ui, "Fact", &mut self.drafts.fact, 260.0);
+            if ui.add_enabled(!self.drafts.fact.trim().is_empty(), egui::Button::new("Add fact")).clicked() {
+                let fact = std::mem::take(&mut self.drafts.fact);
+                outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::AddFact { fact } }));
+            }
+        });
+    }
+
+    fn show_scene(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, id: &str) {
+        if ui.button("Play in the Scene panel").clicked() {
+            self.open_scene = Some(id.to_string());
+        }
+        ui.horizontal(|ui| {
+            text_inline(ui, "Transcript file", &mut self.drafts.export_path, 280.0);
+            let path = self.drafts.export_path.trim().to_string();
+            if ui.add_enabled(!path.is_empty(), egui::Button::new("Export Markdown")).clicked() {
+                outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Markdown, out: path.clone().into() }));
+            }
+            if ui.add_enabled(!path.is_empty(), egui::Button::new("Export JSON")).clicked() {
+                outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Json, out: path.into() }));
+            }
+        });
+    }
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// A labelled text field on its own row.
+fn text_row(ui: &mut egui::Ui, label: &str, text: &mut String, multiline: bool) {
+    ui.horizontal(|ui| {
+        let l = ui.label(label);
+        let salt = format!("campaigns_{label}");
+        let edit = if multiline {
+            egui::TextEdit::multiline(text).desired_rows(2).desired_width(420.0).id_salt(salt)
+        } else {
+            egui::TextEdit::singleline(text).desired_width(420.0).id_salt(salt)
+        };
+        ui.add(edit).labelled_by(l.id);
+    });
+}
+
+/// A labelled text field inside a row.
+fn text_inline(ui: &mut egui::Ui, label: &str, text: &mut String, width: f32) {
+    let l = ui.label(label);
+    ui.add(egui::TextEdit::singleline(text).desired_width(width).id_salt(format!("campaigns_{label}"))).labelled_by(l.id);
+}
+
+impl super::Panel for CampaignsPanel {
+    fn kinds(&self) -> &'static [super::PanelKind] {
+        &[super::PanelKind::Campaigns]
+    }
+
+    fn startup(&self) -> Vec<Command> {
+        CampaignsPanel::startup()
+    }
+
+    fn apply(&mut self, event: &Event, outbox: &mut Vec<Command>) {
+        CampaignsPanel::apply(self, event, outbox);
+    }
+
+    fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let _ = kind;
+        CampaignsPanel::show(self, ui, outbox);
+    }
+}
