@@ -13,6 +13,7 @@ use crate::llm::{ChatMessage, tokens};
 use crate::memory::RetrievalHit;
 use crate::memory::detect::Proximity;
 use crate::prompting::budget::fit;
+use crate::prompting::macros::{MacroContext, expand};
 use crate::prompting::{BudgetItem, DropPolicy, DroppedItem, PromptTemplates, TemplateError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -116,17 +117,37 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let name = input.character.name.as_str();
     let user = input.user_name;
 
+    // The card's own text speaks of `{{char}}` and `{{user}}`: resolved before it is sent.
+    let field = |key: &str| input.character.sheet.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or("");
+    let macros = MacroContext {
+        char: name,
+        user,
+        description: field("description"),
+        personality: field("personality"),
+        scenario: field("scenario"),
+        last_message: input.input,
+        stable_seed: &input.character.id,
+        random_seed: Some(input.now.timestamp() as u64),
+        now: Some(input.now.with_timezone(&chrono::Local)),
+        ..Default::default()
+    };
+    let mut notes = input.notes;
+    let mut resolve = |text: &str| {
+        let out = expand(text, &macros);
+        notes.extend(out.notes);
+        out.text
+    };
     let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];
     let fields = input.character.sheet.len();
     for (i, (key, value)) in input.character.sheet.iter().enumerate() {
         // Earlier fields (description, personality) are worth more than later ones.
-        persona_items.push(item(key.clone(), format!("{}: {}", capitalise(key), value.trim()), (fields - i) as f64));
+        persona_items.push(item(key.clone(), format!("{}: {}", capitalise(key), resolve(value.trim())), (fields - i) as f64));
     }
     let persona_budget = budget(b.persona, max);
     let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
 
     let lore_budget = budget(b.lore, max);
-    let lore_items = input.lore.iter().map(|h| item(h.id.clone(), one_line(&h.text), f64::from(h.score))).collect();
+    let lore_items = input.lore.iter().map(|h| item(h.id.clone(), one_line(&resolve(&h.text)), f64::from(h.score))).collect();
     let (lore, lore_dropped) = fitted(lore_items, lore_budget, DropPolicy::MostValuableFirst);
 
     let memory_budget = budget(b.memory, max);
@@ -183,7 +204,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         };
         blocks.push(PacketBlock { tag: tag.to_string(), tokens: tokens::estimate(text), text: text.to_string(), budget, dropped });
     }
-    Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes: input.notes, max_context_tokens: max })
+    Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: max })
 }
 
 /// `<tag>...</tag>` in `text`, tags included.
@@ -279,6 +300,24 @@ mod tests {
             assert_eq!(block.tokens, tokens::estimate(&block.text), "{}", block.tag);
             assert!(full.text().contains(&block.text));
         }
+    }
+
+    #[test]
+    fn a_cards_macros_are_resolved_in_the_packet_as_sent() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        c.sheet[0].1 = "{{char}} binds books for {{user}} in <BOT>'s harbour town.{{// not sent}}".into();
+        c.sheet.push(("scenario".into(), "{{user}} brings {{char}} a torn atlas.".into()));
+        let lore = [hit("l1", "{{char}}'s workshop smells of glue.", 0.9)];
+        let mut with_lore = input(&c, &[], None);
+        with_lore.lore = &lore;
+        let packet = assemble(&templates, &config, with_lore).unwrap();
+        let text = packet.text();
+        assert!(text.contains("Ilse Marrow binds books for User in Ilse Marrow's harbour town."), "{text}");
+        assert!(text.contains("User brings Ilse Marrow a torn atlas."), "{text}");
+        assert!(text.contains("Ilse Marrow's workshop smells of glue."), "{text}");
+        assert!(!text.contains("{{") && !text.contains("not sent"), "{text}");
     }
 
     #[test]

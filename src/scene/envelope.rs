@@ -20,6 +20,7 @@ use super::lore::{LoreCall, PreparedLore};
 use crate::llm::tokens::estimate;
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
+use crate::prompting::macros::{MacroContext, expand};
 use crate::prompting::{BudgetItem, BudgetLedger, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError, allocate, enforce};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -89,6 +90,9 @@ pub struct EnvelopeInput<'a> {
 pub struct Envelope {
     pub kept: BTreeMap<Section, Vec<BudgetItem>>,
     pub ledger: BudgetLedger,
+    /// What macro expansion had to cut (a huge `{{random}}`, a too-deep field).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Every candidate of one call, and the lore held back before the budgets.
@@ -98,13 +102,17 @@ pub struct Candidates {
     /// Lore entries that matched but did not activate, with why (budget, probability,
     /// inclusion group, cooldown...); appended to the lore section's ledger.
     pub lore_held_back: Vec<DroppedItem>,
+    /// What macro expansion had to cut.
+    pub notes: Vec<String>,
 }
 
 /// Gather every candidate and fit it into `max_context_tokens` by `plan`, advancing
 /// the scene's lore timers in `lore_state`.
 pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<'_>, lore_state: &mut ActivationState) -> Envelope {
     let gathered = gather(plan, max_context_tokens, input, lore_state);
-    fit(plan, max_context_tokens, &gathered.sections, &gathered.lore_held_back)
+    let mut envelope = fit(plan, max_context_tokens, &gathered.sections, &gathered.lore_held_back);
+    envelope.notes = gathered.notes;
+    envelope
 }
 
 /// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
@@ -119,7 +127,7 @@ pub fn fit(
     if let Some(section) = ledger.sections.iter_mut().find(|s| s.section == Section::Lore) {
         section.dropped.extend(lore_held_back.iter().cloned());
     }
-    Envelope { kept, ledger }
+    Envelope { kept, ledger, notes: Vec::new() }
 }
 
 /// [`candidates`] plus activated lore. Lore activation gets the tokens the lore section
@@ -150,7 +158,65 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
         sections.insert(Section::Lore, activation.items);
         lore_held_back = activation.held_back;
     }
-    Candidates { sections, lore_held_back }
+    // Notes and lore are the user's and the cards' own text: their macros are resolved
+    // for this call (character sheets were resolved per character in `candidates`).
+    let mut notes = Vec::new();
+    let persona = Persona::of(input.view);
+    let speaker = call_character(input);
+    let ctx = macro_context(input, &persona, &speaker, None);
+    for section in [Section::Notes, Section::Lore] {
+        for item in sections.get_mut(&section).into_iter().flatten() {
+            if item.text.contains("{{") || item.text.contains('<') {
+                let out = expand(&item.text, &ctx);
+                notes.extend(out.notes);
+                item.tokens = estimate(&out.text);
+                item.text = out.text;
+            }
+        }
+    }
+    Candidates { sections, lore_held_back, notes }
+}
+
+/// The user's persona as the envelope tells it: `name: description`.
+struct Persona {
+    name: String,
+    description: String,
+}
+
+impl Persona {
+    fn of(view: &SceneView) -> Self {
+        match view.persona.as_deref().map(|p| p.split_once(':').unwrap_or((p, ""))) {
+            Some((name, description)) => Self { name: name.trim().to_string(), description: description.trim().to_string() },
+            None => Self { name: "User".into(), description: String::new() },
+        }
+    }
+}
+
+/// Who `{{char}}` is in this call's shared text: the character it speaks for, else the
+/// characters present.
+fn call_character(input: &EnvelopeInput<'_>) -> String {
+    match input.character {
+        Some(c) => c.name.clone(),
+        None => input.view.active().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+    }
+}
+
+/// Macro values for one call; `member` fills the card fields of a character's sheet.
+fn macro_context<'a>(input: &'a EnvelopeInput<'_>, persona: &'a Persona, character: &'a str, member: Option<&'a CastMember>) -> MacroContext<'a> {
+    let field = |name: &str| member.and_then(|m| m.sheet.get(name)).map(String::as_str).unwrap_or("");
+    MacroContext {
+        char: character,
+        user: &persona.name,
+        persona: &persona.description,
+        description: field("description"),
+        personality: field("personality"),
+        scenario: field("scenario"),
+        last_message: input.history.last().map(|m| m.content.as_str()).unwrap_or(""),
+        stable_seed: &input.view.id,
+        // Deterministic per message, so a preview shows what the round will send.
+        random_seed: Some(input.seed ^ input.message_number),
+        ..Default::default()
+    }
 }
 
 fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
@@ -249,7 +315,11 @@ pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem
         let mut text = format!("{}{}", member.name, if member.active { " (in the scene)" } else { " (not in the scene)" });
         if own || input.agent != AgentKind::Character {
             text.push('\n');
-            text.push_str(&member.summary());
+            // A card's `{{char}}` is the card's own character, whoever the call is for.
+            let persona = Persona::of(input.view);
+            let summary = member.summary();
+            let expanded = expand(&summary, &macro_context(input, &persona, &member.name, Some(member)));
+            text.push_str(&expanded.text);
         }
         let state = state_line(member);
         if !state.is_empty() {

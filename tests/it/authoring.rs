@@ -107,14 +107,14 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
     cli.ok(&["world", "new", "Vael", "--notes", "Ash falls from the mountain every autumn."]);
     cli.ok(&["persona", "new", "Kit", "--description", "a courier who asks too many questions"]);
     cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael", "--persona", "Kit", "--notes", "Smugglers rule the lower town."]);
-    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper with burn-scarred hands.", "Wary, loyal."));
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper; {{char}} owes {{user}} a favour.", "Wary, loyal."));
     let tessa = write(dir.path(), "tessa.json", &card("Tessa Quill", "A clerk who forges permits.", "Sharp, curious."));
     let book = write(
         dir.path(),
         "ashfall-lore.json",
         &json!({ "entries": { "0": {
             "uid": 0, "key": ["seal"], "keysecondary": [], "comment": "The Black Seal",
-            "content": "The black wax seal marks cargo of the Cinder Guild; carrying one uninvited is a death sentence.",
+            "content": "The black wax seal marks cargo of the Cinder Guild; carrying one uninvited is a death sentence, even for {{user}}.",
             "constant": false, "selective": false, "order": 100, "position": 0, "disable": false, "probability": 100
         } } }),
     );
@@ -159,6 +159,9 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
     let lore = "carrying one uninvited is a death sentence";
     let director = prompts.iter().find(|p| p.contains("which characters act, in what order")).expect("director call");
     assert!(director.contains(lore), "the Director was given the entry");
+    // The cards' and the book's macros are resolved: the persona plays {{user}}.
+    assert!(director.contains("Bram Holloway owes Kit a favour.") && director.contains("even for Kit."), "{director}");
+    assert!(prompts.iter().all(|p| !p.contains("{{char}}") && !p.contains("{{user}}")));
     for name in ["Bram Holloway", "Tessa Quill"] {
         let prompt = prompts.iter().find(|p| p.contains(&format!("You are playing {name}"))).expect("character call");
         assert!(prompt.contains(lore), "{name} was given the entry");

@@ -186,7 +186,7 @@ fn character_turn(
     scene_id: &str,
     round: u32,
     cancel: &CancelToken,
-) -> Result<(String, crate::llm::Usage, BudgetLedger), SceneError> {
+) -> Result<(String, crate::llm::Usage, BudgetLedger, Vec<String>), SceneError> {
     ctx.emit(SceneEvent::CharacterStarted {
         scene_id: scene_id.to_string(),
         round,
@@ -220,7 +220,7 @@ fn character_turn(
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: id.clone(), text: text.to_string() })
     };
     let completion = agents.character.0.complete(&request, CallContext::with_tokens(cancel, &on_token))?;
-    Ok((completion.text, completion.usage, envelope.ledger))
+    Ok((completion.text, completion.usage, envelope.ledger, envelope.notes))
 }
 
 #[cfg(test)]

@@ -160,7 +160,7 @@ pub(super) fn director_plan(
         ledger: envelope.ledger,
         prompt_tokens: output.usage.prompt_tokens,
         completion_tokens: output.usage.completion_tokens,
-        notes: Vec::new(),
+        notes: envelope.notes,
     });
     let plan = output.value;
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
@@ -236,7 +236,7 @@ pub(super) fn characters(
         let outcome =
             character_turn(ctx, agents, config, &call, &mut lore_state, &member, &recalled.hits, guidance, &draft.scene_id, draft.round, cancel);
         draft.lore_state = lore_state;
-        let (reply, usage, ledger) = outcome?;
+        let (reply, usage, ledger, macro_notes) = outcome?;
         draft.tokens += u64::from(usage.total());
         draft.ledgers.push(CallLedger {
             agent: "character".into(),
@@ -244,7 +244,7 @@ pub(super) fn characters(
             ledger,
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
-            notes: recalled.notes,
+            notes: recalled.notes.into_iter().chain(macro_notes).collect(),
         });
         draft.injections.push((format!("scene:character:{}", member.name), recalled.query, recalled.hits));
         let (prose, delta) = split_delta(&reply);
@@ -363,7 +363,7 @@ pub(super) fn reconcile(
         ledger: envelope.ledger,
         prompt_tokens: output.usage.prompt_tokens,
         completion_tokens: output.usage.completion_tokens,
-        notes: Vec::new(),
+        notes: envelope.notes,
     });
     let reconciliation = output.value;
     draft.emit_decision(ctx, 2, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));

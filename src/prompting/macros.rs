@@ -1,0 +1,370 @@
+//! Macros in card, lorebook, persona, note and template text, with SillyTavern's
+//! meaning: `{{char}}`, `{{user}}`, `{{persona}}`, `{{description}}`, `{{personality}}`,
+//! `{{scenario}}`, `{{mesExamples}}`, `{{original}}`, `{{time}}`, `{{date}}`,
+//! `{{weekday}}`, `{{idle_duration}}`, `{{lastMessage}}`, `{{random:a,b}}` (or
+//! `{{random::a::b}}`), `{{pick:a,b}}` (the same choice every time in one chat),
+//! `{{roll:2d6+1}}`, `{{// comment}}`, `{{trim}}`, `{{newline}}`, and the legacy
+//! `<USER>` / `<BOT>`.
+//!
+//! Names are matched case-insensitively; a macro we do not know stays as written, so a
+//! user's own `{{placeholders}}` reach the model untouched. Expansion is bounded: the
+//! fields a macro inserts (a description that says `{{char}}`) are expanded again, at
+//! most [`MAX_DEPTH`] levels deep, so a field that names itself cannot loop; a list or
+//! a roll too large to be meant is cut down, and the output stops growing at
+//! [`MAX_OUTPUT`] bytes. Each cut is said in `notes`, for the ledger.
+
+use chrono::{DateTime, Local};
+use std::time::Duration;
+
+/// Levels of macro-in-macro expansion (a card field inserted by a macro is expanded
+/// again; its own insertions once more; no further).
+pub const MAX_DEPTH: usize = 3;
+/// The longest text an expansion produces.
+pub const MAX_OUTPUT: usize = 1 << 20;
+/// Items of a `{{random}}` or `{{pick}}` list that are considered.
+pub const MAX_CHOICES: usize = 1000;
+/// Dice of one `{{roll}}`, and sides of one die.
+pub const MAX_DICE: u64 = 1000;
+pub const MAX_SIDES: u64 = 1_000_000;
+
+/// What the macros of one prompt are filled with.
+#[derive(Debug, Clone, Default)]
+pub struct MacroContext<'a> {
+    /// The character's name (`{{char}}`, `<BOT>`).
+    pub char: &'a str,
+    /// The user's persona name (`{{user}}`, `<USER>`).
+    pub user: &'a str,
+    /// The persona's description (`{{persona}}`).
+    pub persona: &'a str,
+    pub description: &'a str,
+    pub personality: &'a str,
+    pub scenario: &'a str,
+    /// Example dialogue (`{{mesExamples}}`).
+    pub mes_examples: &'a str,
+    /// What a card's system prompt or post-history instructions replace (`{{original}}`).
+    pub original: &'a str,
+    pub last_message: &'a str,
+    /// Time since the user's last message, when there was one.
+    pub idle: Option<Duration>,
+    /// When the prompt is built (`None`: now).
+    pub now: Option<DateTime<Local>>,
+    /// Keeps `{{pick}}` stable within one chat or scene: the chat's or scene's id.
+    pub stable_seed: &'a str,
+    /// Seeds `{{random}}` and `{{roll}}` (`None`: from the clock).
+    pub random_seed: Option<u64>,
+}
+
+/// The expanded text, and what was cut to keep it bounded.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Expanded {
+    pub text: String,
+    pub notes: Vec<String>,
+}
+
+/// Expand every macro of `text`.
+pub fn expand(text: &str, ctx: &MacroContext<'_>) -> Expanded {
+    let seed = ctx.random_seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    });
+    let mut run = Run { ctx, rng: fastrand::Rng::with_seed(seed), notes: Vec::new(), picks: 0 };
+    let legacy = text.replace("<USER>", "{{user}}").replace("<BOT>", "{{char}}");
+    let mut out = run.expand(&legacy, 0);
+    if out.len() > MAX_OUTPUT {
+        let mut cut = MAX_OUTPUT;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        run.notes.push(format!("macro output cut at {MAX_OUTPUT} bytes"));
+    }
+    Expanded { text: trim_marks(&out), notes: run.notes }
+}
+
+/// `{{trim}}` leaves this mark; whitespace around it goes once everything is expanded.
+const TRIM_MARK: char = '\u{E000}';
+
+fn trim_marks(text: &str) -> String {
+    if !text.contains(TRIM_MARK) {
+        return text.to_string();
+    }
+    let parts: Vec<&str> = text.split(TRIM_MARK).collect();
+    let last = parts.len() - 1;
+    let mut out = String::with_capacity(text.len());
+    for (i, part) in parts.iter().enumerate() {
+        // SillyTavern trims the line breaks around `{{trim}}`, not other whitespace.
+        let part = if i > 0 { part.trim_start_matches(['\r', '\n']) } else { part };
+        let part = if i < last { part.trim_end_matches(['\r', '\n']) } else { part };
+        out.push_str(part);
+    }
+    out
+}
+
+struct Run<'c, 'a> {
+    ctx: &'c MacroContext<'a>,
+    rng: fastrand::Rng,
+    notes: Vec<String>,
+    /// `{{pick}}`s met so far: the n-th pick of a text chooses the same each time.
+    picks: u64,
+}
+
+impl Run<'_, '_> {
+    fn expand(&mut self, text: &str, depth: usize) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("{{") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find("}}") else {
+                out.push_str(&rest[start..]);
+                return out;
+            };
+            let body = &after[..end];
+            match self.one(body, depth) {
+                Some(value) => out.push_str(&value),
+                None => {
+                    out.push_str("{{");
+                    out.push_str(body);
+                    out.push_str("}}");
+                }
+            }
+            rest = &after[end + 2..];
+            if out.len() > MAX_OUTPUT {
+                return out;
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// A field that may itself hold macros.
+    fn field(&mut self, value: &str, name: &str, depth: usize) -> String {
+        if depth + 1 >= MAX_DEPTH {
+            if value.contains("{{") {
+                self.notes.push(format!("macros inside {{{{{name}}}}} nested too deep; left as written"));
+            }
+            return value.to_string();
+        }
+        self.expand(value, depth + 1)
+    }
+
+    /// The value of one macro body, or `None` for a macro we do not know.
+    fn one(&mut self, body: &str, depth: usize) -> Option<String> {
+        let trimmed = body.trim();
+        if trimmed.starts_with("//") {
+            return Some(String::new());
+        }
+        let (name, arg) = match trimmed.split_once(':') {
+            Some((name, arg)) => (name.trim().to_ascii_lowercase(), Some(arg)),
+            None => (trimmed.to_ascii_lowercase(), None),
+        };
+        let ctx = self.ctx;
+        let now = ctx.now.unwrap_or_else(Local::now);
+        Some(match (name.as_str(), arg) {
+            ("char", None) => ctx.char.to_string(),
+            ("user", None) => ctx.user.to_string(),
+            ("persona", None) => self.field(ctx.persona, "persona", depth),
+            ("description", None) => self.field(ctx.description, "description", depth),
+            ("personality", None) => self.field(ctx.personality, "personality", depth),
+            ("scenario", None) => self.field(ctx.scenario, "scenario", depth),
+            ("mesexamples", None) => self.field(ctx.mes_examples, "mesExamples", depth),
+            ("original", None) => self.field(ctx.original, "original", depth),
+            ("lastmessage", None) => ctx.last_message.to_string(),
+            ("newline", None) => "\n".to_string(),
+            ("trim", None) => TRIM_MARK.to_string(),
+            ("time", None) => now.format("%-I:%M %p").to_string(),
+            ("date", None) => now.format("%B %-d, %Y").to_string(),
+            ("weekday", None) => now.format("%A").to_string(),
+            ("idle_duration", None) => idle_words(ctx.idle),
+            ("random", Some(list)) => {
+                let items = self.choices(list, "random");
+                if items.is_empty() { String::new() } else { items[self.rng.usize(..items.len())].to_string() }
+            }
+            ("pick", Some(list)) => {
+                let items = self.choices(list, "pick");
+                self.picks += 1;
+                if items.is_empty() {
+                    String::new()
+                } else {
+                    let mut stable = fastrand::Rng::with_seed(stable_hash(ctx.stable_seed, body, self.picks));
+                    items[stable.usize(..items.len())].to_string()
+                }
+            }
+            ("roll", Some(formula)) => self.roll(formula)?,
+            _ => return None,
+        })
+    }
+
+    /// The items of a `random`/`pick` list: `::`-separated when it has `::`, else
+    /// comma-separated (a `\,` is a comma inside an item).
+    fn choices<'t>(&mut self, list: &'t str, name: &str) -> Vec<std::borrow::Cow<'t, str>> {
+        let list = list.strip_prefix(':').unwrap_or(list);
+        let items: Vec<std::borrow::Cow<'t, str>> = if list.contains("::") {
+            list.split("::").map(std::borrow::Cow::Borrowed).collect()
+        } else {
+            let marker = "\u{E001}";
+            let protected = list.replace("\\,", marker);
+            protected.split(',').map(|s| std::borrow::Cow::Owned(s.replace(marker, ",").trim().to_string())).collect()
+        };
+        if items.len() > MAX_CHOICES {
+            self.notes.push(format!("{{{{{name}}}}} had {} items; only the first {MAX_CHOICES} were considered", items.len()));
+            return items.into_iter().take(MAX_CHOICES).collect();
+        }
+        items
+    }
+
+    /// `NdM`, `dM` or `M`, with an optional `+K` / `-K`; `None` when it is not a roll.
+    fn roll(&mut self, formula: &str) -> Option<String> {
+        let formula: String = formula.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+        let (dice, modifier) = match formula.find(['+', '-']) {
+            Some(at) => (&formula[..at], formula[at..].parse::<i64>().ok()?),
+            None => (formula.as_str(), 0),
+        };
+        let (count, sides) = match dice.split_once('d') {
+            Some((count, sides)) => (if count.is_empty() { 1 } else { count.parse::<u64>().ok()? }, sides.parse::<u64>().ok()?),
+            None => (1, dice.parse::<u64>().ok()?),
+        };
+        if sides == 0 {
+            return None;
+        }
+        let (count_used, sides_used) = (count.min(MAX_DICE), sides.min(MAX_SIDES));
+        if (count_used, sides_used) != (count, sides) {
+            self.notes.push(format!("{{{{roll:{formula}}}}} was limited to {count_used}d{sides_used}"));
+        }
+        let mut total: i64 = modifier;
+        for _ in 0..count_used {
+            total = total.saturating_add(self.rng.u64(1..=sides_used) as i64);
+        }
+        Some(total.to_string())
+    }
+}
+
+fn stable_hash(seed: &str, body: &str, n: u64) -> u64 {
+    // FNV-1a: stable across runs and builds, unlike the standard library's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in seed.bytes().chain([0]).chain(body.bytes()).chain(n.to_le_bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+fn idle_words(idle: Option<Duration>) -> String {
+    let Some(idle) = idle else { return "just now".into() };
+    let minutes = idle.as_secs() / 60;
+    let plural = |n: u64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    match minutes {
+        0 => "just now".into(),
+        1..=59 => plural(minutes, "minute"),
+        60..=1439 => plural(minutes / 60, "hour"),
+        _ => plural(minutes / 1440, "day"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn ctx() -> MacroContext<'static> {
+        MacroContext {
+            char: "Seraphina",
+            user: "Kit",
+            persona: "a courier who asks {{char}} too many questions",
+            description: "{{char}} is a forest guardian who watches over {{user}}.",
+            personality: "gentle, protective",
+            scenario: "{{user}} wakes in {{char}}'s glade.",
+            mes_examples: "<START>\n{{user}}: Who are you?\n{{char}}: A friend.",
+            original: "Write {{char}}'s next reply.",
+            last_message: "Where am I?",
+            idle: Some(Duration::from_secs(3 * 3600 + 60)),
+            now: Local.with_ymd_and_hms(2026, 11, 23, 15, 7, 0).single(),
+            stable_seed: "chat-1",
+            random_seed: Some(7),
+        }
+    }
+
+    /// One case per macro: the text, and what it expands to.
+    #[test]
+    fn each_macro_expands_as_sillytavern_does() {
+        let cases: &[(&str, &str)] = &[
+            ("{{char}} and {{user}}", "Seraphina and Kit"),
+            ("{{CHAR}} / {{User}}", "Seraphina / Kit"),
+            ("<BOT> greets <USER>", "Seraphina greets Kit"),
+            ("{{persona}}", "a courier who asks Seraphina too many questions"),
+            ("{{description}}", "Seraphina is a forest guardian who watches over Kit."),
+            ("{{personality}}", "gentle, protective"),
+            ("{{scenario}}", "Kit wakes in Seraphina's glade."),
+            ("{{mesExamples}}", "<START>\nKit: Who are you?\nSeraphina: A friend."),
+            ("Rules. {{original}}", "Rules. Write Seraphina's next reply."),
+            ("{{lastMessage}}", "Where am I?"),
+            ("It is {{time}}", "It is 3:07 PM"),
+            ("{{date}}", "November 23, 2026"),
+            ("{{weekday}}", "Monday"),
+            ("away {{idle_duration}}", "away 3 hours"),
+            ("a{{newline}}b", "a\nb"),
+            ("keep {{// a note to myself}}this", "keep this"),
+            ("line one\n\n{{trim}}\n\nline two", "line oneline two"),
+            ("{{unknown_macro}} and {{user}}", "{{unknown_macro}} and Kit"),
+            ("{{roll:1d1+4}}", "5"),
+            ("{{roll:d1}}", "1"),
+            ("{{roll:3}}", "1"),
+            ("{{roll:abc}}", "{{roll:abc}}"),
+            ("{{random:red}}", "red"),
+            ("{{random::only one}}", "only one"),
+            ("{{pick:a\\, b}}", "a, b"),
+            ("unclosed {{char", "unclosed {{char"),
+        ];
+        let mut failures = Vec::new();
+        for (input, want) in cases {
+            let got = expand(input, &ctx()).text;
+            if got != *want && !(input.starts_with("{{roll:3}}") && (1..=3).contains(&got.parse::<u32>().unwrap_or(0))) {
+                failures.push(format!("{input:?} -> {got:?}, want {want:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn random_picks_from_the_list_and_pick_is_stable_per_chat() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..64 {
+            let got = expand("{{random:red,green,blue}}", &MacroContext { random_seed: Some(seed), ..ctx() }).text;
+            assert!(["red", "green", "blue"].contains(&got.as_str()), "{got}");
+            seen.insert(got);
+        }
+        assert_eq!(seen.len(), 3, "every item comes up");
+        let picks: Vec<String> =
+            (0..8).map(|seed| expand("{{pick:oak,ash,elm,yew}}", &MacroContext { random_seed: Some(seed), ..ctx() }).text).collect();
+        assert!(picks.windows(2).all(|w| w[0] == w[1]), "a pick is the same whatever the random seed: {picks:?}");
+        let other = (0..16).any(|n| {
+            let id = format!("chat-{n}");
+            expand("{{pick:oak,ash,elm,yew}}", &MacroContext { stable_seed: &id, ..ctx() }).text != picks[0]
+        });
+        assert!(other, "another chat can pick otherwise");
+    }
+
+    #[test]
+    fn expansion_is_bounded() {
+        // A field that names itself does not loop.
+        let looping = MacroContext { description: "{{description}}!", ..ctx() };
+        let out = expand("{{description}}", &looping);
+        assert_eq!(out.text, "{{description}}!!!", "expanded {MAX_DEPTH} levels deep, then left as written");
+        assert!(out.notes.iter().any(|n| n.contains("nested too deep")), "{:?}", out.notes);
+        // A huge list and a huge roll are cut down, and say so.
+        let list = format!("{{{{random:{}}}}}", (0..10_000).map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        let out = expand(&list, &ctx());
+        assert!(out.text.parse::<u32>().is_ok_and(|n| n < MAX_CHOICES as u32), "{}", out.text);
+        assert!(out.notes[0].contains("10000 items"));
+        let started = std::time::Instant::now();
+        let out = expand("{{roll:999999d999999}}", &ctx());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let total: u64 = out.text.parse().unwrap();
+        assert!((MAX_DICE..=MAX_DICE * MAX_SIDES).contains(&total));
+        assert!(out.notes[0].contains("limited to 1000d999999"), "{:?}", out.notes);
+        // Output cannot explode.
+        let wide = MacroContext { description: &"x".repeat(100_000), ..ctx() };
+        let out = expand(&"{{description}}".repeat(50), &wide);
+        assert!(out.text.len() <= MAX_OUTPUT);
+        assert!(out.notes.iter().any(|n| n.contains("cut at")));
+    }
+}
