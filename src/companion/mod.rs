@@ -7,6 +7,7 @@
 //! the exchange, not its memory turns, not the proximity change, not the clock.
 
 pub mod demo;
+pub mod lore;
 pub mod model;
 pub mod packet;
 pub mod records;

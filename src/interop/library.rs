@@ -249,6 +249,13 @@ pub fn enabled_entries(conn: &Connection, book_id: &str) -> Result<(Lorebook, Ve
     Ok((book, entries))
 }
 
+/// The lorebooks attached to a character (its card's own book among them), oldest first.
+pub fn books_of_character(conn: &Connection, character_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT id FROM lorebooks WHERE character_id = ?1 ORDER BY created_at, id")?;
+    let rows = stmt.query_map([character_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// A lorebook's `(id, name)` by id, or by a name only one lorebook has.
 pub fn resolve_lorebook(conn: &Connection, key: &str) -> Result<(String, String), InteropError> {
     resolve(conn, "lorebooks", "lorebook", key)

@@ -13,7 +13,7 @@
 
 use super::model::{CastMember, SceneMessage};
 use crate::lorebook::activation::{
-    self, ActivationOptions, ActivationState, CharacterRef, KeyIndex, Outcome, ScanEntry, ScanInput, SkipReason, Source, Trigger,
+    self, ActivationOptions, ActivationState, CharacterRef, KeyIndex, Outcome, ScanEntry, ScanInput, SkipReason,
 };
 use crate::lorebook::{LoreEntry, Lorebook};
 use crate::prompting::{BudgetItem, DroppedItem};
@@ -224,7 +224,7 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         // Higher priority, then higher order, is worth more: what SillyTavern budgets first.
         let value = scan.entry.priority.unwrap_or(0) as f64 * 1e6 + scan.entry.insertion_order as f64;
         out.items.push(BudgetItem {
-            id: format!("lore {} ({})", label(activated.index), why(trigger, &label)),
+            id: format!("lore {} ({})", label(activated.index), trigger.reason(&label)),
             tokens: count(&content),
             text: content,
             value,
@@ -236,34 +236,6 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         out.held_back.push(DroppedItem { id: format!("lore {}", label(i)), tokens: count(&entries[i].entry.content), reason });
     }
     out
-}
-
-/// Why an entry fired, for the ledger.
-fn why(trigger: &Trigger, label: &dyn Fn(usize) -> String) -> String {
-    match trigger {
-        Trigger::Constant => "constant".into(),
-        Trigger::Forced => "forced".into(),
-        Trigger::Decorator => "@@activate".into(),
-        Trigger::Sticky { fired_at, until } => format!("sticky since message {fired_at}, until {until}"),
-        Trigger::Key { key, source } => match source {
-            Source::Chat => format!("key {key:?}"),
-            Source::Recursion { from } => format!("key {key:?} in the lore of {:?}", label(*from)),
-            other => format!("key {key:?} in the {}", source_name(other)),
-        },
-    }
-}
-
-fn source_name(source: &Source) -> &'static str {
-    match source {
-        Source::Chat => "chat",
-        Source::PersonaDescription => "persona description",
-        Source::CharacterDescription => "character description",
-        Source::CharacterPersonality => "character personality",
-        Source::CharacterDepthPrompt => "character depth prompt",
-        Source::Scenario => "scenario",
-        Source::CreatorNotes => "creator notes",
-        Source::Recursion { .. } => "lore",
-    }
 }
 
 /// The ledger's reason for an entry that matched (or was due) but did not go in;

@@ -8,6 +8,7 @@ mod support {
 }
 
 mod authoring;
+mod cards;
 mod cli;
 mod companion;
 mod identity;

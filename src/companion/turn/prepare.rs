@@ -108,6 +108,9 @@ pub fn retrieve(
     Ok((lore, memories))
 }
 
+/// Tokens World Info may fill before the packet's own lore budget applies.
+const WORLD_INFO_TOKENS: u32 = 4096;
+
 /// Everything before the first LLM call: state, history, lore indexing, the message's
 /// embedding, proximity and retrieval.
 pub fn prepare(
@@ -159,6 +162,12 @@ pub fn prepare(
         },
         None => (state.proximity, false),
     };
-    let (lore, memories) = retrieve(bank, character, config, text, vector.as_deref(), &history, &mut notes)?;
+    let (retrieved, memories) = retrieve(bank, character, config, text, vector.as_deref(), &history, &mut notes)?;
+    // The character's lorebooks (its card's book among them) fire on the conversation,
+    // ahead of the lore retrieved from files; the packet's lore budget cuts both.
+    let books = ctx.store.with(|c| crate::companion::lore::books(c, &character.id))?;
+    let fired = crate::companion::lore::activate_for_turn(&books, character, &config.user_name, &history, text, WORLD_INFO_TOKENS);
+    notes.extend(fired.notes);
+    let lore = fired.hits.into_iter().chain(retrieved).collect();
     Ok(Prepared { state, history, lore, memories, proximity, proximity_changed, notes })
 }

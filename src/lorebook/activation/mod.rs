@@ -208,6 +208,39 @@ pub enum Trigger {
     Key { key: String, source: Source },
 }
 
+impl Trigger {
+    /// Why an entry fired, as the ledger and the packet view say it (`label` names the
+    /// entry at a position, for lore that fired from another entry's content).
+    pub fn reason(&self, label: &dyn Fn(usize) -> String) -> String {
+        match self {
+            Trigger::Constant => "constant".into(),
+            Trigger::Forced => "forced".into(),
+            Trigger::Decorator => "@@activate".into(),
+            Trigger::Sticky { fired_at, until } => format!("sticky since message {fired_at}, until {until}"),
+            Trigger::Key { key, source } => match source {
+                Source::Chat => format!("key {key:?}"),
+                Source::Recursion { from } => format!("key {key:?} in the lore of {:?}", label(*from)),
+                other => format!("key {key:?} in the {}", other.name()),
+            },
+        }
+    }
+}
+
+impl Source {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Chat => "chat",
+            Source::PersonaDescription => "persona description",
+            Source::CharacterDescription => "character description",
+            Source::CharacterPersonality => "character personality",
+            Source::CharacterDepthPrompt => "character depth prompt",
+            Source::Scenario => "scenario",
+            Source::CreatorNotes => "creator notes",
+            Source::Recursion { .. } => "lore",
+        }
+    }
+}
+
 /// How an inclusion group chose its winner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,0 +1,104 @@
+//! World Info in one-to-one chat: the lorebooks attached to the character (its card's
+//! own `character_book` among them) are activated by the recent conversation with the
+//! same engine the scenes use, and each fired entry says why it fired.
+//!
+//! Timed effects (sticky, cooldown, delay) count messages of this chat, but are not yet
+//! kept between turns: each turn starts from a fresh activation state.
+
+use super::records::{CharacterInfo, ChatTurn};
+use crate::lorebook::Lorebook;
+use crate::lorebook::activation::{ActivationOptions, ActivationState, CharacterRef, Outcome, ScanInput, activate, book_entries};
+use crate::memory::{MemoryKind, RetrievalHit, Scope};
+use crate::store::StoreError;
+use rusqlite::Connection;
+
+/// Messages scanned for keys when the book does not say (SillyTavern's default is 2;
+/// an exchange here is two messages).
+const SCAN_DEPTH: u32 = 4;
+
+/// What fired for one turn: hits for the packet's lore block (budgeted with it), and one
+/// line per fired entry with its reason for the packet's notes.
+#[derive(Debug, Clone, Default)]
+pub struct ChatLore {
+    pub hits: Vec<RetrievalHit>,
+    pub notes: Vec<String>,
+}
+
+/// The character's lorebooks, loaded (with their library ids).
+pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Lorebook)>, StoreError> {
+    let mut out = Vec::new();
+    for id in crate::interop::library::books_of_character(conn, character_id)? {
+        let book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        out.push((id, book));
+    }
+    Ok(out)
+}
+
+/// Activate `books` on the conversation so far and the user's new message.
+pub fn activate_for_turn(
+    books: &[(String, Lorebook)],
+    character: &CharacterInfo,
+    user: &str,
+    history: &[ChatTurn],
+    input: &str,
+    token_budget: u32,
+) -> ChatLore {
+    if books.iter().all(|(_, b)| b.entries.is_empty()) {
+        return ChatLore::default();
+    }
+    let entries: Vec<_> = books.iter().flat_map(|(id, book)| book_entries(id, book)).collect();
+    let mut messages: Vec<String> = Vec::new();
+    for turn in history {
+        messages.push(format!("{user}: {}", turn.user_text));
+        messages.push(format!("{}: {}", character.name, turn.reply));
+    }
+    messages.push(format!("{user}: {input}"));
+    let field = |key: &str| character.sheet.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let scan = ScanInput {
+        messages: messages.iter().map(String::as_str).collect(),
+        message_number: messages.len() as u64,
+        character_description: field("description"),
+        character_personality: field("personality"),
+        scenario: field("scenario"),
+        character: Some(CharacterRef { name: &character.name, tags: Vec::new() }),
+        ..Default::default()
+    };
+    let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(token_budget), ..Default::default() };
+    if let Some((_, first)) = books.first() {
+        options = options.with_book(first);
+    }
+    // Rolls (probability, groups) are the same for the same chat and message.
+    options.seed = character.id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        ^ scan.message_number;
+    let report = activate(&entries, &scan, &mut ActivationState::default(), &options);
+    let label = |i: usize| entries.get(i).map(|e| e.entry.label()).unwrap_or_default();
+    let mut out = ChatLore::default();
+    for (rank, activated) in report.activated.iter().enumerate() {
+        let Some(entry) = entries.get(activated.index) else { continue };
+        let Some(Outcome::Activated { trigger, .. }) = report.outcomes.get(activated.index) else { continue };
+        let content = entry.entry.decorators().1.trim().to_string();
+        if content.is_empty() {
+            continue;
+        }
+        let name = label(activated.index);
+        let reason = trigger.reason(&label);
+        out.notes.push(format!("lore fired: {name} ({reason})"));
+        out.hits.push(RetrievalHit {
+            id: format!("lore {name} ({reason})"),
+            text: content,
+            speaker: None,
+            // World Info is placed by its own order: keep it ahead of retrieved lore.
+            score: 2.0 - rank as f32 / 1000.0,
+            keyword_score: None,
+            vector_score: None,
+            rank: rank + 1,
+            keyword_rank: None,
+            vector_rank: None,
+            kind: MemoryKind::Lore,
+            scope: Scope::character(character.id.clone()),
+            session: None,
+            time: None,
+        });
+    }
+    out
+}
