@@ -190,6 +190,42 @@ pub fn chat_sheet(record: &CharacterRecord) -> Vec<(String, String)> {
     fields
 }
 
+/// The parts of a card that shape a chat besides the sheet: the greeting and its
+/// alternatives, example dialogue, the card's own system prompt and post-history
+/// instructions, and the creator's notes (shown to the user, never sent).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct CardText {
+    pub first_mes: String,
+    pub alternate_greetings: Vec<String>,
+    pub mes_example: String,
+    pub system_prompt: String,
+    pub post_history_instructions: String,
+    pub creator_notes: String,
+    pub tags: Vec<String>,
+}
+
+/// The card text of a character imported from a card (V1 fields at the top, V2/V3
+/// under `data`); empty for other characters or a card that is not JSON.
+pub fn card_text(record: &CharacterRecord) -> CardText {
+    let Some(card) = record.card_json.as_deref().and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) else {
+        return CardText::default();
+    };
+    let data = card.get("data").unwrap_or(&card);
+    let text = |key: &str| data.get(key).and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let list = |key: &str| -> Vec<String> {
+        data.get(key).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    CardText {
+        first_mes: text("first_mes"),
+        alternate_greetings: list("alternate_greetings"),
+        mes_example: text("mes_example"),
+        system_prompt: text("system_prompt"),
+        post_history_instructions: text("post_history_instructions"),
+        creator_notes: text("creator_notes"),
+        tags: list("tags"),
+    }
+}
+
 /// A character as one campaign sees it: overrides applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlacedCharacter {

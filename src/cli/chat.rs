@@ -67,13 +67,16 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
         ChatVerb::Repl { character } => repl(engine, &character)?,
         ChatVerb::History { character, limit } => {
             send(CompanionCommand::History { character, limit })?;
-            let (name, turns) = wait(engine, QUICK_LIMIT, |e| match e {
-                CompanionEvent::History { name, turns, .. } => Some((name.clone(), turns.clone())),
+            let (name, turns, greeting) = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::History { name, turns, greeting, .. } => Some((name.clone(), turns.clone(), greeting.clone())),
                 _ => None,
             })?;
             if json {
                 println!("{}", serde_json::to_string(&turns)?);
             } else {
+                if let Some(greeting) = greeting.filter(|_| turns.first().is_none_or(|t| t.seq <= 1)) {
+                    println!("{name}: {greeting}");
+                }
                 print_history(&name, &turns);
             }
         }

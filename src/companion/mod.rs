@@ -60,7 +60,17 @@ pub enum CompanionCommand {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum CompanionEvent {
     Characters { characters: Vec<ChatCharacter> },
-    History { character_id: String, name: String, turns: Vec<ChatTurn> },
+    History {
+        character_id: String,
+        name: String,
+        turns: Vec<ChatTurn>,
+        /// The card's greeting, macros resolved: the chat's first message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        greeting: Option<String>,
+        /// The card creator's notes, for the user to read; never sent to a model.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        creator_notes: String,
+    },
     /// The packet of the attempt about to be sent, exactly as it will be sent.
     TurnStarted { character_id: String, name: String, input: String, attempt: u32, packet: Box<Packet>, hits: Vec<RetrievalHit> },
     /// A streamed fragment of the reply of `attempt`.
@@ -116,7 +126,13 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             let reader = ctx.store.reader()?;
             let info = records::resolve_character(&reader, &character)?;
             let turns = records::recent_turns(&reader, &info.id, limit, true)?;
-            emit(CompanionEvent::History { character_id: info.id, name: info.name, turns });
+            let user = ctx.config().companion.user_name;
+            let macros = crate::prompting::MacroContext { char: &info.name, user: &user, stable_seed: &info.id, ..Default::default() };
+            let greeting = Some(info.card.first_mes.trim())
+                .filter(|g| !g.is_empty())
+                .map(|g| crate::prompting::expand(g, &macros).text);
+            let creator_notes = info.card.creator_notes.clone();
+            emit(CompanionEvent::History { character_id: info.id, name: info.name, turns, greeting, creator_notes });
         }
         CompanionCommand::Send { character, text, now } => {
             // A failed turn is reported with its character so the chat shows it in place.

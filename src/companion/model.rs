@@ -57,12 +57,15 @@ pub struct ChatCharacter {
 }
 
 /// What the packet needs to know about the character.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CharacterInfo {
     pub id: String,
     pub name: String,
     /// Sheet fields (description, personality, scenario, ...) in a stable order.
     pub sheet: Vec<(String, String)>,
+    /// Greeting, example dialogue, system prompt and the rest of the card's own text.
+    #[serde(default)]
+    pub card: crate::character::CardText,
 }
 
 impl CharacterInfo {

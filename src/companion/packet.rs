@@ -41,6 +41,9 @@ pub struct PacketInput<'a> {
 struct Context<'a> {
     name: &'a str,
     user: &'a str,
+    directive: String,
+    examples: Vec<String>,
+    post_history: String,
     persona: Vec<String>,
     lore: Vec<String>,
     now: String,
@@ -99,8 +102,9 @@ fn distance_text(state: Proximity, name: &str, user: &str) -> String {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 8] = [
+pub(crate) const TAGS: [&str; 9] = [
     "system_directive",
+    "example_dialogue",
     "lore",
     "temporal_data",
     "distance_context",
@@ -137,6 +141,18 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         notes.extend(out.notes);
         out.text
     };
+    let card = &input.character.card;
+    // The card's own system prompt replaces ours; `{{original}}` in it is ours.
+    let default_directive = format!(
+        "Roleplay as {name} in a one-to-one conversation with {user}. Stay in character,\nspeak only as {name}, and never write {user}'s words or actions."
+    );
+    let (directive, directive_notes) = if card.system_prompt.trim().is_empty() {
+        (default_directive, Vec::new())
+    } else {
+        let out = expand(card.system_prompt.trim(), &MacroContext { original: &default_directive, ..macros.clone() });
+        (out.text, out.notes)
+    };
+    let post_history = resolve(card.post_history_instructions.trim());
     let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];
     let fields = input.character.sheet.len();
     for (i, (key, value)) in input.character.sheet.iter().enumerate() {
@@ -161,11 +177,22 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         .collect();
     let (memories, memory_dropped) = fitted(memory_items, memory_budget, DropPolicy::MostValuableFirst);
 
+    let examples_budget = budget(b.examples, max);
+    let examples_text = resolve(card.mes_example.trim());
+    let example_items = if examples_text.is_empty() { Vec::new() } else { vec![item("example dialogue".into(), examples_text, 1.0)] };
+    let (examples, examples_dropped) = fitted(example_items, examples_budget, DropPolicy::MostValuableFirst);
+    let examples_note =
+        examples_dropped.first().map(|d| format!("example dialogue left out: {} tokens, its budget is {examples_budget}", d.tokens));
+
     let history_budget = budget(b.history, max);
-    let history_items = input
-        .history
-        .iter()
-        .map(|t| item(t.id.clone(), format!("[{user}]: {}\n[{name}]: {}", t.user_text.trim(), t.reply.trim()), 0.0))
+    // The card's greeting opens the conversation: it is the oldest message while the
+    // history reaches back to the first exchange (and the first to go when it is cut).
+    let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
+    let greeting = (from_the_start && !card.first_mes.trim().is_empty()).then(|| resolve(card.first_mes.trim()));
+    let history_items = greeting
+        .map(|g| item("greeting".into(), format!("[{name}]: {g}"), 0.0))
+        .into_iter()
+        .chain(input.history.iter().map(|t| item(t.id.clone(), format!("[{user}]: {}\n[{name}]: {}", t.user_text.trim(), t.reply.trim()), 0.0)))
         .collect();
     let (history, history_dropped) = fitted(history_items, history_budget, DropPolicy::KeepNewestContiguous);
 
@@ -176,6 +203,9 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let context = Context {
         name,
         user,
+        directive,
+        examples,
+        post_history,
         persona,
         lore,
         now: input.now.format("%A %Y-%m-%d %H:%M UTC").to_string(),
@@ -195,8 +225,11 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     for tag in TAGS {
         let Some(text) = extract(&all, tag) else { continue };
         let (budget, dropped) = match tag {
-            "system_directive" => (Some(persona_budget + lore_budget), [persona_dropped.clone(), lore_dropped.clone()].concat()),
+            "system_directive" => {
+                (Some(persona_budget + lore_budget + examples_budget), [persona_dropped.clone(), lore_dropped.clone()].concat())
+            }
             "lore" => (Some(lore_budget), lore_dropped.clone()),
+            "example_dialogue" => (Some(examples_budget), examples_dropped.clone()),
             "memory_bank" => (Some(memory_budget), memory_dropped.clone()),
             "chat_history" => (Some(history_budget), history_dropped.clone()),
             "user_input" => (Some(input_budget), Vec::new()),
@@ -204,6 +237,8 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         };
         blocks.push(PacketBlock { tag: tag.to_string(), tokens: tokens::estimate(text), text: text.to_string(), budget, dropped });
     }
+    notes.extend(directive_notes);
+    notes.extend(examples_note);
     Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: max })
 }
 
@@ -241,6 +276,7 @@ mod tests {
                 ("description".into(), "A bookbinder in a harbour town.".into()),
                 ("personality".into(), "Dry humour, patient hands.".into()),
             ],
+            card: Default::default(),
         }
     }
 
@@ -318,6 +354,39 @@ mod tests {
         assert!(text.contains("User brings Ilse Marrow a torn atlas."), "{text}");
         assert!(text.contains("Ilse Marrow's workshop smells of glue."), "{text}");
         assert!(!text.contains("{{") && !text.contains("not sent"), "{text}");
+    }
+
+    #[test]
+    fn a_cards_greeting_examples_system_prompt_and_post_history_instructions_are_honoured() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        c.card = crate::character::CardText {
+            first_mes: "*{{char}} looks up from the press.* Mind the glue.".into(),
+            mes_example: "<START>\n{{user}}: Busy?\n{{char}}: Always.".into(),
+            system_prompt: "Write in short sentences. {{original}}".into(),
+            post_history_instructions: "Keep {{char}}'s reply under sixty words.".into(),
+            creator_notes: "Tested with small models.".into(),
+            ..Default::default()
+        };
+        let packet = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        let system = &packet.messages[0].content;
+        assert!(system.starts_with("<system_directive>\nWrite in short sentences. Roleplay as Ilse Marrow"), "{system}");
+        let examples = packet.block("example_dialogue").expect("examples fit");
+        assert!(examples.text.contains("User: Busy?\nIlse Marrow: Always."), "{}", examples.text);
+        let history = packet.block("chat_history").unwrap();
+        assert!(history.text.contains("[Ilse Marrow]: *Ilse Marrow looks up from the press.* Mind the glue."), "{}", history.text);
+        assert!(packet.block("trigger").unwrap().text.contains("Keep Ilse Marrow's reply under sixty words."));
+        assert!(!packet.text().contains("Tested with small models"), "creator notes are never sent");
+
+        // Example dialogue goes whole when its budget cannot hold it, and says so.
+        c.card.mes_example = "<START>\n{{char}}: ".to_string() + &"word ".repeat(400);
+        let packet = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        assert!(packet.block("example_dialogue").is_none());
+        assert!(packet.notes.iter().any(|n| n.starts_with("example dialogue left out")), "{:?}", packet.notes);
+        let system = packet.block("system_directive").unwrap();
+        assert!(system.dropped.is_empty(), "persona and lore are not what was cut");
+        assert!(packet.blocks.iter().all(|b| !b.text.contains("word word")));
     }
 
     #[test]

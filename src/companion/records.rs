@@ -25,7 +25,8 @@ pub fn resolve_character(conn: &Connection, key: &str) -> Result<CharacterInfo, 
         other => other,
     })?;
     let sheet = crate::character::chat_sheet(&record);
-    Ok(CharacterInfo { id: record.id, name: record.name, sheet })
+    let card = crate::character::card_text(&record);
+    Ok(CharacterInfo { id: record.id, name: record.name, sheet, card })
 }
 
 /// Every character of the library with its chat progress, most recently chatted first.

@@ -47,11 +47,13 @@ pub struct PacketBudgets {
     pub lore: f64,
     pub memory: f64,
     pub history: f64,
+    /// The card's example dialogue: dropped whole, first of all, when it does not fit.
+    pub examples: f64,
     pub input: f64,
 }
 
 impl Default for PacketBudgets {
     fn default() -> Self {
-        Self { persona: 12.0, lore: 10.0, memory: 12.0, history: 36.0, input: 10.0 }
+        Self { persona: 12.0, lore: 10.0, memory: 12.0, history: 32.0, examples: 6.0, input: 10.0 }
     }
 }

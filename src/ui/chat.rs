@@ -33,6 +33,9 @@ pub struct ChatPanel {
     characters: Vec<ChatCharacter>,
     selected: Option<String>,
     turns: Vec<ChatTurn>,
+    /// The card's greeting and the creator's notes (shown, never sent).
+    greeting: Option<String>,
+    creator_notes: String,
     live: Option<LiveReply>,
     packet: Option<PacketView>,
     input: String,
@@ -96,8 +99,10 @@ impl ChatPanel {
                 }
             }
             CompanionEvent::DemoReady { character_id: Some(_) } => outbox.push(Command::Companion(CompanionCommand::List)),
-            CompanionEvent::History { character_id, turns, .. } if self.is_selected(character_id) => {
+            CompanionEvent::History { character_id, turns, greeting, creator_notes, .. } if self.is_selected(character_id) => {
                 self.turns = turns.clone();
+                self.greeting = greeting.clone();
+                self.creator_notes = creator_notes.clone();
                 if self.packet.is_none()
                     && let Some(last) = turns.last()
                 {
@@ -188,6 +193,8 @@ impl ChatPanel {
             if let Some(id) = choice.filter(|id| !self.is_selected(id)) {
                 self.selected = Some(id.clone());
                 self.turns.clear();
+                self.greeting = None;
+                self.creator_notes.clear();
                 self.packet = None;
                 self.live = None;
                 outbox.push(history(&id));
@@ -221,10 +228,23 @@ impl ChatPanel {
             .and_then(|id| self.characters.iter().find(|c| c.id == id))
             .map(|c| c.name.clone())
             .unwrap_or_default();
+        if !self.creator_notes.trim().is_empty() {
+            egui::CollapsingHeader::new("Creator's notes (never sent to the model)").id_salt("chat_creator_notes").show(ui, |ui| {
+                ui.label(self.creator_notes.trim());
+            });
+        }
         let height = (ui.available_height() - 110.0).max(120.0);
         egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).stick_to_bottom(true).show(ui, |ui| {
-            if self.turns.is_empty() && self.live.is_none() {
-                ui.weak("No messages yet. Say hello.");
+            let from_the_start = self.turns.first().is_none_or(|t| t.seq <= 1);
+            match self.greeting.as_ref().filter(|_| from_the_start) {
+                Some(greeting) => {
+                    ui.label(format!("{name}: {greeting}"));
+                    ui.add_space(6.0);
+                }
+                None if self.turns.is_empty() && self.live.is_none() => {
+                    ui.weak("No messages yet. Say hello.");
+                }
+                None => {}
             }
             for t in &self.turns {
                 ui.label(RichText::new(format!("{user}: {}", t.user_text)).strong());

@@ -41,7 +41,8 @@ fn a_cards_own_book_fires_in_chat_with_its_macros_resolved() {
             "name": "Maren Vosk",
             "description": "{{char}} keeps the lamp of a river lock; she distrusts {{user}} at first.",
             "personality": "terse", "scenario": "", "first_mes": "*{{char}} looks up.* Lock's closed.",
-            "mes_example": "", "creator_notes": "Made by someone else.", "system_prompt": "", "post_history_instructions": "",
+            "mes_example": "", "creator_notes": "Made by someone else.", "system_prompt": "Answer as the lock-keeper. {{original}}",
+            "post_history_instructions": "Never mention the weir.",
             "alternate_greetings": [], "tags": ["river"], "creator": "someone else", "character_version": "3", "extensions": {},
             "character_book": { "name": "River lock", "entries": [
                 { "keys": ["toll"], "content": "The toll at {{char}}'s lock is one silver fish-coin per hull.", "enabled": true,
@@ -66,4 +67,8 @@ fn a_cards_own_book_fires_in_chat_with_its_macros_resolved() {
     let notes: Vec<&str> = turn["packet"]["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert!(notes.iter().any(|n| n.contains("The toll") && n.contains("key \"toll\"")), "the packet says why it fired: {notes:?}");
     assert_eq!(turn["reply"], "The lamp is lit, as always.");
+    // The greeting opens the chat: the packet's history starts with it.
+    assert!(sent.contains("[Maren Vosk]: *Maren Vosk looks up.* Lock's closed."), "{sent}");
+    assert!(sent.contains("Answer as the lock-keeper. Roleplay as Maren Vosk"), "the card's system prompt wraps ours:\n{sent}");
+    assert!(sent.contains("Never mention the weir."), "post-history instructions: {sent}");
 }
