@@ -209,7 +209,7 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
                 let is_default = p.name == config.default_profile;
                 if json {
                     let line = serde_json::json!({
-                        "name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url(),
+                        "name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url().map(crate::llm::shown_endpoint),
                         "max_context_tokens": p.max_context_tokens, "default": is_default, "roles": roles,
                         "key_env": p.key_env(),
                     });
@@ -222,7 +222,7 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
                         if is_default { " (default)" } else { "" },
                         p.kind.label(),
                         p.model,
-                        p.base_url().unwrap_or("-"),
+                        p.base_url().map(crate::llm::shown_endpoint).unwrap_or_else(|| "-".into()),
                         if roles.is_empty() { String::new() } else { format!("  roles: {}", roles.join(", ")) }
                     )?;
                 }

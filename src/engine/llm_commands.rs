@@ -75,7 +75,12 @@ impl ModelLine {
                 }
             }
             ProviderKind::Scripted => "Model: none — scripted demo replies".to_string(),
-            kind => format!("Model: {} via {} at {}", p.model, kind.label(), p.base_url().unwrap_or("?")),
+            kind => format!(
+                "Model: {} via {} at {}",
+                p.model,
+                kind.label(),
+                p.base_url().map(crate::llm::shown_endpoint).unwrap_or_else(|| "?".into())
+            ),
         };
         Self { text, hint }
     }

@@ -23,6 +23,12 @@ pub use providers::{scripted, sse};
 pub use structured::repair;
 use providers::{anthropic, gemini, http, openai, reply};
 
+/// A base URL as it may be shown or stored: scheme, host and port only — never the
+/// user-info, path or query a pasted URL can carry a key in.
+pub fn shown_endpoint(url: &str) -> String {
+    http::endpoint_of(url)
+}
+
 pub use client::cache::ResponseCache;
 pub use client::LlmClient;
 pub use profile::{ProviderKind, ProviderProfile, RetryPolicy, SamplerSettings, Timeouts};

@@ -94,12 +94,80 @@ fn a_key_from_the_environment_is_used_and_never_written_anywhere() {
     every_file(dir.path(), &mut files);
     assert!(files.iter().any(|(p, _)| p.ends_with("library.sqlite")));
     assert!(files.iter().any(|(p, _)| p.contains("lorekeeper.log")), "a log file was written: {:?}", files.iter().map(|f| &f.0).collect::<Vec<_>>());
+    // At trace level too, and in the forms a wire dump writes: 16-byte rows of spaced
+    // hex beside their text, and base64.
     for (path, bytes) in &files {
-        assert!(!contains(bytes, KEY), "the key leaked into {path}");
-        assert!(!contains(bytes, "sk-wrong-key-that-must-not-leak-42"), "the wrong key leaked into {path}");
+        for secret in [KEY, "sk-wrong-key-that-must-not-leak-42"] {
+            assert!(!contains(bytes, secret), "the key leaked into {path}");
+            if let Some(form) = leaked(bytes, &secret[secret.len() - 16..]) {
+                assert!(false, "the key leaked into {path} as {form:?}");
+            }
+        }
     }
     for out in [&ok.stdout, &ok.stderr, &cached.stdout, &wrong.stdout] {
         assert!(!contains(out, KEY));
+    }
+}
+
+/// Whether any 8-character piece of `secret` (a distinctive, random part of a key) is
+/// in `bytes` as text, as hex with or without the spaces of a dump's byte groups, or as
+/// base64: a wire dump cuts a header into 16-byte rows, so whole-key searches miss it.
+fn leaked(bytes: &[u8], secret: &str) -> Option<String> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let unspaced: Vec<u8> = bytes.iter().copied().filter(|b| *b != b' ').collect();
+    for start in 0..=secret.len() - 8 {
+        let piece = &secret[start..start + 8];
+        if contains(bytes, piece) {
+            return Some(piece.to_string());
+        }
+        for form in [hex::encode(piece), hex::encode_upper(piece)] {
+            if contains(&unspaced, &form) {
+                return Some(form);
+            }
+        }
+    }
+    for pad in 0..3 {
+        let encoded = b64.encode(format!("{}{secret}", "x".repeat(pad)));
+        // Skip the characters that also encode the padding bytes.
+        let skip = (pad * 4).div_ceil(3);
+        let form = &encoded[skip..encoded.len().saturating_sub(4)];
+        if contains(bytes, form) {
+            return Some(form.to_string());
+        }
+    }
+    None
+}
+
+#[test]
+fn credentials_in_a_base_url_are_never_shown_or_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = MockServer::start(|_, _| Action::json(200, &OpenAi::reply("The lamp is lit.")));
+    let url = OpenAi::base_url(&server.url()).replacen("http://", "http://alice:sk-url-secret-7d1e@", 1) + "?api_key=sk-query-secret-9a2b";
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "pasted".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some(url),
+        model: "test-model-001".into(),
+        ..Default::default()
+    });
+    config.save(&dir.path().join("config.toml")).unwrap();
+    let tested = lorekeeper(dir.path()).args(["--json", "providers", "test", "--profile", "pasted"]).output().unwrap();
+    let listed = lorekeeper(dir.path()).args(["providers", "list"]).output().unwrap();
+    let mut files = Vec::new();
+    every_file(&dir.path().join("data"), &mut files);
+    files.push(("library".into(), std::fs::read(dir.path().join("library.sqlite")).unwrap()));
+    if let Ok(wal) = std::fs::read(dir.path().join("library.sqlite-wal")) {
+        files.push(("library WAL".into(), wal));
+    }
+    files.extend([("test stdout".to_string(), tested.stdout), ("test stderr".into(), tested.stderr), ("list stdout".into(), listed.stdout)]);
+    let listed = String::from_utf8_lossy(&files.last().unwrap().1).into_owned();
+    assert!(listed.contains("pasted") && listed.contains("http://127.0.0.1:"), "{listed}");
+    for (what, bytes) in &files {
+        for secret in ["sk-url-secret-7d1e", "sk-query-secret-9a2b", "alice:"] {
+            assert!(!contains(bytes, secret), "{secret:?} in {what}");
+        }
     }
 }
 

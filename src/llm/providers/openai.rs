@@ -26,7 +26,7 @@ impl OpenAiProvider {
 
 impl Provider for OpenAiProvider {
     fn describe(&self) -> String {
-        format!("openai-compatible ({})", self.base_url)
+        format!("openai-compatible ({})", crate::llm::http::endpoint_of(&self.base_url))
     }
 
     fn complete(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<Completion, LlmError> {
