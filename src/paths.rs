@@ -74,3 +74,67 @@ fn resource_dir(env: &str, name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
 }
 
+
+/// Why [`read_bounded`] read nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a regular file")]
+    NotAFile { path: PathBuf },
+    #[error("{path} is larger than {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
+}
+
+/// Read a whole file the user named, refusing what is not a regular file (`/dev/zero`,
+/// a FIFO, a directory) and stopping at `limit` bytes whatever the file claims to be:
+/// a hostile or mistaken path ends at once with a clear error instead of filling memory
+/// or waiting for ever.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let io = |source| ReadError::Io { path: path.to_path_buf(), source };
+    // `metadata` follows symlinks, so a link to a device is refused like the device.
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        return Err(ReadError::NotAFile { path: path.to_path_buf() });
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge { path: path.to_path_buf(), limit });
+    }
+    Ok(bytes)
+}
+
+/// [`read_bounded`] as UTF-8 text.
+pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, ReadError> {
+    let bytes = read_bounded(path, limit)?;
+    String::from_utf8(bytes).map_err(|e| ReadError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_fifos_directories_and_big_files_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(read_bounded(Path::new("/dev/zero"), 1024), Err(ReadError::NotAFile { .. })));
+        assert!(matches!(read_bounded(dir.path(), 1024), Err(ReadError::NotAFile { .. })));
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(matches!(read_bounded(&fifo, 1024), Err(ReadError::NotAFile { .. })), "a FIFO is not opened (it would block)");
+        }
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 4096]).unwrap();
+        assert!(matches!(read_bounded(&big, 4095), Err(ReadError::TooLarge { limit: 4095, .. })));
+        assert_eq!(read_bounded(&big, 4096).unwrap().len(), 4096);
+        assert!(matches!(read_bounded(&dir.path().join("missing"), 10), Err(ReadError::Io { .. })));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+}

@@ -5,7 +5,7 @@ use crate::identity::schema::{CharacterSeed, Mode};
 use crate::identity::{IdentityCommand, IdentityEvent};
 use super::drive::{drive, wait};
 use crate::engine::{Command, EngineHandle, Event};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,7 +73,8 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
     let send = |c: IdentityCommand| engine.send(Command::Identity(c)).map_err(|e| anyhow!(e));
     match verb {
         IdentityVerb::Start(args) => {
-            let text = std::fs::read_to_string(&args.seed).with_context(|| format!("cannot read {}", args.seed.display()))?;
+            // A seed is a few hundred bytes; a megabyte is already a mistake.
+            let text = crate::paths::read_text_bounded(&args.seed, 1 << 20)?;
             let seed = CharacterSeed::parse(&text).map_err(|e| anyhow!("{}: {e}", args.seed.display()))?;
             let mode = Mode::parse(&args.mode).ok_or_else(|| anyhow!("mode must be fast, balanced or deep"))?;
             send(IdentityCommand::Start { seed, mode, profile: args.profile, auto_approve: args.auto_approve })?;

@@ -61,12 +61,11 @@ pub enum ImportOutcome {
 
 /// Read and import one file.
 pub fn import_file(store: &Store, path: &Path) -> Result<ImportOutcome, InteropError> {
-    let read_err = |source| InteropError::Read { path: path.to_path_buf(), source };
-    let size = std::fs::metadata(path).map_err(read_err)?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(FormatError::TooLarge { size, limit: MAX_FILE_BYTES }.into());
-    }
-    let bytes = std::fs::read(path).map_err(read_err)?;
+    let bytes = crate::paths::read_bounded(path, MAX_FILE_BYTES).map_err(|e| match e {
+        crate::paths::ReadError::Io { source, .. } => InteropError::Read { path: path.to_path_buf(), source },
+        crate::paths::ReadError::TooLarge { limit, .. } => FormatError::TooLarge { size: limit + 1, limit }.into(),
+        other => InteropError::Read { path: path.to_path_buf(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()) },
+    })?;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "Imported".into());
     import_bytes(store, &bytes, &stem)
 }

@@ -77,10 +77,13 @@ struct ImportLine {
     kind: Option<String>,
 }
 
+/// The largest memory import file read: about a million long turns.
+const MAX_IMPORT_BYTES: u64 = 1 << 30;
+
 /// Parse an import file fully before writing anything: a bad line changes nothing.
 pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| MemoryError::Read { path: shown.clone(), message: e.to_string() })?;
+    let text = crate::paths::read_text_bounded(path, MAX_IMPORT_BYTES).map_err(|e| MemoryError::Read { path: shown.clone(), message: e.to_string() })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

@@ -50,7 +50,7 @@ pub struct Miss {
 }
 
 pub fn read_questions(path: &Path) -> Result<Vec<Question>, MemoryError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::paths::read_text_bounded(path, 64 << 20)
         .map_err(|e| MemoryError::Read { path: path.display().to_string(), message: e.to_string() })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {

@@ -118,7 +118,7 @@ pub fn index_lore(bank: &MemoryBank, root: &Path) -> Result<LoreReport, MemoryEr
     for file in &files {
         let source = format!("lore:{}", file.strip_prefix(root).unwrap_or(file).display());
         seen.push(source.clone());
-        let text = std::fs::read_to_string(file)
+        let text = crate::paths::read_text_bounded(file, 16 << 20)
             .map_err(|e| MemoryError::Read { path: file.display().to_string(), message: e.to_string() })?;
         let hash = hex::encode(Sha256::digest(text.as_bytes()));
         if bank.source_hash(&source)?.as_deref() == Some(hash.as_str()) {

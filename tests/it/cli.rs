@@ -172,6 +172,27 @@ fn credentials_in_a_base_url_are_never_shown_or_stored() {
 }
 
 #[test]
+fn a_device_or_a_pipe_given_as_a_file_ends_at_once_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let has_fifo = Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success());
+    let mut paths = vec!["/dev/zero".to_string()];
+    if has_fifo {
+        paths.push(fifo.display().to_string());
+    }
+    for path in &paths {
+        for args in [vec!["import", path.as_str()], vec!["memory", "import", path.as_str()], vec!["identity", "start", "--seed", path.as_str()]] {
+            let started = std::time::Instant::now();
+            let out = lorekeeper(dir.path()).args(&args).stdin(std::process::Stdio::null()).output().unwrap();
+            assert!(!out.status.success(), "{args:?}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(20), "{args:?} took {:?}", started.elapsed());
+            let said = String::from_utf8_lossy(&out.stderr) + String::from_utf8_lossy(&out.stdout);
+            assert!(said.contains("not a regular file"), "{args:?}: {said}");
+        }
+    }
+}
+
+#[test]
 fn failures_exit_non_zero_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let out = lorekeeper(dir.path()).args(["providers", "test", "--profile", "nope"]).output().unwrap();
