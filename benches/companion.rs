@@ -116,6 +116,8 @@ fn library(n: usize) -> Library {
                             completion_tokens: 0,
                             from_cache: false,
                             elapsed_ms: 0,
+                            swipes: Vec::new(),
+                            swipe: 0,
                         },
                     )?;
                 }

@@ -44,6 +44,62 @@ pub enum ChatVerb {
         #[arg(long)]
         character: String,
     },
+    /// Draw the last reply again; every draw is kept as a swipe.
+    Regenerate {
+        #[arg(long)]
+        character: String,
+    },
+    /// Choose swipe N (0-based) of the last reply.
+    Swipe {
+        #[arg(long)]
+        character: String,
+        index: usize,
+    },
+    /// Change a message's text (ids from `chat history --json`).
+    Edit {
+        #[arg(long)]
+        character: String,
+        #[arg(long)]
+        message: String,
+        text: String,
+    },
+    /// Delete a message's exchange, or with --and-after it and everything after it.
+    Delete {
+        #[arg(long)]
+        character: String,
+        #[arg(long)]
+        message: String,
+        #[arg(long)]
+        and_after: bool,
+    },
+}
+
+/// Wait for a message change to be stored; print it (as JSON with `json`).
+fn changed(engine: &EngineHandle, json: bool) -> Result<()> {
+    let mut out = std::io::stdout();
+    let event = wait(engine, TURN_LIMIT, |e| match e {
+        CompanionEvent::Token { text, .. } if !json => {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+            None
+        }
+        CompanionEvent::Discarded { attempt, reason, .. } => {
+            eprintln!("\n(reply {attempt} discarded: {reason})");
+            None
+        }
+        CompanionEvent::Cancelled { .. } => Some(Err(anyhow!("cancelled; nothing was changed"))),
+        e @ CompanionEvent::Changed { .. } => Some(Ok(e.clone())),
+        _ => None,
+    })??;
+    if json {
+        println!("{}", serde_json::to_string(&event)?);
+    } else if let CompanionEvent::Changed { action, turn, deleted, .. } = event {
+        match turn {
+            Some(t) => println!("\n{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
+            None => println!("{action} {} exchange(s)", deleted.len()),
+        }
+    }
+    Ok(())
 }
 
 pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode> {
@@ -72,13 +128,30 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 _ => None,
             })?;
             if json {
-                println!("{}", serde_json::to_string(&turns)?);
+                let messages = crate::companion::turn::control::messages(&turns);
+                println!("{}", serde_json::to_string(&messages)?);
             } else {
                 if let Some(greeting) = greeting.filter(|_| turns.first().is_none_or(|t| t.seq <= 1)) {
                     println!("{name}: {greeting}");
                 }
                 print_history(&name, &turns);
             }
+        }
+        ChatVerb::Regenerate { character } => {
+            send(CompanionCommand::Regenerate { character })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::Swipe { character, index } => {
+            send(CompanionCommand::Swipe { character, index })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::Edit { character, message, text } => {
+            send(CompanionCommand::Edit { character, message, text })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::Delete { character, message, and_after } => {
+            send(CompanionCommand::Delete { character, message, and_after })?;
+            changed(engine, json)?;
         }
         ChatVerb::List => {
             send(CompanionCommand::List)?;

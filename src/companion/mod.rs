@@ -52,6 +52,14 @@ pub enum CompanionCommand {
     Cancel { character: String },
     /// Take back the last exchange (and its memory turns).
     Undo { character: String },
+    /// Draw the last reply again, keeping every draw as a swipe.
+    Regenerate { character: String },
+    /// Choose swipe `index` (0-based) of the last reply.
+    Swipe { character: String, index: usize },
+    /// Change the text of a message (`{turn}-u` or `{turn}-r`, see `chat history --json`).
+    Edit { character: String, message: String, text: String },
+    /// Delete the exchange of a message, or with `and_after` it and everything after it.
+    Delete { character: String, message: String, and_after: bool },
     /// Add the demo character if the library does not have it.
     Demo,
 }
@@ -85,6 +93,9 @@ pub enum CompanionEvent {
     /// The summarisation cycle compressed older turns into a memory.
     Summarised { character_id: String, memory_id: String },
     Undone { character_id: String, turn_id: Option<String> },
+    /// Messages changed by hand or redrawn (`action`: regenerated, swiped, edited,
+    /// deleted): `turn` is the exchange as it now is, `deleted` the exchanges removed.
+    Changed { character_id: String, action: String, turn: Option<Box<ChatTurn>>, deleted: Vec<String> },
     /// Everything a message set off is done (the turn, then the summarisation cycle).
     Idle { character_id: String },
     DemoReady { character_id: Option<String> },
@@ -155,6 +166,35 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
         CompanionCommand::Demo => {
             let character_id = demo::ensure(&ctx.store)?;
             emit(CompanionEvent::DemoReady { character_id });
+        }
+        CompanionCommand::Regenerate { character } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            match turn::control::regenerate(ctx, &info, &CancelToken::new()) {
+                Ok(turn) => {
+                    let changed = CompanionEvent::Changed { character_id: info.id.clone(), action: "regenerated".into(), turn: Some(Box::new(turn)), deleted: Vec::new() };
+                    emit(changed);
+                }
+                Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => emit(CompanionEvent::Cancelled { character_id: info.id.clone() }),
+                Err(e) => emit(CompanionEvent::Failed { character_id: Some(info.id.clone()), message: e.to_string() }),
+            }
+            emit(CompanionEvent::Idle { character_id: info.id });
+        }
+        CompanionCommand::Swipe { character, index } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let turn = turn::control::choose_swipe(ctx, &info, index)?;
+            emit(CompanionEvent::Changed { character_id: info.id, action: "swiped".into(), turn: Some(Box::new(turn)), deleted: Vec::new() });
+        }
+        CompanionCommand::Edit { character, message, text } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let turn = turn::control::edit(ctx, &info, &message, &text)?;
+            emit(CompanionEvent::Changed { character_id: info.id.clone(), action: "edited".into(), turn: Some(Box::new(turn)), deleted: Vec::new() });
+            turn::summarise(ctx, &info);
+        }
+        CompanionCommand::Delete { character, message, and_after } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let deleted = turn::control::delete(ctx, &info, &message, and_after)?;
+            emit(CompanionEvent::Changed { character_id: info.id.clone(), action: "deleted".into(), turn: None, deleted });
+            turn::summarise(ctx, &info);
         }
     }
     Ok(())

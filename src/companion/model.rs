@@ -117,4 +117,9 @@ pub struct ChatTurn {
     pub completion_tokens: u32,
     pub from_cache: bool,
     pub elapsed_ms: u64,
+    /// Every draw kept for this reply (regenerating adds one); `reply` is `swipes[swipe]`.
+    #[serde(default)]
+    pub swipes: Vec<String>,
+    #[serde(default)]
+    pub swipe: u32,
 }

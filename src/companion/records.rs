@@ -70,7 +70,7 @@ pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, St
 }
 
 const TURN_COLUMNS: &str = "id, character_id, seq, session, user_text, reply, at, user_memory_id, reply_memory_id, proximity, \
-     packet_json, hits_json, attempts, prompt_tokens, completion_tokens, from_cache, elapsed_ms";
+     packet_json, hits_json, attempts, prompt_tokens, completion_tokens, from_cache, elapsed_ms, swipes_json, swipe";
 
 fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, String)> {
     Ok((
@@ -92,6 +92,12 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, S
             completion_tokens: r.get(14)?,
             from_cache: r.get::<_, i64>(15)? != 0,
             elapsed_ms: r.get::<_, i64>(16)?.max(0) as u64,
+            swipes: {
+                let reply: String = r.get(5)?;
+                let swipes: Vec<String> = serde_json::from_str(&r.get::<_, String>(17)?).unwrap_or_default();
+                if swipes.is_empty() { vec![reply] } else { swipes }
+            },
+            swipe: r.get(18)?,
         },
         r.get(10)?,
         r.get(11)?,
@@ -118,10 +124,57 @@ pub fn recent_turns(conn: &Connection, character_id: &str, limit: u32, with_pack
     Ok(out)
 }
 
+/// Every exchange of a chat, oldest first, with packets.
+pub fn all_turns(conn: &Connection, character_id: &str) -> Result<Vec<ChatTurn>, StoreError> {
+    recent_turns(conn, character_id, u32::MAX, true)
+}
+
+/// Store an exchange's changed text, swipes and packet (a regenerate, an edit).
+pub fn update_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError> {
+    let changed = conn.execute(
+        "UPDATE companion_turns SET user_text = ?2, reply = ?3, swipes_json = ?4, swipe = ?5, packet_json = ?6, attempts = ?7,
+         prompt_tokens = ?8, completion_tokens = ?9, from_cache = ?10, elapsed_ms = ?11 WHERE id = ?1",
+        params![
+            turn.id,
+            turn.user_text,
+            turn.reply,
+            to_json(&turn.swipes)?,
+            turn.swipe,
+            to_json(&turn.packet)?,
+            turn.attempts,
+            turn.prompt_tokens,
+            turn.completion_tokens,
+            turn.from_cache,
+            turn.elapsed_ms as i64,
+        ],
+    )?;
+    if changed == 0 {
+        return Err(StoreError::NotFound(format!("chat turn {}", turn.id)));
+    }
+    Ok(())
+}
+
+/// Delete one exchange; the chat's state follows the newest one left.
+pub fn delete_turn(conn: &Connection, character_id: &str, turn_id: &str) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM companion_turns WHERE id = ?1 AND character_id = ?2", params![turn_id, character_id])?;
+    let previous = recent_turns(conn, character_id, 1, false)?.pop();
+    conn.execute(
+        "UPDATE companion_chats SET turns = (SELECT count(*) FROM companion_turns WHERE character_id = ?1), last_chat_at = ?2,
+         proximity = ?3, session = ?4 WHERE character_id = ?1",
+        params![
+            character_id,
+            previous.as_ref().map(|t| t.at.clone()),
+            proximity_str(previous.as_ref().map(|t| t.proximity).unwrap_or_default()),
+            previous.as_ref().map(|t| t.session.clone()),
+        ],
+    )?;
+    Ok(())
+}
+
 /// Write a finished exchange and the chat's new state (inside the commit transaction).
 pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError> {
     conn.execute(
-        &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
+        &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"),
         params![
             turn.id,
             turn.character_id,
@@ -140,6 +193,8 @@ pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
             turn.completion_tokens,
             turn.from_cache,
             turn.elapsed_ms as i64,
+            to_json(&if turn.swipes.is_empty() { vec![turn.reply.clone()] } else { turn.swipes.clone() })?,
+            turn.swipe,
         ],
     )?;
     conn.execute(

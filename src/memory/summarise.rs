@@ -110,3 +110,37 @@ pub fn summarise_if_due(
     bank.publish(write);
     Ok(id)
 }
+
+/// Take apart every summary that covers one of `memory_ids` (a message being edited or
+/// deleted): its turns become unsummarised again and the summary goes, so the next
+/// summarisation cycle writes it anew from the turns as they now are. Runs in the
+/// caller's transaction; publish the returned write after the commit.
+pub fn reopen_covering(tx: &rusqlite::Connection, memory_ids: &[String]) -> Result<(crate::memory::MemoryWrite, usize), crate::store::StoreError> {
+    use rusqlite::OptionalExtension;
+    let seq_of = |id: &str| -> Result<Option<(i64, String, Option<String>)>, crate::store::StoreError> {
+        Ok(tx
+            .query_row("SELECT seq, scope, scope_id FROM memories WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?)
+    };
+    let mut reopened = Vec::new();
+    for id in memory_ids {
+        let Some((seq, scope, scope_id)) = seq_of(id)? else { continue };
+        let mut stmt = tx.prepare_cached(
+            "SELECT id, source FROM memories WHERE kind = 'summary' AND scope = ?1 AND scope_id IS ?2 AND source LIKE 'turns %'",
+        )?;
+        let summaries: Vec<(String, String)> = stmt.query_map(rusqlite::params![scope, scope_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        for (summary_id, source) in summaries {
+            let Some((first, last)) = source.strip_prefix("turns ").and_then(|r| r.split_once("..")) else { continue };
+            let (Some((from, ..)), Some((to, ..))) = (seq_of(first)?, seq_of(last)?) else { continue };
+            if (from..=to).contains(&seq) && !reopened.contains(&summary_id) {
+                tx.execute(
+                    "UPDATE memories SET summarised = 0 WHERE kind = 'turn' AND scope = ?1 AND scope_id IS ?2 AND seq BETWEEN ?3 AND ?4",
+                    rusqlite::params![scope, scope_id, from, to],
+                )?;
+                reopened.push(summary_id);
+            }
+        }
+    }
+    let count = reopened.len();
+    Ok((crate::memory::remove_ids(tx, &reopened)?, count))
+}

@@ -46,6 +46,13 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
         E::Undone { turn_id, .. } => Some((LogLevel::Info, format!("chat: took back exchange {}", turn_id.as_deref().unwrap_or("(none)")))),
         E::DemoReady { character_id: Some(id) } => Some((LogLevel::Info, format!("chat: demo companion added ({id})"))),
         E::DemoReady { character_id: None } => None,
+        E::Changed { action, turn, deleted, .. } => Some((
+            LogLevel::Info,
+            match turn {
+                Some(t) => format!("chat: exchange {} {action} (swipe {} of {})", t.seq, t.swipe + 1, t.swipes.len()),
+                None => format!("chat: {action} {} exchange(s)", deleted.len()),
+            },
+        )),
     }
 }
 

@@ -2,6 +2,8 @@
 //! lorebook fires on a key in the user's message, with the card's macros resolved in
 //! the packet as sent.
 
+use crate::support::mock_http::{Action, After, MockServer};
+use crate::support::wire::{Dialect, OpenAi};
 use lorekeeper::config::{Config, Paths};
 use lorekeeper::llm::{ProviderKind, ProviderProfile};
 use serde_json::{Value, json};
@@ -71,4 +73,112 @@ fn a_cards_own_book_fires_in_chat_with_its_macros_resolved() {
     assert!(sent.contains("[Maren Vosk]: *Maren Vosk looks up.* Lock's closed."), "{sent}");
     assert!(sent.contains("Answer as the lock-keeper. Roleplay as Maren Vosk"), "the card's system prompt wraps ours:\n{sent}");
     assert!(sent.contains("Never mention the weir."), "post-history instructions: {sent}");
+}
+
+#[test]
+fn every_message_of_a_chat_can_be_redrawn_chosen_edited_and_deleted_and_memory_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    // A server on this machine that answers each request in turn (a new process per
+    // command, so the replies must come from outside it), and stalls the fifth mid-stream.
+    let server = MockServer::start(|request, index| {
+        if !OpenAi::is_endpoint(&request.target) {
+            return Action::json(404, &OpenAi::error("no route"));
+        }
+        let text = match index {
+            0 => "The heron nests by the sluice gate.",
+            1 => "Rain by noon.",
+            2 => "Herons? Only one, and it steals my eels.",
+            3 => "That heron is older than the lock.",
+            _ => {
+                // The reply begins, then nothing more comes: the client waits mid-stream.
+                let events = OpenAi::stream(&["[Maren Vosk]: ", "Let me think ", "about the heron."]);
+                // A keep-alive, the role, the label and the first words: then silence.
+                let begun: String = events.iter().take(4).map(|(e, _)| e.as_str()).collect();
+                return Action::event_stream(begun.as_bytes(), 1, true, After::Stall);
+            }
+        };
+        let events = OpenAi::stream(&["[Maren Vosk]: ", text]);
+        let bytes: Vec<u8> = events.iter().map(|(e, _)| e.as_str()).collect::<String>().into_bytes();
+        Action::event_stream(&bytes, index as u64, true, After::End)
+    });
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "http".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some(OpenAi::base_url(&server.url())),
+        model: "card-model".into(),
+        ..Default::default()
+    });
+    config.default_profile = "http".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
+        "first_mes": "Lock's closed, {{user}}.", "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
+        "alternate_greetings": [], "tags": [], "creator": "", "character_version": "1", "extensions": {} } });
+    let file = dir.path().join("maren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    let history = |paths: &Paths| -> Vec<Value> {
+        let out = run(paths, &["chat", "history", "--character", "Maren", "--json"]);
+        out.last().unwrap().as_array().unwrap().clone()
+    };
+
+    run(&paths, &["chat", "send", "--character", "Maren", "Have you seen the grey heron?", "--json"]);
+    run(&paths, &["chat", "send", "--character", "Maren", "And the weather?", "--json"]);
+    // Redraw the last reply twice: three swipes, the newest chosen.
+    let first = history(&paths);
+    assert_eq!(first.len(), 4);
+    let (heron_user, heron_reply) = (first[0]["id"].as_str().unwrap().to_string(), first[1]["id"].as_str().unwrap().to_string());
+    run(&paths, &["chat", "delete", "--character", "Maren", "--message", first[2]["id"].as_str().unwrap()]);
+    assert_eq!(history(&paths).len(), 2, "deleting a user message deletes its exchange");
+    run(&paths, &["chat", "regenerate", "--character", "Maren", "--json"]);
+    run(&paths, &["chat", "regenerate", "--character", "Maren", "--json"]);
+    let messages = history(&paths);
+    let reply = &messages[1];
+    assert_eq!(reply["swipes"].as_array().unwrap().len(), 3, "{reply}");
+    assert_eq!(reply["swipe"], 2);
+    assert_eq!(reply["text"], "That heron is older than the lock.");
+    // Choose the second, then edit it.
+    run(&paths, &["chat", "swipe", "--character", "Maren", "1"]);
+    assert_eq!(history(&paths)[1]["text"], "Herons? Only one, and it steals my eels.");
+    run(&paths, &["chat", "edit", "--character", "Maren", "--message", &heron_reply, "Herons? Only one, and it steals my carp."]);
+    let messages = history(&paths);
+    assert_eq!(messages[1]["text"], "Herons? Only one, and it steals my carp.");
+    assert_eq!(messages[1]["swipes"][1], "Herons? Only one, and it steals my carp.");
+    let search = |query: &str| -> String {
+        let out = run(&paths, &["memory", "search", query, "--mode", "keyword", "--json"]);
+        out.last().unwrap().to_string()
+    };
+    assert!(search("carp").contains("steals my carp"), "the edited reply is found by its new words");
+    assert!(!search("eels").contains("eels"), "and never in its old form");
+
+    // Killed mid-regenerate: nothing half-written.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["chat", "regenerate", "--character", "Maren"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Read;
+        let mut first = [0u8; 4];
+        if child.stdout.as_mut().unwrap().read_exact(&mut first).is_err() {
+            let mut err = String::new();
+            child.stderr.as_mut().unwrap().read_to_string(&mut err).unwrap();
+            panic!("the regenerate ended before streaming: {err}");
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let after = history(&paths);
+    assert_eq!(after, messages, "a regenerate killed while streaming changes nothing");
+
+    // Delete the user's message and everything after it: its words are gone from memory.
+    run(&paths, &["chat", "delete", "--character", "Maren", "--message", &heron_user, "--and-after"]);
+    assert!(history(&paths).is_empty());
+    assert!(!search("heron").contains("heron"), "no memory keeps the deleted words");
 }

@@ -373,7 +373,11 @@ fn chat_send_json_prints_the_committed_turn_and_its_hits() {
         .output()
         .unwrap();
     assert!(output.status.success());
-    let turns: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(turns.as_array().unwrap().len(), 1);
-    assert_eq!(turns[0]["reply"], "Tea's on.");
+    let messages: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let messages = messages.as_array().unwrap();
+    assert_eq!(messages.len(), 2, "the user's message and the reply");
+    assert_eq!((messages[0]["role"].as_str(), messages[0]["text"].as_str()), (Some("user"), Some("Morning!")));
+    assert_eq!((messages[1]["role"].as_str(), messages[1]["text"].as_str()), (Some("character"), Some("Tea's on.")));
+    assert_eq!(messages[1]["swipes"], serde_json::json!(["Tea's on."]));
+    assert_eq!(messages[1]["swipe"], 0);
 }

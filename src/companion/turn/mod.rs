@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod control;
 mod judge;
 mod prepare;
 
@@ -233,7 +234,7 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         seq: prepared.history.last().map(|t| t.seq).unwrap_or(0).max(prepared.state.turns) + 1,
         session: session.clone(),
         user_text: text.to_string(),
-        reply,
+        reply: reply.clone(),
         at: at.clone(),
         user_memory_id: Some(format!("{id}-u")),
         reply_memory_id: Some(format!("{id}-r")),
@@ -245,6 +246,8 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         completion_tokens: completion.usage.completion_tokens,
         from_cache: completion.from_cache,
         elapsed_ms: completion.elapsed_ms,
+        swipes: vec![reply],
+        swipe: 0,
     };
     let agent = format!("companion:{}", character.name);
     // No embedding model: the exchange is still kept, found by keyword until reindexed.

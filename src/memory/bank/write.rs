@@ -242,3 +242,66 @@ impl MemoryBank {
         Ok(out)
     }
 }
+
+/// A new text for one stored memory (an edited message, a chosen swipe), embedded
+/// before the transaction like any other write.
+#[derive(Debug)]
+pub struct PreparedEdit {
+    id: String,
+    text: String,
+    vector: Option<(Vec<f32>, String)>,
+    /// Why the edited memory has no vector now, when the embedder failed.
+    pub keyword_only: Option<String>,
+}
+
+impl PreparedEdit {
+    /// Stage 2: change the text in place (its keyword index follows by trigger), and
+    /// replace its vector — or drop it, so no stale vector answers for the old text.
+    /// The memory keeps its place in its session.
+    pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+        let rowid: i64 = tx
+            .query_row("SELECT rowid FROM memories WHERE id = ?1", [&self.id], |r| r.get(0))
+            .map_err(|_| StoreError::NotFound(format!("memory {}", self.id)))?;
+        tx.execute("UPDATE memories SET text = ?2 WHERE rowid = ?1", rusqlite::params![rowid, self.text])?;
+        let vectors = match self.vector {
+            Some((v, model)) => {
+                records::store_vectors(tx, &model, &[(rowid, v.as_slice())])?;
+                vec![(rowid, v)]
+            }
+            None => {
+                tx.execute("DELETE FROM memory_vectors WHERE memory_rowid = ?1", [rowid])?;
+                Vec::new()
+            }
+        };
+        Ok(MemoryWrite { ids: Vec::new(), vectors, gone: vec![rowid], speakers: Vec::new() })
+    }
+}
+
+impl MemoryBank {
+    /// Stage 1 of an edit: the memory `id` will read `text` (embedded now; keyword-only
+    /// with the reason when the embedder cannot run).
+    pub fn prepare_edit(&self, id: &str, text: &str) -> Result<PreparedEdit, MemoryError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(MemoryError::Invalid(format!("memory {id:?} would have no text")));
+        }
+        let (vector, keyword_only) = match self.embedder().and_then(|e| Ok(e.embed_documents(&[text])?)) {
+            Ok(mut v) if !v.is_empty() => (Some((v.remove(0), self.model_id())), None),
+            Ok(_) => (None, Some("the embedder returned nothing".to_string())),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Ok(PreparedEdit { id: id.to_string(), text: text.to_string(), vector, keyword_only })
+    }
+}
+
+/// Stage 2 of a removal by id: delete these memories (a summary that no longer holds).
+pub fn remove_ids(tx: &Connection, ids: &[String]) -> Result<MemoryWrite, StoreError> {
+    let mut gone = Vec::new();
+    for id in ids {
+        if let Some(rowid) = tx.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get::<_, i64>(0)).ok() {
+            tx.execute("DELETE FROM memories WHERE rowid = ?1", [rowid])?;
+            gone.push(rowid);
+        }
+    }
+    Ok(MemoryWrite { gone, ..Default::default() })
+}

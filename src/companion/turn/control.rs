@@ -1,0 +1,203 @@
+//! Control over every message of a chat: regenerate the last reply (every draw kept as
+//! a swipe), choose a swipe, edit a message, delete a message or it and everything
+//! after it. Each is one transaction that also changes the memories the messages
+//! became (their text, keyword rows and vectors) and takes apart any summary that
+//! covered a changed message, so the next summarisation cycle writes it anew. Each is
+//! refused while a turn for that character runs.
+
+use super::{Accepted, Agent, Draw, TurnDraft, draw, prepare};
+use crate::companion::records::{self, CharacterInfo, ChatTurn};
+use crate::companion::{CompanionError, turn_job};
+use crate::context::Context;
+use crate::llm::{CancelToken, LlmClient};
+use crate::memory::MemoryBank;
+use crate::prompting::PromptTemplates;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// One message of a chat as scripts read it (`chat history --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageView {
+    pub id: String,
+    /// `user` or `character`.
+    pub role: &'static str,
+    pub text: String,
+    /// Every draw of a character message, and the chosen one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swipes: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swipe: Option<u32>,
+}
+
+/// The messages of `turns`, in order: each exchange's user message (`{turn}-u`), then
+/// the character's (`{turn}-r`). The ids are those of the memories they became.
+pub fn messages(turns: &[ChatTurn]) -> Vec<MessageView> {
+    turns
+        .iter()
+        .flat_map(|t| {
+            [
+                MessageView { id: format!("{}-u", t.id), role: "user", text: t.user_text.clone(), swipes: None, swipe: None },
+                MessageView {
+                    id: format!("{}-r", t.id),
+                    role: "character",
+                    text: t.reply.clone(),
+                    swipes: Some(t.swipes.clone()),
+                    swipe: Some(t.swipe),
+                },
+            ]
+        })
+        .collect()
+}
+
+/// Which message an id names: its exchange, and whether it is the reply.
+fn find(ctx: &Context, character: &CharacterInfo, message: &str) -> Result<(ChatTurn, bool), CompanionError> {
+    let (turn_id, reply) = match message.rsplit_once('-') {
+        Some((turn, "u")) => (turn, false),
+        Some((turn, "r")) => (turn, true),
+        _ => return Err(CompanionError::Invalid(format!("{message:?} is not a message id (see `chat history --json`)"))),
+    };
+    let turns = ctx.store.with(|c| records::all_turns(c, &character.id))?;
+    let turn = turns
+        .into_iter()
+        .find(|t| t.id == turn_id)
+        .ok_or_else(|| CompanionError::Invalid(format!("{}'s chat has no message {message:?}", character.name)))?;
+    Ok((turn, reply))
+}
+
+/// Held while a message of this character's chat changes: no turn runs meanwhile.
+fn hold(ctx: &Context, character: &CharacterInfo) -> Result<crate::context::Job, CompanionError> {
+    ctx.jobs
+        .try_start(turn_job(&character.id), &CancelToken::new())
+        .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })
+}
+
+/// Draw the last reply again; the new draw becomes the chosen swipe.
+pub fn regenerate(ctx: &Arc<Context>, character: &CharacterInfo, cancel: &CancelToken) -> Result<ChatTurn, CompanionError> {
+    let job = ctx
+        .jobs
+        .try_start(turn_job(&character.id), cancel)
+        .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })?;
+    let last = ctx
+        .store
+        .with(|c| records::recent_turns(c, &character.id, 1, true))?
+        .pop()
+        .ok_or_else(|| CompanionError::Invalid(format!("{}'s chat has no reply to regenerate", character.name)))?;
+    let config = ctx.config();
+    let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
+    let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
+    let bank = crate::memory::bank_for(ctx)?;
+    let mut prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text)?;
+    // The exchange being redrawn is not its own history.
+    prepared.history.retain(|t| t.id != last.id);
+    let now = chrono::DateTime::parse_from_rfc3339(&last.at).map(|t| t.with_timezone(&chrono::Utc)).unwrap_or_else(|_| chrono::Utc::now());
+    let draft = TurnDraft { character, config: config.companion, text: &last.user_text, now, prepared };
+    let attempts = draft.config.max_attempts.max(1);
+    let mut last_reason = String::new();
+    for attempt in 1..=attempts {
+        match draw(ctx, &agent, &draft, attempt, &last_reason, cancel)? {
+            Draw::Accepted(accepted) => {
+                let turn = add_swipe(&bank, last, accepted)?;
+                drop(job);
+                return Ok(turn);
+            }
+            Draw::Discarded(reason) => {
+                ctx.emit(crate::companion::CompanionEvent::Discarded { character_id: character.id.clone(), attempt, reason: reason.clone() });
+                last_reason = reason;
+            }
+        }
+    }
+    Err(CompanionError::NoValidReply { attempts, last: last_reason })
+}
+
+/// Store a new draw of `turn`'s reply as its chosen swipe, and the reply's memory with it.
+fn add_swipe(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
+    turn.swipes.push(accepted.reply.clone());
+    turn.swipe = (turn.swipes.len() - 1) as u32;
+    turn.reply = accepted.reply;
+    turn.packet = accepted.packet;
+    turn.attempts = accepted.attempt;
+    turn.prompt_tokens = accepted.completion.usage.prompt_tokens;
+    turn.completion_tokens = accepted.completion.usage.completion_tokens;
+    turn.from_cache = accepted.completion.from_cache;
+    turn.elapsed_ms = accepted.completion.elapsed_ms;
+    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())])?;
+    Ok(turn)
+}
+
+/// Store `turn` as it now is, with the memories named in `changed` given their new text,
+/// in one transaction; then make the new vectors searchable.
+fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)]) -> Result<(), CompanionError> {
+    let edits = changed.iter().map(|(id, text)| bank.prepare_edit(id, text)).collect::<Result<Vec<_>, _>>()?;
+    let ids: Vec<String> = changed.iter().map(|(id, _)| id.clone()).collect();
+    let writes = bank.store().transaction(|tx| {
+        records::update_turn(tx, turn)?;
+        let (reopened, _) = crate::memory::summarise::reopen_covering(tx, &ids)?;
+        let mut write = reopened;
+        for edit in edits {
+            write = write.and(edit.write(tx)?);
+        }
+        Ok(write)
+    })?;
+    bank.publish(writes);
+    Ok(())
+}
+
+/// Choose swipe `index` (0-based) of the last reply: the conversation goes on from it.
+pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> Result<ChatTurn, CompanionError> {
+    let _job = hold(ctx, character)?;
+    let mut turn = ctx
+        .store
+        .with(|c| records::recent_turns(c, &character.id, 1, true))?
+        .pop()
+        .ok_or_else(|| CompanionError::Invalid(format!("{}'s chat has no reply yet", character.name)))?;
+    let Some(text) = turn.swipes.get(index).cloned() else {
+        return Err(CompanionError::Invalid(format!("the last reply has {} swipes; there is no swipe {index}", turn.swipes.len())));
+    };
+    turn.swipe = index as u32;
+    turn.reply = text.clone();
+    let bank = crate::memory::bank_for(ctx)?;
+    rewrite(&bank, &turn, &[(format!("{}-r", turn.id), text)])?;
+    Ok(turn)
+}
+
+/// Change the text of any message, the user's or the character's.
+pub fn edit(ctx: &Context, character: &CharacterInfo, message: &str, text: &str) -> Result<ChatTurn, CompanionError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(CompanionError::Invalid("a message cannot be edited to nothing; delete it instead".into()));
+    }
+    let _job = hold(ctx, character)?;
+    let (mut turn, reply) = find(ctx, character, message)?;
+    if reply {
+        turn.reply = text.to_string();
+        if let Some(chosen) = turn.swipes.get_mut(turn.swipe as usize) {
+            *chosen = text.to_string();
+        }
+    } else {
+        turn.user_text = text.to_string();
+    }
+    let bank = crate::memory::bank_for(ctx)?;
+    rewrite(&bank, &turn, &[(message.to_string(), text.to_string())])?;
+    Ok(turn)
+}
+
+/// Delete the exchange a message belongs to (a user message and its reply go
+/// together), or with `and_after` it and every later one. Returns the deleted ids.
+pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after: bool) -> Result<Vec<String>, CompanionError> {
+    let _job = hold(ctx, character)?;
+    let (turn, _) = find(ctx, character, message)?;
+    let all = ctx.store.with(|c| records::all_turns(c, &character.id))?;
+    let doomed: Vec<ChatTurn> = all.into_iter().filter(|t| t.id == turn.id || (and_after && t.seq > turn.seq)).collect();
+    let bank = crate::memory::bank_for(ctx)?;
+    let memory_ids: Vec<String> = doomed.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let write = bank.store().transaction(|tx| {
+        let (mut write, _) = crate::memory::summarise::reopen_covering(tx, &memory_ids)?;
+        for t in &doomed {
+            write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
+            records::delete_turn(tx, &character.id, &t.id)?;
+        }
+        Ok(write)
+    })?;
+    bank.publish(write);
+    Ok(doomed.into_iter().map(|t| t.id).collect())
+}
