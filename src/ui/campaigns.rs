@@ -108,7 +108,10 @@ impl CampaignsPanel {
                 self.characters = characters.clone();
                 self.lorebooks = lorebooks.clone();
             }
-            Event::Interop(InteropEvent::ImportReport { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
+            Event::Interop(InteropEvent::ImportReport { .. })
+            | Event::Companion(crate::companion::CompanionEvent::DemoReady { character_id: Some(_) }) => {
+                outbox.push(Command::Interop(InteropCommand::List))
+            }
             _ => {}
         }
     }
@@ -355,7 +358,9 @@ impl CampaignsPanel {
             .filter(|b| !attached.iter().any(|(id, _)| *id == b.id) && b.name.to_lowercase().contains(&filter))
             .take(LIST_LIMIT)
             .collect();
-        if !self.lorebooks.is_empty() {
+        if self.lorebooks.is_empty() {
+            ui.weak("No lorebooks in the library yet: import World Info or lorebook files in the Library panel.");
+        } else {
             ui.horizontal_wrapped(|ui| {
                 text_inline(ui, "Find lorebook", &mut self.drafts.lorebook_filter, 120.0);
                 for b in candidates {
@@ -411,6 +416,9 @@ impl CampaignsPanel {
             .filter(|c| !campaign.cast.iter().any(|(id, _)| *id == c.id) && c.name.to_lowercase().contains(&filter))
             .take(LIST_LIMIT)
             .collect();
+        if self.characters.is_empty() {
+            ui.weak("No characters in the library yet: import cards in the Library panel.");
+        }
         ui.horizontal_wrapped(|ui| {
             text_inline(ui, "Find character", &mut self.drafts.character_filter, 120.0);
             for c in candidates {

@@ -123,6 +123,10 @@ impl EventLog {
                 | crate::scene::SceneEvent::Preview { .. },
             ) => None,
             Event::Author(e) => author_line(e),
+            // Snapshots for the panels: the config, the library's lists.
+            Event::Llm(crate::engine::LlmEvent::Config { .. } | crate::engine::LlmEvent::Calls { .. }) => None,
+            Event::Interop(crate::interop::InteropEvent::Library { .. }) => None,
+            Event::Scene(crate::scene::SceneEvent::DemoReady { scene_id }) => scene_id.as_ref().map(|id| (LogLevel::Info, format!("demo scene added ({id})"))),
             other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
         };
         // One row each: the strip is a log, the panels hold the details.
