@@ -16,33 +16,27 @@ pub fn drive<T>(
     timeout: Duration,
     mut done: impl FnMut(&Event) -> Option<T>,
 ) -> Result<T> {
-    let deadline = std::time::Instant::now() + timeout;
     let mut out = std::io::stdout().lock();
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let event = match engine.events().recv_timeout(left) {
-            Ok(event) => event,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => bail!("no result within {timeout:?}"),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("the engine stopped unexpectedly"),
-        };
+    until(engine, timeout, |event| {
         if json {
-            writeln!(out, "{}", serde_json::to_string(&event)?)?;
+            writeln!(out, "{}", serde_json::to_string(event)?)?;
         } else {
-            print_human(&mut out, &event)?;
+            print_human(&mut out, event)?;
         }
         out.flush()?;
-        if let Some(verdict) = done(&event) {
-            return Ok(verdict);
-        }
-        if let Event::Core(CoreEvent::Error { context, message }) = &event {
-            bail!("{context}: {message}");
-        }
-    }
+        Ok(done(event))
+    })
 }
 
 /// Wait, printing nothing, until `done` returns a verdict for one of the events: for
 /// verbs that print a result of their own rather than the event stream.
 pub fn wait<T>(engine: &EngineHandle, timeout: Duration, mut done: impl FnMut(&Event) -> Option<T>) -> Result<T> {
+    until(engine, timeout, |event| Ok(done(event)))
+}
+
+/// The one loop both wait in: each event goes to `seen` until it returns a verdict; an
+/// engine error ends the wait as an error, and so does the deadline.
+fn until<T>(engine: &EngineHandle, timeout: Duration, mut seen: impl FnMut(&Event) -> Result<Option<T>>) -> Result<T> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -51,7 +45,7 @@ pub fn wait<T>(engine: &EngineHandle, timeout: Duration, mut done: impl FnMut(&E
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => bail!("no result within {timeout:?}"),
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("the engine stopped unexpectedly"),
         };
-        if let Some(verdict) = done(&event) {
+        if let Some(verdict) = seen(&event)? {
             return Ok(verdict);
         }
         if let Event::Core(CoreEvent::Error { context, message }) = &event {

@@ -210,17 +210,7 @@ pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
 /// chat is empty. The chat's clock and proximity go back to the previous exchange.
 pub fn delete_last(conn: &Connection, character_id: &str) -> Result<Option<ChatTurn>, StoreError> {
     let Some(last) = recent_turns(conn, character_id, 1, false)?.pop() else { return Ok(None) };
-    conn.execute("DELETE FROM companion_turns WHERE id = ?1", [&last.id])?;
-    let previous = recent_turns(conn, character_id, 1, false)?.pop();
-    conn.execute(
-        "UPDATE companion_chats SET turns = max(turns - 1, 0), last_chat_at = ?2, proximity = ?3, session = ?4 WHERE character_id = ?1",
-        params![
-            character_id,
-            previous.as_ref().map(|t| t.at.clone()),
-            proximity_str(previous.as_ref().map(|t| t.proximity).unwrap_or_default()),
-            previous.as_ref().map(|t| t.session.clone()),
-        ],
-    )?;
+    delete_turn(conn, character_id, &last.id)?;
     Ok(Some(last))
 }
 

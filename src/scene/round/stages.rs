@@ -132,6 +132,33 @@ fn cancelled(cancel: &CancelToken) -> Result<(), SceneError> {
     if cancel.is_cancelled() { Err(SceneError::Llm(LlmError::Cancelled)) } else { Ok(()) }
 }
 
+/// One structured call of the Director (either pass): render the envelope, ask for `T`
+/// (validated, repaired, re-asked), and keep the call's ledger and tokens in the draft.
+fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    agents: &Agents,
+    kind: AgentKind,
+    name: &str,
+    envelope: envelope::Envelope,
+    turn: &str,
+    draft: &mut RoundDraft,
+    cancel: &CancelToken,
+) -> Result<T, SceneError> {
+    let prompt = envelope::render(&agents.templates, kind, &envelope, None, turn)?;
+    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
+    let output = complete_structured::<T>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
+        .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
+    draft.tokens += u64::from(output.usage.total());
+    draft.ledgers.push(CallLedger {
+        agent: name.into(),
+        character: None,
+        ledger: envelope.ledger,
+        prompt_tokens: output.usage.prompt_tokens,
+        completion_tokens: output.usage.completion_tokens,
+        notes: envelope.notes,
+    });
+    Ok(output.value)
+}
+
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
 pub(super) fn director_plan(
     ctx: &Context,
@@ -149,20 +176,7 @@ pub(super) fn director_plan(
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let prompt = envelope::render(&agents.templates, AgentKind::Director, &envelope, None, &turn)?;
-    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
-    let output = complete_structured::<DirectorPlan>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
-        .map_err(|e| SceneError::Agent { agent: "director".into(), message: e.to_string() })?;
-    draft.tokens += u64::from(output.usage.total());
-    draft.ledgers.push(CallLedger {
-        agent: "director".into(),
-        character: None,
-        ledger: envelope.ledger,
-        prompt_tokens: output.usage.prompt_tokens,
-        completion_tokens: output.usage.completion_tokens,
-        notes: envelope.notes,
-    });
-    let plan = output.value;
+    let plan: DirectorPlan = director_call(agents, AgentKind::Director, "director", envelope, &turn, draft, cancel)?;
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     draft.record.plan = plan.clone();
@@ -352,20 +366,8 @@ pub(super) fn reconcile(
     );
     draft.lore_state = lore_state;
     let turn = envelope::reconcile_turn(draft.round);
-    let prompt = envelope::render(&agents.templates, AgentKind::Reconcile, &envelope, None, &turn)?;
-    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
-    let output = complete_structured::<Reconciliation>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
-        .map_err(|e| SceneError::Agent { agent: "director (reconcile)".into(), message: e.to_string() })?;
-    draft.tokens += u64::from(output.usage.total());
-    draft.ledgers.push(CallLedger {
-        agent: "director (reconcile)".into(),
-        character: None,
-        ledger: envelope.ledger,
-        prompt_tokens: output.usage.prompt_tokens,
-        completion_tokens: output.usage.completion_tokens,
-        notes: envelope.notes,
-    });
-    let reconciliation = output.value;
+    let reconciliation: Reconciliation =
+        director_call(agents, AgentKind::Reconcile, "director (reconcile)", envelope, &turn, draft, cancel)?;
     draft.emit_decision(ctx, 2, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
     for update in &reconciliation.state_updates {
         let Some(member) = draft.view.member_by_name(&update.name) else { continue };
