@@ -18,7 +18,18 @@ pub enum SceneVerb {
     /// Create a scene in an arc.
     New(NewArgs),
     /// Play a round with the user's message.
-    Round { scene: String, text: String },
+    Round {
+        scene: String,
+        text: String,
+        /// Characters who act this round whatever the Director decides (repeatable).
+        #[arg(long)]
+        force: Vec<String>,
+    },
+    /// Take back the last round exactly: messages, states, trackers, facts, time, lore timers, memories.
+    Undo { scene: String },
+    /// Keep a character from being picked to act.
+    Mute { scene: String, character: String },
+    Unmute { scene: String, character: String },
     /// Play a round without a user message.
     Continue { scene: String },
     /// Show active characters, their states, trackers and facts.
@@ -93,12 +104,12 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::SceneCreated { .. }))
         }
-        SceneVerb::Round { scene, text } => {
-            send(SceneCommand::Round { scene, input: Some(text) })?;
+        SceneVerb::Round { scene, text, force } => {
+            send(SceneCommand::Round { scene, input: Some(text), force })?;
             wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
         }
         SceneVerb::Continue { scene } => {
-            send(SceneCommand::Round { scene, input: None })?;
+            send(SceneCommand::Round { scene, input: None, force: Vec::new() })?;
             wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
         }
         SceneVerb::State { scene } => {
@@ -112,6 +123,18 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         SceneVerb::Demo => {
             send(SceneCommand::Demo)?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::DemoReady { .. }))
+        }
+        SceneVerb::Undo { scene } => {
+            send(SceneCommand::Undo { scene })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::RoundUndone { .. }))
+        }
+        SceneVerb::Mute { scene, character } => {
+            send(SceneCommand::Mute { scene, character, muted: true })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Muted { .. }))
+        }
+        SceneVerb::Unmute { scene, character } => {
+            send(SceneCommand::Mute { scene, character, muted: false })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Muted { .. }))
         }
         SceneVerb::Edit(args) => super::author::scene_edit(engine, args, json),
         SceneVerb::Delete(args) => super::author::scene_delete(engine, args, json),

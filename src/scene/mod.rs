@@ -44,8 +44,14 @@ pub enum SceneError {
 
 #[derive(Debug, Clone)]
 pub enum SceneCommand {
-    /// Play a round: with the user's message, or `None` to continue.
-    Round { scene: String, input: Option<String> },
+    /// Play a round: with the user's message, or `None` to continue. `force` names
+    /// characters who act this round whatever the Director decides.
+    Round { scene: String, input: Option<String>, force: Vec<String> },
+    /// Take back the last round: messages, states, trackers, facts, time, lore timers
+    /// and memories as they were before it.
+    Undo { scene: String },
+    /// Mute (or unmute) a cast member: the Director cannot pick a muted character.
+    Mute { scene: String, character: String, muted: bool },
     /// Stop the round running in `scene` (an id or name); nothing of it is committed and
     /// the round ends with [`SceneEvent::RoundCancelled`].
     Cancel { scene: String },
@@ -104,6 +110,9 @@ pub enum SceneEvent {
     WorldDecided { scene_id: String, round: u32, decision: Box<model::WorldUpdate> },
     /// The running round stopped on [`SceneCommand::Cancel`]; nothing was saved.
     RoundCancelled { scene_id: String },
+    /// Round `round` was taken back; the scene is as it was before it.
+    RoundUndone { scene_id: String, round: u32 },
+    Muted { scene_id: String, name: String, muted: bool },
     /// The scene's summary now covers rounds 1 to `through_round`.
     SummaryUpdated { scene_id: String, through_round: u32 },
     /// The summary could not be written; the round it followed is saved regardless.
@@ -121,6 +130,8 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
+            | SceneCommand::Undo { scene }
+            | SceneCommand::Mute { scene, .. }
             | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
@@ -136,9 +147,9 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
 fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(e);
     match command {
-        SceneCommand::Round { scene, input } => {
+        SceneCommand::Round { scene, input, force } => {
             let cancel = CancelToken::new();
-            match round::run(ctx, &scene, input, &cancel) {
+            match round::run(ctx, &scene, input, force, &cancel) {
                 Ok(_) => Ok(()),
                 // However the stop surfaced (a cancelled stream, a structured call that
                 // gave up), a cancelled round is reported as such, not as a failure.
@@ -194,6 +205,33 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             Ok(())
         }),
         SceneCommand::Author(command) => author::handle(ctx, command),
+        SceneCommand::Undo { scene } => {
+            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
+            // Not while a round runs on the scene: it would close on a state undo changed.
+            let Some(_job) = ctx.jobs.try_start(crate::context::JobKey::new("round", &scene_id), &CancelToken::new()) else {
+                return Err(SceneError::Busy(scene_id));
+            };
+            let bank = crate::memory::bank_for(ctx).ok();
+            let (round, write) = ctx.store.transaction(|tx| {
+                let (round, memory_ids) = records::undo_round(tx, &scene_id)?;
+                Ok((round, crate::memory::remove_ids(tx, &memory_ids)?))
+            })?;
+            if let Some(bank) = bank {
+                bank.publish(write);
+            }
+            emit(SceneEvent::RoundUndone { scene_id, round });
+            Ok(())
+        }
+        SceneCommand::Mute { scene, character, muted } => {
+            let (scene_id, name) = ctx.store.transaction(|tx| {
+                let scene_id = records::resolve_scene(tx, &scene)?;
+                let character = crate::character::resolve(tx, &character)?;
+                records::set_muted(tx, &scene_id, &character.id, muted)?;
+                Ok((scene_id, character.name))
+            })?;
+            emit(SceneEvent::Muted { scene_id, name, muted });
+            Ok(())
+        }
         SceneCommand::Snapshot { scene } => {
             // A reader connection: a long campaign's snapshot does not hold the writer's lock.
             let snapshot = preview::snapshot(&ctx.store.reader()?, &scene)?;

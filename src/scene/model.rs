@@ -224,6 +224,9 @@ pub struct CastMember {
     pub sheet: BTreeMap<String, String>,
     pub active: bool,
     pub state: CharacterState,
+    /// Muted in this scene: the Director cannot pick it to act.
+    #[serde(default)]
+    pub muted: bool,
 }
 
 impl CastMember {

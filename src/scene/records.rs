@@ -67,6 +67,7 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
         name: String,
         description: String,
         active_json: String,
+        muted_json: String,
         rounds: u32,
         arc: String,
         campaign: String,
@@ -77,7 +78,7 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
     }
     let row = conn
         .query_row(
-            "SELECT s.name, s.description, s.active_json, s.rounds, a.name, c.name, c.id, w.name, w.id,
+            "SELECT s.name, s.description, s.active_json, s.rounds, a.name, c.name, c.id, w.name, w.id, s.muted_json,
                     c.persona_id
              FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
              JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
@@ -87,19 +88,21 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
                     name: r.get(0)?,
                     description: r.get(1)?,
                     active_json: r.get(2)?,
+                    muted_json: r.get(9)?,
                     rounds: r.get(3)?,
                     arc: r.get(4)?,
                     campaign: r.get(5)?,
                     campaign_id: r.get(6)?,
                     world: r.get(7)?,
                     world_id: r.get(8)?,
-                    persona: r.get(9)?,
+                    persona: r.get(10)?,
                 })
             },
         )
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
     let active: BTreeSet<String> = serde_json::from_str(&row.active_json).map_err(|e| corrupt("scene active set", e))?;
+    let muted: BTreeSet<String> = serde_json::from_str(&row.muted_json).map_err(|e| corrupt("scene muted set", e))?;
 
     let mut stmt = conn.prepare(
         "SELECT sc.character_id, st.state_json FROM scene_cast sc
@@ -121,7 +124,14 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
             Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("character state", e))?,
             None => CharacterState::default(),
         };
-        cast.push(CastMember { active: active.contains(&character.id), id: character.id, name: character.name, sheet: character.sheet, state });
+        cast.push(CastMember {
+            active: active.contains(&character.id),
+            muted: muted.contains(&character.id),
+            id: character.id,
+            name: character.name,
+            sheet: character.sheet,
+            state,
+        });
     }
 
     let (trackers, facts, elapsed): (String, String, i64) = conn
@@ -259,6 +269,7 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
         )));
     }
     let now = now_rfc3339();
+    let before = snapshot_before(conn, close)?;
     let mut number: u32 =
         conn.query_row("SELECT COALESCE(MAX(number), 0) FROM scene_messages WHERE scene_id = ?1", [&close.scene_id], |r| r.get(0))?;
     let mut written = Vec::new();
@@ -300,12 +311,127 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
         params![close.campaign_id, trackers, facts, close.elapsed_minutes as i64, now],
     )?;
     conn.execute(
-        "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![close.scene_id, close.round, close.input, close.director.to_string(), close.ledgers.to_string(), close.tokens as i64, now],
+        "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at, before_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            close.scene_id,
+            close.round,
+            close.input,
+            close.director.to_string(),
+            close.ledgers.to_string(),
+            close.tokens as i64,
+            now,
+            before.to_string()
+        ],
     )?;
     super::lore::save_state(conn, &close.scene_id, close.round, &close.lore_state)?;
     Ok(written)
+}
+
+/// The stored rows a round close is about to overwrite, as they are: what undo puts back.
+fn snapshot_before(conn: &Connection, close: &RoundClose) -> Result<serde_json::Value, StoreError> {
+    let mut states = serde_json::Map::new();
+    for character_id in close.states.keys() {
+        let row: Option<(String, i64)> = conn
+            .query_row(
+                "SELECT state_json, round FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2",
+                params![close.scene_id, character_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        states.insert(character_id.clone(), row.map_or(serde_json::Value::Null, |(s, r)| serde_json::json!({ "state": s, "round": r })));
+    }
+    let active: String = conn.query_row("SELECT active_json FROM scenes WHERE id = ?1", [&close.scene_id], |r| r.get(0))?;
+    let campaign: Option<(String, String, i64)> = conn
+        .query_row(
+            "SELECT trackers_json, facts_json, elapsed_minutes FROM campaign_state WHERE campaign_id = ?1",
+            [&close.campaign_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let lore: Option<(String, i64)> = conn
+        .query_row("SELECT state_json, round FROM scene_lore_state WHERE scene_id = ?1", [&close.scene_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(serde_json::json!({
+        "states": states,
+        "active": active,
+        "campaign": campaign.map(|(t, f, e)| serde_json::json!({ "trackers": t, "facts": f, "elapsed": e })),
+        "lore": lore.map(|(s, r)| serde_json::json!({ "state": s, "round": r })),
+    }))
+}
+
+/// Take back the last closed round of `scene_id`: its messages go, and everything it
+/// wrote is put back exactly as it was. Returns the round and the ids of the memories
+/// its messages became (for the caller's memory write). Refused for a round the scene's
+/// summary already covers, or one closed before undo was possible.
+pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>), StoreError> {
+    let (rounds, summary_round, campaign_id): (u32, u32, String) = conn.query_row(
+        "SELECT s.rounds, s.summary_round, a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1",
+        [scene_id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    if rounds == 0 {
+        return Err(StoreError::Invalid("the scene has no round to undo".into()));
+    }
+    if summary_round >= rounds {
+        return Err(StoreError::Invalid(format!("round {rounds} is already part of the scene's summary and cannot be undone")));
+    }
+    let before: Option<String> =
+        conn.query_row("SELECT before_json FROM scene_rounds WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds], |r| r.get(0))?;
+    let before: serde_json::Value = match before {
+        Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("round snapshot", e))?,
+        None => return Err(StoreError::Invalid(format!("round {rounds} was closed before rounds could be undone"))),
+    };
+    let text = |v: &serde_json::Value, key: &str| v[key].as_str().map(str::to_string);
+    for (character_id, old) in before["states"].as_object().into_iter().flatten() {
+        match (text(old, "state"), old["round"].as_i64()) {
+            (Some(state), Some(round)) => conn.execute(
+                "UPDATE scene_character_states SET state_json = ?3, round = ?4 WHERE scene_id = ?1 AND character_id = ?2",
+                params![scene_id, character_id, state, round],
+            )?,
+            _ => conn.execute("DELETE FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2", params![scene_id, character_id])?,
+        };
+    }
+    let active = text(&before, "active").unwrap_or_else(|| "[]".into());
+    conn.execute(
+        "UPDATE scenes SET rounds = ?2, active_json = ?3, updated_at = ?4 WHERE id = ?1",
+        params![scene_id, rounds - 1, active, now_rfc3339()],
+    )?;
+    let campaign = &before["campaign"];
+    match (text(campaign, "trackers"), text(campaign, "facts"), campaign["elapsed"].as_i64()) {
+        (Some(trackers), Some(facts), Some(elapsed)) => conn.execute(
+            "UPDATE campaign_state SET trackers_json = ?2, facts_json = ?3, elapsed_minutes = ?4, updated_at = ?5 WHERE campaign_id = ?1",
+            params![campaign_id, trackers, facts, elapsed, now_rfc3339()],
+        )?,
+        _ => conn.execute("DELETE FROM campaign_state WHERE campaign_id = ?1", [&campaign_id])?,
+    };
+    let lore = &before["lore"];
+    match (text(lore, "state"), lore["round"].as_i64()) {
+        (Some(state), Some(round)) => conn.execute(
+            "UPDATE scene_lore_state SET state_json = ?2, round = ?3 WHERE scene_id = ?1",
+            params![scene_id, state, round],
+        )?,
+        _ => conn.execute("DELETE FROM scene_lore_state WHERE scene_id = ?1", [scene_id])?,
+    };
+    let mut stmt = conn.prepare("SELECT number FROM scene_messages WHERE scene_id = ?1 AND round = ?2")?;
+    let numbers: Vec<u32> = stmt.query_map(params![scene_id, rounds], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    conn.execute("DELETE FROM scene_messages WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds])?;
+    conn.execute("DELETE FROM scene_rounds WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds])?;
+    Ok((rounds, numbers.into_iter().map(|n| format!("scene:{scene_id}:{n}")).collect()))
+}
+
+/// Mute or unmute a cast member: the Director cannot pick a muted character to act.
+pub fn set_muted(conn: &Connection, scene_id: &str, character_id: &str, muted: bool) -> Result<(), StoreError> {
+    let json: String = conn.query_row("SELECT muted_json FROM scenes WHERE id = ?1", [scene_id], |r| r.get(0))?;
+    let mut set: BTreeSet<String> = serde_json::from_str(&json).map_err(|e| corrupt("muted set", e))?;
+    if muted {
+        set.insert(character_id.to_string());
+    } else {
+        set.remove(character_id);
+    }
+    let json = serde_json::to_string(&set).map_err(|e| corrupt("muted set", e))?;
+    conn.execute("UPDATE scenes SET muted_json = ?2 WHERE id = ?1", params![scene_id, json])?;
+    Ok(())
 }
 
 /// A new scene in `arc_id` with `cast` (character ids), `active` a subset of it.

@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0012_memory_seq", include_str!("migrations/0012_memory_seq.sql")),
     ("0013_campaign_authoring", include_str!("migrations/0013_campaign_authoring.sql")),
     ("0014_companion_swipes", include_str!("migrations/0014_companion_swipes.sql")),
+    ("0015_scene_control", include_str!("migrations/0015_scene_control.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

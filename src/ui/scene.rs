@@ -46,6 +46,8 @@ pub struct ScenePanels {
     /// Set when the last round was cancelled (shown until the next round starts).
     cancelled: bool,
     budgets: BudgetsPanel,
+    /// Characters the user makes act in the next round.
+    force: std::collections::BTreeSet<String>,
 }
 
 impl ScenePanels {
@@ -165,6 +167,10 @@ impl ScenePanels {
             SceneEvent::RoundCancelled { scene_id } if self.is_selected(scene_id) => {
                 self.live = None;
                 self.cancelled = true;
+            }
+            SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } if self.is_selected(scene_id) => {
+                self.live = None;
+                outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
             }
             SceneEvent::Error { scene_id, message } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
@@ -411,11 +417,13 @@ impl ScenePanels {
             let has_text = !self.input.trim().is_empty();
             if ui.add_enabled(!running && has_text, egui::Button::new("Play round")).clicked() {
                 let input = std::mem::take(&mut self.input);
-                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some(input) }));
+                let force = std::mem::take(&mut self.force).into_iter().collect();
+                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some(input), force }));
                 self.live = Some(LiveRound::default());
             }
             if ui.add_enabled(!running, egui::Button::new("Continue")).clicked() {
-                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: None }));
+                let force = std::mem::take(&mut self.force).into_iter().collect();
+                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: None, force }));
                 self.live = Some(LiveRound::default());
             }
             if running {
@@ -427,6 +435,31 @@ impl ScenePanels {
         });
         if self.cancelled && !running {
             ui.weak("The round was cancelled; nothing of it was saved.");
+        }
+        if let Some(snapshot) = self.snapshot.as_ref().filter(|_| !running) {
+            let cast: Vec<(String, bool)> = snapshot.view.cast.iter().map(|c| (c.name.clone(), c.muted)).collect();
+            let rounds = snapshot.view.rounds;
+            ui.horizontal_wrapped(|ui| {
+                if rounds > 0
+                    && ui.button("Undo last round").on_hover_text("Messages, states, trackers, facts, time, lore timers and memories back to before it").clicked()
+                {
+                    outbox.push(Command::Scene(SceneCommand::Undo { scene: scene.clone() }));
+                }
+                for (name, muted) in &cast {
+                    let mut forced = self.force.contains(name);
+                    if !muted && ui.checkbox(&mut forced, format!("{name} acts")).on_hover_text("Make them act this round, whatever the Director decides").changed() {
+                        if forced {
+                            self.force.insert(name.clone());
+                        } else {
+                            self.force.remove(name);
+                        }
+                    }
+                    let label = if *muted { format!("Unmute {name}") } else { format!("Mute {name}") };
+                    if ui.small_button(label).clicked() {
+                        outbox.push(Command::Scene(SceneCommand::Mute { scene: scene.clone(), character: name.clone(), muted: !muted }));
+                    }
+                }
+            });
         }
     }
 

@@ -84,7 +84,7 @@ fn collect(engine: &EngineHandle, mut stop: impl FnMut(&SceneEvent) -> bool) -> 
 }
 
 fn round(engine: &EngineHandle, scene: &str, input: Option<&str>) -> Vec<SceneEvent> {
-    engine.send(Command::Scene(SceneCommand::Round { scene: scene.into(), input: input.map(str::to_string) })).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.into(), input: input.map(str::to_string), force: Vec::new() })).unwrap();
     collect(engine, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
 }
 
@@ -494,7 +494,7 @@ fn a_cancelled_round_commits_nothing_and_the_next_round_plays() {
     let (paths, scene) = setup(dir.path(), "slow-script.json");
     let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
     let engine = engine::start(paths.clone()).unwrap();
-    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I hand over the letter.".into()) })).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I hand over the letter.".into()), force: Vec::new() })).unwrap();
     collect(&engine, |e| matches!(e, SceneEvent::Token { .. }));
     // By name, as the CLI and tests may say it.
     engine.send(Command::Scene(SceneCommand::Cancel { scene: "The Lamp Room".into() })).unwrap();
@@ -543,4 +543,63 @@ fn the_world_agent_owns_trackers_and_time_when_on() {
     assert_eq!(record.director["world"]["elapsed_minutes"], 30);
     let reconcile = record.ledgers.as_array().unwrap().iter().find(|l| l["agent"] == "director (reconcile)").unwrap();
     assert!(reconcile["notes"].to_string().contains("World agent owns them"), "{reconcile}");
+}
+
+#[test]
+fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let bin = env!("CARGO_BIN_EXE_lorekeeper");
+    let run = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = std::process::Command::new(bin)
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let store = Store::open(&paths.library_file).unwrap();
+    let lore_state = |store: &Store| -> Option<String> {
+        store.with(|c| Ok(c.query_row("SELECT state_json FROM scene_lore_state WHERE scene_id = ?1", [&scene], |r| r.get(0)).ok())).unwrap()
+    };
+    let memories = |store: &Store| -> i64 { store.with(|c| Ok(c.query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?)).unwrap() };
+    let before = view(&store, &scene);
+    let (lore_before, memories_before) = (lore_state(&store), memories(&store));
+
+    let played = run(&["scene", "round", &scene, "I hand the keeper the sealed letter."]);
+    assert!(played.iter().any(|e| e["event"] == "round_completed"));
+    let after = view(&store, &scene);
+    assert_ne!(after, before, "the round changed the scene");
+    assert!(memories(&store) > memories_before);
+
+    run(&["scene", "undo", &scene]);
+    assert_eq!(view(&store, &scene), before, "states, active set, trackers, facts and time as before the round");
+    assert_eq!(lore_state(&store), lore_before, "lore timers as before");
+    assert_eq!(memories(&store), memories_before, "the round's memories are gone");
+    let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    assert!(messages.is_empty(), "{messages:?}");
+    assert!(
+        std::process::Command::new(bin)
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "scene", "undo", &scene])
+            .output()
+            .unwrap()
+            .status
+            .code()
+            != Some(0),
+        "nothing left to undo"
+    );
+
+    // Muted, Marguerite is not picked though the Director names her; forced, she acts.
+    run(&["scene", "mute", &scene, "Marguerite Siltborne"]);
+    let muted = run(&["scene", "round", &scene, "Who is at the door?"]);
+    let speakers = |events: &[serde_json::Value]| -> Vec<String> {
+        let done = events.iter().find(|e| e["event"] == "round_completed").unwrap();
+        done["messages"].as_array().unwrap().iter().map(|m| m["speaker"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(!speakers(&muted).contains(&"Marguerite Siltborne".to_string()), "{:?}", speakers(&muted));
+    let forced = run(&["scene", "round", &scene, "Let her speak.", "--force", "Marguerite Siltborne"]);
+    assert!(speakers(&forced).contains(&"Marguerite Siltborne".to_string()), "{:?}", speakers(&forced));
+    run(&["scene", "unmute", &scene, "Marguerite Siltborne"]);
+    assert!(!view(&store, &scene).cast.iter().any(|c| c.muted));
 }

@@ -103,7 +103,7 @@ fn apply_updates(states: &mut BTreeMap<String, CharacterState>, view: &SceneView
 }
 
 /// Run one round on `scene_id`. `input` is the user's message, `None` to continue.
-pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, cancel: &CancelToken) -> Result<u32, SceneError> {
+pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, cancel: &CancelToken) -> Result<u32, SceneError> {
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
     let Some(job) = ctx.jobs.try_start(job(&scene_id), cancel) else {
         return Err(SceneError::Busy(scene_id));
@@ -118,6 +118,7 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, cancel: &C
     };
     let recall = Recall::open(ctx);
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config)?;
+    draft.force = force;
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
     ctx.emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input });

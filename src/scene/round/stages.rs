@@ -54,6 +54,8 @@ pub(super) struct RoundDraft {
     pub trackers: BTreeMap<String, serde_json::Value>,
     pub facts: Vec<String>,
     pub elapsed: u64,
+    /// Characters the game master makes act this round (names or ids).
+    pub force: Vec<String>,
 }
 
 impl RoundDraft {
@@ -92,6 +94,7 @@ impl RoundDraft {
             leaving: BTreeMap::new(),
             states: BTreeMap::new(),
             character_deltas: BTreeMap::new(),
+            force: Vec::new(),
         };
         if let Some(text) = draft.input.clone().filter(|t| !t.trim().is_empty()) {
             let speaker = draft.view.persona.as_deref().and_then(|p| p.split(':').next()).unwrap_or("User").to_string();
@@ -179,6 +182,36 @@ pub(super) fn director_plan(
     let plan: DirectorPlan = director_call(agents, AgentKind::Director, "director", envelope, &turn, draft, cancel)?;
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
+    // The game master's word beats the Director's: muted characters do not act, and
+    // forced ones do (after those it picked), present or not.
+    let mut plan = plan;
+    plan.acting_characters.retain(|a| {
+        let silenced = draft.view.member_by_name(&a.name).is_some_and(|m| m.muted);
+        if silenced {
+            draft.record.ignored.push(format!("{} (muted)", a.name));
+        }
+        !silenced
+    });
+    for name in &draft.force {
+        let Some(member) = draft.view.member_by_name(name).cloned() else {
+            draft.record.ignored.push(format!("{name} (forced, but not in the cast)"));
+            continue;
+        };
+        if !plan.acting_characters.iter().any(|a| draft.view.member_by_name(&a.name).is_some_and(|m| m.id == member.id)) {
+            if !member.active && !plan.activations.iter().any(|a| a.name == member.name) {
+                plan.activations.push(crate::scene::model::Activation {
+                    name: member.name.clone(),
+                    entry_guidance: "The game master brings you into the scene.".into(),
+                });
+            }
+            plan.acting_characters.push(crate::scene::model::ActingCharacter {
+                name: member.name.clone(),
+                guidance: "The game master asks you to act this round.".into(),
+                priority: i32::MIN,
+                order: None,
+            });
+        }
+    }
     draft.record.plan = plan.clone();
     for activation in &plan.activations {
         match draft.view.member_by_name(&activation.name) {
