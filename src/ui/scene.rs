@@ -48,6 +48,8 @@ pub struct ScenePanels {
     budgets: BudgetsPanel,
     /// Characters the user makes act in the next round.
     force: std::collections::BTreeSet<String>,
+    /// The message of the round in flight, given back if the round stores nothing.
+    sent_input: Option<String>,
 }
 
 impl ScenePanels {
@@ -154,6 +156,7 @@ impl ScenePanels {
             SceneEvent::RoundCompleted { scene_id, round, .. } => {
                 outbox.push(Command::Scene(SceneCommand::List));
                 if self.is_selected(scene_id) {
+                    self.sent_input = None;
                     if let Some(live) = &mut self.live {
                         live.round = *round;
                         live.completed = true;
@@ -167,6 +170,7 @@ impl ScenePanels {
             SceneEvent::RoundCancelled { scene_id } if self.is_selected(scene_id) => {
                 self.live = None;
                 self.cancelled = true;
+                self.restore_input();
             }
             SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } if self.is_selected(scene_id) => {
                 self.live = None;
@@ -177,6 +181,7 @@ impl ScenePanels {
                     self.last_error = Some(message.clone());
                     self.live = None;
                     self.refreshing = false;
+                    self.restore_input();
                 }
             }
             _ => {}
@@ -191,6 +196,20 @@ impl ScenePanels {
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene.clone() }));
             }
         }
+    }
+
+    /// A round that stored nothing gives the user their words back, to edit or resend.
+    fn restore_input(&mut self) {
+        if let Some(sent) = self.sent_input.take()
+            && self.input.trim().is_empty()
+        {
+            self.input = sent;
+        }
+    }
+
+    /// The message box's text (for tests).
+    pub fn input(&self) -> &str {
+        &self.input
     }
 
     /// Show `scene` (asked for by another panel), refreshing the list first.
@@ -417,6 +436,7 @@ impl ScenePanels {
             let has_text = !self.input.trim().is_empty();
             if ui.add_enabled(!running && has_text, egui::Button::new("Play round")).clicked() {
                 let input = std::mem::take(&mut self.input);
+                self.sent_input = Some(input.clone());
                 let force = std::mem::take(&mut self.force).into_iter().collect();
                 outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some(input), force }));
                 self.live = Some(LiveRound::default());

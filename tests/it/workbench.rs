@@ -351,6 +351,7 @@ fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
     assert_eq!(stored.rounds, 0);
     let messages = context.store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, 10)).expect("messages");
     assert!(messages.is_empty(), "nothing of the cancelled round is stored");
+    assert_eq!(harness.state().scene().input(), "I hand the keeper the sealed letter.", "the typed message is given back");
 }
 
 #[test]
