@@ -38,8 +38,16 @@ pub enum SceneVerb {
     List,
     /// Add the demo world (once per library).
     Demo,
-    /// Rename a scene or change its description or notes.
-    Edit(super::author::EditArgs),
+    /// Rename a scene or change its description or notes; or with --message N, change
+    /// the text of transcript message N (its memory follows).
+    Edit {
+        #[command(flatten)]
+        args: super::author::EditArgs,
+        #[arg(long)]
+        message: Option<u32>,
+        /// The message's new text (with --message).
+        text: Option<String>,
+    },
     /// Delete a scene (with --yes when it has messages).
     Delete(super::author::DeleteArgs),
     /// Write the whole transcript as Markdown or JSON.
@@ -136,7 +144,17 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             send(SceneCommand::Mute { scene, character, muted: false })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Muted { .. }))
         }
-        SceneVerb::Edit(args) => super::author::scene_edit(engine, args, json),
+        SceneVerb::Edit { args, message: Some(number), text } => {
+            let Some(text) = text else { anyhow::bail!("give the message's new text") };
+            send(SceneCommand::EditMessage { scene: args.key, number, text })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::MessageEdited { .. }))
+        }
+        SceneVerb::Edit { args, message: None, text } => {
+            if text.is_some() {
+                anyhow::bail!("a text without --message: say which message to edit");
+            }
+            super::author::scene_edit(engine, args, json)
+        }
         SceneVerb::Delete(args) => super::author::scene_delete(engine, args, json),
         SceneVerb::Export { scene, format, out } => super::author::scene_export(engine, scene, format, out, json),
         SceneVerb::SetState(args) => super::author::scene_set_state(engine, args, json),

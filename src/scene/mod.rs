@@ -50,6 +50,8 @@ pub enum SceneCommand {
     /// Take back the last round: messages, states, trackers, facts, time, lore timers
     /// and memories as they were before it.
     Undo { scene: String },
+    /// Change the text of a transcript message (its memory follows).
+    EditMessage { scene: String, number: u32, text: String },
     /// Mute (or unmute) a cast member: the Director cannot pick a muted character.
     Mute { scene: String, character: String, muted: bool },
     /// Stop the round running in `scene` (an id or name); nothing of it is committed and
@@ -113,6 +115,7 @@ pub enum SceneEvent {
     /// Round `round` was taken back; the scene is as it was before it.
     RoundUndone { scene_id: String, round: u32 },
     Muted { scene_id: String, name: String, muted: bool },
+    MessageEdited { scene_id: String, number: u32 },
     /// The scene's summary now covers rounds 1 to `through_round`.
     SummaryUpdated { scene_id: String, through_round: u32 },
     /// The summary could not be written; the round it followed is saved regardless.
@@ -132,6 +135,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             SceneCommand::Round { scene, .. }
             | SceneCommand::Undo { scene }
             | SceneCommand::Mute { scene, .. }
+            | SceneCommand::EditMessage { scene, .. }
             | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
@@ -220,6 +224,31 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 bank.publish(write);
             }
             emit(SceneEvent::RoundUndone { scene_id, round });
+            Ok(())
+        }
+        SceneCommand::EditMessage { scene, number, text } => {
+            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
+            let Some(_job) = ctx.jobs.try_start(crate::context::JobKey::new("round", &scene_id), &CancelToken::new()) else {
+                return Err(SceneError::Busy(scene_id));
+            };
+            let memory_id = format!("scene:{scene_id}:{number}");
+            let bank = crate::memory::bank_for(ctx).ok();
+            let exists = ctx.store.with(|c| Ok(crate::memory::records::get(c, &memory_id)?.is_some()))?;
+            let edit = match (&bank, exists) {
+                (Some(bank), true) => Some(bank.prepare_edit(&memory_id, &text).map_err(|e| SceneError::Invalid(e.to_string()))?),
+                _ => None,
+            };
+            let write = ctx.store.transaction(|tx| {
+                records::edit_message(tx, &scene_id, number, &text)?;
+                match edit {
+                    Some(edit) => edit.write(tx),
+                    None => Ok(crate::memory::MemoryWrite::default()),
+                }
+            })?;
+            if let Some(bank) = bank {
+                bank.publish(write);
+            }
+            emit(SceneEvent::MessageEdited { scene_id, number });
             Ok(())
         }
         SceneCommand::Mute { scene, character, muted } => {

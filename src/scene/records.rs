@@ -420,6 +420,19 @@ pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>
     Ok((rounds, numbers.into_iter().map(|n| format!("scene:{scene_id}:{n}")).collect()))
 }
 
+/// Change the text of message `number` of a scene (a transcript edit by hand).
+pub fn edit_message(conn: &Connection, scene_id: &str, number: u32, text: &str) -> Result<(), StoreError> {
+    if text.trim().is_empty() {
+        return Err(StoreError::Invalid("a message cannot be edited to nothing".into()));
+    }
+    let changed =
+        conn.execute("UPDATE scene_messages SET content = ?3 WHERE scene_id = ?1 AND number = ?2", params![scene_id, number, text.trim()])?;
+    if changed == 0 {
+        return Err(StoreError::NotFound(format!("message {number} of scene {scene_id}")));
+    }
+    Ok(())
+}
+
 /// Mute or unmute a cast member: the Director cannot pick a muted character to act.
 pub fn set_muted(conn: &Connection, scene_id: &str, character_id: &str, muted: bool) -> Result<(), StoreError> {
     let json: String = conn.query_row("SELECT muted_json FROM scenes WHERE id = ?1", [scene_id], |r| r.get(0))?;

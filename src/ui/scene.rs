@@ -172,7 +172,9 @@ impl ScenePanels {
                 self.cancelled = true;
                 self.restore_input();
             }
-            SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } if self.is_selected(scene_id) => {
+            SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } | SceneEvent::MessageEdited { scene_id, .. }
+                if self.is_selected(scene_id) =>
+            {
                 self.live = None;
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
             }

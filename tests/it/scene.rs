@@ -602,4 +602,12 @@ fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
     assert!(speakers(&forced).contains(&"Marguerite Siltborne".to_string()), "{:?}", speakers(&forced));
     run(&["scene", "unmute", &scene, "Marguerite Siltborne"]);
     assert!(!view(&store, &scene).cast.iter().any(|c| c.muted));
+
+    // A transcript message edited by hand, and the memory it became with it.
+    let first = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap()[0].clone();
+    run(&["scene", "edit", &scene, "--message", &first.number.to_string(), "I knock twice and wait."]);
+    let edited = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap()[0].clone();
+    assert_eq!(edited.content, "I knock twice and wait.");
+    let memory = store.with(|c| lorekeeper::memory::records::get(c, &format!("scene:{scene}:{}", first.number))).unwrap();
+    assert_eq!(memory.map(|m| m.text), Some("I knock twice and wait.".to_string()));
 }
