@@ -246,7 +246,7 @@ impl ChatPanel {
             });
         }
         let height = (ui.available_height() - 110.0).max(120.0);
-        egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).stick_to_bottom(true).show(ui, |ui| {
+        egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).min_scrolled_height(height).auto_shrink([false, false]).stick_to_bottom(true).show(ui, |ui| {
             let from_the_start = self.turns.first().is_none_or(|t| t.seq <= 1);
             match self.greeting.as_ref().filter(|_| from_the_start) {
                 Some(greeting) => {
