@@ -10,6 +10,8 @@ use crate::store::StoreError;
 use serde::Serialize;
 use std::path::PathBuf;
 
+pub use super::transcript::TranscriptFormat;
+
 /// What a game master can build, change or remove. Names are resolved here; a name
 /// two things share is refused with their ids.
 #[derive(Debug, Clone)]
@@ -40,13 +42,6 @@ pub enum AuthorCommand {
     EditCharacterState { scene: String, character: String, state: CharacterState },
     /// Write a scene's whole transcript as Markdown or JSON.
     ExportTranscript { scene: String, format: TranscriptFormat, out: PathBuf },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TranscriptFormat {
-    Markdown,
-    Json,
 }
 
 #[derive(Debug, Clone, Serialize)]

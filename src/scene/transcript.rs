@@ -2,11 +2,19 @@
 //! (JSON): every message in order, grouped by round, with the hand edits of the
 //! campaign's state between them.
 
-use super::author::TranscriptFormat;
+use serde::Serialize;
 use super::model::{MessageKind, SceneMessage};
 use super::{authoring, records};
 use crate::store::StoreError;
 use rusqlite::Connection;
+
+/// The two forms a transcript is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptFormat {
+    Markdown,
+    Json,
+}
 
 /// The transcript of `scene_id` and how many messages it holds.
 pub fn render(conn: &Connection, scene_id: &str, format: TranscriptFormat) -> Result<(String, usize), StoreError> {

@@ -232,6 +232,82 @@ impl ChatPanel {
         });
     }
 
+    /// The committed exchanges, each message with its controls (edit, delete from here),
+    /// and under the last reply: regenerate and the swipes.
+    fn show_turns(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, user: &str, name: &str) {
+        let busy = self.live.is_some();
+        let last = self.turns.len().saturating_sub(1);
+        let character = self.selected.clone().unwrap_or_default();
+        for (i, t) in self.turns.iter().enumerate() {
+            for (message, speaker, text, strong) in
+                [(format!("{}-u", t.id), user.to_string(), &t.user_text, true), (format!("{}-r", t.id), name.to_string(), &t.reply, false)]
+            {
+                if let Some((_, draft)) = self.editing.as_mut().filter(|(m, _)| *m == message) {
+                    ui.horizontal(|ui| {
+                        let label = ui.label(format!("Edit {speaker}'s message"));
+                        ui.add(egui::TextEdit::multiline(draft).desired_rows(2).id_salt(("chat_edit", &message))).labelled_by(label.id);
+                    });
+                    ui.horizontal(|ui| {
+                        if ui.button("Save edit").clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::Edit {
+                                character: character.clone(),
+                                message: message.clone(),
+                                text: draft.clone(),
+                            }));
+                            self.editing_done = true;
+                        }
+                        if ui.button("Cancel edit").clicked() {
+                            self.editing_done = true;
+                        }
+                    });
+                    continue;
+                }
+                let text = format!("{speaker}: {text}");
+                ui.horizontal_wrapped(|ui| {
+                    if strong { ui.label(RichText::new(text.clone()).strong()) } else { ui.label(text.clone()) };
+                    if !busy {
+                        if ui.small_button("Edit").on_hover_text("Change this message (its memory follows)").clicked() {
+                            self.edit_request = Some((message.clone(), text.split_once(": ").map_or(text.clone(), |x| x.1.to_string())));
+                        }
+                        if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::Delete {
+                                character: character.clone(),
+                                message: message.clone(),
+                                and_after: true,
+                            }));
+                        }
+                    }
+                });
+            }
+            if i == last && !busy {
+                ui.horizontal(|ui| {
+                    if ui.small_button("Regenerate").on_hover_text("Draw this reply again; every draw is kept").clicked() {
+                        outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone() }));
+                    }
+                    let n = t.swipes.len().max(1);
+                    if n > 1 {
+                        let current = t.swipe as usize;
+                        if ui.add_enabled(current > 0, egui::Button::new("Previous swipe").small()).clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::Swipe { character: character.clone(), index: current - 1 }));
+                        }
+                        ui.label(format!("swipe {} of {n}", current + 1));
+                        if ui.add_enabled(current + 1 < n, egui::Button::new("Next swipe").small()).clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::Swipe { character: character.clone(), index: current + 1 }));
+                        }
+                    }
+                });
+            }
+            ui.add_space(6.0);
+        }
+        if let Some(request) = self.edit_request.take() {
+            self.editing = Some(request);
+        }
+        if self.editing_done {
+            self.editing = None;
+            self.editing_done = false;
+        }
+    }
+
     fn show_conversation(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let user = "You";
         let name = self
@@ -258,77 +334,7 @@ impl ChatPanel {
                 }
                 None => {}
             }
-            let busy = self.live.is_some();
-            let last = self.turns.len().saturating_sub(1);
-            let character = self.selected.clone().unwrap_or_default();
-            for (i, t) in self.turns.iter().enumerate() {
-                for (message, speaker, text, strong) in
-                    [(format!("{}-u", t.id), user.to_string(), &t.user_text, true), (format!("{}-r", t.id), name.clone(), &t.reply, false)]
-                {
-                    if let Some((_, draft)) = self.editing.as_mut().filter(|(m, _)| *m == message) {
-                        ui.horizontal(|ui| {
-                            let label = ui.label(format!("Edit {speaker}'s message"));
-                            ui.add(egui::TextEdit::multiline(draft).desired_rows(2).id_salt(("chat_edit", &message))).labelled_by(label.id);
-                        });
-                        ui.horizontal(|ui| {
-                            if ui.button("Save edit").clicked() {
-                                outbox.push(Command::Companion(CompanionCommand::Edit {
-                                    character: character.clone(),
-                                    message: message.clone(),
-                                    text: draft.clone(),
-                                }));
-                                self.editing_done = true;
-                            }
-                            if ui.button("Cancel edit").clicked() {
-                                self.editing_done = true;
-                            }
-                        });
-                        continue;
-                    }
-                    let text = format!("{speaker}: {text}");
-                    ui.horizontal_wrapped(|ui| {
-                        if strong { ui.label(RichText::new(text.clone()).strong()) } else { ui.label(text.clone()) };
-                        if !busy {
-                            if ui.small_button("Edit").on_hover_text("Change this message (its memory follows)").clicked() {
-                                self.edit_request = Some((message.clone(), text.split_once(": ").map_or(text.clone(), |x| x.1.to_string())));
-                            }
-                            if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
-                                outbox.push(Command::Companion(CompanionCommand::Delete {
-                                    character: character.clone(),
-                                    message: message.clone(),
-                                    and_after: true,
-                                }));
-                            }
-                        }
-                    });
-                }
-                if i == last && !busy {
-                    ui.horizontal(|ui| {
-                        if ui.small_button("Regenerate").on_hover_text("Draw this reply again; every draw is kept").clicked() {
-                            outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone() }));
-                        }
-                        let n = t.swipes.len().max(1);
-                        if n > 1 {
-                            let current = t.swipe as usize;
-                            if ui.add_enabled(current > 0, egui::Button::new("Previous swipe").small()).clicked() {
-                                outbox.push(Command::Companion(CompanionCommand::Swipe { character: character.clone(), index: current - 1 }));
-                            }
-                            ui.label(format!("swipe {} of {n}", current + 1));
-                            if ui.add_enabled(current + 1 < n, egui::Button::new("Next swipe").small()).clicked() {
-                                outbox.push(Command::Companion(CompanionCommand::Swipe { character: character.clone(), index: current + 1 }));
-                            }
-                        }
-                    });
-                }
-                ui.add_space(6.0);
-            }
-            if let Some(request) = self.edit_request.take() {
-                self.editing = Some(request);
-            }
-            if self.editing_done {
-                self.editing = None;
-                self.editing_done = false;
-            }
+            self.show_turns(ui, outbox, user, &name);
             if let Some(live) = &self.live {
                 ui.label(RichText::new(format!("{user}: {}", live.input)).strong());
                 for d in &live.discarded {
