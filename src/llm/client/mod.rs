@@ -20,6 +20,7 @@ use crate::llm::anthropic::AnthropicProvider;
 use cache::ResponseCache;
 use crate::llm::gemini::GeminiProvider;
 use crate::llm::openai::OpenAiProvider;
+use crate::llm::ResponseFormat;
 use rate_limit::RateLimiter;
 use crate::llm::retry::{retry_delay, sleep_cancellable};
 use crate::llm::scripted::ScriptedProvider;
@@ -159,6 +160,12 @@ impl LlmClient {
             request.model = self.profile.model.clone();
         }
         request.sampler = merge_sampler(&request.sampler, &self.profile.sampler);
+        // Every call has a reply cap: a server without one (a base model with no chat
+        // template) can write to the end of its context before anything is judged. The
+        // embedded model sizes its own from the grammar it decodes under.
+        if self.profile.kind != ProviderKind::Local && request.sampler.max_tokens.is_none() {
+            request.sampler.max_tokens = Some(default_reply_cap(&request.response_format));
+        }
         request
     }
 
@@ -247,6 +254,20 @@ impl LlmClient {
 }
 
 /// The request's own sampler values win; the profile's fill the gaps.
+/// Prose replies (a chat turn, a character's line, a narration) get a few hundred tokens;
+/// a structured reply room for its schema: about one token per four characters of the
+/// schema, times four for the values, within 1,024..8,192.
+pub fn default_reply_cap(format: &ResponseFormat) -> u32 {
+    match format {
+        ResponseFormat::Text => TEXT_REPLY_CAP,
+        ResponseFormat::Json => 2048,
+        ResponseFormat::JsonSchema { schema, .. } => (schema.to_string().len() as u32).clamp(1024, 8192),
+    }
+}
+
+/// The reply cap of a prose call with no `max_tokens` of its own or its profile's.
+pub const TEXT_REPLY_CAP: u32 = 600;
+
 fn merge_sampler(request: &SamplerSettings, profile: &SamplerSettings) -> SamplerSettings {
     SamplerSettings {
         temperature: request.temperature.or(profile.temperature),
@@ -317,6 +338,30 @@ mod tests {
     use crate::llm::{CancelToken, ChatMessage, RetryPolicy, Usage};
     use std::sync::Mutex;
     use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn every_call_to_a_server_carries_a_reply_cap() {
+        let profile = |max_tokens| ProviderProfile {
+            name: "server".into(),
+            kind: ProviderKind::Openai,
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            model: "m".into(),
+            sampler: SamplerSettings { max_tokens, ..Default::default() },
+            ..Default::default()
+        };
+        let prose = ChatRequest::new("m", vec![ChatMessage::user("hello")]);
+        let client = LlmClient::from_profile(&profile(None), None).unwrap();
+        assert_eq!(client.prepare(&prose).sampler.max_tokens, Some(TEXT_REPLY_CAP));
+        let mut structured = prose.clone();
+        structured.response_format = ResponseFormat::JsonSchema { name: "x".into(), schema: serde_json::json!({"type": "object"}) };
+        assert_eq!(client.prepare(&structured).sampler.max_tokens, Some(1024), "at least 1,024 for a structured reply");
+        // The profile's own cap, and the request's, win over the default.
+        let capped = LlmClient::from_profile(&profile(Some(200)), None).unwrap();
+        assert_eq!(capped.prepare(&prose).sampler.max_tokens, Some(200));
+        let mut asked = prose.clone();
+        asked.sampler.max_tokens = Some(32);
+        assert_eq!(client.prepare(&asked).sampler.max_tokens, Some(32));
+    }
 
     /// Answers from a queue of outcomes, counting calls; streams replies in two halves.
     struct Fake {
