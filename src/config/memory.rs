@@ -12,7 +12,8 @@ use std::path::PathBuf;
 pub struct MemoryConfig {
     pub embedding: EmbeddingConfig,
     pub retrieval: RetrievalConfig,
-    /// Summarise the unsummarised turns every this many turns.
+    /// Summarise a chat every this many exchanges (a message and its reply), as the
+    /// companion predecessor did; a summary never splits an exchange.
     pub summary_every: usize,
     /// Similarity to an anchor phrase above which proximity changes.
     pub proximity_threshold: f32,

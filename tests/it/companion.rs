@@ -163,11 +163,11 @@ fn a_summary_of_earlier_turns_is_recalled_by_do_you_remember() {
             { "when": { "system_contains": "Roleplay as Ilse Marrow" }, "reply": reply("[Ilse Marrow]: Mm-hm.") }
         ]
     });
-    let paths = setup(dir.path(), script, |c| c.memory.summary_every = 4);
+    let paths = setup(dir.path(), script, |c| c.memory.summary_every = 2);
     let engine = engine::start(paths.clone()).unwrap();
     let _ = committed(&send(&engine, "We should climb the lighthouse tomorrow.", Some("2026-11-01T10:00:00Z")));
     let _ = committed(&send(&engine, "Look at those seals on the rocks!", Some("2026-11-02T10:00:00Z")));
-    // Two exchanges are four memory turns: the cycle compresses them after the commit.
+    // Two exchanges (four memory turns) are due: the cycle compresses them after the commit.
     let summary = until(&engine, |e| matches!(e, CompanionEvent::Summarised { .. }));
     let CompanionEvent::Summarised { memory_id, .. } = summary.last().unwrap() else { unreachable!() };
     assert_eq!(counts(&paths).1, 4, "the turns stay, marked as summarised");
@@ -380,4 +380,31 @@ fn chat_send_json_prints_the_committed_turn_and_its_hits() {
     assert_eq!((messages[1]["role"].as_str(), messages[1]["text"].as_str()), (Some("character"), Some("Tea's on.")));
     assert_eq!(messages[1]["swipes"], serde_json::json!(["Tea's on."]));
     assert_eq!(messages[1]["swipe"], 0);
+}
+
+#[test]
+fn a_summary_covers_whole_exchanges() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "rules": [
+            { "when": { "system_contains": "compress a stretch of conversation" }, "reply": "The user said hello and Ilse answered." },
+            { "when": { "system_contains": "Roleplay as Ilse Marrow" }, "reply": reply("[Ilse Marrow]: Morning.") }
+        ]
+    });
+    // One exchange per summary: the message and its reply go together.
+    let paths = setup(dir.path(), script, |c| c.memory.summary_every = 1);
+    let engine = engine::start(paths.clone()).unwrap();
+    let _ = committed(&send(&engine, "Hello!", Some("2026-11-01T10:00:00Z")));
+    until(&engine, |e| matches!(e, CompanionEvent::Summarised { .. }));
+    let store = Store::open(&paths.library_file).unwrap();
+    let (summarised, open): (i64, i64) = store
+        .with(|c| {
+            Ok(c.query_row(
+                "SELECT sum(summarised = 1), sum(summarised = 0) FROM memories WHERE kind = 'turn'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?)
+        })
+        .unwrap();
+    assert_eq!((summarised, open), (2, 0), "both halves of the exchange are in the summary");
 }

@@ -285,7 +285,9 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
             &client,
             &Scope::character(character.id.clone()),
             None,
-            config.memory.summary_every,
+            // An exchange is two memory turns (the message and the reply): counting in
+            // exchanges keeps a summary from ever cutting one in half.
+            config.memory.summary_every.max(1) * 2,
         )
         .map_err(|e| e.to_string())
     });
