@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SceneConfig {
-    /// 1: the Director only plans; 2: it also reconciles after the characters.
+    /// Director calls per round: 1 (or 0) only plans; N ≥ 2 also reconciles after the
+    /// characters, again and again until a pass changes nothing or N passes were made
+    /// (at most 8).
     pub max_director_passes: u32,
     /// Messages read from the store as history candidates (the budget cuts further).
     pub history_window: u32,

@@ -611,3 +611,30 @@ fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
     let memory = store.with(|c| lorekeeper::memory::records::get(c, &format!("scene:{scene}:{}", first.number))).unwrap();
     assert_eq!(memory.map(|m| m.text), Some("I knock twice and wait.".to_string()));
 }
+
+#[test]
+fn the_director_reconciles_until_a_pass_changes_nothing_or_n_passes_were_made() {
+    let reconcile_calls = |passes: u32| -> usize {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, scene) = setup(dir.path(), "script.json");
+        let mut config = Config::load(&paths.config_file).unwrap();
+        config.scene.max_director_passes = passes;
+        config.save(&paths.config_file).unwrap();
+        let engine = engine::start(paths.clone()).unwrap();
+        let events = round(&engine, &scene, Some("I hand over the letter."));
+        let passes_seen = events.iter().filter(|e| matches!(e, SceneEvent::DirectorDecided { pass, .. } if *pass >= 2)).count();
+        let store = Store::open(&paths.library_file).unwrap();
+        let stored = store.with(|c| records::load_round(c, &scene, 1)).unwrap().expect("round 1");
+        let ledgers = serde_json::to_value(&stored).unwrap()["ledgers"].clone();
+        let calls = ledgers.as_array().unwrap().iter().filter(|l| l["agent"] == "director (reconcile)").count();
+        assert_eq!(calls, passes_seen, "every pass is in the ledger and was announced");
+        calls
+    };
+    // The script's reconciliation is the same every time: pass 2 changes trackers and
+    // facts, pass 3 finds nothing left to change, so no pass 4 is asked for.
+    assert_eq!(reconcile_calls(0), 0);
+    assert_eq!(reconcile_calls(1), 0);
+    assert_eq!(reconcile_calls(2), 1);
+    assert_eq!(reconcile_calls(3), 2);
+    assert_eq!(reconcile_calls(6), 2);
+}

@@ -102,6 +102,9 @@ fn apply_updates(states: &mut BTreeMap<String, CharacterState>, view: &SceneView
     }
 }
 
+/// However many passes the config asks for, a round never makes more Director calls.
+const MAX_DIRECTOR_PASSES: u32 = 8;
+
 /// Run one round on `scene_id`. `input` is the user's message, `None` to continue.
 pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, cancel: &CancelToken) -> Result<u32, SceneError> {
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
@@ -126,8 +129,11 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     let plan = stages::director_plan(ctx, &agents, &config, &mut draft, cancel)?;
     stages::characters(ctx, &agents, &config, &recall, &plan, &mut draft, cancel)?;
     stages::after_characters(ctx, &agents, &config, &plan, &mut draft, cancel)?;
-    if config.max_director_passes >= 2 {
-        stages::reconcile(ctx, &agents, &config, &plan, &mut draft, cancel)?;
+    // Pass 1 planned; passes 2..=N reconcile until one changes nothing (0 and 1: none).
+    for pass in 2..=config.max_director_passes.min(MAX_DIRECTOR_PASSES) {
+        if !stages::reconcile(ctx, &agents, &config, &plan, &mut draft, pass as u8, cancel)? {
+            break;
+        }
     }
     let closed = stages::close(ctx, &recall, draft, cancel)?;
 

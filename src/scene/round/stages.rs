@@ -388,8 +388,9 @@ pub(super) fn reconcile(
     config: &SceneConfig,
     plan: &DirectorPlan,
     draft: &mut RoundDraft,
+    pass: u8,
     cancel: &CancelToken,
-) -> Result<(), SceneError> {
+) -> Result<bool, SceneError> {
     let mut lore_state = std::mem::take(&mut draft.lore_state);
     let envelope = envelope::assemble(
         &config.budgets,
@@ -401,7 +402,11 @@ pub(super) fn reconcile(
     let turn = envelope::reconcile_turn(draft.round);
     let reconciliation: Reconciliation =
         director_call(agents, AgentKind::Reconcile, "director (reconcile)", envelope, &turn, draft, cancel)?;
-    draft.emit_decision(ctx, 2, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
+    draft.emit_decision(ctx, pass, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
+    let changed = changes_anything(&reconciliation, draft, pass);
+    if pass > 2 && reconciliation.elapsed_minutes > 0 && let Some(call) = draft.ledgers.last_mut() {
+        call.notes.push(format!("minutes from pass {pass} not applied: the round's time was settled in pass 2"));
+    }
     for update in &reconciliation.state_updates {
         let Some(member) = draft.view.member_by_name(&update.name) else { continue };
         if let Some(delta) = draft.character_deltas.get(&member.id) {
@@ -435,11 +440,35 @@ pub(super) fn reconcile(
             draft.facts.push(fact.trim().to_string());
         }
     }
-    if !world_owns_trackers {
+    if !world_owns_trackers && pass == 2 {
         draft.elapsed += u64::from(reconciliation.elapsed_minutes);
     }
+    // The next pass reconciles against the scene as this one left it.
+    for member in &mut draft.live.cast {
+        if let Some(delta) = draft.states.get(&member.id) {
+            member.state.apply(delta);
+        }
+    }
+    draft.live.trackers = draft.trackers.clone();
+    draft.live.facts = draft.facts.clone();
     draft.record.reconciliation = Some(reconciliation);
-    Ok(())
+    Ok(changed)
+}
+
+/// Whether a reconciliation would change the scene as it stands: a state field, a
+/// tracker, a new fact (or, in pass 2, time passing). A pass that changes nothing means
+/// the round is settled and no further pass is asked for.
+fn changes_anything(reconciliation: &Reconciliation, draft: &RoundDraft, pass: u8) -> bool {
+    let state_changes = reconciliation.state_updates.iter().any(|update| {
+        draft.live.member_by_name(&update.name).is_some_and(|member| {
+            STATE_FIELDS.iter().any(|field| {
+                update.state.get(field).filter(|v| !v.trim().is_empty()).is_some_and(|v| member.state.get(field) != Some(v.trim()))
+            })
+        })
+    });
+    let tracker_changes = reconciliation.trackers.iter().any(|(name, value)| draft.trackers.get(name) != Some(value));
+    let new_facts = reconciliation.new_facts.iter().any(|f| !f.trim().is_empty() && !draft.facts.iter().any(|x| x == f.trim()));
+    state_changes || tracker_changes || new_facts || (pass == 2 && reconciliation.elapsed_minutes > 0)
 }
 
 /// What the close committed, for `round_completed`.
