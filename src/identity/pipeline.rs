@@ -93,7 +93,9 @@ pub fn advance(ctx: &Arc<Context>, run_id: &str) {
 
 fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError> {
     let run = ctx.store.with(|c| records::load_run(c, run_id))?;
-    if run.status != RunStatus::InProgress {
+    // A failed run still reports where it stands (and runs what else is queued): the
+    // user re-runs the failed checkpoint from there.
+    if run.status == RunStatus::Completed {
         return Ok(());
     }
     let checkpoints = ctx.store.with(|c| records::checkpoints(c, run_id))?;
@@ -169,8 +171,12 @@ fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Opti
                 }
             }
             Err(e) => {
-                let message = e.to_string();
-                let _ = ctx.store.with(|c| records::set_status(c, &run.id, number, CheckpointStatus::Failed, Some(&message)));
+                // The predecessor's words, and the run marked failed until a re-run.
+                let message = format!("Character development failed: {e}");
+                let _ = ctx.store.transaction(|tx| {
+                    records::set_status(tx, &run.id, number, CheckpointStatus::Failed, Some(&message))?;
+                    records::finish_run(tx, &run.id, RunStatus::Failed, Some(&message))
+                });
                 emit(&ctx, IdentityEvent::Error { character_id: run.id.clone(), checkpoint: Some(number), message });
                 advance(&ctx, &run.id);
             }
@@ -400,8 +406,10 @@ pub fn approve(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), Ident
         })
     };
     emit(ctx, IdentityEvent::CheckpointApproved { character_id: run_id.to_string(), checkpoint_number: number });
-    if let Some((wave, agents)) = wave_done {
-        let next_wave = if wave < 4 { serde_json::json!(wave + 1) } else { serde_json::json!("final") };
+    // As the predecessor sent them: waves 1–3 complete with the next wave (3 → "final");
+    // the consolidation (wave 4) ends with `character_complete` alone.
+    if let Some((wave, agents)) = wave_done.filter(|(wave, _)| *wave < 4) {
+        let next_wave = if wave < 3 { serde_json::json!(wave + 1) } else { serde_json::json!("final") };
         emit(ctx, IdentityEvent::WaveComplete { character_id: run_id.to_string(), wave, agents_completed: agents, next_wave });
     }
     advance(ctx, run_id);
@@ -476,7 +484,11 @@ pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), Identit
         if !matches!(cp.status, CheckpointStatus::Stale | CheckpointStatus::Failed) {
             return Err(IdentityError::Invalid(format!("checkpoint {number} is {}; only stale or failed ones re-run", cp.status.as_str())));
         }
-        ctx.store.with(|c| records::set_status(c, run_id, number, CheckpointStatus::Queued, None))?;
+        ctx.store.transaction(|tx| {
+            records::set_status(tx, run_id, number, CheckpointStatus::Queued, None)?;
+            // A failed run is in progress again once its checkpoint runs again.
+            records::reopen_run(tx, run_id)
+        })?;
     }
     advance(ctx, run_id);
     Ok(())

@@ -97,8 +97,16 @@ fn a_full_run_reaches_character_complete_with_every_checkpoint_valid() {
     let kinds: Vec<String> = seen.iter().map(short).collect();
     for wave in 1..=4u8 {
         assert!(seen.iter().any(|e| matches!(e, IdentityEvent::WaveStarted { wave: w, .. } if *w == wave)), "{kinds:?}");
-        assert!(seen.iter().any(|e| matches!(e, IdentityEvent::WaveComplete { wave: w, .. } if *w == wave)), "{kinds:?}");
     }
+    // The predecessor's contract: three wave_complete, the last with next_wave "final".
+    let completes: Vec<(u8, serde_json::Value)> = seen
+        .iter()
+        .filter_map(|e| match e {
+            IdentityEvent::WaveComplete { wave, next_wave, .. } => Some((*wave, next_wave.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completes, vec![(1, serde_json::json!(2)), (2, serde_json::json!(3)), (3, serde_json::json!("final"))], "{kinds:?}");
     assert_eq!(seen.iter().filter(|e| matches!(e, IdentityEvent::CheckpointReady { .. })).count(), 7);
     assert!(seen.iter().any(|e| matches!(e, IdentityEvent::Token { .. })), "agents stream tokens");
 
@@ -259,4 +267,57 @@ fn a_killed_process_resumes_without_losing_approved_checkpoints() {
     // What was approved before the kill is untouched: same single version.
     assert_eq!(after.checkpoints[0].versions, before.checkpoints[0].versions);
     assert_eq!(after.checkpoints[1].versions, before.checkpoints[1].versions);
+}
+
+#[test]
+fn a_failed_agent_fails_the_run_with_the_predecessors_message_until_it_is_re_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // The shipped script, with the personality agent refused by its server (a 400 is not
+    // retried); the profile is pointed back at the shipped script before the re-run.
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" },
+            "reply": { "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } } }),
+    );
+    let script_file = dir.path().join("failing.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let paths = paths(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(script_file),
+        ..Default::default()
+    });
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    let id = start(&engine, false);
+    let mut seen = Vec::new();
+    let error = wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Error { checkpoint: Some(1), .. }));
+    let IdentityEvent::Error { message, .. } = error else { unreachable!() };
+    assert!(message.starts_with("Character development failed: "), "{message}");
+    // The run says failed (what an export or `identity status` reports) and still idles.
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Idle { failed, .. } if failed.contains(&1)));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::Failed);
+    // Re-run, the server fixed: in progress again, and the checkpoint comes back.
+    let fixed = ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(data("script.json")),
+        ..Default::default()
+    };
+    engine
+        .send(Command::Llm(lorekeeper::engine::LlmCommand::SaveProfile { profile: fixed, previous_name: Some("script".into()) }))
+        .unwrap();
+    send(&engine, IdentityCommand::Rerun { character_id: id.clone(), checkpoint: 1 });
+    let ready = wait_for(&engine, &mut seen, |e| {
+        matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 1, .. } | IdentityEvent::Error { checkpoint: Some(1), .. })
+    });
+    assert!(matches!(ready, IdentityEvent::CheckpointReady { .. }), "{ready:?}");
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::InProgress);
 }
