@@ -148,6 +148,16 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
     });
 }
 
+/// The scene `scene` names, held as if a round ran on it: a change by hand is refused
+/// while a round runs (the round would close on a scene the change altered).
+fn hold(ctx: &Context, scene: &str) -> Result<(String, crate::context::Job), SceneError> {
+    let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene))?;
+    match ctx.jobs.try_start(round::job(&scene_id), &CancelToken::new()) {
+        Some(job) => Ok((scene_id, job)),
+        None => Err(SceneError::Busy(scene_id)),
+    }
+}
+
 fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(e);
     match command {
@@ -210,11 +220,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
         }),
         SceneCommand::Author(command) => author::handle(ctx, command),
         SceneCommand::Undo { scene } => {
-            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
-            // Not while a round runs on the scene: it would close on a state undo changed.
-            let Some(_job) = ctx.jobs.try_start(crate::context::JobKey::new("round", &scene_id), &CancelToken::new()) else {
-                return Err(SceneError::Busy(scene_id));
-            };
+            let (scene_id, _job) = hold(ctx, &scene)?;
             let bank = crate::memory::bank_for(ctx).ok();
             let (round, write) = ctx.store.transaction(|tx| {
                 let (round, memory_ids) = records::undo_round(tx, &scene_id)?;
@@ -227,10 +233,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             Ok(())
         }
         SceneCommand::EditMessage { scene, number, text } => {
-            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
-            let Some(_job) = ctx.jobs.try_start(crate::context::JobKey::new("round", &scene_id), &CancelToken::new()) else {
-                return Err(SceneError::Busy(scene_id));
-            };
+            let (scene_id, _job) = hold(ctx, &scene)?;
             let memory_id = format!("scene:{scene_id}:{number}");
             let bank = crate::memory::bank_for(ctx).ok();
             let exists = ctx.store.with(|c| Ok(crate::memory::records::get(c, &memory_id)?.is_some()))?;

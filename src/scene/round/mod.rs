@@ -30,7 +30,7 @@ use std::sync::Arc;
 /// The job key of `scene_id`'s round: a second round on the same scene is refused
 /// rather than queued (so the user sees why nothing happens), and [`cancel`] reaches the
 /// running one.
-fn job(scene_id: &str) -> JobKey {
+pub(super) fn job(scene_id: &str) -> JobKey {
     JobKey::new("round", scene_id)
 }
 
