@@ -248,6 +248,13 @@ pub fn enabled_entries(conn: &Connection, book_id: &str) -> Result<(Lorebook, Ve
     Ok((book, entries))
 }
 
+/// Every lorebook's name by id (the authoring tree names attached books with it).
+pub fn lorebook_names(conn: &Connection) -> Result<std::collections::HashMap<String, String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT id, name FROM lorebooks")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// The lorebooks attached to a character (its card's own book among them), oldest first.
 pub fn books_of_character(conn: &Connection, character_id: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT id FROM lorebooks WHERE character_id = ?1 ORDER BY created_at, id")?;

@@ -113,34 +113,67 @@ pub fn summarise_if_due(
 
 /// Take apart every summary that covers one of `memory_ids` (a message being edited or
 /// deleted): its turns become unsummarised again and the summary goes, so the next
-/// summarisation cycle writes it anew from the turns as they now are. Runs in the
-/// caller's transaction; publish the returned write after the commit.
+/// summarisation cycle writes it anew from the turns as they now are. A summary whose
+/// range overlaps one taken apart goes too, so no turn stays marked as summarised by a
+/// summary that no longer exists. Runs in the caller's transaction; publish the returned
+/// write after the commit.
 pub fn reopen_covering(tx: &rusqlite::Connection, memory_ids: &[String]) -> Result<(crate::memory::MemoryWrite, usize), crate::store::StoreError> {
     use rusqlite::OptionalExtension;
-    let seq_of = |id: &str| -> Result<Option<(i64, String, Option<String>)>, crate::store::StoreError> {
+    use std::collections::HashMap;
+    type Scope = (String, Option<String>);
+    let seq_of = |id: &str| -> Result<Option<(i64, Scope)>, crate::store::StoreError> {
         Ok(tx
-            .query_row("SELECT seq, scope, scope_id FROM memories WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_row("SELECT seq, scope, scope_id FROM memories WHERE id = ?1", [id], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
             .optional()?)
     };
-    let mut reopened = Vec::new();
+    // Each scope's summaries with the range of turns they cover, read once.
+    let mut summaries: HashMap<Scope, Vec<(String, i64, i64)>> = HashMap::new();
+    let mut chosen: Vec<(Scope, String, i64, i64)> = Vec::new();
     for id in memory_ids {
-        let Some((seq, scope, scope_id)) = seq_of(id)? else { continue };
-        let mut stmt = tx.prepare_cached(
-            "SELECT id, source FROM memories WHERE kind = 'summary' AND scope = ?1 AND scope_id IS ?2 AND source LIKE 'turns %'",
-        )?;
-        let summaries: Vec<(String, String)> = stmt.query_map(rusqlite::params![scope, scope_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-        for (summary_id, source) in summaries {
-            let Some((first, last)) = source.strip_prefix("turns ").and_then(|r| r.split_once("..")) else { continue };
-            let (Some((from, ..)), Some((to, ..))) = (seq_of(first)?, seq_of(last)?) else { continue };
-            if (from..=to).contains(&seq) && !reopened.contains(&summary_id) {
-                tx.execute(
-                    "UPDATE memories SET summarised = 0 WHERE kind = 'turn' AND scope = ?1 AND scope_id IS ?2 AND seq BETWEEN ?3 AND ?4",
-                    rusqlite::params![scope, scope_id, from, to],
-                )?;
-                reopened.push(summary_id);
+        let Some((seq, scope)) = seq_of(id)? else { continue };
+        if !summaries.contains_key(&scope) {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, source FROM memories WHERE kind = 'summary' AND scope = ?1 AND scope_id IS ?2 AND source LIKE 'turns %'",
+            )?;
+            let rows: Vec<(String, String)> = stmt.query_map(rusqlite::params![scope.0, scope.1], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            let mut ranges = Vec::new();
+            for (summary_id, source) in rows {
+                let Some((first, last)) = source.strip_prefix("turns ").and_then(|r| r.split_once("..")) else { continue };
+                if let (Some((from, _)), Some((to, _))) = (seq_of(first)?, seq_of(last)?) {
+                    ranges.push((summary_id, from, to));
+                }
+            }
+            summaries.insert(scope.clone(), ranges);
+        }
+        for (summary_id, from, to) in &summaries[&scope] {
+            if (*from..=*to).contains(&seq) && !chosen.iter().any(|c| &c.1 == summary_id) {
+                chosen.push((scope.clone(), summary_id.clone(), *from, *to));
             }
         }
     }
-    let count = reopened.len();
-    Ok((crate::memory::remove_ids(tx, &reopened)?, count))
+    // Overlapping summaries go with the ones chosen, until none is left overlapping.
+    loop {
+        let mut more = Vec::new();
+        for (scope, ranges) in &summaries {
+            for (summary_id, from, to) in ranges {
+                let overlaps = chosen.iter().any(|(s, _, f, t)| s == scope && from <= t && f <= to);
+                if overlaps && !chosen.iter().chain(&more).any(|c| &c.1 == summary_id) {
+                    more.push((scope.clone(), summary_id.clone(), *from, *to));
+                }
+            }
+        }
+        if more.is_empty() {
+            break;
+        }
+        chosen.extend(more);
+    }
+    for (scope, _, from, to) in &chosen {
+        tx.execute(
+            "UPDATE memories SET summarised = 0 WHERE kind = 'turn' AND scope = ?1 AND scope_id IS ?2 AND seq BETWEEN ?3 AND ?4",
+            rusqlite::params![scope.0, scope.1, from, to],
+        )?;
+    }
+    let ids: Vec<String> = chosen.into_iter().map(|c| c.1).collect();
+    let count = ids.len();
+    Ok((crate::memory::remove_ids(tx, &ids)?, count))
 }

@@ -115,11 +115,24 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
             Some(authored("updated", level.label(), id, name))
         }
         AuthorCommand::Delete { level, key, confirmed } => {
-            let (id, name, impact) = store.transaction(|tx| {
+            let bank = crate::memory::bank_for(ctx).ok();
+            let (id, name, impact, write) = store.transaction(|tx| {
                 let (id, name) = authoring::resolve(tx, level, &key)?;
+                // What their messages became goes with them, in the same transaction.
+                let (scenes, campaigns) = authoring::under(tx, level, &id)?;
                 let impact = authoring::delete(tx, level, &id, confirmed)?;
-                Ok((id, name, impact))
+                let mut write = crate::memory::MemoryWrite::default();
+                for scene in &scenes {
+                    write = write.and(crate::memory::remove_scene(tx, scene)?);
+                }
+                for campaign in &campaigns {
+                    write = write.and(crate::memory::remove_campaign(tx, campaign)?);
+                }
+                Ok((id, name, impact, write))
             })?;
+            if let Some(bank) = bank {
+                bank.publish(write);
+            }
             Some(AuthorEvent::Authored { action: "deleted".into(), kind: level.label().into(), id, name, impact: Some(impact) })
         }
         AuthorCommand::CastAdd { campaign, character: who } => {

@@ -98,6 +98,8 @@ pub struct SceneLeaf {
     pub id: String,
     pub name: String,
     pub rounds: u32,
+    pub description: String,
+    pub notes: String,
 }
 
 /// What deleting something takes with it, said before it happens.
@@ -259,6 +261,25 @@ pub fn impact(conn: &Connection, level: Level, id: &str) -> Result<Impact, Store
     })
 }
 
+/// The scenes and campaigns under a node (itself included), before it is deleted: their
+/// memories go with them.
+pub fn under(conn: &Connection, level: Level, id: &str) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    let list = |sql: &str| -> Result<Vec<String>, StoreError> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map([id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    };
+    Ok(match level {
+        Level::World => (
+            list("SELECT s.id FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id WHERE c.world_id = ?1")?,
+            list("SELECT id FROM campaigns WHERE world_id = ?1")?,
+        ),
+        Level::Campaign => (list("SELECT s.id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE a.campaign_id = ?1")?, vec![id.to_string()]),
+        Level::Arc => (list("SELECT id FROM scenes WHERE arc_id = ?1")?, Vec::new()),
+        Level::Scene => (vec![id.to_string()], Vec::new()),
+    })
+}
+
 /// Delete a world, campaign, arc or scene with everything under it. Unless `confirmed`,
 /// refused (changing nothing) when anything would go with it, saying what.
 pub fn delete(conn: &Connection, level: Level, id: &str, confirmed: bool) -> Result<Impact, StoreError> {
@@ -331,9 +352,9 @@ pub fn detach(conn: &Connection, level: LoreLevel, owner_id: &str, lorebook_id: 
 
 /// The whole library as a tree, each level sorted by name (arcs in their order).
 pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
-    let books = crate::interop::library::list(conn)?.1;
+    let books = crate::interop::library::lorebook_names(conn)?;
     let book_name = |id: String| {
-        let name = books.iter().find(|b| b.id == id).map(|b| b.name.clone()).unwrap_or_default();
+        let name = books.get(&id).cloned().unwrap_or_default();
         (id, name)
     };
     let ids = |sql: &str, key: &str| -> Result<Vec<String>, StoreError> {
@@ -386,9 +407,12 @@ pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
             let rows: Vec<(String, String, String)> =
                 stmt.query_map([&cid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
             for (aid, aname, anotes) in rows {
-                let mut stmt = conn.prepare_cached("SELECT id, name, rounds FROM scenes WHERE arc_id = ?1 ORDER BY created_at")?;
+                let mut stmt =
+                    conn.prepare_cached("SELECT id, name, rounds, description, notes FROM scenes WHERE arc_id = ?1 ORDER BY created_at")?;
                 let scenes = stmt
-                    .query_map([&aid], |r| Ok(SceneLeaf { id: r.get(0)?, name: r.get(1)?, rounds: r.get(2)? }))?
+                    .query_map([&aid], |r| {
+                        Ok(SceneLeaf { id: r.get(0)?, name: r.get(1)?, rounds: r.get(2)?, description: r.get(3)?, notes: r.get(4)? })
+                    })?
                     .collect::<Result<_, _>>()?;
                 arcs.push(ArcNode { id: aid, name: aname, notes: anotes, scenes });
             }
@@ -519,6 +543,16 @@ pub fn edit_state(conn: &Connection, campaign_id: &str, edit: &StateEdit) -> Res
         params![new_id(), campaign_id, scene_id, json, now],
     )?;
     Ok(())
+}
+
+/// Whether the campaign's state was edited by hand after `at` (RFC 3339): undoing a round
+/// older than such an edit would silently throw the edit away.
+pub fn edited_since(conn: &Connection, campaign_id: &str, at: &str) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM state_edits WHERE campaign_id = ?1 AND created_at > ?2)",
+        params![campaign_id, at],
+        |r| r.get(0),
+    )?)
 }
 
 /// The hand edits of a campaign, oldest first, with when they were made.

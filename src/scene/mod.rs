@@ -239,7 +239,9 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             let exists = ctx.store.with(|c| Ok(crate::memory::records::get(c, &memory_id)?.is_some()))?;
             let edit = match (&bank, exists) {
                 (Some(bank), true) => Some(bank.prepare_edit(&memory_id, &text).map_err(|e| SceneError::Invalid(e.to_string()))?),
-                _ => None,
+                // No bank: the memory's text still follows (its stale vector goes).
+                (None, true) => Some(crate::memory::PreparedEdit::text_only(&memory_id, &text)),
+                (_, false) => None,
             };
             let write = ctx.store.transaction(|tx| {
                 records::edit_message(tx, &scene_id, number, &text)?;

@@ -360,6 +360,11 @@ fn snapshot_before(conn: &Connection, close: &RoundClose) -> Result<serde_json::
     }))
 }
 
+/// The number the scene's next message gets.
+pub fn next_message_number(conn: &Connection, scene_id: &str) -> Result<u32, StoreError> {
+    Ok(conn.query_row("SELECT COALESCE(MAX(number), 0) + 1 FROM scene_messages WHERE scene_id = ?1", [scene_id], |r| r.get(0))?)
+}
+
 /// Take back the last closed round of `scene_id`: its messages go, and everything it
 /// wrote is put back exactly as it was. Returns the round and the ids of the memories
 /// its messages became (for the caller's memory write). Refused for a round the scene's
@@ -376,8 +381,23 @@ pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>
     if summary_round >= rounds {
         return Err(StoreError::Invalid(format!("round {rounds} is already part of the scene's summary and cannot be undone")));
     }
-    let before: Option<String> =
-        conn.query_row("SELECT before_json FROM scene_rounds WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds], |r| r.get(0))?;
+    let (before, closed_at): (Option<String>, String) = conn.query_row(
+        "SELECT before_json, created_at FROM scene_rounds WHERE scene_id = ?1 AND round = ?2",
+        params![scene_id, rounds],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    // The campaign's state is shared by its scenes and edited by hand: putting back what
+    // this round found would throw away whatever changed it since.
+    let changed_since: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM campaign_state WHERE campaign_id = ?1 AND updated_at > ?2)",
+        params![campaign_id, closed_at],
+        |r| r.get(0),
+    )?;
+    if changed_since || super::authoring::edited_since(conn, &campaign_id, &closed_at)? {
+        return Err(StoreError::Invalid(format!(
+            "round {rounds} cannot be undone: the campaign's state changed after it (another scene's round or an edit by hand)"
+        )));
+    }
     let before: serde_json::Value = match before {
         Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("round snapshot", e))?,
         None => return Err(StoreError::Invalid(format!("round {rounds} was closed before rounds could be undone"))),

@@ -142,7 +142,7 @@ impl CampaignsPanel {
                     }
                     for x in &a.scenes {
                         if s.level == Level::Scene && x.id == s.id {
-                            return (x.name.clone(), String::new(), String::new());
+                            return (x.name.clone(), x.description.clone(), x.notes.clone());
                         }
                     }
                 }

@@ -191,6 +191,11 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
     let state = last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
     assert_eq!(state["trackers"]["guild_alert"], "raised");
     assert_eq!(state["trackers"]["suspicion"], 1, "the round's own tracker is kept");
+    // Undoing the round now would throw the hand edit away: it is refused, and nothing moves.
+    let refused = cli.run(&["scene", "undo", &scene]).unwrap_err();
+    assert!(refused.contains("cannot be undone") && refused.contains("edit by hand"), "{refused}");
+    let state = last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
+    assert_eq!(state["trackers"]["guild_alert"], "raised");
     let out = dir.path().join("transcript.md");
     let exported = cli.ok(&["scene", "export", &scene, "--format", "markdown", "--out", out.to_str().unwrap()]);
     assert_eq!(last_event(&exported, "transcript_exported")["messages"], 4);
@@ -198,9 +203,16 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
     assert!(text.contains("# Under the Tavern") && text.contains("**Kit**: I put the black seal on the table."), "{text}");
     assert!(text.contains("**Bram Holloway**: Bram sets down the cask."), "{text}");
 
-    // Confirmed, the world goes with everything under it; the demo stays.
+    // Confirmed, the world goes with everything under it, its scenes' memories too; the demo stays.
+    let scene_memories = |store: &Store| -> i64 {
+        store
+            .with(|c| Ok(c.query_row("SELECT count(*) FROM memories WHERE id LIKE ?1", [format!("scene:{scene}:%")], |r| r.get(0))?))
+            .unwrap()
+    };
+    assert!(scene_memories(&store) > 0, "the round left memories");
     let deleted = cli.ok(&["world", "delete", "Vael", "--yes"]);
     assert_eq!(last_event(&deleted, "authored")["impact"]["scenes"], 1);
+    assert_eq!(scene_memories(&store), 0, "no memory of a deleted scene is left to be retrieved");
     let tree = last_event(&cli.ok(&["world", "list"]), "tree")["tree"].clone();
     let names: Vec<&str> = tree["worlds"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["The Saltmarsh Coast"]);

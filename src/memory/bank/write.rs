@@ -255,13 +255,21 @@ pub struct PreparedEdit {
 }
 
 impl PreparedEdit {
+    /// An edit with no vector (no memory bank could be opened): the old vector is dropped,
+    /// the new text is found by keyword until a `memory reindex`.
+    pub fn text_only(id: &str, text: &str) -> Self {
+        Self { id: id.to_string(), text: text.trim().to_string(), vector: None, keyword_only: Some("no memory bank".into()) }
+    }
+
     /// Stage 2: change the text in place (its keyword index follows by trigger), and
     /// replace its vector — or drop it, so no stale vector answers for the old text.
     /// The memory keeps its place in its session.
     pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+        use rusqlite::OptionalExtension;
         let rowid: i64 = tx
             .query_row("SELECT rowid FROM memories WHERE id = ?1", [&self.id], |r| r.get(0))
-            .map_err(|_| StoreError::NotFound(format!("memory {}", self.id)))?;
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound(format!("memory {}", self.id)))?;
         tx.execute("UPDATE memories SET text = ?2 WHERE rowid = ?1", rusqlite::params![rowid, self.text])?;
         let vectors = match self.vector {
             Some((v, model)) => {
@@ -298,10 +306,31 @@ impl MemoryBank {
 pub fn remove_ids(tx: &Connection, ids: &[String]) -> Result<MemoryWrite, StoreError> {
     let mut gone = Vec::new();
     for id in ids {
-        if let Some(rowid) = tx.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get::<_, i64>(0)).ok() {
+        use rusqlite::OptionalExtension;
+        if let Some(rowid) = tx.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get::<_, i64>(0)).optional()? {
             tx.execute("DELETE FROM memories WHERE rowid = ?1", [rowid])?;
             gone.push(rowid);
         }
     }
+    Ok(MemoryWrite { gone, ..Default::default() })
+}
+
+/// Stage 2 of forgetting what a scene's messages became (the scene is being deleted).
+pub fn remove_scene(tx: &Connection, scene_id: &str) -> Result<MemoryWrite, StoreError> {
+    remove_where(tx, "id LIKE ?1 ESCAPE '\\'", &format!("scene:{}:%", scene_id.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")))
+}
+
+/// Stage 2 of forgetting a campaign: every memory of its scope (the campaign is being
+/// deleted).
+pub fn remove_campaign(tx: &Connection, campaign_id: &str) -> Result<MemoryWrite, StoreError> {
+    remove_where(tx, "scope = 'campaign' AND scope_id = ?1", campaign_id)
+}
+
+fn remove_where(tx: &Connection, condition: &str, value: &str) -> Result<MemoryWrite, StoreError> {
+    let gone: Vec<i64> = tx
+        .prepare(&format!("SELECT rowid FROM memories WHERE {condition}"))?
+        .query_map([value], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    tx.execute(&format!("DELETE FROM memories WHERE {condition}"), [value])?;
     Ok(MemoryWrite { gone, ..Default::default() })
 }

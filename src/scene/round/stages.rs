@@ -61,18 +61,21 @@ pub(super) struct RoundDraft {
 impl RoundDraft {
     /// Read the scene and open the round with the user's message, if any.
     pub fn begin(ctx: &Context, scene_id: String, input: Option<String>, config: &SceneConfig) -> Result<Self, SceneError> {
-        let (view, notes, history, lore, lore_state) = ctx.store.with(|c| {
+        let (view, notes, history, lore, lore_state, next_number) = ctx.store.with(|c| {
             let view = records::load_view(c, &scene_id)?;
             let notes = records::load_notes(c, &scene_id)?;
             let stored = records::recent_messages(c, &scene_id, config.history_window)?;
             let lore = lore::campaign_lore(c, &view.campaign_id)?;
             let lore_state = lore::load_state(c, &scene_id)?;
-            Ok((view, notes, stored, lore, lore_state))
+            // From the store, not the history window: the round's memories are named
+            // after these numbers, and a short window must not reuse old ones.
+            let next_number = records::next_message_number(c, &scene_id)?;
+            Ok((view, notes, stored, lore, lore_state, next_number))
         })?;
         let mut draft = RoundDraft {
             seed: lore::seed_for(&scene_id),
             round: view.rounds + 1,
-            next_number: history.last().map(|m| m.number).unwrap_or(0) + 1,
+            next_number,
             active: view.active().map(|c| c.id.clone()).collect(),
             live: view.clone(),
             trackers: view.trackers.clone(),
