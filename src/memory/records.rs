@@ -256,13 +256,13 @@ pub fn load(conn: &Connection, rowids: &[i64]) -> Result<Vec<Memory>, StoreError
     Ok(out)
 }
 
-/// The memory with `id`, if any.
 /// Whether a summary already covers any memory written from `source` (a summary
 /// cannot be taken apart, so such memories are no longer undone).
 pub fn any_summarised(conn: &Connection, source: &str) -> Result<bool, StoreError> {
     Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM memories WHERE source = ?1 AND summarised = 1)", [source], |r| r.get(0))?)
 }
 
+/// The memory with `id`, if any.
 pub fn get(conn: &Connection, id: &str) -> Result<Option<Memory>, StoreError> {
     let rowid: Option<i64> = conn.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
     Ok(match rowid {

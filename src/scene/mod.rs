@@ -260,6 +260,10 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             let (scene_id, name) = ctx.store.transaction(|tx| {
                 let scene_id = records::resolve_scene(tx, &scene)?;
                 let character = crate::character::resolve(tx, &character)?;
+                // Muting someone the scene does not have would silently do nothing.
+                if records::load_view(tx, &scene_id)?.cast.iter().all(|c| c.id != character.id) {
+                    return Err(crate::store::StoreError::Invalid(format!("{} is not in the scene's cast", character.name)));
+                }
                 records::set_muted(tx, &scene_id, &character.id, muted)?;
                 Ok((scene_id, character.name))
             })?;

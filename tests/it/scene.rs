@@ -602,6 +602,22 @@ fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
     assert!(speakers(&forced).contains(&"Marguerite Siltborne".to_string()), "{:?}", speakers(&forced));
     run(&["scene", "unmute", &scene, "Marguerite Siltborne"]);
     assert!(!view(&store, &scene).cast.iter().any(|c| c.muted));
+    // Someone in the library but not in this scene cannot be muted in it.
+    store
+        .with(|c| {
+            c.execute(
+                "INSERT INTO characters(id, name, origin, created_at, updated_at) VALUES ('outsider', 'Pell Outsider', 'manual', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+                [],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    let refused = std::process::Command::new(bin)
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "scene", "mute", &scene, "Pell Outsider"])
+        .output()
+        .unwrap();
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not in the scene's cast"), "{}", String::from_utf8_lossy(&refused.stderr));
 
     // A transcript message edited by hand, and the memory it became with it.
     let first = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap()[0].clone();
