@@ -134,7 +134,8 @@ pub fn fit(
 /// will be allocated, so World Info's own budget rule (an overflow stops every later
 /// budgeted entry) decides, and the ledger names what it skipped.
 pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<'_>, lore_state: &mut ActivationState) -> Candidates {
-    let mut sections = candidates(input);
+    let mut notes = Vec::new();
+    let mut sections = candidates(input, &mut notes);
     let mut lore_held_back = Vec::new();
     if let Some(lore) = input.lore.filter(|l| !l.is_empty()) {
         let mut present: Vec<Section> = sections.iter().filter(|(_, items)| !items.is_empty()).map(|(s, _)| *s).collect();
@@ -160,7 +161,6 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
     }
     // Notes and lore are the user's and the cards' own text: their macros are resolved
     // for this call (character sheets were resolved per character in `candidates`).
-    let mut notes = Vec::new();
     let persona = Persona::of(input.view);
     let speaker = call_character(input);
     let ctx = macro_context(input, &persona, &speaker, None);
@@ -224,7 +224,8 @@ fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
 }
 
 /// Every candidate item of every section but lore (see [`gather`]), before budgets.
-pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem>> {
+/// What the macro engine cut or refused in a character sheet goes to `macro_notes`.
+pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> BTreeMap<Section, Vec<BudgetItem>> {
     let mut candidates: BTreeMap<Section, Vec<BudgetItem>> = BTreeMap::new();
 
     // Rounds the scene summary covers are told by the summary, not repeated verbatim.
@@ -320,6 +321,7 @@ pub fn candidates(input: &EnvelopeInput<'_>) -> BTreeMap<Section, Vec<BudgetItem
             let summary = member.summary();
             let expanded = expand(&summary, &macro_context(input, &persona, &member.name, Some(member)));
             text.push_str(&expanded.text);
+            macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
         }
         let state = state_line(member);
         if !state.is_empty() {
@@ -465,5 +467,38 @@ mod tests {
         let character = assemble(&config.budgets, 8192, &input(AgentKind::Character, Some(member)), &mut lore_state);
         let prompt = render(&templates, AgentKind::Character, &character, Some(member), &character_turn(&member.name)).unwrap();
         expect_test::expect_file!["snapshots/envelope_character.txt"].assert_eq(&show(&character, &prompt));
+    }
+
+    /// A card's sheet whose macro had to be limited says so in the call's notes, naming
+    /// whose sheet it was, the way notes and lore already do.
+    #[test]
+    fn a_limited_macro_in_a_sheet_is_noted_with_its_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let mut view = store.with(|c| records::load_view(c, &scene)).unwrap();
+        let name = view.cast[0].name.clone();
+        view.cast[0].sheet.insert("personality".into(), "Counts {{roll:5000d6}} gulls.".into());
+        let input = EnvelopeInput {
+            agent: AgentKind::Director,
+            view: &view,
+            notes: &Default::default(),
+            history: &[],
+            lore: None,
+            memories: &[],
+            character: None,
+            director_guidance: Vec::new(),
+            lore_scan_depth: 2,
+            message_number: 1,
+            seed: 7,
+        };
+        let gathered = gather(&crate::config::SceneConfig::default().budgets, 8192, &input, &mut Default::default());
+        let sheet = &gathered.sections[&Section::CharacterGuidance].iter().find(|i| i.id == format!("character {name}")).unwrap().text;
+        assert!(!sheet.contains("{{roll"), "the macro was expanded: {sheet}");
+        assert!(
+            gathered.notes.iter().any(|n| n.starts_with(&format!("{name}'s sheet:")) && n.contains("was limited")),
+            "{:?}",
+            gathered.notes
+        );
     }
 }
