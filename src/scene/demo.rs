@@ -198,8 +198,8 @@ mod tests {
         let wren = view.member_by_name("wren talloway").unwrap();
         assert_eq!(wren.state.location.as_deref(), Some("the lamp room"));
         assert!(wren.sheet["personality"].contains("stubborn"));
-        let lore = store.with(|c| records::campaign_lore(c, &view.campaign_id)).unwrap();
-        assert_eq!(lore.len(), 4);
+        let lore = store.with(|c| crate::scene::lore::campaign_lore(c, &view.campaign_id)).unwrap();
+        assert_eq!(lore.entries.len(), 4);
         assert_eq!(view.trackers["lamp_oil_hours"], 6);
     }
 }

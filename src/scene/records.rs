@@ -2,7 +2,6 @@
 //! transaction that closes a round.
 
 use super::model::{CastMember, CharacterState, MessageKind, SceneMessage, SceneSummary, SceneView};
-use crate::lorebook::LoreEntry;
 use crate::store::{StoreError, new_id, now_rfc3339};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -177,17 +176,6 @@ pub fn recent_messages(conn: &Connection, scene_id: &str, limit: u32) -> Result<
         out.push(SceneMessage { number, round, kind, character_id, speaker, content });
     }
     Ok(out)
-}
-
-/// The enabled entries of every lorebook linked to the campaign, in book order.
-pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Vec<LoreEntry>, StoreError> {
-    let mut stmt = conn.prepare("SELECT lorebook_id FROM campaign_lorebooks WHERE campaign_id = ?1 ORDER BY lorebook_id")?;
-    let books: Vec<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    let mut entries = Vec::new();
-    for book in books {
-        entries.extend(crate::interop::library::enabled_entries(conn, &book)?.1.into_iter().map(|(_, entry)| entry));
-    }
-    Ok(entries)
 }
 
 pub fn list_scenes(conn: &Connection) -> Result<Vec<SceneSummary>, StoreError> {
