@@ -65,7 +65,7 @@ fn find(ctx: &Context, character: &CharacterInfo, message: &str) -> Result<(Chat
 }
 
 /// Held while a message of this character's chat changes: no turn runs meanwhile.
-fn hold(ctx: &Context, character: &CharacterInfo) -> Result<crate::context::Job, CompanionError> {
+pub(super) fn hold(ctx: &Context, character: &CharacterInfo) -> Result<crate::context::Job, CompanionError> {
     ctx.jobs
         .try_start(turn_job(&character.id), &CancelToken::new())
         .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })

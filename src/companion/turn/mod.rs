@@ -299,23 +299,29 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
 }
 
 /// Take back the last exchange with its memory turns, in one transaction. Refused once
-/// a summary covers it (the summary cannot be taken apart).
+/// a summary covers it (the summary cannot be taken apart), and while a turn runs: the
+/// turn would commit onto the exchange being taken back.
 pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
+    let _job = control::hold(ctx, character)?;
     let bank = crate::memory::bank_for(ctx)?;
-    let Some(last) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, false))?.pop() else {
-        return Ok(None);
-    };
-    let summarised = ctx.store.with(|c| crate::memory::records::any_summarised(c, &format!("chat:{}", last.id)))?;
-    if summarised {
-        return Err(CompanionError::Invalid("the last exchange is already part of a summary memory and cannot be taken back".into()));
-    }
-    let write = ctx.store.transaction(|tx| {
+    let taken = ctx.store.transaction(|tx| {
+        let Some(last) = records::recent_turns(tx, &character.id, 1, false)?.pop() else {
+            return Ok(None);
+        };
+        // Checked inside the transaction, so a summary written meanwhile cannot slip in.
+        if crate::memory::records::any_summarised(tx, &format!("chat:{}", last.id))? {
+            return Err(crate::store::StoreError::Invalid(
+                "the last exchange is already part of a summary memory and cannot be taken back".into(),
+            ));
+        }
         let write = crate::memory::remove_source(tx, &format!("chat:{}", last.id))?;
         records::delete_last(tx, &character.id)?;
-        Ok(write)
+        Ok(Some((last.id, write)))
     })?;
-    bank.publish(write);
-    Ok(Some(last.id))
+    Ok(taken.map(|(id, write)| {
+        bank.publish(write);
+        id
+    }))
 }
 
 #[cfg(test)]
