@@ -511,3 +511,33 @@ fn the_scripted_demo_profile_answers_the_connection_test() {
     assert!(!completion.usage.reported);
     assert!(completion.usage.completion_tokens > 0);
 }
+
+/// A server that streams without ever ending a line (or an event) is cut off at the
+/// cap with a clear error; the tokens that came before it were streamed as usual.
+#[test]
+fn an_endless_line_or_event_ends_the_call_at_its_cap() {
+    use support::mock_http::Body;
+    for endless in [b"data: ".iter().copied().chain(std::iter::repeat_n(b'a', 3 << 20)).collect::<Vec<u8>>(), {
+        let line = format!("data: {}\n", "b".repeat(1000));
+        line.repeat(6000).into_bytes()
+    }] {
+        let key = Key::new("endless");
+        // The keep-alive, the role and the first fragment; never the stop.
+        let opening = OpenAi::stream(&FRAGMENTS[..1]);
+        let mut pieces = vec![stream_bytes(&opening[..3])];
+        pieces.extend(endless.chunks(64 << 10).map(<[u8]>::to_vec));
+        let server = api_server::<OpenAi>(&key, move |_, _| Action::Respond {
+            status: 200,
+            headers: vec![("Content-Type".into(), "text/event-stream".into())],
+            body: Body::Pieces { pieces: pieces.clone(), chunked: true, then: After::End },
+        });
+        let (result, streamed) = call(&client(&profile::<OpenAi>(&server, &key)), &request(true));
+        match result {
+            Err(LlmError::Malformed(message)) => {
+                assert!(message.contains("more than 4 MiB") || message.contains("longer than 1 MiB"), "{message}")
+            }
+            other => panic!("expected the stream to be refused, got {other:?}"),
+        }
+        assert_eq!(streamed, FRAGMENTS[0], "what came before the runaway was streamed");
+    }
+}

@@ -213,12 +213,21 @@ impl HttpResponse {
     ) -> Result<StreamEnd, LlmError> {
         let mut parser = SseParser::new();
         let mut events = Vec::new();
+        let mut read = 0usize;
         while let Some(chunk) = self.next_chunk()? {
+            read = read.saturating_add(chunk.len());
             parser.feed(&chunk, &mut events);
             for event in events.drain(..) {
                 if on_event(event)? {
                     return Ok(StreamEnd::Finished);
                 }
+            }
+            // Events already delivered stand; what is past a cap is refused, not kept.
+            if let Some(why) = parser.overflow() {
+                return Err(LlmError::Malformed(format!("the event stream was refused: {why}")));
+            }
+            if read > MAX_BODY {
+                return Err(LlmError::Malformed(format!("the event stream ran past {} MiB", MAX_BODY >> 20)));
             }
         }
         Ok(StreamEnd::Eof { inside_event: parser.has_partial_event() })

@@ -29,9 +29,17 @@ pub struct SseParser {
     id: Option<String>,
     /// Any field line has been read since the last dispatch.
     fields_pending: bool,
+    /// Why the stream was refused: a line or an event past its cap. Once set, nothing
+    /// more is read.
+    overflow: Option<String>,
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The longest line kept: a server that streams without a newline must not fill memory.
+pub const MAX_LINE: usize = 1 << 20;
+/// The most data one event may carry.
+pub const MAX_EVENT: usize = 4 << 20;
 
 impl SseParser {
     pub fn new() -> Self {
@@ -40,6 +48,9 @@ impl SseParser {
 
     /// Feed the next piece of the stream; complete events are appended to `out`.
     pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+        if self.overflow.is_some() {
+            return;
+        }
         if !self.bom_checked {
             // The BOM may itself be split across pieces: wait until three bytes are in.
             self.line.extend_from_slice(bytes);
@@ -78,6 +89,20 @@ impl SseParser {
             }
         }
         self.line.extend_from_slice(bytes);
+        if self.line.len() > MAX_LINE {
+            self.refuse(format!("a line is longer than {} MiB", MAX_LINE >> 20));
+        }
+    }
+
+    /// Why the stream was refused, if it was: the caller ends the call with this.
+    pub fn overflow(&self) -> Option<&str> {
+        self.overflow.as_deref()
+    }
+
+    fn refuse(&mut self, why: String) {
+        self.line = Vec::new();
+        self.data = String::new();
+        self.overflow.get_or_insert(why);
     }
 
     /// Whether the stream so far ends inside an event: an unfinished line, or fields
@@ -89,6 +114,12 @@ impl SseParser {
     }
 
     fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+        if self.overflow.is_some() {
+            return;
+        }
+        if line.len() > MAX_LINE {
+            return self.refuse(format!("a line is longer than {} MiB", MAX_LINE >> 20));
+        }
         if line.is_empty() {
             self.dispatch(out);
             return;
@@ -116,6 +147,9 @@ impl SseParser {
                 self.data.push_str(value);
                 self.has_data = true;
                 self.fields_pending = true;
+                if self.data.len() > MAX_EVENT {
+                    self.refuse(format!("an event carries more than {} MiB", MAX_EVENT >> 20));
+                }
             }
             "id" if !value.contains('\0') => {
                 self.id = Some(value.to_string());
