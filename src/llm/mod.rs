@@ -122,8 +122,9 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Both counts; saturates, since a server may report any number.
     pub fn total(&self) -> u32 {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 }
 

@@ -158,7 +158,7 @@ impl IdentityPanels {
             return;
         };
         ui.separator();
-        let tokens: u32 = view.checkpoints.iter().flat_map(|c| &c.versions).map(|v| v.usage.total()).sum();
+        let tokens: u64 = view.checkpoints.iter().flat_map(|c| &c.versions).map(|v| u64::from(v.usage.total())).sum();
         ui.label(format!(
             "{} — {} — mode {} — {} regenerations — {} tokens",
             view.run.name,

@@ -108,6 +108,11 @@ fn any_query_text_is_valid_and_never_errors() {
     }
     let hits = bank.search(&SearchRequest::new("\"lighthouse\" AND (kettle", 5)).unwrap();
     assert_eq!(hits[0].id, "t1");
+    // Any k is valid: an absurd one is capped, not allocated.
+    for mode in [SearchMode::Keyword, SearchMode::Hybrid] {
+        let all = bank.search(&SearchRequest { mode, ..SearchRequest::new("lighthouse", usize::MAX) });
+        assert!(all.as_ref().is_ok_and(|hits| !hits.is_empty()), "{mode:?}: {all:?}");
+    }
 }
 
 #[test]

@@ -113,8 +113,9 @@ fn count(value: Option<&Value>) -> Option<u32> {
 /// prompt cache.
 fn input_tokens(usage: &Value) -> Option<u32> {
     let fresh = count(usage.get("input_tokens"))?;
-    let cached = count(usage.get("cache_creation_input_tokens")).unwrap_or(0)
-        + count(usage.get("cache_read_input_tokens")).unwrap_or(0);
+    let cached = count(usage.get("cache_creation_input_tokens"))
+        .unwrap_or(0)
+        .saturating_add(count(usage.get("cache_read_input_tokens")).unwrap_or(0));
     Some(fresh.saturating_add(cached))
 }
 
@@ -207,6 +208,16 @@ fn stream_error(data: &Value) -> LlmError {
 mod tests {
     use super::*;
     use crate::llm::{CancelToken, ChatMessage};
+
+    /// A server may report any count: the sums saturate instead of overflowing.
+    #[test]
+    fn absurd_reported_counts_saturate() {
+        let usage = serde_json::json!({"input_tokens": 4_000_000_000u64, "cache_creation_input_tokens": 4_000_000_000u64,
+                                       "cache_read_input_tokens": u64::MAX});
+        assert_eq!(input_tokens(&usage), Some(u32::MAX));
+        let usage = crate::llm::Usage { prompt_tokens: u32::MAX, completion_tokens: 7, reported: true };
+        assert_eq!(usage.total(), u32::MAX);
+    }
 
     #[test]
     fn system_goes_top_level_and_turns_are_merged() {

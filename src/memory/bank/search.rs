@@ -176,6 +176,15 @@ impl MemoryBank {
     /// Search with a query vector computed by the caller (benchmarks with synthetic
     /// vectors; callers that embed once and search several scopes).
     pub fn search_with_vector(&self, request: &SearchRequest, query_vector: Option<&[f32]>) -> Result<Vec<RetrievalHit>, MemoryError> {
+        // Whatever a caller asks for, one search returns at most this many hits.
+        const MAX_K: usize = 1000;
+        let capped;
+        let request = if request.k > MAX_K {
+            capped = SearchRequest { k: MAX_K, ..request.clone() };
+            &capped
+        } else {
+            request
+        };
         let config = self.config().retrieval;
         let n = config.candidates.max(request.k);
         let keyword = match request.mode {
