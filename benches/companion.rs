@@ -118,6 +118,7 @@ fn library(n: usize) -> Library {
                             elapsed_ms: 0,
                             swipes: Vec::new(),
                             swipe: 0,
+                            file: None,
                         },
                     )?;
                 }
@@ -163,6 +164,8 @@ fn packet_benches(c: &mut Criterion) {
             PacketInput {
                 character: &lib.character,
                 user_name: &config.user_name,
+                persona: "",
+                greeting: None,
                 input: text,
                 now: chrono::Utc::now(),
                 last_chat_at: state.last_chat_at.as_deref(),

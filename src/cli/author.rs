@@ -139,11 +139,15 @@ pub enum PersonaVerb {
         description: Option<String>,
     },
     List,
-    /// Play this persona in a campaign's scenes (`--none`: nobody in particular).
+    /// Play this persona in a campaign's scenes or in the chat with one character
+    /// (`--none`: nobody in particular).
     Use {
         persona: Option<String>,
+        #[arg(long, required_unless_present = "chat", conflicts_with = "chat")]
+        campaign: Option<String>,
+        /// The character whose one-to-one chat this persona plays in.
         #[arg(long)]
-        campaign: String,
+        chat: Option<String>,
         #[arg(long, conflicts_with = "persona")]
         none: bool,
     },
@@ -323,11 +327,15 @@ pub fn persona(engine: &EngineHandle, verb: PersonaVerb, json: bool) -> Result<E
         PersonaVerb::New { name, description } => AuthorCommand::NewPersona { name, description },
         PersonaVerb::Edit { persona, name, description } => AuthorCommand::EditPersona { persona, name, description },
         PersonaVerb::List => AuthorCommand::Personas,
-        PersonaVerb::Use { persona, campaign, none } => {
+        PersonaVerb::Use { persona, campaign, chat, none } => {
             if persona.is_none() && !none {
                 bail!("name the persona, or pass --none");
             }
-            AuthorCommand::UsePersona { campaign, persona }
+            match (campaign, chat) {
+                (Some(campaign), _) => AuthorCommand::UsePersona { campaign, persona },
+                (None, Some(character)) => return super::chat::use_persona(engine, character, persona, json),
+                (None, None) => bail!("say where: --campaign CAMPAIGN or --chat CHARACTER"),
+            }
         }
         PersonaVerb::Delete { persona } => AuthorCommand::DeletePersona { persona },
     };

@@ -49,11 +49,48 @@ pub enum ChatVerb {
         #[arg(long)]
         character: String,
     },
-    /// Choose swipe N (0-based) of the last reply.
+    /// Extend the last reply: the model writes on from where it stops.
+    Continue {
+        #[arg(long)]
+        character: String,
+    },
+    /// Choose swipe N (0-based) of the last reply (before the first exchange: the greeting).
     Swipe {
         #[arg(long)]
         character: String,
         index: usize,
+    },
+    /// Branch at a message: the chat as it is is saved; this chat keeps what came up to it.
+    Branch {
+        #[arg(long)]
+        character: String,
+        #[arg(long)]
+        message: String,
+    },
+    /// List the chats put aside for a character (branch originals, replaced chats).
+    Chats {
+        #[arg(long)]
+        character: String,
+    },
+    /// Play a saved chat; the chat being played is saved in its place.
+    Open {
+        #[arg(long)]
+        character: String,
+        chat: String,
+    },
+    /// Import a SillyTavern chat file (.jsonl) as the character's chat (the chat it
+    /// replaces is saved).
+    Import {
+        file: std::path::PathBuf,
+        #[arg(long)]
+        character: String,
+    },
+    /// Write the character's chat as a SillyTavern chat file (.jsonl, swipes included).
+    Export {
+        #[arg(long)]
+        character: String,
+        #[arg(long)]
+        out: std::path::PathBuf,
     },
     /// Change a message's text (ids from `chat history --json`).
     Edit {
@@ -72,6 +109,13 @@ pub enum ChatVerb {
         #[arg(long)]
         and_after: bool,
     },
+}
+
+/// Play `persona` in the chat with `character` (`None`: the configured name).
+pub fn use_persona(engine: &EngineHandle, character: String, persona: Option<String>, json: bool) -> Result<ExitCode> {
+    engine.send(Command::Companion(CompanionCommand::UsePersona { character, persona })).map_err(|e| anyhow!(e))?;
+    changed(engine, json)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Wait for a message change to be stored; print it (as JSON with `json`).
@@ -96,7 +140,8 @@ fn changed(engine: &EngineHandle, json: bool) -> Result<()> {
     } else if let CompanionEvent::Changed { action, turn, deleted, .. } = event {
         match turn {
             Some(t) => println!("\n{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
-            None => println!("{action} {} exchange(s)", deleted.len()),
+            None if action == "deleted" => println!("{action} {} exchange(s)", deleted.len()),
+            None => println!("{action}"),
         }
     }
     Ok(())
@@ -123,22 +168,84 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
         ChatVerb::Repl { character } => repl(engine, &character)?,
         ChatVerb::History { character, limit } => {
             send(CompanionCommand::History { character, limit })?;
-            let (name, turns, greeting) = wait(engine, QUICK_LIMIT, |e| match e {
-                CompanionEvent::History { name, turns, greeting, .. } => Some((name.clone(), turns.clone(), greeting.clone())),
+            let (name, turns, greeting, greetings, chosen, user) = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::History { name, turns, greeting, greetings, greeting_swipe, user, .. } => {
+                    Some((name.clone(), turns.clone(), greeting.clone(), greetings.clone(), *greeting_swipe, user.name.clone()))
+                }
                 _ => None,
             })?;
             if json {
-                let messages = crate::companion::turn::control::messages(&turns);
+                let messages = crate::companion::turn::control::messages(&turns, Some((&greetings, chosen)));
                 println!("{}", serde_json::to_string(&messages)?);
             } else {
                 if let Some(greeting) = greeting.filter(|_| turns.first().is_none_or(|t| t.seq <= 1)) {
                     println!("{name}: {greeting}");
                 }
-                print_history(&name, &turns);
+                print_history(&user, &name, &turns);
             }
         }
         ChatVerb::Regenerate { character } => {
             send(CompanionCommand::Regenerate { character })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::Branch { character, message } => {
+            send(CompanionCommand::Branch { character, message })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::Open { character, chat } => {
+            send(CompanionCommand::Open { character, chat })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::Chats { character } => {
+            send(CompanionCommand::Chats { character })?;
+            let saved = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::Chats { saved, .. } => Some(saved.clone()),
+                _ => None,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&saved)?);
+            } else if saved.is_empty() {
+                println!("no saved chats");
+            } else {
+                for c in saved {
+                    println!("{}  {}  ({} exchanges, saved {})", c.id, c.title, c.turns, c.saved_at);
+                }
+            }
+        }
+        ChatVerb::Import { file, character } => {
+            let path = std::path::absolute(&file)?;
+            send(CompanionCommand::Import { character, path })?;
+            let imported = wait(engine, TURN_LIMIT, |e| match e {
+                CompanionEvent::Imported { imported, .. } => Some(imported.clone()),
+                _ => None,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&imported)?);
+            } else {
+                println!("imported {} exchange(s) from {}", imported.exchanges, file.display());
+                if let Some(saved) = &imported.saved {
+                    println!("the chat it replaced is saved as {saved} (`chat open`)");
+                }
+                for note in &imported.notes {
+                    println!("note: {note}");
+                }
+            }
+        }
+        ChatVerb::Export { character, out } => {
+            let path = std::path::absolute(&out)?;
+            send(CompanionCommand::Export { character, path })?;
+            let (path, bytes) = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::Exported { path, bytes, .. } => Some((path.clone(), *bytes)),
+                _ => None,
+            })?;
+            if json {
+                println!("{}", serde_json::json!({ "path": path, "bytes": bytes }));
+            } else {
+                println!("wrote {} ({bytes} bytes)", path.display());
+            }
+        }
+        ChatVerb::Continue { character } => {
+            send(CompanionCommand::Continue { character })?;
             changed(engine, json)?;
         }
         ChatVerb::Swipe { character, index } => {
@@ -239,9 +346,9 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
     Ok(turn)
 }
 
-fn print_history(name: &str, turns: &[ChatTurn]) {
+fn print_history(user: &str, name: &str, turns: &[ChatTurn]) {
     for t in turns {
-        println!("[{}] you: {}", t.at, t.user_text);
+        println!("[{}] {user}: {}", t.at, t.user_text);
         println!("[{}] {name}: {}", t.at, t.reply);
     }
 }
@@ -263,11 +370,11 @@ fn repl(engine: &EngineHandle, character: &str) -> Result<()> {
             }
             "/history" => {
                 send(CompanionCommand::History { character: character.to_string(), limit: 50 })?;
-                let (name, turns) = wait(engine, QUICK_LIMIT, |e| match e {
-                    CompanionEvent::History { name, turns, .. } => Some((name.clone(), turns.clone())),
+                let (name, turns, user) = wait(engine, QUICK_LIMIT, |e| match e {
+                    CompanionEvent::History { name, turns, user, .. } => Some((name.clone(), turns.clone(), user.name.clone())),
                     _ => None,
                 })?;
-                print_history(&name, &turns);
+                print_history(&user, &name, &turns);
             }
             _ => {
                 send(CompanionCommand::Send { character: character.to_string(), text: text.to_string(), now: None })?;

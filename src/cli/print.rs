@@ -81,6 +81,20 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::MessageEdited { number, .. } => writeln!(out, "message {number} edited"),
         E::RoundUndone { round, .. } => writeln!(out, "round {round} taken back; the scene is as it was before it"),
         E::Muted { name, muted, .. } => writeln!(out, "{name} {}", if *muted { "muted: the Director cannot pick them" } else { "may act again" }),
+        E::Alternatives { alternatives, .. } => {
+            if alternatives.is_empty() {
+                writeln!(out, "no kept rounds")?;
+            }
+            for a in alternatives {
+                writeln!(out, "{}  round {}  kept {}  {}", a.id, a.round, a.saved_at, a.preview)?;
+            }
+            Ok(())
+        }
+        E::AlternativeChosen { round, kept, .. } => match kept {
+            Some(id) => writeln!(out, "round {round} is the kept version now; the one it replaced is kept as {id}"),
+            None => writeln!(out, "round {round} is the kept version now"),
+        },
+        E::RedoFailed { round, message, .. } => writeln!(out, "the redo failed ({message}); round {round} is back as it was"),
         E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
         E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),
         E::State { view } => print_state(out, view),

@@ -27,6 +27,13 @@ pub enum SceneVerb {
     },
     /// Take back the last round exactly: messages, states, trackers, facts, time, lore timers, memories.
     Undo { scene: String },
+    /// Play the last round again from the same input; the old round is kept as an
+    /// alternative (`scene alternatives`, `scene use-alternative`).
+    Redo { scene: String },
+    /// List the rounds kept by redos.
+    Alternatives { scene: String },
+    /// Play a kept round in place of the round with its number (which is kept in turn).
+    UseAlternative { scene: String, id: String },
     /// Keep a character from being picked to act.
     Mute { scene: String, character: String },
     Unmute { scene: String, character: String },
@@ -135,6 +142,27 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         SceneVerb::Undo { scene } => {
             send(SceneCommand::Undo { scene })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::RoundUndone { .. }))
+        }
+        SceneVerb::Redo { scene } => {
+            send(SceneCommand::Redo { scene })?;
+            drive(engine, json, ROUND_LIMIT, |event| {
+                is_error(event).or_else(|| match event {
+                    Event::Scene(SceneEvent::RedoFailed { round, message, .. }) => {
+                        Some(Err(anyhow!("the redo failed ({message}); round {round} is back as it was")))
+                    }
+                    Event::Scene(SceneEvent::Alternatives { .. }) => Some(Ok(())),
+                    _ => None,
+                })
+            })??;
+            Ok(ExitCode::SUCCESS)
+        }
+        SceneVerb::Alternatives { scene } => {
+            send(SceneCommand::Alternatives { scene })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Alternatives { .. }))
+        }
+        SceneVerb::UseAlternative { scene, id } => {
+            send(SceneCommand::UseAlternative { scene, id })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Alternatives { .. }))
         }
         SceneVerb::Mute { scene, character } => {
             send(SceneCommand::Mute { scene, character, muted: true })?;

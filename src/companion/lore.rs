@@ -60,7 +60,7 @@ pub fn activate_for_turn(
         character_description: field("description"),
         character_personality: field("personality"),
         scenario: field("scenario"),
-        character: Some(CharacterRef { name: &character.name, tags: Vec::new() }),
+        character: Some(CharacterRef { name: &character.name, tags: character.card.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
     };
     let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(token_budget), ..Default::default() };

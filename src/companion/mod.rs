@@ -6,6 +6,8 @@
 //! the user, a cut-off stream, a failed provider or a cancel stores nothing at all — not
 //! the exchange, not its memory turns, not the proximity change, not the clock.
 
+pub mod chat_file;
+pub mod chats;
 pub mod demo;
 pub mod lore;
 pub mod model;
@@ -54,12 +56,27 @@ pub enum CompanionCommand {
     Undo { character: String },
     /// Draw the last reply again, keeping every draw as a swipe.
     Regenerate { character: String },
-    /// Choose swipe `index` (0-based) of the last reply.
+    /// Extend the last reply: the model writes on from where it stops.
+    Continue { character: String },
+    /// Choose swipe `index` (0-based) of the last reply (before the first exchange: the greeting).
     Swipe { character: String, index: usize },
+    /// Play a persona in this chat (`None`: the configured name).
+    UsePersona { character: String, persona: Option<String> },
     /// Change the text of a message (`{turn}-u` or `{turn}-r`, see `chat history --json`).
     Edit { character: String, message: String, text: String },
     /// Delete the exchange of a message, or with `and_after` it and everything after it.
     Delete { character: String, message: String, and_after: bool },
+    /// Branch at a message: the chat as it is is put aside whole; the chat being played
+    /// keeps the exchanges up to that message's.
+    Branch { character: String, message: String },
+    /// Report the chats put aside for a character as [`CompanionEvent::Chats`].
+    Chats { character: String },
+    /// Play a saved chat; the chat being played is put aside.
+    Open { character: String, chat: String },
+    /// Import a SillyTavern chat file (`.jsonl`) as the chat being played.
+    Import { character: String, path: std::path::PathBuf },
+    /// Write the chat being played as a SillyTavern chat file.
+    Export { character: String, path: std::path::PathBuf },
     /// Add the demo character if the library does not have it.
     Demo,
 }
@@ -72,9 +89,15 @@ pub enum CompanionEvent {
         character_id: String,
         name: String,
         turns: Vec<ChatTurn>,
-        /// The card's greeting, macros resolved: the chat's first message.
+        /// The chosen greeting, macros resolved: the chat's first message.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         greeting: Option<String>,
+        /// Every greeting of the card (the first message's swipes) and the chosen one.
+        greetings: Vec<String>,
+        greeting_swipe: u32,
+        /// Who the user plays in this chat, and the personas there are to choose from.
+        user: records::ChatUser,
+        personas: Vec<crate::character::Persona>,
         /// The card creator's notes, for the user to read; never sent to a model.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         creator_notes: String,
@@ -96,9 +119,30 @@ pub enum CompanionEvent {
     /// Messages changed by hand or redrawn (`action`: regenerated, swiped, edited,
     /// deleted): `turn` is the exchange as it now is, `deleted` the exchanges removed.
     Changed { character_id: String, action: String, turn: Option<Box<ChatTurn>>, deleted: Vec<String> },
+    /// The chats put aside for a character, newest first.
+    Chats { character_id: String, saved: Vec<chats::SavedChat> },
+    /// A chat file was read in as the chat being played.
+    Imported { character_id: String, imported: chats::Imported },
+    /// The chat was written as a chat file.
+    Exported { character_id: String, path: std::path::PathBuf, bytes: usize },
     /// Everything a message set off is done (the turn, then the summarisation cycle).
     Idle { character_id: String },
     DemoReady { character_id: Option<String> },
+}
+
+/// A chat file's text, refused before reading when it is too large to be a chat.
+fn read_chat_file(path: &std::path::Path) -> Result<String, CompanionError> {
+    let cannot = |e: std::io::Error| CompanionError::Invalid(format!("cannot read {}: {e}", path.display()));
+    let size = std::fs::metadata(path).map_err(cannot)?.len();
+    if size > chat_file::MAX_FILE_BYTES {
+        return Err(CompanionError::Invalid(format!(
+            "{} is {size} bytes; a chat file may be at most {} bytes",
+            path.display(),
+            chat_file::MAX_FILE_BYTES
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(cannot)?;
+    String::from_utf8(bytes).map_err(|e| CompanionError::Invalid(format!("{} is not UTF-8 text: {e}", path.display())))
 }
 
 /// The job key of a character's chat turn: one turn per character at a time, and a
@@ -131,19 +175,38 @@ pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
 
 fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), CompanionError> {
     let emit = |e: CompanionEvent| ctx.emit(e);
+    let command_is_continue = matches!(command, CompanionCommand::Continue { .. });
     match command {
         CompanionCommand::List => emit(CompanionEvent::Characters { characters: ctx.store.with(records::list)? }),
         CompanionCommand::History { character, limit } => {
             let reader = ctx.store.reader()?;
             let info = records::resolve_character(&reader, &character)?;
             let turns = records::recent_turns(&reader, &info.id, limit, true)?;
-            let user = ctx.config().companion.user_name;
-            let macros = crate::prompting::MacroContext { char: &info.name, user: &user, stable_seed: &info.id, ..Default::default() };
-            let greeting = Some(info.card.first_mes.trim())
-                .filter(|g| !g.is_empty())
-                .map(|g| crate::prompting::expand(g, &macros).text);
+            let state = records::load_state(&reader, &info.id)?;
+            let user = records::chat_user(&reader, &state, &ctx.config().companion.user_name)?;
+            let personas = crate::character::personas(&reader)?;
+            let macros = crate::prompting::MacroContext {
+                char: &info.name,
+                user: &user.name,
+                persona: &user.description,
+                stable_seed: &info.id,
+                ..Default::default()
+            };
+            let (opening, greeting_swipe) = records::chat_greetings(&state, &info.card);
+            let greetings: Vec<String> = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+            let greeting = greetings.get(greeting_swipe as usize).filter(|g| !g.is_empty()).cloned();
             let creator_notes = info.card.creator_notes.clone();
-            emit(CompanionEvent::History { character_id: info.id, name: info.name, turns, greeting, creator_notes });
+            emit(CompanionEvent::History {
+                character_id: info.id,
+                name: info.name,
+                turns,
+                greeting,
+                greetings,
+                greeting_swipe,
+                user,
+                personas,
+                creator_notes,
+            });
         }
         CompanionCommand::Send { character, text, now } => {
             // A failed turn is reported with its character so the chat shows it in place.
@@ -163,15 +226,51 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             let turn_id = turn::undo(ctx, &info)?;
             emit(CompanionEvent::Undone { character_id: info.id, turn_id });
         }
+        CompanionCommand::Branch { character, message } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let saved = chats::branch(ctx, &info, &message)?;
+            emit(CompanionEvent::Changed { character_id: info.id, action: format!("branched (the original is saved chat {saved})"), turn: None, deleted: Vec::new() });
+        }
+        CompanionCommand::Chats { character } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let saved = ctx.store.with(|c| chats::saved(c, &info.id))?;
+            emit(CompanionEvent::Chats { character_id: info.id, saved });
+        }
+        CompanionCommand::Open { character, chat } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let put = chats::open(ctx, &info, &chat)?;
+            let action = match put {
+                Some(id) => format!("opened (the chat before is saved chat {id})"),
+                None => "opened".into(),
+            };
+            emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
+        }
+        CompanionCommand::Import { character, path } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let text = read_chat_file(&path)?;
+            let source = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
+            let imported = chats::import(ctx, &info, &text, &source)?;
+            emit(CompanionEvent::Imported { character_id: info.id, imported });
+        }
+        CompanionCommand::Export { character, path } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let text = chats::export(ctx, &info)?;
+            crate::interop::library::write_atomically(&path, text.as_bytes()).map_err(|e| CompanionError::Invalid(e.to_string()))?;
+            emit(CompanionEvent::Exported { character_id: info.id, path, bytes: text.len() });
+        }
         CompanionCommand::Demo => {
             let character_id = demo::ensure(&ctx.store)?;
             emit(CompanionEvent::DemoReady { character_id });
         }
-        CompanionCommand::Regenerate { character } => {
+        CompanionCommand::Regenerate { character } | CompanionCommand::Continue { character } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
-            match turn::control::regenerate(ctx, &info, &CancelToken::new()) {
+            let (mode, action) = match command_is_continue {
+                true => (turn::control::Redraw::Continue, "continued"),
+                false => (turn::control::Redraw::Swipe, "regenerated"),
+            };
+            match turn::control::redraw(ctx, &info, mode, &CancelToken::new()) {
                 Ok(turn) => {
-                    let changed = CompanionEvent::Changed { character_id: info.id.clone(), action: "regenerated".into(), turn: Some(Box::new(turn)), deleted: Vec::new() };
+                    let changed = CompanionEvent::Changed { character_id: info.id.clone(), action: action.into(), turn: Some(Box::new(turn)), deleted: Vec::new() };
                     emit(changed);
                 }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => emit(CompanionEvent::Cancelled { character_id: info.id.clone() }),
@@ -182,7 +281,17 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
         CompanionCommand::Swipe { character, index } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let turn = turn::control::choose_swipe(ctx, &info, index)?;
-            emit(CompanionEvent::Changed { character_id: info.id, action: "swiped".into(), turn: Some(Box::new(turn)), deleted: Vec::new() });
+            let action = if turn.is_some() { "swiped" } else { "greeting" };
+            emit(CompanionEvent::Changed { character_id: info.id, action: action.into(), turn: turn.map(Box::new), deleted: Vec::new() });
+        }
+        CompanionCommand::UsePersona { character, persona } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let found = turn::control::use_persona(ctx, &info, persona.as_deref())?;
+            let action = match found {
+                Some(p) => format!("persona {}", p.name),
+                None => "persona none".into(),
+            };
+            emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
         }
         CompanionCommand::Edit { character, message, text } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;

@@ -95,6 +95,31 @@ pub struct ChatState {
     pub session: Option<String>,
     pub last_chat_at: Option<String>,
     pub turns: u32,
+    /// Which greeting opens the chat: 0 the card's `first_mes`, n its n-th alternate.
+    #[serde(default)]
+    pub greeting: u32,
+    /// The persona the user plays in this chat (`None`: `[companion] user_name`).
+    #[serde(default)]
+    pub persona_id: Option<String>,
+    /// An imported chat file's header and opening messages, as read (see `chat_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<serde_json::Value>,
+}
+
+/// Who the user is in a chat: the chat's persona, or the configured name.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatUser {
+    pub name: String,
+    /// The persona's description (empty without a persona); `{{persona}}` and the packet.
+    pub description: String,
+    pub persona_id: Option<String>,
+}
+
+/// The greetings of a card in swipe order: `first_mes`, then the alternates.
+pub fn greetings(card: &crate::character::CardText) -> Vec<String> {
+    let mut all = vec![card.first_mes.trim().to_string()];
+    all.extend(card.alternate_greetings.iter().map(|g| g.trim().to_string()));
+    if all.iter().all(String::is_empty) { Vec::new() } else { all }
 }
 
 /// One committed exchange.
@@ -122,4 +147,7 @@ pub struct ChatTurn {
     pub swipes: Vec<String>,
     #[serde(default)]
     pub swipe: u32,
+    /// The chat-file objects an imported exchange came from (see `chat_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<serde_json::Value>,
 }

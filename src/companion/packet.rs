@@ -22,6 +22,10 @@ use serde::Serialize;
 pub struct PacketInput<'a> {
     pub character: &'a CharacterInfo,
     pub user_name: &'a str,
+    /// The user's persona description (empty: no persona block).
+    pub persona: &'a str,
+    /// The chosen greeting, as written on the card (`None`: the card has none).
+    pub greeting: Option<&'a str>,
     pub input: &'a str,
     pub now: DateTime<Utc>,
     pub last_chat_at: Option<&'a str>,
@@ -32,7 +36,8 @@ pub struct PacketInput<'a> {
     /// Memories for the memory bank; empty when memory is not relevant to this turn.
     pub memories: &'a [RetrievalHit],
     pub max_context_tokens: u32,
-    /// Set when a previous draw was discarded: said in the trigger.
+    /// Said in the trigger: why a previous draw was discarded, or that the last reply
+    /// is being continued.
     pub retry_note: Option<&'a str>,
     pub notes: Vec<String>,
 }
@@ -45,6 +50,7 @@ struct Context<'a> {
     examples: Vec<String>,
     post_history: String,
     persona: Vec<String>,
+    user_persona: String,
     lore: Vec<String>,
     now: String,
     since: String,
@@ -102,8 +108,9 @@ fn distance_text(state: Proximity, name: &str, user: &str) -> String {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 9] = [
+pub(crate) const TAGS: [&str; 10] = [
     "system_directive",
+    "user_persona",
     "example_dialogue",
     "lore",
     "temporal_data",
@@ -126,6 +133,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let macros = MacroContext {
         char: name,
         user,
+        persona: input.persona,
         description: field("description"),
         personality: field("personality"),
         scenario: field("scenario"),
@@ -188,7 +196,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // The card's greeting opens the conversation: it is the oldest message while the
     // history reaches back to the first exchange (and the first to go when it is cut).
     let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
-    let greeting = (from_the_start && !card.first_mes.trim().is_empty()).then(|| resolve(card.first_mes.trim()));
+    let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
     let history_items = greeting
         .map(|g| item("greeting".into(), format!("[{name}]: {g}"), 0.0))
         .into_iter()
@@ -200,6 +208,9 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // shows it over budget.
     let input_budget = budget(b.input, max);
 
+    // Who the user plays: the persona's own words, macros resolved.
+    let persona_text = input.persona.trim();
+    let user_persona = if persona_text.is_empty() { String::new() } else { format!("Name: {user}\n{}", resolve(persona_text)) };
     let context = Context {
         name,
         user,
@@ -207,6 +218,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         examples,
         post_history,
         persona,
+        user_persona,
         lore,
         now: input.now.format("%A %Y-%m-%d %H:%M UTC").to_string(),
         since: since_in_words(input.last_chat_at, input.now),
@@ -302,6 +314,8 @@ mod tests {
         PacketInput {
             character: c,
             user_name: "User",
+            persona: "",
+            greeting: None,
             input: "Do you remember the lighthouse?",
             now: DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z").unwrap().with_timezone(&Utc),
             last_chat_at: Some("2026-11-21T08:48:00Z"),
@@ -369,7 +383,10 @@ mod tests {
             creator_notes: "Tested with small models.".into(),
             ..Default::default()
         };
-        let packet = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        let greeting = c.card.first_mes.clone();
+        let mut with_greeting = input(&c, &[], None);
+        with_greeting.greeting = Some(&greeting);
+        let packet = assemble(&templates, &config, with_greeting).unwrap();
         let system = &packet.messages[0].content;
         assert!(system.starts_with("<system_directive>\nWrite in short sentences. Roleplay as Ilse Marrow"), "{system}");
         let examples = packet.block("example_dialogue").expect("examples fit");
@@ -387,6 +404,27 @@ mod tests {
         let system = packet.block("system_directive").unwrap();
         assert!(system.dropped.is_empty(), "persona and lore are not what was cut");
         assert!(packet.blocks.iter().all(|b| !b.text.contains("word word")));
+    }
+
+    #[test]
+    fn the_users_persona_is_named_and_described() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        c.card.first_mes = "Evening, {{user}}.".into();
+        let mut given = input(&c, &[], None);
+        given.user_name = "Tamsin";
+        given.persona = "{{user}} is a courier who talks to {{char}} every evening.";
+        given.greeting = Some("Evening, {{user}}.");
+        let packet = assemble(&templates, &config, given).unwrap();
+        let persona = packet.block("user_persona").expect("a persona block");
+        assert!(persona.text.contains("Name: Tamsin\nTamsin is a courier who talks to Ilse Marrow every evening."), "{}", persona.text);
+        assert!(packet.block("chat_history").unwrap().text.contains("[Ilse Marrow]: Evening, Tamsin."));
+        assert!(packet.text().contains("conversation with Tamsin"), "the directive names the persona");
+        // Without a persona there is no block, and no greeting was chosen: none is sent.
+        let bare = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        assert!(bare.block("user_persona").is_none());
+        assert!(!bare.text().contains("Evening,"));
     }
 
     #[test]

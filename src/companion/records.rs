@@ -1,6 +1,6 @@
 //! Companion rows: the chat state per character and the committed exchanges.
 
-pub use super::model::{CharacterInfo, ChatCharacter, ChatState, ChatTurn, slug};
+pub use super::model::{CharacterInfo, ChatCharacter, ChatState, ChatTurn, ChatUser, greetings, slug};
 use super::model::Packet;
 use crate::memory::detect::Proximity;
 use crate::store::StoreError;
@@ -54,7 +54,7 @@ pub fn list(conn: &Connection) -> Result<Vec<ChatCharacter>, StoreError> {
 pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, StoreError> {
     Ok(conn
         .query_row(
-            "SELECT proximity, session, last_chat_at, turns FROM companion_chats WHERE character_id = ?1",
+            "SELECT proximity, session, last_chat_at, turns, greeting, persona_id, file_json FROM companion_chats WHERE character_id = ?1",
             [character_id],
             |r| {
                 Ok(ChatState {
@@ -62,6 +62,9 @@ pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, St
                     session: r.get(1)?,
                     last_chat_at: r.get(2)?,
                     turns: r.get(3)?,
+                    greeting: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
+                    persona_id: r.get(5)?,
+                    file: r.get::<_, Option<String>>(6)?.and_then(|j| serde_json::from_str(&j).ok()),
                 })
             },
         )
@@ -69,8 +72,67 @@ pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, St
         .unwrap_or_default())
 }
 
+/// The greetings a chat opens with, as written (macros unresolved), and the chosen one:
+/// an imported chat's own opening message (its swipes) or else the card's greetings.
+pub fn chat_greetings(state: &ChatState, card: &crate::character::CardText) -> (Vec<String>, u32) {
+    if let Some(opening) = state.file.as_ref().and_then(|f| f.get("opening")).and_then(|o| o.as_array()) {
+        let first = opening.iter().find(|m| {
+            let flag = |k: &str| m.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+            !flag("is_user") && !flag("is_system")
+        });
+        let Some(first) = first else { return (Vec::new(), 0) };
+        let mes = first.get("mes").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let mut swipes: Vec<String> = first
+            .get("swipes")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let mut chosen = first.get("swipe_id").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+        if swipes.is_empty() || chosen >= swipes.len() {
+            swipes = vec![mes];
+            chosen = 0;
+        }
+        return (swipes, chosen as u32);
+    }
+    let all = greetings(card);
+    let chosen = state.greeting.min(all.len().saturating_sub(1) as u32);
+    (all, chosen)
+}
+
+/// Choose which greeting opens the chat (the first message's swipe).
+pub fn set_greeting(conn: &Connection, character_id: &str, index: u32) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO companion_chats(character_id, greeting) VALUES (?1, ?2) \
+         ON CONFLICT(character_id) DO UPDATE SET greeting = excluded.greeting",
+        params![character_id, index],
+    )?;
+    Ok(())
+}
+
+/// Choose the persona the user plays in this chat (`None`: the configured name).
+pub fn set_persona(conn: &Connection, character_id: &str, persona_id: Option<&str>) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO companion_chats(character_id, persona_id) VALUES (?1, ?2) \
+         ON CONFLICT(character_id) DO UPDATE SET persona_id = excluded.persona_id",
+        params![character_id, persona_id],
+    )?;
+    Ok(())
+}
+
+/// Who the user is in this chat: its persona, or `fallback` (the configured name).
+pub fn chat_user(conn: &Connection, state: &ChatState, fallback: &str) -> Result<ChatUser, StoreError> {
+    let persona = match state.persona_id.as_deref() {
+        Some(id) => crate::character::persona(conn, id)?,
+        None => None,
+    };
+    Ok(match persona {
+        Some(p) => ChatUser { name: p.name, description: p.description, persona_id: Some(p.id) },
+        None => ChatUser { name: fallback.to_string(), description: String::new(), persona_id: None },
+    })
+}
+
 const TURN_COLUMNS: &str = "id, character_id, seq, session, user_text, reply, at, user_memory_id, reply_memory_id, proximity, \
-     packet_json, hits_json, attempts, prompt_tokens, completion_tokens, from_cache, elapsed_ms, swipes_json, swipe";
+     packet_json, hits_json, attempts, prompt_tokens, completion_tokens, from_cache, elapsed_ms, swipes_json, swipe, file_json";
 
 fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, String)> {
     Ok((
@@ -98,6 +160,7 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, S
                 if swipes.is_empty() { vec![reply] } else { swipes }
             },
             swipe: r.get(18)?,
+            file: r.get::<_, Option<String>>(19)?.and_then(|j| serde_json::from_str(&j).ok()),
         },
         r.get(10)?,
         r.get(11)?,
@@ -174,7 +237,7 @@ pub fn delete_turn(conn: &Connection, character_id: &str, turn_id: &str) -> Resu
 /// Write a finished exchange and the chat's new state (inside the commit transaction).
 pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError> {
     conn.execute(
-        &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"),
+        &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"),
         params![
             turn.id,
             turn.character_id,
@@ -195,6 +258,7 @@ pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
             turn.elapsed_ms as i64,
             to_json(&if turn.swipes.is_empty() { vec![turn.reply.clone()] } else { turn.swipes.clone() })?,
             turn.swipe,
+            turn.file.as_ref().map(|f| f.to_string()),
         ],
     )?;
     conn.execute(
@@ -202,6 +266,34 @@ pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
          ON CONFLICT(character_id) DO UPDATE SET proximity = excluded.proximity, session = excluded.session, \
          last_chat_at = excluded.last_chat_at, turns = companion_chats.turns + 1",
         params![turn.character_id, proximity_str(turn.proximity), turn.session, turn.at],
+    )?;
+    Ok(())
+}
+
+/// Make `turns` the whole chat and `state` its state (switching chats, an import).
+/// The caller has taken the old exchanges' memories out.
+pub fn replace_chat(conn: &Connection, character_id: &str, state: &ChatState, turns: &[ChatTurn]) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM companion_turns WHERE character_id = ?1", [character_id])?;
+    conn.execute("DELETE FROM companion_chats WHERE character_id = ?1", [character_id])?;
+    for turn in turns {
+        insert_turn(conn, turn)?;
+    }
+    conn.execute(
+        "INSERT INTO companion_chats(character_id, proximity, session, last_chat_at, turns, greeting, persona_id, file_json) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT id FROM personas WHERE id = ?7), ?8) \
+         ON CONFLICT(character_id) DO UPDATE SET proximity = excluded.proximity, session = excluded.session, \
+         last_chat_at = excluded.last_chat_at, turns = excluded.turns, greeting = excluded.greeting, \
+         persona_id = excluded.persona_id, file_json = excluded.file_json",
+        params![
+            character_id,
+            proximity_str(state.proximity),
+            state.session,
+            state.last_chat_at,
+            turns.len() as u32,
+            state.greeting,
+            state.persona_id,
+            state.file.as_ref().map(|f| f.to_string()),
+        ],
     )?;
     Ok(())
 }

@@ -18,6 +18,7 @@ pub mod records;
 pub mod round;
 pub mod summary;
 pub mod transcript;
+pub mod alternatives;
 
 use crate::context::Context;
 use crate::llm::CancelToken;
@@ -50,6 +51,13 @@ pub enum SceneCommand {
     /// Take back the last round: messages, states, trackers, facts, time, lore timers
     /// and memories as they were before it.
     Undo { scene: String },
+    /// Play the last round again from the same input; the old round is kept as an
+    /// alternative to switch back to.
+    Redo { scene: String },
+    /// Report the rounds kept by redos as [`SceneEvent::Alternatives`].
+    Alternatives { scene: String },
+    /// Play a kept round in place of the round with its number (which is kept in turn).
+    UseAlternative { scene: String, id: String },
     /// Change the text of a transcript message (its memory follows).
     EditMessage { scene: String, number: u32, text: String },
     /// Mute (or unmute) a cast member: the Director cannot pick a muted character.
@@ -115,6 +123,12 @@ pub enum SceneEvent {
     /// Round `round` was taken back; the scene is as it was before it.
     RoundUndone { scene_id: String, round: u32 },
     Muted { scene_id: String, name: String, muted: bool },
+    /// The rounds kept by redos, newest round first.
+    Alternatives { scene_id: String, alternatives: Vec<alternatives::Alternative> },
+    /// A kept round is played again as round `round`; `kept` is the round it replaced.
+    AlternativeChosen { scene_id: String, round: u32, kept: Option<String> },
+    /// A redo failed or was cancelled: the round it replaced is back as it was.
+    RedoFailed { scene_id: String, round: u32, message: String },
     MessageEdited { scene_id: String, number: u32 },
     /// The scene's summary now covers rounds 1 to `through_round`.
     SummaryUpdated { scene_id: String, through_round: u32 },
@@ -134,6 +148,9 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
             | SceneCommand::Undo { scene }
+            | SceneCommand::Redo { scene }
+            | SceneCommand::Alternatives { scene }
+            | SceneCommand::UseAlternative { scene, .. }
             | SceneCommand::Mute { scene, .. }
             | SceneCommand::EditMessage { scene, .. }
             | SceneCommand::Cancel { scene }
@@ -156,6 +173,51 @@ fn hold(ctx: &Context, scene: &str) -> Result<(String, crate::context::Job), Sce
         Some(job) => Ok((scene_id, job)),
         None => Err(SceneError::Busy(scene_id)),
     }
+}
+
+/// The memories kept round `id` writes when it is closed again (embedded now, outside
+/// the swap's transaction).
+fn kept_memories(ctx: &Context, recall: &recall::Recall, scene_id: &str, id: &str) -> Result<crate::memory::PreparedMemories, SceneError> {
+    let (kept, first) = ctx.store.with(|c| {
+        let kept = alternatives::peek(c, scene_id, id)?;
+        let first = alternatives::first_number(c, scene_id, kept.round)?;
+        Ok((kept, first))
+    })?;
+    let (memories, _) = recall.prepare(alternatives::memories(scene_id, first, &kept)).map_err(|e| SceneError::Invalid(e.to_string()))?;
+    Ok(memories)
+}
+
+/// Redo the last round: keep it, take it back, and play it again from its input. When
+/// the new round fails or is cancelled, the kept round is put back as it was.
+fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
+    let recall = recall::Recall::open(ctx);
+    let (scene_id, kept, kept_id) = {
+        let (scene_id, _job) = hold(ctx, scene)?;
+        let (kept, id, write) = ctx.store.transaction(|tx| alternatives::set_aside(tx, &scene_id))?;
+        if let Some(bank) = recall.bank() {
+            bank.publish(write);
+        }
+        (scene_id, kept, id)
+    };
+    ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
+    let cancel = CancelToken::new();
+    let outcome = round::run(ctx, &scene_id, kept.input.clone(), Vec::new(), &cancel);
+    let failure = match outcome {
+        Ok(_) => None,
+        Err(_) if cancel.is_cancelled() => Some("cancelled".to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(message) = failure {
+        let memories = kept_memories(ctx, &recall, &scene_id, &kept_id)?;
+        let write = ctx.store.transaction(|tx| alternatives::restore(tx, &scene_id, &kept_id, memories))?;
+        if let Some(bank) = recall.bank() {
+            bank.publish(write);
+        }
+        ctx.emit(SceneEvent::RedoFailed { scene_id: scene_id.clone(), round: kept.round, message });
+    }
+    let alternatives = ctx.store.with(|c| alternatives::list(c, &scene_id))?;
+    ctx.emit(SceneEvent::Alternatives { scene_id, alternatives });
+    Ok(())
 }
 
 fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
@@ -224,12 +286,34 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             let bank = crate::memory::bank_for(ctx).ok();
             let (round, write) = ctx.store.transaction(|tx| {
                 let (round, memory_ids) = records::undo_round(tx, &scene_id)?;
+                // Alternatives of later rounds followed from the round taken back.
+                alternatives::forget_after(tx, &scene_id, round - 1)?;
                 Ok((round, crate::memory::remove_ids(tx, &memory_ids)?))
             })?;
             if let Some(bank) = bank {
                 bank.publish(write);
             }
             emit(SceneEvent::RoundUndone { scene_id, round });
+            Ok(())
+        }
+        SceneCommand::Redo { scene } => redo(ctx, &scene),
+        SceneCommand::Alternatives { scene } => {
+            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
+            let alternatives = ctx.store.with(|c| alternatives::list(c, &scene_id))?;
+            emit(SceneEvent::Alternatives { scene_id, alternatives });
+            Ok(())
+        }
+        SceneCommand::UseAlternative { scene, id } => {
+            let (scene_id, _job) = hold(ctx, &scene)?;
+            let recall = recall::Recall::open(ctx);
+            let memories = kept_memories(ctx, &recall, &scene_id, &id)?;
+            let (round, kept, write) = ctx.store.transaction(|tx| alternatives::choose(tx, &scene_id, &id, memories))?;
+            if let Some(bank) = recall.bank() {
+                bank.publish(write);
+            }
+            emit(SceneEvent::AlternativeChosen { scene_id: scene_id.clone(), round, kept });
+            let alternatives = ctx.store.with(|c| alternatives::list(c, &scene_id))?;
+            emit(SceneEvent::Alternatives { scene_id, alternatives });
             Ok(())
         }
         SceneCommand::EditMessage { scene, number, text } => {

@@ -24,6 +24,9 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0013_campaign_authoring", include_str!("migrations/0013_campaign_authoring.sql")),
     ("0014_companion_swipes", include_str!("migrations/0014_companion_swipes.sql")),
     ("0015_scene_control", include_str!("migrations/0015_scene_control.sql")),
+    ("0016_companion_chat_choices", include_str!("migrations/0016_companion_chat_choices.sql")),
+    ("0017_companion_chat_files", include_str!("migrations/0017_companion_chat_files.sql")),
+    ("0018_scene_round_alternatives", include_str!("migrations/0018_scene_round_alternatives.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

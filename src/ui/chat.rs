@@ -40,7 +40,16 @@ pub struct ChatPanel {
     editing_done: bool,
     /// The card's greeting and the creator's notes (shown, never sent).
     greeting: Option<String>,
+    /// Every greeting of the card (the first message's swipes) and the chosen one.
+    greetings: Vec<String>,
+    greeting_swipe: u32,
+    /// Who the user plays in this chat, and the personas to choose from.
+    user: Option<crate::companion::records::ChatUser>,
+    personas: Vec<crate::character::Persona>,
     creator_notes: String,
+    /// The chats put aside for the selected character, and the chat-file path field.
+    saved: Vec<crate::companion::chats::SavedChat>,
+    file_path: String,
     live: Option<LiveReply>,
     packet: Option<PacketView>,
     input: String,
@@ -79,6 +88,20 @@ impl ChatPanel {
         self.packet.as_ref()
     }
 
+    /// The chats put aside for the selected character.
+    pub fn saved_chats(&self) -> &[crate::companion::chats::SavedChat] {
+        &self.saved
+    }
+
+    /// The greeting on screen (the chosen one), and who the user plays.
+    pub fn greeting(&self) -> Option<&str> {
+        self.greeting.as_deref()
+    }
+
+    pub fn user_name(&self) -> Option<&str> {
+        self.user.as_ref().map(|u| u.name.as_str())
+    }
+
     pub fn error(&self) -> Option<&str> {
         self.error.as_deref()
     }
@@ -101,12 +124,19 @@ impl ChatPanel {
                 {
                     self.selected = Some(first.id.clone());
                     outbox.push(history(&first.id));
+                    outbox.push(Command::Companion(CompanionCommand::Chats { character: first.id.clone() }));
                 }
             }
             CompanionEvent::DemoReady { character_id: Some(_) } => outbox.push(Command::Companion(CompanionCommand::List)),
-            CompanionEvent::History { character_id, turns, greeting, creator_notes, .. } if self.is_selected(character_id) => {
+            CompanionEvent::History { character_id, turns, greeting, greetings, greeting_swipe, user, personas, creator_notes, .. }
+                if self.is_selected(character_id) =>
+            {
                 self.turns = turns.clone();
                 self.greeting = greeting.clone();
+                self.greetings = greetings.clone();
+                self.greeting_swipe = *greeting_swipe;
+                self.user = Some(user.clone());
+                self.personas = personas.clone();
                 self.creator_notes = creator_notes.clone();
                 if self.packet.is_none()
                     && let Some(last) = turns.last()
@@ -154,10 +184,34 @@ impl ChatPanel {
             CompanionEvent::Summarised { character_id, .. } if self.is_selected(character_id) => {
                 self.notice = Some("Older turns were summarised into a memory.".into());
             }
-            CompanionEvent::Changed { character_id, .. } if self.is_selected(character_id) => {
+            CompanionEvent::Chats { character_id, saved } if self.is_selected(character_id) => {
+                self.saved = saved.clone();
+            }
+            CompanionEvent::Imported { character_id, imported } if self.is_selected(character_id) => {
+                let mut notice = format!("Imported {} exchange(s).", imported.exchanges);
+                if imported.saved.is_some() {
+                    notice.push_str(" The chat it replaced is saved below.");
+                }
+                if !imported.notes.is_empty() {
+                    notice.push_str(&format!(" {} message(s) kept for export only.", imported.notes.len()));
+                }
+                self.notice = Some(notice);
+                self.packet = None;
+                outbox.push(history(character_id));
+                outbox.push(Command::Companion(CompanionCommand::Chats { character: character_id.clone() }));
+                outbox.push(Command::Companion(CompanionCommand::List));
+            }
+            CompanionEvent::Exported { character_id, path, bytes } if self.is_selected(character_id) => {
+                self.notice = Some(format!("Wrote {} ({bytes} bytes).", path.display()));
+            }
+            CompanionEvent::Changed { character_id, action, .. } if self.is_selected(character_id) => {
                 self.live = None;
                 self.error = None;
                 self.packet = None;
+                if action.starts_with("branched") || action.starts_with("opened") {
+                    self.notice = Some(format!("Chat {action}."));
+                    outbox.push(Command::Companion(CompanionCommand::Chats { character: character_id.clone() }));
+                }
                 outbox.push(history(character_id));
                 outbox.push(Command::Companion(CompanionCommand::List));
             }
@@ -206,10 +260,14 @@ impl ChatPanel {
                 self.selected = Some(id.clone());
                 self.turns.clear();
                 self.greeting = None;
+                self.greetings.clear();
+                self.user = None;
                 self.creator_notes.clear();
                 self.packet = None;
                 self.live = None;
+                self.saved.clear();
                 outbox.push(history(&id));
+                outbox.push(Command::Companion(CompanionCommand::Chats { character: id.clone() }));
             }
             if let Some(c) = self.selected.as_deref().and_then(|id| self.characters.iter().find(|c| c.id == id)) {
                 ui.label(match &c.last_chat_at {
@@ -269,6 +327,9 @@ impl ChatPanel {
                         if ui.small_button("Edit").on_hover_text("Change this message (its memory follows)").clicked() {
                             self.edit_request = Some((message.clone(), text.split_once(": ").map_or(text.clone(), |x| x.1.to_string())));
                         }
+                        if !strong && ui.small_button("Branch here").on_hover_text("Save this chat as it is, and go on from this message").clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::Branch { character: character.clone(), message: message.clone() }));
+                        }
                         if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
                             outbox.push(Command::Companion(CompanionCommand::Delete {
                                 character: character.clone(),
@@ -283,6 +344,9 @@ impl ChatPanel {
                 ui.horizontal(|ui| {
                     if ui.small_button("Regenerate").on_hover_text("Draw this reply again; every draw is kept").clicked() {
                         outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone() }));
+                    }
+                    if ui.small_button("Continue").on_hover_text("Let the character say more, from where the reply stops").clicked() {
+                        outbox.push(Command::Companion(CompanionCommand::Continue { character: character.clone() }));
                     }
                     let n = t.swipes.len().max(1);
                     if n > 1 {
@@ -308,8 +372,85 @@ impl ChatPanel {
         }
     }
 
+    /// Who the user plays in this chat: a persona chosen here, or the configured name.
+    fn show_persona(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let (Some(character), Some(user)) = (self.selected.clone(), self.user.as_ref()) else { return };
+        let mut choice: Option<Option<String>> = None;
+        ui.horizontal(|ui| {
+            let label = ui.label("You play");
+            let current = if user.persona_id.is_some() { user.name.clone() } else { format!("{} (no persona)", user.name) };
+            egui::ComboBox::from_id_salt("chat_persona")
+                .selected_text(current)
+                .show_ui(ui, |ui| {
+                    if ui.selectable_label(user.persona_id.is_none(), "No persona").clicked() {
+                        choice = Some(None);
+                    }
+                    for p in &self.personas {
+                        if ui.selectable_label(user.persona_id.as_deref() == Some(p.id.as_str()), &p.name).clicked() {
+                            choice = Some(Some(p.id.clone()));
+                        }
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+        });
+        if let Some(persona) = choice.filter(|p| *p != user.persona_id) {
+            outbox.push(Command::Companion(CompanionCommand::UsePersona { character, persona }));
+        }
+    }
+
+    /// The greeting, and while nothing has been said yet, its swipes (the card's greetings).
+    fn show_greeting(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, name: &str, greeting: &str) {
+        ui.label(format!("{name}: {greeting}"));
+        let n = self.greetings.len();
+        if n > 1 && self.turns.is_empty() && self.live.is_none() {
+            let character = self.selected.clone().unwrap_or_default();
+            let current = self.greeting_swipe as usize;
+            ui.horizontal(|ui| {
+                if ui.add_enabled(current > 0, egui::Button::new("Previous greeting").small()).clicked() {
+                    outbox.push(Command::Companion(CompanionCommand::Swipe { character: character.clone(), index: current - 1 }));
+                }
+                ui.label(format!("greeting {} of {n}", current + 1));
+                if ui.add_enabled(current + 1 < n, egui::Button::new("Next greeting").small()).clicked() {
+                    outbox.push(Command::Companion(CompanionCommand::Swipe { character, index: current + 1 }));
+                }
+            });
+        }
+    }
+
+    /// The chats put aside (open one), and SillyTavern chat files in and out.
+    fn show_chat_files(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(character) = self.selected.clone() else { return };
+        let busy = self.live.is_some();
+        egui::CollapsingHeader::new(format!("Chats and chat files ({} saved)", self.saved.len())).id_salt("chat_files").show(ui, |ui| {
+            for saved in &self.saved {
+                ui.horizontal(|ui| {
+                    ui.label(format!("{} — {} exchanges, {}", saved.title, saved.turns, saved.saved_at));
+                    if ui.add_enabled(!busy, egui::Button::new("Open").small()).on_hover_text("Play this chat; the current one is saved").clicked() {
+                        outbox.push(Command::Companion(CompanionCommand::Open { character: character.clone(), chat: saved.id.clone() }));
+                    }
+                });
+            }
+            ui.horizontal(|ui| {
+                let label = ui.label("Chat file");
+                ui.add(egui::TextEdit::singleline(&mut self.file_path).hint_text("path/to/chat.jsonl").id_salt("chat_file_path")).labelled_by(label.id);
+                let path = std::path::PathBuf::from(self.file_path.trim());
+                let ready = !busy && !self.file_path.trim().is_empty();
+                if ui.add_enabled(ready, egui::Button::new("Import chat")).on_hover_text("Read a SillyTavern .jsonl chat; the current chat is saved").clicked() {
+                    outbox.push(Command::Companion(CompanionCommand::Import { character: character.clone(), path: path.clone() }));
+                }
+                if ui.add_enabled(ready, egui::Button::new("Export chat")).on_hover_text("Write this chat as a SillyTavern .jsonl chat").clicked() {
+                    outbox.push(Command::Companion(CompanionCommand::Export { character: character.clone(), path }));
+                }
+            });
+        });
+    }
+
     fn show_conversation(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
-        let user = "You";
+        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_else(|| "You".into());
+        let user = user.as_str();
+        self.show_persona(ui, outbox);
+        self.show_chat_files(ui, outbox);
         let name = self
             .selected
             .as_deref()
@@ -324,9 +465,9 @@ impl ChatPanel {
         let height = (ui.available_height() - 110.0).max(120.0);
         egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).min_scrolled_height(height).auto_shrink([false, false]).stick_to_bottom(true).show(ui, |ui| {
             let from_the_start = self.turns.first().is_none_or(|t| t.seq <= 1);
-            match self.greeting.as_ref().filter(|_| from_the_start) {
+            match self.greeting.clone().filter(|_| from_the_start) {
                 Some(greeting) => {
-                    ui.label(format!("{name}: {greeting}"));
+                    self.show_greeting(ui, outbox, &name, &greeting);
                     ui.add_space(6.0);
                 }
                 None if self.turns.is_empty() && self.live.is_none() => {

@@ -24,7 +24,12 @@ fn clip(text: &str) -> String {
 fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel, String)> {
     use crate::companion::CompanionEvent as E;
     match event {
-        E::Token { .. } | E::Characters { .. } | E::History { .. } | E::Idle { .. } => None,
+        E::Token { .. } | E::Characters { .. } | E::History { .. } | E::Idle { .. } | E::Chats { .. } => None,
+        E::Imported { imported, .. } => Some((
+            LogLevel::Info,
+            format!("chat: imported {} exchange(s), {} message(s) kept for export only", imported.exchanges, imported.notes.len()),
+        )),
+        E::Exported { path, bytes, .. } => Some((LogLevel::Info, format!("chat: wrote {} ({bytes} bytes)", path.display()))),
         E::TurnStarted { name, attempt, packet, .. } => {
             Some((LogLevel::Info, format!("chat: {name}, attempt {attempt}, packet of {} tokens sent", packet.tokens)))
         }

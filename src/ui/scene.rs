@@ -50,6 +50,8 @@ pub struct ScenePanels {
     force: std::collections::BTreeSet<String>,
     /// The message of the round in flight, given back if the round stores nothing.
     sent_input: Option<String>,
+    /// Rounds kept by redos (for the selected scene).
+    alternatives: Vec<crate::scene::alternatives::Alternative>,
 }
 
 impl ScenePanels {
@@ -69,6 +71,11 @@ impl ScenePanels {
     /// The round being played, if one is.
     pub fn live(&self) -> Option<&LiveRound> {
         self.live.as_ref()
+    }
+
+    /// Rounds kept by redos, for the selected scene.
+    pub fn alternatives(&self) -> &[crate::scene::alternatives::Alternative] {
+        &self.alternatives
     }
 
     pub fn budgets(&self) -> &BudgetsPanel {
@@ -172,6 +179,18 @@ impl ScenePanels {
                 self.cancelled = true;
                 self.restore_input();
             }
+            SceneEvent::Alternatives { scene_id, alternatives } if self.is_selected(scene_id) => {
+                self.alternatives = alternatives.clone();
+            }
+            SceneEvent::RedoFailed { scene_id, round, message } if self.is_selected(scene_id) => {
+                self.live = None;
+                self.last_error = Some(format!("The redo failed ({message}); round {round} is back as it was."));
+                outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
+            }
+            SceneEvent::AlternativeChosen { scene_id, .. } if self.is_selected(scene_id) => {
+                self.live = None;
+                outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
+            }
             SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } | SceneEvent::MessageEdited { scene_id, .. }
                 if self.is_selected(scene_id) =>
             {
@@ -226,8 +245,10 @@ impl ScenePanels {
             self.live = None;
             self.refreshing = false;
             self.budgets.clear();
+            self.alternatives.clear();
         }
         outbox.push(self.budgets.preview_command(&id));
+        outbox.push(Command::Scene(SceneCommand::Alternatives { scene: id.clone() }));
         self.selected = Some(id);
         self.refresh(outbox);
     }
@@ -467,6 +488,12 @@ impl ScenePanels {
                 {
                     outbox.push(Command::Scene(SceneCommand::Undo { scene: scene.clone() }));
                 }
+                if rounds > 0
+                    && ui.button("Redo last round").on_hover_text("Play it again from the same input; this version is kept to switch back to").clicked()
+                {
+                    outbox.push(Command::Scene(SceneCommand::Redo { scene: scene.clone() }));
+                    self.live = Some(LiveRound::default());
+                }
                 for (name, muted) in &cast {
                     let mut forced = self.force.contains(name);
                     if !muted && ui.checkbox(&mut forced, format!("{name} acts")).on_hover_text("Make them act this round, whatever the Director decides").changed() {
@@ -482,6 +509,20 @@ impl ScenePanels {
                     }
                 }
             });
+            // Rounds kept by redos: the last round's can be swapped back in.
+            let swappable: Vec<_> = self.alternatives.iter().filter(|a| a.round == rounds || a.round == rounds + 1).collect();
+            if !swappable.is_empty() {
+                egui::CollapsingHeader::new(format!("Kept versions of the last round ({})", swappable.len())).id_salt("scene_alternatives").show(ui, |ui| {
+                    for a in swappable {
+                        ui.horizontal_wrapped(|ui| {
+                            if ui.small_button("Use this version").on_hover_text("Play this version; the current one is kept").clicked() {
+                                outbox.push(Command::Scene(SceneCommand::UseAlternative { scene: scene.clone(), id: a.id.clone() }));
+                            }
+                            ui.label(format!("round {} · {}", a.round, a.preview));
+                        });
+                    }
+                });
+            }
         }
     }
 

@@ -120,9 +120,13 @@ fn every_message_of_a_chat_can_be_redrawn_chosen_edited_and_deleted_and_memory_f
     let file = dir.path().join("maren.json");
     std::fs::write(&file, card.to_string()).unwrap();
     run(&paths, &["import", file.to_str().unwrap()]);
+    // The exchanges of the chat (after the card's greeting, which opens it).
     let history = |paths: &Paths| -> Vec<Value> {
         let out = run(paths, &["chat", "history", "--character", "Maren", "--json"]);
-        out.last().unwrap().as_array().unwrap().clone()
+        let all = out.last().unwrap().as_array().unwrap().clone();
+        assert_eq!(all[0]["id"], "greeting", "{all:?}");
+        assert_eq!(all[0]["text"], "Lock's closed, User.");
+        all[1..].to_vec()
     };
 
     run(&paths, &["chat", "send", "--character", "Maren", "Have you seen the grey heron?", "--json"]);
@@ -179,6 +183,6 @@ fn every_message_of_a_chat_can_be_redrawn_chosen_edited_and_deleted_and_memory_f
 
     // Delete the user's message and everything after it: its words are gone from memory.
     run(&paths, &["chat", "delete", "--character", "Maren", "--message", &heron_user, "--and-after"]);
-    assert!(history(&paths).is_empty());
+    assert!(history(&paths).is_empty(), "only the greeting is left");
     assert!(!search("heron").contains("heron"), "no memory keeps the deleted words");
 }

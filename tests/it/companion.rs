@@ -375,11 +375,13 @@ fn chat_send_json_prints_the_committed_turn_and_its_hits() {
     assert!(output.status.success());
     let messages: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let messages = messages.as_array().unwrap();
-    assert_eq!(messages.len(), 2, "the user's message and the reply");
-    assert_eq!((messages[0]["role"].as_str(), messages[0]["text"].as_str()), (Some("user"), Some("Morning!")));
-    assert_eq!((messages[1]["role"].as_str(), messages[1]["text"].as_str()), (Some("character"), Some("Tea's on.")));
-    assert_eq!(messages[1]["swipes"], serde_json::json!(["Tea's on."]));
-    assert_eq!(messages[1]["swipe"], 0);
+    assert_eq!(messages.len(), 3, "the card's greeting, the user's message and the reply");
+    assert_eq!((messages[0]["id"].as_str(), messages[0]["role"].as_str()), (Some("greeting"), Some("character")));
+    assert!(messages[0]["text"].as_str().unwrap().starts_with("Oh — it's you."));
+    assert_eq!((messages[1]["role"].as_str(), messages[1]["text"].as_str()), (Some("user"), Some("Morning!")));
+    assert_eq!((messages[2]["role"].as_str(), messages[2]["text"].as_str()), (Some("character"), Some("Tea's on.")));
+    assert_eq!(messages[2]["swipes"], serde_json::json!(["Tea's on."]));
+    assert_eq!(messages[2]["swipe"], 0);
 }
 
 #[test]

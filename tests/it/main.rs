@@ -9,6 +9,7 @@ mod support {
 
 mod authoring;
 mod cards;
+mod chat_files;
 mod cli;
 mod companion;
 mod identity;

@@ -654,3 +654,80 @@ fn the_director_reconciles_until_a_pass_changes_nothing_or_n_passes_were_made() 
     assert_eq!(reconcile_calls(3), 2);
     assert_eq!(reconcile_calls(6), 2);
 }
+
+#[test]
+fn redo_keeps_the_old_round_to_switch_back_to_and_a_failed_redo_puts_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    // Wren's line is whatever the script says when her round is played (a client reads
+    // the script when a round starts): the test changes it between rounds.
+    let script_file = dir.path().join("redo-script.json");
+    let wren_says = |reply: serde_json::Value| {
+        let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+        let wren = script["rules"].as_array_mut().unwrap().iter_mut().find(|r| r["name"] == "Wren").unwrap();
+        wren["reply"] = reply;
+        std::fs::write(&script_file, script.to_string()).unwrap();
+    };
+    wren_says(serde_json::json!({ "text": "Wren reads the letter twice. \"The light stays lit.\"\n[mood: defiant]" }));
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "redo".into(), path: Some(script_file.clone()), ..Default::default() });
+    config.save(&paths.config_file).unwrap();
+
+    let engine = engine::start(paths.clone()).unwrap();
+    let store = engine.context().store.clone();
+    let wren_said = |store: &Store| -> Vec<String> {
+        store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().into_iter().filter(|m| m.speaker == "Wren Talloway").map(|m| m.content).collect()
+    };
+    let memory_of = |store: &Store, words: &str| -> i64 {
+        store.with(|c| Ok(c.query_row("SELECT count(*) FROM memories WHERE text LIKE ?1", [format!("%{words}%")], |r| r.get(0))?)).unwrap()
+    };
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let first_view = view(&store, &scene);
+    assert_eq!(wren_said(&store), ["Wren reads the letter twice. \"The light stays lit.\""]);
+
+    // The redo's draw fails: the round is back exactly as it was, memories and all.
+    wren_says(serde_json::json!({ "fail": { "kind": "http", "status": 400, "message": "the model refused" } }));
+    engine.send(Command::Scene(SceneCommand::Redo { scene: scene.clone() })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::Alternatives { .. }));
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::RedoFailed { round: 1, .. })), "{events:?}");
+    assert_eq!(view(&store, &scene), first_view);
+    assert_eq!(wren_said(&store), ["Wren reads the letter twice. \"The light stays lit.\""]);
+    assert_eq!(memory_of(&store, "light stays lit"), 1);
+    assert!(matches!(events.last(), Some(SceneEvent::Alternatives { alternatives, .. }) if alternatives.is_empty()));
+
+    // Redo again: a new version of round 1 from the same input; the old one is kept.
+    wren_says(serde_json::json!({ "text": "Wren tears the letter in half without a word.\n[mood: furious]" }));
+    engine.send(Command::Scene(SceneCommand::Redo { scene: scene.clone() })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::Alternatives { .. }));
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::RoundCompleted { round: 1, .. })), "{events:?}");
+    assert_eq!(wren_said(&store), ["Wren tears the letter in half without a word."]);
+    assert_eq!(view(&store, &scene).cast.iter().find(|c| c.name == "Wren Talloway").unwrap().state.mood.as_deref(), Some("furious"));
+    assert_eq!((memory_of(&store, "light stays lit"), memory_of(&store, "tears the letter")), (0, 1), "only the round being played is remembered");
+    let Some(SceneEvent::Alternatives { alternatives, .. }) = events.last() else { panic!() };
+    assert_eq!(alternatives.len(), 1);
+    assert!(alternatives[0].preview.contains("The light stays lit"), "{:?}", alternatives[0]);
+    let old = alternatives[0].id.clone();
+    drop(engine);
+
+    // Switch back from the command line: the first version whole, the second kept.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+        .args(["scene", "use-alternative", &scene, &old])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = Store::open(&paths.library_file).unwrap();
+    assert_eq!(view(&store, &scene), first_view, "states, trackers, facts and time as the first version left them");
+    assert_eq!(wren_said(&store), ["Wren reads the letter twice. \"The light stays lit.\""]);
+    assert_eq!((memory_of(&store, "light stays lit"), memory_of(&store, "tears the letter")), (1, 0));
+    let kept = store.with(|c| lorekeeper::scene::alternatives::list(c, &scene)).unwrap();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].preview.contains("tears the letter"));
+    // And the swapped-in round undoes like any other.
+    let undo = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "scene", "undo", &scene])
+        .output()
+        .unwrap();
+    assert!(undo.status.success(), "{}", String::from_utf8_lossy(&undo.stderr));
+    assert_eq!(view(&store, &scene).rounds, 0);
+}

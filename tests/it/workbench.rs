@@ -125,6 +125,17 @@ fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done:
     }
 }
 
+/// Step the app until a widget labelled `label` is on screen (a busy machine may need
+/// more frames than `run()` takes before an event's result is drawn).
+fn step_until_shown(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
+    let start = Instant::now();
+    while harness.query_by_label(label).is_none() {
+        assert!(start.elapsed() < Duration::from_secs(20), "{label:?} not shown within 20 s");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+}
+
 #[test]
 fn panels_switch_and_a_profile_tests_against_a_local_server() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -490,4 +501,120 @@ fn the_memory_panel_shows_the_memories_injected_into_each_agents_last_prompt() {
         std::thread::sleep(Duration::from_millis(10));
         harness.step();
     }
+}
+
+#[test]
+fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let store = engine.context().store.clone();
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
+        "first_mes": "Lock's closed, {{user}}.", "alternate_greetings": ["Who goes there, {{user}}?"], "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
+    store.with(|c| lorekeeper::character::insert_persona(c, "Tamsin", "A courier.")).expect("persona");
+    let file = dir.path().join("theirs.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"user_name":"Ash","character_name":"Maren Vosk","create_date":"2026-10-02@21h15m40s","chat_metadata":{}}"#, "\n",
+            r#"{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"","mes":"Lock's closed.","extra":{}}"#, "\n",
+            r#"{"name":"Ash","is_user":true,"is_system":false,"send_date":"","mes":"I bring eel traps.","extra":{}}"#, "\n",
+            r#"{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"","mes":"Leave them by the capstan.","extra":{}}"#, "\n",
+            r#"{"name":"Ash","is_user":true,"is_system":false,"send_date":"","mes":"Will it rain?","extra":{}}"#, "\n",
+            r#"{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"","mes":"It always rains.","extra":{}}"#, "\n",
+        ),
+    )
+    .unwrap();
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    // Choose Maren in the character list.
+    harness.get_by_label("Character").click();
+    harness.run();
+    harness.get_by_label_contains("Maren Vosk —").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Lock's closed, User."));
+    harness.run();
+    // The alternate greeting is the greeting's next swipe.
+    step_until_shown(&mut harness, "Next greeting");
+    harness.get_by_label("Next greeting").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Who goes there, User?"));
+    // Play Tamsin in this chat: the greeting speaks to her.
+    harness.run();
+    step_until_shown(&mut harness, "You play");
+    harness.get_by_label("You play").click();
+    harness.run();
+    step_until_shown(&mut harness, "Tamsin");
+    harness.get_by_label("Tamsin").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().user_name() == Some("Tamsin"));
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Who goes there, Tamsin?"));
+    harness.run();
+
+    // Someone else's SillyTavern chat comes in through the chat-file field.
+    harness.get_by_label_contains("Chats and chat files").click();
+    harness.run();
+    text_field(&harness, "Chat file").click();
+    harness.run();
+    text_field(&harness, "Chat file").type_text(file.to_str().unwrap());
+    harness.run();
+    step_until_shown(&mut harness, "Import chat");
+    harness.get_by_label("Import chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 2);
+    harness.run();
+    assert!(harness.query_all_by_label_contains("It always rains.").next().is_some());
+    // Branch at the first reply: the chat goes on from there, the original is kept.
+    harness.get_all_by_label("Branch here").next().expect("a branch button per reply").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1 && app.chat().saved_chats().len() == 1);
+    harness.run();
+    assert!(harness.query_all_by_label_contains("It always rains.").next().is_none());
+    step_until_shown(&mut harness, "Open");
+    harness.get_by_label("Open").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 2);
+    harness.run();
+    // And out again as a chat file (over the file it came from).
+    std::fs::remove_file(&file).unwrap();
+    step_until_shown(&mut harness, "Export chat");
+    harness.get_by_label("Export chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |_| file.exists());
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written.lines().count(), 6, "{written}");
+    assert!(written.contains("It always rains."));
+}
+
+#[test]
+fn redo_in_the_scene_panel_keeps_the_old_round_to_switch_back_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
+    harness.run();
+    harness.get_by_label("Redo last round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().last_error().is_some() || (!app.scene().alternatives().is_empty() && app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
+    });
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    let snapshot = harness.state().scene().snapshot().expect("snapshot");
+    assert!(snapshot.messages.iter().any(|m| m.content == "I knock on the lighthouse door."), "the redo replays the same input");
+    let kept = harness.state().scene().alternatives()[0].id.clone();
+    harness.get_by_label_contains("Kept versions of the last round").click();
+    harness.run();
+    harness.get_by_label("Use this version").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().alternatives().iter().all(|a| a.id != kept) && !app.scene().alternatives().is_empty());
+    harness.run();
+    assert_eq!(harness.state().scene().snapshot().expect("snapshot").view.rounds, 1);
 }

@@ -29,11 +29,28 @@ pub struct MessageView {
     pub swipe: Option<u32>,
 }
 
-/// The messages of `turns`, in order: each exchange's user message (`{turn}-u`), then
-/// the character's (`{turn}-r`). The ids are those of the memories they became.
-pub fn messages(turns: &[ChatTurn]) -> Vec<MessageView> {
-    turns
-        .iter()
+/// The greeting's message id: it is the chat's first message, not an exchange.
+pub const GREETING: &str = "greeting";
+
+/// The messages of `turns`, in order: the greeting (its swipes the card's greetings,
+/// `greeting` = the texts and the chosen index) while the chat reaches back to its start,
+/// then each exchange's user message (`{turn}-u`) and the character's (`{turn}-r`).
+/// The exchanges' ids are those of the memories they became.
+pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<MessageView> {
+    let from_the_start = turns.first().is_none_or(|t| t.seq <= 1);
+    let opening = greeting.filter(|(all, _)| from_the_start && !all.is_empty()).map(|(all, chosen)| {
+        let swipe = chosen.min(all.len() as u32 - 1);
+        MessageView {
+            id: GREETING.into(),
+            role: "character",
+            text: all[swipe as usize].clone(),
+            swipes: Some(all.to_vec()),
+            swipe: Some(swipe),
+        }
+    });
+    opening
+        .into_iter()
+        .chain(turns.iter()
         .flat_map(|t| {
             [
                 MessageView { id: format!("{}-u", t.id), role: "user", text: t.user_text.clone(), swipes: None, swipe: None },
@@ -45,7 +62,7 @@ pub fn messages(turns: &[ChatTurn]) -> Vec<MessageView> {
                     swipe: Some(t.swipe),
                 },
             ]
-        })
+        }))
         .collect()
 }
 
@@ -65,14 +82,23 @@ fn find(ctx: &Context, character: &CharacterInfo, message: &str) -> Result<(Chat
 }
 
 /// Held while a message of this character's chat changes: no turn runs meanwhile.
-pub(super) fn hold(ctx: &Context, character: &CharacterInfo) -> Result<crate::context::Job, CompanionError> {
+pub(crate) fn hold(ctx: &Context, character: &CharacterInfo) -> Result<crate::context::Job, CompanionError> {
     ctx.jobs
         .try_start(turn_job(&character.id), &CancelToken::new())
         .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })
 }
 
-/// Draw the last reply again; the new draw becomes the chosen swipe.
-pub fn regenerate(ctx: &Arc<Context>, character: &CharacterInfo, cancel: &CancelToken) -> Result<ChatTurn, CompanionError> {
+/// What a redraw of the last reply does with the draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redraw {
+    /// A new draw of the whole reply, kept as a new chosen swipe.
+    Swipe,
+    /// More of the chosen reply: the draw is appended to it.
+    Continue,
+}
+
+/// Draw the last reply again (a new chosen swipe) or extend it (`mode`).
+pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cancel: &CancelToken) -> Result<ChatTurn, CompanionError> {
     let job = ctx
         .jobs
         .try_start(turn_job(&character.id), cancel)
@@ -90,13 +116,20 @@ pub fn regenerate(ctx: &Arc<Context>, character: &CharacterInfo, cancel: &Cancel
     // The exchange being redrawn is not its own history.
     prepared.history.retain(|t| t.id != last.id);
     let now = chrono::DateTime::parse_from_rfc3339(&last.at).map(|t| t.with_timezone(&chrono::Utc)).unwrap_or_else(|_| chrono::Utc::now());
-    let draft = TurnDraft { character, config: config.companion, text: &last.user_text, now, prepared };
+    let continuing = match mode {
+        Redraw::Swipe => None,
+        Redraw::Continue => Some(last.reply.clone()),
+    };
+    let draft = TurnDraft { character, config: config.companion, text: &last.user_text, now, prepared, continuing };
     let attempts = draft.config.max_attempts.max(1);
     let mut last_reason = String::new();
     for attempt in 1..=attempts {
         match draw(ctx, &agent, &draft, attempt, &last_reason, cancel)? {
             Draw::Accepted(accepted) => {
-                let turn = add_swipe(&bank, last, accepted)?;
+                let turn = match mode {
+                    Redraw::Swipe => add_swipe(&bank, last, accepted)?,
+                    Redraw::Continue => extend(&bank, last, accepted)?,
+                };
                 drop(job);
                 return Ok(turn);
             }
@@ -124,6 +157,37 @@ fn add_swipe(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Resul
     Ok(turn)
 }
 
+/// Append a continuation to `turn`'s chosen reply (its swipe and its memory follow).
+fn extend(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
+    let reply = joined(&turn.reply, &accepted.reply);
+    if let Some(chosen) = turn.swipes.get_mut(turn.swipe as usize) {
+        *chosen = reply.clone();
+    }
+    turn.reply = reply;
+    turn.packet = accepted.packet;
+    turn.attempts = accepted.attempt;
+    turn.prompt_tokens = accepted.completion.usage.prompt_tokens;
+    turn.completion_tokens = turn.completion_tokens.saturating_add(accepted.completion.usage.completion_tokens);
+    turn.elapsed_ms = turn.elapsed_ms.saturating_add(accepted.completion.elapsed_ms);
+    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())])?;
+    Ok(turn)
+}
+
+/// `so_far` followed by `more`: a model that repeated the reply before going on has the
+/// repeat dropped, and a space joins two words (not before punctuation).
+fn joined(so_far: &str, more: &str) -> String {
+    let so_far = so_far.trim_end();
+    let more = more.strip_prefix(so_far).unwrap_or(more);
+    let more = more.trim_end();
+    let glue = match more.chars().next() {
+        None => "",
+        Some(c) if c.is_whitespace() => "",
+        Some(c) if matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | ')' | '…' | '\'' | '"' | '’' | '”') => "",
+        Some(_) => " ",
+    };
+    format!("{so_far}{glue}{more}")
+}
+
 /// Store `turn` as it now is, with the memories named in `changed` given their new text,
 /// in one transaction; then make the new vectors searchable.
 fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)]) -> Result<(), CompanionError> {
@@ -142,14 +206,26 @@ fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)]) -> 
     Ok(())
 }
 
-/// Choose swipe `index` (0-based) of the last reply: the conversation goes on from it.
-pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> Result<ChatTurn, CompanionError> {
+/// Choose swipe `index` (0-based) of the last character message: the conversation goes
+/// on from it. Before the first exchange that message is the greeting, whose swipes are
+/// the card's greetings (`Ok(None)`: a greeting was chosen).
+pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> Result<Option<ChatTurn>, CompanionError> {
     let _job = hold(ctx, character)?;
-    let mut turn = ctx
-        .store
-        .with(|c| records::recent_turns(c, &character.id, 1, true))?
-        .pop()
-        .ok_or_else(|| CompanionError::Invalid(format!("{}'s chat has no reply yet", character.name)))?;
+    let Some(mut turn) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, true))?.pop() else {
+        let state = ctx.store.with(|c| records::load_state(c, &character.id))?;
+        if state.file.is_some() {
+            return Err(CompanionError::Invalid("this chat came from a chat file: its opening is the file's, not the card's greetings".into()));
+        }
+        let count = records::greetings(&character.card).len();
+        if index >= count {
+            return Err(CompanionError::Invalid(match count {
+                0 => format!("{}'s card has no greeting and the chat no reply yet", character.name),
+                n => format!("{}'s card has {n} greetings; there is no greeting {index}", character.name),
+            }));
+        }
+        ctx.store.with(|c| records::set_greeting(c, &character.id, index as u32))?;
+        return Ok(None);
+    };
     let Some(text) = turn.swipes.get(index).cloned() else {
         return Err(CompanionError::Invalid(format!("the last reply has {} swipes; there is no swipe {index}", turn.swipes.len())));
     };
@@ -157,7 +233,17 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
     turn.reply = text.clone();
     let bank = crate::memory::bank_for(ctx)?;
     rewrite(&bank, &turn, &[(format!("{}-r", turn.id), text)])?;
-    Ok(turn)
+    Ok(Some(turn))
+}
+
+/// Play `persona` in this chat from the next message on (`None`: the configured name).
+pub fn use_persona(ctx: &Context, character: &CharacterInfo, persona: Option<&str>) -> Result<Option<crate::character::Persona>, CompanionError> {
+    let _job = hold(ctx, character)?;
+    Ok(ctx.store.transaction(|tx| {
+        let found = persona.map(|key| crate::character::resolve_persona(tx, key)).transpose()?;
+        records::set_persona(tx, &character.id, found.as_ref().map(|p| p.id.as_str()))?;
+        Ok(found)
+    })?)
 }
 
 /// Change the text of any message, the user's or the character's.
@@ -200,4 +286,17 @@ pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after
     })?;
     bank.publish(write);
     Ok(doomed.into_iter().map(|t| t.id).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::joined;
+
+    #[test]
+    fn a_continuation_joins_the_reply_it_extends() {
+        assert_eq!(joined("The heron nests", "by the sluice gate."), "The heron nests by the sluice gate.");
+        assert_eq!(joined("The heron nests by the gate", ", mostly."), "The heron nests by the gate, mostly.");
+        assert_eq!(joined("It was late.", "\nShe left."), "It was late.\nShe left.");
+        assert_eq!(joined("It was late.", "It was late. She left."), "It was late. She left.", "a repeat of the reply is dropped");
+    }
 }

@@ -30,7 +30,7 @@ fn parse_now(now: Option<&str>) -> Result<DateTime<Utc>, CompanionError> {
 }
 
 /// The session of a message at `now`: the current one, or a new one after a long gap.
-fn session_for(state: &ChatState, character_id: &str, now: DateTime<Utc>, gap_minutes: i64) -> String {
+pub(crate) fn session_for(state: &ChatState, character_id: &str, now: DateTime<Utc>, gap_minutes: i64) -> String {
     let recent = state
         .last_chat_at
         .as_deref()
@@ -50,6 +50,8 @@ struct TurnDraft<'a> {
     text: &'a str,
     now: DateTime<Utc>,
     prepared: Prepared,
+    /// The reply being continued (`chat continue`): the draw writes what comes after it.
+    continuing: Option<String>,
 }
 
 /// The companion agent of this turn.
@@ -96,7 +98,7 @@ pub fn send(
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
     let prepared = prepare(ctx, &bank, character, &config.companion, text)?;
-    let draft = TurnDraft { character, config: config.companion, text, now, prepared };
+    let draft = TurnDraft { character, config: config.companion, text, now, prepared, continuing: None };
 
     let attempts = draft.config.max_attempts.max(1);
     let mut last_reason = String::new();
@@ -132,15 +134,24 @@ fn draw(
     let character = draft.character;
     let prepared = &draft.prepared;
     let name = character.name.as_str();
-    let user = draft.config.user_name.as_str();
-    let retry_note =
-        (attempt > 1).then(|| format!("Your previous reply was discarded because {last_reason}. Answer again, only as {name}."));
+    let user = prepared.user.name.as_str();
+    let retry = (attempt > 1).then(|| format!("Your previous reply was discarded because {last_reason}. Answer again, only as {name}."));
+    let go_on = draft.continuing.as_deref().map(|so_far| {
+        format!("Your last reply stopped here: \"{}\". Continue it from exactly where it stops, without repeating any of it.", so_far.trim())
+    });
+    let retry_note = match (go_on, retry) {
+        (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+        (a, b) => a.or(b),
+    };
+    let (opening, chosen) = records::chat_greetings(&prepared.state, &character.card);
     let packet = packet::assemble(
         &agent.templates,
         &draft.config,
         PacketInput {
             character,
             user_name: user,
+            persona: &prepared.user.description,
+            greeting: opening.get(chosen as usize).map(String::as_str),
             input: draft.text,
             now: draft.now,
             last_chat_at: prepared.state.last_chat_at.as_deref(),
@@ -163,8 +174,12 @@ fn draw(
     });
     let mut request = ChatRequest::new("", packet.messages.clone());
     request.stream = true;
-    // A base model continues text: open the character's line for it.
-    request.reply_prefix = Some(format!("[{name}]:"));
+    // A base model continues text: open the character's line for it (with the reply so
+    // far when continuing one).
+    request.reply_prefix = Some(match &draft.continuing {
+        Some(so_far) => format!("[{name}]: {}", so_far.trim()),
+        None => format!("[{name}]:"),
+    });
     // A model that starts writing the user's next line is stopped there: the reply
     // before it stands, instead of the whole draw being thrown away by `judge`.
     // Four at most: the OpenAI API's limit.
@@ -208,26 +223,12 @@ fn draw(
 /// Store the exchange, its two memory turns, the chat's new state and what the memory
 /// bank carried — one transaction.
 fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
-    let TurnDraft { character, config: cc, text, now, prepared } = draft;
+    let TurnDraft { character, config: cc, text, now, prepared, .. } = draft;
     let Accepted { reply, packet, attempt: attempts, completion } = accepted;
     let (text, now) = (*text, *now);
     let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let session = session_for(&prepared.state, &character.id, now, cc.session_gap_minutes);
     let id = crate::store::new_id();
-    let memory = |suffix: &str, speaker: &str, words: &str| NewMemory {
-        id: Some(format!("{id}-{suffix}")),
-        kind: MemoryKind::Turn,
-        scope: Scope::character(character.id.clone()),
-        speaker: Some(speaker.to_string()),
-        text: words.to_string(),
-        session: Some(session.clone()),
-        fiction_time: None,
-        time: Some(at.clone()),
-        witnesses: vec![character.name.clone(), cc.user_name.clone()],
-        source: Some(format!("chat:{id}")),
-        content_hash: None,
-    };
-    let items = vec![memory("u", &cc.user_name, text), memory("r", &character.name, &reply)];
     let turn = ChatTurn {
         id: id.clone(),
         character_id: character.id.clone(),
@@ -248,7 +249,9 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         elapsed_ms: completion.elapsed_ms,
         swipes: vec![reply],
         swipe: 0,
+        file: None,
     };
+    let items = memories_of(&turn, &character.name, &prepared.user.name);
     let agent = format!("companion:{}", character.name);
     // No embedding model: the exchange is still kept, found by keyword until reindexed.
     let memories = bank.prepare_or_keyword_only(items)?;
@@ -260,6 +263,25 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
     })?;
     bank.publish(write);
     Ok(turn)
+}
+
+/// The two memory turns an exchange becomes (`{id}-u`, `{id}-r`, source `chat:{id}`),
+/// leaving out a message with no words.
+pub(crate) fn memories_of(turn: &ChatTurn, name: &str, user: &str) -> Vec<NewMemory> {
+    let memory = |suffix: &str, speaker: &str, words: &str| NewMemory {
+        id: Some(format!("{}-{suffix}", turn.id)),
+        kind: MemoryKind::Turn,
+        scope: Scope::character(turn.character_id.clone()),
+        speaker: Some(speaker.to_string()),
+        text: words.to_string(),
+        session: Some(turn.session.clone()),
+        fiction_time: None,
+        time: Some(turn.at.clone()),
+        witnesses: vec![name.to_string(), user.to_string()],
+        source: Some(format!("chat:{}", turn.id)),
+        content_hash: None,
+    };
+    [memory("u", user, &turn.user_text), memory("r", name, &turn.reply)].into_iter().filter(|m| !m.text.trim().is_empty()).collect()
 }
 
 /// The summarisation cycle after a committed turn. A failure only postpones it: the

@@ -1,7 +1,7 @@
 //! The first stage of a turn: everything before the first LLM call — chat state and
 //! history, lore indexing, the message's embedding, proximity, and retrieval.
 
-use crate::companion::records::{self, CharacterInfo, ChatState, ChatTurn};
+use crate::companion::records::{self, CharacterInfo, ChatState, ChatTurn, ChatUser};
 use crate::companion::{CompanionConfig, CompanionError};
 use crate::context::Context;
 use crate::memory::detect::{Proximity, ProximityDetector, ProximitySignal, is_memory_intent};
@@ -13,6 +13,8 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, Default)]
 pub struct Prepared {
     pub state: ChatState,
+    /// Who the user is in this chat (its persona, or the configured name).
+    pub user: ChatUser,
     pub history: Vec<ChatTurn>,
     pub lore: Vec<RetrievalHit>,
     /// The memory bank's hits; empty when memory is not relevant to this message.
@@ -120,8 +122,10 @@ pub fn prepare(
     config: &CompanionConfig,
     text: &str,
 ) -> Result<Prepared, CompanionError> {
-    let (state, history) = ctx.store.with(|c| {
-        Ok((records::load_state(c, &character.id)?, records::recent_turns(c, &character.id, config.history_turns, false)?))
+    let (state, user, history) = ctx.store.with(|c| {
+        let state = records::load_state(c, &character.id)?;
+        let user = records::chat_user(c, &state, &config.user_name)?;
+        Ok((state, user, records::recent_turns(c, &character.id, config.history_turns, false)?))
     })?;
     let mut notes = Vec::new();
     // Lore files are re-indexed only when their content changed (a hash check per file).
@@ -166,8 +170,8 @@ pub fn prepare(
     // The character's lorebooks (its card's book among them) fire on the conversation,
     // ahead of the lore retrieved from files; the packet's lore budget cuts both.
     let books = ctx.store.with(|c| crate::companion::lore::books(c, &character.id))?;
-    let fired = crate::companion::lore::activate_for_turn(&books, character, &config.user_name, &history, text, WORLD_INFO_TOKENS);
+    let fired = crate::companion::lore::activate_for_turn(&books, character, &user.name, &history, text, WORLD_INFO_TOKENS);
     notes.extend(fired.notes);
     let lore = fired.hits.into_iter().chain(retrieved).collect();
-    Ok(Prepared { state, history, lore, memories, proximity, proximity_changed, notes })
+    Ok(Prepared { state, user, history, lore, memories, proximity, proximity_changed, notes })
 }

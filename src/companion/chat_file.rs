@@ -1,0 +1,375 @@
+//! SillyTavern chat files (`.jsonl`): one JSON object per line, a header first (who
+//! talks, the chat's metadata), then one object per message (`name`, `is_user`,
+//! `is_system`, `send_date`, `mes`, and for a character's message its `swipes` and
+//! `swipe_id`).
+//!
+//! A Lorekeeper chat is a list of exchanges (the user's message, the character's reply),
+//! so a file maps onto it like this: each user message followed by a character message
+//! is an exchange; the messages before the first user message open the chat (the
+//! greeting); anything else (a system message, a second user message in a row, a second
+//! character message in a row) is carried with the exchange before it — kept for the
+//! export, not part of the conversation the model reads, and named in the import's
+//! notes. Every message object is kept as it was read, so a file that is imported and
+//! exported again comes back with the same objects: only the fields Lorekeeper changed
+//! (`mes`, `swipes`, `swipe_id`) are written anew.
+//!
+//! Pure: no store, no clock. The caller turns exchanges into stored turns.
+
+use serde_json::{Map, Value, json};
+
+/// Files larger than this are refused before they are read whole.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct ChatFileError {
+    /// 1-based line of the file (0: the file as a whole).
+    pub line: usize,
+    pub message: String,
+}
+
+/// One exchange read from a file, with the objects it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileExchange {
+    pub user_text: String,
+    pub reply: String,
+    pub swipes: Vec<String>,
+    pub swipe: u32,
+    /// When the user's message was sent (RFC 3339), when the file says so readably.
+    pub at: Option<String>,
+    /// `{"user": {...}, "reply": {...}, "after": [...]}`: the objects as read.
+    pub raw: Value,
+}
+
+/// A chat file read whole.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatFile {
+    /// `{"header": {...} | null, "opening": [...]}`: the header and the messages before
+    /// the first user message, as read.
+    pub raw: Value,
+    /// The opening character message's text, if the chat opens with one (the greeting).
+    pub greeting: Option<String>,
+    pub exchanges: Vec<FileExchange>,
+    /// What was carried along rather than read as conversation, line by line.
+    pub notes: Vec<String>,
+}
+
+fn is_true(object: &Map<String, Value>, key: &str) -> bool {
+    object.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+enum Kind {
+    User,
+    Character,
+    System,
+}
+
+/// Read a SillyTavern chat file. A line that is not a JSON object, or a message
+/// without text, is an error naming the line; nothing is half-read.
+pub fn parse(text: &str) -> Result<ChatFile, ChatFileError> {
+    let mut file = ChatFile::default();
+    let mut header = Value::Null;
+    let mut opening: Vec<Value> = Vec::new();
+    let mut pending_user: Option<(usize, Map<String, Value>)> = None;
+    let mut exchanges: Vec<FileExchange> = Vec::new();
+    let mut seen_first = false;
+    // Messages that are not part of an exchange go after the last exchange (or into
+    // the opening before there is one).
+    let carry = |exchanges: &mut Vec<FileExchange>, opening: &mut Vec<Value>, object: Value| match exchanges.last_mut() {
+        Some(last) => {
+            if let Some(after) = last.raw.get_mut("after").and_then(Value::as_array_mut) {
+                after.push(object);
+            }
+        }
+        None => opening.push(object),
+    };
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| ChatFileError { line: number, message: format!("not JSON ({e})") })?;
+        let Value::Object(object) = value else {
+            return Err(ChatFileError { line: number, message: "not a JSON object".into() });
+        };
+        // The header: the first line, when it is not a message.
+        let seen_before = std::mem::replace(&mut seen_first, true);
+        if !seen_before && !object.contains_key("mes") {
+            header = Value::Object(object);
+            continue;
+        }
+        let Some(mes) = object.get("mes") else {
+            return Err(ChatFileError { line: number, message: "a message without \"mes\" (its text)".into() });
+        };
+        if !mes.is_string() {
+            return Err(ChatFileError { line: number, message: "\"mes\" is not text".into() });
+        }
+        let kind = if is_true(&object, "is_system") {
+            Kind::System
+        } else if is_true(&object, "is_user") {
+            Kind::User
+        } else {
+            Kind::Character
+        };
+        match kind {
+            Kind::User => {
+                if let Some((line, orphan)) = pending_user.take() {
+                    file.notes.push(format!("line {line}: a user message with no reply is kept for export, not sent to the model"));
+                    carry(&mut exchanges, &mut opening, Value::Object(orphan));
+                }
+                pending_user = Some((number, object));
+            }
+            Kind::Character => match pending_user.take() {
+                Some((_, user)) => exchanges.push(exchange(user, object)),
+                None if exchanges.is_empty() && !opening.iter().any(is_character) => {
+                    file.greeting = object.get("mes").and_then(Value::as_str).map(str::to_string);
+                    opening.push(Value::Object(object));
+                }
+                None => {
+                    file.notes.push(format!("line {number}: a second character message in a row is kept for export, not sent to the model"));
+                    carry(&mut exchanges, &mut opening, Value::Object(object));
+                }
+            },
+            Kind::System => {
+                if let Some((line, orphan)) = pending_user.take() {
+                    file.notes.push(format!("line {line}: a user message with no reply is kept for export, not sent to the model"));
+                    carry(&mut exchanges, &mut opening, Value::Object(orphan));
+                }
+                file.notes.push(format!("line {number}: a system message is kept for export, not sent to the model"));
+                carry(&mut exchanges, &mut opening, Value::Object(object));
+            }
+        }
+    }
+    if let Some((line, orphan)) = pending_user.take() {
+        file.notes.push(format!("line {line}: the last user message has no reply; it is kept for export, not sent to the model"));
+        carry(&mut exchanges, &mut opening, Value::Object(orphan));
+    }
+    if header.is_null() && opening.is_empty() && exchanges.is_empty() {
+        return Err(ChatFileError { line: 0, message: "the file holds no chat".into() });
+    }
+    file.raw = json!({ "header": header, "opening": opening });
+    file.exchanges = exchanges;
+    Ok(file)
+}
+
+fn is_character(value: &Value) -> bool {
+    value.as_object().is_some_and(|o| !is_true(o, "is_user") && !is_true(o, "is_system"))
+}
+
+fn exchange(user: Map<String, Value>, reply: Map<String, Value>) -> FileExchange {
+    let text = |o: &Map<String, Value>| o.get("mes").and_then(Value::as_str).unwrap_or("").to_string();
+    let reply_text = text(&reply);
+    let mut swipes: Vec<String> =
+        reply.get("swipes").and_then(Value::as_array).map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let mut swipe = reply.get("swipe_id").and_then(Value::as_u64).unwrap_or(0).min(u64::from(u32::MAX)) as u32;
+    if swipes.is_empty() {
+        swipes.push(reply_text.clone());
+        swipe = 0;
+    }
+    if swipe as usize >= swipes.len() {
+        swipe = (swipes.len() - 1) as u32;
+    }
+    // The shown text is the chosen swipe.
+    swipes[swipe as usize] = reply_text.clone();
+    let at = user.get("send_date").and_then(send_date);
+    FileExchange {
+        user_text: text(&user),
+        reply: reply_text,
+        swipes,
+        swipe,
+        at,
+        raw: json!({ "user": Value::Object(user), "reply": Value::Object(reply), "after": [] }),
+    }
+}
+
+/// A message's `send_date` as RFC 3339, when it is one of the forms SillyTavern has
+/// written: an RFC 3339 time, epoch milliseconds, `November 23, 2026 2:08pm`, or
+/// `2026-11-23 @14h 08m 37s 123ms`.
+pub fn send_date(value: &Value) -> Option<String> {
+    use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+    let rfc = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    if let Some(ms) = value.as_i64() {
+        return Utc.timestamp_millis_opt(ms).single().map(rfc);
+    }
+    let text = value.as_str()?.trim();
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(rfc(t.with_timezone(&Utc)));
+    }
+    let lower = text.to_lowercase();
+    for format in ["%B %d, %Y %I:%M%P", "%B %d, %Y %I:%M %P", "%B %e, %Y %l:%M%P", "%B %e, %Y %l:%M %P"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(&lower, format) {
+            return Some(rfc(t.and_utc()));
+        }
+    }
+    // `2026-11-23 @14h 08m 37s 123ms` (the milliseconds are optional).
+    let cleaned: String = text.replace(['@', 'h', 'm', 's'], " ");
+    let parts: Vec<&str> = cleaned.split_whitespace().collect();
+    if parts.len() >= 4 {
+        let joined = format!("{} {}:{}:{}", parts[0], parts[1], parts[2], parts[3]);
+        if let Ok(t) = NaiveDateTime::parse_from_str(&joined, "%Y-%m-%d %H:%M:%S") {
+            return Some(rfc(t.and_utc()));
+        }
+    }
+    None
+}
+
+/// One exchange as it is written out: its stored objects (if it came from a file) with
+/// the text Lorekeeper holds now, or new objects.
+pub struct ExportExchange<'a> {
+    pub user_text: &'a str,
+    pub reply: &'a str,
+    pub swipes: &'a [String],
+    pub swipe: u32,
+    pub at: &'a str,
+    pub raw: Option<&'a Value>,
+}
+
+/// What a chat file is written from.
+pub struct ExportChat<'a> {
+    pub user_name: &'a str,
+    pub character_name: &'a str,
+    /// The header and opening as read (`ChatFile::raw`), for a chat that came from a file.
+    pub raw: Option<&'a Value>,
+    /// The greeting and its swipes (the card's greetings) when the chat did not come
+    /// from a file but reaches back to its start.
+    pub greeting: Option<(&'a [String], u32)>,
+    pub created: &'a str,
+    pub exchanges: Vec<ExportExchange<'a>>,
+}
+
+/// Write a chat as a SillyTavern chat file.
+pub fn render(chat: &ExportChat<'_>) -> String {
+    let mut lines: Vec<Value> = Vec::new();
+    let stored_header = chat.raw.and_then(|r| r.get("header")).filter(|h| h.is_object()).cloned();
+    lines.push(stored_header.unwrap_or_else(|| {
+        json!({ "user_name": chat.user_name, "character_name": chat.character_name, "create_date": chat.created, "chat_metadata": {} })
+    }));
+    match chat.raw.and_then(|r| r.get("opening")).and_then(Value::as_array) {
+        Some(opening) => lines.extend(opening.iter().cloned()),
+        None => {
+            if let Some((all, chosen)) = chat.greeting.filter(|(all, _)| !all.is_empty()) {
+                let chosen = chosen.min(all.len() as u32 - 1);
+                lines.push(json!({
+                    "name": chat.character_name, "is_user": false, "is_system": false, "send_date": chat.created,
+                    "mes": all[chosen as usize], "swipes": all, "swipe_id": chosen, "extra": {}
+                }));
+            }
+        }
+    }
+    for e in &chat.exchanges {
+        let stored = |key: &str| e.raw.and_then(|r| r.get(key)).filter(|v| v.is_object()).cloned();
+        let mut user = stored("user")
+            .unwrap_or_else(|| json!({ "name": chat.user_name, "is_user": true, "is_system": false, "send_date": e.at, "mes": "", "extra": {} }));
+        user["mes"] = Value::String(e.user_text.to_string());
+        lines.push(user);
+        let mut reply = stored("reply").unwrap_or_else(|| {
+            json!({ "name": chat.character_name, "is_user": false, "is_system": false, "send_date": e.at, "mes": "", "extra": {} })
+        });
+        reply["mes"] = Value::String(e.reply.to_string());
+        let had_swipes = reply.get("swipes").is_some();
+        if had_swipes || e.swipes.len() > 1 {
+            reply["swipes"] = json!(e.swipes);
+            reply["swipe_id"] = json!(e.swipe);
+        }
+        lines.push(reply);
+        if let Some(after) = e.raw.and_then(|r| r.get("after")).and_then(Value::as_array) {
+            lines.extend(after.iter().cloned());
+        }
+    }
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chat as SillyTavern writes one: a header, a greeting with alternates, two
+    /// exchanges (the second with swipes), a system note and an unanswered message.
+    const FILE: &str = r#"{"user_name":"Tamsin","character_name":"Maren Vosk","create_date":"2026-11-20@18h02m11s","chat_metadata":{"note_prompt":"","objective":{"goal":"cross"}}}
+{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"November 20, 2026 6:02pm","mes":"Lock's closed.","swipes":["Lock's closed.","Who goes there?"],"swipe_id":0,"extra":{}}
+{"name":"Tamsin","is_user":true,"is_system":false,"send_date":"November 20, 2026 6:03pm","mes":"Open it, please.","extra":{"bias":""}}
+{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"November 20, 2026 6:03pm","mes":"Not after dark.","extra":{"api":"openai","model":"x"},"gen_started":"2026-11-20T18:03:01.000Z"}
+{"name":"Tamsin","is_user":true,"is_system":false,"send_date":"2026-11-20T18:04:00.000Z","mes":"I have a coin.","extra":{}}
+{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":1795716300000,"mes":"A coin, then.","swipes":["Keep it.","A coin, then."],"swipe_id":1,"swipe_info":[{},{}],"extra":{}}
+{"name":"System","is_user":false,"is_system":true,"send_date":"","mes":"Tamsin crossed the lock.","extra":{"type":"narrator"}}
+{"name":"Tamsin","is_user":true,"is_system":false,"send_date":"","mes":"Thank you.","extra":{}}
+"#;
+
+    #[test]
+    fn a_file_reads_as_exchanges_with_the_rest_carried() {
+        let file = parse(FILE).unwrap();
+        assert_eq!(file.greeting.as_deref(), Some("Lock's closed."));
+        assert_eq!(file.exchanges.len(), 2);
+        let second = &file.exchanges[1];
+        assert_eq!((second.user_text.as_str(), second.reply.as_str(), second.swipe), ("I have a coin.", "A coin, then.", 1));
+        assert_eq!(second.swipes, ["Keep it.", "A coin, then."]);
+        assert_eq!(file.exchanges[0].at.as_deref(), Some("2026-11-20T18:03:00Z"));
+        assert_eq!(second.at.as_deref(), Some("2026-11-20T18:04:00Z"));
+        assert_eq!(file.notes.len(), 2, "{:?}", file.notes);
+        assert!(file.notes[0].starts_with("line 7: a system message"), "{:?}", file.notes);
+        assert!(file.notes[1].starts_with("line 8: the last user message has no reply"), "{:?}", file.notes);
+    }
+
+    #[test]
+    fn a_file_round_trips_object_for_object() {
+        let file = parse(FILE).unwrap();
+        let exchanges = file
+            .exchanges
+            .iter()
+            .map(|e| ExportExchange { user_text: &e.user_text, reply: &e.reply, swipes: &e.swipes, swipe: e.swipe, at: "", raw: Some(&e.raw) })
+            .collect();
+        let out = render(&ExportChat {
+            user_name: "Tamsin",
+            character_name: "Maren Vosk",
+            raw: Some(&file.raw),
+            greeting: None,
+            created: "",
+            exchanges,
+        });
+        assert_eq!(out, FILE, "the same objects, in the same order, with the same keys");
+    }
+
+    #[test]
+    fn a_chat_made_here_is_written_as_sillytavern_reads_it() {
+        let greetings = ["Hello.".to_string(), "Evening.".to_string()];
+        let swipes = ["No.".to_string(), "Yes.".to_string()];
+        let out = render(&ExportChat {
+            user_name: "Tamsin",
+            character_name: "Maren",
+            raw: None,
+            greeting: Some((&greetings, 1)),
+            created: "2026-11-23T10:00:00Z",
+            exchanges: vec![ExportExchange { user_text: "Open?", reply: "Yes.", swipes: &swipes, swipe: 1, at: "2026-11-23T10:01:00Z", raw: None }],
+        });
+        let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0]["character_name"], "Maren");
+        assert_eq!((lines[1]["mes"].as_str(), lines[1]["swipe_id"].as_u64()), (Some("Evening."), Some(1)));
+        assert_eq!(lines[2]["is_user"], true);
+        assert_eq!(lines[3]["swipes"], json!(["No.", "Yes."]));
+        // And it reads back as the same chat.
+        let again = parse(&out).unwrap();
+        assert_eq!(again.greeting.as_deref(), Some("Evening."));
+        assert_eq!(again.exchanges[0].reply, "Yes.");
+    }
+
+    #[test]
+    fn a_broken_line_is_named() {
+        let broken = FILE.replace(r#""mes":"I have a coin.","#, r#""mes":"I have a coin.,"#);
+        let e = parse(&broken).unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        let e = parse("{\"user_name\":\"a\"}\n[1,2]\n").unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (2, "not a JSON object"));
+        let e = parse("{\"user_name\":\"a\"}\n{\"name\":\"x\",\"is_user\":true}\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(parse("").is_err());
+        assert!(send_date(&json!("2026-11-23 @14h 08m 37s 123ms")).is_some_and(|t| t == "2026-11-23T14:08:37Z"));
+    }
+}

@@ -1,0 +1,262 @@
+//! A character's chats: the one being played, and the chats put aside — the original
+//! of a branch, a chat an import replaced, a chat switched away from. Only the chat
+//! being played has memories, so the character remembers one line of events: switching
+//! takes the old chat's memories out and writes the new one's, in one transaction.
+//!
+//! Chat files (SillyTavern `.jsonl`) come in and go out here too (`chat_file` is the
+//! codec).
+
+use super::chat_file::{self, ChatFile, ExportChat, ExportExchange};
+use super::records::{self, CharacterInfo, ChatState, ChatTurn};
+use super::turn::control::hold;
+use super::CompanionError;
+use crate::context::Context;
+use crate::memory::MemoryBank;
+use crate::memory::detect::Proximity;
+use crate::store::StoreError;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+/// A chat put aside, as the list shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SavedChat {
+    pub id: String,
+    pub title: String,
+    pub saved_at: String,
+    pub turns: u32,
+}
+
+/// A chat whole: what a saved chat holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct WholeChat {
+    state: ChatState,
+    turns: Vec<ChatTurn>,
+}
+
+/// The chats put aside for a character, newest first.
+pub fn saved(conn: &Connection, character_id: &str) -> Result<Vec<SavedChat>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, title, saved_at, turns FROM companion_saved_chats WHERE character_id = ?1 ORDER BY saved_at DESC, rowid DESC",
+    )?;
+    let rows = stmt.query_map([character_id], |r| Ok(SavedChat { id: r.get(0)?, title: r.get(1)?, saved_at: r.get(2)?, turns: r.get(3)? }))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Put the chat being played aside under `title` (nothing when it is empty); returns the
+/// saved chat's id.
+fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<String>, StoreError> {
+    let whole = WholeChat { state: records::load_state(tx, character_id)?, turns: records::all_turns(tx, character_id)? };
+    if whole.turns.is_empty() && whole.state.file.is_none() {
+        return Ok(None);
+    }
+    let json = serde_json::to_string(&whole).map_err(|e| StoreError::Corrupt(format!("cannot encode a chat: {e}")))?;
+    let id = crate::store::new_id();
+    tx.execute(
+        "INSERT INTO companion_saved_chats(id, character_id, title, saved_at, turns, chat_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![id, character_id, title, crate::store::now_rfc3339(), whole.turns.len() as u32, json],
+    )?;
+    Ok(Some(id))
+}
+
+/// Take a saved chat out of the saved list.
+fn take_saved(tx: &Connection, character_id: &str, id: &str) -> Result<WholeChat, StoreError> {
+    let json: Option<String> = tx
+        .query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![id, character_id], |r| r.get(0))
+        .optional()?;
+    let json = json.ok_or_else(|| StoreError::NotFound(format!("saved chat {id:?} (see `chat chats`)")))?;
+    let whole = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("saved chat {id}: {e}")))?;
+    tx.execute("DELETE FROM companion_saved_chats WHERE id = ?1", [id])?;
+    Ok(whole)
+}
+
+/// Replace the chat being played by `whole`, memories and all, inside `tx`: the old
+/// chat's memories (and any summary over them) go, the new chat's are written from
+/// `prepared`.
+fn install(
+    tx: &Connection,
+    character_id: &str,
+    whole: &WholeChat,
+    prepared: crate::memory::PreparedMemories,
+) -> Result<crate::memory::MemoryWrite, StoreError> {
+    let current = records::all_turns(tx, character_id)?;
+    let ids: Vec<String> = current.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let (mut write, _) = crate::memory::summarise::reopen_covering(tx, &ids)?;
+    for t in &current {
+        write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
+    }
+    records::replace_chat(tx, character_id, &whole.state, &whole.turns)?;
+    Ok(write.and(prepared.write(tx)?))
+}
+
+/// The memories of a whole chat, embedded before any transaction (keyword-only when
+/// there is no embedding model).
+fn prepare_memories(bank: &MemoryBank, ctx: &Context, character: &CharacterInfo, whole: &WholeChat) -> Result<crate::memory::PreparedMemories, CompanionError> {
+    let user = ctx.store.with(|c| records::chat_user(c, &whole.state, &ctx.config().companion.user_name))?;
+    let items = whole.turns.iter().flat_map(|t| super::turn::memories_of(t, &character.name, &user.name)).collect();
+    Ok(bank.prepare_or_keyword_only(items)?)
+}
+
+/// Branch at a message: the chat as it is now is put aside whole, and the chat being
+/// played keeps the exchanges up to and including that message's exchange. Returns the
+/// saved original's id.
+pub fn branch(ctx: &Context, character: &CharacterInfo, message: &str) -> Result<String, CompanionError> {
+    let _job = hold(ctx, character)?;
+    let turns = ctx.store.with(|c| records::all_turns(c, &character.id))?;
+    let at = if message == super::turn::control::GREETING {
+        None
+    } else {
+        let turn_id = message.strip_suffix("-u").or_else(|| message.strip_suffix("-r"));
+        let found = turn_id.and_then(|id| turns.iter().find(|t| t.id == id));
+        Some(found.ok_or_else(|| CompanionError::Invalid(format!("{}'s chat has no message {message:?} (see `chat history --json`)", character.name)))?.seq)
+    };
+    let doomed: Vec<&ChatTurn> = turns.iter().filter(|t| at.is_none_or(|seq| t.seq > seq)).collect();
+    let bank = crate::memory::bank_for(ctx)?;
+    let memory_ids: Vec<String> = doomed.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let title = format!("before the branch at {message}");
+    let (saved, write) = bank.store().transaction(|tx| {
+        let saved = put_aside(tx, &character.id, &title)?
+            .ok_or_else(|| StoreError::Invalid(format!("{}'s chat is empty: there is nothing to branch", character.name)))?;
+        let (mut write, _) = crate::memory::summarise::reopen_covering(tx, &memory_ids)?;
+        for t in &doomed {
+            write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
+            records::delete_turn(tx, &character.id, &t.id)?;
+        }
+        Ok((saved, write))
+    })?;
+    bank.publish(write);
+    Ok(saved)
+}
+
+/// Switch to a saved chat: the chat being played is put aside, the saved one is played
+/// (its memories written anew). Returns the id the put-aside chat got, if it had any.
+pub fn open(ctx: &Context, character: &CharacterInfo, saved_id: &str) -> Result<Option<String>, CompanionError> {
+    let _job = hold(ctx, character)?;
+    let bank = crate::memory::bank_for(ctx)?;
+    // Read first (to embed outside the transaction), taken out inside it.
+    let whole: WholeChat = ctx.store.with(|c| {
+        let json: Option<String> = c
+            .query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![saved_id, character.id], |r| r.get(0))
+            .optional()?;
+        let json = json.ok_or_else(|| StoreError::NotFound(format!("saved chat {saved_id:?} of {} (see `chat chats`)", character.name)))?;
+        serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("saved chat {saved_id}: {e}")))
+    })?;
+    let prepared = prepare_memories(&bank, ctx, character, &whole)?;
+    let (put, write) = bank.store().transaction(|tx| {
+        let put = put_aside(tx, &character.id, "switched away from")?;
+        let whole = take_saved(tx, &character.id, saved_id)?;
+        let write = install(tx, &character.id, &whole, prepared)?;
+        Ok((put, write))
+    })?;
+    bank.publish(write);
+    Ok(put)
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Imported {
+    pub exchanges: usize,
+    /// The chat the import replaced, put aside (`None`: there was none).
+    pub saved: Option<String>,
+    /// Messages carried along rather than read as conversation.
+    pub notes: Vec<String>,
+}
+
+/// Import a SillyTavern chat file as the chat being played; the chat it replaces is put
+/// aside. A malformed file changes nothing and names the line.
+pub fn import(ctx: &Context, character: &CharacterInfo, text: &str, source: &str) -> Result<Imported, CompanionError> {
+    let file = chat_file::parse(text).map_err(|e| CompanionError::Invalid(format!("{source}: {e}")))?;
+    let _job = hold(ctx, character)?;
+    let whole = whole_from_file(ctx, character, &file);
+    let bank = crate::memory::bank_for(ctx)?;
+    let prepared = prepare_memories(&bank, ctx, character, &whole)?;
+    let title = format!("before the import of {source}");
+    let (saved, write) = bank.store().transaction(|tx| {
+        let saved = put_aside(tx, &character.id, &title)?;
+        let write = install(tx, &character.id, &whole, prepared)?;
+        Ok((saved, write))
+    })?;
+    bank.publish(write);
+    Ok(Imported { exchanges: whole.turns.len(), saved, notes: file.notes })
+}
+
+/// The stored turns of an imported file: times from the file where it has them
+/// (otherwise the previous one's, or now), sessions split by the configured gap.
+fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) -> WholeChat {
+    let config = ctx.config().companion;
+    let now = crate::store::now_rfc3339();
+    let mut state = ChatState { file: Some(file.raw.clone()), ..Default::default() };
+    // The opening greeting picks the card's greeting with the same text, if there is one.
+    if let Some(greeting) = file.greeting.as_deref() {
+        let all = records::greetings(&character.card);
+        if let Some(i) = all.iter().position(|g| g.trim() == greeting.trim()) {
+            state.greeting = i as u32;
+        }
+    }
+    let mut turns = Vec::new();
+    let mut last_at: Option<String> = None;
+    for (i, e) in file.exchanges.iter().enumerate() {
+        let at = e.at.clone().or_else(|| last_at.clone()).unwrap_or_else(|| now.clone());
+        let when = chrono::DateTime::parse_from_rfc3339(&at).map(|t| t.with_timezone(&chrono::Utc)).unwrap_or_else(|_| chrono::Utc::now());
+        let session = super::turn::session_for(&state, &character.id, when, config.session_gap_minutes);
+        state.session = Some(session.clone());
+        state.last_chat_at = Some(at.clone());
+        let id = crate::store::new_id();
+        turns.push(ChatTurn {
+            id: id.clone(),
+            character_id: character.id.clone(),
+            seq: i as u32 + 1,
+            session,
+            user_text: e.user_text.clone(),
+            reply: e.reply.clone(),
+            at: at.clone(),
+            user_memory_id: Some(format!("{id}-u")),
+            reply_memory_id: Some(format!("{id}-r")),
+            proximity: Proximity::default(),
+            packet: Default::default(),
+            hits: Vec::new(),
+            attempts: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            from_cache: false,
+            elapsed_ms: 0,
+            swipes: e.swipes.clone(),
+            swipe: e.swipe,
+            file: Some(e.raw.clone()),
+        });
+        last_at = Some(at);
+    }
+    state.turns = turns.len() as u32;
+    WholeChat { state, turns }
+}
+
+/// The chat being played as a SillyTavern chat file.
+pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, CompanionError> {
+    let (state, turns, user) = ctx.store.with(|c| {
+        let state = records::load_state(c, &character.id)?;
+        let user = records::chat_user(c, &state, &ctx.config().companion.user_name)?;
+        Ok((state, records::all_turns(c, &character.id)?, user))
+    })?;
+    let macros = crate::prompting::MacroContext {
+        char: &character.name,
+        user: &user.name,
+        persona: &user.description,
+        stable_seed: &character.id,
+        ..Default::default()
+    };
+    let (opening, chosen) = records::chat_greetings(&state, &character.card);
+    let greetings: Vec<String> = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+    let from_the_start = turns.first().is_none_or(|t| t.seq <= 1);
+    let created = turns.first().map(|t| t.at.clone()).unwrap_or_else(crate::store::now_rfc3339);
+    let chat = ExportChat {
+        user_name: &user.name,
+        character_name: &character.name,
+        raw: state.file.as_ref(),
+        greeting: from_the_start.then_some((greetings.as_slice(), chosen)),
+        created: &created,
+        exchanges: turns
+            .iter()
+            .map(|t| ExportExchange { user_text: &t.user_text, reply: &t.reply, swipes: &t.swipes, swipe: t.swipe, at: &t.at, raw: t.file.as_ref() })
+            .collect(),
+    };
+    Ok(chat_file::render(&chat))
+}

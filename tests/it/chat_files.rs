@@ -1,0 +1,171 @@
+//! A chat as a SillyTavern user keeps one, through the real binary: the card's
+//! greetings are the first message's swipes, the user plays a persona of their own in
+//! this chat, a reply is continued, the chat branches and switches back with its
+//! memories following, and SillyTavern chat files go out and come back unchanged.
+
+use lorekeeper::config::{Config, Paths};
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use serde_json::{Value, json};
+
+fn command(paths: &Paths, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn run(paths: &Paths, args: &[&str]) -> Vec<Value> {
+    let out = command(paths, args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn history(paths: &Paths) -> Vec<Value> {
+    run(paths, &["chat", "history", "--character", "Maren", "--json"]).last().unwrap().as_array().unwrap().clone()
+}
+
+fn texts(messages: &[Value]) -> Vec<String> {
+    messages.iter().map(|m| m["text"].as_str().unwrap().to_string()).collect()
+}
+
+fn search(paths: &Paths, query: &str) -> String {
+    run(paths, &["memory", "search", query, "--mode", "keyword", "--json"]).last().unwrap().to_string()
+}
+
+/// A chat written by SillyTavern (not by us): a header with metadata, a greeting, two
+/// exchanges with swipes and extras, a narrator's system line.
+const ST_FILE: &str = r#"{"user_name":"Ash","character_name":"Maren Vosk","create_date":"2026-10-02@21h15m40s","chat_metadata":{"note_prompt":"Rain.","note_interval":1,"tainted":true}}
+{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"October 2, 2026 9:15pm","mes":"Lock's closed.","extra":{}}
+{"name":"Ash","is_user":true,"is_system":false,"send_date":"October 2, 2026 9:16pm","mes":"I bring eel traps to mend.","extra":{"isSmallSys":false}}
+{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"October 2, 2026 9:16pm","mes":"Leave the traps by the capstan.","swipes":["Go away.","Leave the traps by the capstan."],"swipe_id":1,"swipe_info":[{"send_date":"October 2, 2026 9:16pm","extra":{}},{"send_date":"October 2, 2026 9:17pm","extra":{}}],"extra":{"api":"openai","model":"someone-elses-model","token_count":9},"force_avatar":"User Avatars/maren.png"}
+{"name":"Narrator","is_user":false,"is_system":true,"send_date":"October 2, 2026 9:18pm","mes":"The rain thickens.","extra":{"type":"narrator"}}
+{"name":"Ash","is_user":true,"is_system":false,"send_date":"October 2, 2026 9:20pm","mes":"Will the capstan rust?","extra":{}}
+{"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"October 2, 2026 9:20pm","mes":"Everything here rusts, Ash. Even patience.","extra":{}}
+"#;
+
+#[test]
+fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({
+            "rules": [
+                { "when": { "user_contains": "stopped here" }, "reply": "[Maren Vosk]: and it stays shut till dawn." },
+                { "when": { "user_contains": "cormorant" }, "reply": "[Maren Vosk]: The cormorant fishes below the weir." },
+                { "when": { "user_contains": "gate" }, "reply": "[Maren Vosk]: The gate is shut" }
+            ],
+            "default": "[Maren Vosk]: Hm."
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
+        "first_mes": "Lock's closed, {{user}}.", "alternate_greetings": ["Who goes there, {{user}}?"], "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    let file = dir.path().join("maren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+
+    // The user plays their own persona in this chat; the greeting speaks to it.
+    run(&paths, &["persona", "new", "Tamsin", "--description", "{{user}} is a courier on the river road."]);
+    run(&paths, &["persona", "use", "Tamsin", "--chat", "Maren"]);
+    let opening = history(&paths);
+    assert_eq!(opening.len(), 1, "a new chat opens with the greeting: {opening:?}");
+    assert_eq!(opening[0]["id"], "greeting");
+    assert_eq!(opening[0]["text"], "Lock's closed, Tamsin.");
+    assert_eq!(opening[0]["swipes"], json!(["Lock's closed, Tamsin.", "Who goes there, Tamsin?"]));
+    // The alternate greeting is the greeting's second swipe.
+    run(&paths, &["chat", "swipe", "--character", "Maren", "1"]);
+    assert_eq!(history(&paths)[0]["text"], "Who goes there, Tamsin?");
+
+    let sent = run(&paths, &["chat", "send", "--character", "Maren", "Open the gate, please.", "--json"]);
+    let turn = &sent.last().unwrap()["turn"];
+    let packet: String = turn["packet"]["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect::<Vec<_>>().join("\n");
+    assert!(packet.contains("[Maren Vosk]: Who goes there, Tamsin?"), "the chosen greeting opens the history:\n{packet}");
+    assert!(packet.contains("<user_persona>\nName: Tamsin\nTamsin is a courier on the river road.\n</user_persona>"), "{packet}");
+    assert!(packet.contains("conversation with Tamsin"), "{packet}");
+
+    // Continue: the reply goes on from where it stopped, and its memory with it.
+    run(&paths, &["chat", "continue", "--character", "Maren", "--json"]);
+    let messages = history(&paths);
+    assert_eq!(messages[2]["text"], "The gate is shut and it stays shut till dawn.", "{messages:?}");
+    assert!(search(&paths, "dawn").contains("stays shut till dawn"));
+
+    run(&paths, &["chat", "send", "--character", "Maren", "Have you seen the cormorant?", "--json"]);
+    let before_branch = history(&paths);
+    assert_eq!(before_branch.len(), 5);
+    assert!(search(&paths, "cormorant").contains("cormorant"));
+
+    // Branch at the first reply: the chat goes on from there, the original is kept.
+    let at = before_branch[2]["id"].as_str().unwrap();
+    run(&paths, &["chat", "branch", "--character", "Maren", "--message", at]);
+    assert_eq!(texts(&history(&paths)), texts(&before_branch[..3]));
+    assert!(!search(&paths, "cormorant").contains("cormorant"), "the branch does not remember what it never lived");
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren", "--json"]).last().unwrap().as_array().unwrap().clone();
+    assert_eq!(saved.len(), 1);
+    assert_eq!(saved[0]["turns"], 2);
+    // Switch back: the original whole, its memories again; the branch is saved instead.
+    run(&paths, &["chat", "open", "--character", "Maren", saved[0]["id"].as_str().unwrap()]);
+    assert_eq!(texts(&history(&paths)), texts(&before_branch));
+    assert!(search(&paths, "cormorant").contains("cormorant"));
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren", "--json"]).last().unwrap().as_array().unwrap().clone();
+    assert_eq!(saved.iter().map(|s| s["turns"].as_u64().unwrap()).collect::<Vec<_>>(), [1]);
+
+    // Export as a SillyTavern chat: a header, the greeting with its swipes, four messages.
+    let out = dir.path().join("maren.jsonl");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", out.to_str().unwrap()]);
+    let lines: Vec<Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!((lines[0]["user_name"].as_str(), lines[0]["character_name"].as_str()), (Some("Tamsin"), Some("Maren Vosk")));
+    assert_eq!((lines[1]["mes"].as_str(), lines[1]["swipe_id"].as_u64()), (Some("Who goes there, Tamsin?"), Some(1)));
+    assert_eq!(lines[2]["is_user"], true);
+    assert_eq!(lines[3]["mes"], "The gate is shut and it stays shut till dawn.");
+    assert_eq!(lines[5]["mes"], "The cormorant fishes below the weir.");
+
+    // A malformed file changes nothing and says which line is wrong.
+    let broken = dir.path().join("broken.jsonl");
+    std::fs::write(&broken, ST_FILE.replace(r#""mes":"Will the capstan rust?","#, r#""mes":"Will the capstan rust?,"#)).unwrap();
+    let failed = command(&paths, &["chat", "import", broken.to_str().unwrap(), "--character", "Maren"]);
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("line 6"), "{}", String::from_utf8_lossy(&failed.stderr));
+    assert_eq!(texts(&history(&paths)), texts(&before_branch));
+
+    // Someone else's chat file comes in (the chat it replaces is saved), is remembered,
+    // and goes out again exactly as it came.
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(&theirs, ST_FILE).unwrap();
+    let imported = run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let imported = imported.last().unwrap();
+    assert_eq!(imported["exchanges"], 2);
+    assert!(imported["saved"].is_string());
+    assert_eq!(imported["notes"].as_array().unwrap().len(), 1, "the narrator's line is carried, and said: {imported}");
+    let messages = history(&paths);
+    assert_eq!(
+        texts(&messages),
+        ["Lock's closed.", "I bring eel traps to mend.", "Leave the traps by the capstan.", "Will the capstan rust?", "Everything here rusts, Ash. Even patience."],
+        "the file's own greeting opens it"
+    );
+    assert_eq!(messages[2]["swipes"].as_array().unwrap().len(), 2);
+    assert!(search(&paths, "patience").contains("Even patience"), "an imported chat is remembered");
+    assert!(!search(&paths, "cormorant").contains("cormorant"), "and the chat it replaced is not");
+    let again = dir.path().join("again.jsonl");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), ST_FILE, "a SillyTavern chat round-trips unchanged");
+    // An edit shows in the next export, the rest stays as it was.
+    let reply = messages[4]["id"].as_str().unwrap();
+    run(&paths, &["chat", "edit", "--character", "Maren", "--message", reply, "Everything here rusts, Ash."]);
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);
+    let edited = std::fs::read_to_string(&again).unwrap();
+    assert_eq!(edited, ST_FILE.replace("Everything here rusts, Ash. Even patience.", "Everything here rusts, Ash."));
+}
