@@ -94,6 +94,10 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
             Some(id) => writeln!(out, "round {round} is the kept version now; the one it replaced is kept as {id}"),
             None => writeln!(out, "round {round} is the kept version now"),
         },
+        E::PlanReview { round, plan, .. } => {
+            writeln!(out, "round {round}: the Director's plan (send it back edited as one JSON line, or an empty line to play it):")?;
+            writeln!(out, "{}", serde_json::to_string(plan).unwrap_or_default())
+        }
         E::RedoFailed { round, message, .. } => writeln!(out, "the redo failed ({message}); round {round} is back as it was"),
         E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
         E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),

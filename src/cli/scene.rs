@@ -24,6 +24,11 @@ pub enum SceneVerb {
         /// Characters who act this round whatever the Director decides (repeatable).
         #[arg(long)]
         force: Vec<String>,
+        /// Pause after the Director's plan: it is printed (one JSON line with --json),
+        /// and the plan to play is read from standard input as one JSON line (an empty
+        /// line or the end of input plays it as it is).
+        #[arg(long)]
+        review: bool,
     },
     /// Take back the last round exactly: messages, states, trackers, facts, time, lore timers, memories.
     Undo { scene: String },
@@ -89,6 +94,18 @@ pub struct NewArgs {
     pub active: Option<Vec<String>>,
 }
 
+/// The plan to play: one JSON line from standard input, or `proposed` on an empty line
+/// or the end of input. A plan that does not read is refused with the reason.
+fn read_plan(proposed: &crate::scene::model::DirectorPlan) -> Result<crate::scene::model::DirectorPlan> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim().is_empty() {
+        return Ok(proposed.clone());
+    }
+    serde_json::from_str(line.trim()).map_err(|e| anyhow!("the edited plan is not a Director plan: {e}"))
+}
+
 fn is_error(event: &Event) -> Option<Result<(), anyhow::Error>> {
     match event {
         Event::Scene(SceneEvent::Error { message, .. }) => Some(Err(anyhow!("{message}"))),
@@ -119,12 +136,33 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::SceneCreated { .. }))
         }
-        SceneVerb::Round { scene, text, force } => {
-            send(SceneCommand::Round { scene, input: Some(text), force })?;
+        SceneVerb::Round { scene, text, force, review: false } => {
+            send(SceneCommand::Round { scene, input: Some(text), force, review: false })?;
             wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
         }
+        SceneVerb::Round { scene, text, force, review: true } => {
+            send(SceneCommand::Round { scene, input: Some(text), force, review: true })?;
+            drive(engine, json, ROUND_LIMIT, |event| {
+                is_error(event).or_else(|| match event {
+                    Event::Scene(SceneEvent::PlanReview { scene_id, plan, .. }) => {
+                        let reviewed = match read_plan(plan) {
+                            Ok(plan) => plan,
+                            Err(e) => return Some(Err(e)),
+                        };
+                        match engine.send(Command::Scene(SceneCommand::SubmitPlan { scene: scene_id.clone(), plan: reviewed })) {
+                            Ok(()) => None,
+                            Err(e) => Some(Err(anyhow!(e))),
+                        }
+                    }
+                    Event::Scene(SceneEvent::RoundCompleted { .. }) => Some(Ok(())),
+                    Event::Scene(SceneEvent::RoundCancelled { .. }) => Some(Err(anyhow!("the round was cancelled; nothing was saved"))),
+                    _ => None,
+                })
+            })??;
+            Ok(ExitCode::SUCCESS)
+        }
         SceneVerb::Continue { scene } => {
-            send(SceneCommand::Round { scene, input: None, force: Vec::new() })?;
+            send(SceneCommand::Round { scene, input: None, force: Vec::new(), review: false })?;
             wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
         }
         SceneVerb::State { scene } => {

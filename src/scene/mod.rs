@@ -47,7 +47,11 @@ pub enum SceneError {
 pub enum SceneCommand {
     /// Play a round: with the user's message, or `None` to continue. `force` names
     /// characters who act this round whatever the Director decides.
-    Round { scene: String, input: Option<String>, force: Vec<String> },
+    /// With `review`, the round pauses after Director pass 1 ([`SceneEvent::PlanReview`])
+    /// until [`SceneCommand::SubmitPlan`] sends the plan back, edited or as it was.
+    Round { scene: String, input: Option<String>, force: Vec<String>, review: bool },
+    /// The plan for the round waiting in `scene` (after [`SceneEvent::PlanReview`]).
+    SubmitPlan { scene: String, plan: model::DirectorPlan },
     /// Take back the last round: messages, states, trackers, facts, time, lore timers
     /// and memories as they were before it.
     Undo { scene: String },
@@ -97,6 +101,10 @@ pub enum DirectorDecision {
 pub enum SceneEvent {
     SceneCreated { scene_id: String, name: String },
     RoundStarted { scene_id: String, round: u32, input: Option<String> },
+    /// The round waits for the game master's version of the Director's plan
+    /// ([`SceneCommand::SubmitPlan`]); the plan is as the Director made it, with muted
+    /// characters taken out and forced ones put in.
+    PlanReview { scene_id: String, round: u32, plan: model::DirectorPlan },
     /// The Director's accepted plan (pass 1) or reconciliation (pass 2).
     DirectorDecided { scene_id: String, round: u32, pass: u8, decision: DirectorDecision },
     CharacterStarted { scene_id: String, round: u32, character_id: String, name: String },
@@ -149,6 +157,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             SceneCommand::Round { scene, .. }
             | SceneCommand::Undo { scene }
             | SceneCommand::Redo { scene }
+            | SceneCommand::SubmitPlan { scene, .. }
             | SceneCommand::Alternatives { scene }
             | SceneCommand::UseAlternative { scene, .. }
             | SceneCommand::Mute { scene, .. }
@@ -201,7 +210,7 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
     };
     ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
     let cancel = CancelToken::new();
-    let outcome = round::run(ctx, &scene_id, kept.input.clone(), Vec::new(), &cancel);
+    let outcome = round::run(ctx, &scene_id, kept.input.clone(), Vec::new(), false, &cancel);
     let failure = match outcome {
         Ok(_) => None,
         Err(_) if cancel.is_cancelled() => Some("cancelled".to_string()),
@@ -223,9 +232,9 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
 fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(e);
     match command {
-        SceneCommand::Round { scene, input, force } => {
+        SceneCommand::Round { scene, input, force, review } => {
             let cancel = CancelToken::new();
-            match round::run(ctx, &scene, input, force, &cancel) {
+            match round::run(ctx, &scene, input, force, review, &cancel) {
                 Ok(_) => Ok(()),
                 // However the stop surfaced (a cancelled stream, a structured call that
                 // gave up), a cancelled round is reported as such, not as a failure.
@@ -297,6 +306,10 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             Ok(())
         }
         SceneCommand::Redo { scene } => redo(ctx, &scene),
+        SceneCommand::SubmitPlan { scene, plan } => {
+            let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
+            round::submit_plan(ctx, &scene_id, plan)
+        }
         SceneCommand::Alternatives { scene } => {
             let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
             let alternatives = ctx.store.with(|c| alternatives::list(c, &scene_id))?;

@@ -167,6 +167,9 @@ pub struct Conflict {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct DirectorRecord {
     pub plan: DirectorPlan,
+    /// The Director's own plan, when the game master edited it before anyone acted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposed: Option<DirectorPlan>,
     pub reconciliation: Option<Reconciliation>,
     /// The World agent's report, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]

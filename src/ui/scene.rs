@@ -52,6 +52,9 @@ pub struct ScenePanels {
     sent_input: Option<String>,
     /// Rounds kept by redos (for the selected scene).
     alternatives: Vec<crate::scene::alternatives::Alternative>,
+    /// Pause each round after the Director's plan, and the plan waiting for review.
+    review_plan: bool,
+    pending_plan: Option<crate::scene::model::DirectorPlan>,
 }
 
 impl ScenePanels {
@@ -71,6 +74,11 @@ impl ScenePanels {
     /// The round being played, if one is.
     pub fn live(&self) -> Option<&LiveRound> {
         self.live.as_ref()
+    }
+
+    /// The Director's plan waiting for the game master, if a round paused for it.
+    pub fn pending_plan(&self) -> Option<&crate::scene::model::DirectorPlan> {
+        self.pending_plan.as_ref()
     }
 
     /// Rounds kept by redos, for the selected scene.
@@ -175,9 +183,13 @@ impl ScenePanels {
                 }
             }
             SceneEvent::RoundCancelled { scene_id } if self.is_selected(scene_id) => {
+                self.pending_plan = None;
                 self.live = None;
                 self.cancelled = true;
                 self.restore_input();
+            }
+            SceneEvent::PlanReview { scene_id, plan, .. } if self.is_selected(scene_id) => {
+                self.pending_plan = Some(plan.clone());
             }
             SceneEvent::Alternatives { scene_id, alternatives } if self.is_selected(scene_id) => {
                 self.alternatives = alternatives.clone();
@@ -199,6 +211,7 @@ impl ScenePanels {
             }
             SceneEvent::Error { scene_id, message } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
+                    self.pending_plan = None;
                     self.last_error = Some(message.clone());
                     self.live = None;
                     self.refreshing = false;
@@ -449,8 +462,48 @@ impl ScenePanels {
         }
     }
 
+    /// The plan waiting for the game master: who acts, in what order, with what guidance.
+    fn plan_review(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, scene: &str) {
+        let Some(plan) = self.pending_plan.as_mut() else { return };
+        let mut submitted = false;
+        ui.group(|ui| {
+            ui.strong("The Director's plan — change it before anyone acts");
+            let mut remove = None;
+            for (i, acting) in plan.acting_characters.iter_mut().enumerate() {
+                ui.horizontal(|ui| {
+                    let label = ui.label(format!("{}. {}", i + 1, acting.name));
+                    ui.add(egui::TextEdit::singleline(&mut acting.guidance).desired_width(420.0).id_salt(("plan_guidance", i))).labelled_by(label.id);
+                    if ui.small_button(format!("Skip {}", acting.name)).on_hover_text("Take them out of this round").clicked() {
+                        remove = Some(i);
+                    }
+                });
+            }
+            if let Some(i) = remove {
+                plan.acting_characters.remove(i);
+            }
+            ui.horizontal(|ui| {
+                let label = ui.label("Guidance for everyone");
+                ui.add(egui::TextEdit::singleline(&mut plan.open_guidance).desired_width(420.0).id_salt("plan_open_guidance")).labelled_by(label.id);
+            });
+            for a in &plan.activations {
+                ui.weak(format!("enters: {} — {}", a.name, a.entry_guidance));
+            }
+            for d in &plan.deactivations {
+                ui.weak(format!("leaves: {} — {}", d.name, d.exit_guidance));
+            }
+            if ui.button("Play with this plan").clicked() {
+                outbox.push(Command::Scene(SceneCommand::SubmitPlan { scene: scene.to_string(), plan: plan.clone() }));
+                submitted = true;
+            }
+        });
+        if submitted {
+            self.pending_plan = None;
+        }
+    }
+
     fn play_controls(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(scene) = self.selected.clone() else { return };
+        self.plan_review(ui, outbox, &scene);
         let running = self.live.as_ref().is_some_and(|l| !l.completed);
         let label = ui.label("Your message");
         ui.add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do"))
@@ -461,14 +514,15 @@ impl ScenePanels {
                 let input = std::mem::take(&mut self.input);
                 self.sent_input = Some(input.clone());
                 let force = std::mem::take(&mut self.force).into_iter().collect();
-                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some(input), force }));
+                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some(input), force, review: self.review_plan }));
                 self.live = Some(LiveRound::default());
             }
             if ui.add_enabled(!running, egui::Button::new("Continue")).clicked() {
                 let force = std::mem::take(&mut self.force).into_iter().collect();
-                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: None, force }));
+                outbox.push(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: None, force, review: self.review_plan }));
                 self.live = Some(LiveRound::default());
             }
+            ui.checkbox(&mut self.review_plan, "Review the Director's plan").on_hover_text("Pause after the plan, to change who acts and how, before anyone does");
             if running {
                 if ui.button("Cancel round").on_hover_text("Stop this round; nothing of it is saved").clicked() {
                     outbox.push(Command::Scene(SceneCommand::Cancel { scene: scene.clone() }));

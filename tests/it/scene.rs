@@ -84,7 +84,7 @@ fn collect(engine: &EngineHandle, mut stop: impl FnMut(&SceneEvent) -> bool) -> 
 }
 
 fn round(engine: &EngineHandle, scene: &str, input: Option<&str>) -> Vec<SceneEvent> {
-    engine.send(Command::Scene(SceneCommand::Round { scene: scene.into(), input: input.map(str::to_string), force: Vec::new() })).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.into(), input: input.map(str::to_string), force: Vec::new(), review: false })).unwrap();
     collect(engine, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
 }
 
@@ -494,7 +494,7 @@ fn a_cancelled_round_commits_nothing_and_the_next_round_plays() {
     let (paths, scene) = setup(dir.path(), "slow-script.json");
     let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
     let engine = engine::start(paths.clone()).unwrap();
-    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I hand over the letter.".into()), force: Vec::new() })).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I hand over the letter.".into()), force: Vec::new(), review: false })).unwrap();
     collect(&engine, |e| matches!(e, SceneEvent::Token { .. }));
     // By name, as the CLI and tests may say it.
     engine.send(Command::Scene(SceneCommand::Cancel { scene: "The Lamp Room".into() })).unwrap();
@@ -730,4 +730,51 @@ fn redo_keeps_the_old_round_to_switch_back_to_and_a_failed_redo_puts_it_back() {
         .unwrap();
     assert!(undo.status.success(), "{}", String::from_utf8_lossy(&undo.stderr));
     assert_eq!(view(&store, &scene).rounds, 0);
+}
+
+#[test]
+fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+        .args(["scene", "round", &scene, "I hand the keeper the sealed letter.", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read events until the plan is shown; answer with an edited plan: only Wren acts.
+    use std::io::{BufRead, Write};
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    let plan = loop {
+        let line = lines.next().expect("the round shows its plan").unwrap();
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        events.push(event.clone());
+        if event["event"] == "plan_review" {
+            break event["plan"].clone();
+        }
+        assert_ne!(event["event"], "character_started", "nobody acts before the plan is back");
+    };
+    assert_eq!(plan["acting_characters"].as_array().unwrap().len(), 3, "{plan}");
+    let mut edited = plan.clone();
+    edited["acting_characters"] = serde_json::json!([{ "name": "Wren Talloway", "guidance": "Say nothing about the letter yet.", "priority": 1 }]);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{edited}").unwrap();
+    drop(stdin);
+    for line in lines {
+        events.push(serde_json::from_str(&line.unwrap()).unwrap());
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{:?}", events.last());
+    let done = events.iter().find(|e| e["event"] == "round_completed").expect("the round completed");
+    let speakers: Vec<&str> = done["messages"].as_array().unwrap().iter().map(|m| m["speaker"].as_str().unwrap()).collect();
+    assert!(speakers.contains(&"Wren Talloway"), "{speakers:?}");
+    assert!(!speakers.contains(&"Ossian Vale") && !speakers.contains(&"Marguerite Siltborne"), "only whom the game master kept acts: {speakers:?}");
+    // The round's record keeps both: the plan played and the Director's own.
+    let store = Store::open(&paths.library_file).unwrap();
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    assert_eq!(record.director["plan"]["acting_characters"][0]["guidance"], "Say nothing about the letter yet.");
+    assert_eq!(record.director["proposed"]["acting_characters"].as_array().unwrap().len(), 3);
 }

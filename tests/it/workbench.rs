@@ -618,3 +618,41 @@ fn redo_in_the_scene_panel_keeps_the_old_round_to_switch_back_to() {
     harness.run();
     assert_eq!(harness.state().scene().snapshot().expect("snapshot").view.rounds, 1);
 }
+
+#[test]
+fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    harness.get_by_label("Review the Director's plan").click();
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().pending_plan().is_some() || app.scene().last_error().is_some());
+    harness.step();
+    let plan = harness.state().scene().pending_plan().expect("the plan waits").clone();
+    assert!(plan.acting_characters.len() >= 2, "{plan:?}");
+    let skipped = plan.acting_characters[0].name.clone();
+    step_until_shown(&mut harness, &format!("Skip {skipped}"));
+    harness.get_by_label(&format!("Skip {skipped}")).click();
+    // The row goes in the frame that sees the click; the next frames lay out without it
+    // (a spinner repaints while the round waits: step, do not wait to settle).
+    run_until(&mut harness, Duration::from_secs(10), |app| app.scene().pending_plan().is_some_and(|p| p.acting_characters.len() + 1 == plan.acting_characters.len()));
+    harness.step();
+    harness.step();
+    harness.get_by_label("Play with this plan").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().last_error().is_some() || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
+    });
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    let snapshot = harness.state().scene().snapshot().expect("snapshot");
+    assert!(snapshot.messages.iter().all(|m| m.speaker != skipped), "{skipped} was taken out of the round: {:?}", snapshot.messages);
+    assert!(snapshot.messages.iter().any(|m| m.character_id.is_some()), "the others acted");
+}

@@ -11,7 +11,10 @@
 //! Where a character's reply and pass 2 disagree on a field, pass 2 wins and the
 //! conflict is recorded in the round's audit.
 
+mod review;
 mod stages;
+
+pub use review::submit as submit_plan;
 
 use super::envelope::{self, AgentKind, EnvelopeInput};
 use super::model::{ActingCharacter, CastMember, CharacterState, STATE_FIELDS, SceneMessage, SceneView, StateUpdate};
@@ -106,7 +109,9 @@ fn apply_updates(states: &mut BTreeMap<String, CharacterState>, view: &SceneView
 const MAX_DIRECTOR_PASSES: u32 = 8;
 
 /// Run one round on `scene_id`. `input` is the user's message, `None` to continue.
-pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, cancel: &CancelToken) -> Result<u32, SceneError> {
+/// With `review`, the round pauses after Director pass 1 until the game master sends the
+/// plan back ([`submit_plan`]), edited or not.
+pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, review: bool, cancel: &CancelToken) -> Result<u32, SceneError> {
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
     let Some(job) = ctx.jobs.try_start(job(&scene_id), cancel) else {
         return Err(SceneError::Busy(scene_id));
@@ -122,6 +127,7 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     let recall = Recall::open(ctx);
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config)?;
     draft.force = force;
+    draft.review = review;
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
     ctx.emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input });

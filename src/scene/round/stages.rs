@@ -56,6 +56,8 @@ pub(super) struct RoundDraft {
     pub elapsed: u64,
     /// Characters the game master makes act this round (names or ids).
     pub force: Vec<String>,
+    /// Pause after pass 1 for the game master to edit the plan.
+    pub review: bool,
 }
 
 impl RoundDraft {
@@ -98,6 +100,7 @@ impl RoundDraft {
             states: BTreeMap::new(),
             character_deltas: BTreeMap::new(),
             force: Vec::new(),
+            review: false,
         };
         if let Some(text) = draft.input.clone().filter(|t| !t.trim().is_empty()) {
             let speaker = draft.view.persona.as_deref().and_then(|p| p.split(':').next()).unwrap_or("User").to_string();
@@ -214,6 +217,14 @@ pub(super) fn director_plan(
                 order: None,
             });
         }
+    }
+    // The game master reviews the plan before anyone acts: their version is the plan.
+    if draft.review {
+        let reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), cancel)?;
+        if reviewed != plan {
+            draft.record.proposed = Some(plan);
+        }
+        plan = reviewed;
     }
     draft.record.plan = plan.clone();
     for activation in &plan.activations {
