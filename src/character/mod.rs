@@ -268,6 +268,24 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet }))
 }
 
+/// Attach a lorebook to a character (beside its card's own book); twice is once.
+pub fn attach_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str) -> Result<(), StoreError> {
+    conn.execute("INSERT OR IGNORE INTO character_lorebooks(character_id, lorebook_id) VALUES (?1, ?2)", params![character_id, lorebook_id])?;
+    Ok(())
+}
+
+/// Detach a lorebook from a character; returns whether it was attached.
+pub fn detach_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str) -> Result<bool, StoreError> {
+    Ok(conn.execute("DELETE FROM character_lorebooks WHERE character_id = ?1 AND lorebook_id = ?2", params![character_id, lorebook_id])? > 0)
+}
+
+/// The lorebooks attached to a character by hand (not its card's own), by id.
+pub fn lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT lorebook_id FROM character_lorebooks WHERE character_id = ?1 ORDER BY lorebook_id")?;
+    let rows = stmt.query_map([character_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// A persona: who the user plays.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Persona {

@@ -156,7 +156,8 @@ pub enum PersonaVerb {
 
 #[derive(Debug, Subcommand)]
 pub enum LorebookVerb {
-    /// Make a lorebook fire in every scene of a world or a campaign.
+    /// Make a lorebook fire in every scene of a world or a campaign, for a character (its
+    /// chat and its campaigns' scenes), or in one character's chat only.
     Attach(AttachArgs),
     Detach(AttachArgs),
 }
@@ -165,10 +166,16 @@ pub enum LorebookVerb {
 pub struct AttachArgs {
     /// The lorebook, by id or name.
     pub lorebook: String,
-    #[arg(long, conflicts_with = "campaign", required_unless_present = "campaign")]
+    #[arg(long, group = "owner")]
     pub world: Option<String>,
-    #[arg(long)]
+    #[arg(long, group = "owner")]
     pub campaign: Option<String>,
+    /// A character, by id or name: its chat and the scenes of campaigns it is cast in.
+    #[arg(long, group = "owner")]
+    pub character: Option<String>,
+    /// A character whose one-to-one chat alone the book fires in.
+    #[arg(long, group = "owner")]
+    pub chat: Option<String>,
 }
 
 /// Scene verbs that edit by hand (the rest live in `cli::scene`).
@@ -347,10 +354,12 @@ pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result
         LorebookVerb::Attach(args) => (args, true),
         LorebookVerb::Detach(args) => (args, false),
     };
-    let (level, owner) = match (args.world, args.campaign) {
-        (Some(world), None) => (LoreLevel::World, world),
-        (None, Some(campaign)) => (LoreLevel::Campaign, campaign),
-        _ => bail!("attach to one world (--world) or one campaign (--campaign)"),
+    let (level, owner) = match (args.world, args.campaign, args.character, args.chat) {
+        (Some(world), None, None, None) => (LoreLevel::World, world),
+        (None, Some(campaign), None, None) => (LoreLevel::Campaign, campaign),
+        (None, None, Some(character), None) => (LoreLevel::Character, character),
+        (None, None, None, Some(character)) => return super::chat::chat_lorebook(engine, character, args.lorebook, attach, json),
+        _ => bail!("say where: one of --world, --campaign, --character or --chat"),
     };
     let command = if attach {
         AuthorCommand::Attach { lorebook: args.lorebook, level, owner }

@@ -118,6 +118,13 @@ pub fn use_persona(engine: &EngineHandle, character: String, persona: Option<Str
     Ok(ExitCode::SUCCESS)
 }
 
+/// Attach a lorebook to (or detach it from) one character's chat.
+pub fn chat_lorebook(engine: &EngineHandle, character: String, lorebook: String, attach: bool, json: bool) -> Result<ExitCode> {
+    engine.send(Command::Companion(CompanionCommand::ChatLorebook { character, lorebook, attach, to_character: false })).map_err(|e| anyhow!(e))?;
+    changed(engine, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Wait for a message change to be stored; print it (as JSON with `json`).
 fn changed(engine: &EngineHandle, json: bool) -> Result<()> {
     let mut out = std::io::stdout();

@@ -24,10 +24,41 @@ pub struct ChatLore {
     pub notes: Vec<String>,
 }
 
-/// The character's lorebooks, loaded (with their library ids).
+/// Where a lorebook in a chat comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BookSource {
+    /// The character's card's own `character_book`.
+    Card,
+    /// Attached to the character (fires in its scenes too).
+    Character,
+    /// Attached to this chat only.
+    Chat,
+}
+
+/// The ids of the lorebooks that fire in a character's chat, each once, with where it
+/// comes from: the card's own book, then those attached to the character, then to the chat.
+pub fn book_ids(conn: &Connection, character_id: &str) -> Result<Vec<(String, BookSource)>, StoreError> {
+    let mut out: Vec<(String, BookSource)> = Vec::new();
+    let sources = [
+        (crate::interop::library::books_of_character(conn, character_id)?, BookSource::Card),
+        (crate::character::lorebooks(conn, character_id)?, BookSource::Character),
+        (super::records::chat_lorebooks(conn, character_id)?, BookSource::Chat),
+    ];
+    for (ids, source) in sources {
+        for id in ids {
+            if !out.iter().any(|(known, _)| *known == id) {
+                out.push((id, source));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The lorebooks that fire in a character's chat, loaded (with their library ids).
 pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Lorebook)>, StoreError> {
     let mut out = Vec::new();
-    for id in crate::interop::library::books_of_character(conn, character_id)? {
+    for (id, _) in book_ids(conn, character_id)? {
         let book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         out.push((id, book));
     }

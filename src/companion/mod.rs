@@ -60,6 +60,9 @@ pub enum CompanionCommand {
     Continue { character: String },
     /// Choose swipe `index` (0-based) of the last reply (before the first exchange: the greeting).
     Swipe { character: String, index: usize },
+    /// Attach a lorebook (id or name) to this character's chat only — or with
+    /// `to_character` to the character, so it fires in its scenes too — or detach it.
+    ChatLorebook { character: String, lorebook: String, attach: bool, to_character: bool },
     /// Play a persona in this chat (`None`: the configured name).
     UsePersona { character: String, persona: Option<String> },
     /// Change the text of a message (`{turn}-u` or `{turn}-r`, see `chat history --json`).
@@ -98,6 +101,9 @@ pub enum CompanionEvent {
         /// Who the user plays in this chat, and the personas there are to choose from.
         user: records::ChatUser,
         personas: Vec<crate::character::Persona>,
+        /// Every lorebook of the library, with where it fires for this chat (`None`: not
+        /// attached).
+        books: Vec<ChatBook>,
         /// The card creator's notes, for the user to read; never sent to a model.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         creator_notes: String,
@@ -128,6 +134,29 @@ pub enum CompanionEvent {
     /// Everything a message set off is done (the turn, then the summarisation cycle).
     Idle { character_id: String },
     DemoReady { character_id: Option<String> },
+}
+
+/// A lorebook as the chat sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatBook {
+    pub id: String,
+    pub name: String,
+    pub source: Option<lore::BookSource>,
+}
+
+/// Every lorebook of the library, the ones firing in `character_id`'s chat first.
+fn chat_books(conn: &rusqlite::Connection, character_id: &str) -> Result<Vec<ChatBook>, CompanionError> {
+    let attached = lore::book_ids(conn, character_id)?;
+    let names = crate::interop::library::lorebook_names(conn)?;
+    let mut books: Vec<ChatBook> = names
+        .into_iter()
+        .map(|(id, name)| {
+            let source = attached.iter().find(|(a, _)| *a == id).map(|(_, s)| *s);
+            ChatBook { id, name, source }
+        })
+        .collect();
+    books.sort_by(|a, b| b.source.is_some().cmp(&a.source.is_some()).then_with(|| a.name.to_lowercase().cmp(&b.name.to_lowercase())));
+    Ok(books)
 }
 
 /// A chat file's text, refused before reading when it is too large to be a chat.
@@ -196,6 +225,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             let greetings: Vec<String> = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
             let greeting = greetings.get(greeting_swipe as usize).filter(|g| !g.is_empty()).cloned();
             let creator_notes = info.card.creator_notes.clone();
+            let books = chat_books(&reader, &info.id)?;
             emit(CompanionEvent::History {
                 character_id: info.id,
                 name: info.name,
@@ -205,6 +235,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
                 greeting_swipe,
                 user,
                 personas,
+                books,
                 creator_notes,
             });
         }
@@ -283,6 +314,26 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             let turn = turn::control::choose_swipe(ctx, &info, index)?;
             let action = if turn.is_some() { "swiped" } else { "greeting" };
             emit(CompanionEvent::Changed { character_id: info.id, action: action.into(), turn: turn.map(Box::new), deleted: Vec::new() });
+        }
+        CompanionCommand::ChatLorebook { character, lorebook, attach, to_character } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let whom = if to_character { "the character" } else { "the chat" };
+            let (book, name) = ctx.store.transaction(|tx| {
+                let (book, name) =
+                    crate::interop::library::resolve_lorebook(tx, &lorebook).map_err(|e| crate::store::StoreError::Invalid(e.to_string()))?;
+                let detached = match (attach, to_character) {
+                    (true, false) => return records::attach_chat_lorebook(tx, &info.id, &book).map(|_| (book, name)),
+                    (true, true) => return crate::character::attach_lorebook(tx, &info.id, &book).map(|_| (book, name)),
+                    (false, false) => records::detach_chat_lorebook(tx, &info.id, &book)?,
+                    (false, true) => crate::character::detach_lorebook(tx, &info.id, &book)?,
+                };
+                if !detached {
+                    return Err(crate::store::StoreError::Invalid(format!("lorebook {name:?} is not attached to {whom}")));
+                }
+                Ok((book, name))
+            })?;
+            let action = if attach { format!("lorebook {name} ({book}) attached to {whom}") } else { format!("lorebook {name} ({book}) detached from {whom}") };
+            emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
         }
         CompanionCommand::UsePersona { character, persona } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;

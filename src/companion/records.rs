@@ -99,6 +99,27 @@ pub fn chat_greetings(state: &ChatState, card: &crate::character::CardText) -> (
     (all, chosen)
 }
 
+/// Attach a lorebook to this character's chat only; twice is once.
+pub fn attach_chat_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT OR IGNORE INTO companion_chat_lorebooks(character_id, lorebook_id) VALUES (?1, ?2)",
+        params![character_id, lorebook_id],
+    )?;
+    Ok(())
+}
+
+/// Detach a lorebook from the chat; returns whether it was attached.
+pub fn detach_chat_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str) -> Result<bool, StoreError> {
+    Ok(conn.execute("DELETE FROM companion_chat_lorebooks WHERE character_id = ?1 AND lorebook_id = ?2", params![character_id, lorebook_id])? > 0)
+}
+
+/// The lorebooks attached to this character's chat, by id.
+pub fn chat_lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT lorebook_id FROM companion_chat_lorebooks WHERE character_id = ?1 ORDER BY lorebook_id")?;
+    let rows = stmt.query_map([character_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// Choose which greeting opens the chat (the first message's swipe).
 pub fn set_greeting(conn: &Connection, character_id: &str, index: u32) -> Result<(), StoreError> {
     conn.execute(

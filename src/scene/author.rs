@@ -262,6 +262,7 @@ fn owner(tx: &rusqlite::Connection, level: LoreLevel, key: &str) -> Result<Strin
     let level = match level {
         LoreLevel::World => Level::World,
         LoreLevel::Campaign => Level::Campaign,
+        LoreLevel::Character => return Ok(crate::character::resolve(tx, key)?.id),
     };
     Ok(authoring::resolve(tx, level, key)?.0)
 }

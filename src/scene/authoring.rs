@@ -329,6 +329,8 @@ pub fn set_persona(conn: &Connection, campaign_id: &str, persona_id: Option<&str
 pub enum LoreLevel {
     World,
     Campaign,
+    /// A character: its chat and the scenes of the campaigns it is cast in.
+    Character,
 }
 
 /// Attach a lorebook to a world (all its campaigns) or a campaign; attaching twice
@@ -337,6 +339,7 @@ pub fn attach(conn: &Connection, level: LoreLevel, owner_id: &str, lorebook_id: 
     let sql = match level {
         LoreLevel::World => "INSERT OR IGNORE INTO world_lorebooks(world_id, lorebook_id) VALUES (?1, ?2)",
         LoreLevel::Campaign => "INSERT OR IGNORE INTO campaign_lorebooks(campaign_id, lorebook_id) VALUES (?1, ?2)",
+        LoreLevel::Character => return crate::character::attach_lorebook(conn, owner_id, lorebook_id),
     };
     conn.execute(sql, params![owner_id, lorebook_id])?;
     Ok(())
@@ -346,6 +349,7 @@ pub fn detach(conn: &Connection, level: LoreLevel, owner_id: &str, lorebook_id: 
     let sql = match level {
         LoreLevel::World => "DELETE FROM world_lorebooks WHERE world_id = ?1 AND lorebook_id = ?2",
         LoreLevel::Campaign => "DELETE FROM campaign_lorebooks WHERE campaign_id = ?1 AND lorebook_id = ?2",
+        LoreLevel::Character => return crate::character::detach_lorebook(conn, owner_id, lorebook_id),
     };
     Ok(conn.execute(sql, params![owner_id, lorebook_id])? > 0)
 }

@@ -18,7 +18,7 @@ use crate::lorebook::activation::{
 use crate::lorebook::{LoreEntry, Lorebook};
 use crate::prompting::{BudgetItem, DroppedItem};
 use crate::store::StoreError;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,18 +114,26 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-/// The lore of a campaign (its own lorebooks and its world's), from the cache when no book changed since it was prepared.
-/// Costs one small query on a hit.
+/// The lore of a campaign — its own lorebooks, its world's, and those of the characters
+/// cast in it (their cards' own books and the books attached to them) — from the cache
+/// when no book changed since it was prepared. Costs a few small queries on a hit.
 pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<PreparedLore>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT b.lorebook_id, COALESCE(r.revision, 0) FROM (
-             SELECT lorebook_id FROM campaign_lorebooks WHERE campaign_id = ?1
-             UNION
-             SELECT wl.lorebook_id FROM world_lorebooks wl JOIN campaigns c ON c.world_id = wl.world_id WHERE c.id = ?1
-         ) b LEFT JOIN lorebook_revisions r ON r.lorebook_id = b.lorebook_id
-         ORDER BY b.lorebook_id",
+        "SELECT lorebook_id FROM campaign_lorebooks WHERE campaign_id = ?1
+         UNION
+         SELECT wl.lorebook_id FROM world_lorebooks wl JOIN campaigns c ON c.world_id = wl.world_id WHERE c.id = ?1",
     )?;
-    let books: Vec<(String, i64)> = stmt.query_map([campaign_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    let mut ids: std::collections::BTreeSet<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    for character in super::authoring::cast_of(conn, campaign_id)? {
+        ids.extend(crate::interop::library::books_of_character(conn, &character)?);
+        ids.extend(crate::character::lorebooks(conn, &character)?);
+    }
+    let mut revision = conn.prepare_cached("SELECT revision FROM lorebook_revisions WHERE lorebook_id = ?1")?;
+    let mut books: Vec<(String, i64)> = Vec::with_capacity(ids.len());
+    for id in ids {
+        let r: Option<i64> = revision.query_row([&id], |r| r.get(0)).optional()?;
+        books.push((id, r.unwrap_or(0)));
+    }
     let key: CacheKey = (conn.path().map(PathBuf::from).unwrap_or_default(), books);
     {
         let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());

@@ -27,6 +27,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0016_companion_chat_choices", include_str!("migrations/0016_companion_chat_choices.sql")),
     ("0017_companion_chat_files", include_str!("migrations/0017_companion_chat_files.sql")),
     ("0018_scene_round_alternatives", include_str!("migrations/0018_scene_round_alternatives.sql")),
+    ("0019_character_and_chat_lorebooks", include_str!("migrations/0019_character_and_chat_lorebooks.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

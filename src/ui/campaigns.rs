@@ -341,6 +341,8 @@ impl CampaignsPanel {
         let attached: Vec<(String, String)> = match level {
             LoreLevel::World => self.tree.worlds.iter().find(|w| w.id == owner).map(|w| w.lorebooks.clone()).unwrap_or_default(),
             LoreLevel::Campaign => self.campaign(owner).map(|c| c.lorebooks.clone()).unwrap_or_default(),
+            // Characters' books are attached in the Chat panel.
+            LoreLevel::Character => Vec::new(),
         };
         ui.label(RichText::new("Lorebooks").strong());
         for (id, name) in &attached {

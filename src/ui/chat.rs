@@ -46,6 +46,8 @@ pub struct ChatPanel {
     /// Who the user plays in this chat, and the personas to choose from.
     user: Option<crate::companion::records::ChatUser>,
     personas: Vec<crate::character::Persona>,
+    /// The library's lorebooks, with where each fires for this chat.
+    books: Vec<crate::companion::ChatBook>,
     creator_notes: String,
     /// The chats put aside for the selected character, and the chat-file path field.
     saved: Vec<crate::companion::chats::SavedChat>,
@@ -128,9 +130,10 @@ impl ChatPanel {
                 }
             }
             CompanionEvent::DemoReady { character_id: Some(_) } => outbox.push(Command::Companion(CompanionCommand::List)),
-            CompanionEvent::History { character_id, turns, greeting, greetings, greeting_swipe, user, personas, creator_notes, .. }
+            CompanionEvent::History { character_id, turns, greeting, greetings, greeting_swipe, user, personas, books, creator_notes, .. }
                 if self.is_selected(character_id) =>
             {
+                self.books = books.clone();
                 self.turns = turns.clone();
                 self.greeting = greeting.clone();
                 self.greetings = greetings.clone();
@@ -418,6 +421,52 @@ impl ChatPanel {
         }
     }
 
+    /// The lorebooks that fire in this chat (the card's own, the character's, the
+    /// chat's), and the rest of the library to attach.
+    fn show_lorebooks(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        use crate::companion::lore::BookSource;
+        let Some(character) = self.selected.clone() else { return };
+        let firing = self.books.iter().filter(|b| b.source.is_some()).count();
+        egui::CollapsingHeader::new(format!("Lorebooks ({firing} firing)")).id_salt("chat_lorebooks").show(ui, |ui| {
+            for book in &self.books {
+                ui.horizontal(|ui| {
+                    let command = |attach: bool, to_character: bool| {
+                        Command::Companion(CompanionCommand::ChatLorebook { character: character.clone(), lorebook: book.id.clone(), attach, to_character })
+                    };
+                    match book.source {
+                        Some(BookSource::Card) => {
+                            ui.label(format!("{} — the card's own book", book.name));
+                        }
+                        Some(BookSource::Character) => {
+                            ui.label(format!("{} — attached to the character (chat and scenes)", book.name));
+                            if ui.small_button(format!("Detach {}", book.name)).clicked() {
+                                outbox.push(command(false, true));
+                            }
+                        }
+                        Some(BookSource::Chat) => {
+                            ui.label(format!("{} — attached to this chat", book.name));
+                            if ui.small_button(format!("Detach {}", book.name)).clicked() {
+                                outbox.push(command(false, false));
+                            }
+                        }
+                        None => {
+                            ui.weak(&book.name);
+                            if ui.small_button(format!("Attach {} to this chat", book.name)).clicked() {
+                                outbox.push(command(true, false));
+                            }
+                            if ui.small_button(format!("Attach {} to the character", book.name)).on_hover_text("It fires in its scenes too").clicked() {
+                                outbox.push(command(true, true));
+                            }
+                        }
+                    }
+                });
+            }
+            if self.books.is_empty() {
+                ui.weak("The library has no lorebooks; import one in the Library panel.");
+            }
+        });
+    }
+
     /// The chats put aside (open one), and SillyTavern chat files in and out.
     fn show_chat_files(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(character) = self.selected.clone() else { return };
@@ -451,6 +500,7 @@ impl ChatPanel {
         let user = user.as_str();
         self.show_persona(ui, outbox);
         self.show_chat_files(ui, outbox);
+        self.show_lorebooks(ui, outbox);
         let name = self
             .selected
             .as_deref()

@@ -427,3 +427,62 @@ mod gui {
         }
     }
 }
+
+#[test]
+fn a_book_attached_to_a_character_fires_in_its_scenes_and_chat_and_one_attached_to_the_chat_only_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary, loyal."));
+    let book = |name: &str, key: &str, content: &str| {
+        write(
+            dir.path(),
+            &format!("{name}.json"),
+            &json!({ "entries": { "0": {
+                "uid": 0, "key": [key], "keysecondary": [], "comment": name, "content": content,
+                "constant": false, "selective": false, "order": 100, "position": 0, "disable": false, "probability": 100
+            } } }),
+        )
+    };
+    let secrets = book("bram-secrets", "cask", "The third cask from the left hides the Guild's ledger.");
+    let chat_only = book("chat-only", "heron", "A heron nests on the cellar chimney.");
+    cli.ok(&["import", &bram, &secrets, &chat_only]);
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway"]);
+    cli.ok(&["arc", "new", "The Cellar Job", "--campaign", "Ashfall"]);
+    let created = cli.ok(&["scene", "new", "Under the Tavern", "--arc", "The Cellar Job"]);
+    let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
+    cli.ok(&["lorebook", "attach", "bram-secrets", "--character", "Bram Holloway"]);
+    cli.ok(&["lorebook", "attach", "bram-secrets", "--character", "Bram Holloway"]);
+    cli.ok(&["lorebook", "attach", "chat-only", "--chat", "Bram Holloway"]);
+
+    // In the campaign's scene the character's book fires; the chat's does not.
+    cli.ok(&["scene", "round", &scene, "I tap the cask and point at the heron."]);
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let prompts = |store: &Store| -> Vec<String> {
+        store
+            .with(|c| lorekeeper::llm::calls::recent(c, 50))
+            .unwrap()
+            .iter()
+            .map(|c| c.request.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"))
+            .collect()
+    };
+    let scene_prompts = prompts(&store);
+    let bram_call = scene_prompts.iter().find(|p| p.contains("You are playing Bram Holloway")).expect("Bram acted");
+    assert!(bram_call.contains("hides the Guild's ledger"), "the character's book fires in its scene");
+    assert!(scene_prompts.iter().all(|p| !p.contains("heron nests")), "the chat's book stays in the chat");
+
+    // In the chat both fire, each with its key.
+    let sent = cli.ok(&["chat", "send", "--character", "Bram Holloway", "Is the heron back? And the cask?", "--json"]);
+    let turn = &sent.last().unwrap()["turn"];
+    let packet: String = turn["packet"]["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect::<Vec<_>>().join("\n");
+    assert!(packet.contains("hides the Guild's ledger") && packet.contains("heron nests on the cellar chimney"), "{packet}");
+    let notes = turn["packet"]["notes"].to_string();
+    assert!(notes.contains("key \\\"heron\\\"") && notes.contains("key \\\"cask\\\""), "{notes}");
+    // Detached from the chat, it no longer fires there.
+    cli.ok(&["lorebook", "detach", "chat-only", "--chat", "Bram Holloway"]);
+    let sent = cli.ok(&["chat", "send", "--character", "Bram Holloway", "The heron again?", "--json"]);
+    let packet = sent.last().unwrap()["turn"]["packet"].to_string();
+    assert!(!packet.contains("heron nests"), "{packet}");
+    assert!(cli.run(&["lorebook", "detach", "chat-only", "--chat", "Bram Holloway"]).is_err(), "it is not attached any more");
+}

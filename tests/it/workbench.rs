@@ -517,6 +517,10 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
         "character_version": "1", "extensions": {} } });
     lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
     store.with(|c| lorekeeper::character::insert_persona(c, "Tamsin", "A courier.")).expect("persona");
+    let book = serde_json::json!({ "entries": { "0": { "uid": 0, "key": ["weir"], "keysecondary": [], "comment": "The weir",
+        "content": "The old weir drowned in the spring flood.", "constant": false, "selective": false, "order": 100, "position": 0,
+        "disable": false, "probability": 100 } } });
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "river-lore").expect("import the book");
     let file = dir.path().join("theirs.jsonl");
     std::fs::write(
         &file,
@@ -555,6 +559,20 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().user_name() == Some("Tamsin"));
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Who goes there, Tamsin?"));
     harness.run();
+
+    // A lorebook of the library is attached to this chat.
+    harness.get_by_label_contains("Lorebooks (0 firing)").click();
+    harness.run();
+    step_until_shown(&mut harness, "Attach river-lore to this chat");
+    harness.get_by_label("Attach river-lore to this chat").click();
+    let start = Instant::now();
+    while harness.query_by_label_contains("Lorebooks (1 firing)").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(20), "the book was not attached");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    harness.run();
+    assert!(harness.query_by_label_contains("river-lore — attached to this chat").is_some());
 
     // Someone else's SillyTavern chat comes in through the chat-file field.
     harness.get_by_label_contains("Chats and chat files").click();
