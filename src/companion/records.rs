@@ -217,7 +217,7 @@ pub fn all_turns(conn: &Connection, character_id: &str) -> Result<Vec<ChatTurn>,
 pub fn update_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError> {
     let changed = conn.execute(
         "UPDATE companion_turns SET user_text = ?2, reply = ?3, swipes_json = ?4, swipe = ?5, packet_json = ?6, attempts = ?7,
-         prompt_tokens = ?8, completion_tokens = ?9, from_cache = ?10, elapsed_ms = ?11 WHERE id = ?1",
+         prompt_tokens = ?8, completion_tokens = ?9, from_cache = ?10, elapsed_ms = ?11, hits_json = ?12 WHERE id = ?1",
         params![
             turn.id,
             turn.user_text,
@@ -230,6 +230,7 @@ pub fn update_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
             turn.completion_tokens,
             turn.from_cache,
             turn.elapsed_ms as i64,
+            to_json(&turn.hits)?,
         ],
     )?;
     if changed == 0 {

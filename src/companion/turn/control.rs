@@ -126,9 +126,14 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
     for attempt in 1..=attempts {
         match draw(ctx, &agent, &draft, attempt, &last_reason, cancel)? {
             Draw::Accepted(accepted) => {
+                // The memories this draw was given, recorded as the companion's last injection.
+                let hits = draft.prepared.memories.clone();
+                let injection = Injection { agent: format!("companion:{}", character.name), query: draft.text.to_string() };
+                let mut last = last;
+                last.hits = hits;
                 let turn = match mode {
-                    Redraw::Swipe => add_swipe(&bank, last, accepted)?,
-                    Redraw::Continue => extend(&bank, last, accepted)?,
+                    Redraw::Swipe => add_swipe(&bank, last, accepted, &injection)?,
+                    Redraw::Continue => extend(&bank, last, accepted, &injection)?,
                 };
                 drop(job);
                 return Ok(turn);
@@ -143,7 +148,7 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
 }
 
 /// Store a new draw of `turn`'s reply as its chosen swipe, and the reply's memory with it.
-fn add_swipe(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
+fn add_swipe(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted, injection: &Injection) -> Result<ChatTurn, CompanionError> {
     turn.swipes.push(accepted.reply.clone());
     turn.swipe = (turn.swipes.len() - 1) as u32;
     turn.reply = accepted.reply;
@@ -153,12 +158,12 @@ fn add_swipe(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Resul
     turn.completion_tokens = accepted.completion.usage.completion_tokens;
     turn.from_cache = accepted.completion.from_cache;
     turn.elapsed_ms = accepted.completion.elapsed_ms;
-    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())])?;
+    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())], Some(injection))?;
     Ok(turn)
 }
 
 /// Append a continuation to `turn`'s chosen reply (its swipe and its memory follow).
-fn extend(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
+fn extend(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted, injection: &Injection) -> Result<ChatTurn, CompanionError> {
     let reply = joined(&turn.reply, &accepted.reply);
     if let Some(chosen) = turn.swipes.get_mut(turn.swipe as usize) {
         *chosen = reply.clone();
@@ -169,7 +174,7 @@ fn extend(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted) -> Result<C
     turn.prompt_tokens = accepted.completion.usage.prompt_tokens;
     turn.completion_tokens = turn.completion_tokens.saturating_add(accepted.completion.usage.completion_tokens);
     turn.elapsed_ms = turn.elapsed_ms.saturating_add(accepted.completion.elapsed_ms);
-    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())])?;
+    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())], Some(injection))?;
     Ok(turn)
 }
 
@@ -188,9 +193,16 @@ fn joined(so_far: &str, more: &str) -> String {
     format!("{so_far}{glue}{more}")
 }
 
-/// Store `turn` as it now is, with the memories named in `changed` given their new text,
-/// in one transaction; then make the new vectors searchable.
-fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)]) -> Result<(), CompanionError> {
+/// A new draw's memory injection: which agent was given `turn.hits`, for what query.
+struct Injection {
+    agent: String,
+    query: String,
+}
+
+/// Store `turn` as it now is, with the memories named in `changed` given their new text
+/// (and, for a new draw, the injection it was given), in one transaction; then make the
+/// new vectors searchable.
+fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)], injection: Option<&Injection>) -> Result<(), CompanionError> {
     let edits = changed.iter().map(|(id, text)| bank.prepare_edit(id, text)).collect::<Result<Vec<_>, _>>()?;
     let ids: Vec<String> = changed.iter().map(|(id, _)| id.clone()).collect();
     let writes = bank.store().transaction(|tx| {
@@ -199,6 +211,9 @@ fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)]) -> 
         let mut write = reopened;
         for edit in edits {
             write = write.and(edit.write(tx)?);
+        }
+        if let Some(injection) = injection {
+            crate::memory::injections::record(tx, &injection.agent, &injection.query, &turn.hits)?;
         }
         Ok(write)
     })?;
@@ -232,7 +247,7 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
     turn.swipe = index as u32;
     turn.reply = text.clone();
     let bank = crate::memory::bank_for(ctx)?;
-    rewrite(&bank, &turn, &[(format!("{}-r", turn.id), text)])?;
+    rewrite(&bank, &turn, &[(format!("{}-r", turn.id), text)], None)?;
     Ok(Some(turn))
 }
 
@@ -263,7 +278,7 @@ pub fn edit(ctx: &Context, character: &CharacterInfo, message: &str, text: &str)
         turn.user_text = text.to_string();
     }
     let bank = crate::memory::bank_for(ctx)?;
-    rewrite(&bank, &turn, &[(message.to_string(), text.to_string())])?;
+    rewrite(&bank, &turn, &[(message.to_string(), text.to_string())], None)?;
     Ok(turn)
 }
 
