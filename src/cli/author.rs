@@ -160,6 +160,11 @@ pub enum LorebookVerb {
     /// chat and its campaigns' scenes), or in one character's chat only.
     Attach(AttachArgs),
     Detach(AttachArgs),
+    /// A lorebook's entries: list, add, edit, delete, duplicate, move.
+    #[command(subcommand)]
+    Entry(super::interop::EntryVerb),
+    /// Activate a lorebook on a text and say why each entry fires or stays out.
+    Test { lorebook: String, text: String },
 }
 
 #[derive(Debug, Args)]
@@ -353,6 +358,8 @@ pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result
     let (args, attach) = match verb {
         LorebookVerb::Attach(args) => (args, true),
         LorebookVerb::Detach(args) => (args, false),
+        LorebookVerb::Entry(verb) => return super::interop::entry(engine, verb, json),
+        LorebookVerb::Test { lorebook, text } => return super::interop::test(engine, lorebook, text, json),
     };
     let (level, owner) = match (args.world, args.campaign, args.character, args.chat) {
         (Some(world), None, None, None) => (LoreLevel::World, world),

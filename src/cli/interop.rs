@@ -109,3 +109,205 @@ pub fn export(engine: &EngineHandle, what: ExportWhat, json: bool) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+
+/// `lorebook entry ...`: a lorebook's entries by hand.
+#[derive(Debug, Subcommand)]
+pub enum EntryVerb {
+    /// List the entries in their order (their indexes are what the other verbs take).
+    List { lorebook: String },
+    /// Add an entry at the end.
+    Add {
+        lorebook: String,
+        #[command(flatten)]
+        fields: EntryFields,
+    },
+    /// Change the entry at an index (only the settings given).
+    Edit {
+        lorebook: String,
+        index: usize,
+        #[command(flatten)]
+        fields: EntryFields,
+    },
+    Delete { lorebook: String, index: usize },
+    /// Copy an entry to the end of its book.
+    Duplicate { lorebook: String, index: usize },
+    /// Move an entry to another index.
+    Move {
+        lorebook: String,
+        index: usize,
+        #[arg(long)]
+        to: usize,
+    },
+}
+
+/// An entry's settings, as `lorebook entry add|edit` take them.
+#[derive(Debug, Args)]
+pub struct EntryFields {
+    /// Title / memo (not sent).
+    #[arg(long)]
+    pub comment: Option<String>,
+    /// Primary keys, comma-separated (`/pattern/flags` for a regular expression).
+    #[arg(long)]
+    pub keys: Option<String>,
+    #[arg(long)]
+    pub secondary_keys: Option<String>,
+    /// How secondary keys combine: and-any, and-all, not-any, not-all.
+    #[arg(long)]
+    pub logic: Option<String>,
+    #[arg(long)]
+    pub content: Option<String>,
+    #[arg(long)]
+    pub constant: Option<bool>,
+    #[arg(long)]
+    pub enabled: Option<bool>,
+    #[arg(long)]
+    pub order: Option<i64>,
+    /// before-char, after-char, an-top, an-bottom, at-depth, examples-top, examples-bottom.
+    #[arg(long)]
+    pub position: Option<String>,
+    #[arg(long)]
+    pub depth: Option<u32>,
+    /// For at-depth: system, user or assistant.
+    #[arg(long)]
+    pub role: Option<String>,
+    #[arg(long)]
+    pub probability: Option<u32>,
+    #[arg(long)]
+    pub group: Option<String>,
+    #[arg(long)]
+    pub sticky: Option<u32>,
+    #[arg(long)]
+    pub cooldown: Option<u32>,
+    #[arg(long)]
+    pub delay: Option<u32>,
+    #[arg(long)]
+    pub scan_depth: Option<u32>,
+}
+
+impl EntryFields {
+    /// Apply the settings given to `entry`; a word that is not a setting is refused.
+    fn apply(&self, entry: &mut crate::lorebook::LoreEntry) -> Result<()> {
+        use crate::lorebook::{InsertionPosition, PromptRole, SelectiveLogic};
+        let list = |text: &str| text.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        if let Some(v) = &self.comment {
+            entry.comment = v.clone();
+        }
+        if let Some(v) = &self.keys {
+            entry.keys = list(v);
+        }
+        if let Some(v) = &self.secondary_keys {
+            entry.secondary_keys = list(v);
+            entry.selective = !entry.secondary_keys.is_empty() || entry.selective;
+        }
+        if let Some(v) = &self.logic {
+            entry.selective_logic = match v.as_str() {
+                "and-any" => SelectiveLogic::AndAny,
+                "and-all" => SelectiveLogic::AndAll,
+                "not-any" => SelectiveLogic::NotAny,
+                "not-all" => SelectiveLogic::NotAll,
+                other => anyhow::bail!("--logic {other:?}: say and-any, and-all, not-any or not-all"),
+            };
+        }
+        if let Some(v) = &self.content {
+            entry.content = v.clone();
+        }
+        if let Some(v) = self.constant {
+            entry.constant = v;
+        }
+        if let Some(v) = self.enabled {
+            entry.enabled = v;
+        }
+        if let Some(v) = self.order {
+            entry.insertion_order = v;
+        }
+        if let Some(v) = &self.position {
+            entry.position = match v.as_str() {
+                "before-char" => InsertionPosition::BeforeCharacter,
+                "after-char" => InsertionPosition::AfterCharacter,
+                "an-top" => InsertionPosition::AuthorNoteTop,
+                "an-bottom" => InsertionPosition::AuthorNoteBottom,
+                "at-depth" => InsertionPosition::AtDepth,
+                "examples-top" => InsertionPosition::ExamplesTop,
+                "examples-bottom" => InsertionPosition::ExamplesBottom,
+                other => anyhow::bail!("--position {other:?}: say before-char, after-char, an-top, an-bottom, at-depth, examples-top or examples-bottom"),
+            };
+        }
+        if let Some(v) = self.depth {
+            entry.depth = v;
+        }
+        if let Some(v) = &self.role {
+            entry.role = match v.as_str() {
+                "system" => PromptRole::System,
+                "user" => PromptRole::User,
+                "assistant" => PromptRole::Assistant,
+                other => anyhow::bail!("--role {other:?}: say system, user or assistant"),
+            };
+        }
+        if let Some(v) = self.probability {
+            entry.probability = v;
+        }
+        if let Some(v) = &self.group {
+            entry.group = v.clone();
+        }
+        for (given, slot) in [(self.sticky, &mut entry.sticky), (self.cooldown, &mut entry.cooldown), (self.delay, &mut entry.delay)] {
+            if let Some(v) = given {
+                *slot = (v > 0).then_some(v);
+            }
+        }
+        if let Some(v) = self.scan_depth {
+            entry.scan_depth = Some(v);
+        }
+        Ok(())
+    }
+}
+
+/// Send `command` and wait for the entries it reports (printed as they come).
+fn entries_after(engine: &EngineHandle, json: bool, command: InteropCommand) -> Result<Vec<crate::lorebook::LoreEntry>> {
+    engine.send(Command::Interop(command))?;
+    super::drive::drive(engine, json, TIMEOUT, |event| match event {
+        Event::Interop(InteropEvent::Entries { entries, .. }) => Some(entries.clone()),
+        _ => None,
+    })
+    .map_err(|e| anyhow!(e))
+}
+
+pub fn entry(engine: &EngineHandle, verb: EntryVerb, json: bool) -> Result<ExitCode> {
+    match verb {
+        EntryVerb::List { lorebook } => {
+            entries_after(engine, json, InteropCommand::Entries { lorebook })?;
+        }
+        EntryVerb::Add { lorebook, fields } => {
+            let mut entry = crate::lorebook::LoreEntry::default();
+            fields.apply(&mut entry)?;
+            entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: None, entry: Box::new(entry) })?;
+        }
+        EntryVerb::Edit { lorebook, index, fields } => {
+            // Read quietly, change only what was given, save (and print what was saved).
+            let current = entries_after(engine, true, InteropCommand::Entries { lorebook: lorebook.clone() }).map(|e| e.get(index).cloned());
+            let Some(mut entry) = current? else { anyhow::bail!("{lorebook:?} has no entry at index {index} (see `lorebook entry list`)") };
+            fields.apply(&mut entry)?;
+            entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: Some(index), entry: Box::new(entry) })?;
+        }
+        EntryVerb::Delete { lorebook, index } => {
+            entries_after(engine, json, InteropCommand::DeleteEntry { lorebook, ordinal: index })?;
+        }
+        EntryVerb::Duplicate { lorebook, index } => {
+            entries_after(engine, json, InteropCommand::DuplicateEntry { lorebook, ordinal: index })?;
+        }
+        EntryVerb::Move { lorebook, index, to } => {
+            entries_after(engine, json, InteropCommand::MoveEntry { lorebook, from: index, to })?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lorebook test BOOK TEXT`: why each entry fires or not on a text.
+pub fn test(engine: &EngineHandle, lorebook: String, text: String, json: bool) -> Result<ExitCode> {
+    engine.send(Command::Interop(InteropCommand::TestLore { lorebook, text }))?;
+    super::drive::drive(engine, json, TIMEOUT, |event| match event {
+        Event::Interop(InteropEvent::LoreTest { .. }) => Some(()),
+        _ => None,
+    })
+    .map_err(|e| anyhow!(e))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -165,5 +165,21 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
         InteropEvent::Library { characters, lorebooks } => {
             writeln!(out, "{} characters, {} lorebooks", characters.len(), lorebooks.len())
         }
+        InteropEvent::Entries { name, entries, changed, .. } => {
+            if let Some((what, n)) = changed {
+                writeln!(out, "{what} entry {n} of {name:?}")?;
+            }
+            for (n, e) in entries.iter().enumerate() {
+                let state = if !e.enabled { "disabled" } else if e.constant { "constant" } else { "keyed" };
+                writeln!(out, "{n:>3}. {}  [{}]  {state}, order {}, {:?}", e.label(), e.keys.join(", "), e.insertion_order, e.position)?;
+            }
+            Ok(())
+        }
+        InteropEvent::LoreTest { verdicts, .. } => {
+            for v in verdicts {
+                writeln!(out, "{} {:>3}. {}: {}", if v.fired { "fires" } else { "  -  " }, v.ordinal, v.label, v.reason)?;
+            }
+            Ok(())
+        }
     }
 }

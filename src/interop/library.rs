@@ -32,6 +32,8 @@ pub enum InteropError {
     NothingToExport { name: String },
     #[error("stored data for {what} is damaged: {reason}")]
     Damaged { what: String, reason: String },
+    #[error("the entry was not saved: {0}")]
+    InvalidEntry(String),
 }
 
 /// What an import created.
@@ -165,6 +167,79 @@ pub fn update_entry(conn: &Connection, lorebook_id: &str, ordinal: usize, entry:
     }
     conn.execute("UPDATE lorebooks SET updated_at = ?1 WHERE id = ?2", params![now_rfc3339(), lorebook_id]).map_err(StoreError::from)?;
     Ok(())
+}
+
+/// The ids of a lorebook's entries in their order.
+fn entry_ids(conn: &Connection, lorebook_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare("SELECT id FROM lore_entries WHERE lorebook_id = ?1 ORDER BY ordinal")?;
+    let rows = stmt.query_map([lorebook_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Give a lorebook's entries the positions 0..n in the order of `ids` (two passes, so
+/// the book's unique positions never collide midway), and mark the book changed.
+fn renumber(conn: &Connection, lorebook_id: &str, ids: &[String]) -> Result<(), StoreError> {
+    conn.execute("UPDATE lore_entries SET ordinal = -1 - ordinal WHERE lorebook_id = ?1", [lorebook_id])?;
+    let mut set = conn.prepare("UPDATE lore_entries SET ordinal = ?2 WHERE id = ?1")?;
+    for (ordinal, id) in ids.iter().enumerate() {
+        set.execute(params![id, ordinal as i64])?;
+    }
+    conn.execute("UPDATE lorebooks SET updated_at = ?1 WHERE id = ?2", params![now_rfc3339(), lorebook_id])?;
+    Ok(())
+}
+
+fn no_entry(lorebook_id: &str, ordinal: usize) -> InteropError {
+    InteropError::NotFound { kind: "lore entry", key: format!("{lorebook_id}#{ordinal}") }
+}
+
+/// Add `entry` at the end of a lorebook; returns its position.
+pub fn add_entry(conn: &Connection, lorebook_id: &str, entry: &LoreEntry) -> Result<usize, InteropError> {
+    let ordinal = entry_ids(conn, lorebook_id)?.len();
+    let json = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    conn.execute(
+        "INSERT INTO lore_entries(id, lorebook_id, ordinal, label, enabled, constant, entry_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![new_id(), lorebook_id, ordinal as i64, entry.label(), entry.enabled, entry.constant, json],
+    )
+    .map_err(StoreError::from)?;
+    conn.execute("UPDATE lorebooks SET updated_at = ?1 WHERE id = ?2", params![now_rfc3339(), lorebook_id]).map_err(StoreError::from)?;
+    Ok(ordinal)
+}
+
+/// Delete the entry at `ordinal`; the entries after it move up one.
+pub fn delete_entry(conn: &Connection, lorebook_id: &str, ordinal: usize) -> Result<(), InteropError> {
+    let mut ids = entry_ids(conn, lorebook_id)?;
+    if ordinal >= ids.len() {
+        return Err(no_entry(lorebook_id, ordinal));
+    }
+    let id = ids.remove(ordinal);
+    conn.execute("DELETE FROM lore_entries WHERE id = ?1", [&id]).map_err(StoreError::from)?;
+    renumber(conn, lorebook_id, &ids)?;
+    Ok(())
+}
+
+/// Move the entry at `from` to position `to` (the others keep their order).
+pub fn move_entry(conn: &Connection, lorebook_id: &str, from: usize, to: usize) -> Result<(), InteropError> {
+    let mut ids = entry_ids(conn, lorebook_id)?;
+    if from >= ids.len() {
+        return Err(no_entry(lorebook_id, from));
+    }
+    let id = ids.remove(from);
+    ids.insert(to.min(ids.len()), id);
+    renumber(conn, lorebook_id, &ids)?;
+    Ok(())
+}
+
+/// Copy the entry at `ordinal` to the end of its book, as a new entry of its own (no
+/// source document, so it is written fresh on export). Returns the copy's position.
+pub fn duplicate_entry(conn: &Connection, lorebook_id: &str, ordinal: usize) -> Result<usize, InteropError> {
+    let book = load_lorebook(conn, lorebook_id)?;
+    let mut copy = book.entries.get(ordinal).cloned().ok_or_else(|| no_entry(lorebook_id, ordinal))?;
+    copy.source = None;
+    copy.id = None;
+    if !copy.comment.trim().is_empty() {
+        copy.comment = format!("{} (copy)", copy.comment.trim());
+    }
+    add_entry(conn, lorebook_id, &copy)
 }
 
 /// A character in the library, as lists show it.

@@ -27,6 +27,16 @@ pub enum InteropCommand {
     ExportLorebook { lorebook: String, format: LorebookFormat, out: PathBuf },
     /// Report the library's characters and lorebooks.
     List,
+    /// Report a lorebook's entries as [`InteropEvent::Entries`].
+    Entries { lorebook: String },
+    /// Replace the entry at `ordinal`, or add one at the end (`None`).
+    SaveEntry { lorebook: String, ordinal: Option<usize>, entry: Box<crate::lorebook::LoreEntry> },
+    DeleteEntry { lorebook: String, ordinal: usize },
+    DuplicateEntry { lorebook: String, ordinal: usize },
+    MoveEntry { lorebook: String, from: usize, to: usize },
+    /// Activate a lorebook on a text and say why each entry fired or not
+    /// ([`InteropEvent::LoreTest`]).
+    TestLore { lorebook: String, text: String },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +48,11 @@ pub enum InteropEvent {
     Exported { kind: ItemKind, id: String, name: String, format: String, path: PathBuf, bytes: u64 },
     /// The library's contents (sent for `List`, and after every import).
     Library { characters: Vec<CharacterSummary>, lorebooks: Vec<LorebookSummary> },
+    /// A lorebook's entries in their order (sent for `Entries` and after every change;
+    /// `changed`: what the change was, with the position it concerns).
+    Entries { id: String, name: String, entries: Vec<crate::lorebook::LoreEntry>, changed: Option<(String, usize)> },
+    /// What activation made of a test text, entry by entry.
+    LoreTest { id: String, text: String, verdicts: Vec<crate::lorebook::activation::EntryVerdict> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -140,6 +155,66 @@ fn run(ctx: &Context, command: InteropCommand) {
             }
         }
         InteropCommand::List => emit_library(ctx),
+        InteropCommand::Entries { lorebook } => entries(ctx, &lorebook, |_, _| Ok(None)),
+        InteropCommand::SaveEntry { lorebook, ordinal, entry } => entries(ctx, &lorebook, |tx, id| {
+            crate::lorebook::activation::check_entry(&entry).map_err(InteropError::InvalidEntry)?;
+            match ordinal {
+                Some(n) => library::update_entry(tx, id, n, &entry).map(|_| Some(("saved".into(), n))),
+                None => library::add_entry(tx, id, &entry).map(|n| Some(("added".into(), n))),
+            }
+        }),
+        InteropCommand::DeleteEntry { lorebook, ordinal } => {
+            entries(ctx, &lorebook, |tx, id| library::delete_entry(tx, id, ordinal).map(|_| Some(("deleted".into(), ordinal))))
+        }
+        InteropCommand::DuplicateEntry { lorebook, ordinal } => {
+            entries(ctx, &lorebook, |tx, id| library::duplicate_entry(tx, id, ordinal).map(|n| Some(("duplicated".into(), n))))
+        }
+        InteropCommand::MoveEntry { lorebook, from, to } => {
+            entries(ctx, &lorebook, |tx, id| library::move_entry(tx, id, from, to).map(|_| Some(("moved".into(), to))))
+        }
+        InteropCommand::TestLore { lorebook, text } => {
+            let result = ctx.store.reader().map_err(InteropError::from).and_then(|conn| {
+                let (id, _) = library::resolve_lorebook(&conn, &lorebook)?;
+                let book = library::load_lorebook(&conn, &id)?;
+                Ok((id, crate::lorebook::activation::explain(&book, &text)))
+            });
+            match result {
+                Ok((id, verdicts)) => ctx.emit(InteropEvent::LoreTest { id, text, verdicts }),
+                Err(e) => ctx.emit(CoreEvent::error(format!("test lorebook {lorebook:?}"), e)),
+            }
+        }
+    }
+}
+
+/// Apply `change` to a lorebook's entries in one transaction, then report the entries.
+fn entries(
+    ctx: &Context,
+    lorebook: &str,
+    change: impl FnOnce(&rusqlite::Connection, &str) -> Result<Option<(String, usize)>, InteropError>,
+) {
+    let mut failure = None;
+    let result = ctx.store.transaction(|tx| {
+        let (id, name) = match library::resolve_lorebook(tx, lorebook) {
+            Ok(found) => found,
+            Err(e) => {
+                failure = Some(e);
+                return Err(crate::store::StoreError::Invalid("no such lorebook".into()));
+            }
+        };
+        let changed = match change(tx, &id) {
+            Ok(changed) => changed,
+            Err(e) => {
+                failure = Some(e);
+                return Err(crate::store::StoreError::Invalid("the change was refused".into()));
+            }
+        };
+        let book = library::load_lorebook(tx, &id).map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
+        Ok((id, name, book.entries, changed))
+    });
+    match (result, failure) {
+        (Ok((id, name, entries, changed)), _) => ctx.emit(InteropEvent::Entries { id, name, entries, changed }),
+        (Err(_), Some(e)) => ctx.emit(CoreEvent::error(format!("lorebook {lorebook:?}"), e)),
+        (Err(e), None) => ctx.emit(CoreEvent::error(format!("lorebook {lorebook:?}"), e)),
     }
 }
 

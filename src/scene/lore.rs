@@ -249,31 +249,16 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
 /// The ledger's reason for an entry that matched (or was due) but did not go in;
 /// `None` for entries that simply did not match, which would drown the ledger.
 fn held_back(skip: &SkipReason, label: &dyn Fn(usize) -> String) -> Option<String> {
-    Some(match skip {
-        SkipReason::Budget { needed, used, budget } => {
-            format!("skipped by the lore budget: needed {needed} tokens with {used} of {budget} used")
-        }
-        SkipReason::Probability { roll, probability } => format!("probability: rolled {roll}, needed under {probability}"),
-        SkipReason::InclusionGroup { group, winner, pick } => {
-            format!("inclusion group {group:?}: {:?} won ({})", label(*winner), format!("{pick:?}").to_lowercase())
-        }
-        SkipReason::Cooldown { until } => format!("cooling down until message {until}"),
-        SkipReason::Delay { from } => format!("delayed until message {from}"),
-        SkipReason::SecondaryLogic { primary, logic, missing, .. } => {
-            format!("key {primary:?} matched but secondary keys failed {logic:?} (missing {})", missing.join(", "))
-        }
-        SkipReason::BadRegex { key, error } => format!("regex key {key:?} is invalid: {error}"),
-        SkipReason::ExcludeRecursion { key, from } => {
-            format!("key {key:?} only in the lore of {:?}, and the entry excludes recursion", label(*from))
-        }
-        SkipReason::DelayUntilRecursion { level } => format!("waits for recursion level {level}, never reached"),
+    match skip {
+        // Entries that never matched are not "held back": the ledger lists the rest.
         SkipReason::Disabled
         | SkipReason::DecoratorDontActivate
         | SkipReason::Trigger { .. }
         | SkipReason::CharacterFilter { .. }
         | SkipReason::NoKeys
-        | SkipReason::NoKeyMatched => return None,
-    })
+        | SkipReason::NoKeyMatched => None,
+        other => Some(other.describe(label)),
+    }
 }
 
 /// A stable seed from a scene id (FNV-1a), so rolls repeat for the same scene.

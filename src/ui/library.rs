@@ -70,6 +70,7 @@ pub struct LibraryPanel {
     status: Option<Result<String, String>>,
     export: Option<ExportDialog>,
     import_path: String,
+    editor: super::lore_editor::LoreEditor,
 }
 
 impl LibraryPanel {
@@ -79,6 +80,14 @@ impl LibraryPanel {
 
     pub fn lorebooks(&self) -> &[LorebookSummary] {
         &self.lorebooks
+    }
+
+    pub fn lore_editor(&self) -> &super::lore_editor::LoreEditor {
+        &self.editor
+    }
+
+    pub fn lore_editor_mut(&mut self) -> &mut super::lore_editor::LoreEditor {
+        &mut self.editor
     }
 
     /// The command that imports files dropped on the window.
@@ -108,6 +117,13 @@ impl LibraryPanel {
             InteropEvent::Exported { name, format, path, .. } => {
                 self.status = Some(Ok(format!("Exported {name:?} as {format} to {}", path.display())));
             }
+            InteropEvent::Entries { id, entries, changed, .. } => {
+                self.editor.entries_arrived(id, entries, changed.as_ref());
+                if let Some(book) = self.lorebooks.iter_mut().find(|b| &b.id == id) {
+                    book.entries = entries.len();
+                }
+            }
+            InteropEvent::LoreTest { id, verdicts, .. } => self.editor.verdicts_arrived(id, verdicts),
         }
     }
 
@@ -158,12 +174,22 @@ impl LibraryPanel {
             None => {}
         }
         ui.separator();
+        if self.editor.is_open() {
+            egui::ScrollArea::vertical().id_salt("lore_editor").auto_shrink([false, true]).show(ui, |ui| {
+                self.editor.show(ui, outbox);
+            });
+            return;
+        }
+        let mut edit = None;
         egui::ScrollArea::vertical().auto_shrink([false, true]).show(ui, |ui| {
             ui.columns(2, |cols| {
                 self.character_list(&mut cols[0]);
-                self.lorebook_list(&mut cols[1]);
+                edit = self.lorebook_list(&mut cols[1]);
             });
         });
+        if let Some((id, name)) = edit {
+            outbox.push(self.editor.open(&id, &name));
+        }
         self.export_dialog(ui, outbox);
     }
 
@@ -192,13 +218,18 @@ impl LibraryPanel {
         }
     }
 
-    fn lorebook_list(&mut self, ui: &mut egui::Ui) {
+    /// The lorebooks; returns the book whose "Edit entries" was clicked.
+    fn lorebook_list(&mut self, ui: &mut egui::Ui) -> Option<(String, String)> {
         ui.strong(format!("Lorebooks ({})", self.lorebooks.len()));
         if self.lorebooks.is_empty() {
             ui.weak("No lorebooks yet.");
         }
         let mut open = None;
+        let mut edit = None;
         for b in &self.lorebooks {
+            if ui.small_button(format!("Edit entries of {}", b.name)).clicked() {
+                edit = Some((b.id.clone(), b.name.clone()));
+            }
             let owner = b.character_id.as_ref().and_then(|id| self.characters.iter().find(|c| &c.id == id));
             let text = match owner {
                 Some(c) => format!("{} ({} entries, {}'s card)", b.name, b.entries, c.name),
@@ -219,6 +250,7 @@ impl LibraryPanel {
         if let Some(target) = open {
             self.export = Some(ExportDialog::new(target));
         }
+        edit
     }
 
     fn export_dialog(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {

@@ -10,6 +10,7 @@ pub mod chat;
 mod event_log;
 mod identity;
 pub mod library;
+pub mod lore_editor;
 mod memory;
 mod prompt;
 mod providers;
@@ -252,10 +253,12 @@ impl WorkbenchApp {
         for panel in self.panels() {
             panel.apply(&event, &mut outbox);
         }
-        if let Event::Core(engine::CoreEvent::Error { context, message }) = &event
-            && context.starts_with("export ")
-        {
-            self.library.export_failed(&format!("{context}: {message}"));
+        if let Event::Core(engine::CoreEvent::Error { context, message }) = &event {
+            if context.starts_with("export ") {
+                self.library.export_failed(&format!("{context}: {message}"));
+            } else if context.starts_with("lorebook ") || context.starts_with("test lorebook ") {
+                self.library.lore_editor_mut().failed(&format!("{context}: {message}"));
+            }
         }
         // Events that follow an LLM call: the Prompt panel refreshes when next shown.
         if matches!(

@@ -486,3 +486,56 @@ fn a_book_attached_to_a_character_fires_in_its_scenes_and_chat_and_one_attached_
     assert!(!packet.contains("heron nests"), "{packet}");
     assert!(cli.run(&["lorebook", "detach", "chat-only", "--chat", "Bram Holloway"]).is_err(), "it is not attached any more");
 }
+
+#[test]
+fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let book = write(
+        dir.path(),
+        "river.json",
+        &json!({ "entries": { "0": {
+            "uid": 0, "key": ["seal"], "keysecondary": [], "comment": "The Black Seal", "content": "Guild wax.",
+            "constant": false, "selective": false, "order": 100, "position": 0, "disable": false, "probability": 100,
+            "someone_elses_field": "kept"
+        } } }),
+    );
+    cli.ok(&["import", &book]);
+    let entries = |events: &[Value]| last_event(events, "entries")["entries"].as_array().unwrap().clone();
+    let added = cli.ok(&["lorebook", "entry", "add", "river", "--comment", "The Gate", "--keys", "gate, sluice", "--content", "The gate opens at dawn."]);
+    assert_eq!(entries(&added).len(), 2);
+    // Out-of-range and broken settings are refused with the field named; nothing changes.
+    let refused = cli.run(&["lorebook", "entry", "edit", "river", "1", "--probability", "150"]).unwrap_err();
+    assert!(refused.contains("probability"), "{refused}");
+    let refused = cli.run(&["lorebook", "entry", "edit", "river", "1", "--keys", "/gate(/"]).unwrap_err();
+    assert!(refused.contains("keys") && refused.contains("regular expression"), "{refused}");
+    let edited = cli.ok(&["lorebook", "entry", "edit", "river", "1", "--position", "at-depth", "--depth", "2", "--role", "user", "--sticky", "3"]);
+    let gate = &entries(&edited)[1];
+    // SillyTavern's codes: position 4 is "at depth", role 1 is "user".
+    assert_eq!((gate["position"].as_u64(), gate["depth"].as_u64(), gate["role"].as_u64(), gate["sticky"].as_u64()), (Some(4), Some(2), Some(1), Some(3)), "{gate}");
+    assert_eq!(gate["content"], "The gate opens at dawn.", "settings not given are kept");
+    let duplicated = cli.ok(&["lorebook", "entry", "duplicate", "river", "1"]);
+    assert_eq!(entries(&duplicated)[2]["comment"], "The Gate (copy)");
+    let moved = cli.ok(&["lorebook", "entry", "move", "river", "2", "--to", "0"]);
+    let labels: Vec<String> = entries(&moved).iter().map(|e| e["comment"].as_str().unwrap().to_string()).collect();
+    assert_eq!(labels, ["The Gate (copy)", "The Black Seal", "The Gate"]);
+    let deleted = cli.ok(&["lorebook", "entry", "delete", "river", "0"]);
+    assert_eq!(entries(&deleted).len(), 2);
+
+    // Why does an entry fire, or not?
+    let tested = cli.ok(&["lorebook", "test", "river", "Someone broke the seal on the crate."]);
+    let verdicts = last_event(&tested, "lore_test")["verdicts"].as_array().unwrap().clone();
+    assert_eq!(verdicts[0]["fired"], true);
+    assert_eq!(verdicts[0]["reason"], "key \"seal\"");
+    assert_eq!(verdicts[1]["fired"], false);
+    assert_eq!(verdicts[1]["reason"], "no key found in the scanned text");
+
+    // The export carries the new entry, and the untouched one exactly as it came.
+    let out = dir.path().join("river-out.json");
+    cli.ok(&["export", "lorebook", "river", "--format", "world-info", "--out", out.to_str().unwrap()]);
+    let exported: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let all = exported["entries"].as_object().unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all.values().any(|e| e["content"] == "The gate opens at dawn." && e["position"] == 4 && e["depth"] == 2));
+    assert!(all.values().any(|e| e["comment"] == "The Black Seal" && e["someone_elses_field"] == "kept"), "{exported}");
+}

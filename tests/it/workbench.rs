@@ -674,3 +674,46 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     assert!(snapshot.messages.iter().all(|m| m.speaker != skipped), "{skipped} was taken out of the round: {:?}", snapshot.messages);
     assert!(snapshot.messages.iter().any(|m| m.character_id.is_some()), "the others acted");
 }
+
+#[test]
+fn a_lorebook_entry_is_edited_and_tested_in_the_library_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let book = serde_json::json!({ "entries": { "0": { "uid": 0, "key": ["weir"], "keysecondary": [], "comment": "The weir",
+        "content": "The old weir drowned in the spring flood.", "constant": false, "selective": false, "order": 100, "position": 0,
+        "disable": false, "probability": 100 } } });
+    lorekeeper::interop::library::import_bytes(&engine.context().store, book.to_string().as_bytes(), "river-lore").expect("import");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Library").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.library().lorebooks().is_empty());
+    harness.run();
+    harness.get_by_label("Edit entries of river-lore").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().entries().len() == 1);
+    harness.run();
+    // Open the entry, give it a second key, save.
+    harness.get_by_label("0. The weir").click();
+    harness.run();
+    text_field(&harness, "Keys").click();
+    harness.run();
+    text_field(&harness, "Keys").type_text(", sluice");
+    harness.run();
+    harness.get_by_label("Save entry").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().entries()[0].keys == ["weir", "sluice"]);
+    harness.run();
+    // Add a second entry, then ask why each fires on a text.
+    harness.get_by_label("Add entry").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().entries().len() == 2);
+    harness.run();
+    text_field(&harness, "Test text").click();
+    harness.run();
+    text_field(&harness, "Test text").type_text("Open the sluice!");
+    harness.run();
+    harness.get_by_label("Test activation").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().verdicts().len() == 2);
+    harness.run();
+    assert!(harness.query_by_label_contains("fires: 0. The weir — key \"sluice\"").is_some());
+    assert!(harness.query_by_label_contains("stays out: 1. New entry — no keys and not constant").is_some());
+}

@@ -186,6 +186,20 @@ pub(super) fn parse_slash_regex(key: &str) -> Option<(&str, &str)> {
     Some((pattern, flags))
 }
 
+/// Why a key that is a regular expression (written `/pattern/flags`, or any key when
+/// `use_regex`) does not compile; `None` for a plain key or a good pattern.
+pub(super) fn regex_problem(key: &str, use_regex: bool) -> Option<String> {
+    let (pattern, flags) = match parse_slash_regex(key) {
+        Some((pattern, flags)) => (pattern, flags),
+        None if use_regex => (key, ""),
+        None => return None,
+    };
+    match compile_regex(pattern, flags.contains('i'), flags.contains('s'), flags.contains('m')) {
+        Key::Invalid(error) => Some(error),
+        _ => None,
+    }
+}
+
 fn compile_regex(pattern: &str, insensitive: bool, dot_all: bool, multi_line: bool) -> Key {
     let mut prefix = String::new();
     for (on, flag) in [(insensitive, 'i'), (dot_all, 's'), (multi_line, 'm')] {

@@ -226,6 +226,88 @@ impl Trigger {
     }
 }
 
+/// An entry as an editor may save it: refused with the field named when a setting is
+/// out of range or a regular-expression key does not compile.
+pub fn check_entry(entry: &LoreEntry) -> Result<(), String> {
+    if entry.probability > 100 {
+        return Err(format!("probability: {} is not a percentage (0–100)", entry.probability));
+    }
+    if entry.group_weight == 0 && !entry.group.trim().is_empty() {
+        return Err("group_weight: a group member needs a weight above 0".into());
+    }
+    for (field, keys) in [("keys", &entry.keys), ("secondary_keys", &entry.secondary_keys)] {
+        for key in keys {
+            if let Some(error) = matcher::regex_problem(key, entry.use_regex) {
+                return Err(format!("{field}: {key:?} is not a valid regular expression ({error})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One entry's fate on a test text: whether it fired, and why (or why not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EntryVerdict {
+    pub ordinal: usize,
+    pub label: String,
+    pub fired: bool,
+    pub reason: String,
+}
+
+/// "Why did this fire / not fire": activate `book` on `text` as one message of a new
+/// chat (the book's own settings, no timers carried in) and say for every entry what
+/// happened to it.
+pub fn explain(book: &Lorebook, text: &str) -> Vec<EntryVerdict> {
+    let entries = book_entries("test", book);
+    let scan = ScanInput { messages: vec![text], message_number: 1, ..Default::default() };
+    let options = ActivationOptions::default().with_book(book);
+    let report = activate(&entries, &scan, &mut ActivationState::default(), &options);
+    let label = |i: usize| book.entries.get(i).map(|e| e.label()).unwrap_or_default();
+    report
+        .outcomes
+        .iter()
+        .enumerate()
+        .map(|(ordinal, outcome)| {
+            let (fired, reason) = match outcome {
+                Outcome::Activated { trigger, .. } => (true, trigger.reason(&label)),
+                Outcome::Skipped { skip } => (false, skip.describe(&label)),
+            };
+            EntryVerdict { ordinal, label: label(ordinal), fired, reason }
+        })
+        .collect()
+}
+
+impl SkipReason {
+    /// Why an entry did not fire, in words (`label` names the entry at a position).
+    pub fn describe(&self, label: &dyn Fn(usize) -> String) -> String {
+        match self {
+            SkipReason::Disabled => "disabled".into(),
+            SkipReason::DecoratorDontActivate => "@@dont_activate".into(),
+            SkipReason::Trigger { generation } => format!("not triggered by a {generation} generation"),
+            SkipReason::CharacterFilter { character } => format!("its character filter leaves out {character}"),
+            SkipReason::NoKeys => "no keys and not constant".into(),
+            SkipReason::NoKeyMatched => "no key found in the scanned text".into(),
+            SkipReason::Budget { needed, used, budget } => {
+                format!("skipped by the lore budget: needed {needed} tokens with {used} of {budget} used")
+            }
+            SkipReason::Probability { roll, probability } => format!("probability: rolled {roll}, needed under {probability}"),
+            SkipReason::InclusionGroup { group, winner, pick } => {
+                format!("inclusion group {group:?}: {:?} won ({})", label(*winner), format!("{pick:?}").to_lowercase())
+            }
+            SkipReason::Cooldown { until } => format!("cooling down until message {until}"),
+            SkipReason::Delay { from } => format!("delayed until message {from}"),
+            SkipReason::SecondaryLogic { primary, logic, missing, .. } => {
+                format!("key {primary:?} matched but secondary keys failed {logic:?} (missing {})", missing.join(", "))
+            }
+            SkipReason::BadRegex { key, error } => format!("regex key {key:?} is invalid: {error}"),
+            SkipReason::ExcludeRecursion { key, from } => {
+                format!("key {key:?} only in the lore of {:?}, and the entry excludes recursion", label(*from))
+            }
+            SkipReason::DelayUntilRecursion { level } => format!("waits for recursion level {level}, never reached"),
+        }
+    }
+}
+
 impl Source {
     pub fn name(&self) -> &'static str {
         match self {
