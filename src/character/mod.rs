@@ -268,6 +268,17 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet }))
 }
 
+/// Delete a character from the library. What refers to it goes with it (its chat, its
+/// card's book, its places in casts and scenes: `ON DELETE CASCADE`; its identity run:
+/// migration 0020); scene messages it spoke keep their text and lose the link. The
+/// caller forgets its memories in the same transaction.
+pub fn delete(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    if conn.execute("DELETE FROM characters WHERE id = ?1", [id])? == 0 {
+        return Err(StoreError::NotFound(format!("character {id}")));
+    }
+    Ok(())
+}
+
 /// Attach a lorebook to a character (beside its card's own book); twice is once.
 pub fn attach_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str) -> Result<(), StoreError> {
     conn.execute("INSERT OR IGNORE INTO character_lorebooks(character_id, lorebook_id) VALUES (?1, ?2)", params![character_id, lorebook_id])?;

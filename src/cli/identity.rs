@@ -43,6 +43,13 @@ pub enum IdentityVerb {
     List,
     /// Export a character.
     Export(ExportArgs),
+    /// Delete a run with every checkpoint version, and the character it develops (its
+    /// chat, casts and memories too); only with --yes.
+    Delete {
+        id: String,
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +152,12 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                 }
             }
             Ok(ExitCode::SUCCESS)
+        }
+        IdentityVerb::Delete { id, yes } => {
+            if !yes {
+                bail!("deleting run {id} deletes every checkpoint version and its character; pass --yes");
+            }
+            super::interop::delete_character(engine, id, true, json)
         }
         IdentityVerb::Export(args) => {
             if args.format != "seed-folder" {

@@ -311,3 +311,18 @@ pub fn test(engine: &EngineHandle, lorebook: String, text: String, json: bool) -
     .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `character delete` and `identity delete`: a character (or a run, which is its
+/// character) out of the library, with everything that goes with it once confirmed.
+pub fn delete_character(engine: &EngineHandle, character: String, yes: bool, json: bool) -> Result<ExitCode> {
+    engine.send(Command::Interop(InteropCommand::DeleteCharacter { character, confirmed: yes }))?;
+    super::drive::drive(engine, json, TIMEOUT, |event| match event {
+        Event::Interop(InteropEvent::CharacterDeleted { .. }) => Some(Ok(())),
+        Event::Interop(InteropEvent::DeleteImpact { name, impact, .. }) => {
+            Some(Err(anyhow!("deleting {name:?} would also delete {}; nothing was deleted: pass --yes to delete it all", impact.join(", "))))
+        }
+        _ => None,
+    })
+    .map_err(|e| anyhow!(e))??;
+    Ok(ExitCode::SUCCESS)
+}

@@ -62,6 +62,11 @@ pub enum Verb {
         #[command(subcommand)]
         verb: author::ArcVerb,
     },
+    /// Characters of the library.
+    Character {
+        #[command(subcommand)]
+        verb: CharacterVerb,
+    },
     /// Personas: who the user plays.
     Persona {
         #[command(subcommand)]
@@ -103,6 +108,17 @@ pub enum Verb {
     Memory {
         #[command(subcommand)]
         action: memory::MemoryAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CharacterVerb {
+    /// Delete a character (by id or name) with its chat, its card's book, its places in
+    /// casts and its memories; with anything attached, only with --yes.
+    Delete {
+        character: String,
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -162,6 +178,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Arc { verb }) => author::arc(&start(paths)?, verb, cli.json),
         Some(Verb::Persona { verb }) => author::persona(&start(paths)?, verb, cli.json),
         Some(Verb::Lorebook { verb }) => author::lorebook(&start(paths)?, verb, cli.json),
+        Some(Verb::Character { verb: CharacterVerb::Delete { character, yes } }) => interop::delete_character(&start(paths)?, character, yes, cli.json),
         Some(Verb::Scene { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             scene::run(&engine, verb, cli.json)

@@ -175,6 +175,16 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
             }
             Ok(())
         }
+        InteropEvent::DeleteImpact { name, impact, .. } => {
+            writeln!(out, "deleting {name:?} would also delete: {}; nothing was deleted (pass --yes)", impact.join(", "))
+        }
+        InteropEvent::CharacterDeleted { name, impact, .. } => {
+            if impact.is_empty() {
+                writeln!(out, "deleted {name:?}")
+            } else {
+                writeln!(out, "deleted {name:?} with {}", impact.join(", "))
+            }
+        }
         InteropEvent::LoreTest { verdicts, .. } => {
             for v in verdicts {
                 writeln!(out, "{} {:>3}. {}: {}", if v.fired { "fires" } else { "  -  " }, v.ordinal, v.label, v.reason)?;

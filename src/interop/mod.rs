@@ -27,6 +27,10 @@ pub enum InteropCommand {
     ExportLorebook { lorebook: String, format: LorebookFormat, out: PathBuf },
     /// Report the library's characters and lorebooks.
     List,
+    /// Delete a character (an id or name; an identity run is its character) and
+    /// everything that goes with it. Without `confirmed`, a character with anything
+    /// attached is not deleted: [`InteropEvent::DeleteImpact`] says what would go.
+    DeleteCharacter { character: String, confirmed: bool },
     /// Report a lorebook's entries as [`InteropEvent::Entries`].
     Entries { lorebook: String },
     /// Replace the entry at `ordinal`, or add one at the end (`None`).
@@ -51,6 +55,9 @@ pub enum InteropEvent {
     /// A lorebook's entries in their order (sent for `Entries` and after every change;
     /// `changed`: what the change was, with the position it concerns).
     Entries { id: String, name: String, entries: Vec<crate::lorebook::LoreEntry>, changed: Option<(String, usize)> },
+    /// What deleting a character would take with it (nothing was deleted).
+    DeleteImpact { id: String, name: String, impact: Vec<String> },
+    CharacterDeleted { id: String, name: String, impact: Vec<String> },
     /// What activation made of a test text, entry by entry.
     LoreTest { id: String, text: String, verdicts: Vec<crate::lorebook::activation::EntryVerdict> },
 }
@@ -172,6 +179,16 @@ fn run(ctx: &Context, command: InteropCommand) {
         InteropCommand::MoveEntry { lorebook, from, to } => {
             entries(ctx, &lorebook, |tx, id| library::move_entry(tx, id, from, to).map(|_| Some(("moved".into(), to))))
         }
+        InteropCommand::DeleteCharacter { character, confirmed } => match delete_character(ctx, &character, confirmed) {
+            Ok(event) => {
+                let deleted = matches!(event, InteropEvent::CharacterDeleted { .. });
+                ctx.emit(event);
+                if deleted {
+                    emit_library(ctx);
+                }
+            }
+            Err(e) => ctx.emit(CoreEvent::error(format!("delete character {character:?}"), e)),
+        },
         InteropCommand::TestLore { lorebook, text } => {
             let result = ctx.store.reader().map_err(InteropError::from).and_then(|conn| {
                 let (id, _) = library::resolve_lorebook(&conn, &lorebook)?;
@@ -184,6 +201,47 @@ fn run(ctx: &Context, command: InteropCommand) {
             }
         }
     }
+}
+
+/// Words for the tables that refer to characters, as a deletion's impact says them.
+fn impact_words(table: &str, count: u64) -> String {
+    let (one, many) = match table {
+        "companion_turns" => ("chat exchange", "chat exchanges"),
+        "companion_chats" => ("chat state", "chat states"),
+        "companion_saved_chats" => ("saved chat", "saved chats"),
+        "companion_chat_lorebooks" | "character_lorebooks" => ("lorebook link", "lorebook links"),
+        "lorebooks" => ("lorebook of its card", "lorebooks of its card"),
+        "character_images" => ("portrait", "portraits"),
+        "campaign_cast" => ("place in a campaign's cast", "places in campaign casts"),
+        "scene_cast" => ("place in a scene's cast", "places in scene casts"),
+        "scene_character_states" => ("scene state", "scene states"),
+        "scene_messages" => ("scene message (kept, unlinked)", "scene messages (kept, unlinked)"),
+        "character_overrides" => ("sheet override", "sheet overrides"),
+        other => (other, other),
+    };
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
+/// Delete a character once confirmed (or when nothing refers to it), with its
+/// memories, in one transaction.
+fn delete_character(ctx: &Context, key: &str, confirmed: bool) -> Result<InteropEvent, crate::store::StoreError> {
+    let bank = crate::memory::bank_for(ctx).ok();
+    let outcome = ctx.store.transaction(|tx| {
+        let record = crate::character::resolve(tx, key)?;
+        let impact: Vec<String> =
+            crate::store::dependents(tx, "characters", &record.id)?.into_iter().map(|(table, n)| impact_words(&table, n)).collect();
+        if !confirmed && !impact.is_empty() {
+            return Ok((InteropEvent::DeleteImpact { id: record.id, name: record.name, impact }, None));
+        }
+        let write = crate::memory::remove_character(tx, &record.id)?;
+        crate::character::delete(tx, &record.id)?;
+        Ok((InteropEvent::CharacterDeleted { id: record.id, name: record.name, impact }, Some(write)))
+    })?;
+    let (event, write) = outcome;
+    if let (Some(bank), Some(write)) = (bank, write) {
+        bank.publish(write);
+    }
+    Ok(event)
 }
 
 /// Apply `change` to a lorebook's entries in one transaction, then report the entries.

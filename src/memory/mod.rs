@@ -18,7 +18,7 @@ pub mod temporal;
 pub mod detect;
 pub mod vectors;
 
-pub use bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats, MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_ids, remove_scene, remove_source};
+pub use bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats, MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_character, remove_ids, remove_scene, remove_source};
 pub use commands::{ImportSummary, MemoryCommand, MemoryEvent, bank_for, handle, import_file, read_import};
 pub use crate::config::{EmbeddingConfig, Fusion, GraphConfig, MemoryConfig, Pooling, RetrievalConfig};
 pub use embedder::{EmbedError, Embedder};

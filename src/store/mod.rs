@@ -143,6 +143,37 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     Ok(conn)
 }
 
+/// The rows that point at row `id` of `table` through a foreign key, per table (those
+/// with none left out): what deleting the row takes with it (`ON DELETE CASCADE`) or
+/// unlinks. Read from the schema, so a new table that refers to `table` counts without
+/// anyone listing it here.
+pub fn dependents(conn: &Connection, table: &str, id: &str) -> Result<Vec<(String, u64)>, StoreError> {
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for other in tables {
+        let keys: Vec<(String, String)> = conn
+            .prepare(&format!("SELECT \"table\", \"from\" FROM pragma_foreign_key_list('{}')", other.replace('\'', "''")))?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut count = 0u64;
+        for (_, column) in keys.into_iter().filter(|(target, _)| target == table) {
+            let n: i64 = conn.query_row(
+                &format!("SELECT count(*) FROM \"{}\" WHERE \"{}\" = ?1", other.replace('"', "\"\""), column.replace('"', "\"\"")),
+                [id],
+                |r| r.get(0),
+            )?;
+            count += n.max(0) as u64;
+        }
+        if count > 0 {
+            out.push((other, count));
+        }
+    }
+    Ok(out)
+}
+
 /// A new identifier: milliseconds since the epoch then random bits, in hex, so ids sort
 /// by creation time and never collide in practice.
 pub fn new_id() -> String {

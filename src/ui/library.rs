@@ -71,6 +71,8 @@ pub struct LibraryPanel {
     export: Option<ExportDialog>,
     import_path: String,
     editor: super::lore_editor::LoreEditor,
+    /// A character whose deletion waits for confirmation: its id, name and what goes with it.
+    confirm_delete: Option<(String, String, Vec<String>)>,
 }
 
 impl LibraryPanel {
@@ -124,6 +126,12 @@ impl LibraryPanel {
                 }
             }
             InteropEvent::LoreTest { id, verdicts, .. } => self.editor.verdicts_arrived(id, verdicts),
+            InteropEvent::DeleteImpact { id, name, impact } => self.confirm_delete = Some((id.clone(), name.clone(), impact.clone())),
+            InteropEvent::CharacterDeleted { name, impact, .. } => {
+                self.confirm_delete = None;
+                let with = if impact.is_empty() { String::new() } else { format!(" with {}", impact.join(", ")) };
+                self.status = Some(Ok(format!("Deleted {name:?}{with}.")));
+            }
         }
     }
 
@@ -181,24 +189,33 @@ impl LibraryPanel {
             return;
         }
         let mut edit = None;
+        let mut delete = None;
         egui::ScrollArea::vertical().auto_shrink([false, true]).show(ui, |ui| {
             ui.columns(2, |cols| {
-                self.character_list(&mut cols[0]);
+                delete = self.character_list(&mut cols[0]);
                 edit = self.lorebook_list(&mut cols[1]);
             });
         });
+        if let Some(character) = delete {
+            // Asked without confirmation first: a character with nothing attached goes at
+            // once, otherwise the engine says what would go with it.
+            outbox.push(Command::Interop(InteropCommand::DeleteCharacter { character, confirmed: false }));
+        }
+        self.confirm_delete_window(ui, outbox);
         if let Some((id, name)) = edit {
             outbox.push(self.editor.open(&id, &name));
         }
         self.export_dialog(ui, outbox);
     }
 
-    fn character_list(&mut self, ui: &mut egui::Ui) {
+    /// The characters; returns the one whose "Delete…" was chosen.
+    fn character_list(&mut self, ui: &mut egui::Ui) -> Option<String> {
         ui.strong(format!("Characters ({})", self.characters.len()));
         if self.characters.is_empty() {
             ui.weak("No characters yet.");
         }
         let mut open = None;
+        let mut delete = None;
         for c in &self.characters {
             let origin = if c.has_card { "card" } else { c.origin.as_str() };
             let response = ui.selectable_label(false, &c.name).on_hover_text(format!("{origin} · {}", c.id));
@@ -206,6 +223,10 @@ impl LibraryPanel {
             response.context_menu(|ui| {
                 if ui.button("Export as card…").clicked() {
                     open = Some(target.clone());
+                    ui.close();
+                }
+                if ui.button("Delete…").clicked() {
+                    delete = Some(c.id.clone());
                     ui.close();
                 }
             });
@@ -216,6 +237,7 @@ impl LibraryPanel {
         if let Some(target) = open {
             self.export = Some(ExportDialog::new(target));
         }
+        delete
     }
 
     /// The lorebooks; returns the book whose "Edit entries" was clicked.
@@ -251,6 +273,27 @@ impl LibraryPanel {
             self.export = Some(ExportDialog::new(target));
         }
         edit
+    }
+
+    fn confirm_delete_window(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some((id, name, impact)) = self.confirm_delete.clone() else { return };
+        let mut close = false;
+        egui::Window::new(format!("Delete {name}?")).collapsible(false).resizable(false).show(ui.ctx(), |ui| {
+            ui.label(format!("Deleting {name} also deletes: {}.", impact.join(", ")));
+            ui.label("Its memories go too. This cannot be undone.");
+            ui.horizontal(|ui| {
+                if ui.button(format!("Delete {name} and all of it")).clicked() {
+                    outbox.push(Command::Interop(InteropCommand::DeleteCharacter { character: id.clone(), confirmed: true }));
+                    close = true;
+                }
+                if ui.button("Keep it").clicked() {
+                    close = true;
+                }
+            });
+        });
+        if close {
+            self.confirm_delete = None;
+        }
     }
 
     fn export_dialog(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {

@@ -539,3 +539,59 @@ fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
     assert!(all.values().any(|e| e["content"] == "The gate opens at dawn." && e["position"] == 4 && e["depth"] == 2));
     assert!(all.values().any(|e| e["comment"] == "The Black Seal" && e["someone_elses_field"] == "kept"), "{exported}");
 }
+
+#[test]
+fn a_character_is_deleted_with_everything_of_it_once_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let mut with_book = card("Bram Holloway", "A cellar-keeper.", "Wary.");
+    with_book["data"]["character_book"] = json!({ "name": "Bram's cellar", "entries": [
+        { "keys": ["cask"], "content": "The casks are empty.", "enabled": true, "insertion_order": 100, "id": 1, "extensions": {} } ] });
+    let bram = write(dir.path(), "bram.json", &with_book);
+    let tessa = write(dir.path(), "tessa.json", &card("Tessa Quill", "A clerk.", "Sharp."));
+    cli.ok(&["import", &bram, &tessa]);
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway", "Tessa Quill"]);
+    cli.ok(&["chat", "send", "--character", "Bram Holloway", "Where are the marrowfat peas?", "--json"]);
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let bram_id: String = store.with(|c| Ok(c.query_row("SELECT id FROM characters WHERE name = 'Bram Holloway'", [], |r| r.get(0))?)).unwrap();
+    // As if an identity run had developed him: the run is his character's.
+    store
+        .with(|c| {
+            c.execute(
+                "INSERT INTO identity_runs(id, name, mode, input_json, status, created_at) VALUES (?1, 'Bram Holloway', 'fast', '{}', 'completed', 'now')",
+                [&bram_id],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    let search = |query: &str| cli.ok(&["memory", "search", query, "--mode", "keyword", "--json"]).last().unwrap().to_string();
+    assert!(search("marrowfat").contains("marrowfat"));
+
+    // Unconfirmed, nothing goes, and the user is told what would.
+    let refused = cli.run(&["character", "delete", "Bram Holloway"]).unwrap_err();
+    assert!(refused.contains("1 chat exchange") && refused.contains("1 place in a campaign's cast") && refused.contains("1 lorebook of its card"), "{refused}");
+    assert!(refused.contains("--yes"), "{refused}");
+    let count = |sql: &str| -> i64 { store.with(|c| Ok(c.query_row(sql, [&bram_id], |r| r.get(0))?)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM characters WHERE id = ?1"), 1);
+
+    let deleted = cli.ok(&["character", "delete", "Bram Holloway", "--yes"]);
+    assert_eq!(last_event(&deleted, "character_deleted")["name"], "Bram Holloway");
+    for sql in [
+        "SELECT count(*) FROM characters WHERE id = ?1",
+        "SELECT count(*) FROM companion_turns WHERE character_id = ?1",
+        "SELECT count(*) FROM lorebooks WHERE character_id = ?1",
+        "SELECT count(*) FROM campaign_cast WHERE character_id = ?1",
+        "SELECT count(*) FROM identity_runs WHERE id = ?1",
+    ] {
+        assert_eq!(count(sql), 0, "{sql}");
+    }
+    assert!(!search("marrowfat").contains("marrowfat"), "no memory of his chat is left");
+    // The rest of the library is as it was; a character with nothing attached goes at once.
+    let tree = last_event(&cli.ok(&["world", "list"]), "tree")["tree"].clone();
+    assert_eq!(tree["worlds"][0]["campaigns"][0]["cast"].as_array().unwrap().len(), 1);
+    cli.ok(&["campaign", "cast", "remove", "Ashfall", "Tessa Quill"]);
+    cli.ok(&["character", "delete", "Tessa Quill"]);
+    assert!(cli.run(&["identity", "delete", "nobody"]).is_err(), "a run is deleted only with --yes");
+}

@@ -717,3 +717,33 @@ fn a_lorebook_entry_is_edited_and_tested_in_the_library_panel() {
     assert!(harness.query_by_label_contains("fires: 0. The weir — key \"sluice\"").is_some());
     assert!(harness.query_by_label_contains("stays out: 1. New entry — no keys and not constant").is_some());
 }
+
+#[test]
+fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let store = engine.context().store.clone();
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "",
+        "character_version": "1", "extensions": {},
+        "character_book": { "name": "Lock lore", "entries": [ { "keys": ["lock"], "content": "The lock is old.", "enabled": true,
+            "insertion_order": 100, "id": 1, "extensions": {} } ] } } });
+    lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Library").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Maren Vosk"));
+    harness.run();
+    harness.get_by_label("Maren Vosk").click_secondary();
+    harness.run();
+    harness.get_by_label("Delete…").click();
+    // Her card's book goes with her: the panel asks first.
+    step_until_shown(&mut harness, "Delete Maren Vosk and all of it");
+    assert!(harness.query_all_by_label_contains("1 lorebook of its card").next().is_some());
+    harness.get_by_label("Delete Maren Vosk and all of it").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().all(|c| c.name != "Maren Vosk"));
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lorebooks().is_empty());
+}

@@ -11,7 +11,7 @@ mod rerank;
 mod search;
 mod write;
 
-pub use write::{MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_ids, remove_scene, remove_source};
+pub use write::{MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_character, remove_ids, remove_scene, remove_source};
 use crate::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;

@@ -326,6 +326,12 @@ pub fn remove_campaign(tx: &Connection, campaign_id: &str) -> Result<MemoryWrite
     remove_where(tx, "scope = 'campaign' AND scope_id = ?1", campaign_id)
 }
 
+/// Stage 2 of forgetting a character: every memory of its scope, its one-to-one chat's
+/// (the character is being deleted).
+pub fn remove_character(tx: &Connection, character_id: &str) -> Result<MemoryWrite, StoreError> {
+    remove_where(tx, "scope = 'character' AND scope_id = ?1", character_id)
+}
+
 fn remove_where(tx: &Connection, condition: &str, value: &str) -> Result<MemoryWrite, StoreError> {
     let gone: Vec<i64> = tx
         .prepare(&format!("SELECT rowid FROM memories WHERE {condition}"))?
