@@ -111,6 +111,12 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::DemoReady { scene_id: Some(id) } => writeln!(out, "demo scene ready: {id}"),
         E::DemoReady { scene_id: None } => writeln!(out, "this library already has its worlds; no demo added"),
         E::Snapshot { snapshot } => print_state(out, &snapshot.view),
+        E::Transcript { messages, .. } => {
+            for m in messages {
+                writeln!(out, "{:>5}  round {:<4} {}: {}", m.number, m.round, m.speaker, m.content)?;
+            }
+            Ok(())
+        }
         E::Preview { preview } => {
             let envelope = preview.fit(&preview.plan, preview.max_context_tokens);
             for s in &envelope.ledger.sections {

@@ -81,6 +81,8 @@ pub enum SceneCommand {
     Author(author::AuthorCommand),
     /// Add the demo world if the library has no world yet.
     Demo,
+    /// Report a scene's whole transcript as [`SceneEvent::Transcript`] (scrollback).
+    Transcript { scene: String },
     /// Report the scene's state, recent transcript and last round as [`SceneEvent::Snapshot`].
     Snapshot { scene: String },
     /// Report the candidates of `agent`'s next call as [`SceneEvent::Preview`]
@@ -146,6 +148,8 @@ pub enum SceneEvent {
     Scenes { scenes: Vec<SceneSummary> },
     DemoReady { scene_id: Option<String> },
     Snapshot { snapshot: Box<preview::SceneSnapshot> },
+    /// Every message of a scene, oldest first.
+    Transcript { scene_id: String, messages: Vec<SceneMessage> },
     Preview { preview: Box<preview::EnvelopePreview> },
     Error { scene_id: Option<String>, message: String },
 }
@@ -165,6 +169,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
+            | SceneCommand::Transcript { scene }
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
@@ -365,6 +370,14 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 Ok((scene_id, character.name))
             })?;
             emit(SceneEvent::Muted { scene_id, name, muted });
+            Ok(())
+        }
+        SceneCommand::Transcript { scene } => {
+            // A reader connection: a long transcript does not hold the writer's lock.
+            let reader = ctx.store.reader()?;
+            let scene_id = records::resolve_scene(&reader, &scene)?;
+            let messages = records::recent_messages(&reader, &scene_id, u32::MAX)?;
+            emit(SceneEvent::Transcript { scene_id, messages });
             Ok(())
         }
         SceneCommand::Snapshot { scene } => {

@@ -52,6 +52,8 @@ pub struct ChatPanel {
     /// The chats put aside for the selected character, and the chat-file path field.
     saved: Vec<crate::companion::chats::SavedChat>,
     file_path: String,
+    /// Words to find in the chat; the whole chat is loaded once asked for.
+    search: String,
     live: Option<LiveReply>,
     packet: Option<PacketView>,
     input: String,
@@ -511,6 +513,34 @@ impl ChatPanel {
             egui::CollapsingHeader::new("Creator's notes (never sent to the model)").id_salt("chat_creator_notes").show(ui, |ui| {
                 ui.label(self.creator_notes.trim());
             });
+        }
+        ui.horizontal(|ui| {
+            let label = ui.label("Search chat");
+            ui.add(egui::TextEdit::singleline(&mut self.search).desired_width(220.0).id_salt("chat_search")).labelled_by(label.id);
+            if let Some(id) = self.selected.clone()
+                && ui.button("Whole chat").on_hover_text("Load every exchange, not only the last 200").clicked()
+            {
+                outbox.push(Command::Companion(CompanionCommand::History { character: id, limit: u32::MAX }));
+            }
+        });
+        let needle = self.search.trim().to_lowercase();
+        if !needle.is_empty() {
+            // Every message that has the words, one line each; only the rows in view are drawn.
+            let found: Vec<String> = self
+                .turns
+                .iter()
+                .flat_map(|t| [(t.seq, user, &t.user_text), (t.seq, name.as_str(), &t.reply)])
+                .filter(|(_, _, text)| text.to_lowercase().contains(&needle))
+                .map(|(seq, who, text)| format!("#{seq} · {who}: {}", text.replace('\n', " ")))
+                .collect();
+            ui.weak(format!("{} matching messages in the {} exchanges loaded", found.len(), self.turns.len()));
+            let row = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
+            egui::ScrollArea::vertical().id_salt("chat_search_results").max_height(360.0).show_rows(ui, row, found.len(), |ui, rows| {
+                for line in &found[rows] {
+                    ui.add(egui::Label::new(line.as_str()).truncate()).on_hover_text(line.as_str());
+                }
+            });
+            return;
         }
         let height = (ui.available_height() - 110.0).max(120.0);
         egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).min_scrolled_height(height).auto_shrink([false, false]).stick_to_bottom(true).show(ui, |ui| {

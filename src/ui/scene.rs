@@ -8,7 +8,7 @@
 
 use super::budgets::BudgetsPanel;
 use crate::engine::Command;
-use crate::scene::model::{DirectorPlan, Reconciliation, STATE_FIELDS, SceneSummary};
+use crate::scene::model::{DirectorPlan, Reconciliation, STATE_FIELDS, SceneMessage, SceneSummary};
 use crate::scene::preview::SceneSnapshot;
 use crate::scene::round::turn_order;
 use crate::scene::{DirectorDecision, SceneCommand, SceneEvent};
@@ -55,6 +55,11 @@ pub struct ScenePanels {
     /// Pause each round after the Director's plan, and the plan waiting for review.
     review_plan: bool,
     pending_plan: Option<crate::scene::model::DirectorPlan>,
+    /// A transcript message being edited (its number and the text so far).
+    editing: Option<(u32, String)>,
+    /// Words to find in the transcript, and the whole transcript once asked for.
+    search: String,
+    whole: Option<Vec<SceneMessage>>,
 }
 
 impl ScenePanels {
@@ -191,6 +196,9 @@ impl ScenePanels {
             SceneEvent::PlanReview { scene_id, plan, .. } if self.is_selected(scene_id) => {
                 self.pending_plan = Some(plan.clone());
             }
+            SceneEvent::Transcript { scene_id, messages } if self.is_selected(scene_id) => {
+                self.whole = Some(messages.clone());
+            }
             SceneEvent::Alternatives { scene_id, alternatives } if self.is_selected(scene_id) => {
                 self.alternatives = alternatives.clone();
             }
@@ -259,6 +267,8 @@ impl ScenePanels {
             self.refreshing = false;
             self.budgets.clear();
             self.alternatives.clear();
+            self.editing = None;
+            self.whole = None;
         }
         outbox.push(self.budgets.preview_command(&id));
         outbox.push(Command::Scene(SceneCommand::Alternatives { scene: id.clone() }));
@@ -339,7 +349,7 @@ impl ScenePanels {
             let ui = &mut columns[1];
             self.play_controls(ui, outbox);
             ui.separator();
-            self.transcript(ui);
+            self.transcript(ui, outbox);
         });
     }
 
@@ -580,8 +590,42 @@ impl ScenePanels {
         }
     }
 
-    fn transcript(&self, ui: &mut egui::Ui) {
+    /// The transcript: the recent messages in full (each editable while no round runs),
+    /// or — with words to find — every match in the whole transcript, which is loaded
+    /// once asked for and listed one line per message, drawing only the rows in view.
+    fn transcript(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(scene) = self.selected.clone() else { return };
         let Some(snapshot) = &self.snapshot else { return };
+        let running = self.live.as_ref().is_some_and(|l| !l.completed);
+        ui.horizontal(|ui| {
+            let label = ui.label("Search transcript");
+            ui.add(egui::TextEdit::singleline(&mut self.search).desired_width(220.0).id_salt("scene_search")).labelled_by(label.id);
+            let label = if self.whole.is_some() { "Reload whole transcript" } else { "Whole transcript" };
+            if ui.button(label).on_hover_text("Scroll back through every message of the scene").clicked() {
+                outbox.push(Command::Scene(SceneCommand::Transcript { scene: scene.clone() }));
+            }
+        });
+        let needle = self.search.trim().to_lowercase();
+        if !needle.is_empty() || self.whole.is_some() {
+            let source: &[SceneMessage] = self.whole.as_deref().unwrap_or(&snapshot.messages);
+            let found: Vec<&SceneMessage> = source
+                .iter()
+                .filter(|m| needle.is_empty() || m.content.to_lowercase().contains(&needle) || m.speaker.to_lowercase().contains(&needle))
+                .collect();
+            let scope = if self.whole.is_some() { "the whole transcript" } else { "the recent messages (load the whole transcript to search it all)" };
+            ui.weak(format!("{} of {} messages in {scope}", found.len(), source.len()));
+            let row = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
+            egui::ScrollArea::vertical().id_salt("scene_transcript_whole").max_height(360.0).show_rows(ui, row, found.len(), |ui, rows| {
+                for m in &found[rows] {
+                    let line: String = format!("#{} · round {} · {}: {}", m.number, m.round, m.speaker, m.content).replace('\n', " ");
+                    ui.add(egui::Label::new(line).truncate()).on_hover_text(&m.content);
+                }
+            });
+            return;
+        }
+        let mut start_edit = None;
+        let mut save = None;
+        let mut stop_edit = false;
         egui::ScrollArea::vertical().id_salt("scene_transcript").stick_to_bottom(true).show(ui, |ui| {
             if snapshot.messages.is_empty() && self.live.is_none() {
                 ui.weak("The transcript is empty: say something and play the first round.");
@@ -592,8 +636,30 @@ impl ScenePanels {
                     round = m.round;
                     ui.weak(format!("— round {round} —"));
                 }
-                ui.label(RichText::new(format!("{}:", m.speaker)).strong());
-                ui.label(&m.content);
+                ui.horizontal(|ui| {
+                    ui.label(RichText::new(format!("{}:", m.speaker)).strong());
+                    if !running && self.editing.is_none() && ui.small_button(format!("Edit message {}", m.number)).on_hover_text("Change its text (its memory follows)").clicked() {
+                        start_edit = Some((m.number, m.content.clone()));
+                    }
+                });
+                match self.editing.as_mut().filter(|(n, _)| *n == m.number) {
+                    Some((_, draft)) => {
+                        let label = ui.label(format!("New text of message {}", m.number));
+                        ui.add(egui::TextEdit::multiline(draft).desired_rows(2).desired_width(f32::INFINITY).id_salt(("scene_edit", m.number)))
+                            .labelled_by(label.id);
+                        ui.horizontal(|ui| {
+                            if ui.button("Save edit").clicked() {
+                                save = Some((m.number, draft.clone()));
+                            }
+                            if ui.button("Cancel edit").clicked() {
+                                stop_edit = true;
+                            }
+                        });
+                    }
+                    None => {
+                        ui.label(&m.content);
+                    }
+                }
             }
             if let Some(live) = &self.live {
                 ui.weak(format!("— round {}{} —", live.round, if live.completed { "" } else { " (playing)" }));
@@ -612,6 +678,16 @@ impl ScenePanels {
                 }
             }
         });
+        if let Some(request) = start_edit {
+            self.editing = Some(request);
+        }
+        if let Some((number, text)) = save {
+            outbox.push(Command::Scene(SceneCommand::EditMessage { scene, number, text }));
+            self.editing = None;
+        }
+        if stop_edit {
+            self.editing = None;
+        }
     }
 
     // ----- Budgets -----------------------------------------------------------------

@@ -747,3 +747,41 @@ fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().all(|c| c.name != "Maren Vosk"));
     run_until(&mut harness, Duration::from_secs(20), |app| app.library().lorebooks().is_empty());
 }
+
+#[test]
+fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
+    harness.run();
+    harness.get_by_label("Edit message 1").click();
+    harness.run();
+    text_field(&harness, "New text of message 1").focus();
+    harness.run();
+    text_field(&harness, "New text of message 1").set_text_value_accesskit("I knock on the lighthouse door. Twice.");
+    harness.run();
+    harness.get_by_label("Save edit").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().snapshot().is_some_and(|s| s.messages[0].content == "I knock on the lighthouse door. Twice.")
+    });
+    harness.run();
+    // Search: the recent messages at once, the whole transcript once loaded.
+    text_field(&harness, "Search transcript").click();
+    harness.run();
+    text_field(&harness, "Search transcript").type_text("twice");
+    harness.run();
+    assert!(harness.query_by_label_contains("1 of ").is_some());
+    harness.get_by_label("Whole transcript").click();
+    step_until_shown(&mut harness, "Reload whole transcript");
+    assert!(harness.query_by_label_contains("in the whole transcript").is_some());
+    assert!(harness.query_by_label_contains("#1 · round 1").is_some());
+}
