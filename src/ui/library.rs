@@ -84,6 +84,16 @@ impl LibraryPanel {
         &self.lorebooks
     }
 
+    /// The outcome of the last export or deletion (`Err`: what went wrong).
+    pub fn status(&self) -> Option<&Result<String, String>> {
+        self.status.as_ref()
+    }
+
+    /// The character whose deletion waits for confirmation, with what would go.
+    pub fn confirming_delete(&self) -> Option<&(String, String, Vec<String>)> {
+        self.confirm_delete.as_ref()
+    }
+
     pub fn lore_editor(&self) -> &super::lore_editor::LoreEditor {
         &self.editor
     }

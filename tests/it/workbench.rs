@@ -741,6 +741,10 @@ fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
     harness.run();
     harness.get_by_label("Delete…").click();
     // Her card's book goes with her: the panel asks first.
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.library().status(), None, "the deletion was refused");
+        app.library().confirming_delete().is_some()
+    });
     step_until_shown(&mut harness, "Delete Maren Vosk and all of it");
     assert!(harness.query_all_by_label_contains("1 lorebook of its card").next().is_some());
     harness.get_by_label("Delete Maren Vosk and all of it").click();
