@@ -37,6 +37,17 @@ pub enum IdentityVerb {
     Rerun { id: String, checkpoint: u8 },
     /// Keep a stale checkpoint as it is.
     Keep { id: String, checkpoint: u8 },
+    /// Put your own version of a checkpoint awaiting approval up for approval: its
+    /// structured fields (JSON, or @file), and optionally its narrative. Checked against
+    /// the agent's schema; refused with the field named.
+    Edit {
+        id: String,
+        checkpoint: u8,
+        #[arg(long)]
+        structured: String,
+        #[arg(long)]
+        narrative: Option<String>,
+    },
     /// Continue a run interrupted by a crash or a quit.
     Resume { id: String },
     /// List runs.
@@ -106,6 +117,27 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
         IdentityVerb::Keep { id, checkpoint } => {
             send(IdentityCommand::Keep { character_id: id.clone(), checkpoint })?;
             follow(engine, json, Some(id))
+        }
+        IdentityVerb::Edit { id, checkpoint, structured, narrative } => {
+            let text = match structured.strip_prefix('@') {
+                Some(path) => crate::paths::read_text_bounded(std::path::Path::new(path), 1 << 20)?,
+                None => structured,
+            };
+            let structured: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow!("--structured is not JSON: {e}"))?;
+            send(IdentityCommand::Edit { character_id: id.clone(), checkpoint, narrative, structured })?;
+            let version = drive(engine, json, QUICK_LIMIT, |event| match event {
+                Event::Identity(IdentityEvent::CheckpointReady { character_id, checkpoint_number, version, .. })
+                    if *character_id == id && *checkpoint_number == checkpoint =>
+                {
+                    Some(Ok(*version))
+                }
+                Event::Identity(IdentityEvent::Error { character_id, message, .. }) if *character_id == id => Some(Err(anyhow!("{message}"))),
+                _ => None,
+            })??;
+            if !json {
+                println!("checkpoint {checkpoint}: your edit is version {version}, awaiting approval");
+            }
+            Ok(ExitCode::SUCCESS)
         }
         IdentityVerb::Resume { id } => {
             send(IdentityCommand::Resume { character_id: Some(id.clone()) })?;

@@ -42,6 +42,9 @@ pub enum IdentityCommand {
     Rerun { character_id: String, checkpoint: u8 },
     /// Keep a stale checkpoint's version.
     Keep { character_id: String, checkpoint: u8 },
+    /// Put the game master's own version of a checkpoint awaiting approval up for
+    /// approval: its structured fields (and narrative, when given), schema-checked.
+    Edit { character_id: String, checkpoint: u8, narrative: Option<String>, structured: serde_json::Value },
     /// Continue interrupted runs: one, or every run in progress.
     Resume { character_id: Option<String> },
     /// Report a run's full state as a [`IdentityEvent::Snapshot`].
@@ -144,6 +147,7 @@ pub fn handle(ctx: &Arc<Context>, command: IdentityCommand) {
             | IdentityCommand::Reopen { character_id, .. }
             | IdentityCommand::Rerun { character_id, .. }
             | IdentityCommand::Keep { character_id, .. }
+            | IdentityCommand::Edit { character_id, .. }
             | IdentityCommand::Snapshot { character_id }
             | IdentityCommand::Export { character_id, .. } => character_id.clone(),
             IdentityCommand::Resume { character_id } => character_id.clone().unwrap_or_default(),
@@ -169,6 +173,9 @@ fn run_command(ctx: &Arc<Context>, command: IdentityCommand) -> Result<(), Ident
         }
         IdentityCommand::Rerun { character_id, checkpoint } => pipeline::rerun(ctx, &character_id, checkpoint),
         IdentityCommand::Keep { character_id, checkpoint } => pipeline::keep(ctx, &character_id, checkpoint),
+        IdentityCommand::Edit { character_id, checkpoint, narrative, structured } => {
+            pipeline::edit(ctx, &character_id, checkpoint, narrative, structured).map(|_| ())
+        }
         IdentityCommand::Resume { character_id } => {
             let ids = match character_id {
                 Some(id) => vec![ctx.store.with(|c| records::load_run(c, &id))?.id],

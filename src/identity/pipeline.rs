@@ -507,3 +507,68 @@ pub fn keep(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), Identity
     advance(ctx, run_id);
     Ok(())
 }
+
+/// The game master's own version of a checkpoint awaiting approval: `structured` (and
+/// the narrative, when given) replace the agent's, as a new version put up for approval.
+/// Checked against the agent's schema first; refused with the field named. The agent's
+/// versions stay in the history.
+pub fn edit(ctx: &Arc<Context>, run_id: &str, number: u8, narrative: Option<String>, structured: serde_json::Value) -> Result<u32, IdentityError> {
+    let version = {
+        let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+        let cp = checkpoint(ctx, run_id, number)?;
+        if cp.status != CheckpointStatus::AwaitingApproval {
+            return Err(IdentityError::Invalid(format!(
+                "checkpoint {number} is {}: only a version awaiting approval can be edited",
+                cp.status.as_str()
+            )));
+        }
+        let current = ctx
+            .store
+            .with(|c| records::version(c, run_id, number, cp.current_version))?
+            .ok_or_else(|| IdentityError::Invalid(format!("checkpoint {number} has no version to edit")))?;
+        let narrative = narrative.unwrap_or_else(|| current.narrative.clone());
+        let whole = serde_json::json!({ "narrative": narrative, "structured": structured });
+        let errors = crate::llm::structured::validate(&cp.agent.output_schema(), &whole);
+        if let Some(first) = errors.first() {
+            let field = first.path.trim_start_matches('/').replace('/', ".");
+            return Err(IdentityError::Invalid(format!(
+                "the edit of checkpoint {number} breaks its schema at {}: {}{}",
+                if field.is_empty() { "the top level".to_string() } else { field },
+                first.message,
+                if errors.len() > 1 { format!(" (and {} more)", errors.len() - 1) } else { String::new() }
+            )));
+        }
+        let now = crate::store::now_rfc3339();
+        let version = ctx.store.with(|c| records::versions(c, run_id, number))?.iter().map(|v| v.version).max().unwrap_or(0) + 1;
+        let record = VersionRecord {
+            number,
+            version,
+            narrative,
+            structured,
+            attempts: serde_json::json!([]),
+            prompt: serde_json::json!({ "edited_by": "game master", "from_version": current.version }),
+            feedback: Some(format!("edited by hand from version {}", current.version)),
+            based_on: current.based_on.clone(),
+            usage: Default::default(),
+            wall_ms: 0,
+            started_at: now.clone(),
+            created_at: now,
+        };
+        ctx.store.transaction(|tx| records::insert_version(tx, run_id, &record))?;
+        version
+    };
+    let agent = Agent::from_number(number).ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number}")))?;
+    emit(
+        ctx,
+        IdentityEvent::CheckpointReady {
+            character_id: run_id.to_string(),
+            checkpoint_number: number,
+            agent,
+            version,
+            message: format!("{}: your edit is version {version}. Awaiting approval.", agent.title()),
+            tokens: 0,
+            wall_ms: 0,
+        },
+    );
+    Ok(version)
+}

@@ -26,6 +26,13 @@ pub struct IdentityPanels {
     /// A snapshot was asked for and has not arrived.
     refreshing: bool,
     last_error: Option<String>,
+    /// A checkpoint whose fields the game master is editing: its number, the structured
+    /// fields as JSON text and the narrative.
+    editing: Option<(u8, String, String)>,
+    /// The seed-folder path, the last export's outcome, and a deletion waiting for "yes".
+    export_path: String,
+    exported: Option<String>,
+    confirm_delete: bool,
 }
 
 struct SeedForm {
@@ -56,6 +63,11 @@ impl IdentityPanels {
     /// Commands to send when the window opens: list runs and resume interrupted ones.
     pub fn startup() -> Vec<Command> {
         vec![Command::Identity(IdentityCommand::List), Command::Identity(IdentityCommand::Resume { character_id: None })]
+    }
+
+    /// The last error the engine reported for the selected run.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
     }
 
     pub fn view(&self) -> Option<&RunView> {
@@ -105,6 +117,17 @@ impl IdentityPanels {
                     }
                 }
             }
+            IdentityEvent::Exported { character_id, path } if self.selected.as_deref() == Some(character_id) => {
+                self.exported = Some(format!("Wrote the seed folder {}", path.display()));
+            }
+            IdentityEvent::CheckpointReady { character_id, checkpoint_number, .. }
+                if self.selected.as_deref() == Some(character_id) && self.editing.as_ref().is_some_and(|(n, _, _)| n == checkpoint_number) =>
+            {
+                self.editing = None;
+                self.last_error = None;
+                let id = character_id.clone();
+                self.refresh(&id, outbox);
+            }
             IdentityEvent::Error { message, character_id, .. } => {
                 if self.selected.as_deref() == Some(character_id) || character_id.is_empty() {
                     self.last_error = Some(message.clone());
@@ -134,6 +157,9 @@ impl IdentityPanels {
     fn select(&mut self, id: String, outbox: &mut Vec<Command>) {
         if self.selected.as_deref() != Some(id.as_str()) {
             self.view = None;
+            self.editing = None;
+            self.exported = None;
+            self.confirm_delete = false;
             self.live.clear();
             self.compare = None;
             self.refreshing = false;
@@ -202,6 +228,46 @@ impl IdentityPanels {
             self.inspect = n;
         }
         timeline(ui, view);
+        let run_id = view.run.id.clone();
+        let name = view.run.name.clone();
+        let complete = view.run.status == RunStatus::Completed;
+        self.run_files(ui, &run_id, &name, complete, outbox);
+    }
+
+    /// A finished run out as a seed folder; any run deleted with its character.
+    fn run_files(&mut self, ui: &mut egui::Ui, run_id: &str, name: &str, complete: bool, outbox: &mut Vec<Command>) {
+        ui.separator();
+        ui.horizontal(|ui| {
+            let label = ui.label("Seed folder");
+            ui.add(egui::TextEdit::singleline(&mut self.export_path).hint_text("/path/to/folder").desired_width(300.0).id_salt("identity_export_path"))
+                .labelled_by(label.id);
+            let ready = complete && !self.export_path.trim().is_empty();
+            if ui.add_enabled(ready, egui::Button::new("Export seed folder")).on_hover_text("The finished character as a seed folder").clicked() {
+                outbox.push(Command::Identity(IdentityCommand::Export {
+                    character_id: run_id.to_string(),
+                    out: std::path::PathBuf::from(self.export_path.trim()),
+                }));
+            }
+        });
+        if let Some(done) = &self.exported {
+            ui.colored_label(Color32::from_rgb(80, 170, 90), done);
+        }
+        ui.horizontal(|ui| {
+            if !self.confirm_delete {
+                if ui.button("Delete run…").clicked() {
+                    self.confirm_delete = true;
+                }
+                return;
+            }
+            ui.label(format!("Delete {name}'s run, every version, and the character with its chat and memories?"));
+            if ui.button(format!("Delete {name}")).clicked() {
+                outbox.push(Command::Interop(crate::interop::InteropCommand::DeleteCharacter { character: run_id.to_string(), confirmed: true }));
+                self.confirm_delete = false;
+            }
+            if ui.button("Keep it").clicked() {
+                self.confirm_delete = false;
+            }
+        });
     }
 
     fn run_picker(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
@@ -354,8 +420,55 @@ impl IdentityPanels {
                 json_tree(ui, "structured", &current.structured);
             });
         });
+        self.field_editor(ui, &view.run.id, cp, current, outbox);
         attempts(ui, current);
         self.versions(ui, cp);
+    }
+
+    /// Edit a checkpoint awaiting approval: its structured fields as JSON and its
+    /// narrative; saved as a new version (schema-checked by the engine) for approval.
+    fn field_editor(&mut self, ui: &mut egui::Ui, run_id: &str, cp: &CheckpointView, current: &VersionRecord, outbox: &mut Vec<Command>) {
+        if cp.record.status != CheckpointStatus::AwaitingApproval {
+            return;
+        }
+        let n = cp.record.number;
+        if self.editing.as_ref().is_none_or(|(editing, _, _)| *editing != n) {
+            if ui.button("Edit fields").on_hover_text("Change the structured fields yourself; your version is checked and put up for approval").clicked() {
+                let json = serde_json::to_string_pretty(&current.structured).unwrap_or_default();
+                self.editing = Some((n, json, current.narrative.clone()));
+            }
+            return;
+        }
+        let Some((_, json, narrative)) = self.editing.as_mut() else { return };
+        let label = ui.label("Structured fields (JSON)");
+        ui.add(egui::TextEdit::multiline(json).code_editor().desired_rows(10).desired_width(f32::INFINITY).id_salt("checkpoint_json"))
+            .labelled_by(label.id);
+        let label = ui.label("Narrative");
+        ui.add(egui::TextEdit::multiline(narrative).desired_rows(4).desired_width(f32::INFINITY).id_salt("checkpoint_narrative"))
+            .labelled_by(label.id);
+        let parsed = serde_json::from_str::<serde_json::Value>(json);
+        if let Err(e) = &parsed {
+            ui.colored_label(ui.visuals().error_fg_color, format!("not JSON yet: {e}"));
+        }
+        let mut cancel = false;
+        ui.horizontal(|ui| {
+            if ui.add_enabled(parsed.is_ok(), egui::Button::new("Save as a new version")).clicked()
+                && let Ok(structured) = &parsed
+            {
+                outbox.push(Command::Identity(IdentityCommand::Edit {
+                    character_id: run_id.to_string(),
+                    checkpoint: n,
+                    narrative: Some(narrative.clone()),
+                    structured: structured.clone(),
+                }));
+            }
+            if ui.button("Cancel editing").clicked() {
+                cancel = true;
+            }
+        });
+        if cancel {
+            self.editing = None;
+        }
     }
 
     fn actions(&mut self, ui: &mut egui::Ui, run_id: &str, cp: &CheckpointView, outbox: &mut Vec<Command>) {
@@ -567,8 +680,18 @@ impl super::Panel for IdentityPanels {
     }
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
-        if let crate::engine::Event::Identity(e) = event {
-            IdentityPanels::apply(self, e, outbox);
+        match event {
+            crate::engine::Event::Identity(e) => IdentityPanels::apply(self, e, outbox),
+            // A run is its character: once the character is deleted, the run list follows.
+            crate::engine::Event::Interop(crate::interop::InteropEvent::CharacterDeleted { id, .. }) => {
+                if self.selected.as_deref() == Some(id.as_str()) {
+                    self.selected = None;
+                    self.view = None;
+                }
+                self.runs.retain(|r| r.id != *id);
+                outbox.push(Command::Identity(IdentityCommand::List));
+            }
+            _ => {}
         }
     }
 

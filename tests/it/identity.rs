@@ -321,3 +321,60 @@ fn a_failed_agent_fails_the_run_with_the_predecessors_message_until_it_is_re_run
     let view = load_view(&engine.context().store, &id).unwrap();
     assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::InProgress);
 }
+
+#[test]
+fn the_game_master_edits_a_checkpoint_before_approving_it_and_a_broken_edit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path(), "script.json");
+    let bin = env!("CARGO_BIN_EXE_lorekeeper");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap(), "--json"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // Wave 1 runs and waits for approval.
+    let started = cli(&["identity", "start", "--seed", data("seed.json").to_str().unwrap()]);
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let id = String::from_utf8_lossy(&started.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "run_started")
+        .and_then(|v| v["character_id"].as_str().map(str::to_string))
+        .expect("the run started");
+    let edited = serde_json::json!({
+        "core_traits": ["stubborn", "dry-humoured", "protective", "secretive"],
+        "fears": ["being forgotten", "open water at night"],
+        "secrets": ["she let the last keeper's logbook burn", "she cannot swim"],
+        "emotional_baseline": "brittle cheer",
+        "triggers": ["being pitied", "ships' bells", "lies about the sea"]
+    });
+    // Two traits are fewer than the schema's four: refused, with the field named.
+    let mut broken = edited.clone();
+    broken["core_traits"] = serde_json::json!(["stubborn", "kind"]);
+    let refused = cli(&["identity", "edit", &id, "1", "--structured", &broken.to_string()]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("structured.core_traits"), "{message}");
+    let store = lorekeeper::store::Store::open(&p.library_file).unwrap();
+    assert_eq!(load_view(&store, &id).unwrap().checkpoints[0].versions.len(), 1, "nothing was stored");
+
+    let file = dir.path().join("edit.json");
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let saved = cli(&["identity", "edit", &id, "1", "--structured", &format!("@{}", file.display()), "--narrative", "Mira hides fear under cheer."]);
+    assert!(saved.status.success(), "{}", String::from_utf8_lossy(&saved.stderr));
+    let view = load_view(&store, &id).unwrap();
+    let cp = &view.checkpoints[0];
+    assert_eq!((cp.record.current_version, cp.record.status), (2, CheckpointStatus::AwaitingApproval));
+    let mine = &cp.versions[1];
+    assert_eq!(mine.structured["emotional_baseline"], "brittle cheer");
+    assert_eq!(mine.narrative, "Mira hides fear under cheer.");
+    assert_eq!(mine.prompt["edited_by"], "game master");
+    assert_eq!(cp.versions[0].structured["emotional_baseline"], "watchful calm", "the agent's version is kept");
+    // Approved, the edit is what the character is made of.
+    let approved = cli(&["identity", "approve", &id, "1"]);
+    assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
+    assert_eq!(load_view(&store, &id).unwrap().checkpoints[0].record.status, CheckpointStatus::Approved);
+}

@@ -789,3 +789,85 @@ fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
     assert!(harness.query_by_label_contains("in the whole transcript").is_some());
     assert!(harness.query_by_label_contains("#1 · round 1").is_some());
 }
+
+fn identity_app(dir: &Path) -> Harness<'static, WorkbenchApp> {
+    let mut config = Config::default();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "identity-script".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    // Tall enough that the editor and the run's controls are on screen.
+    harness(start_engine(dir, &config), 1600.0)
+}
+
+fn start_identity(harness: &mut Harness<'_, WorkbenchApp>, auto_approve: bool) {
+    harness.run();
+    for (field, text) in [("Name", "Mira Voss"), ("Role", "lighthouse keeper"), ("Concept", "A keeper who guards the sea she fears.")] {
+        text_field(harness, field).click();
+        harness.run();
+        text_field(harness, field).type_text(text);
+        harness.run();
+    }
+    if auto_approve {
+        harness.get_by_label("Approve each checkpoint automatically").click();
+        harness.run();
+    }
+    harness.get_by_label("Start development").click();
+}
+
+#[test]
+fn a_checkpoints_fields_are_edited_in_the_inspector_as_a_new_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = identity_app(dir.path());
+    start_identity(&mut harness, false);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
+    });
+    nav(&harness, "Checkpoints").click();
+    harness.run();
+    harness.get_by_label_contains("1 Personality").click();
+    harness.run();
+    harness.get_by_label("Edit fields").click();
+    harness.run();
+    let mut structured = harness.state().identity().view().unwrap().checkpoints[0].versions[0].structured.clone();
+    structured["emotional_baseline"] = serde_json::json!("brittle cheer");
+    text_field(&harness, "Structured fields (JSON)").focus();
+    harness.run();
+    text_field(&harness, "Structured fields (JSON)").set_text_value_accesskit(&structured.to_string());
+    harness.run();
+    harness.get_by_label("Save as a new version").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.identity().last_error(), None);
+        app.identity().view().is_some_and(|v| v.checkpoints[0].record.current_version == 2)
+    });
+    harness.run();
+    let cp = &harness.state().identity().view().unwrap().checkpoints[0];
+    assert_eq!(cp.versions[1].structured["emotional_baseline"], "brittle cheer");
+    assert!(harness.query_by_label_contains("Version 2 of 2").is_some());
+}
+
+#[test]
+fn a_finished_run_is_exported_as_a_seed_folder_and_deleted_from_the_waves_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = identity_app(dir.path());
+    start_identity(&mut harness, true);
+    run_until(&mut harness, Duration::from_secs(30), |app| app.identity().view().is_some_and(|v| v.run.status == lorekeeper::identity::records::RunStatus::Completed));
+    harness.run();
+    let out = dir.path().join("seed-out");
+    text_field(&harness, "Seed folder").click();
+    harness.run();
+    text_field(&harness, "Seed folder").type_text(out.to_str().unwrap());
+    harness.run();
+    harness.get_by_label("Export seed folder").click();
+    step_until_shown(&mut harness, "Delete run…");
+    let start = Instant::now();
+    while harness.query_by_label_contains("Wrote the seed folder").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no seed folder written: {:?}", harness.state().identity().last_error());
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    assert!(std::fs::read_dir(&out).expect("the folder exists").next().is_some(), "the seed folder has files");
+    harness.get_by_label("Delete run…").click();
+    harness.run();
+    harness.get_by_label("Delete Mira Voss").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.identity().view().is_none() && app.identity().selected().is_none());
+}
