@@ -268,6 +268,129 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet }))
 }
 
+/// Changes to a character's sheet (the card's own text); `None` keeps a field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct SheetEdit {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub personality: Option<String>,
+    pub scenario: Option<String>,
+    pub first_mes: Option<String>,
+    pub mes_example: Option<String>,
+    pub system_prompt: Option<String>,
+    pub post_history_instructions: Option<String>,
+    pub creator_notes: Option<String>,
+    pub alternate_greetings: Option<Vec<String>>,
+    pub tags: Option<Vec<String>>,
+}
+
+/// A character's sheet as an editor shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sheet {
+    pub id: String,
+    pub name: String,
+    pub origin: String,
+    pub description: String,
+    pub personality: String,
+    pub scenario: String,
+    pub card: CardText,
+}
+
+/// The sheet of `record`: its card's text (a character developed by the identity
+/// pipeline shows the card its profile maps to).
+pub fn sheet(record: &CharacterRecord) -> Sheet {
+    let fields = chat_sheet(record);
+    let field = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default();
+    let card = if record.card_json.is_some() {
+        card_text(record)
+    } else {
+        let mapped = record.profile_json.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());
+        mapped.map(|p| profile::card_from_profile(&p, &record.name)).map_or_else(CardText::default, |c| CardText {
+            first_mes: c.first_mes,
+            alternate_greetings: c.alternate_greetings,
+            mes_example: c.mes_example,
+            system_prompt: c.system_prompt,
+            post_history_instructions: c.post_history_instructions,
+            creator_notes: c.creator_notes,
+            tags: c.tags,
+        })
+    };
+    Sheet {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        origin: record.origin.clone(),
+        description: field("description"),
+        personality: field("personality"),
+        scenario: field("scenario"),
+        card,
+    }
+}
+
+/// Change a character's sheet. An imported card is edited in place (under `data` for
+/// V2/V3, and the V1 copy at the top where the card has one), so everything else on it
+/// stays as it came and exports unchanged; a character developed by the identity
+/// pipeline gets a card of its own, started from the card its profile maps to.
+pub fn edit_sheet(conn: &Connection, id: &str, edit: &SheetEdit) -> Result<CharacterRecord, StoreError> {
+    let record = get(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("character {id}")))?;
+    let name = match edit.name.as_deref().map(str::trim) {
+        Some("") => return Err(StoreError::Invalid("name: a character needs a name".into())),
+        Some(name) => name.to_string(),
+        None => record.name.clone(),
+    };
+    let mut card: serde_json::Value = match record.card_json.as_deref() {
+        Some(json) => serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("the card of {}: {e}", record.name)))?,
+        None => {
+            let current = sheet(&record);
+            serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+                "name": record.name, "description": current.description, "personality": current.personality,
+                "scenario": current.scenario, "first_mes": current.card.first_mes, "mes_example": current.card.mes_example,
+                "creator_notes": current.card.creator_notes, "system_prompt": current.card.system_prompt,
+                "post_history_instructions": current.card.post_history_instructions,
+                "alternate_greetings": current.card.alternate_greetings, "tags": current.card.tags,
+                "creator": "", "character_version": "", "extensions": {} } })
+        }
+    };
+    let texts = [
+        ("name", Some(&name)),
+        ("description", edit.description.as_ref()),
+        ("personality", edit.personality.as_ref()),
+        ("scenario", edit.scenario.as_ref()),
+        ("first_mes", edit.first_mes.as_ref()),
+        ("mes_example", edit.mes_example.as_ref()),
+        ("system_prompt", edit.system_prompt.as_ref()),
+        ("post_history_instructions", edit.post_history_instructions.as_ref()),
+        ("creator_notes", edit.creator_notes.as_ref()),
+    ];
+    let lists = [("alternate_greetings", edit.alternate_greetings.as_ref()), ("tags", edit.tags.as_ref())];
+    let has_data = card.get("data").is_some_and(|d| d.is_object());
+    for target in [has_data.then_some("data"), Some("")].into_iter().flatten() {
+        let object = if target.is_empty() { Some(&mut card) } else { card.get_mut(target) };
+        let Some(object) = object.and_then(|o| o.as_object_mut()) else { continue };
+        // The V1 copy at the top is only kept in step where the card has one.
+        let top = target.is_empty() && has_data;
+        for (key, value) in texts {
+            if let Some(value) = value
+                && (!top || object.contains_key(key))
+            {
+                object.insert(key.to_string(), serde_json::Value::String(value.clone()));
+            }
+        }
+        for (key, value) in lists {
+            if let Some(value) = value
+                && (!top || object.contains_key(key))
+            {
+                object.insert(key.to_string(), serde_json::json!(value));
+            }
+        }
+    }
+    let json = serde_json::to_string(&card).map_err(|e| StoreError::Corrupt(format!("cannot encode the card: {e}")))?;
+    conn.execute(
+        "UPDATE characters SET name = ?2, card_json = ?3, updated_at = ?4 WHERE id = ?1",
+        params![id, name, json, now_rfc3339()],
+    )?;
+    get(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("character {id}")))
+}
+
 /// Delete a character from the library. What refers to it goes with it (its chat, its
 /// card's book, its places in casts and scenes: `ON DELETE CASCADE`; its identity run:
 /// migration 0020); scene messages it spoke keep their text and lose the link. The

@@ -326,3 +326,14 @@ pub fn delete_character(engine: &EngineHandle, character: String, yes: bool, jso
     .map_err(|e| anyhow!(e))??;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `character show|edit`: send `command` and print the sheet it reports.
+pub fn sheet(engine: &EngineHandle, command: InteropCommand, json: bool) -> Result<ExitCode> {
+    engine.send(Command::Interop(command))?;
+    super::drive::drive(engine, json, TIMEOUT, |event| match event {
+        Event::Interop(InteropEvent::Sheet { .. }) => Some(()),
+        _ => None,
+    })
+    .map_err(|e| anyhow!(e))?;
+    Ok(ExitCode::SUCCESS)
+}

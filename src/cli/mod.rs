@@ -113,6 +113,15 @@ pub enum Verb {
 
 #[derive(Debug, Subcommand)]
 pub enum CharacterVerb {
+    /// Print a character's sheet (its card's text).
+    Show { character: String },
+    /// Change a character's sheet (only the fields given); an imported card keeps the
+    /// rest of itself as it came.
+    Edit {
+        character: String,
+        #[command(flatten)]
+        fields: SheetArgs,
+    },
     /// Delete a character (by id or name) with its chat, its card's book, its places in
     /// casts and its memories; with anything attached, only with --yes.
     Delete {
@@ -120,6 +129,53 @@ pub enum CharacterVerb {
         #[arg(long)]
         yes: bool,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SheetArgs {
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+    #[arg(long)]
+    pub personality: Option<String>,
+    #[arg(long)]
+    pub scenario: Option<String>,
+    /// The greeting (`first_mes`).
+    #[arg(long)]
+    pub greeting: Option<String>,
+    /// An alternate greeting (repeat for more; replaces the card's list).
+    #[arg(long = "alternate-greeting")]
+    pub alternate_greetings: Vec<String>,
+    #[arg(long)]
+    pub example_dialogue: Option<String>,
+    #[arg(long)]
+    pub system_prompt: Option<String>,
+    #[arg(long)]
+    pub post_history_instructions: Option<String>,
+    #[arg(long)]
+    pub creator_notes: Option<String>,
+    /// Comma-separated; replaces the card's tags.
+    #[arg(long)]
+    pub tags: Option<String>,
+}
+
+impl SheetArgs {
+    fn edit(self) -> crate::character::SheetEdit {
+        crate::character::SheetEdit {
+            name: self.name,
+            description: self.description,
+            personality: self.personality,
+            scenario: self.scenario,
+            first_mes: self.greeting,
+            mes_example: self.example_dialogue,
+            system_prompt: self.system_prompt,
+            post_history_instructions: self.post_history_instructions,
+            creator_notes: self.creator_notes,
+            alternate_greetings: (!self.alternate_greetings.is_empty()).then_some(self.alternate_greetings),
+            tags: self.tags.map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_string).collect()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -179,6 +235,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Persona { verb }) => author::persona(&start(paths)?, verb, cli.json),
         Some(Verb::Lorebook { verb }) => author::lorebook(&start(paths)?, verb, cli.json),
         Some(Verb::Character { verb: CharacterVerb::Delete { character, yes } }) => interop::delete_character(&start(paths)?, character, yes, cli.json),
+        Some(Verb::Character { verb: CharacterVerb::Show { character } }) => {
+            interop::sheet(&start(paths)?, crate::interop::InteropCommand::Sheet { character }, cli.json)
+        }
+        Some(Verb::Character { verb: CharacterVerb::Edit { character, fields } }) => {
+            interop::sheet(&start(paths)?, crate::interop::InteropCommand::EditSheet { character, edit: Box::new(fields.edit()) }, cli.json)
+        }
         Some(Verb::Scene { verb }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             scene::run(&engine, verb, cli.json)

@@ -181,6 +181,33 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
             }
             Ok(())
         }
+        InteropEvent::Sheet { sheet, saved } => {
+            if *saved {
+                writeln!(out, "saved the sheet of {:?}", sheet.name)?;
+            }
+            writeln!(out, "{} ({}, {})", sheet.name, sheet.origin, sheet.id)?;
+            for (label, text) in [
+                ("description", &sheet.description),
+                ("personality", &sheet.personality),
+                ("scenario", &sheet.scenario),
+                ("greeting", &sheet.card.first_mes),
+                ("example dialogue", &sheet.card.mes_example),
+                ("system prompt", &sheet.card.system_prompt),
+                ("post-history instructions", &sheet.card.post_history_instructions),
+                ("creator's notes", &sheet.card.creator_notes),
+            ] {
+                if !text.trim().is_empty() {
+                    writeln!(out, "  {label}: {text}")?;
+                }
+            }
+            for g in &sheet.card.alternate_greetings {
+                writeln!(out, "  alternate greeting: {g}")?;
+            }
+            if !sheet.card.tags.is_empty() {
+                writeln!(out, "  tags: {}", sheet.card.tags.join(", "))?;
+            }
+            Ok(())
+        }
         InteropEvent::DeleteImpact { name, impact, .. } => {
             writeln!(out, "deleting {name:?} would also delete: {}; nothing was deleted (pass --yes)", impact.join(", "))
         }

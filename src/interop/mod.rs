@@ -31,6 +31,10 @@ pub enum InteropCommand {
     /// everything that goes with it. Without `confirmed`, a character with anything
     /// attached is not deleted: [`InteropEvent::DeleteImpact`] says what would go.
     DeleteCharacter { character: String, confirmed: bool },
+    /// Report a character's sheet as [`InteropEvent::Sheet`].
+    Sheet { character: String },
+    /// Change a character's sheet; reported as [`InteropEvent::Sheet`].
+    EditSheet { character: String, edit: Box<crate::character::SheetEdit> },
     /// Report a lorebook's entries as [`InteropEvent::Entries`].
     Entries { lorebook: String },
     /// Replace the entry at `ordinal`, or add one at the end (`None`).
@@ -55,6 +59,8 @@ pub enum InteropEvent {
     /// A lorebook's entries in their order (sent for `Entries` and after every change;
     /// `changed`: what the change was, with the position it concerns).
     Entries { id: String, name: String, entries: Vec<crate::lorebook::LoreEntry>, changed: Option<(String, usize)> },
+    /// A character's sheet (after `Sheet`, or as saved after `EditSheet`: `saved`).
+    Sheet { sheet: Box<crate::character::Sheet>, saved: bool },
     /// What deleting a character would take with it (nothing was deleted).
     DeleteImpact { id: String, name: String, impact: Vec<String> },
     CharacterDeleted { id: String, name: String, impact: Vec<String> },
@@ -189,6 +195,26 @@ fn run(ctx: &Context, command: InteropCommand) {
             }
             Err(e) => ctx.emit(CoreEvent::error(format!("delete character {character:?}"), e)),
         },
+        InteropCommand::Sheet { character } => {
+            let result = ctx.store.with(|c| crate::character::resolve(c, &character));
+            match result {
+                Ok(record) => ctx.emit(InteropEvent::Sheet { sheet: Box::new(crate::character::sheet(&record)), saved: false }),
+                Err(e) => ctx.emit(CoreEvent::error(format!("sheet of {character:?}"), e)),
+            }
+        }
+        InteropCommand::EditSheet { character, edit } => {
+            let result = ctx.store.transaction(|tx| {
+                let record = crate::character::resolve(tx, &character)?;
+                crate::character::edit_sheet(tx, &record.id, &edit)
+            });
+            match result {
+                Ok(record) => {
+                    ctx.emit(InteropEvent::Sheet { sheet: Box::new(crate::character::sheet(&record)), saved: true });
+                    emit_library(ctx);
+                }
+                Err(e) => ctx.emit(CoreEvent::error(format!("sheet of {character:?}"), e)),
+            }
+        }
         InteropCommand::TestLore { lorebook, text } => {
             let result = ctx.store.reader().map_err(InteropError::from).and_then(|conn| {
                 let (id, _) = library::resolve_lorebook(&conn, &lorebook)?;

@@ -59,6 +59,69 @@ impl ExportDialog {
     }
 }
 
+/// A character's sheet in the editor: every text field as typed (lists one per line).
+#[derive(Debug, Clone, Default)]
+pub struct SheetForm {
+    id: String,
+    fields: Vec<(&'static str, String)>,
+}
+
+/// The sheet's fields, as labelled in the form and named on the card.
+const SHEET_FIELDS: [(&str, &str); 11] = [
+    ("Name", "name"),
+    ("Description", "description"),
+    ("Personality", "personality"),
+    ("Scenario", "scenario"),
+    ("Greeting", "first_mes"),
+    ("Alternate greetings (one per line)", "alternate_greetings"),
+    ("Example dialogue", "mes_example"),
+    ("System prompt", "system_prompt"),
+    ("Post-history instructions", "post_history_instructions"),
+    ("Creator's notes", "creator_notes"),
+    ("Tags (comma-separated)", "tags"),
+];
+
+impl SheetForm {
+    fn of(sheet: &crate::character::Sheet) -> Self {
+        let card = &sheet.card;
+        let value = |key: &str| -> String {
+            match key {
+                "name" => sheet.name.clone(),
+                "description" => sheet.description.clone(),
+                "personality" => sheet.personality.clone(),
+                "scenario" => sheet.scenario.clone(),
+                "first_mes" => card.first_mes.clone(),
+                "alternate_greetings" => card.alternate_greetings.join("\n"),
+                "mes_example" => card.mes_example.clone(),
+                "system_prompt" => card.system_prompt.clone(),
+                "post_history_instructions" => card.post_history_instructions.clone(),
+                "creator_notes" => card.creator_notes.clone(),
+                "tags" => card.tags.join(", "),
+                _ => String::new(),
+            }
+        };
+        Self { id: sheet.id.clone(), fields: SHEET_FIELDS.iter().map(|(_, key)| (*key, value(key))).collect() }
+    }
+
+    /// The whole form as an edit (every field given).
+    fn edit(&self) -> crate::character::SheetEdit {
+        let get = |key: &str| self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()).unwrap_or_default();
+        crate::character::SheetEdit {
+            name: Some(get("name")),
+            description: Some(get("description")),
+            personality: Some(get("personality")),
+            scenario: Some(get("scenario")),
+            first_mes: Some(get("first_mes")),
+            mes_example: Some(get("mes_example")),
+            system_prompt: Some(get("system_prompt")),
+            post_history_instructions: Some(get("post_history_instructions")),
+            creator_notes: Some(get("creator_notes")),
+            alternate_greetings: Some(get("alternate_greetings").lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()),
+            tags: Some(get("tags").split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_string).collect()),
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct LibraryPanel {
     characters: Vec<CharacterSummary>,
@@ -73,6 +136,9 @@ pub struct LibraryPanel {
     editor: super::lore_editor::LoreEditor,
     /// A character whose deletion waits for confirmation: its id, name and what goes with it.
     confirm_delete: Option<(String, String, Vec<String>)>,
+    /// The character sheet open in the editor, and one asked for this frame.
+    sheet: Option<SheetForm>,
+    sheet_request: Option<String>,
 }
 
 impl LibraryPanel {
@@ -136,6 +202,12 @@ impl LibraryPanel {
                 }
             }
             InteropEvent::LoreTest { id, verdicts, .. } => self.editor.verdicts_arrived(id, verdicts),
+            InteropEvent::Sheet { sheet, saved } => {
+                if *saved {
+                    self.status = Some(Ok(format!("Saved the sheet of {:?}.", sheet.name)));
+                }
+                self.sheet = Some(SheetForm::of(sheet));
+            }
             InteropEvent::DeleteImpact { id, name, impact } => self.confirm_delete = Some((id.clone(), name.clone(), impact.clone())),
             InteropEvent::CharacterDeleted { name, impact, .. } => {
                 self.confirm_delete = None;
@@ -192,6 +264,12 @@ impl LibraryPanel {
             None => {}
         }
         ui.separator();
+        if self.sheet.is_some() {
+            egui::ScrollArea::vertical().id_salt("sheet_editor").auto_shrink([false, true]).show(ui, |ui| {
+                self.sheet_editor(ui, outbox);
+            });
+            return;
+        }
         if self.editor.is_open() {
             egui::ScrollArea::vertical().id_salt("lore_editor").auto_shrink([false, true]).show(ui, |ui| {
                 self.editor.show(ui, outbox);
@@ -206,6 +284,9 @@ impl LibraryPanel {
                 edit = self.lorebook_list(&mut cols[1]);
             });
         });
+        if let Some(character) = self.sheet_request.take() {
+            outbox.push(Command::Interop(InteropCommand::Sheet { character }));
+        }
         if let Some(character) = delete {
             // Asked without confirmation first: a character with nothing attached goes at
             // once, otherwise the engine says what would go with it.
@@ -226,7 +307,11 @@ impl LibraryPanel {
         }
         let mut open = None;
         let mut delete = None;
+        let mut sheet = None;
         for c in &self.characters {
+            if ui.small_button(format!("Edit sheet of {}", c.name)).clicked() {
+                sheet = Some(c.id.clone());
+            }
             let origin = if c.has_card { "card" } else { c.origin.as_str() };
             let response = ui.selectable_label(false, &c.name).on_hover_text(format!("{origin} · {}", c.id));
             let target = ExportTarget::Character { id: c.id.clone(), name: c.name.clone() };
@@ -239,6 +324,10 @@ impl LibraryPanel {
                     delete = Some(c.id.clone());
                     ui.close();
                 }
+                if ui.button("Edit sheet…").clicked() {
+                    sheet = Some(c.id.clone());
+                    ui.close();
+                }
             });
             if response.clicked() {
                 open = Some(target);
@@ -247,6 +336,7 @@ impl LibraryPanel {
         if let Some(target) = open {
             self.export = Some(ExportDialog::new(target));
         }
+        self.sheet_request = sheet;
         delete
     }
 
@@ -283,6 +373,30 @@ impl LibraryPanel {
             self.export = Some(ExportDialog::new(target));
         }
         edit
+    }
+
+    /// The character sheet editor: every card field; saved as one edit.
+    fn sheet_editor(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(form) = self.sheet.as_mut() else { return };
+        let mut close = false;
+        ui.horizontal(|ui| {
+            ui.heading("Character sheet");
+            if ui.button("Close sheet").clicked() {
+                close = true;
+            }
+        });
+        for ((label, _), (_, value)) in SHEET_FIELDS.iter().zip(form.fields.iter_mut()) {
+            let l = ui.label(*label);
+            let multiline = !matches!(*label, "Name" | "Tags (comma-separated)");
+            let edit = if multiline { egui::TextEdit::multiline(value).desired_rows(3) } else { egui::TextEdit::singleline(value) };
+            ui.add(edit.desired_width(f32::INFINITY).id_salt(("sheet_field", *label))).labelled_by(l.id);
+        }
+        if ui.button("Save sheet").clicked() {
+            outbox.push(Command::Interop(InteropCommand::EditSheet { character: form.id.clone(), edit: Box::new(form.edit()) }));
+        }
+        if close {
+            self.sheet = None;
+        }
     }
 
     fn confirm_delete_window(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {

@@ -254,7 +254,7 @@ impl WorkbenchApp {
             panel.apply(&event, &mut outbox);
         }
         if let Event::Core(engine::CoreEvent::Error { context, message }) = &event {
-            if context.starts_with("export ") || context.starts_with("delete character ") {
+            if context.starts_with("export ") || context.starts_with("delete character ") || context.starts_with("sheet of ") {
                 self.library.export_failed(&format!("{context}: {message}"));
             } else if context.starts_with("lorebook ") || context.starts_with("test lorebook ") {
                 self.library.lore_editor_mut().failed(&format!("{context}: {message}"));

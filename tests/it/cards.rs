@@ -186,3 +186,58 @@ fn every_message_of_a_chat_can_be_redrawn_chosen_edited_and_deleted_and_memory_f
     assert!(history(&paths).is_empty(), "only the greeting is left");
     assert!(!search("heron").contains("heron"), "no memory keeps the deleted words");
 }
+
+#[test]
+fn a_cards_sheet_is_edited_and_the_chat_and_the_export_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "default": "[Maren Vosk]: Hm." }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    // As SillyTavern writes a V2 card: the V1 fields at the top too, and its own extensions.
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0",
+        "name": "Maren Vosk", "description": "Keeps a lock.", "personality": "terse", "first_mes": "Closed.",
+        "data": {
+            "name": "Maren Vosk", "description": "Keeps a lock.", "personality": "terse", "scenario": "", "first_mes": "Closed.",
+            "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [],
+            "tags": ["river"], "creator": "someone else", "character_version": "3",
+            "extensions": { "talkativeness": "0.4", "depth_prompt": { "prompt": "Stay wary.", "depth": 4 } }
+        } });
+    let file = dir.path().join("maren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    run(&paths, &[
+        "character", "edit", "Maren Vosk",
+        "--description", "{{char}} keeps the lamp of a river lock and owes the ferryman a debt.",
+        "--alternate-greeting", "Back again?", "--alternate-greeting", "You're late.", "--tags", "river, lock",
+    ]);
+    let shown = run(&paths, &["character", "show", "Maren"]);
+    let sheet = &shown.last().unwrap()["sheet"];
+    assert!(sheet["description"].as_str().unwrap().contains("owes the ferryman"), "{sheet}");
+    assert_eq!(sheet["card"]["alternate_greetings"], json!(["Back again?", "You're late."]));
+    assert_eq!(sheet["card"]["tags"], json!(["river", "lock"]));
+    // The chat is played with the new sheet.
+    let sent = run(&paths, &["chat", "send", "--character", "Maren", "Evening.", "--json"]);
+    let packet = sent.last().unwrap()["turn"]["packet"].to_string();
+    assert!(packet.contains("Maren Vosk keeps the lamp of a river lock and owes the ferryman a debt."), "{packet}");
+    // The export carries the edit at both levels and everything else as it came.
+    let out = dir.path().join("out.json");
+    run(&paths, &["export", "character", "Maren Vosk", "--format", "card-v2", "--out", out.to_str().unwrap()]);
+    let exported: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(exported["data"]["description"].as_str().unwrap().contains("owes the ferryman"), "{exported}");
+    assert!(exported["description"].as_str().unwrap().contains("owes the ferryman"), "the V1 copy follows");
+    assert_eq!(exported["data"]["extensions"]["depth_prompt"]["prompt"], "Stay wary.");
+    assert_eq!(exported["data"]["creator"], "someone else");
+    // A sheet without a name is refused, and nothing changes.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["character", "edit", "Maren", "--name", " "])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("name"), "{}", String::from_utf8_lossy(&refused.stderr));
+}

@@ -871,3 +871,35 @@ fn a_finished_run_is_exported_as_a_seed_folder_and_deleted_from_the_waves_panel(
     harness.get_by_label("Delete Mira Voss").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.identity().view().is_none() && app.identity().selected().is_none());
 }
+
+#[test]
+fn a_character_sheet_is_edited_in_the_library_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let store = engine.context().store.clone();
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
+    let mut harness = harness(engine, 1400.0);
+    harness.run();
+    nav(&harness, "Library").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Maren Vosk"));
+    harness.run();
+    harness.get_by_label("Edit sheet of Maren Vosk").click();
+    step_until_shown(&mut harness, "Save sheet");
+    text_field(&harness, "Description").focus();
+    harness.run();
+    text_field(&harness, "Description").set_text_value_accesskit("A lock-keeper who owes the ferryman a debt.");
+    harness.run();
+    harness.get_by_label("Save sheet").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.library().status().is_some_and(|s| s.as_ref().is_ok_and(|t| t.contains("Saved the sheet")))
+    });
+    let id = harness.state().library().characters().iter().find(|c| c.name == "Maren Vosk").unwrap().id.clone();
+    let record = store.with(|c| lorekeeper::character::resolve(c, &id)).unwrap();
+    assert_eq!(lorekeeper::character::sheet(&record).description, "A lock-keeper who owes the ferryman a debt.");
+}
