@@ -96,6 +96,28 @@ pub enum CampaignVerb {
     },
     /// Set the in-fiction minutes elapsed since the campaign began.
     Time { campaign: String, minutes: u64 },
+    /// Save the campaign's own section shares (percent of what is left of the context
+    /// once the instructions, the turn and the reply are kept); sections not given get 0.
+    /// `--reset`: the config file's `[scene.budgets]` again.
+    Budgets {
+        campaign: String,
+        #[arg(long)]
+        history: Option<f64>,
+        #[arg(long)]
+        summaries: Option<f64>,
+        #[arg(long)]
+        lore: Option<f64>,
+        #[arg(long)]
+        memories: Option<f64>,
+        #[arg(long)]
+        notes: Option<f64>,
+        #[arg(long)]
+        director_guidance: Option<f64>,
+        #[arg(long)]
+        character_guidance: Option<f64>,
+        #[arg(long, conflicts_with_all = ["history", "summaries", "lore", "memories", "notes", "director_guidance", "character_guidance"])]
+        reset: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -320,6 +342,24 @@ pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result
             AuthorCommand::EditState { campaign, edit }
         }
         CampaignVerb::Time { campaign, minutes } => AuthorCommand::EditState { campaign, edit: StateEdit::Elapsed { minutes } },
+        CampaignVerb::Budgets { campaign, reset: true, .. } => AuthorCommand::SetBudgets { campaign, plan: None },
+        CampaignVerb::Budgets { campaign, history, summaries, lore, memories, notes, director_guidance, character_guidance, reset: false } => {
+            use crate::prompting::Section;
+            let given = [
+                (Section::History, history),
+                (Section::Summaries, summaries),
+                (Section::Lore, lore),
+                (Section::Memories, memories),
+                (Section::Notes, notes),
+                (Section::DirectorGuidance, director_guidance),
+                (Section::CharacterGuidance, character_guidance),
+            ];
+            if given.iter().all(|(_, v)| v.is_none()) {
+                bail!("give the shares (--history, --lore, ...) or --reset");
+            }
+            let percent = given.into_iter().map(|(s, v)| (s, v.unwrap_or(0.0))).collect();
+            AuthorCommand::SetBudgets { campaign, plan: Some(crate::prompting::BudgetPlan { percent }) }
+        }
     };
     author(engine, json, command)
 }

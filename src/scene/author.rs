@@ -36,6 +36,8 @@ pub enum AuthorCommand {
     Personas,
     Attach { lorebook: String, level: LoreLevel, owner: String },
     Detach { lorebook: String, level: LoreLevel, owner: String },
+    /// Save a campaign's own section shares (`None`: the config file's again).
+    SetBudgets { campaign: String, plan: Option<crate::prompting::BudgetPlan> },
     /// A hand edit of the campaign's trackers, facts or time.
     EditState { campaign: String, edit: StateEdit },
     /// A hand edit of a character's state in a scene (only the fields given).
@@ -164,6 +166,14 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                 Ok((campaign, name))
             })?;
             Some(authored("updated", "campaign", id, name))
+        }
+        AuthorCommand::SetBudgets { campaign, plan } => {
+            let (id, name) = store.transaction(|tx| {
+                let (campaign, name) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                authoring::set_budgets(tx, &campaign, plan.as_ref())?;
+                Ok((campaign, name))
+            })?;
+            Some(authored(if plan.is_some() { "updated budgets of" } else { "reset budgets of" }, "campaign", id, name))
         }
         AuthorCommand::NewPersona { name, description } => {
             if name.trim().is_empty() {

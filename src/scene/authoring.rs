@@ -315,6 +315,38 @@ pub fn cast_of(conn: &Connection, campaign_id: &str) -> Result<Vec<String>, Stor
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// Save a campaign's own section shares (`None`: use the config file's again). Shares
+/// must be finite and not negative; their total may be under 100 (the rest stays unused).
+pub fn set_budgets(conn: &Connection, campaign_id: &str, plan: Option<&crate::prompting::BudgetPlan>) -> Result<(), StoreError> {
+    if let Some(plan) = plan
+        && let Some((section, bad)) = plan.percent.iter().find(|(_, p)| !p.is_finite() || **p < 0.0 || **p > 100.0)
+    {
+        return Err(StoreError::Invalid(format!("budgets.{}: {bad} is not a share between 0 and 100", section.label())));
+    }
+    let json = plan.map(serde_json::to_string).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    if conn.execute("UPDATE campaigns SET budgets_json = ?2 WHERE id = ?1", params![campaign_id, json])? == 0 {
+        return Err(StoreError::NotFound(format!("campaign {campaign_id}")));
+    }
+    Ok(())
+}
+
+/// A campaign's own section shares, if it has saved some.
+pub fn budgets(conn: &Connection, campaign_id: &str) -> Result<Option<crate::prompting::BudgetPlan>, StoreError> {
+    let json: Option<String> =
+        conn.query_row("SELECT budgets_json FROM campaigns WHERE id = ?1", [campaign_id], |r| r.get(0)).optional()?.flatten();
+    json.map(|j| serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("campaign {campaign_id} budgets: {e}")))).transpose()
+}
+
+/// The shares a scene's rounds use, when its campaign saved its own.
+pub fn campaign_budgets_of_scene(conn: &Connection, scene_id: &str) -> Result<Option<crate::prompting::BudgetPlan>, StoreError> {
+    let campaign: String = conn.query_row(
+        "SELECT a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1",
+        [scene_id],
+        |r| r.get(0),
+    )?;
+    budgets(conn, &campaign)
+}
+
 /// Who the user plays in a campaign's scenes (`None`: nobody in particular).
 pub fn set_persona(conn: &Connection, campaign_id: &str, persona_id: Option<&str>) -> Result<(), StoreError> {
     if conn.execute("UPDATE campaigns SET persona_id = ?2 WHERE id = ?1", params![campaign_id, persona_id])? == 0 {

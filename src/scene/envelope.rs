@@ -115,6 +115,76 @@ pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInpu
     envelope
 }
 
+/// Tokens kept for the reply when the profile does not cap it (`max_tokens` unset): a
+/// quarter of the context, at most this.
+pub const DEFAULT_REPLY_TOKENS: u32 = 1024;
+
+/// The reply's share of the context: the profile's `max_tokens`, or a default.
+pub fn reply_reserve(profile: &crate::llm::ProviderProfile) -> u32 {
+    profile.sampler.max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS.min(profile.max_context_tokens / 4)).min(profile.max_context_tokens)
+}
+
+/// What one call keeps off the top before the section shares apply: the template's own
+/// instructions (the prompt rendered with every section empty), the turn, and the reply.
+pub fn reserve(
+    templates: &PromptTemplates,
+    agent: AgentKind,
+    character: Option<&CastMember>,
+    turn: &str,
+    reply_tokens: u32,
+) -> Result<u32, TemplateError> {
+    let empty = Envelope { kept: BTreeMap::new(), ledger: BudgetLedger { max_context_tokens: 0, sections: Vec::new() }, notes: Vec::new() };
+    let bare = render(templates, agent, &empty, character, turn)?;
+    Ok(estimate(&bare.system).saturating_add(estimate(&bare.user)).saturating_add(reply_tokens))
+}
+
+/// Assemble and render one call so that its prompt plus the reply's `max_tokens` fit
+/// the model's context: the instructions, the turn and the reply are reserved first,
+/// the section shares apply to the rest, and should the rendered prompt still not fit
+/// (each item's own markup), the sections are fitted again into less. Lore timers
+/// advance once, for the envelope that is sent.
+#[allow(clippy::too_many_arguments)]
+pub fn assemble_for_call(
+    templates: &PromptTemplates,
+    agent: AgentKind,
+    character: Option<&CastMember>,
+    turn: &str,
+    plan: &BudgetPlan,
+    profile: &crate::llm::ProviderProfile,
+    input: &EnvelopeInput<'_>,
+    lore_state: &mut ActivationState,
+) -> Result<(Envelope, RenderedPrompt), TemplateError> {
+    let max = profile.max_context_tokens;
+    let reply = reply_reserve(profile);
+    let reserved = reserve(templates, agent, character, turn, reply)?;
+    let mut budget = max.saturating_sub(reserved);
+    for _ in 0..4 {
+        let mut state = lore_state.clone();
+        let mut envelope = assemble(plan, budget, input, &mut state);
+        let prompt = render(templates, agent, &envelope, character, turn)?;
+        let total = estimate(&prompt.system).saturating_add(estimate(&prompt.user)).saturating_add(reply);
+        if total <= max || budget == 0 {
+            envelope.notes.push(format!(
+                "context: {max} tokens; {} kept for the instructions and the turn, {reply} for the reply; the sections shared {budget}",
+                reserved.saturating_sub(reply)
+            ));
+            if total > max {
+                envelope.notes.push(format!("the instructions and the turn alone need {total} tokens with the reply: more than the context holds"));
+            }
+            *lore_state = state;
+            return Ok((envelope, prompt));
+        }
+        budget = budget.saturating_sub(total - max + 16);
+    }
+    // Four fits did not close the gap: send nothing of the sections rather than overflow.
+    let mut state = lore_state.clone();
+    let mut envelope = assemble(plan, 0, input, &mut state);
+    envelope.notes.push("context: the sections were left out to keep the prompt within the context".into());
+    let prompt = render(templates, agent, &envelope, character, turn)?;
+    *lore_state = state;
+    Ok((envelope, prompt))
+}
+
 /// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
 /// workbench can re-fit the same candidates on every slider move without a store read.
 pub fn fit(
@@ -467,6 +537,89 @@ mod tests {
         let character = assemble(&config.budgets, 8192, &input(AgentKind::Character, Some(member)), &mut lore_state);
         let prompt = render(&templates, AgentKind::Character, &character, Some(member), &character_turn(&member.name)).unwrap();
         expect_test::expect_file!["snapshots/envelope_character.txt"].assert_eq(&show(&character, &prompt));
+    }
+
+    /// The prompt as sent plus the reply's `max_tokens` never exceed the model's context,
+    /// however much history, lore and memory there is, at 2k, 8k and 128k.
+    #[test]
+    fn instructions_turn_and_reply_are_reserved_before_the_shares() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (view, notes, prepared) = store
+            .with(|c| {
+                let view = records::load_view(c, &scene)?;
+                Ok((records::load_notes(c, &scene)?, lore::campaign_lore(c, &view.campaign_id)?, view))
+            })
+            .map(|(notes, prepared, view)| (view, notes, prepared))
+            .unwrap();
+        let line = "The fog rolls in over the harbour and the keeper trims the wick again, muttering about the council. ";
+        let history: Vec<SceneMessage> = (1..=4000)
+            .map(|n| SceneMessage {
+                number: n,
+                round: n / 4 + 1,
+                kind: crate::scene::model::MessageKind::Character,
+                character_id: None,
+                speaker: "Wren Talloway".into(),
+                content: line.repeat(3),
+            })
+            .collect();
+        let memories: Vec<RetrievalHit> = (0..40)
+            .map(|i| RetrievalHit {
+                id: format!("m{i}"),
+                text: line.repeat(6),
+                speaker: Some("Wren Talloway".into()),
+                score: 1.0 - i as f32 / 100.0,
+                keyword_score: None,
+                vector_score: None,
+                rank: i + 1,
+                keyword_rank: None,
+                vector_rank: None,
+                kind: crate::memory::MemoryKind::Turn,
+                scope: crate::memory::Scope::character("x"),
+                session: None,
+                time: None,
+            })
+            .collect();
+        let member = view.active().next().expect("someone is present").clone();
+        for (max, reply) in [(2048u32, Some(512u32)), (8192, Some(1024)), (131_072, Some(4096)), (8192, None)] {
+            let profile = crate::llm::ProviderProfile {
+                max_context_tokens: max,
+                sampler: crate::llm::SamplerSettings { max_tokens: reply, ..Default::default() },
+                ..Default::default()
+            };
+            for (agent, character) in [(AgentKind::Director, None), (AgentKind::Character, Some(&member))] {
+                let input = EnvelopeInput {
+                    agent,
+                    view: &view,
+                    notes: &notes,
+                    history: &history,
+                    lore: Some(&prepared),
+                    memories: &memories,
+                    character,
+                    director_guidance: vec!["Someone knocks at the lamp room door.".into()],
+                    lore_scan_depth: config.lore_scan_depth,
+                    message_number: 4001,
+                    seed: 7,
+                };
+                let turn = match agent {
+                    AgentKind::Director => director_turn(1000, Some("I light the lamp.")),
+                    _ => character_turn(&member.name),
+                };
+                let mut state = ActivationState::default();
+                let (envelope, prompt) =
+                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &input, &mut state).unwrap();
+                let sent = estimate(&prompt.system) + estimate(&prompt.user);
+                let reserved = reply_reserve(&profile);
+                assert!(sent + reserved <= max, "{agent:?} at {max}: {sent} sent + {reserved} for the reply > {max}");
+                let history_used = envelope.ledger.sections.iter().find(|s| s.section == Section::History).map_or(0, |s| s.used);
+                // The room left is used: at 128k far more history goes than at 2k.
+                assert!(history_used > max / 8, "{agent:?} at {max}: only {history_used} tokens of history");
+                assert!(envelope.notes.iter().any(|n| n.starts_with(&format!("context: {max} tokens"))), "{:?}", envelope.notes);
+            }
+        }
     }
 
     /// A card's sheet whose macro had to be limited says so in the call's notes, naming

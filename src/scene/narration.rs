@@ -36,10 +36,20 @@ pub(super) struct AfterCharacters<'a> {
 }
 
 impl AfterCharacters<'_> {
-    fn envelope(&self, agent: AgentKind, profile: &ProviderProfile, lore_state: &mut ActivationState) -> envelope::Envelope {
-        envelope::assemble(
+    fn envelope(
+        &self,
+        agent: AgentKind,
+        turn: &str,
+        profile: &ProviderProfile,
+        lore_state: &mut ActivationState,
+    ) -> Result<(envelope::Envelope, envelope::RenderedPrompt), crate::prompting::TemplateError> {
+        envelope::assemble_for_call(
+            self.templates,
+            agent,
+            None,
+            turn,
             &self.config.budgets,
-            profile.max_context_tokens,
+            profile,
             &EnvelopeInput {
                 agent,
                 view: self.live,
@@ -79,8 +89,7 @@ pub(super) fn narrate(
     at.cancelled()?;
     let emit = |e: SceneEvent| at.ctx.emit(e);
     emit(SceneEvent::NarratorStarted { scene_id: at.scene_id.to_string(), round: at.round });
-    let envelope = at.envelope(AgentKind::Narrator, &narrator.1, lore_state);
-    let prompt = envelope::render(at.templates, AgentKind::Narrator, &envelope, None, &envelope::narrator_turn(at.round))?;
+    let (envelope, prompt) = at.envelope(AgentKind::Narrator, &envelope::narrator_turn(at.round), &narrator.1, lore_state)?;
     let request = AfterCharacters::request(&narrator.1, prompt.system, prompt.user, true);
     let sink = at.ctx.clone();
     let (scene, round) = (at.scene_id.to_string(), at.round);
@@ -96,7 +105,7 @@ pub(super) fn narrate(
         ledger: envelope.ledger,
         prompt_tokens: completion.usage.prompt_tokens,
         completion_tokens: completion.usage.completion_tokens,
-        notes: Vec::new(),
+        notes: envelope.notes,
     };
     Ok((content, ledger))
 }
@@ -108,8 +117,7 @@ pub(super) fn world(
     lore_state: &mut ActivationState,
 ) -> Result<(WorldUpdate, CallLedger), SceneError> {
     at.cancelled()?;
-    let envelope = at.envelope(AgentKind::World, &world.1, lore_state);
-    let prompt = envelope::render(at.templates, AgentKind::World, &envelope, None, &envelope::world_turn(at.round))?;
+    let (envelope, prompt) = at.envelope(AgentKind::World, &envelope::world_turn(at.round), &world.1, lore_state)?;
     let request = AfterCharacters::request(&world.1, prompt.system, prompt.user, false);
     let output = complete_structured::<WorldUpdate>(&world.0, request, &StructuredOptions::default(), CallContext::new(at.cancel))
         .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
@@ -120,7 +128,7 @@ pub(super) fn world(
         ledger: envelope.ledger,
         prompt_tokens: output.usage.prompt_tokens,
         completion_tokens: output.usage.completion_tokens,
-        notes: Vec::new(),
+        notes: envelope.notes,
     };
     Ok((output.value, ledger))
 }

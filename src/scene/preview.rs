@@ -83,9 +83,16 @@ pub struct EnvelopePreview {
     pub agent: AgentKind,
     /// The character the call speaks for ([`AgentKind::Character`]).
     pub character: Option<CastMember>,
-    /// The configured plan and the agent profile's context size: the sliders' start.
+    /// The plan rounds use (the campaign's own, or the config file's) and the agent
+    /// profile's context size: the sliders' start.
     pub plan: BudgetPlan,
+    /// Whether `plan` is the campaign's own.
+    pub campaign_plan: bool,
     pub max_context_tokens: u32,
+    /// Kept off the top before the shares apply: the instructions, the turn and the
+    /// reply (`reply_tokens` of it).
+    pub reserved_tokens: u32,
+    pub reply_tokens: u32,
     /// Lore among them is activated for the configured plan: a slider move re-fits
     /// what activated but does not activate more.
     pub candidates: BTreeMap<Section, Vec<BudgetItem>>,
@@ -104,9 +111,10 @@ pub struct EnvelopePreview {
 }
 
 impl EnvelopePreview {
-    /// The envelope for `plan` and `max_context_tokens` (the sliders' values).
+    /// The envelope for `plan` and `max_context_tokens` (the sliders' values), with the
+    /// instructions, the turn and the reply reserved first, as the round does.
     pub fn fit(&self, plan: &BudgetPlan, max_context_tokens: u32) -> Envelope {
-        envelope::fit(plan, max_context_tokens, &self.candidates, &self.lore_held_back)
+        envelope::fit(plan, max_context_tokens.saturating_sub(self.reserved_tokens), &self.candidates, &self.lore_held_back)
     }
 
     /// The prompt exactly as the round would send it for `envelope`.
@@ -129,8 +137,13 @@ pub fn preview(
     character: Option<&str>,
     recall: &super::recall::Recall,
 ) -> Result<EnvelopePreview, SceneError> {
-    let scene_config: &SceneConfig = &config.scene;
     let id = records::resolve_scene(conn, scene)?;
+    let mut scene_config: SceneConfig = config.scene.clone();
+    let campaign_plan = super::authoring::campaign_budgets_of_scene(conn, &id)?;
+    if let Some(plan) = &campaign_plan {
+        scene_config.budgets = plan.clone();
+    }
+    let scene_config = &scene_config;
     let view = records::load_view(conn, &id)?;
     let notes = records::load_notes(conn, &id)?;
     let history = records::recent_messages(conn, &id, scene_config.history_window)?;
@@ -143,8 +156,8 @@ pub fn preview(
         n => records::load_round(conn, &id, n)?.map(LastRound::from_record).transpose()?,
     };
     let role = agent.role();
-    let max_context_tokens =
-        config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.max_context_tokens;
+    let profile = config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.clone();
+    let max_context_tokens = profile.max_context_tokens;
     let round = view.rounds + 1;
 
     let member = match agent {
@@ -177,9 +190,19 @@ pub fn preview(
         Some(m) => recall.for_character(&view.campaign_id, &m.name, &history, &guidance, scene_config.memories_per_call).hits,
         None => Vec::new(),
     };
+    let (templates, template_error) = match PromptTemplates::shipped() {
+        Ok(t) => (Some(SharedTemplates(Arc::new(t))), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    // What the round keeps off the top before the shares apply (as `assemble_for_call`).
+    let reply_tokens = envelope::reply_reserve(&profile);
+    let reserved_tokens = match &templates {
+        Some(t) => envelope::reserve(&t.0, agent, member.as_ref(), &turn, reply_tokens)?,
+        None => reply_tokens,
+    };
     let gathered = envelope::gather(
         &scene_config.budgets,
-        max_context_tokens,
+        max_context_tokens.saturating_sub(reserved_tokens),
         &EnvelopeInput {
             agent,
             view: &view,
@@ -196,16 +219,15 @@ pub fn preview(
         &mut lore_state,
     );
     let (telemetry, telemetry_messages) = telemetry(conn, &id, scene_config.telemetry_window)?;
-    let (templates, template_error) = match PromptTemplates::shipped() {
-        Ok(t) => (Some(SharedTemplates(Arc::new(t))), None),
-        Err(e) => (None, Some(e.to_string())),
-    };
     Ok(EnvelopePreview {
         scene_id: id,
         agent,
         character: member,
         plan: scene_config.budgets.clone(),
+        campaign_plan: campaign_plan.is_some(),
         max_context_tokens,
+        reserved_tokens,
+        reply_tokens,
         candidates: gathered.sections,
         lore_held_back: gathered.lore_held_back,
         turn,

@@ -29,6 +29,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0018_scene_round_alternatives", include_str!("migrations/0018_scene_round_alternatives.sql")),
     ("0019_character_and_chat_lorebooks", include_str!("migrations/0019_character_and_chat_lorebooks.sql")),
     ("0020_identity_runs_follow_characters", include_str!("migrations/0020_identity_runs_follow_characters.sql")),
+    ("0021_campaign_budgets", include_str!("migrations/0021_campaign_budgets.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

@@ -88,7 +88,7 @@ impl BudgetsPanel {
         self.fitted = Some(Fitted { plan: plan.clone(), max_context_tokens: self.max_context_tokens, envelope, prompt });
     }
 
-    pub fn show(&mut self, ui: &mut egui::Ui, scene: &str, active: &[String], outbox: &mut Vec<Command>) {
+    pub fn show(&mut self, ui: &mut egui::Ui, scene: &str, campaign: Option<&str>, active: &[String], outbox: &mut Vec<Command>) {
         self.target_picker(ui, scene, active, outbox);
         let Some(preview) = &self.preview else {
             ui.spinner();
@@ -98,8 +98,14 @@ impl BudgetsPanel {
             ui.colored_label(ui.visuals().error_fg_color, format!("The prompt templates cannot be loaded: {error}"));
         }
         let configured = (preview.plan.clone(), preview.max_context_tokens);
+        let (reserved, reply, saved) = (preview.reserved_tokens, preview.reply_tokens, preview.campaign_plan);
         egui::ScrollArea::vertical().id_salt("budgets_scroll").show(ui, |ui| {
             self.sliders(ui, configured);
+            ui.weak(format!(
+                "Kept off the top before the shares apply: {} tokens for the instructions and the turn, {reply} for the reply.",
+                reserved.saturating_sub(reply)
+            ));
+            self.save_controls(ui, campaign, saved, outbox);
             self.refit();
             self.allocation(ui);
             self.last_round(ui);
@@ -156,7 +162,26 @@ impl BudgetsPanel {
                 self.max_context_tokens = configured.1;
             }
         });
-        ui.weak("These values preview the next call only; the configuration file's [scene.budgets] is what rounds use.");
+    }
+
+    /// Save the sliders' shares as the campaign's own (what its rounds use), or go back
+    /// to the configuration file's.
+    fn save_controls(&mut self, ui: &mut egui::Ui, campaign: Option<&str>, saved: bool, outbox: &mut Vec<Command>) {
+        let Some(campaign) = campaign else { return };
+        ui.horizontal(|ui| {
+            ui.label(if saved { "This campaign's rounds use its own shares." } else { "This campaign's rounds use the configuration file's shares." });
+            if let Some(plan) = self.plan.clone()
+                && ui.button("Save for this campaign").on_hover_text("Its rounds use these shares from the next call on").clicked()
+            {
+                let set = crate::scene::author::AuthorCommand::SetBudgets { campaign: campaign.to_string(), plan: Some(plan) };
+                outbox.push(Command::Scene(SceneCommand::Author(set)));
+            }
+            if saved && ui.button("Use the configuration's shares").clicked() {
+                let set = crate::scene::author::AuthorCommand::SetBudgets { campaign: campaign.to_string(), plan: None };
+                outbox.push(Command::Scene(SceneCommand::Author(set)));
+                self.plan = None;
+            }
+        });
     }
 
     fn allocation(&self, ui: &mut egui::Ui) {

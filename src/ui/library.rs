@@ -155,6 +155,11 @@ impl LibraryPanel {
         self.status.as_ref()
     }
 
+    /// A field of the sheet open in the editor, as typed (`key` as on the card).
+    pub fn sheet_value(&self, key: &str) -> Option<&str> {
+        self.sheet.as_ref()?.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+    }
+
     /// The character whose deletion waits for confirmation, with what would go.
     pub fn confirming_delete(&self) -> Option<&(String, String, Vec<String>)> {
         self.confirm_delete.as_ref()

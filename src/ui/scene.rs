@@ -698,7 +698,8 @@ impl ScenePanels {
         let Some(scene) = self.selected.clone() else { return };
         let active: Vec<String> =
             self.snapshot.as_ref().map(|s| s.view.active().map(|c| c.name.clone()).collect()).unwrap_or_default();
-        self.budgets.show(ui, &scene, &active, outbox);
+        let campaign = self.snapshot.as_ref().map(|s| s.view.campaign_id.clone());
+        self.budgets.show(ui, &scene, campaign.as_deref(), &active, outbox);
     }
 }
 
@@ -722,6 +723,12 @@ impl super::Panel for ScenePanels {
             // A scene created, renamed or deleted elsewhere: the list follows.
             crate::engine::Event::Author(crate::scene::author::AuthorEvent::Tree { .. }) => {
                 outbox.push(Command::Scene(SceneCommand::List));
+            }
+            // A campaign's shares saved or reset: the preview says which its rounds use.
+            crate::engine::Event::Author(crate::scene::author::AuthorEvent::Authored { action, .. }) if action.contains("budgets") => {
+                if let Some(scene) = self.selected.clone() {
+                    outbox.push(self.budgets.preview_command(&scene));
+                }
             }
             _ => {}
         }

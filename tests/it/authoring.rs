@@ -595,3 +595,42 @@ fn a_character_is_deleted_with_everything_of_it_once_confirmed() {
     cli.ok(&["character", "delete", "Tessa Quill"]);
     assert!(cli.run(&["identity", "delete", "nobody"]).is_err(), "a run is deleted only with --yes");
 }
+
+#[test]
+fn a_campaigns_saved_budgets_are_what_its_rounds_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary."));
+    let tessa = write(dir.path(), "tessa.json", &card("Tessa Quill", "A clerk.", "Sharp."));
+    cli.ok(&["import", &bram, &tessa]);
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway", "Tessa Quill"]);
+    cli.ok(&["arc", "new", "The Cellar Job", "--campaign", "Ashfall"]);
+    let created = cli.ok(&["scene", "new", "Under the Tavern", "--arc", "The Cellar Job"]);
+    let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
+    let refused = cli.run(&["campaign", "budgets", "Ashfall", "--history", "150"]).unwrap_err();
+    assert!(refused.contains("budgets.history"), "{refused}");
+    cli.ok(&["campaign", "budgets", "Ashfall", "--history", "50", "--lore", "20", "--memories", "20", "--notes", "10"]);
+    cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
+
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let record = store.with(|c| lorekeeper::scene::records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let calls = record.ledgers.as_array().unwrap();
+    assert!(!calls.is_empty());
+    for call in calls {
+        let sections = call["ledger"]["sections"].as_array().unwrap();
+        let percent = |name: &str| sections.iter().find(|s| s["section"] == name).unwrap()["percent"].as_f64().unwrap();
+        assert_eq!((percent("history"), percent("lore"), percent("director_guidance")), (50.0, 20.0, 0.0), "{call}");
+        // The shares applied to what was left once instructions, turn and reply were kept.
+        let shared = call["ledger"]["max_context_tokens"].as_u64().unwrap();
+        assert!(shared < 8192, "{call}");
+        assert!(call["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("context: 8192 tokens")), "{call}");
+    }
+    // Reset: the config file's shares again.
+    cli.ok(&["campaign", "budgets", "Ashfall", "--reset"]);
+    cli.ok(&["scene", "round", &scene, "I wait."]);
+    let record = store.with(|c| lorekeeper::scene::records::load_round(c, &scene, 2)).unwrap().unwrap();
+    let sections = record.ledgers[0]["ledger"]["sections"].as_array().unwrap().clone();
+    assert_eq!(sections.iter().find(|s| s["section"] == "history").unwrap()["percent"], 30.0);
+}

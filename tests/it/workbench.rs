@@ -116,6 +116,7 @@ fn open_demo_scene_with(dir: &Path, config: &Config, height: f32) -> (Harness<'s
 }
 
 /// Step the app until `done` holds, failing the test after `limit`.
+#[track_caller]
 fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
     let start = Instant::now();
     while !done(harness.state()) {
@@ -127,6 +128,7 @@ fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done:
 
 /// Step the app until a widget labelled `label` is on screen (a busy machine may need
 /// more frames than `run()` takes before an event's result is drawn).
+#[track_caller]
 fn step_until_shown(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
     let start = Instant::now();
     while harness.query_by_label(label).is_none() {
@@ -288,6 +290,17 @@ fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
     assert_ne!(prompt_after, prompt_before, "the prompt preview follows the slider");
     assert!(prompt_after.len() < prompt_before.len());
     assert!(harness.query_all_by_label(&allocated_after.to_string()).next().is_some(), "the new allocation is shown");
+
+    // Saved for the campaign, the shares are what its rounds use.
+    assert!(harness.query_by_label_contains("tokens for the instructions and the turn").is_some(), "the reserve is shown");
+    harness.get_by_label("Save for this campaign").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().preview().is_some_and(|p| p.campaign_plan));
+    let store = lorekeeper::store::Store::open(dir.path().join("library.sqlite")).unwrap();
+    let plan = store.with(|c| lorekeeper::scene::authoring::campaign_budgets_of_scene(c, &scene)).unwrap().expect("saved");
+    assert_eq!(plan.percent(Section::CharacterGuidance), 0.0);
+    harness.run();
+    harness.get_by_label("Use the configuration's shares").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().preview().is_some_and(|p| !p.campaign_plan));
 }
 
 #[test]
@@ -891,10 +904,15 @@ fn a_character_sheet_is_edited_in_the_library_panel() {
     harness.run();
     harness.get_by_label("Edit sheet of Maren Vosk").click();
     step_until_shown(&mut harness, "Save sheet");
-    text_field(&harness, "Description").focus();
-    harness.run();
-    text_field(&harness, "Description").set_text_value_accesskit("A lock-keeper who owes the ferryman a debt.");
-    harness.run();
+    let new = "A lock-keeper who owes the ferryman a debt.";
+    let start = Instant::now();
+    while harness.state().library().sheet_value("description") != Some(new) {
+        assert!(start.elapsed() < Duration::from_secs(20), "the description field did not take the text");
+        text_field(&harness, "Description").focus();
+        harness.run();
+        text_field(&harness, "Description").set_text_value_accesskit(new);
+        harness.run();
+    }
     harness.get_by_label("Save sheet").click();
     run_until(&mut harness, Duration::from_secs(20), |app| {
         app.library().status().is_some_and(|s| s.as_ref().is_ok_and(|t| t.contains("Saved the sheet")))

@@ -116,7 +116,11 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     let Some(job) = ctx.jobs.try_start(job(&scene_id), cancel) else {
         return Err(SceneError::Busy(scene_id));
     };
-    let config: SceneConfig = ctx.config().scene;
+    let mut config: SceneConfig = ctx.config().scene;
+    // The campaign's own shares, when the game master saved some, over the config file's.
+    if let Some(plan) = ctx.store.with(|c| super::authoring::campaign_budgets_of_scene(c, &scene_id))? {
+        config.budgets = plan;
+    }
     let agents = Agents {
         director: client_for(ctx, "director")?,
         character: client_for(ctx, "character")?,
@@ -206,9 +210,14 @@ fn character_turn(
         character_id: member.id.clone(),
         name: member.name.clone(),
     });
-    let envelope = envelope::assemble(
+    let turn = envelope::character_turn(&member.name);
+    let (envelope, prompt) = envelope::assemble_for_call(
+        &agents.templates,
+        AgentKind::Character,
+        Some(member),
+        &turn,
         &config.budgets,
-        agents.character.1.max_context_tokens,
+        &agents.character.1,
         &EnvelopeInput {
             agent: AgentKind::Character,
             view: call.live,
@@ -223,9 +232,7 @@ fn character_turn(
             seed: call.seed,
         },
         lore_state,
-    );
-    let turn = envelope::character_turn(&member.name);
-    let prompt = envelope::render(&agents.templates, AgentKind::Character, &envelope, Some(member), &turn)?;
+    )?;
     let request = request_for(&agents.character.1, prompt.system, prompt.user, true);
     let sink = ctx.clone();
     let (scene, id) = (scene_id.to_string(), member.id.clone());

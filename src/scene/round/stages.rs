@@ -141,18 +141,16 @@ fn cancelled(cancel: &CancelToken) -> Result<(), SceneError> {
     if cancel.is_cancelled() { Err(SceneError::Llm(LlmError::Cancelled)) } else { Ok(()) }
 }
 
-/// One structured call of the Director (either pass): render the envelope, ask for `T`
+/// One structured call of the Director (either pass): send the rendered envelope, ask for `T`
 /// (validated, repaired, re-asked), and keep the call's ledger and tokens in the draft.
 fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     agents: &Agents,
-    kind: AgentKind,
     name: &str,
     envelope: envelope::Envelope,
-    turn: &str,
+    prompt: envelope::RenderedPrompt,
     draft: &mut RoundDraft,
     cancel: &CancelToken,
 ) -> Result<T, SceneError> {
-    let prompt = envelope::render(&agents.templates, kind, &envelope, None, turn)?;
     let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
     let output = complete_structured::<T>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
@@ -178,14 +176,19 @@ pub(super) fn director_plan(
 ) -> Result<DirectorPlan, SceneError> {
     let turn = envelope::director_turn(draft.round, draft.input.as_deref());
     let mut lore_state = std::mem::take(&mut draft.lore_state);
-    let envelope = envelope::assemble(
+    let fitted = envelope::assemble_for_call(
+        &agents.templates,
+        AgentKind::Director,
+        None,
+        &turn,
         &config.budgets,
-        agents.director.1.max_context_tokens,
+        &agents.director.1,
         &draft.envelope_input(AgentKind::Director, &draft.view, config, Vec::new()),
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let plan: DirectorPlan = director_call(agents, AgentKind::Director, "director", envelope, &turn, draft, cancel)?;
+    let (envelope, prompt) = fitted?;
+    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, cancel)?;
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
@@ -406,16 +409,21 @@ pub(super) fn reconcile(
     cancel: &CancelToken,
 ) -> Result<bool, SceneError> {
     let mut lore_state = std::mem::take(&mut draft.lore_state);
-    let envelope = envelope::assemble(
+    let turn = envelope::reconcile_turn(draft.round);
+    let fitted = envelope::assemble_for_call(
+        &agents.templates,
+        AgentKind::Reconcile,
+        None,
+        &turn,
         &config.budgets,
-        agents.director.1.max_context_tokens,
+        &agents.director.1,
         &draft.envelope_input(AgentKind::Reconcile, &draft.live, config, vec![plan.open_guidance.clone()]),
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let turn = envelope::reconcile_turn(draft.round);
+    let (envelope, prompt) = fitted?;
     let reconciliation: Reconciliation =
-        director_call(agents, AgentKind::Reconcile, "director (reconcile)", envelope, &turn, draft, cancel)?;
+        director_call(agents, "director (reconcile)", envelope, prompt, draft, cancel)?;
     draft.emit_decision(ctx, pass, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
     let changed = changes_anything(&reconciliation, draft, pass);
     if pass > 2 && reconciliation.elapsed_minutes > 0 && let Some(call) = draft.ledgers.last_mut() {
