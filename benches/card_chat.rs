@@ -145,6 +145,7 @@ fn main() {
                 distance: None,
                 history: &history,
                 lore: &fired.hits,
+                lore_places: &fired.places,
                 memories: &[],
                 max_context_tokens: 8192,
                 retry_note: None,

@@ -172,6 +172,7 @@ fn packet_benches(c: &mut Criterion) {
                 distance,
                 history: &history,
                 lore: &lore,
+                lore_places: &Default::default(),
                 memories: &memories,
                 max_context_tokens: 8192,
                 retry_note: None,

@@ -22,6 +22,8 @@ const SCAN_DEPTH: u32 = 4;
 pub struct ChatLore {
     pub hits: Vec<RetrievalHit>,
     pub notes: Vec<String>,
+    /// Where each fired entry (by hit id) goes in the packet.
+    pub places: std::collections::BTreeMap<String, crate::lorebook::LorePlace>,
 }
 
 /// Where a lorebook in a chat comes from.
@@ -114,8 +116,10 @@ pub fn activate_for_turn(
         let name = label(activated.index);
         let reason = trigger.reason(&label);
         out.notes.push(format!("lore fired: {name} ({reason})"));
+        let id = format!("lore {name} ({reason})");
+        out.places.insert(id.clone(), crate::lorebook::LorePlace::of(&entry.entry));
         out.hits.push(RetrievalHit {
-            id: format!("lore {name} ({reason})"),
+            id,
             text: content,
             speaker: None,
             // World Info is placed by its own order: keep it ahead of retrieved lore.

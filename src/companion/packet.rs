@@ -33,6 +33,10 @@ pub struct PacketInput<'a> {
     pub distance: Option<Proximity>,
     pub history: &'a [ChatTurn],
     pub lore: &'a [RetrievalHit],
+    /// Where each World Info hit goes (by id): before the character, after it (the
+    /// default, and for every position a chat has no place for), or among the chat's
+    /// messages at its depth.
+    pub lore_places: &'a std::collections::BTreeMap<String, crate::lorebook::LorePlace>,
     /// Memories for the memory bank; empty when memory is not relevant to this turn.
     pub memories: &'a [RetrievalHit],
     pub max_context_tokens: u32,
@@ -51,6 +55,7 @@ struct Context<'a> {
     post_history: String,
     persona: Vec<String>,
     user_persona: String,
+    lore_before: Vec<String>,
     lore: Vec<String>,
     now: String,
     since: String,
@@ -108,8 +113,9 @@ fn distance_text(state: Proximity, name: &str, user: &str) -> String {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 10] = [
+pub(crate) const TAGS: [&str; 11] = [
     "system_directive",
+    "lore_before",
     "user_persona",
     "example_dialogue",
     "lore",
@@ -171,8 +177,21 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
 
     let lore_budget = budget(b.lore, max);
-    let lore_items = input.lore.iter().map(|h| item(h.id.clone(), one_line(&resolve(&h.text)), f64::from(h.score))).collect();
-    let (lore, lore_dropped) = fitted(lore_items, lore_budget, DropPolicy::MostValuableFirst);
+    let lore_items: Vec<BudgetItem> =
+        input.lore.iter().map(|h| item(h.id.clone(), one_line(&resolve(&h.text)), f64::from(h.score))).collect();
+    let (keep, lore_dropped) = fit(&lore_items, lore_budget, DropPolicy::MostValuableFirst);
+    // Each kept entry where its position puts it.
+    let (mut lore_before, mut lore, mut lore_at_depth) = (Vec::new(), Vec::new(), Vec::new());
+    for (item, kept) in lore_items.into_iter().zip(keep) {
+        if !kept {
+            continue;
+        }
+        match input.lore_places.get(&item.id) {
+            Some(place) if place.position == crate::lorebook::InsertionPosition::BeforeCharacter => lore_before.push(item.text),
+            Some(place) if place.position == crate::lorebook::InsertionPosition::AtDepth => lore_at_depth.push((*place, item.text)),
+            _ => lore.push(item.text),
+        }
+    }
 
     let memory_budget = budget(b.memory, max);
     let memory_items = input
@@ -202,7 +221,19 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         .into_iter()
         .chain(input.history.iter().map(|t| item(t.id.clone(), format!("[{user}]: {}\n[{name}]: {}", t.user_text.trim(), t.reply.trim()), 0.0)))
         .collect();
-    let (history, history_dropped) = fitted(history_items, history_budget, DropPolicy::KeepNewestContiguous);
+    let (mut history, history_dropped) = fitted(history_items, history_budget, DropPolicy::KeepNewestContiguous);
+    // Entries at depth N go N messages from the end of the history (an exchange is two
+    // messages), said as their role; deepest first so each counts from the end as sent.
+    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth));
+    for (place, text) in lore_at_depth {
+        let at = history.len().saturating_sub(place.depth.div_ceil(2) as usize);
+        let who = match place.role {
+            crate::lorebook::PromptRole::User => user.to_string(),
+            crate::lorebook::PromptRole::Assistant => name.to_string(),
+            _ => "System note".to_string(),
+        };
+        history.insert(at, format!("[{who}]: {text}"));
+    }
 
     // The user's words are never cut: an over-long message is sent whole and the block
     // shows it over budget.
@@ -219,6 +250,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         post_history,
         persona,
         user_persona,
+        lore_before,
         lore,
         now: input.now.format("%A %Y-%m-%d %H:%M UTC").to_string(),
         since: since_in_words(input.last_chat_at, input.now),
@@ -310,6 +342,8 @@ mod tests {
         }
     }
 
+    static NO_PLACES: std::collections::BTreeMap<String, crate::lorebook::LorePlace> = std::collections::BTreeMap::new();
+
     fn input<'a>(c: &'a CharacterInfo, memories: &'a [RetrievalHit], distance: Option<Proximity>) -> PacketInput<'a> {
         PacketInput {
             character: c,
@@ -322,6 +356,7 @@ mod tests {
             distance,
             history: &[],
             lore: &[],
+            lore_places: &NO_PLACES,
             memories,
             max_context_tokens: 4096,
             retry_note: None,
@@ -404,6 +439,55 @@ mod tests {
         let system = packet.block("system_directive").unwrap();
         assert!(system.dropped.is_empty(), "persona and lore are not what was cut");
         assert!(packet.blocks.iter().all(|b| !b.text.contains("word word")));
+    }
+
+    #[test]
+    fn world_info_goes_where_each_entrys_position_says() {
+        use crate::lorebook::{InsertionPosition, LorePlace, PromptRole};
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let turn = |seq: u32, text: &str| ChatTurn {
+            id: format!("t{seq}"),
+            character_id: c.id.clone(),
+            seq,
+            session: "s".into(),
+            user_text: format!("question {text}"),
+            reply: format!("answer {text}"),
+            at: "2026-11-21T08:00:00Z".into(),
+            user_memory_id: None,
+            reply_memory_id: None,
+            proximity: Proximity::Remote,
+            packet: Packet::default(),
+            hits: Vec::new(),
+            attempts: 1,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            from_cache: false,
+            elapsed_ms: 0,
+            swipes: Vec::new(),
+            swipe: 0,
+            file: None,
+        };
+        let history = [turn(1, "one"), turn(2, "two"), turn(3, "three")];
+        let lore = [hit("before", "LORE-BEFORE", 2.0), hit("after", "LORE-AFTER", 2.0), hit("deep", "LORE-DEEP", 2.0)];
+        let places = [
+            ("before".to_string(), LorePlace { position: InsertionPosition::BeforeCharacter, ..Default::default() }),
+            ("after".to_string(), LorePlace { position: InsertionPosition::AfterCharacter, ..Default::default() }),
+            ("deep".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 2, role: PromptRole::System }),
+        ]
+        .into_iter()
+        .collect();
+        let mut given = input(&c, &[], None);
+        given.history = &history;
+        given.lore = &lore;
+        given.lore_places = &places;
+        let packet = assemble(&templates, &config, given).unwrap();
+        let text = packet.text();
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
+        assert!(at("LORE-BEFORE") < at("<assistant_persona>") && at("</assistant_persona>") < at("LORE-AFTER"), "{text}");
+        // Two messages (one exchange) from the end of the history.
+        assert!(at("answer two") < at("[System note]: LORE-DEEP") && at("[System note]: LORE-DEEP") < at("question three"), "{text}");
     }
 
     #[test]

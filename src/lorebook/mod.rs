@@ -251,6 +251,21 @@ impl Default for LoreEntry {
     }
 }
 
+/// Where an activated entry goes in a prompt (its position, depth and role), kept by
+/// the prompt builders beside the entry's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LorePlace {
+    pub position: InsertionPosition,
+    pub depth: u32,
+    pub role: PromptRole,
+}
+
+impl LorePlace {
+    pub fn of(entry: &LoreEntry) -> Self {
+        Self { position: entry.position, depth: entry.depth, role: entry.role }
+    }
+}
+
 /// SillyTavern's default depth for `@ depth` entries.
 pub const DEFAULT_DEPTH: u32 = 4;
 /// SillyTavern's default inclusion-group weight.

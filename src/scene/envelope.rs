@@ -16,7 +16,8 @@
 
 use super::model::{CastMember, STATE_FIELDS, SceneMessage, SceneView};
 use super::records::SceneNotes;
-use super::lore::{LoreCall, PreparedLore};
+use super::lore::{LoreCall, LorePlace, PreparedLore};
+use crate::lorebook::{InsertionPosition, PromptRole};
 use crate::llm::tokens::estimate;
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
@@ -93,6 +94,9 @@ pub struct Envelope {
     /// What macro expansion had to cut (a huge `{{random}}`, a too-deep field).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Where each kept lore item goes in the prompt (by id; missing: with the lore list).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lore_places: BTreeMap<String, LorePlace>,
 }
 
 /// Every candidate of one call, and the lore held back before the budgets.
@@ -102,6 +106,8 @@ pub struct Candidates {
     /// Lore entries that matched but did not activate, with why (budget, probability,
     /// inclusion group, cooldown...); appended to the lore section's ledger.
     pub lore_held_back: Vec<DroppedItem>,
+    /// Where each activated entry goes (by item id).
+    pub lore_places: BTreeMap<String, LorePlace>,
     /// What macro expansion had to cut.
     pub notes: Vec<String>,
 }
@@ -112,6 +118,7 @@ pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInpu
     let gathered = gather(plan, max_context_tokens, input, lore_state);
     let mut envelope = fit(plan, max_context_tokens, &gathered.sections, &gathered.lore_held_back);
     envelope.notes = gathered.notes;
+    envelope.lore_places = gathered.lore_places;
     envelope
 }
 
@@ -133,7 +140,12 @@ pub fn reserve(
     turn: &str,
     reply_tokens: u32,
 ) -> Result<u32, TemplateError> {
-    let empty = Envelope { kept: BTreeMap::new(), ledger: BudgetLedger { max_context_tokens: 0, sections: Vec::new() }, notes: Vec::new() };
+    let empty = Envelope {
+        kept: BTreeMap::new(),
+        ledger: BudgetLedger { max_context_tokens: 0, sections: Vec::new() },
+        notes: Vec::new(),
+        lore_places: BTreeMap::new(),
+    };
     let bare = render(templates, agent, &empty, character, turn)?;
     Ok(estimate(&bare.system).saturating_add(estimate(&bare.user)).saturating_add(reply_tokens))
 }
@@ -197,7 +209,7 @@ pub fn fit(
     if let Some(section) = ledger.sections.iter_mut().find(|s| s.section == Section::Lore) {
         section.dropped.extend(lore_held_back.iter().cloned());
     }
-    Envelope { kept, ledger, notes: Vec::new() }
+    Envelope { kept, ledger, notes: Vec::new(), lore_places: BTreeMap::new() }
 }
 
 /// [`candidates`] plus activated lore. Lore activation gets the tokens the lore section
@@ -207,6 +219,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
     let mut notes = Vec::new();
     let mut sections = candidates(input, &mut notes);
     let mut lore_held_back = Vec::new();
+    let mut lore_places = BTreeMap::new();
     if let Some(lore) = input.lore.filter(|l| !l.is_empty()) {
         let mut present: Vec<Section> = sections.iter().filter(|(_, items)| !items.is_empty()).map(|(s, _)| *s).collect();
         present.push(Section::Lore);
@@ -228,6 +241,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
         );
         sections.insert(Section::Lore, activation.items);
         lore_held_back = activation.held_back;
+        lore_places = activation.places;
     }
     // Notes and lore are the user's and the cards' own text: their macros are resolved
     // for this call (character sheets were resolved per character in `candidates`).
@@ -244,7 +258,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
             }
         }
     }
-    Candidates { sections, lore_held_back, notes }
+    Candidates { sections, lore_held_back, lore_places, notes }
 }
 
 /// The user's persona as the envelope tells it: `name: description`.
@@ -465,11 +479,42 @@ pub fn render(
     let text = |section: Section| -> Vec<String> {
         envelope.kept.get(&section).map(|items| items.iter().map(|i| i.text.clone()).collect()).unwrap_or_default()
     };
+    // Each kept lore entry where its position puts it: before or after the characters,
+    // at the top or bottom of the scenario / author notes, or inside the recent messages
+    // `depth` messages from the end, said as its role. (Scenes have no example dialogue
+    // or outlets: those go with the lore list, before the characters.)
+    let mut lore = Vec::new();
+    let (mut after, mut an_top, mut an_bottom, mut at_depth) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for item in envelope.kept.get(&Section::Lore).into_iter().flatten() {
+        let place = envelope.lore_places.get(&item.id).copied().unwrap_or_default();
+        match place.position {
+            InsertionPosition::AfterCharacter => after.push(item.text.clone()),
+            InsertionPosition::AuthorNoteTop => an_top.push(item.text.clone()),
+            InsertionPosition::AuthorNoteBottom => an_bottom.push(item.text.clone()),
+            InsertionPosition::AtDepth => at_depth.push((place.depth, place.role, item.text.clone())),
+            _ => lore.push(item.text.clone()),
+        }
+    }
+    let mut history = text(Section::History);
+    // Deepest first, so each insertion counts from the end of the messages as sent.
+    at_depth.sort_by(|a, b| b.0.cmp(&a.0));
+    for (depth, role, text) in at_depth {
+        let at = history.len().saturating_sub(depth as usize);
+        let who = match role {
+            PromptRole::User => "user",
+            PromptRole::Assistant => "assistant",
+            _ => "system",
+        };
+        history.insert(at, format!("[{who} note] {text}"));
+    }
     let context = serde_json::json!({
         "character": character.map(|c| c.name.clone()),
-        "history": text(Section::History),
+        "history": history,
         "summaries": text(Section::Summaries),
-        "lore": text(Section::Lore),
+        "lore": lore,
+        "lore_after": after,
+        "lore_an_top": an_top,
+        "lore_an_bottom": an_bottom,
         "memories": text(Section::Memories),
         "notes": text(Section::Notes),
         "director_guidance": text(Section::DirectorGuidance),
@@ -537,6 +582,40 @@ mod tests {
         let character = assemble(&config.budgets, 8192, &input(AgentKind::Character, Some(member)), &mut lore_state);
         let prompt = render(&templates, AgentKind::Character, &character, Some(member), &character_turn(&member.name)).unwrap();
         expect_test::expect_file!["snapshots/envelope_character.txt"].assert_eq(&show(&character, &prompt));
+    }
+
+    /// Each lore entry goes where its position says: the top or bottom of the notes,
+    /// before or after the characters, or among the recent messages at its depth.
+    #[test]
+    fn lore_is_placed_by_each_entrys_position() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let item = |id: &str, text: &str| BudgetItem { id: id.into(), tokens: estimate(text), text: text.into(), value: 1.0 };
+        let mut kept = BTreeMap::new();
+        kept.insert(Section::Notes, vec![item("n", "The lamp room is cold.")]);
+        kept.insert(Section::CharacterGuidance, vec![item("c", "Wren Talloway: the keeper.")]);
+        kept.insert(Section::History, (1..=5).map(|n| item(&format!("h{n}"), &format!("Wren: line {n}."))).collect());
+        kept.insert(
+            Section::Lore,
+            vec![item("before", "LORE-BEFORE"), item("after", "LORE-AFTER"), item("top", "LORE-TOP"), item("bottom", "LORE-BOTTOM"), item("deep", "LORE-DEPTH")],
+        );
+        let place = |position, depth, role| LorePlace { position, depth, role };
+        let lore_places = [
+            ("before", place(InsertionPosition::BeforeCharacter, 4, PromptRole::System)),
+            ("after", place(InsertionPosition::AfterCharacter, 4, PromptRole::System)),
+            ("top", place(InsertionPosition::AuthorNoteTop, 4, PromptRole::System)),
+            ("bottom", place(InsertionPosition::AuthorNoteBottom, 4, PromptRole::System)),
+            ("deep", place(InsertionPosition::AtDepth, 2, PromptRole::User)),
+        ]
+        .into_iter()
+        .map(|(id, p)| (id.to_string(), p))
+        .collect();
+        let envelope = Envelope { kept, ledger: BudgetLedger::default(), notes: Vec::new(), lore_places };
+        let prompt = render(&templates, AgentKind::Director, &envelope, None, "turn").unwrap().system;
+        let at = |needle: &str| prompt.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{prompt}"));
+        assert!(at("LORE-TOP") < at("The lamp room is cold.") && at("The lamp room is cold.") < at("LORE-BOTTOM"), "{prompt}");
+        assert!(at("LORE-BEFORE") < at("Wren Talloway: the keeper.") && at("Wren Talloway: the keeper.") < at("LORE-AFTER"), "{prompt}");
+        // Two messages from the end, said as the user's note.
+        assert!(at("Wren: line 3.") < at("[user note] LORE-DEPTH") && at("[user note] LORE-DEPTH") < at("Wren: line 4."), "{prompt}");
     }
 
     /// The prompt as sent plus the reply's `max_tokens` never exceed the model's context,

@@ -19,6 +19,7 @@ use crate::lorebook::{LoreEntry, Lorebook};
 use crate::prompting::{BudgetItem, DroppedItem};
 use crate::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,7 +184,11 @@ pub struct LoreCall<'a> {
 pub struct LoreActivation {
     pub items: Vec<BudgetItem>,
     pub held_back: Vec<DroppedItem>,
+    /// Where each item (by id) goes in the prompt: its entry's position, depth and role.
+    pub places: BTreeMap<String, LorePlace>,
 }
+
+pub use crate::lorebook::LorePlace;
 
 /// Activate the prepared lore for one call, advancing `state`'s timers.
 pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut ActivationState) -> LoreActivation {
@@ -231,8 +236,10 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         }
         // Higher priority, then higher order, is worth more: what SillyTavern budgets first.
         let value = scan.entry.priority.unwrap_or(0) as f64 * 1e6 + scan.entry.insertion_order as f64;
+        let id = format!("lore {} ({})", label(activated.index), trigger.reason(&label));
+        out.places.insert(id.clone(), LorePlace { position: scan.entry.position, depth: scan.entry.depth, role: scan.entry.role });
         out.items.push(BudgetItem {
-            id: format!("lore {} ({})", label(activated.index), trigger.reason(&label)),
+            id,
             tokens: count(&content),
             text: content,
             value,

@@ -98,6 +98,8 @@ pub struct EnvelopePreview {
     pub candidates: BTreeMap<Section, Vec<BudgetItem>>,
     /// Lore entries that matched but were held back, with why.
     pub lore_held_back: Vec<DroppedItem>,
+    /// Where each activated entry goes in the prompt.
+    pub lore_places: BTreeMap<String, super::lore::LorePlace>,
     /// The instruction the call would end with.
     pub turn: String,
     pub last_round: Option<LastRound>,
@@ -114,7 +116,9 @@ impl EnvelopePreview {
     /// The envelope for `plan` and `max_context_tokens` (the sliders' values), with the
     /// instructions, the turn and the reply reserved first, as the round does.
     pub fn fit(&self, plan: &BudgetPlan, max_context_tokens: u32) -> Envelope {
-        envelope::fit(plan, max_context_tokens.saturating_sub(self.reserved_tokens), &self.candidates, &self.lore_held_back)
+        let mut envelope = envelope::fit(plan, max_context_tokens.saturating_sub(self.reserved_tokens), &self.candidates, &self.lore_held_back);
+        envelope.lore_places = self.lore_places.clone();
+        envelope
     }
 
     /// The prompt exactly as the round would send it for `envelope`.
@@ -230,6 +234,7 @@ pub fn preview(
         reply_tokens,
         candidates: gathered.sections,
         lore_held_back: gathered.lore_held_back,
+        lore_places: gathered.lore_places,
         turn,
         last_round,
         telemetry,

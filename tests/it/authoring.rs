@@ -634,3 +634,40 @@ fn a_campaigns_saved_budgets_are_what_its_rounds_use() {
     let sections = record.ledgers[0]["ledger"]["sections"].as_array().unwrap().clone();
     assert_eq!(sections.iter().find(|s| s["section"] == "history").unwrap()["percent"], 30.0);
 }
+
+#[test]
+fn an_imported_entrys_position_and_depth_place_it_in_the_prompt_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary."));
+    let book = write(
+        dir.path(),
+        "placed.json",
+        &json!({ "entries": {
+            "0": { "uid": 0, "key": ["seal"], "keysecondary": [], "comment": "After", "content": "PLACED-AFTER the characters.",
+                   "constant": false, "selective": false, "order": 100, "position": 1, "disable": false, "probability": 100 },
+            "1": { "uid": 1, "key": ["seal"], "keysecondary": [], "comment": "Deep", "content": "PLACED-AT-DEPTH in the chat.",
+                   "constant": false, "selective": false, "order": 100, "position": 4, "depth": 0, "role": 0, "disable": false, "probability": 100 }
+        } }),
+    );
+    cli.ok(&["import", &bram, &book]);
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway"]);
+    cli.ok(&["lorebook", "attach", "placed", "--campaign", "Ashfall"]);
+    cli.ok(&["arc", "new", "The Cellar Job", "--campaign", "Ashfall"]);
+    let created = cli.ok(&["scene", "new", "Under the Tavern", "--arc", "The Cellar Job"]);
+    let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
+    cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 50)).unwrap();
+    let director = calls
+        .iter()
+        .map(|c| c.request.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"))
+        .find(|p| p.contains("which characters act, in what order"))
+        .expect("the Director's call");
+    let at = |needle: &str| director.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{director}"));
+    assert!(at("## Characters") < at("PLACED-AFTER"), "after the characters:\n{director}");
+    // Depth 0: after the last message, as a system note.
+    assert!(at("I put the black seal on the table.") < at("[system note] PLACED-AT-DEPTH"), "{director}");
+}

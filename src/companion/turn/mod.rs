@@ -158,6 +158,7 @@ fn draw(
             distance: prepared.proximity_changed.then_some(prepared.proximity),
             history: &prepared.history,
             lore: &prepared.lore,
+            lore_places: &prepared.lore_places,
             memories: &prepared.memories,
             max_context_tokens: agent.profile.max_context_tokens,
             retry_note: retry_note.as_deref(),

@@ -17,6 +17,8 @@ pub struct Prepared {
     pub user: ChatUser,
     pub history: Vec<ChatTurn>,
     pub lore: Vec<RetrievalHit>,
+    /// Where each World Info hit of `lore` goes in the packet (by id).
+    pub lore_places: std::collections::BTreeMap<String, crate::lorebook::LorePlace>,
     /// The memory bank's hits; empty when memory is not relevant to this message.
     pub memories: Vec<RetrievalHit>,
     /// The proximity after this message, and whether it changed.
@@ -172,6 +174,7 @@ pub fn prepare(
     let books = ctx.store.with(|c| crate::companion::lore::books(c, &character.id))?;
     let fired = crate::companion::lore::activate_for_turn(&books, character, &user.name, &history, text, WORLD_INFO_TOKENS);
     notes.extend(fired.notes);
+    let lore_places = fired.places;
     let lore = fired.hits.into_iter().chain(retrieved).collect();
-    Ok(Prepared { state, user, history, lore, memories, proximity, proximity_changed, notes })
+    Ok(Prepared { state, user, history, lore, lore_places, memories, proximity, proximity_changed, notes })
 }
