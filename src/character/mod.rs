@@ -268,6 +268,50 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet }))
 }
 
+/// Set (or with an empty text, remove) sheet fields of `id` for one world or one
+/// campaign (`scope`: `world` or `campaign`); the fields not named keep their override.
+/// Returns the override as it now is (empty: none left, and the row is gone).
+pub fn set_override(
+    conn: &Connection,
+    id: &str,
+    scope: &str,
+    scope_id: &str,
+    fields: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, StoreError> {
+    if !matches!(scope, "world" | "campaign") {
+        return Err(StoreError::Invalid(format!("an override is for a world or a campaign, not {scope:?}")));
+    }
+    let json: Option<String> = conn
+        .query_row(
+            "SELECT override_json FROM character_overrides WHERE character_id = ?1 AND scope = ?2 AND scope_id = ?3",
+            params![id, scope, scope_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let mut current: BTreeMap<String, String> = match json {
+        Some(j) => serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?,
+        None => BTreeMap::new(),
+    };
+    for (key, value) in fields {
+        if value.trim().is_empty() {
+            current.remove(key);
+        } else {
+            current.insert(key.clone(), value.trim().to_string());
+        }
+    }
+    if current.is_empty() {
+        conn.execute("DELETE FROM character_overrides WHERE character_id = ?1 AND scope = ?2 AND scope_id = ?3", params![id, scope, scope_id])?;
+    } else {
+        let json = serde_json::to_string(&current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        conn.execute(
+            "INSERT INTO character_overrides(character_id, scope, scope_id, override_json) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(character_id, scope, scope_id) DO UPDATE SET override_json = excluded.override_json",
+            params![id, scope, scope_id, json],
+        )?;
+    }
+    Ok(current)
+}
+
 /// Changes to a character's sheet (the card's own text); `None` keeps a field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct SheetEdit {

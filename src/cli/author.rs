@@ -57,7 +57,40 @@ pub enum WorldVerb {
     /// Every world with its campaigns, arcs and scenes.
     List,
     Delete(DeleteArgs),
+    /// Who a character is in this world: sheet fields over its card's.
+    Override(OverrideArgs),
 }
+
+/// `world|campaign override OWNER CHARACTER --field value ...` (an empty value removes
+/// that field's override).
+#[derive(Debug, Args)]
+pub struct OverrideArgs {
+    pub owner: String,
+    pub character: String,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+    #[arg(long)]
+    pub personality: Option<String>,
+    #[arg(long)]
+    pub scenario: Option<String>,
+}
+
+impl OverrideArgs {
+    fn command(self, level: Level) -> Result<AuthorCommand> {
+        let fields: std::collections::BTreeMap<String, String> =
+            [("name", self.name), ("description", self.description), ("personality", self.personality), ("scenario", self.scenario)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+                .collect();
+        if fields.is_empty() {
+            bail!("give the fields to override (--description, --personality, --scenario, --name)");
+        }
+        Ok(AuthorCommand::Override { level, owner: self.owner, character: self.character, fields })
+    }
+}
+
 
 #[derive(Debug, Subcommand)]
 pub enum CampaignVerb {
@@ -74,6 +107,8 @@ pub enum CampaignVerb {
     Edit(EditArgs),
     List,
     Delete(DeleteArgs),
+    /// Who a character is in this campaign: sheet fields over the world's and its card's.
+    Override(OverrideArgs),
     /// The campaign's cast: library characters a new scene starts with.
     Cast {
         #[command(subcommand)]
@@ -294,6 +329,7 @@ pub fn world(engine: &EngineHandle, verb: WorldVerb, json: bool) -> Result<ExitC
         WorldVerb::Edit(args) => AuthorCommand::Edit { level: Level::World, edit: edit_of(&args), key: args.key },
         WorldVerb::List => AuthorCommand::Tree,
         WorldVerb::Delete(args) => AuthorCommand::Delete { level: Level::World, key: args.key, confirmed: args.yes },
+        WorldVerb::Override(args) => args.command(Level::World)?,
     };
     author(engine, json, command)
 }
@@ -310,6 +346,7 @@ pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result
         CampaignVerb::Edit(args) => AuthorCommand::Edit { level: Level::Campaign, edit: edit_of(&args), key: args.key },
         CampaignVerb::List => AuthorCommand::Tree,
         CampaignVerb::Delete(args) => AuthorCommand::Delete { level: Level::Campaign, key: args.key, confirmed: args.yes },
+        CampaignVerb::Override(args) => args.command(Level::Campaign)?,
         CampaignVerb::Cast { action } => {
             let (campaign, characters, add) = match action {
                 CastAction::Add { campaign, characters } => (campaign, characters, true),

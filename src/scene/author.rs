@@ -36,6 +36,9 @@ pub enum AuthorCommand {
     Personas,
     Attach { lorebook: String, level: LoreLevel, owner: String },
     Detach { lorebook: String, level: LoreLevel, owner: String },
+    /// Override sheet fields of a character for one world or one campaign (an empty
+    /// text removes a field's override).
+    Override { level: Level, owner: String, character: String, fields: std::collections::BTreeMap<String, String> },
     /// Save a campaign's own section shares (`None`: the config file's again).
     SetBudgets { campaign: String, plan: Option<crate::prompting::BudgetPlan> },
     /// A hand edit of the campaign's trackers, facts or time.
@@ -166,6 +169,20 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                 Ok((campaign, name))
             })?;
             Some(authored("updated", "campaign", id, name))
+        }
+        AuthorCommand::Override { level, owner, character: key, fields } => {
+            let scope = match level {
+                Level::World => "world",
+                Level::Campaign => "campaign",
+                _ => return Err(SceneError::Invalid("a sheet is overridden for a world or a campaign".into())),
+            };
+            let (name, id) = store.transaction(|tx| {
+                let (owner, _) = authoring::resolve(tx, level, &owner)?;
+                let record = character::resolve(tx, &key)?;
+                character::set_override(tx, &record.id, scope, &owner, &fields)?;
+                Ok((record.name, record.id))
+            })?;
+            Some(authored("overrode", "character", id, name))
         }
         AuthorCommand::SetBudgets { campaign, plan } => {
             let (id, name) = store.transaction(|tx| {

@@ -35,6 +35,11 @@ struct Drafts {
     export_path: String,
     character_filter: String,
     lorebook_filter: String,
+    /// A cast member whose sheet is being overridden for this campaign, and the
+    /// personality and scenario typed for it.
+    override_for: Option<String>,
+    override_personality: String,
+    override_scenario: String,
 }
 
 /// Library items offered at once (type in the filter to find the others).
@@ -409,7 +414,26 @@ impl CampaignsPanel {
                 if ui.small_button(format!("Remove {name}")).clicked() {
                     outbox.push(author(AuthorCommand::CastRemove { campaign: id.to_string(), character: cid.clone() }));
                 }
+                if ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
+                    self.drafts.override_for = Some(cid.clone());
+                }
             });
+            if self.drafts.override_for.as_deref() == Some(cid.as_str()) {
+                ui.horizontal(|ui| {
+                    text_inline(ui, "Personality here", &mut self.drafts.override_personality, 200.0);
+                    text_inline(ui, "Scenario here", &mut self.drafts.override_scenario, 200.0);
+                    if ui.button("Save override").on_hover_text("An empty field keeps the card's").clicked() {
+                        let fields = [
+                            ("personality".to_string(), std::mem::take(&mut self.drafts.override_personality)),
+                            ("scenario".to_string(), std::mem::take(&mut self.drafts.override_scenario)),
+                        ]
+                        .into_iter()
+                        .collect();
+                        outbox.push(author(AuthorCommand::Override { level: Level::Campaign, owner: id.to_string(), character: cid.clone(), fields }));
+                        self.drafts.override_for = None;
+                    }
+                });
+            }
         }
         let filter = self.drafts.character_filter.to_lowercase();
         let candidates: Vec<&CharacterSummary> = self

@@ -671,3 +671,40 @@ fn an_imported_entrys_position_and_depth_place_it_in_the_prompt_as_sent() {
     // Depth 0: after the last message, as a system note.
     assert!(at("I put the black seal on the table.") < at("[system note] PLACED-AT-DEPTH"), "{director}");
 }
+
+#[test]
+fn a_character_is_overridden_for_a_world_and_a_campaign() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary, loyal."));
+    cli.ok(&["import", &bram]);
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway"]);
+    cli.ok(&["arc", "new", "The Cellar Job", "--campaign", "Ashfall"]);
+    let created = cli.ok(&["scene", "new", "Under the Tavern", "--arc", "The Cellar Job"]);
+    let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
+    cli.ok(&["world", "override", "Vael", "Bram Holloway", "--description", "A cellar-keeper of Vael, ash in his beard."]);
+    cli.ok(&["campaign", "override", "Ashfall", "Bram Holloway", "--personality", "Drunk and loud."]);
+    assert!(cli.run(&["campaign", "override", "Ashfall", "Bram Holloway"]).is_err(), "nothing to override");
+    cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
+    let store = Store::open(&cli.paths.library_file).unwrap();
+    let bram_prompt = |store: &Store| -> String {
+        store
+            .with(|c| lorekeeper::llm::calls::recent(c, 100))
+            .unwrap()
+            .iter()
+            .map(|c| c.request.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"))
+            .find(|p| p.contains("You are playing Bram Holloway"))
+            .expect("Bram acted")
+    };
+    let prompt = bram_prompt(&store);
+    assert!(prompt.contains("ash in his beard") && prompt.contains("Drunk and loud."), "{prompt}");
+    assert!(!prompt.contains("Wary, loyal."), "the campaign's personality wins over the card's:\n{prompt}");
+    // An empty field takes the campaign's override away: the card's personality again.
+    cli.ok(&["campaign", "override", "Ashfall", "Bram Holloway", "--personality", ""]);
+    let view = last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
+    let bram = view["cast"].as_array().unwrap().iter().find(|c| c["name"] == "Bram Holloway").unwrap().clone();
+    assert_eq!(bram["sheet"]["personality"], "Wary, loyal.", "{bram}");
+    assert!(bram["sheet"]["description"].as_str().unwrap().contains("ash in his beard"), "the world's stays");
+}
