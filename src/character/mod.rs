@@ -235,6 +235,8 @@ pub struct PlacedCharacter {
     /// The name in this campaign (an override may rename).
     pub name: String,
     pub sheet: BTreeMap<String, String>,
+    /// The card's tags (lorebook entries' character filters may name them).
+    pub tags: Vec<String>,
 }
 
 /// The sheet of `id` in `world_id` / `campaign_id`: the base sheet, then the world's
@@ -265,7 +267,8 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
             }
         }
     }
-    Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet }))
+    let tags = card_text(&record).tags;
+    Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet, tags }))
 }
 
 /// Set (or with an empty text, remove) sheet fields of `id` for one world or one

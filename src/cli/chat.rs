@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 const TURN_LIMIT: Duration = Duration::from_secs(3600);
 const QUICK_LIMIT: Duration = Duration::from_secs(120);
 
+/// `chat export --format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ChatFormatArg {
+    Jsonl,
+    Markdown,
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ChatVerb {
     /// Send one message and stream the reply.
@@ -85,12 +93,15 @@ pub enum ChatVerb {
         #[arg(long)]
         character: String,
     },
-    /// Write the character's chat as a SillyTavern chat file (.jsonl, swipes included).
+    /// Write the character's chat as a SillyTavern chat file (.jsonl, swipes included),
+    /// or as Markdown or JSON.
     Export {
         #[arg(long)]
         character: String,
         #[arg(long)]
         out: std::path::PathBuf,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ChatFormatArg,
     },
     /// Change a message's text (ids from `chat history --json`).
     Edit {
@@ -238,9 +249,14 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 }
             }
         }
-        ChatVerb::Export { character, out } => {
+        ChatVerb::Export { character, out, format } => {
             let path = std::path::absolute(&out)?;
-            send(CompanionCommand::Export { character, path })?;
+            let format = match format {
+                ChatFormatArg::Jsonl => crate::companion::chats::ChatFormat::Jsonl,
+                ChatFormatArg::Markdown => crate::companion::chats::ChatFormat::Markdown,
+                ChatFormatArg::Json => crate::companion::chats::ChatFormat::Json,
+            };
+            send(CompanionCommand::Export { character, path, format })?;
             let (path, bytes) = wait(engine, QUICK_LIMIT, |e| match e {
                 CompanionEvent::Exported { path, bytes, .. } => Some((path.clone(), *bytes)),
                 _ => None,

@@ -229,6 +229,55 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
     WholeChat { state, turns }
 }
 
+/// What a chat is written as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatFormat {
+    /// A SillyTavern chat file (swipes included; round-trips).
+    #[default]
+    Jsonl,
+    /// To read: the greeting and every message, each with its speaker.
+    Markdown,
+    /// For scripts: `{character, user, messages}` with the messages as `chat history --json` lists them.
+    Json,
+}
+
+/// The chat being played, written as `format`.
+pub fn export_as(ctx: &Context, character: &CharacterInfo, format: ChatFormat) -> Result<String, CompanionError> {
+    if format == ChatFormat::Jsonl {
+        return export(ctx, character);
+    }
+    let (state, turns, user) = ctx.store.with(|c| {
+        let state = records::load_state(c, &character.id)?;
+        let user = records::chat_user(c, &state, &ctx.config().companion.user_name)?;
+        Ok((state, records::all_turns(c, &character.id)?, user))
+    })?;
+    let macros = crate::prompting::MacroContext {
+        char: &character.name,
+        user: &user.name,
+        persona: &user.description,
+        stable_seed: &character.id,
+        ..Default::default()
+    };
+    let (opening, chosen) = records::chat_greetings(&state, &character.card);
+    let greetings: Vec<String> = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+    let messages = super::turn::control::messages(&turns, Some((&greetings, chosen)));
+    Ok(match format {
+        ChatFormat::Json => {
+            let doc = serde_json::json!({ "character": character.name, "user": user.name, "messages": messages });
+            serde_json::to_string_pretty(&doc).map_err(|e| CompanionError::Invalid(format!("cannot write the chat: {e}")))?
+        }
+        _ => {
+            let mut out = format!("# {} and {}\n\n", character.name, user.name);
+            for m in &messages {
+                let who = if m.role == "user" { user.name.as_str() } else { character.name.as_str() };
+                out.push_str(&format!("**{who}**: {}\n\n", m.text.trim()));
+            }
+            out
+        }
+    })
+}
+
 /// The chat being played as a SillyTavern chat file.
 pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, CompanionError> {
     let (state, turns, user) = ctx.store.with(|c| {

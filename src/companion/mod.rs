@@ -78,8 +78,8 @@ pub enum CompanionCommand {
     Open { character: String, chat: String },
     /// Import a SillyTavern chat file (`.jsonl`) as the chat being played.
     Import { character: String, path: std::path::PathBuf },
-    /// Write the chat being played as a SillyTavern chat file.
-    Export { character: String, path: std::path::PathBuf },
+    /// Write the chat being played as a SillyTavern chat file, Markdown or JSON.
+    Export { character: String, path: std::path::PathBuf, format: chats::ChatFormat },
     /// Add the demo character if the library does not have it.
     Demo,
 }
@@ -283,9 +283,9 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             let imported = chats::import(ctx, &info, &text, &source)?;
             emit(CompanionEvent::Imported { character_id: info.id, imported });
         }
-        CompanionCommand::Export { character, path } => {
+        CompanionCommand::Export { character, path, format } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
-            let text = chats::export(ctx, &info)?;
+            let text = chats::export_as(ctx, &info, format)?;
             crate::interop::library::write_atomically(&path, text.as_bytes()).map_err(|e| CompanionError::Invalid(e.to_string()))?;
             emit(CompanionEvent::Exported { character_id: info.id, path, bytes: text.len() });
         }

@@ -219,7 +219,7 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         character_description: sheet("description"),
         character_personality: sheet("personality"),
         scenario: sheet("scenario").or(call.scenario),
-        character: call.character.map(|c| CharacterRef { name: &c.name, tags: Vec::new() }),
+        character: call.character.map(|c| CharacterRef { name: &c.name, tags: c.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
     };
     let entries = lore.scan_entries();
@@ -345,6 +345,32 @@ mod tests {
         budget: Option<u32>,
         kept: &'static [&'static str],
         held: &'static [(&'static str, &'static str)],
+    }
+
+    /// An entry for characters tagged `smuggler` fires for a cast member whose card has
+    /// the tag, and not for one without it.
+    #[test]
+    fn character_tag_filters_see_the_cards_tags() {
+        let lore = prepared(
+            vec![with(entry(1, "crate", "Smugglers know the crate's false bottom."), |e| e.character_filter.tags = vec!["smuggler".into()])],
+            Lorebook::default(),
+        );
+        let chat = messages(&["Open the crate."]);
+        let member = |tags: Vec<String>| CastMember {
+            id: "c".into(),
+            name: "Tessa".into(),
+            sheet: Default::default(),
+            active: true,
+            state: Default::default(),
+            muted: false,
+            tags,
+        };
+        let fired = |m: &CastMember| {
+            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7 };
+            activate(&lore, &call, &mut ActivationState::default()).items.len()
+        };
+        assert_eq!(fired(&member(vec!["clerk".into(), "smuggler".into()])), 1);
+        assert_eq!(fired(&member(vec!["clerk".into()])), 0);
     }
 
     #[test]

@@ -230,6 +230,9 @@ pub struct CastMember {
     /// Muted in this scene: the Director cannot pick it to act.
     #[serde(default)]
     pub muted: bool,
+    /// The card's tags, for lorebook entries' character filters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl CastMember {

@@ -129,6 +129,7 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
             id: character.id,
             name: character.name,
             sheet: character.sheet,
+            tags: character.tags,
             state,
         });
     }

@@ -490,8 +490,13 @@ impl ChatPanel {
                 if ui.add_enabled(ready, egui::Button::new("Import chat")).on_hover_text("Read a SillyTavern .jsonl chat; the current chat is saved").clicked() {
                     outbox.push(Command::Companion(CompanionCommand::Import { character: character.clone(), path: path.clone() }));
                 }
-                if ui.add_enabled(ready, egui::Button::new("Export chat")).on_hover_text("Write this chat as a SillyTavern .jsonl chat").clicked() {
-                    outbox.push(Command::Companion(CompanionCommand::Export { character: character.clone(), path }));
+                if ui.add_enabled(ready, egui::Button::new("Export chat")).on_hover_text("Write this chat: .jsonl (SillyTavern), .md or .json, by the file's extension").clicked() {
+                    let format = match path.extension().and_then(|e| e.to_str()) {
+                        Some("md") => crate::companion::chats::ChatFormat::Markdown,
+                        Some("json") => crate::companion::chats::ChatFormat::Json,
+                        _ => crate::companion::chats::ChatFormat::Jsonl,
+                    };
+                    outbox.push(Command::Companion(CompanionCommand::Export { character: character.clone(), path, format }));
                 }
             });
         });

@@ -133,6 +133,18 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     assert_eq!(lines[3]["mes"], "The gate is shut and it stays shut till dawn.");
     assert_eq!(lines[5]["mes"], "The cormorant fishes below the weir.");
 
+    // To read, and for scripts: the same chat as Markdown and as JSON.
+    let md = dir.path().join("maren.md");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", md.to_str().unwrap(), "--format", "markdown"]);
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.starts_with("# Maren Vosk and Tamsin"), "{text}");
+    assert!(text.contains("**Maren Vosk**: Who goes there, Tamsin?") && text.contains("**Tamsin**: Have you seen the cormorant?"), "{text}");
+    let js = dir.path().join("maren.json");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", js.to_str().unwrap(), "--format", "json"]);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    assert_eq!(doc["messages"].as_array().unwrap().len(), 5);
+    assert_eq!(doc["messages"][4]["text"], "The cormorant fishes below the weir.");
+
     // A malformed file changes nothing and says which line is wrong.
     let broken = dir.path().join("broken.jsonl");
     std::fs::write(&broken, ST_FILE.replace(r#""mes":"Will the capstan rust?","#, r#""mes":"Will the capstan rust?,"#)).unwrap();
