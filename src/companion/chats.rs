@@ -247,21 +247,9 @@ pub fn export_as(ctx: &Context, character: &CharacterInfo, format: ChatFormat) -
     if format == ChatFormat::Jsonl {
         return export(ctx, character);
     }
-    let (state, turns, user) = ctx.store.with(|c| {
-        let state = records::load_state(c, &character.id)?;
-        let user = records::chat_user(c, &state, &ctx.config().companion.user_name)?;
-        Ok((state, records::all_turns(c, &character.id)?, user))
-    })?;
-    let macros = crate::prompting::MacroContext {
-        char: &character.name,
-        user: &user.name,
-        persona: &user.description,
-        stable_seed: &character.id,
-        ..Default::default()
-    };
-    let (opening, chosen) = records::chat_greetings(&state, &character.card);
-    let greetings: Vec<String> = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
-    let messages = super::turn::control::messages(&turns, Some((&greetings, chosen)));
+    let whole = Exportable::load(ctx, character)?;
+    let (turns, user) = (&whole.turns, &whole.user);
+    let messages = super::turn::control::messages(turns, Some((&whole.greetings, whole.chosen)));
     Ok(match format {
         ChatFormat::Json => {
             let doc = serde_json::json!({ "character": character.name, "user": user.name, "messages": messages });
@@ -278,22 +266,39 @@ pub fn export_as(ctx: &Context, character: &CharacterInfo, format: ChatFormat) -
     })
 }
 
+/// A chat read whole for an export: its state, exchanges, who the user is, and its
+/// greetings with the user's name in them.
+struct Exportable {
+    state: ChatState,
+    turns: Vec<ChatTurn>,
+    user: records::ChatUser,
+    greetings: Vec<String>,
+    chosen: u32,
+}
+
+impl Exportable {
+    fn load(ctx: &Context, character: &CharacterInfo) -> Result<Self, CompanionError> {
+        let (state, turns, user) = ctx.store.with(|c| {
+            let state = records::load_state(c, &character.id)?;
+            let user = records::chat_user(c, &state, &ctx.config().companion.user_name)?;
+            Ok((state, records::all_turns(c, &character.id)?, user))
+        })?;
+        let macros = crate::prompting::MacroContext {
+            char: &character.name,
+            user: &user.name,
+            persona: &user.description,
+            stable_seed: &character.id,
+            ..Default::default()
+        };
+        let (opening, chosen) = records::chat_greetings(&state, &character.card);
+        let greetings = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+        Ok(Self { state, turns, user, greetings, chosen })
+    }
+}
+
 /// The chat being played as a SillyTavern chat file.
 pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, CompanionError> {
-    let (state, turns, user) = ctx.store.with(|c| {
-        let state = records::load_state(c, &character.id)?;
-        let user = records::chat_user(c, &state, &ctx.config().companion.user_name)?;
-        Ok((state, records::all_turns(c, &character.id)?, user))
-    })?;
-    let macros = crate::prompting::MacroContext {
-        char: &character.name,
-        user: &user.name,
-        persona: &user.description,
-        stable_seed: &character.id,
-        ..Default::default()
-    };
-    let (opening, chosen) = records::chat_greetings(&state, &character.card);
-    let greetings: Vec<String> = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+    let Exportable { state, turns, user, greetings, chosen } = Exportable::load(ctx, character)?;
     let from_the_start = turns.first().is_none_or(|t| t.seq <= 1);
     let created = turns.first().map(|t| t.at.clone()).unwrap_or_else(crate::store::now_rfc3339);
     let chat = ExportChat {

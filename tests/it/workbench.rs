@@ -115,6 +115,21 @@ fn open_demo_scene_with(dir: &Path, config: &Config, height: f32) -> (Harness<'s
     (harness(engine, height), scene)
 }
 
+/// Open the Scene panel, say "I knock on the lighthouse door." and play the round.
+fn play_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
+    harness.run();
+    nav(harness, "Scene").click();
+    run_until(harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(harness, "Your message").click();
+    harness.run();
+    text_field(harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    run_until(harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
+    harness.run();
+}
+
 /// Step the app until `done` holds, failing the test after `limit`.
 #[track_caller]
 fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
@@ -622,17 +637,7 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
 fn redo_in_the_scene_panel_keeps_the_old_round_to_switch_back_to() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
-    harness.run();
-    nav(&harness, "Scene").click();
-    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
-    harness.run();
-    text_field(&harness, "Your message").click();
-    harness.run();
-    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
-    harness.run();
-    harness.get_by_label("Play round").click();
-    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
-    harness.run();
+    play_first_round(&mut harness);
     harness.get_by_label("Redo last round").click();
     run_until(&mut harness, Duration::from_secs(30), |app| {
         app.scene().last_error().is_some() || (!app.scene().alternatives().is_empty() && app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
@@ -748,7 +753,12 @@ fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
     let mut harness = harness(engine, 900.0);
     harness.run();
     nav(&harness, "Library").click();
-    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Maren Vosk"));
+    // The demo companion joins the list when the window opens: wait for it, so the rows
+    // do not move under the pointer.
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        let names: Vec<&str> = app.library().characters().iter().map(|c| c.name.as_str()).collect();
+        names.contains(&"Maren Vosk") && names.contains(&"Ilse Marrow")
+    });
     harness.run();
     harness.get_by_label("Maren Vosk").click_secondary();
     harness.run();
@@ -769,17 +779,7 @@ fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
 fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
-    harness.run();
-    nav(&harness, "Scene").click();
-    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
-    harness.run();
-    text_field(&harness, "Your message").click();
-    harness.run();
-    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
-    harness.run();
-    harness.get_by_label("Play round").click();
-    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
-    harness.run();
+    play_first_round(&mut harness);
     harness.get_by_label("Edit message 1").click();
     harness.run();
     text_field(&harness, "New text of message 1").focus();
@@ -900,7 +900,12 @@ fn a_character_sheet_is_edited_in_the_library_panel() {
     let mut harness = harness(engine, 1400.0);
     harness.run();
     nav(&harness, "Library").click();
-    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Maren Vosk"));
+    // The demo companion joins the list when the window opens: wait for it, so the rows
+    // do not move under the pointer.
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        let names: Vec<&str> = app.library().characters().iter().map(|c| c.name.as_str()).collect();
+        names.contains(&"Maren Vosk") && names.contains(&"Ilse Marrow")
+    });
     harness.run();
     harness.get_by_label("Edit sheet of Maren Vosk").click();
     step_until_shown(&mut harness, "Save sheet");
@@ -919,5 +924,11 @@ fn a_character_sheet_is_edited_in_the_library_panel() {
     });
     let id = harness.state().library().characters().iter().find(|c| c.name == "Maren Vosk").unwrap().id.clone();
     let record = store.with(|c| lorekeeper::character::resolve(c, &id)).unwrap();
-    assert_eq!(lorekeeper::character::sheet(&record).description, "A lock-keeper who owes the ferryman a debt.");
+    assert_eq!(
+        lorekeeper::character::sheet(&record).description,
+        "A lock-keeper who owes the ferryman a debt.",
+        "status {:?}, form {:?}",
+        harness.state().library().status(),
+        harness.state().library().sheet_value("description")
+    );
 }
