@@ -528,6 +528,53 @@ pub fn update_persona(conn: &Connection, id: &str, name: Option<&str>, descripti
     Ok(())
 }
 
+/// Largest persona picture accepted, in bytes and in pixels per side.
+pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+pub const MAX_IMAGE_SIDE: u32 = 4096;
+
+/// A PNG decoded to RGBA8 (width, height, pixels), refused when it is not a PNG, too
+/// large, or damaged.
+pub fn rgba(bytes: &[u8]) -> Result<(u32, u32, Vec<u8>), String> {
+    if bytes.len() > MAX_IMAGE_BYTES {
+        return Err(format!("the picture is {} bytes; at most {MAX_IMAGE_BYTES}", bytes.len()));
+    }
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().map_err(|e| format!("not a PNG picture: {e}"))?;
+    let (width, height) = (reader.info().width, reader.info().height);
+    if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
+        return Err(format!("the picture is {width}×{height}; at most {MAX_IMAGE_SIDE} pixels a side"));
+    }
+    let size = reader.output_buffer_size().ok_or("the picture's size overflows")?;
+    let mut buffer = vec![0; size];
+    let frame = reader.next_frame(&mut buffer).map_err(|e| format!("the picture is damaged: {e}"))?;
+    let data = &buffer[..frame.buffer_size()];
+    let pixels = match frame.color_type {
+        png::ColorType::Rgba => data.to_vec(),
+        png::ColorType::Rgb => data.chunks_exact(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect(),
+        png::ColorType::GrayscaleAlpha => data.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0], p[1]]).collect(),
+        png::ColorType::Grayscale => data.iter().flat_map(|g| [*g, *g, *g, 255]).collect(),
+        png::ColorType::Indexed => return Err("an indexed picture was not expanded".into()),
+    };
+    Ok((width, height, pixels))
+}
+
+/// Give a persona a picture (PNG bytes, checked to decode), or take it away (`None`).
+pub fn set_persona_image(conn: &Connection, id: &str, png_bytes: Option<&[u8]>) -> Result<(), StoreError> {
+    if let Some(bytes) = png_bytes {
+        rgba(bytes).map_err(|e| StoreError::Invalid(format!("image: {e}")))?;
+    }
+    if conn.execute("UPDATE personas SET image_png = ?2 WHERE id = ?1", params![id, png_bytes])? == 0 {
+        return Err(StoreError::NotFound(format!("persona {id}")));
+    }
+    Ok(())
+}
+
+/// A persona's picture, if it has one.
+pub fn persona_image(conn: &Connection, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(conn.query_row("SELECT image_png FROM personas WHERE id = ?1", [id], |r| r.get(0)).optional()?.flatten())
+}
+
 /// Delete a persona; campaigns that used it have none afterwards.
 pub fn delete_persona(conn: &Connection, id: &str) -> Result<(), StoreError> {
     if conn.execute("DELETE FROM personas WHERE id = ?1", [id])? == 0 {

@@ -209,6 +209,14 @@ pub enum PersonaVerb {
         none: bool,
     },
     Delete { persona: String },
+    /// Give a persona a picture (a PNG file), or take it away with --none.
+    Image {
+        persona: String,
+        #[arg(required_unless_present = "none")]
+        file: Option<std::path::PathBuf>,
+        #[arg(long, conflicts_with = "file")]
+        none: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -427,6 +435,9 @@ pub fn persona(engine: &EngineHandle, verb: PersonaVerb, json: bool) -> Result<E
             }
         }
         PersonaVerb::Delete { persona } => AuthorCommand::DeletePersona { persona },
+        PersonaVerb::Image { persona, file, .. } => {
+            AuthorCommand::PersonaImage { persona, path: file.map(|f| std::path::absolute(&f).unwrap_or(f)) }
+        }
     };
     author(engine, json, command)
 }

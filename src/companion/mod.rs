@@ -212,7 +212,10 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             let info = records::resolve_character(&reader, &character)?;
             let turns = records::recent_turns(&reader, &info.id, limit, true)?;
             let state = records::load_state(&reader, &info.id)?;
-            let user = records::chat_user(&reader, &state, &ctx.config().companion.user_name)?;
+            let mut user = records::chat_user(&reader, &state, &ctx.config().companion.user_name)?;
+            if let Some(id) = &user.persona_id {
+                user.image_png = crate::character::persona_image(&reader, id)?.map(Arc::new);
+            }
             let personas = crate::character::personas(&reader)?;
             let macros = crate::prompting::MacroContext {
                 char: &info.name,

@@ -113,6 +113,9 @@ pub struct ChatUser {
     /// The persona's description (empty without a persona); `{{persona}}` and the packet.
     pub description: String,
     pub persona_id: Option<String>,
+    /// The persona's picture (PNG), for the chat to show; not sent to models.
+    #[serde(skip)]
+    pub image_png: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 /// The greetings of a card in swipe order: `first_mes`, then the alternates.

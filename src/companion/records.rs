@@ -140,15 +140,16 @@ pub fn set_persona(conn: &Connection, character_id: &str, persona_id: Option<&st
     Ok(())
 }
 
-/// Who the user is in this chat: its persona, or `fallback` (the configured name).
+/// Who the user is in this chat: its persona (without its picture: see
+/// `crate::character::persona_image`), or `fallback` (the configured name).
 pub fn chat_user(conn: &Connection, state: &ChatState, fallback: &str) -> Result<ChatUser, StoreError> {
     let persona = match state.persona_id.as_deref() {
         Some(id) => crate::character::persona(conn, id)?,
         None => None,
     };
     Ok(match persona {
-        Some(p) => ChatUser { name: p.name, description: p.description, persona_id: Some(p.id) },
-        None => ChatUser { name: fallback.to_string(), description: String::new(), persona_id: None },
+        Some(p) => ChatUser { name: p.name, description: p.description, persona_id: Some(p.id), image_png: None },
+        None => ChatUser { name: fallback.to_string(), description: String::new(), persona_id: None, image_png: None },
     })
 }
 

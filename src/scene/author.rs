@@ -32,6 +32,8 @@ pub enum AuthorCommand {
     NewPersona { name: String, description: String },
     EditPersona { persona: String, name: Option<String>, description: Option<String> },
     DeletePersona { persona: String },
+    /// Give a persona a picture (a PNG file), or take it away (`None`).
+    PersonaImage { persona: String, path: Option<PathBuf> },
     /// Report every persona as [`AuthorEvent::Personas`].
     Personas,
     Attach { lorebook: String, level: LoreLevel, owner: String },
@@ -183,6 +185,20 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                 Ok((record.name, record.id))
             })?;
             Some(authored("overrode", "character", id, name))
+        }
+        AuthorCommand::PersonaImage { persona, path } => {
+            let bytes = match &path {
+                Some(path) => Some(
+                    crate::paths::read_bounded(path, character::MAX_IMAGE_BYTES as u64).map_err(|e| SceneError::Invalid(e.to_string()))?,
+                ),
+                None => None,
+            };
+            let (id, name) = store.transaction(|tx| {
+                let found = character::resolve_persona(tx, &persona)?;
+                character::set_persona_image(tx, &found.id, bytes.as_deref())?;
+                Ok((found.id, found.name))
+            })?;
+            Some(authored(if path.is_some() { "pictured" } else { "unpictured" }, "persona", id, name))
         }
         AuthorCommand::SetBudgets { campaign, plan } => {
             let (id, name) = store.transaction(|tx| {

@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0019_character_and_chat_lorebooks", include_str!("migrations/0019_character_and_chat_lorebooks.sql")),
     ("0020_identity_runs_follow_characters", include_str!("migrations/0020_identity_runs_follow_characters.sql")),
     ("0021_campaign_budgets", include_str!("migrations/0021_campaign_budgets.sql")),
+    ("0022_persona_images", include_str!("migrations/0022_persona_images.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

@@ -45,6 +45,8 @@ pub struct ChatPanel {
     greeting_swipe: u32,
     /// Who the user plays in this chat, and the personas to choose from.
     user: Option<crate::companion::records::ChatUser>,
+    /// The persona's picture as a texture, with the persona it shows.
+    picture: Option<(String, egui::TextureHandle)>,
     personas: Vec<crate::character::Persona>,
     /// The library's lorebooks, with where each fires for this chat.
     books: Vec<crate::companion::ChatBook>,
@@ -380,8 +382,22 @@ impl ChatPanel {
     /// Who the user plays in this chat: a persona chosen here, or the configured name.
     fn show_persona(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let (Some(character), Some(user)) = (self.selected.clone(), self.user.as_ref()) else { return };
+        // The picture is decoded once per persona, not per frame.
+        let wanted = user.persona_id.clone().filter(|_| user.image_png.is_some());
+        if self.picture.as_ref().map(|(id, _)| id) != wanted.as_ref() {
+            self.picture = match (&wanted, &user.image_png) {
+                (Some(id), Some(bytes)) => crate::character::rgba(bytes).ok().map(|(w, h, pixels)| {
+                    let image = egui::ColorImage::from_rgba_unmultiplied([w as usize, h as usize], &pixels);
+                    (id.clone(), ui.ctx().load_texture(format!("persona-{id}"), image, egui::TextureOptions::LINEAR))
+                }),
+                _ => None,
+            };
+        }
         let mut choice: Option<Option<String>> = None;
         ui.horizontal(|ui| {
+            if let Some((_, texture)) = &self.picture {
+                ui.add(egui::Image::new(texture).max_size(egui::vec2(48.0, 48.0)).alt_text(format!("{}'s picture", user.name)));
+            }
             let label = ui.label("You play");
             let current = if user.persona_id.is_some() { user.name.clone() } else { format!("{} (no persona)", user.name) };
             egui::ComboBox::from_id_salt("chat_persona")

@@ -45,6 +45,19 @@ const ST_FILE: &str = r#"{"user_name":"Ash","character_name":"Maren Vosk","creat
 {"name":"Maren Vosk","is_user":false,"is_system":false,"send_date":"October 2, 2026 9:20pm","mes":"Everything here rusts, Ash. Even patience.","extra":{}}
 "#;
 
+/// A 2×2 RGB PNG.
+pub fn tiny_png() -> Vec<u8> {
+    let mut bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, 2, 2);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().unwrap();
+        writer.write_image_data(&[200, 120, 40, 10, 20, 30, 90, 90, 90, 255, 255, 255]).unwrap();
+    }
+    bytes
+}
+
 #[test]
 fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -80,6 +93,24 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     // The user plays their own persona in this chat; the greeting speaks to it.
     run(&paths, &["persona", "new", "Tamsin", "--description", "{{user}} is a courier on the river road."]);
     run(&paths, &["persona", "use", "Tamsin", "--chat", "Maren"]);
+    // A picture for the persona: a PNG is kept, anything else refused with the reason.
+    let picture = dir.path().join("tamsin.png");
+    std::fs::write(&picture, tiny_png()).unwrap();
+    run(&paths, &["persona", "image", "Tamsin", picture.to_str().unwrap()]);
+    let not_png = dir.path().join("tamsin.txt");
+    std::fs::write(&not_png, "a picture, honestly").unwrap();
+    let refused = command(&paths, &["persona", "image", "Tamsin", not_png.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not a PNG"), "{}", String::from_utf8_lossy(&refused.stderr));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let kept = store
+        .with(|c| {
+            let id = lorekeeper::character::resolve_persona(c, "Tamsin")?.id;
+            lorekeeper::character::persona_image(c, &id)
+        })
+        .unwrap();
+    assert_eq!(kept.as_deref(), Some(tiny_png().as_slice()), "the PNG kept, the refused file not stored");
+    drop(store);
     let opening = history(&paths);
     assert_eq!(opening.len(), 1, "a new chat opens with the greeting: {opening:?}");
     assert_eq!(opening[0]["id"], "greeting");

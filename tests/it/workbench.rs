@@ -544,7 +544,12 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
         "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",
         "character_version": "1", "extensions": {} } });
     lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
-    store.with(|c| lorekeeper::character::insert_persona(c, "Tamsin", "A courier.")).expect("persona");
+    store
+        .with(|c| {
+            let id = lorekeeper::character::insert_persona(c, "Tamsin", "A courier.")?;
+            lorekeeper::character::set_persona_image(c, &id, Some(&crate::chat_files::tiny_png()))
+        })
+        .expect("persona");
     let book = serde_json::json!({ "entries": { "0": { "uid": 0, "key": ["weir"], "keysecondary": [], "comment": "The weir",
         "content": "The old weir drowned in the spring flood.", "constant": false, "selective": false, "order": 100, "position": 0,
         "disable": false, "probability": 100 } } });
@@ -587,6 +592,7 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().user_name() == Some("Tamsin"));
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Who goes there, Tamsin?"));
     harness.run();
+    step_until_shown(&mut harness, "Tamsin's picture");
 
     // A lorebook of the library is attached to this chat.
     harness.get_by_label_contains("Lorebooks (0 firing)").click();
