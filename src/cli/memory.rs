@@ -31,6 +31,14 @@ pub enum MemoryAction {
     },
     /// Counts of memories, vectors and index state.
     Stats,
+    /// What the agents' prompts were given: each agent's last prompt, or with --agent
+    /// that agent's prompts, newest first.
+    Injections {
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
     /// Chunk, embed and index markdown lore files (only files whose content changed).
     Lore {
         /// The lore folder (default: `lore/`).
@@ -137,6 +145,7 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
         MemoryAction::Reindex { force } => reindex(engine, force, json, &mut out)?,
         MemoryAction::Lore { dir } => lore(engine, dir, json, &mut out)?,
         MemoryAction::Stats => stats(engine, json, &mut out)?,
+        MemoryAction::Injections { agent, limit } => injections(engine, agent, limit, json, &mut out)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -280,6 +289,36 @@ fn lore(engine: &EngineHandle, dir: Option<PathBuf>, json: bool, out: &mut impl 
             "{} lore files: {} indexed ({} chunks), {} unchanged, {} removed",
             report.files, report.indexed, report.chunks, report.unchanged, report.removed
         )?;
+    }
+    Ok(())
+}
+
+fn injections(engine: &EngineHandle, agent: Option<String>, limit: u32, json: bool, out: &mut impl Write) -> Result<()> {
+    let injections = match agent {
+        Some(agent) => {
+            engine.send(Command::Memory(MemoryCommand::InjectionHistory { agent, limit }))?;
+            wait(engine, |e| match e {
+                MemoryEvent::InjectionHistory { injections, .. } => Some(injections.clone()),
+                _ => None,
+            })?
+        }
+        None => {
+            engine.send(Command::Memory(MemoryCommand::Injections))?;
+            wait(engine, |e| match e {
+                MemoryEvent::Injections { injections } => Some(injections.clone()),
+                _ => None,
+            })?
+        }
+    };
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&injections)?)?;
+        return Ok(());
+    }
+    for i in &injections {
+        writeln!(out, "{}  {}  {} memories for {:?}", i.at, i.agent, i.hits.len(), i.query.chars().take(80).collect::<String>())?;
+        for h in &i.hits {
+            writeln!(out, "    {} ({:.3}): {}", h.id, h.score, h.text.chars().take(100).collect::<String>())?;
+        }
     }
     Ok(())
 }

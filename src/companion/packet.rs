@@ -112,6 +112,13 @@ fn distance_text(state: Proximity, name: &str, user: &str) -> String {
     }
 }
 
+/// The memories `packet` actually carried of those retrieved: none when it has no
+/// memory bank, else every hit its budget did not drop.
+pub fn carried(packet: &Packet, hits: &[RetrievalHit]) -> Vec<RetrievalHit> {
+    let Some(bank) = packet.block("memory_bank") else { return Vec::new() };
+    hits.iter().filter(|h| !bank.dropped.iter().any(|d| d.id == h.id)).cloned().collect()
+}
+
 /// The XML blocks the templates produce, in order.
 pub(crate) const TAGS: [&str; 11] = [
     "system_directive",
@@ -524,6 +531,10 @@ mod tests {
         let bank = packet.block("memory_bank").unwrap();
         assert!(bank.text.contains("high word"));
         assert_eq!(bank.dropped.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["mid", "low"]);
+        // What is recorded as injected is what the packet carried, not what was retrieved.
+        assert_eq!(carried(&packet, &hits).iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["high"]);
+        let without = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        assert!(carried(&without, &hits).is_empty(), "no memory bank, no memory injected");
     }
 
     /// The whole packet exactly as sent, block by block: a change to a template or to

@@ -27,6 +27,8 @@ pub enum MemoryCommand {
     IndexLore { dir: Option<PathBuf> },
     /// Report what each agent's last prompt was given, as [`MemoryEvent::Injections`].
     Injections,
+    /// Report what `agent`'s earlier prompts were given, newest first.
+    InjectionHistory { agent: String, limit: u32 },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +48,7 @@ pub enum MemoryEvent {
     Context { id: String, memories: Vec<Memory> },
     LoreIndexed { report: super::lore::LoreReport },
     Injections { injections: Vec<super::injections::Injection> },
+    InjectionHistory { agent: String, injections: Vec<super::injections::Injection> },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -196,6 +199,7 @@ fn describe(command: &MemoryCommand) -> &'static str {
         MemoryCommand::Context { .. } => "memory context",
         MemoryCommand::IndexLore { .. } => "memory lore",
         MemoryCommand::Injections => "memory injections",
+        MemoryCommand::InjectionHistory { .. } => "memory injection history",
     }
 }
 
@@ -250,6 +254,10 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
             let dir = dir.unwrap_or_else(crate::paths::lore_dir);
             let report = super::lore::index_lore(&bank, &dir)?;
             emit(ctx, MemoryEvent::LoreIndexed { report });
+        }
+        MemoryCommand::InjectionHistory { agent, limit } => {
+            let injections = super::injections::history(&ctx.store.reader()?, &agent, limit)?;
+            emit(ctx, MemoryEvent::InjectionHistory { agent, injections });
         }
         MemoryCommand::Injections => {
             let injections = super::injections::latest(&ctx.store.reader()?)?;

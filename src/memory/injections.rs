@@ -31,7 +31,33 @@ pub fn record(conn: &Connection, agent: &str, query: &str, hits: &[RetrievalHit]
          ON CONFLICT(agent) DO UPDATE SET query = excluded.query, at = excluded.at, hits = excluded.hits",
         params![agent, query, now_rfc3339(), json],
     )?;
+    conn.execute(
+        "INSERT INTO memory_injection_log(agent, query, at, hits) VALUES (?1, ?2, ?3, ?4)",
+        params![agent, query, now_rfc3339(), json],
+    )?;
+    conn.execute(
+        "DELETE FROM memory_injection_log WHERE agent = ?1 AND seq <= \
+         (SELECT seq FROM memory_injection_log WHERE agent = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+        params![agent, KEPT_PER_AGENT],
+    )?;
     Ok(())
+}
+
+/// Injections kept per agent in the log.
+pub const KEPT_PER_AGENT: i64 = 200;
+
+/// `agent`'s injections, newest first (at most `limit`).
+pub fn history(conn: &Connection, agent: &str, limit: u32) -> Result<Vec<Injection>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT agent, query, at, hits FROM memory_injection_log WHERE agent = ?1 ORDER BY seq DESC LIMIT ?2")?;
+    let rows = stmt.query_map(params![agent, limit], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (agent, query, at, hits) = row?;
+        out.push(Injection { agent, query, at, hits: serde_json::from_str(&hits).unwrap_or_default() });
+    }
+    Ok(out)
 }
 
 /// Every agent's last injection, most recent first.
@@ -84,6 +110,20 @@ mod tests {
         let mira = all.iter().find(|i| i.agent == "companion:Mira").unwrap();
         assert_eq!(mira.query, "second");
         assert_eq!(mira.hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+    }
+
+    #[test]
+    fn every_injection_is_kept_in_the_log_newest_first_up_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path().join("lib.sqlite")).unwrap();
+        for n in 0..(KEPT_PER_AGENT + 5) {
+            store.with(|c| record(c, "companion:Mira", &format!("q{n}"), &[hit("a", 1)])).unwrap();
+        }
+        store.with(|c| record(c, "scene:character:Tobin", "other", &[])).unwrap();
+        let log = store.with(|c| history(c, "companion:Mira", 1000)).unwrap();
+        assert_eq!(log.len() as i64, KEPT_PER_AGENT);
+        assert_eq!(log[0].query, format!("q{}", KEPT_PER_AGENT + 4));
+        assert_eq!(store.with(|c| history(c, "scene:character:Tobin", 10)).unwrap().len(), 1);
     }
 
     #[test]

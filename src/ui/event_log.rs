@@ -80,7 +80,7 @@ fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)>
         // Progress is shown by the memory browser; a line every 250 ms would bury the log.
         E::ImportProgress { .. } | E::ReindexProgress { .. } | E::IndexRebuildProgress { .. } => None,
         // Snapshots the panels asked for.
-        E::Stats { .. } | E::Context { .. } | E::Injections { .. } => None,
+        E::Stats { .. } | E::Context { .. } | E::Injections { .. } | E::InjectionHistory { .. } => None,
         E::SearchResults { query, hits, elapsed_ms, .. } => {
             info(format!("memory: {} hits for {query:?} in {elapsed_ms:.1} ms", hits.len()))
         }

@@ -46,6 +46,9 @@ pub struct MemoryPanel {
     status: Option<String>,
     work: Option<Work>,
     injections: Vec<Injection>,
+    /// The selected agent's earlier prompts (newest first), and the one shown (0: latest).
+    history: Vec<Injection>,
+    shown: usize,
     agent: Option<String>,
 }
 
@@ -150,6 +153,10 @@ impl MemoryPanel {
             }
             MemoryEvent::Imported { .. } | MemoryEvent::Reindexed { .. } => {
                 self.work = None;
+            }
+            MemoryEvent::InjectionHistory { agent, injections } if self.agent.as_deref() == Some(agent.as_str()) => {
+                self.history = injections.clone();
+                self.shown = self.shown.min(self.history.len().saturating_sub(1));
             }
             MemoryEvent::Injections { injections } => {
                 self.injections = injections.clone();
@@ -291,12 +298,28 @@ impl MemoryPanel {
                 let text = format!("{} ({})", injection.agent, injection.hits.len());
                 if ui.selectable_label(selected, text).on_hover_text(format!("prompted at {}", injection.at)).clicked() {
                     self.agent = Some(injection.agent.clone());
+                    self.history.clear();
+                    self.shown = 0;
+                    outbox.push(Command::Memory(MemoryCommand::InjectionHistory { agent: injection.agent.clone(), limit: 50 }));
                 }
             }
         });
-        let Some(injection) = self.agent.as_ref().and_then(|a| self.injections.iter().find(|i| &i.agent == a)) else {
+        let Some(latest) = self.agent.as_ref().and_then(|a| self.injections.iter().find(|i| &i.agent == a)) else {
             return None;
         };
+        // Back through this agent's earlier prompts.
+        if self.history.len() > 1 {
+            ui.horizontal(|ui| {
+                if ui.add_enabled(self.shown + 1 < self.history.len(), egui::Button::new("Earlier prompt")).clicked() {
+                    self.shown += 1;
+                }
+                ui.label(format!("prompt {} of the last {}", self.history.len() - self.shown, self.history.len()));
+                if ui.add_enabled(self.shown > 0, egui::Button::new("Later prompt")).clicked() {
+                    self.shown -= 1;
+                }
+            });
+        }
+        let injection = self.history.get(self.shown).filter(|_| self.shown > 0).unwrap_or(latest);
         ui.label(format!(
             "{} memories for {:?} at {}",
             injection.hits.len(),

@@ -153,6 +153,12 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     let saved = run(&paths, &["chat", "chats", "--character", "Maren", "--json"]).last().unwrap().as_array().unwrap().clone();
     assert_eq!(saved.iter().map(|s| s["turns"].as_u64().unwrap()).collect::<Vec<_>>(), [1]);
 
+    // Every prompt's injection is kept, not only the last: two sends and a continue.
+    let log = run(&paths, &["memory", "injections", "--agent", "companion:Maren Vosk"]);
+    let log = log.last().unwrap().as_array().unwrap().clone();
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert!(log[0]["query"].as_str().unwrap().contains("cormorant"), "newest first: {log:?}");
+
     // Export as a SillyTavern chat: a header, the greeting with its swipes, four messages.
     let out = dir.path().join("maren.jsonl");
     run(&paths, &["chat", "export", "--character", "Maren", "--out", out.to_str().unwrap()]);

@@ -127,7 +127,7 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
         match draw(ctx, &agent, &draft, attempt, &last_reason, cancel)? {
             Draw::Accepted(accepted) => {
                 // The memories this draw was given, recorded as the companion's last injection.
-                let hits = draft.prepared.memories.clone();
+                let hits = crate::companion::packet::carried(&accepted.packet, &draft.prepared.memories);
                 let injection = Injection { agent: format!("companion:{}", character.name), query: draft.text.to_string() };
                 let mut last = last;
                 last.hits = hits;

@@ -170,8 +170,9 @@ fn draw(
         name: character.name.clone(),
         input: draft.text.to_string(),
         attempt,
+        // The memories this packet carries (its budget may have cut some).
+        hits: packet::carried(&packet, &prepared.memories),
         packet: Box::new(packet.clone()),
-        hits: prepared.memories.clone(),
     });
     let mut request = ChatRequest::new("", packet.messages.clone());
     request.stream = true;
@@ -241,8 +242,8 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         user_memory_id: Some(format!("{id}-u")),
         reply_memory_id: Some(format!("{id}-r")),
         proximity: prepared.proximity,
+        hits: packet::carried(&packet, &prepared.memories),
         packet,
-        hits: prepared.memories.clone(),
         attempts,
         prompt_tokens: completion.usage.prompt_tokens,
         completion_tokens: completion.usage.completion_tokens,

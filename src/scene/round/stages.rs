@@ -137,6 +137,16 @@ impl RoundDraft {
     }
 }
 
+/// Whether the last call's memories section kept the memory `id` (its items are
+/// `memory {id} (score …)`).
+fn kept_memory(ledgers: &[CallLedger], id: &str) -> bool {
+    let prefix = format!("memory {id} (");
+    ledgers
+        .last()
+        .and_then(|call| call.ledger.sections.iter().find(|s| s.section == crate::prompting::Section::Memories))
+        .is_some_and(|section| section.kept.iter().any(|k| k.starts_with(&prefix)))
+}
+
 fn cancelled(cancel: &CancelToken) -> Result<(), SceneError> {
     if cancel.is_cancelled() { Err(SceneError::Llm(LlmError::Cancelled)) } else { Ok(()) }
 }
@@ -310,7 +320,9 @@ pub(super) fn characters(
             completion_tokens: usage.completion_tokens,
             notes: recalled.notes.into_iter().chain(macro_notes).collect(),
         });
-        draft.injections.push((format!("scene:character:{}", member.name), recalled.query, recalled.hits));
+        // What the prompt carried: the recalled memories its budget kept.
+        let carried: Vec<RetrievalHit> = recalled.hits.into_iter().filter(|h| kept_memory(&draft.ledgers, &h.id)).collect();
+        draft.injections.push((format!("scene:character:{}", member.name), recalled.query, carried));
         let (prose, delta) = split_delta(&reply);
         ctx.emit(SceneEvent::CharacterFinished {
             scene_id: draft.scene_id.clone(),
