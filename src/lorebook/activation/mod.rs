@@ -105,7 +105,15 @@ pub struct ActivationOptions<'a> {
     pub seed: u64,
     /// Inclusion groups keep only the members that matched the most keys.
     pub group_scoring: bool,
+    /// Wall time the key checks of one activation may take; entries not checked by then
+    /// are skipped and say so (`None`: no limit).
+    pub time_budget: Option<std::time::Duration>,
 }
+
+/// How long one activation's key checks may run by default: far more than any sane book
+/// needs (thousands of plain keys take about a millisecond), little enough that a book
+/// of pathological regular expressions cannot stall a round.
+pub const DEFAULT_TIME_BUDGET: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Default for ActivationOptions<'_> {
     fn default() -> Self {
@@ -119,6 +127,7 @@ impl Default for ActivationOptions<'_> {
             count_tokens: &estimate_tokens,
             seed: 0,
             group_scoring: false,
+            time_budget: Some(DEFAULT_TIME_BUDGET),
         }
     }
 }
@@ -304,6 +313,7 @@ impl SkipReason {
                 format!("key {key:?} only in the lore of {:?}, and the entry excludes recursion", label(*from))
             }
             SkipReason::DelayUntilRecursion { level } => format!("waits for recursion level {level}, never reached"),
+            SkipReason::TimeBudget { after_ms } => format!("not checked: the activation's time budget ran out after {after_ms} ms"),
         }
     }
 }
@@ -371,6 +381,9 @@ pub enum SkipReason {
     /// Needed `needed` tokens with `used` of `budget` spent (or the budget had already
     /// overflowed, which stops all later budgeted entries, as in SillyTavern).
     Budget { needed: u32, used: u32, budget: u32 },
+    /// Not checked: the activation's time budget ran out first (hostile regex keys, a
+    /// huge book); `after_ms` is how long it had run.
+    TimeBudget { after_ms: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -130,6 +130,7 @@ impl<'r> Run<'r> {
         let budget = self.options.token_budget;
         let (mut used, mut overflowed) = (0u32, false);
         let (mut pass, mut level) = (0u32, 0u32);
+        let started = std::time::Instant::now();
         loop {
             let mut matched = Vec::new();
             let mut still = Vec::new();
@@ -143,6 +144,14 @@ impl<'r> Run<'r> {
                 }
                 if let Some(trigger) = fire[i].take() {
                     matched.push(Candidate { index: i, trigger, score: 0 });
+                    continue;
+                }
+                // Out of time: the rest are not checked, and say so.
+                if let Some(limit) = self.options.time_budget
+                    && started.elapsed() > limit
+                {
+                    let after_ms = started.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;
+                    self.outcomes[i] = Some(Outcome::Skipped { skip: SkipReason::TimeBudget { after_ms } });
                     continue;
                 }
                 match self.evaluate(i, pass) {

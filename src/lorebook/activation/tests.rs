@@ -60,6 +60,7 @@ fn describe(outcome: &Outcome, entries: &[LoreEntry]) -> String {
             SkipReason::Cooldown { until } => format!("cooldown until {until}"),
             SkipReason::Delay { from } => format!("delay until {from}"),
             SkipReason::Budget { needed, used, budget } => format!("budget {needed}+{used}>{budget}"),
+            SkipReason::TimeBudget { .. } => "time budget".into(),
         },
     }
 }
@@ -491,3 +492,27 @@ fn a_prepared_index_gives_the_same_report() {
     assert!(!report.is_activated(0));
 }
 
+
+/// A book of pathological regular expressions does not stall a round: the key checks
+/// stop at the time budget, and the entries left unchecked say so.
+#[test]
+fn a_book_of_hostile_regex_keys_is_cut_off_by_the_time_budget() {
+    let entries: Vec<LoreEntry> = (0..5000)
+        .map(|i| LoreEntry { id: None, keys: vec!["/(?=a)(a|aa)+b/".into()], content: format!("entry {i}"), ..Default::default() })
+        .collect();
+    let text = "a".repeat(3000);
+    let input = ScanInput { messages: vec![&text], message_number: 1, ..Default::default() };
+    let options = ActivationOptions { time_budget: Some(std::time::Duration::from_millis(100)), ..Default::default() };
+    let started = std::time::Instant::now();
+    let (report, got) = run_with(&entries, &input, &mut ActivationState::default(), &options);
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "activation took {took:?}");
+    assert!(report.activated.is_empty());
+    let unchecked = got.iter().filter(|g| *g == "time budget").count();
+    assert!(unchecked > 0, "some entries were left unchecked: {:?}", &got[..5]);
+    let reason = report.outcomes.iter().find_map(|o| match o {
+        Outcome::Skipped { skip: skip @ SkipReason::TimeBudget { .. } } => Some(skip.describe(&|_| String::new())),
+        _ => None,
+    });
+    assert!(reason.is_some_and(|r| r.starts_with("not checked: the activation's time budget ran out")));
+}
