@@ -194,6 +194,9 @@ pub enum LlmError {
     RateLimited { retry_after: Option<Duration> },
     #[error("the provider answered HTTP {status}: {message}")]
     Http { status: u16, message: String },
+    /// HTTP 503 with a `Retry-After`: the server said when to come back.
+    #[error("the provider is unavailable (HTTP 503): {message}; retry after {:.1}s", retry_after.as_secs_f64())]
+    Unavailable { message: String, retry_after: Duration },
     #[error("malformed response from the provider: {0}")]
     Malformed(String),
     #[error("the stream ended before the reply was complete ({} characters received)", partial.chars().count())]
@@ -215,7 +218,11 @@ impl LlmError {
     /// Errors worth retrying: the same request may succeed a moment later.
     pub fn is_transient(&self) -> bool {
         match self {
-            LlmError::Connect { .. } | LlmError::Timeout(_) | LlmError::RateLimited { .. } | LlmError::Truncated { .. } => true,
+            LlmError::Connect { .. }
+            | LlmError::Timeout(_)
+            | LlmError::RateLimited { .. }
+            | LlmError::Unavailable { .. }
+            | LlmError::Truncated { .. } => true,
             LlmError::Http { status, .. } => *status >= 500 || *status == 408,
             _ => false,
         }
@@ -230,6 +237,7 @@ impl LlmError {
                 LlmError::Connect { endpoint: secret.scrub(&endpoint), message: secret.scrub(&message) }
             }
             LlmError::Http { status, message } => LlmError::Http { status, message: secret.scrub(&message) },
+            LlmError::Unavailable { message, retry_after } => LlmError::Unavailable { message: secret.scrub(&message), retry_after },
             LlmError::Malformed(message) => LlmError::Malformed(secret.scrub(&message)),
             LlmError::Truncated { partial } => LlmError::Truncated { partial: secret.scrub(&partial) },
             LlmError::Config(message) => LlmError::Config(secret.scrub(&message)),

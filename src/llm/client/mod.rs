@@ -232,6 +232,7 @@ impl LlmClient {
             }
             let asked = match &error {
                 LlmError::RateLimited { retry_after } => *retry_after,
+                LlmError::Unavailable { retry_after, .. } => Some(*retry_after),
                 _ => None,
             };
             // A server asking for a longer pause than the policy allows: hand the
@@ -448,6 +449,18 @@ mod tests {
         let client = LlmClient::with_provider(fake.clone(), profile());
         assert_eq!(call(&client), Err(http(401)));
         assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_503_that_says_when_to_come_back_is_waited_for() {
+        let asked = Duration::from_millis(40);
+        let busy = LlmError::Unavailable { message: "loading model".into(), retry_after: asked };
+        let fake = Fake::new(vec![Err(busy), Ok("fine")]);
+        let client = LlmClient::with_provider(fake.clone(), profile());
+        let started = Instant::now();
+        assert_eq!(call(&client).unwrap().text, "fine");
+        assert!(started.elapsed() >= asked, "waited {:?}, asked {asked:?}", started.elapsed());
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -352,6 +352,13 @@ pub(crate) fn error_from_status(status: u16, headers: &[(String, String)], body:
         message
     };
     let message = if status == 404 { format!("{message} (check the base URL and the model name)") } else { message };
+    // A 503 that says when to come back is waited for like a 429.
+    if status == 503 {
+        let header = |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
+        if let Some(retry_after) = header("retry-after").and_then(|v| parse_retry_after(v, SystemTime::now())) {
+            return LlmError::Unavailable { message, retry_after };
+        }
+    }
     LlmError::Http { status, message }
 }
 
@@ -459,6 +466,9 @@ mod tests {
             LlmError::Http { status: 500, message: "<html>upstream exploded</html>".into() }
         );
         assert_eq!(error_from_status(502, &[], b""), LlmError::Http { status: 502, message: "no message".into() });
+        let waiting = error_from_status(503, &[("Retry-After".into(), "2".into())], br#"{"error":"loading model"}"#);
+        assert_eq!(waiting, LlmError::Unavailable { message: "loading model".into(), retry_after: Duration::from_secs(2) });
+        assert!(waiting.is_transient());
         let long = "x".repeat(5000);
         let LlmError::Http { message, .. } = error_from_status(500, &[], long.as_bytes()) else { panic!() };
         assert!(message.chars().count() <= MAX_QUOTED + 1);
