@@ -180,6 +180,10 @@ pub struct ProviderProfile {
     /// from the machine (see `llm::local::default_threads`). Other kinds ignore it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<u32>,
+    /// Send the key over plain `http://` to a host that is not this machine. Off: a key
+    /// for such a base URL is refused rather than sent where anyone on the way can read it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_key_over_http: bool,
 }
 
 impl Default for ProviderProfile {
@@ -197,6 +201,7 @@ impl Default for ProviderProfile {
             requests_per_minute: None,
             cache: false,
             supports_json_schema: true,
+            allow_key_over_http: false,
             path: None,
             threads: None,
         }

@@ -29,6 +29,40 @@ impl Secret {
     }
 }
 
+/// Scrubs a secret out of a stream of fragments: a key split across two fragments is
+/// caught too, because the tail that could be the start of the key is held back until
+/// the next fragment (or the end) says what it is.
+pub struct StreamScrubber {
+    secret: Option<Secret>,
+    pending: String,
+}
+
+impl StreamScrubber {
+    pub fn new(secret: Option<Secret>) -> Self {
+        Self { secret: secret.filter(|s| s.0.len() >= 4), pending: String::new() }
+    }
+
+    /// The text safe to show now.
+    pub fn push(&mut self, fragment: &str) -> String {
+        let Some(secret) = &self.secret else { return fragment.to_string() };
+        self.pending.push_str(fragment);
+        let scrubbed = secret.scrub(&self.pending);
+        // Hold back the longest tail that is a start of the key.
+        let hold = (1..secret.0.len().min(scrubbed.len() + 1))
+            .rev()
+            .find(|n| scrubbed.is_char_boundary(scrubbed.len() - n) && secret.0.starts_with(&scrubbed[scrubbed.len() - n..]))
+            .unwrap_or(0);
+        let cut = scrubbed.len() - hold;
+        self.pending = scrubbed[cut..].to_string();
+        scrubbed[..cut].to_string()
+    }
+
+    /// What was held back, at the end of the stream.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.pending)
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
@@ -51,5 +85,20 @@ mod tests {
         assert!(!format!("{s:?}").contains("1234567890"));
         assert!(!format!("{s}").contains("1234567890"));
         assert_eq!(s.scrub("bad key sk-live-1234567890 given"), "bad key [redacted] given");
+    }
+
+    #[test]
+    fn a_key_split_across_fragments_never_reaches_the_screen() {
+        let mut scrubber = StreamScrubber::new(Some(Secret::new("sk-live-1234567890")));
+        let mut shown = String::new();
+        for fragment in ["The key is sk-li", "ve-12345", "67890, sk", "!"] {
+            let out = scrubber.push(fragment);
+            assert!(!out.contains("sk-live-1234567890"));
+            shown.push_str(&out);
+        }
+        shown.push_str(&scrubber.finish());
+        assert_eq!(shown, "The key is [redacted], sk!");
+        let mut plain = StreamScrubber::new(None);
+        assert_eq!(plain.push("as is"), "as is");
     }
 }

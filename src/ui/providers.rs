@@ -195,6 +195,8 @@ impl ProvidersPanel {
             ui.horizontal(|ui| {
                 ui.checkbox(&mut self.draft.cache, "Cache identical requests");
                 ui.checkbox(&mut self.draft.supports_json_schema, "Server enforces JSON schema");
+                ui.checkbox(&mut self.draft.allow_key_over_http, "Send the key over plain http")
+                    .on_hover_text("Off: a key for an http:// address that is not this machine is refused, not sent");
             });
             ui.end_row();
         });

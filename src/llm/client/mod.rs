@@ -194,9 +194,20 @@ impl LlmClient {
         }
 
         let delivered = AtomicBool::new(false);
+        // Fragments are scrubbed of the key before anyone sees them, even one split in two.
+        let scrubber = std::sync::Mutex::new(crate::llm::secret::StreamScrubber::new(self.secret.clone()));
         let relay = |fragment: &str| {
             delivered.store(true, Ordering::Relaxed);
-            ctx.emit(fragment);
+            let shown = scrubber.lock().unwrap_or_else(|p| p.into_inner()).push(fragment);
+            if !shown.is_empty() {
+                ctx.emit(&shown);
+            }
+        };
+        let flush = || {
+            let rest = scrubber.lock().unwrap_or_else(|p| p.into_inner()).finish();
+            if !rest.is_empty() {
+                ctx.emit(&rest);
+            }
         };
         let attempt_ctx = CallContext {
             cancel: ctx.cancel,
@@ -209,7 +220,9 @@ impl LlmClient {
             if let Some(limiter) = &self.limiter {
                 limiter.acquire(ctx.cancel)?;
             }
-            let error = match self.provider.complete(request, attempt_ctx) {
+            let outcome = self.provider.complete(request, attempt_ctx);
+            flush();
+            let error = match outcome {
                 Ok(mut completion) => {
                     if let Some(secret) = &self.secret {
                         completion.text = secret.scrub(&completion.text);
@@ -293,14 +306,53 @@ fn resolve_key(profile: &ProviderProfile) -> Result<Option<Secret>, LlmError> {
 
 fn resolve_key_with(profile: &ProviderProfile, lookup: impl Fn(&str) -> Option<Secret>) -> Result<Option<Secret>, LlmError> {
     let var = profile.key_env().filter(|v| !v.trim().is_empty());
-    match profile.kind {
-        ProviderKind::Scripted | ProviderKind::Local => Ok(None),
-        ProviderKind::Anthropic | ProviderKind::Gemini => Ok(var.and_then(lookup)),
-        ProviderKind::Openai if profile.base_url().is_some_and(is_local_address) => {
-            Ok(profile.api_key_env.as_deref().filter(|v| !v.trim().is_empty()).and_then(lookup))
+    let named = profile.api_key_env.as_deref().filter(|v| !v.trim().is_empty());
+    let key = match profile.kind {
+        ProviderKind::Scripted | ProviderKind::Local => None,
+        ProviderKind::Anthropic | ProviderKind::Gemini => var.and_then(lookup),
+        ProviderKind::Openai if profile.base_url().is_some_and(is_local_address) => named.and_then(lookup),
+        // `OPENAI_API_KEY` is OpenAI's: another host gets a key only from a variable its
+        // profile names.
+        ProviderKind::Openai if named.is_none() && !profile.base_url().is_none_or(is_official_openai) => {
+            return Err(LlmError::MissingKey {
+                var: "(none named: OPENAI_API_KEY goes only to api.openai.com; set api_key_env in the profile)".into(),
+            });
         }
-        ProviderKind::Openai => var.and_then(lookup).map(Some).ok_or_else(|| missing(profile)),
+        ProviderKind::Openai => Some(var.and_then(lookup).ok_or_else(|| missing(profile))?),
+    };
+    // A key over plain HTTP to anything but this machine can be read on the way.
+    if key.is_some()
+        && !profile.allow_key_over_http
+        && let Some(url) = profile.base_url()
+        && url.trim().to_ascii_lowercase().starts_with("http://")
+        && !is_loopback_address(url)
+    {
+        return Err(LlmError::Config(format!(
+            "profile {:?}: its key would go over plain http:// to {}; use https, or set allow_key_over_http = true",
+            profile.name,
+            crate::llm::http::endpoint_of(url)
+        )));
     }
+    Ok(key)
+}
+
+/// Whether `url` is OpenAI's own API.
+fn is_official_openai(url: &str) -> bool {
+    let endpoint = crate::llm::http::endpoint_of(url).to_ascii_lowercase();
+    endpoint == "https://api.openai.com"
+}
+
+/// Whether `url` points at this machine itself.
+fn is_loopback_address(url: &str) -> bool {
+    let endpoint = crate::llm::http::endpoint_of(url);
+    let authority = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(host, _)| host)
+    };
+    let host = host.to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn required(secret: &Option<Secret>, profile: &ProviderProfile) -> Result<Secret, LlmError> {
@@ -587,6 +639,15 @@ mod tests {
         assert_eq!(key(openai("http://127.0.0.1:8080/v1", None)), None);
         assert_eq!(key(openai("http://127.0.0.1:8080/v1", Some("MY_LOCAL_KEY"))).as_deref(), Some("value-of-MY_LOCAL_KEY"));
         assert_eq!(key(openai("https://api.openai.com/v1", None)).as_deref(), Some("value-of-OPENAI_API_KEY"));
+        // OpenAI's key never goes to another host on its own.
+        let other = resolve_key_with(&openai("https://openrouter.ai/api/v1", None), env);
+        assert!(matches!(other, Err(LlmError::MissingKey { ref var }) if var.contains("api.openai.com")), "{other:?}");
+        assert_eq!(key(openai("https://openrouter.ai/api/v1", Some("MY_LOCAL_KEY"))).as_deref(), Some("value-of-MY_LOCAL_KEY"));
+        // A key over plain http to a machine on the network is refused unless allowed.
+        let lan = openai("http://10.0.0.5:8080/v1", Some("MY_LOCAL_KEY"));
+        assert!(matches!(resolve_key_with(&lan, env), Err(LlmError::Config(m)) if m.contains("plain http://")));
+        let allowed = ProviderProfile { allow_key_over_http: true, ..lan };
+        assert_eq!(key(allowed).as_deref(), Some("value-of-MY_LOCAL_KEY"));
         let anthropic = ProviderProfile { kind: ProviderKind::Anthropic, ..Default::default() };
         assert_eq!(key(anthropic), None, "ANTHROPIC_API_KEY is not set in this fake environment");
     }
