@@ -204,6 +204,7 @@ fn reinstate(conn: &Connection, scene_id: &str, round: &KeptRound) -> Result<Vec
         trackers: round.trackers.clone(),
         facts: round.facts.clone(),
         elapsed_minutes: round.elapsed_minutes,
+        campaign_before: None,
         director: round.director.clone(),
         ledgers: round.ledgers.clone(),
         tokens: round.tokens,

@@ -240,11 +240,48 @@ pub struct RoundClose {
     pub trackers: BTreeMap<String, serde_json::Value>,
     pub facts: Vec<String>,
     pub elapsed_minutes: u64,
+    /// The campaign state the round started from: the close applies only what the round
+    /// changed, so another scene of the campaign closing meanwhile keeps its changes.
+    /// `None`: the round's state is written whole (a kept round put back).
+    pub campaign_before: Option<CampaignState>,
     pub director: serde_json::Value,
     pub ledgers: serde_json::Value,
     pub tokens: u64,
     /// The lore timers after every call of the round.
     pub lore_state: crate::lorebook::activation::ActivationState,
+}
+
+/// A campaign's trackers, facts and time, as a round read them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CampaignState {
+    pub trackers: BTreeMap<String, serde_json::Value>,
+    pub facts: Vec<String>,
+    pub elapsed_minutes: u64,
+}
+
+/// `current` with what changed from `before` to `after` applied, field by field: a
+/// tracker the round set or removed, facts it added or dropped, minutes it added. What
+/// another scene changed meanwhile, and the round did not touch, stays.
+pub fn merge_campaign_state(current: &CampaignState, before: &CampaignState, after: &CampaignState) -> CampaignState {
+    let mut trackers = current.trackers.clone();
+    for (name, value) in &after.trackers {
+        if before.trackers.get(name) != Some(value) {
+            trackers.insert(name.clone(), value.clone());
+        }
+    }
+    for name in before.trackers.keys() {
+        if !after.trackers.contains_key(name) {
+            trackers.remove(name);
+        }
+    }
+    let mut facts: Vec<String> = current.facts.iter().filter(|f| !before.facts.contains(f) || after.facts.contains(f)).cloned().collect();
+    for fact in &after.facts {
+        if !before.facts.contains(fact) && !facts.contains(fact) {
+            facts.push(fact.clone());
+        }
+    }
+    let added = after.elapsed_minutes.saturating_sub(before.elapsed_minutes);
+    CampaignState { trackers, facts, elapsed_minutes: current.elapsed_minutes.saturating_add(added) }
 }
 
 /// Commit a round. Refuses (and writes nothing) when another round closed on the scene
@@ -291,13 +328,35 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
         "UPDATE scenes SET rounds = ?2, active_json = ?3, updated_at = ?4 WHERE id = ?1",
         params![close.scene_id, close.round, active, now],
     )?;
-    let trackers = serde_json::to_string(&close.trackers).map_err(|e| corrupt("trackers", e))?;
-    let facts = serde_json::to_string(&close.facts).map_err(|e| corrupt("facts", e))?;
+    let after = CampaignState { trackers: close.trackers.clone(), facts: close.facts.clone(), elapsed_minutes: close.elapsed_minutes };
+    let merged = match &close.campaign_before {
+        Some(before) => {
+            let row: Option<(String, String, i64)> = conn
+                .query_row(
+                    "SELECT trackers_json, facts_json, elapsed_minutes FROM campaign_state WHERE campaign_id = ?1",
+                    [&close.campaign_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            let current = match row {
+                Some((t, f, e)) => CampaignState {
+                    trackers: serde_json::from_str(&t).map_err(|e| corrupt("trackers", e))?,
+                    facts: serde_json::from_str(&f).map_err(|e| corrupt("facts", e))?,
+                    elapsed_minutes: e.max(0) as u64,
+                },
+                None => CampaignState::default(),
+            };
+            merge_campaign_state(&current, before, &after)
+        }
+        None => after,
+    };
+    let trackers = serde_json::to_string(&merged.trackers).map_err(|e| corrupt("trackers", e))?;
+    let facts = serde_json::to_string(&merged.facts).map_err(|e| corrupt("facts", e))?;
     conn.execute(
         "INSERT INTO campaign_state(campaign_id, trackers_json, facts_json, elapsed_minutes, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT(campaign_id) DO UPDATE SET trackers_json = excluded.trackers_json, facts_json = excluded.facts_json,
             elapsed_minutes = excluded.elapsed_minutes, updated_at = excluded.updated_at",
-        params![close.campaign_id, trackers, facts, close.elapsed_minutes as i64, now],
+        params![close.campaign_id, trackers, facts, merged.elapsed_minutes as i64, now],
     )?;
     conn.execute(
         "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at, before_json)
@@ -487,4 +546,38 @@ pub fn resolve_character(conn: &Connection, key: &str) -> Result<String, StoreEr
 /// The newest arc, for `scene new` without `--arc`.
 pub fn latest_arc(conn: &Connection) -> Result<Option<String>, StoreError> {
     Ok(conn.query_row("SELECT id FROM arcs ORDER BY created_at DESC, ordinal DESC LIMIT 1", [], |r| r.get(0)).optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(trackers: &[(&str, serde_json::Value)], facts: &[&str], minutes: u64) -> CampaignState {
+        CampaignState {
+            trackers: trackers.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            facts: facts.iter().map(|f| f.to_string()).collect(),
+            elapsed_minutes: minutes,
+        }
+    }
+
+    /// Two scenes of one campaign close rounds that both started from the same state:
+    /// the second keeps what the first changed and adds its own.
+    #[test]
+    fn a_round_close_applies_only_what_the_round_changed() {
+        let start = state(&[("fog", json!("thick")), ("alarm", json!(0))], &["The bridge is out."], 60);
+        // Scene A closed first: fog lifted, a fact, 10 minutes.
+        let after_a = state(&[("fog", json!("lifting")), ("alarm", json!(0))], &["The bridge is out.", "The seal is green."], 70);
+        // Scene B, from the same start: the alarm rose, the bridge fact dropped, 5 minutes.
+        let after_b = state(&[("fog", json!("thick")), ("alarm", json!(1))], &[], 65);
+        let merged = merge_campaign_state(&after_a, &start, &after_b);
+        assert_eq!(merged.trackers.get("fog"), Some(&json!("lifting")), "A's fog is kept: B did not change it");
+        assert_eq!(merged.trackers.get("alarm"), Some(&json!(1)), "B's alarm");
+        assert_eq!(merged.facts, ["The seal is green."], "A's new fact kept, the fact B dropped gone");
+        assert_eq!(merged.elapsed_minutes, 75, "both rounds' minutes");
+        // A tracker the round removed goes; one another scene added stays.
+        let current = state(&[("fog", json!("thick")), ("tide", json!("high"))], &[], 60);
+        let removed = merge_campaign_state(&current, &state(&[("fog", json!("thick"))], &[], 60), &state(&[], &[], 60));
+        assert_eq!(removed.trackers.keys().collect::<Vec<_>>(), ["tide"]);
+    }
 }

@@ -545,6 +545,11 @@ pub(super) fn close(ctx: &Context, recall: &Recall, mut draft: RoundDraft, cance
         trackers: draft.trackers,
         facts: draft.facts,
         elapsed_minutes: draft.elapsed,
+        campaign_before: Some(records::CampaignState {
+            trackers: draft.view.trackers.clone(),
+            facts: draft.view.facts.clone(),
+            elapsed_minutes: draft.view.elapsed_minutes,
+        }),
         director: serde_json::to_value(&draft.record).map_err(|e| SceneError::Invalid(e.to_string()))?,
         ledgers: serde_json::to_value(&draft.ledgers).map_err(|e| SceneError::Invalid(e.to_string()))?,
         tokens: draft.tokens,
