@@ -118,14 +118,20 @@ pub struct StateUpdate {
 }
 
 /// Director pass 1: who acts, who enters and leaves, and the state before anyone acts.
+/// `acting_characters` is required (an empty list says, explicitly, that nobody acts):
+/// a reply without it — `{}`, or another contract's field names — is refused by the
+/// schema, so repair and re-asking engage instead of a silent round where nobody acts.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
 pub struct DirectorPlan {
     pub acting_characters: Vec<ActingCharacter>,
+    #[serde(default)]
     pub activations: Vec<Activation>,
+    #[serde(default)]
     pub deactivations: Vec<Deactivation>,
+    #[serde(default)]
     pub state_updates: Vec<StateUpdate>,
     /// Guidance for every character acting this round.
+    #[serde(default)]
     pub open_guidance: String,
 }
 
@@ -291,6 +297,17 @@ pub struct SceneSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An empty reply, or one in another contract's field names, does not make a plan.
+    #[test]
+    fn a_plan_without_acting_characters_is_refused_by_its_schema() {
+        let schema = crate::llm::structured::schema_for::<DirectorPlan>();
+        let validate = |v: serde_json::Value| crate::llm::structured::validate(&schema, &v);
+        assert!(!validate(serde_json::json!({})).is_empty(), "{{}} is not a plan");
+        let camel = serde_json::json!({ "actingCharacters": [{ "name": "Wren", "guidance": "speak" }], "openGuidance": "x" });
+        assert!(validate(camel).iter().any(|e| e.message.contains("acting_characters")), "field names of another contract are refused");
+        assert!(validate(serde_json::json!({ "acting_characters": [] })).is_empty(), "an explicit empty list is a plan");
+    }
 
     #[test]
     fn apply_overwrites_only_the_fields_a_delta_sets() {
