@@ -130,6 +130,19 @@ fn play_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
     harness.run();
 }
 
+/// Open the Library panel once Maren Vosk and the demo companion are both listed (the
+/// demo companion joins when the window opens: waiting keeps rows from moving under
+/// the pointer).
+fn open_library_with_maren(harness: &mut Harness<'_, WorkbenchApp>) {
+    harness.run();
+    nav(harness, "Library").click();
+    run_until(harness, Duration::from_secs(20), |app| {
+        let names: Vec<&str> = app.library().characters().iter().map(|c| c.name.as_str()).collect();
+        names.contains(&"Maren Vosk") && names.contains(&"Ilse Marrow")
+    });
+    harness.run();
+}
+
 /// Step the app until `done` holds, failing the test after `limit`.
 #[track_caller]
 fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
@@ -757,15 +770,7 @@ fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
             "insertion_order": 100, "id": 1, "extensions": {} } ] } } });
     lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
     let mut harness = harness(engine, 900.0);
-    harness.run();
-    nav(&harness, "Library").click();
-    // The demo companion joins the list when the window opens: wait for it, so the rows
-    // do not move under the pointer.
-    run_until(&mut harness, Duration::from_secs(20), |app| {
-        let names: Vec<&str> = app.library().characters().iter().map(|c| c.name.as_str()).collect();
-        names.contains(&"Maren Vosk") && names.contains(&"Ilse Marrow")
-    });
-    harness.run();
+    open_library_with_maren(&mut harness);
     harness.get_by_label("Maren Vosk").click_secondary();
     harness.run();
     harness.get_by_label("Delete…").click();
@@ -904,15 +909,7 @@ fn a_character_sheet_is_edited_in_the_library_panel() {
         "character_version": "1", "extensions": {} } });
     lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
     let mut harness = harness(engine, 1400.0);
-    harness.run();
-    nav(&harness, "Library").click();
-    // The demo companion joins the list when the window opens: wait for it, so the rows
-    // do not move under the pointer.
-    run_until(&mut harness, Duration::from_secs(20), |app| {
-        let names: Vec<&str> = app.library().characters().iter().map(|c| c.name.as_str()).collect();
-        names.contains(&"Maren Vosk") && names.contains(&"Ilse Marrow")
-    });
-    harness.run();
+    open_library_with_maren(&mut harness);
     harness.get_by_label("Edit sheet of Maren Vosk").click();
     step_until_shown(&mut harness, "Save sheet");
     let new = "A lock-keeper who owes the ferryman a debt.";

@@ -342,8 +342,8 @@ fn is_official_openai(url: &str) -> bool {
     endpoint == "https://api.openai.com"
 }
 
-/// Whether `url` points at this machine itself.
-fn is_loopback_address(url: &str) -> bool {
+/// The host of `url`, lower-case, without port or IPv6 brackets.
+fn host_of(url: &str) -> String {
     let endpoint = crate::llm::http::endpoint_of(url);
     let authority = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
     let host = if let Some(rest) = authority.strip_prefix('[') {
@@ -351,7 +351,12 @@ fn is_loopback_address(url: &str) -> bool {
     } else {
         authority.rsplit_once(':').map_or(authority, |(host, _)| host)
     };
-    let host = host.to_ascii_lowercase();
+    host.to_ascii_lowercase()
+}
+
+/// Whether `url` points at this machine itself.
+fn is_loopback_address(url: &str) -> bool {
+    let host = host_of(url);
     host == "localhost" || host.ends_with(".localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
@@ -367,14 +372,7 @@ fn missing(profile: &ProviderProfile) -> LlmError {
 /// Whether `url` points at this machine or a private network, where self-hosted
 /// servers (llama.cpp, Ollama, LM Studio, vLLM) run without keys.
 pub(crate) fn is_local_address(url: &str) -> bool {
-    let endpoint = crate::llm::http::endpoint_of(url);
-    let authority = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
-    let host = if let Some(rest) = authority.strip_prefix('[') {
-        rest.split(']').next().unwrap_or(rest)
-    } else {
-        authority.rsplit_once(':').map_or(authority, |(host, _)| host)
-    };
-    let host = host.to_ascii_lowercase();
+    let host = host_of(url);
     if host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local") {
         return true;
     }
