@@ -58,15 +58,13 @@ fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<
     Ok(Some(id))
 }
 
-/// Take a saved chat out of the saved list.
-fn take_saved(tx: &Connection, character_id: &str, id: &str) -> Result<WholeChat, StoreError> {
-    let json: Option<String> = tx
-        .query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![id, character_id], |r| r.get(0))
+/// A saved chat, read whole.
+fn read_saved(conn: &Connection, character: &CharacterInfo, id: &str) -> Result<WholeChat, StoreError> {
+    let json: Option<String> = conn
+        .query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![id, character.id], |r| r.get(0))
         .optional()?;
-    let json = json.ok_or_else(|| StoreError::NotFound(format!("saved chat {id:?} (see `chat chats`)")))?;
-    let whole = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("saved chat {id}: {e}")))?;
-    tx.execute("DELETE FROM companion_saved_chats WHERE id = ?1", [id])?;
-    Ok(whole)
+    let json = json.ok_or_else(|| StoreError::NotFound(format!("saved chat {id:?} of {} (see `chat chats`)", character.name)))?;
+    serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("saved chat {id}: {e}")))
 }
 
 /// Replace the chat being played by `whole`, memories and all, inside `tx`: the old
@@ -132,18 +130,13 @@ pub fn branch(ctx: &Context, character: &CharacterInfo, message: &str) -> Result
 pub fn open(ctx: &Context, character: &CharacterInfo, saved_id: &str) -> Result<Option<String>, CompanionError> {
     let _job = hold(ctx, character)?;
     let bank = crate::memory::bank_for(ctx)?;
-    // Read first (to embed outside the transaction), taken out inside it.
-    let whole: WholeChat = ctx.store.with(|c| {
-        let json: Option<String> = c
-            .query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![saved_id, character.id], |r| r.get(0))
-            .optional()?;
-        let json = json.ok_or_else(|| StoreError::NotFound(format!("saved chat {saved_id:?} of {} (see `chat chats`)", character.name)))?;
-        serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("saved chat {saved_id}: {e}")))
-    })?;
+    // Read first, to embed outside the transaction; the character is held, so the row
+    // is the same when the transaction takes it out.
+    let whole = ctx.store.with(|c| read_saved(c, character, saved_id))?;
     let prepared = prepare_memories(&bank, ctx, character, &whole)?;
     let (put, write) = bank.store().transaction(|tx| {
         let put = put_aside(tx, &character.id, "switched away from")?;
-        let whole = take_saved(tx, &character.id, saved_id)?;
+        tx.execute("DELETE FROM companion_saved_chats WHERE id = ?1", [saved_id])?;
         let write = install(tx, &character.id, &whole, prepared)?;
         Ok((put, write))
     })?;

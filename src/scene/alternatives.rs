@@ -241,7 +241,7 @@ pub fn choose(
     memories: crate::memory::PreparedMemories,
 ) -> Result<(u32, Option<String>, MemoryWrite), StoreError> {
     let rounds: u32 = conn.query_row("SELECT rounds FROM scenes WHERE id = ?1", [scene_id], |r| r.get(0))?;
-    let chosen = peek(conn, scene_id, id)?;
+    let chosen = take(conn, scene_id, id)?;
     let (put, mut write) = if chosen.round == rounds {
         let (_, put, write) = set_aside(conn, scene_id)?;
         (Some(put), write)
@@ -253,7 +253,6 @@ pub fn choose(
             chosen.round
         )));
     };
-    let chosen = take(conn, scene_id, id)?;
     reinstate(conn, scene_id, &chosen)?;
     write = write.and(memories.write(conn)?);
     Ok((chosen.round, put, write))
