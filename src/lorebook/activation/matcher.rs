@@ -16,6 +16,14 @@ use std::collections::HashMap;
 /// key must cost a skip, not a frozen prompt build.
 const REGEX_BACKTRACK_LIMIT: usize = 200_000;
 
+/// The largest compiled program one regex key may make (bytes): a key like `a{1000}{1000}`
+/// is refused instead of taking the memory a whole book may use.
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
+/// Regular-expression keys compiled per set of books; keys past it are not compiled and
+/// their entries say why. Real books have a handful; thousands is an attack or a mistake.
+pub const MAX_REGEX_KEYS: usize = 2_000;
+
 /// Which automaton a plain key lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Case {
@@ -59,6 +67,7 @@ impl KeyIndex {
         let mut patterns: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         let mut ids: [HashMap<String, u32>; 2] = [HashMap::new(), HashMap::new()];
         let mut compiled = Vec::new();
+        let mut regexes = 0usize;
         for entry in entries {
             let case_sensitive = entry.case_sensitive.unwrap_or(options.case_sensitive);
             let whole_words = entry.match_whole_words.unwrap_or(options.match_whole_words);
@@ -67,11 +76,17 @@ impl KeyIndex {
                 if trimmed.is_empty() {
                     return Key::Empty;
                 }
-                if let Some((pattern, flags)) = parse_slash_regex(trimmed) {
-                    return compile_regex(pattern, flags.contains('i'), flags.contains('s'), flags.contains('m'));
-                }
-                if entry.use_regex {
-                    return compile_regex(trimmed, !case_sensitive, false, false);
+                let regex = match parse_slash_regex(trimmed) {
+                    Some((pattern, flags)) => Some((pattern, flags.contains('i'), flags.contains('s'), flags.contains('m'))),
+                    None if entry.use_regex => Some((trimmed, !case_sensitive, false, false)),
+                    None => None,
+                };
+                if let Some((pattern, insensitive, dot_all, multi_line)) = regex {
+                    regexes += 1;
+                    if regexes > MAX_REGEX_KEYS {
+                        return Key::Invalid(format!("more than {MAX_REGEX_KEYS} regular-expression keys in these books; this one was not compiled"));
+                    }
+                    return compile_regex(pattern, insensitive, dot_all, multi_line);
                 }
                 let (case, text) =
                     if case_sensitive { (Case::Sensitive, trimmed.to_string()) } else { (Case::Insensitive, trimmed.to_lowercase()) };
@@ -208,10 +223,15 @@ fn compile_regex(pattern: &str, insensitive: bool, dot_all: bool, multi_line: bo
         }
     }
     let full = if prefix.is_empty() { pattern.to_string() } else { format!("(?{prefix}){pattern}") };
-    if let Ok(regex) = regex::Regex::new(&full) {
-        return Key::Regex(Box::new(Pattern::Linear(regex)));
+    match regex::RegexBuilder::new(&full).size_limit(REGEX_SIZE_LIMIT).build() {
+        Ok(regex) => return Key::Regex(Box::new(Pattern::Linear(regex))),
+        // Too big for the limit: refused, not retried by the backtracking engine.
+        Err(regex::Error::CompiledTooBig(limit)) => {
+            return Key::Invalid(format!("the compiled pattern is larger than {limit} bytes"));
+        }
+        Err(_) => {}
     }
-    match fancy_regex::RegexBuilder::new(&full).backtrack_limit(REGEX_BACKTRACK_LIMIT).build() {
+    match fancy_regex::RegexBuilder::new(&full).backtrack_limit(REGEX_BACKTRACK_LIMIT).delegate_size_limit(REGEX_SIZE_LIMIT).build() {
         Ok(regex) => Key::Regex(Box::new(Pattern::Backtracking(regex))),
         Err(error) => Key::Invalid(error.to_string()),
     }

@@ -516,3 +516,28 @@ fn a_book_of_hostile_regex_keys_is_cut_off_by_the_time_budget() {
     });
     assert!(reason.is_some_and(|r| r.starts_with("not checked: the activation's time budget ran out")));
 }
+
+/// A key whose compiled program would be huge is refused, and past the book's cap of
+/// regular-expression keys the rest are not compiled; both say why.
+#[test]
+fn regex_keys_are_capped_in_size_and_in_number() {
+    let huge = vec![LoreEntry { keys: vec!["/(a{1000}){1000}/".into()], content: "huge".into(), ..Default::default() }];
+    let text = "aaa";
+    let input = ScanInput { messages: vec![text], message_number: 1, ..Default::default() };
+    let (report, _) = run_with(&huge, &input, &mut ActivationState::default(), &ActivationOptions::default());
+    assert!(
+        matches!(&report.outcomes[0], Outcome::Skipped { skip: SkipReason::BadRegex { error, .. } } if error.contains("larger than")),
+        "{:?}",
+        report.outcomes[0]
+    );
+    let many: Vec<LoreEntry> = (0..=super::matcher::MAX_REGEX_KEYS)
+        .map(|i| LoreEntry { keys: vec![format!("/key{i}x/")], content: format!("e{i}"), ..Default::default() })
+        .collect();
+    let (report, _) = run_with(&many, &input, &mut ActivationState::default(), &ActivationOptions::default());
+    let last = report.outcomes.last().unwrap();
+    assert!(
+        matches!(last, Outcome::Skipped { skip: SkipReason::BadRegex { error, .. } } if error.contains("regular-expression keys in these books")),
+        "{last:?}"
+    );
+    assert!(matches!(&report.outcomes[0], Outcome::Skipped { skip: SkipReason::NoKeyMatched }), "{:?}", report.outcomes[0]);
+}
