@@ -93,11 +93,19 @@ pub fn scope_for(root: &Path, file: &Path) -> Scope {
     }
 }
 
-fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// Folders deeper than this under the lore root are not read.
+const MAX_DEPTH: usize = 32;
+
+/// The markdown files under `dir`. A folder reached twice (a symlink loop, or two links
+/// to one folder) is read once, and the walk stops at [`MAX_DEPTH`].
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut std::collections::HashSet<PathBuf>, depth: usize) -> std::io::Result<()> {
+    if depth > MAX_DEPTH || !seen.insert(std::fs::canonicalize(dir)?) {
+        return Ok(());
+    }
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.is_dir() {
-            markdown_files(&path, out)?;
+            markdown_files(&path, out, seen, depth + 1)?;
         } else if path.extension().is_some_and(|e| e == "md") {
             out.push(path);
         }
@@ -109,7 +117,7 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 pub fn index_lore(bank: &MemoryBank, root: &Path) -> Result<LoreReport, MemoryError> {
     let mut files = Vec::new();
     if root.is_dir() {
-        markdown_files(root, &mut files)
+        markdown_files(root, &mut files, &mut std::collections::HashSet::new(), 0)
             .map_err(|e| MemoryError::Read { path: root.display().to_string(), message: e.to_string() })?;
     }
     files.sort();
@@ -125,7 +133,6 @@ pub fn index_lore(bank: &MemoryBank, root: &Path) -> Result<LoreReport, MemoryEr
             report.unchanged += 1;
             continue;
         }
-        bank.remove_source(&source)?;
         let scope = scope_for(root, file);
         let chunks: Vec<NewMemory> = chunk_markdown(&text)
             .into_iter()
@@ -141,7 +148,14 @@ pub fn index_lore(bank: &MemoryBank, root: &Path) -> Result<LoreReport, MemoryEr
             })
             .collect();
         report.chunks += chunks.len();
-        bank.add(chunks)?;
+        // Embedded before anything is removed, then the old chunks out and the new in, in
+        // one transaction: an embedder failure leaves the file's old chunks searchable.
+        let prepared = bank.prepare(chunks)?;
+        let write = bank.store().transaction(|tx| {
+            let gone = super::remove_source(tx, &source)?;
+            Ok(gone.and(prepared.write(tx)?))
+        })?;
+        bank.publish(write);
         report.indexed += 1;
     }
     for gone in bank.lore_sources()?.into_iter().filter(|s| !seen.contains(s)) {
@@ -154,6 +168,20 @@ pub fn index_lore(bank: &MemoryBank, root: &Path) -> Result<LoreReport, MemoryEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A symlink back up the tree is a loop the walk does not follow twice.
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_loop_is_walked_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let lore = dir.path().join("lore/characters/ilse");
+        std::fs::create_dir_all(&lore).unwrap();
+        std::fs::write(lore.join("self.md"), "# Ilse\nShe binds books.").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("lore"), lore.join("again")).unwrap();
+        let mut files = Vec::new();
+        markdown_files(&dir.path().join("lore"), &mut files, &mut std::collections::HashSet::new(), 0).unwrap();
+        assert_eq!(files.len(), 1, "{files:?}");
+    }
 
     #[test]
     fn chunks_keep_their_heading_and_respect_the_size() {
