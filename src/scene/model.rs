@@ -183,6 +183,21 @@ pub struct DirectorRecord {
     pub conflicts: Vec<Conflict>,
     /// Acting characters the Director named that are not in the scene's cast.
     pub ignored: Vec<String>,
+    /// Per character (by name): whether it acted, entered or left this round, kept with
+    /// the round under the scene predecessor's names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flags: BTreeMap<String, RoundFlags>,
+}
+
+/// What a character did this round, as the scene predecessor's round flags name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RoundFlags {
+    #[serde(rename = "hasActedThisRound")]
+    pub has_acted: bool,
+    #[serde(rename = "enteredThisRound")]
+    pub entered: bool,
+    #[serde(rename = "exitedThisRound")]
+    pub exited: bool,
 }
 
 /// One line of a scene's transcript.

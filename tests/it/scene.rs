@@ -777,4 +777,9 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
     let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
     assert_eq!(record.director["plan"]["acting_characters"][0]["guidance"], "Say nothing about the letter yet.");
     assert_eq!(record.director["proposed"]["acting_characters"].as_array().unwrap().len(), 3);
+    // Who acted, entered and left, under the predecessor's names.
+    let flags = &record.director["flags"];
+    assert_eq!(flags["Wren Talloway"]["hasActedThisRound"], true, "{flags}");
+    assert_eq!((flags["Marguerite Siltborne"]["enteredThisRound"].as_bool(), flags["Marguerite Siltborne"]["hasActedThisRound"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(flags["Ossian Vale"]["exitedThisRound"], true, "{flags}");
 }

@@ -245,6 +245,7 @@ pub(super) fn director_plan(
             Some(member) => {
                 draft.active.insert(member.id.clone());
                 draft.entering.insert(member.id.clone(), activation.entry_guidance.clone());
+                draft.record.flags.entry(member.name.clone()).or_default().entered = true;
             }
             None => draft.record.ignored.push(activation.name.clone()),
         }
@@ -253,6 +254,7 @@ pub(super) fn director_plan(
         match draft.view.member_by_name(&deactivation.name) {
             Some(member) => {
                 draft.leaving.insert(member.id.clone(), deactivation.exit_guidance.clone());
+                draft.record.flags.entry(member.name.clone()).or_default().exited = true;
             }
             None => draft.record.ignored.push(deactivation.name.clone()),
         }
@@ -287,6 +289,7 @@ pub(super) fn characters(
         if !acted.insert(member.id.clone()) {
             continue; // named twice: one turn each
         }
+        draft.record.flags.entry(member.name.clone()).or_default().has_acted = true;
         cancelled(cancel)?;
         let mut guidance = vec![actor.guidance.clone()];
         if let Some(entry) = draft.entering.get(&member.id) {
