@@ -239,6 +239,17 @@ pub struct PlacedCharacter {
     pub tags: Vec<String>,
 }
 
+/// The stored override of `id` for one world or campaign, as JSON text.
+fn override_json(conn: &Connection, id: &str, scope: &str, scope_id: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT override_json FROM character_overrides WHERE character_id = ?1 AND scope = ?2 AND scope_id = ?3",
+            params![id, scope, scope_id],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
 /// The sheet of `id` in `world_id` / `campaign_id`: the base sheet, then the world's
 /// override, then the campaign's (the narrower scope wins). `None` when no such
 /// character exists.
@@ -247,13 +258,7 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     let mut sheet = base_sheet(record.card_json.as_deref(), record.profile_json.as_deref());
     let mut name = record.name.clone();
     for (scope, scope_id) in [("world", world_id), ("campaign", campaign_id)] {
-        let json: Option<String> = conn
-            .query_row(
-                "SELECT override_json FROM character_overrides WHERE character_id = ?1 AND scope = ?2 AND scope_id = ?3",
-                params![id, scope, scope_id],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let json = override_json(conn, id, scope, scope_id)?;
         let Some(json) = json else { continue };
         let value: serde_json::Value =
             serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?;
@@ -284,13 +289,7 @@ pub fn set_override(
     if !matches!(scope, "world" | "campaign") {
         return Err(StoreError::Invalid(format!("an override is for a world or a campaign, not {scope:?}")));
     }
-    let json: Option<String> = conn
-        .query_row(
-            "SELECT override_json FROM character_overrides WHERE character_id = ?1 AND scope = ?2 AND scope_id = ?3",
-            params![id, scope, scope_id],
-            |r| r.get(0),
-        )
-        .optional()?;
+    let json = override_json(conn, id, scope, scope_id)?;
     let mut current: BTreeMap<String, String> = match json {
         Some(j) => serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?,
         None => BTreeMap::new(),

@@ -130,6 +130,14 @@ fn play_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
     harness.run();
 }
 
+/// A plain V2 card for Maren Vosk, a lock-keeper.
+fn maren_card() -> serde_json::Value {
+    serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } })
+}
+
 /// Open the Library panel once Maren Vosk and the demo companion are both listed (the
 /// demo companion joins when the window opens: waiting keeps rows from moving under
 /// the pointer).
@@ -762,12 +770,9 @@ fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
     config.default_profile = "demo".into();
     let engine = start_engine(dir.path(), &config);
     let store = engine.context().store.clone();
-    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
-        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
-        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "",
-        "character_version": "1", "extensions": {},
-        "character_book": { "name": "Lock lore", "entries": [ { "keys": ["lock"], "content": "The lock is old.", "enabled": true,
-            "insertion_order": 100, "id": 1, "extensions": {} } ] } } });
+    let mut card = maren_card();
+    card["data"]["character_book"] = serde_json::json!({ "name": "Lock lore", "entries": [ { "keys": ["lock"], "content": "The lock is old.",
+        "enabled": true, "insertion_order": 100, "id": 1, "extensions": {} } ] });
     lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
     let mut harness = harness(engine, 900.0);
     open_library_with_maren(&mut harness);
@@ -903,10 +908,7 @@ fn a_character_sheet_is_edited_in_the_library_panel() {
     config.default_profile = "demo".into();
     let engine = start_engine(dir.path(), &config);
     let store = engine.context().store.clone();
-    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
-        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
-        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "",
-        "character_version": "1", "extensions": {} } });
+    let card = maren_card();
     lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "maren").expect("import");
     let mut harness = harness(engine, 1400.0);
     open_library_with_maren(&mut harness);
