@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 /// The five things a round may change about a character. `None` means "unchanged".
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CharacterState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
@@ -76,6 +76,7 @@ impl CharacterState {
 
 /// A character the Director wants to act this round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ActingCharacter {
     /// The character's name exactly as listed in the scene's cast.
     pub name: String,
@@ -91,25 +92,30 @@ pub struct ActingCharacter {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Activation {
     /// A cast member not yet in the scene who enters this round.
     pub name: String,
     /// How they enter; given to the character for its turn.
-    #[serde(default)]
+    #[serde(default, alias = "entry_guidance")]
     pub entry_guidance: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Deactivation {
     /// A character in the scene who leaves at the end of this round.
     pub name: String,
     /// How they leave; given to the character if it acts this round.
-    #[serde(default)]
+    #[serde(default, alias = "exit_guidance")]
     pub exit_guidance: String,
 }
 
-/// A state change for one character, decided by the Director.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// A state change for one character, decided by the Director. On the wire the
+/// updates of a pass are one object keyed by character name (`"stateUpdates":
+/// {"Wren": {"mood": "wary"}}`), as the scene predecessor's contract has it; see
+/// [`state_updates_wire`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StateUpdate {
     /// The character's name.
     pub name: String,
@@ -118,46 +124,124 @@ pub struct StateUpdate {
 }
 
 /// Director pass 1: who acts, who enters and leaves, and the state before anyone acts.
-/// `acting_characters` is required (an empty list says, explicitly, that nobody acts):
-/// a reply without it — `{}`, or another contract's field names — is refused by the
-/// schema, so repair and re-asking engage instead of a silent round where nobody acts.
+///
+/// The wire form is the scene predecessor's contract, camelCase (`actingCharacters`,
+/// `stateUpdates`, `openGuidance`), and the schema is strict: `actingCharacters` is
+/// required (an empty list says, explicitly, that nobody acts) and unknown fields are
+/// refused, so `{}` or a reply in another dialect fails validation and repair and
+/// re-asking engage instead of a silent round where nobody acts. The snake_case names
+/// are still read (rounds recorded before the switch), never written.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DirectorPlan {
+    #[serde(alias = "acting_characters")]
     pub acting_characters: Vec<ActingCharacter>,
     #[serde(default)]
     pub activations: Vec<Activation>,
     #[serde(default)]
     pub deactivations: Vec<Deactivation>,
-    #[serde(default)]
+    /// State to set before anyone acts, keyed by character name.
+    #[serde(default, alias = "state_updates", with = "state_updates_wire")]
+    #[schemars(with = "BTreeMap<String, CharacterState>")]
     pub state_updates: Vec<StateUpdate>,
     /// Guidance for every character acting this round.
-    #[serde(default)]
+    #[serde(default, alias = "open_guidance")]
     pub open_guidance: String,
 }
 
 /// Director pass 2: the state after everyone acted. Where it contradicts a
-/// character's own reply, the Director wins.
+/// character's own reply, the Director wins. Strict like [`DirectorPlan`]:
+/// `stateUpdates` is required (`{}` when nobody changed).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Reconciliation {
+    /// State after the round, keyed by character name.
+    #[serde(alias = "state_updates", with = "state_updates_wire")]
+    #[schemars(with = "BTreeMap<String, CharacterState>")]
     pub state_updates: Vec<StateUpdate>,
     /// Trackers to set (name -> new value); trackers not named keep their value.
+    #[serde(default)]
     pub trackers: BTreeMap<String, serde_json::Value>,
     /// New facts the story has established this round.
+    #[serde(default, alias = "new_facts")]
     pub new_facts: Vec<String>,
     /// In-fiction minutes that passed during the round.
+    #[serde(default, alias = "elapsed_minutes")]
     pub elapsed_minutes: u32,
 }
 
 /// The World agent's report (when `[scene] world_agent` is on it owns trackers and
-/// time, and Director pass 2's trackers and minutes are not applied).
+/// time, and Director pass 2's trackers and minutes are not applied). `trackers` is
+/// required (`{}` when none changed); unknown fields are refused.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WorldUpdate {
     /// Trackers to set (name -> new value); trackers not named keep their value.
     pub trackers: BTreeMap<String, serde_json::Value>,
     /// In-fiction minutes that passed during the round.
+    #[serde(default, alias = "elapsed_minutes")]
     pub elapsed_minutes: u32,
+}
+
+/// `stateUpdates` on the wire: an object keyed by character name, each value the
+/// fields that change. Reading also takes the list form (`[{"name": …, "mood": …}]`)
+/// that rounds were recorded in before the switch. Two updates of one name merge, the
+/// later field winning, as applying them in order would.
+pub mod state_updates_wire {
+    use super::{CharacterState, StateUpdate};
+    use serde::de::{self, MapAccess, SeqAccess, Visitor};
+    use serde::ser::SerializeMap;
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    pub fn serialize<S: Serializer>(updates: &[StateUpdate], serializer: S) -> Result<S::Ok, S::Error> {
+        let mut merged: Vec<(&str, CharacterState)> = Vec::new();
+        for update in updates {
+            match merged.iter_mut().find(|(name, _)| *name == update.name) {
+                Some((_, state)) => state.apply(&update.state),
+                None => merged.push((&update.name, update.state.clone())),
+            }
+        }
+        let mut map = serializer.serialize_map(Some(merged.len()))?;
+        for (name, state) in &merged {
+            map.serialize_entry(name, state)?;
+        }
+        map.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<StateUpdate>, D::Error> {
+        deserializer.deserialize_any(UpdatesVisitor)
+    }
+
+    struct UpdatesVisitor;
+
+    impl<'de> Visitor<'de> for UpdatesVisitor {
+        type Value = Vec<StateUpdate>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object of state updates keyed by character name")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some((name, state)) = map.next_entry::<String, CharacterState>()? {
+                out.push(StateUpdate { name, state });
+            }
+            Ok(out)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(update) = seq.next_element::<StateUpdate>()? {
+                out.push(update);
+            }
+            Ok(out)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// A state field where a character's reply and the Director's pass 2 disagreed.
@@ -313,15 +397,48 @@ pub struct SceneSummary {
 mod tests {
     use super::*;
 
-    /// An empty reply, or one in another contract's field names, does not make a plan.
+    /// An empty reply, an unknown field, or the snake_case dialect does not make a plan:
+    /// the schema names what is wrong, so repair and re-asking engage.
     #[test]
-    fn a_plan_without_acting_characters_is_refused_by_its_schema() {
+    fn a_plan_is_the_predecessors_camel_case_contract_and_nothing_else() {
         let schema = crate::llm::structured::schema_for::<DirectorPlan>();
         let validate = |v: serde_json::Value| crate::llm::structured::validate(&schema, &v);
         assert!(!validate(serde_json::json!({})).is_empty(), "{{}} is not a plan");
-        let camel = serde_json::json!({ "actingCharacters": [{ "name": "Wren", "guidance": "speak" }], "openGuidance": "x" });
-        assert!(validate(camel).iter().any(|e| e.message.contains("acting_characters")), "field names of another contract are refused");
-        assert!(validate(serde_json::json!({ "acting_characters": [] })).is_empty(), "an explicit empty list is a plan");
+        let snake = serde_json::json!({ "acting_characters": [{ "name": "Wren", "guidance": "speak" }], "open_guidance": "x" });
+        assert!(validate(snake).iter().any(|e| e.message.contains("actingCharacters")), "another dialect's names are refused");
+        let extra = serde_json::json!({ "actingCharacters": [], "mood": "tense" });
+        assert!(!validate(extra).is_empty(), "an unknown field is refused");
+        let bad_state = serde_json::json!({ "actingCharacters": [], "stateUpdates": { "Wren": { "hunger": "high" } } });
+        assert!(!validate(bad_state).is_empty(), "a state field that does not exist is refused");
+        assert!(validate(serde_json::json!({ "actingCharacters": [] })).is_empty(), "an explicit empty list is a plan");
+        let full = serde_json::json!({
+            "actingCharacters": [{ "name": "Wren", "guidance": "speak", "priority": 1, "order": 1 }],
+            "activations": [{ "name": "Ossian", "entryGuidance": "up the stair" }],
+            "deactivations": [{ "name": "Juno", "exitGuidance": "out into the fog" }],
+            "stateUpdates": { "Wren": { "mood": "wary", "location": "the gallery" } },
+            "openGuidance": "Midnight nears."
+        });
+        assert!(validate(full.clone()).is_empty(), "{:?}", validate(full.clone()));
+        let plan: DirectorPlan = serde_json::from_value(full.clone()).unwrap();
+        assert_eq!(plan.activations[0].entry_guidance, "up the stair");
+        assert_eq!(plan.state_updates[0].name, "Wren");
+        assert_eq!(plan.state_updates[0].state.location.as_deref(), Some("the gallery"));
+        assert_eq!(serde_json::to_value(&plan).unwrap(), full, "produced exactly as accepted");
+    }
+
+    #[test]
+    fn a_reconciliation_needs_its_state_updates_and_speaks_camel_case() {
+        let schema = crate::llm::structured::schema_for::<Reconciliation>();
+        let validate = |v: serde_json::Value| crate::llm::structured::validate(&schema, &v);
+        assert!(!validate(serde_json::json!({})).is_empty(), "{{}} is not a reconciliation");
+        assert!(!validate(serde_json::json!({ "stateUpdates": {}, "new_facts": ["x"] })).is_empty());
+        let ok = serde_json::json!({ "stateUpdates": { "Ossian": { "location": "the jetty" } }, "trackers": { "fog": "thin" }, "newFacts": ["The seal is green."], "elapsedMinutes": 10 });
+        assert!(validate(ok.clone()).is_empty(), "{:?}", validate(ok.clone()));
+        let r: Reconciliation = serde_json::from_value(ok.clone()).unwrap();
+        assert_eq!((r.elapsed_minutes, r.new_facts.len(), r.state_updates.len()), (10, 1, 1));
+        assert_eq!(serde_json::to_value(&r).unwrap(), ok);
+        let world = crate::llm::structured::schema_for::<WorldUpdate>();
+        assert!(!crate::llm::structured::validate(&world, &serde_json::json!({ "elapsed_minutes": 5 })).is_empty());
     }
 
     #[test]
@@ -333,16 +450,22 @@ mod tests {
         assert_eq!(state.activity, None, "a blank value is no change");
     }
 
+    /// Rounds recorded before the switch kept snake_case names and a list of updates;
+    /// they still read, and two updates of one name merge when written.
     #[test]
-    fn the_director_contract_reads_flattened_state_updates() {
+    fn a_recorded_plan_in_the_old_form_still_reads() {
         let plan: DirectorPlan = serde_json::from_value(serde_json::json!({
             "acting_characters": [{"name": "Mira", "guidance": "greet", "priority": 2}],
-            "state_updates": [{"name": "Mira", "mood": "wary"}]
+            "activations": [{"name": "Ada", "entry_guidance": "in"}],
+            "state_updates": [{"name": "Mira", "mood": "wary"}, {"name": "Mira", "location": "hall"}],
+            "open_guidance": "go"
         }))
         .unwrap();
         assert_eq!(plan.state_updates[0].state.mood.as_deref(), Some("wary"));
-        assert_eq!(plan.acting_characters[0].order, None);
-        assert!(plan.activations.is_empty());
+        assert_eq!((plan.acting_characters[0].order, plan.activations[0].entry_guidance.as_str(), plan.open_guidance.as_str()), (None, "in", "go"));
+        let written = serde_json::to_value(&plan).unwrap();
+        assert_eq!(written["stateUpdates"], serde_json::json!({ "Mira": { "mood": "wary", "location": "hall" } }));
+        assert!(written.get("state_updates").is_none() && written.get("acting_characters").is_none());
     }
 }
 

@@ -57,16 +57,16 @@ fn script() -> Value {
     json!({
         "rules": [
             { "when": { "system_contains": "which characters act, in what order" }, "reply": { "json": {
-                "acting_characters": [
+                "actingCharacters": [
                     { "name": "Bram Holloway", "guidance": "Recognise the seal and go pale.", "priority": 2 },
                     { "name": "Tessa Quill", "guidance": "Ask who gave it to Kit.", "priority": 1 }
                 ],
                 "activations": [], "deactivations": [],
-                "state_updates": [ { "name": "Bram Holloway", "mood": "uneasy" } ],
-                "open_guidance": "The cellar lamp gutters."
+                "stateUpdates": { "Bram Holloway": { "mood": "uneasy" } },
+                "openGuidance": "The cellar lamp gutters."
             } } },
             { "when": { "system_contains": "reconciling the round" }, "reply": { "json": {
-                "state_updates": [], "trackers": { "suspicion": 1 }, "new_facts": [], "elapsed_minutes": 5
+                "stateUpdates": {}, "trackers": { "suspicion": 1 }, "newFacts": [], "elapsedMinutes": 5
             } } },
             { "when": { "system_contains": "You are playing Bram Holloway" }, "reply": "Bram sets down the cask. \"Where did you get that?\"" },
             { "when": { "system_contains": "You are playing Tessa Quill" }, "reply": "Tessa leans in. \"Who gave you this, Kit?\"" },

@@ -540,7 +540,7 @@ fn the_world_agent_owns_trackers_and_time_when_on() {
     assert_eq!(after.facts.len(), 2, "pass 2 still records facts");
     assert_eq!(after.member_by_name("Ossian Vale").unwrap().state.location.as_deref(), Some("the jetty"), "and states");
     let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
-    assert_eq!(record.director["world"]["elapsed_minutes"], 30);
+    assert_eq!(record.director["world"]["elapsedMinutes"], 30);
     let reconcile = record.ledgers.as_array().unwrap().iter().find(|l| l["agent"] == "director (reconcile)").unwrap();
     assert!(reconcile["notes"].to_string().contains("World agent owns them"), "{reconcile}");
 }
@@ -757,9 +757,9 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
         }
         assert_ne!(event["event"], "character_started", "nobody acts before the plan is back");
     };
-    assert_eq!(plan["acting_characters"].as_array().unwrap().len(), 3, "{plan}");
+    assert_eq!(plan["actingCharacters"].as_array().unwrap().len(), 3, "{plan}");
     let mut edited = plan.clone();
-    edited["acting_characters"] = serde_json::json!([{ "name": "Wren Talloway", "guidance": "Say nothing about the letter yet.", "priority": 1 }]);
+    edited["actingCharacters"] = serde_json::json!([{ "name": "Wren Talloway", "guidance": "Say nothing about the letter yet.", "priority": 1 }]);
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{edited}").unwrap();
     drop(stdin);
@@ -775,8 +775,8 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
     // The round's record keeps both: the plan played and the Director's own.
     let store = Store::open(&paths.library_file).unwrap();
     let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
-    assert_eq!(record.director["plan"]["acting_characters"][0]["guidance"], "Say nothing about the letter yet.");
-    assert_eq!(record.director["proposed"]["acting_characters"].as_array().unwrap().len(), 3);
+    assert_eq!(record.director["plan"]["actingCharacters"][0]["guidance"], "Say nothing about the letter yet.");
+    assert_eq!(record.director["proposed"]["actingCharacters"].as_array().unwrap().len(), 3);
     // Who acted, entered and left, under the predecessor's names.
     let flags = &record.director["flags"];
     assert_eq!(flags["Wren Talloway"]["hasActedThisRound"], true, "{flags}");
