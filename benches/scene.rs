@@ -108,6 +108,7 @@ fn assemble(loaded: &Loaded, config: &SceneConfig, plan: &BudgetPlan, templates:
             lore_scan_depth: config.lore_scan_depth,
             message_number: loaded.history.last().map_or(1, |m| u64::from(m.number) + 1),
             seed: lore::seed_for(&loaded.view.id),
+            cancel: None,
         },
         // Each call starts from the stored timers, as the first call of a round does.
         &mut loaded.lore_state.clone(),

@@ -75,6 +75,7 @@ pub fn activate_for_turn(
     history: &[ChatTurn],
     input: &str,
     token_budget: u32,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> ChatLore {
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
@@ -96,7 +97,7 @@ pub fn activate_for_turn(
         character: Some(CharacterRef { name: &character.name, tags: character.card.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
     };
-    let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(token_budget), ..Default::default() };
+    let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(token_budget), cancel, ..Default::default() };
     if let Some((_, first)) = books.first() {
         options = options.with_book(first);
     }

@@ -159,6 +159,10 @@ impl CancelToken {
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
+    /// The flag itself, for work below the LLM layer (lore activation) that stops on it.
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0
+    }
 }
 
 /// Per-call context: cancellation and the streaming sink.

@@ -84,6 +84,8 @@ pub struct EnvelopeInput<'a> {
     pub message_number: u64,
     /// Seed of the lore's probability rolls (see [`super::lore::seed_for`]).
     pub seed: u64,
+    /// The call's cancel flag, which stops lore activation early.
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// A budgeted envelope: the items kept per section and the ledger.
@@ -236,6 +238,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
                 scan_depth: u32::try_from(input.lore_scan_depth).unwrap_or(u32::MAX),
                 budget,
                 seed: input.seed,
+                cancel: input.cancel,
             },
             lore_state,
         );
@@ -567,6 +570,7 @@ mod tests {
             lore_scan_depth: config.lore_scan_depth,
             message_number: history.last().map_or(1, |m| u64::from(m.number) + 1),
             seed: 7,
+            cancel: None,
         };
         let show = |envelope: &Envelope, prompt: &RenderedPrompt| {
             let sections: Vec<String> = envelope.ledger.sections.iter().map(|s| format!("{:?}={}", s.section, s.used)).collect();
@@ -682,6 +686,7 @@ mod tests {
                     lore_scan_depth: config.lore_scan_depth,
                     message_number: 4001,
                     seed: 7,
+                    cancel: None,
                 };
                 let turn = match agent {
                     AgentKind::Director => director_turn(1000, Some("I light the lamp.")),
@@ -723,6 +728,7 @@ mod tests {
             lore_scan_depth: 2,
             message_number: 1,
             seed: 7,
+            cancel: None,
         };
         let gathered = gather(&crate::config::SceneConfig::default().budgets, 8192, &input, &mut Default::default());
         let sheet = &gathered.sections[&Section::CharacterGuidance].iter().find(|i| i.id == format!("character {name}")).unwrap().text;

@@ -177,6 +177,8 @@ pub struct LoreCall<'a> {
     pub budget: Option<u32>,
     /// Seed of probability and group rolls: the same scene rolls the same way on replay.
     pub seed: u64,
+    /// The call's cancel flag: a cancelled round stops checking keys.
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// Activated lore as budget items, and the entries that matched but were held back.
@@ -206,6 +208,7 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         token_budget: budget,
         count_tokens: &count,
         seed: call.seed,
+        cancel: call.cancel,
         ..index_options()
     };
     let deepest = call.scan_depth.max(lore.deepest) as usize;
@@ -366,7 +369,7 @@ mod tests {
             tags,
         };
         let fired = |m: &CastMember| {
-            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7 };
+            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None };
             activate(&lore, &call, &mut ActivationState::default()).items.len()
         };
         assert_eq!(fired(&member(vec!["clerk".into(), "smuggler".into()])), 1);
@@ -501,6 +504,7 @@ mod tests {
                 scan_depth: 2,
                 budget: case.budget,
                 seed: 7,
+                cancel: None,
             };
             let out = activate(&lore, &call, &mut ActivationState::default());
             let kept: Vec<&str> = out.items.iter().map(|i| i.id.as_str()).collect();
@@ -535,6 +539,7 @@ mod tests {
                 scan_depth: 1,
                 budget: None,
                 seed: 0,
+                cancel: None,
             };
             let out = activate(&lore, &call, state);
             (out.items.iter().map(|i| i.id.clone()).collect::<Vec<_>>(), out.held_back.iter().map(|d| d.reason.clone()).collect::<Vec<_>>())

@@ -62,6 +62,7 @@ impl AfterCharacters<'_> {
                 lore_scan_depth: self.config.lore_scan_depth,
                 message_number: self.message_number,
                 seed: self.seed,
+                cancel: Some(self.cancel.flag()),
             },
             lore_state,
         )

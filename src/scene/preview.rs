@@ -219,6 +219,7 @@ pub fn preview(
             lore_scan_depth: scene_config.lore_scan_depth,
             message_number: u64::from(next_number),
             seed: super::lore::seed_for(&id),
+            cancel: None,
         },
         &mut lore_state,
     );

@@ -557,3 +557,20 @@ fn dropping_a_card_on_the_window_lists_the_new_character() {
     let chunks = read_png_card_chunks(&std::fs::read(&out).unwrap());
     assert_eq!(chunks, vec![("chara".to_string(), fixture_json("card_v2_full.json"))]);
 }
+
+/// The fuzz targets mount the parser and lore activation sources directly (their own
+/// workspace, so this suite never builds them with a sanitizer). A module that starts
+/// using a crate the fuzz crate does not list breaks them silently; this checks they
+/// still compile, against the fuzz crate's own lock file.
+#[test]
+fn the_fuzz_targets_still_build() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["check", "--locked", "--quiet", "--bins", "--manifest-path"])
+        .arg(root.join("fuzz/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", root.join("target/fuzz-check"))
+        .output()
+        .expect("cargo runs");
+    assert!(out.status.success(), "the fuzz targets do not build:\n{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -112,7 +112,7 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
-    let mut prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text)?;
+    let mut prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text, cancel)?;
     // The exchange being redrawn is not its own history.
     prepared.history.retain(|t| t.id != last.id);
     let now = chrono::DateTime::parse_from_rfc3339(&last.at).map(|t| t.with_timezone(&chrono::Utc)).unwrap_or_else(|_| chrono::Utc::now());

@@ -97,7 +97,7 @@ pub fn send(
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
-    let prepared = prepare(ctx, &bank, character, &config.companion, text)?;
+    let prepared = prepare(ctx, &bank, character, &config.companion, text, cancel)?;
     let draft = TurnDraft { character, config: config.companion, text, now, prepared, continuing: None };
 
     let attempts = draft.config.max_attempts.max(1);

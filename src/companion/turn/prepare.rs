@@ -123,6 +123,7 @@ pub fn prepare(
     character: &CharacterInfo,
     config: &CompanionConfig,
     text: &str,
+    cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
     let (state, user, history) = ctx.store.with(|c| {
         let state = records::load_state(c, &character.id)?;
@@ -172,7 +173,7 @@ pub fn prepare(
     // The character's lorebooks (its card's book among them) fire on the conversation,
     // ahead of the lore retrieved from files; the packet's lore budget cuts both.
     let books = ctx.store.with(|c| crate::companion::lore::books(c, &character.id))?;
-    let fired = crate::companion::lore::activate_for_turn(&books, character, &user.name, &history, text, WORLD_INFO_TOKENS);
+    let fired = crate::companion::lore::activate_for_turn(&books, character, &user.name, &history, text, WORLD_INFO_TOKENS, Some(cancel.flag()));
     notes.extend(fired.notes);
     let lore_places = fired.places;
     let lore = fired.hits.into_iter().chain(retrieved).collect();

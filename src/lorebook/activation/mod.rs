@@ -108,6 +108,9 @@ pub struct ActivationOptions<'a> {
     /// Wall time the key checks of one activation may take; entries not checked by then
     /// are skipped and say so (`None`: no limit).
     pub time_budget: Option<std::time::Duration>,
+    /// Set when the call this activation is for was cancelled: entries not checked by
+    /// then are skipped and say so, so a cancel never waits on a slow book.
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// How long one activation's key checks may run by default: far more than any sane book
@@ -128,6 +131,7 @@ impl Default for ActivationOptions<'_> {
             seed: 0,
             group_scoring: false,
             time_budget: Some(DEFAULT_TIME_BUDGET),
+            cancel: None,
         }
     }
 }
@@ -314,6 +318,7 @@ impl SkipReason {
             }
             SkipReason::DelayUntilRecursion { level } => format!("waits for recursion level {level}, never reached"),
             SkipReason::TimeBudget { after_ms } => format!("not checked: the activation's time budget ran out after {after_ms} ms"),
+            SkipReason::Cancelled => "not checked: the call was cancelled".to_string(),
         }
     }
 }
@@ -384,6 +389,8 @@ pub enum SkipReason {
     /// Not checked: the activation's time budget ran out first (hostile regex keys, a
     /// huge book); `after_ms` is how long it had run.
     TimeBudget { after_ms: u64 },
+    /// Not checked: the call was cancelled first.
+    Cancelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -146,7 +146,11 @@ impl<'r> Run<'r> {
                     matched.push(Candidate { index: i, trigger, score: 0 });
                     continue;
                 }
-                // Out of time: the rest are not checked, and say so.
+                // Cancelled or out of time: the rest are not checked, and say so.
+                if self.options.cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                    self.outcomes[i] = Some(Outcome::Skipped { skip: SkipReason::Cancelled });
+                    continue;
+                }
                 if let Some(limit) = self.options.time_budget
                     && started.elapsed() > limit
                 {

@@ -61,6 +61,7 @@ fn describe(outcome: &Outcome, entries: &[LoreEntry]) -> String {
             SkipReason::Delay { from } => format!("delay until {from}"),
             SkipReason::Budget { needed, used, budget } => format!("budget {needed}+{used}>{budget}"),
             SkipReason::TimeBudget { .. } => "time budget".into(),
+            SkipReason::Cancelled => "cancelled".into(),
         },
     }
 }
@@ -515,6 +516,42 @@ fn a_book_of_hostile_regex_keys_is_cut_off_by_the_time_budget() {
         _ => None,
     });
     assert!(reason.is_some_and(|r| r.starts_with("not checked: the activation's time budget ran out")));
+}
+
+/// Cancelling the call stops its activation at the next entry, even with no time
+/// budget: a cancel never waits out a slow book.
+#[test]
+fn a_cancel_stops_activation_between_entries() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let entries: Vec<LoreEntry> = (0..5000)
+        .map(|i| LoreEntry { id: None, keys: vec!["/(?=a)(a|aa)+b/".into()], content: format!("entry {i}"), ..Default::default() })
+        .collect();
+    let text = "a".repeat(3000);
+    let input = ScanInput { messages: vec![&text], message_number: 1, ..Default::default() };
+    let cancel = AtomicBool::new(false);
+    let options = ActivationOptions { time_budget: None, cancel: Some(&cancel), ..Default::default() };
+    let started = std::time::Instant::now();
+    let (report, got) = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            cancel.store(true, Ordering::Relaxed);
+        });
+        run_with(&entries, &input, &mut ActivationState::default(), &options)
+    });
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "activation took {took:?}");
+    assert!(report.activated.is_empty());
+    assert!(got.iter().any(|g| g == "cancelled"), "the entries left when the cancel came were skipped");
+    let reason = report.outcomes.iter().find_map(|o| match o {
+        Outcome::Skipped { skip: skip @ SkipReason::Cancelled } => Some(skip.describe(&|_| String::new())),
+        _ => None,
+    });
+    assert_eq!(reason.as_deref(), Some("not checked: the call was cancelled"));
+
+    // Cancelled before it starts: nothing is checked, and every entry says so.
+    let (report, got) = run_with(&entries[..500], &input, &mut ActivationState::default(), &options);
+    assert!(report.activated.is_empty());
+    assert!(got.iter().all(|g| g == "cancelled"), "{:?}", &got[..3]);
 }
 
 /// A key whose compiled program would be huge is refused, and past the book's cap of

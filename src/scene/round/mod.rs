@@ -129,7 +129,7 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
         templates: PromptTemplates::shipped()?,
     };
     let recall = Recall::open(ctx);
-    let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config)?;
+    let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config, cancel)?;
     draft.force = force;
     draft.review = review;
     let round = draft.round;
@@ -230,6 +230,7 @@ fn character_turn(
             lore_scan_depth: config.lore_scan_depth,
             message_number: call.message_number,
             seed: call.seed,
+            cancel: Some(cancel.flag()),
         },
         lore_state,
     )?;

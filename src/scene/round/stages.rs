@@ -58,11 +58,13 @@ pub(super) struct RoundDraft {
     pub force: Vec<String>,
     /// Pause after pass 1 for the game master to edit the plan.
     pub review: bool,
+    /// The round's cancel token (shared flag), which lore activation stops on.
+    pub cancel: CancelToken,
 }
 
 impl RoundDraft {
     /// Read the scene and open the round with the user's message, if any.
-    pub fn begin(ctx: &Context, scene_id: String, input: Option<String>, config: &SceneConfig) -> Result<Self, SceneError> {
+    pub fn begin(ctx: &Context, scene_id: String, input: Option<String>, config: &SceneConfig, cancel: &CancelToken) -> Result<Self, SceneError> {
         let (view, notes, history, lore, lore_state, next_number) = ctx.store.with(|c| {
             let view = records::load_view(c, &scene_id)?;
             let notes = records::load_notes(c, &scene_id)?;
@@ -75,6 +77,7 @@ impl RoundDraft {
             Ok((view, notes, stored, lore, lore_state, next_number))
         })?;
         let mut draft = RoundDraft {
+            cancel: cancel.clone(),
             seed: lore::seed_for(&scene_id),
             round: view.rounds + 1,
             next_number,
@@ -129,6 +132,7 @@ impl RoundDraft {
             lore_scan_depth: config.lore_scan_depth,
             message_number: u64::from(self.next_number),
             seed: self.seed,
+            cancel: Some(self.cancel.flag()),
         }
     }
 
