@@ -218,6 +218,14 @@ pub enum LlmError {
     Blocked { reason: String },
 }
 
+/// Whether a server's error message says the request is invalid, whatever its status.
+fn says_invalid(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    ["input should be", "validation error", "extra inputs are not permitted", "invalid_request_error", "unrecognized request argument", "field required"]
+        .iter()
+        .any(|needle| m.contains(needle))
+}
+
 impl LlmError {
     /// Errors worth retrying: the same request may succeed a moment later.
     pub fn is_transient(&self) -> bool {
@@ -227,7 +235,9 @@ impl LlmError {
             | LlmError::RateLimited { .. }
             | LlmError::Unavailable { .. }
             | LlmError::Truncated { .. } => true,
-            LlmError::Http { status, .. } => *status >= 500 || *status == 408,
+            // A 5xx that says the request itself is invalid (llama.cpp's Python server
+            // answers a schema it cannot take with 500) would fail the same way again.
+            LlmError::Http { status, message } => (*status >= 500 && !says_invalid(message)) || *status == 408,
             _ => false,
         }
     }

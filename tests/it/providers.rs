@@ -541,3 +541,117 @@ fn an_endless_line_or_event_ends_the_call_at_its_cap() {
         assert_eq!(streamed, FRAGMENTS[0], "what came before the runaway was streamed");
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Servers that refuse a response format (llama.cpp's Python server and friends)
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Verdict {
+    name: String,
+    mood: String,
+}
+
+/// How llama.cpp's Python server (`llama_cpp.server`) answers a format it does not know:
+/// HTTP 500 with the validation error as the message.
+fn llama_cpp_refusal(format: &str) -> Action {
+    Action::json(
+        500,
+        &OpenAi::error(&format!(
+            "[{{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': '{format}'}}]"
+        )),
+    )
+}
+
+fn structured(client: &LlmClient) -> Result<Verdict, String> {
+    let request = ChatRequest::new(MODEL, vec![ChatMessage::system("Judge the scene."), ChatMessage::user("Wren at the lamp.")]);
+    let cancel = CancelToken::new();
+    lorekeeper::llm::structured::complete_structured::<Verdict>(client, request, &Default::default(), CallContext::new(&cancel))
+        .map(|o| o.value)
+        .map_err(|e| e.to_string())
+}
+
+fn format_of(request: &Recorded) -> String {
+    request.json()["response_format"]["type"].as_str().unwrap_or("none").to_string()
+}
+
+/// A server that refuses `json_schema` gets `json_object` at once (not the same request
+/// three more times), the call succeeds, and every later client of the profile, in this
+/// session or the next, starts at `json_object`.
+#[test]
+fn a_server_refusing_json_schema_gets_json_object_and_the_profile_remembers() {
+    let key = Key::new("format_ladder");
+    let server = api_server::<OpenAi>(&key, |request, _| match format_of(request).as_str() {
+        "json_schema" => llama_cpp_refusal("json_schema"),
+        _ => Action::json(200, &OpenAi::reply(r#"{"name": "Wren", "mood": "watchful"}"#)),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("library.sqlite")).unwrap();
+    let profile = profile::<OpenAi>(&server, &key);
+    let first = LlmClient::from_profile(&profile, Some(&store)).unwrap();
+    let verdict = structured(&first).expect("the call succeeds on the next rung");
+    assert_eq!((verdict.name.as_str(), verdict.mood.as_str()), ("Wren", "watchful"));
+    let formats: Vec<String> = server.requests().iter().map(format_of).collect();
+    assert_eq!(formats, ["json_schema", "json_object"], "one refusal, then the next rung; no blind re-send");
+    let sent = server.requests()[1].json();
+    let system = sent["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("<json_schema>") && system.contains("\"mood\""), "the schema travels in the prompt: {system}");
+
+    // Another client of the profile starts where the first ended.
+    let second = LlmClient::from_profile(&profile, None).unwrap();
+    structured(&second).unwrap();
+    assert_eq!(format_of(&server.requests()[2]), "json_object");
+
+    // The library remembers it, with the server's reason, for the next session.
+    let remembered = lorekeeper::llm::client::formats::remembered(&store).unwrap();
+    let row = remembered.iter().find(|r| r.0 == profile.name).expect("remembered");
+    assert_eq!(row.2, "json_object");
+    assert!(row.3.contains("Input should be 'text' or 'json_object'"), "{}", row.3);
+    // A session that starts fresh (another profile name, same server, the library's row
+    // copied to it) begins at json_object without asking for json_schema first.
+    let fresh = ProviderProfile { name: format!("{}-next-session", profile.name), ..profile.clone() };
+    store
+        .with(|c| {
+            c.execute(
+                "INSERT INTO format_fallbacks (profile, endpoint, level, reason, at) SELECT ?1, endpoint, level, reason, at FROM format_fallbacks WHERE profile = ?2",
+                [&fresh.name, &profile.name],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    let before = server.hits();
+    structured(&LlmClient::from_profile(&fresh, Some(&store)).unwrap()).unwrap();
+    assert_eq!(server.hits(), before + 1);
+    assert_eq!(format_of(&server.requests()[before]), "json_object");
+}
+
+/// A server that takes neither `json_schema` nor `json_object` gets plain text, which
+/// the structured layer repairs; a call costs at most one request per rung.
+#[test]
+fn a_server_refusing_every_format_gets_plain_text() {
+    let key = Key::new("format_text");
+    let server = api_server::<OpenAi>(&key, |request, _| match format_of(request).as_str() {
+        "json_schema" => llama_cpp_refusal("json_schema"),
+        "json_object" => Action::json(400, &OpenAi::error("response_format json_object is not supported by this model")),
+        _ => Action::json(200, &OpenAi::reply("Here you go:\n```json\n{\"name\": \"Ossian\", \"mood\": \"evasive\",}\n```")),
+    });
+    let profile = profile::<OpenAi>(&server, &key);
+    let verdict = structured(&client(&profile)).expect("plain text, repaired");
+    assert_eq!(verdict.mood, "evasive");
+    let formats: Vec<String> = server.requests().iter().map(format_of).collect();
+    assert_eq!(formats, ["json_schema", "json_object", "none"]);
+}
+
+/// A request the server calls invalid is not sent again unchanged, even under a 5xx
+/// status; an ordinary 500 still is.
+#[test]
+fn an_invalid_request_is_not_retried_unchanged() {
+    let key = Key::new("invalid_500");
+    let server = api_server::<OpenAi>(&key, |_, _| {
+        Action::json(500, &OpenAi::error("1 validation error: messages.1.content Input should be a valid string"))
+    });
+    let profile = profile::<OpenAi>(&server, &key);
+    let error = call(&client(&profile), &request(false)).0.expect_err("invalid");
+    assert!(error.to_string().contains("Input should be a valid string"), "{error}");
+    assert_eq!(server.hits(), 1, "not retried");
+}

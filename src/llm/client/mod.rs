@@ -13,6 +13,7 @@
 
 pub mod cache;
 pub mod calls;
+pub mod formats;
 pub mod rate_limit;
 pub mod retry;
 
@@ -46,6 +47,8 @@ pub struct LlmClient {
     endpoint: String,
     /// Where every call is logged as sent (when the client has a library).
     calls: Option<crate::llm::calls::CallLog>,
+    /// How much structure the server takes (see [`formats`]), shared by the profile's clients.
+    formats: formats::FormatMemory,
 }
 
 impl LlmClient {
@@ -101,12 +104,15 @@ impl LlmClient {
 
     fn assemble(provider: Arc<dyn Provider>, profile: ProviderProfile, limiter: Option<Arc<RateLimiter>>) -> Self {
         let endpoint = format!("{}|{}", profile.kind.label(), provider.describe());
-        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None }
+        let start = if profile.supports_json_schema { formats::FormatLevel::Schema } else { formats::FormatLevel::JsonObject };
+        let formats = formats::FormatMemory::shared(&profile.name, &endpoint, start);
+        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats }
     }
 
     /// Use `store` for the response cache (only if the profile enables caching).
     pub fn with_store(mut self, store: Store) -> Self {
         self.cache = self.profile.cache.then(|| ResponseCache::new(store.clone()));
+        self.formats = self.formats.clone().with_store(&store);
         self.calls = Some(crate::llm::calls::CallLog::new(store));
         self
     }
@@ -149,7 +155,9 @@ impl LlmClient {
             })
             .map_err(|e| e.scrub(self.secret.as_ref()));
         if let Some(log) = &self.calls {
-            log.record(&self.profile.name, &self.endpoint, &request, &result, started.elapsed().as_millis() as u64);
+            // Logged with the format it was last sent in, after any fallback.
+            let sent = formats::at_level(&request, self.formats.level());
+            log.record(&self.profile.name, &self.endpoint, &sent, &result, started.elapsed().as_millis() as u64);
         }
         result
     }
@@ -220,7 +228,8 @@ impl LlmClient {
             if let Some(limiter) = &self.limiter {
                 limiter.acquire(ctx.cancel)?;
             }
-            let outcome = self.provider.complete(request, attempt_ctx);
+            let sent = formats::at_level(request, self.formats.level());
+            let outcome = self.provider.complete(&sent, attempt_ctx);
             flush();
             let error = match outcome {
                 Ok(mut completion) => {
@@ -239,6 +248,14 @@ impl LlmClient {
             };
             if ctx.cancel.is_cancelled() {
                 return Err(LlmError::Cancelled);
+            }
+            // The server refused the response format: the same request would only be
+            // refused again, so go one rung down (remembered) and ask there at once.
+            if !delivered.load(Ordering::Relaxed)
+                && formats::refuses_format(&error, &sent.response_format)
+                && self.formats.step_down(formats::FormatLevel::of(&sent.response_format), &error.to_string()).is_some()
+            {
+                continue;
             }
             if !error.is_transient() || retry >= policy.max_retries || delivered.load(Ordering::Relaxed) {
                 return Err(error);
