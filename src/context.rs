@@ -102,10 +102,140 @@ impl EventRoutes {
 /// Work that runs at most once at a time per key (a scene's round, a character's chat
 /// turn, a checkpoint's agent), with the token that cancels it. A second start of the
 /// same key is refused rather than queued, so the user sees why nothing happens.
+///
+/// With a library ([`Jobs::with_library`]) the guard holds across processes too: each
+/// job takes a lease in the library (`job_leases`: a row with its owner, renewed by a
+/// heartbeat, released when the job ends). A second process — the CLI while the GUI
+/// plays, a second GUI — is refused the same round, turn or checkpoint instead of
+/// running it twice and overwriting the winner. A lease whose owner died stops counting
+/// when it expires ([`LEASE_TTL`]), or at once when the owner was a process on this
+/// machine that no longer exists.
 #[derive(Default)]
 pub struct Jobs {
     running: Mutex<BTreeMap<JobKey, CancelToken>>,
+    leases: Option<Leases>,
 }
+
+/// How long a lease holds without a heartbeat.
+pub const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often the leases of a live process are renewed.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// This process's leases in the library, on a connection of their own so taking or
+/// releasing one never waits on (or deadlocks with) the writer another thread holds.
+struct Leases {
+    store: Store,
+    /// Unique per engine, so two engines in one process are two owners.
+    owner: String,
+    conn: Mutex<Option<rusqlite::Connection>>,
+    heartbeat: std::sync::Once,
+}
+
+/// Who holds a lease, as a refusal names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    pub pid: u32,
+    pub host: String,
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
+/// Whether a lease's owner is known to be gone: a process of this machine that no
+/// longer exists. Elsewhere only expiry tells.
+fn owner_is_gone(pid: u32, host: &str) -> bool {
+    cfg!(target_os = "linux")
+        && !host.is_empty()
+        && host == host_name()
+        && pid != std::process::id()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+impl Leases {
+    fn with_conn<T>(&self, f: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T>) -> Result<T, crate::store::StoreError> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.store.side_connection(std::time::Duration::from_secs(10))?);
+        }
+        match guard.as_mut() {
+            Some(conn) => Ok(f(conn)?),
+            None => unreachable!("opened above"),
+        }
+    }
+
+    /// Take the lease of `key`, or say who holds it.
+    fn take(&self, key: &JobKey) -> Result<Result<(), LeaseHolder>, crate::store::StoreError> {
+        self.with_conn(|conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let held: Option<(String, u32, String, i64)> = tx
+                .query_row(
+                    "SELECT owner, pid, host, expires_at FROM job_leases WHERE kind = ?1 AND id = ?2",
+                    rusqlite::params![key.kind, key.id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()?;
+            if let Some((owner, pid, host, expires_at)) = held
+                && owner != self.owner
+                && expires_at > now
+                && !owner_is_gone(pid, &host)
+            {
+                return Ok(Err(LeaseHolder { pid, host }));
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO job_leases (kind, id, owner, pid, host, taken_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                rusqlite::params![key.kind, key.id, self.owner, std::process::id(), host_name(), now, now + LEASE_TTL.as_millis() as i64],
+            )?;
+            tx.commit()?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn release(&self, key: &JobKey) {
+        let released = self.with_conn(|conn| {
+            conn.execute("DELETE FROM job_leases WHERE kind = ?1 AND id = ?2 AND owner = ?3", rusqlite::params![key.kind, key.id, self.owner])
+        });
+        if let Err(e) = released {
+            tracing::warn!(error = %e, kind = key.kind, id = %key.id, "could not release a job lease; it expires on its own");
+        }
+    }
+
+    /// Whether another live owner holds `key`.
+    fn held_elsewhere(&self, key: &JobKey) -> bool {
+        let held = self.with_conn(|conn| {
+            conn.query_row(
+                "SELECT owner, pid, host, expires_at FROM job_leases WHERE kind = ?1 AND id = ?2",
+                rusqlite::params![key.kind, key.id],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?)),
+            )
+            .optional()
+        });
+        match held {
+            Ok(Some((owner, pid, host, expires_at))) => owner != self.owner && expires_at > now_ms() && !owner_is_gone(pid, &host),
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the job leases");
+                false
+            }
+        }
+    }
+
+    fn renew(&self) -> Result<usize, crate::store::StoreError> {
+        self.with_conn(|conn| {
+            conn.execute(
+                "UPDATE job_leases SET expires_at = ?1 WHERE owner = ?2",
+                rusqlite::params![now_ms() + LEASE_TTL.as_millis() as i64, self.owner],
+            )
+        })
+    }
+}
+
+use rusqlite::OptionalExtension;
 
 /// What a job is about: a kind (`"round"`, `"turn"`, `"checkpoint"`) and an id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -120,7 +250,8 @@ impl JobKey {
     }
 }
 
-/// A running job: released from the registry when dropped.
+/// A running job: released from the registry (and its lease from the library) when
+/// dropped.
 pub struct Job {
     jobs: Arc<Jobs>,
     key: JobKey,
@@ -135,31 +266,79 @@ impl Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
+        if let Some(leases) = &self.jobs.leases {
+            leases.release(&self.key);
+        }
         self.jobs.lock().remove(&self.key);
     }
 }
 
 impl Jobs {
+    /// Jobs guarded across every process that opens `store`.
+    pub fn with_library(store: Store) -> Self {
+        let owner = format!("{}-{}", std::process::id(), crate::store::new_id());
+        Self { running: Mutex::default(), leases: Some(Leases { store, owner, conn: Mutex::new(None), heartbeat: std::sync::Once::new() }) }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<JobKey, CancelToken>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Register `key` as running, cancelled through `cancel`, or `None` when it already is.
+    /// Register `key` as running, cancelled through `cancel`, or `None` when it already
+    /// is, in this process or (with a library) in another.
     pub fn try_start(self: &Arc<Self>, key: JobKey, cancel: &CancelToken) -> Option<Job> {
-        let mut running = self.lock();
-        if running.contains_key(&key) {
-            return None;
+        {
+            let mut running = self.lock();
+            if running.contains_key(&key) {
+                return None;
+            }
+            running.insert(key.clone(), cancel.clone());
         }
-        let cancel = cancel.clone();
-        running.insert(key.clone(), cancel.clone());
-        Some(Job { jobs: self.clone(), key, cancel })
+        if let Some(leases) = &self.leases {
+            match leases.take(&key) {
+                Ok(Ok(())) => self.start_heartbeat(leases),
+                Ok(Err(holder)) => {
+                    tracing::info!(kind = key.kind, id = %key.id, pid = holder.pid, host = %holder.host, "refused: another process runs this job");
+                    self.lock().remove(&key);
+                    return None;
+                }
+                // The library cannot say (locked past the busy timeout, unwritable):
+                // the guard in this process still holds, and the log says why.
+                Err(e) => tracing::warn!(error = %e, kind = key.kind, id = %key.id, "could not take a job lease; guarding this process only"),
+            }
+        }
+        Some(Job { jobs: self.clone(), key, cancel: cancel.clone() })
+    }
+
+    /// One thread per engine renews its leases until the engine is gone.
+    fn start_heartbeat(self: &Arc<Self>, leases: &Leases) {
+        leases.heartbeat.call_once(|| {
+            let jobs = Arc::downgrade(self);
+            let spawned = std::thread::Builder::new().name("job-lease-heartbeat".into()).spawn(move || {
+                loop {
+                    std::thread::sleep(HEARTBEAT);
+                    let Some(jobs) = jobs.upgrade() else { return };
+                    if jobs.lock().is_empty() {
+                        continue;
+                    }
+                    if let Some(leases) = &jobs.leases
+                        && let Err(e) = leases.renew()
+                    {
+                        tracing::warn!(error = %e, "could not renew the job leases");
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "could not start the job lease heartbeat; leases expire after {LEASE_TTL:?}");
+            }
+        });
     }
 
     pub fn is_running(&self, key: &JobKey) -> bool {
-        self.lock().contains_key(key)
+        self.lock().contains_key(key) || self.leases.as_ref().is_some_and(|l| l.held_elsewhere(key))
     }
 
-    /// Cancel the job running under `key`. Returns whether one was running.
+    /// Cancel the job running under `key` in this process. Returns whether one was running.
     pub fn cancel(&self, key: &JobKey) -> bool {
         match self.lock().get(key) {
             Some(token) => {
@@ -193,13 +372,14 @@ pub struct Context {
 
 impl Context {
     pub fn new(store: Store, paths: Paths, config: Config, routes: EventRoutes, runtime: tokio::runtime::Handle) -> Self {
+        let jobs = Arc::new(Jobs::with_library(store.clone()));
         Self {
             store,
             paths,
             config: RwLock::new(config),
             routes,
             runtime,
-            jobs: Arc::new(Jobs::default()),
+            jobs,
             services: Services::default(),
         }
     }
@@ -266,6 +446,41 @@ mod tests {
         drop(job);
         assert!(!jobs.is_running(&key));
         assert!(!jobs.cancel(&key));
+    }
+
+    /// Two engines on one library (as two processes would be) share the guard through
+    /// the library's leases; a lease whose owner is gone stops counting.
+    #[test]
+    fn a_job_leased_in_the_library_is_refused_to_another_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("library.sqlite");
+        let gui = Arc::new(Jobs::with_library(Store::open(&path).unwrap()));
+        let cli = Arc::new(Jobs::with_library(Store::open(&path).unwrap()));
+        let key = JobKey::new("round", "scene-1");
+        let job = gui.try_start(key.clone(), &CancelToken::new()).expect("first start");
+        assert!(cli.try_start(key.clone(), &CancelToken::new()).is_none(), "the other engine is refused");
+        assert!(cli.is_running(&key), "and sees the job as running");
+        assert!(cli.try_start(JobKey::new("round", "scene-2"), &CancelToken::new()).is_some(), "another scene is free");
+        drop(job);
+        assert!(!cli.is_running(&key));
+        let taken = cli.try_start(key.clone(), &CancelToken::new()).expect("released, so free");
+        std::mem::forget(taken); // as if the process died holding it
+
+        let store = Store::open(&path).unwrap();
+        let set = |sql: &str| store.with(|c| Ok(c.execute(sql, [])?)).unwrap();
+        // Its owner "died" on this machine: a pid that does not exist frees the lease at once.
+        set("UPDATE job_leases SET pid = 999999999");
+        assert!(!gui.is_running(&key));
+        let again = gui.try_start(key.clone(), &CancelToken::new()).expect("a dead owner's lease is free");
+        drop(again);
+        // An owner elsewhere (another host) holds until the lease expires.
+        let elsewhere = Arc::new(Jobs::with_library(Store::open(&path).unwrap()));
+        let held = elsewhere.try_start(key.clone(), &CancelToken::new()).unwrap();
+        std::mem::forget(held);
+        set("UPDATE job_leases SET host = 'elsewhere', pid = 999999999");
+        assert!(gui.try_start(key.clone(), &CancelToken::new()).is_none(), "a live lease of another host holds");
+        set("UPDATE job_leases SET expires_at = 0");
+        assert!(gui.try_start(key.clone(), &CancelToken::new()).is_some(), "an expired lease is free");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0022_persona_images", include_str!("migrations/0022_persona_images.sql")),
     ("0023_memory_injection_log", include_str!("migrations/0023_memory_injection_log.sql")),
     ("0024_format_fallbacks", include_str!("migrations/0024_format_fallbacks.sql")),
+    ("0025_job_leases", include_str!("migrations/0025_job_leases.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

@@ -346,6 +346,46 @@ fn a_process_killed_mid_stream_leaves_no_trace_of_the_turn() {
     assert!(matches!(events.last(), Some(CompanionEvent::History { turns, .. }) if turns.is_empty()));
 }
 
+/// While one process (here the engine, as the GUI runs it) is replying, a second
+/// process on the same library is refused the same character's turn before anything
+/// streams, and afterwards the chat holds exactly the one exchange.
+#[test]
+fn a_second_process_is_refused_a_turn_the_first_is_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "word ".repeat(200);
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": 20 } } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Send { character: ILSE.into(), text: "Tell me a long story".into(), now: None })).unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Token { .. }));
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["chat", "send", "--character", "ilse", "Me too"])
+        .env("LOREKEEPER_LIBRARY", &paths.library_file)
+        .env("LOREKEEPER_CONFIG", &paths.config_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "the second process must be refused");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("already answering"), "{stderr}");
+    assert!(second.stdout.is_empty(), "nothing streamed: {}", String::from_utf8_lossy(&second.stdout));
+    let events = until(&engine, ends_turn);
+    assert!(matches!(events.last(), Some(CompanionEvent::TurnCommitted { .. })), "{:?}", events.last());
+    assert_eq!(counts(&paths).0, 1, "one exchange: the first process's");
+    // Released with the turn: the next send from another process goes through.
+    drop(engine);
+    let third = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["chat", "send", "--character", "ilse", "And now?"])
+        .env("LOREKEEPER_LIBRARY", &paths.library_file)
+        .env("LOREKEEPER_CONFIG", &paths.config_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(third.status.success(), "{}", String::from_utf8_lossy(&third.stderr));
+    assert_eq!(counts(&paths).0, 2);
+}
+
 #[test]
 fn chat_send_json_prints_the_committed_turn_and_its_hits() {
     let dir = tempfile::tempdir().unwrap();
