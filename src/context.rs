@@ -120,6 +120,8 @@ pub struct Jobs {
 pub const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often the leases of a live process are renewed.
 const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a process with running jobs looks for cancels asked by other processes.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// This process's leases in the library, on a connection of their own so taking or
 /// releasing one never waits on (or deadlocks with) the writer another thread holds.
@@ -225,6 +227,32 @@ impl Leases {
         }
     }
 
+    /// Ask the owner of `key` (another process) to cancel it; whether a live one holds it.
+    fn request_cancel(&self, key: &JobKey) -> bool {
+        if !self.held_elsewhere(key) {
+            return false;
+        }
+        let asked = self.with_conn(|conn| {
+            conn.execute("UPDATE job_leases SET cancel_requested = 1 WHERE kind = ?1 AND id = ?2", rusqlite::params![key.kind, key.id])
+        });
+        match asked {
+            Ok(n) => n > 0,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not ask another process to cancel a job");
+                false
+            }
+        }
+    }
+
+    /// This owner's jobs another process asked to cancel, as `(kind, id)`.
+    fn cancels_asked(&self) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+        self.with_conn(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT kind, id FROM job_leases WHERE owner = ?1 AND cancel_requested = 1")?;
+            let rows = stmt.query_map([&self.owner], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect()
+        })
+    }
+
     fn renew(&self) -> Result<usize, crate::store::StoreError> {
         self.with_conn(|conn| {
             conn.execute(
@@ -315,16 +343,31 @@ impl Jobs {
         leases.heartbeat.call_once(|| {
             let jobs = Arc::downgrade(self);
             let spawned = std::thread::Builder::new().name("job-lease-heartbeat".into()).spawn(move || {
+                let mut last_renewal = std::time::Instant::now();
                 loop {
-                    std::thread::sleep(HEARTBEAT);
+                    std::thread::sleep(CANCEL_POLL);
                     let Some(jobs) = jobs.upgrade() else { return };
                     if jobs.lock().is_empty() {
                         continue;
                     }
-                    if let Some(leases) = &jobs.leases
-                        && let Err(e) = leases.renew()
-                    {
-                        tracing::warn!(error = %e, "could not renew the job leases");
+                    let Some(leases) = &jobs.leases else { return };
+                    match leases.cancels_asked() {
+                        Ok(asked) => {
+                            for (kind, id) in asked {
+                                let running = jobs.lock();
+                                if let Some((_, token)) = running.iter().find(|(k, _)| k.kind == kind && k.id == id) {
+                                    tracing::info!(kind, id, "cancelled at another process's request");
+                                    token.cancel();
+                                }
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "could not read cancel requests"),
+                    }
+                    if last_renewal.elapsed() >= HEARTBEAT {
+                        last_renewal = std::time::Instant::now();
+                        if let Err(e) = leases.renew() {
+                            tracing::warn!(error = %e, "could not renew the job leases");
+                        }
                     }
                 }
             });
@@ -338,15 +381,15 @@ impl Jobs {
         self.lock().contains_key(key) || self.leases.as_ref().is_some_and(|l| l.held_elsewhere(key))
     }
 
-    /// Cancel the job running under `key` in this process. Returns whether one was running.
+    /// Cancel the job running under `key`: here at once, or (with a library) in the
+    /// process that holds its lease, within a fraction of a second. Returns whether one
+    /// was running.
     pub fn cancel(&self, key: &JobKey) -> bool {
-        match self.lock().get(key) {
-            Some(token) => {
-                token.cancel();
-                true
-            }
-            None => false,
+        if let Some(token) = self.lock().get(key) {
+            token.cancel();
+            return true;
         }
+        self.leases.as_ref().is_some_and(|l| l.request_cancel(key))
     }
 }
 
@@ -461,6 +504,14 @@ mod tests {
         assert!(cli.try_start(key.clone(), &CancelToken::new()).is_none(), "the other engine is refused");
         assert!(cli.is_running(&key), "and sees the job as running");
         assert!(cli.try_start(JobKey::new("round", "scene-2"), &CancelToken::new()).is_some(), "another scene is free");
+        // The other engine cancels it: the owner's heartbeat sees the request.
+        assert!(cli.cancel(&key), "a job running elsewhere can be cancelled");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !job.cancel_token().is_cancelled() {
+            assert!(std::time::Instant::now() < deadline, "the owner never saw the cancel");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!cli.cancel(&JobKey::new("round", "nowhere")), "nothing to cancel");
         drop(job);
         assert!(!cli.is_running(&key));
         let taken = cli.try_start(key.clone(), &CancelToken::new()).expect("released, so free");

@@ -48,6 +48,13 @@ pub enum IdentityVerb {
         #[arg(long)]
         narrative: Option<String>,
     },
+    /// Stop a run's running agents (in this or another process, the GUI's too): one
+    /// checkpoint with --checkpoint, otherwise every one. The checkpoint waits for a re-run.
+    Cancel {
+        id: String,
+        #[arg(long)]
+        checkpoint: Option<u8>,
+    },
     /// Continue a run interrupted by a crash or a quit.
     Resume { id: String },
     /// List runs.
@@ -113,6 +120,17 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
         IdentityVerb::Rerun { id, checkpoint } => {
             send(IdentityCommand::Rerun { character_id: id.clone(), checkpoint })?;
             follow(engine, json, Some(id))
+        }
+        IdentityVerb::Cancel { id, checkpoint } => {
+            send(IdentityCommand::Cancel { character_id: id.clone(), checkpoint })?;
+            drive(engine, json, QUICK_LIMIT, |event| match event {
+                Event::Identity(IdentityEvent::CancelRequested { character_id, .. }) if *character_id == id => Some(Ok(())),
+                Event::Identity(IdentityEvent::Error { character_id, checkpoint: None, message }) if *character_id == id => {
+                    Some(Err(anyhow!("{message}")))
+                }
+                _ => None,
+            })??;
+            Ok(ExitCode::SUCCESS)
         }
         IdentityVerb::Keep { id, checkpoint } => {
             send(IdentityCommand::Keep { character_id: id.clone(), checkpoint })?;

@@ -48,6 +48,11 @@ fn print_identity(out: &mut impl Write, event: &crate::identity::IdentityEvent) 
             writeln!(out, "character {character_id} complete ({total_tokens} tokens)")
         }
         E::Idle { .. } | E::Snapshot { .. } | E::Runs { .. } | E::Exported { .. } => Ok(()),
+        E::Cancelled { checkpoint, .. } => writeln!(out, "  {checkpoint} cancelled; re-run it to generate it again"),
+        E::CancelRequested { checkpoints, .. } => {
+            let list: Vec<String> = checkpoints.iter().map(u8::to_string).collect();
+            writeln!(out, "asked checkpoint(s) {} to stop", list.join(", "))
+        }
         E::Error { checkpoint, message, .. } => match checkpoint {
             Some(n) => writeln!(out, "  {n} failed: {message}"),
             None => writeln!(out, "error: {message}"),

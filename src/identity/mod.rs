@@ -45,6 +45,9 @@ pub enum IdentityCommand {
     /// Put the game master's own version of a checkpoint awaiting approval up for
     /// approval: its structured fields (and narrative, when given), schema-checked.
     Edit { character_id: String, checkpoint: u8, narrative: Option<String>, structured: serde_json::Value },
+    /// Stop a run's running agents (one checkpoint, or every one); reported as
+    /// [`IdentityEvent::Cancelled`] per checkpoint, or an error when none was running.
+    Cancel { character_id: String, checkpoint: Option<u8> },
     /// Continue interrupted runs: one, or every run in progress.
     Resume { character_id: Option<String> },
     /// Report a run's full state as a [`IdentityEvent::Snapshot`].
@@ -94,6 +97,11 @@ pub enum IdentityEvent {
     /// No agent of the run is working: the next move is the user's.
     Idle { character_id: String, awaiting_approval: Vec<u8>, stale: Vec<u8>, failed: Vec<u8> },
     Error { character_id: String, checkpoint: Option<u8>, message: String },
+    /// A running agent was cancelled; its checkpoint waits for a re-run.
+    Cancelled { character_id: String, checkpoint: u8 },
+    /// A cancel was asked of these running checkpoints (here or in the process running
+    /// them); each reports [`IdentityEvent::Cancelled`] where it ran.
+    CancelRequested { character_id: String, checkpoints: Vec<u8> },
     Snapshot { view: Box<RunView> },
     Runs { runs: Vec<RunRecord> },
     /// A seed folder was written.
@@ -116,7 +124,9 @@ impl IdentityEvent {
             | WaveComplete { character_id, .. }
             | CharacterComplete { character_id, .. }
             | Idle { character_id, .. }
-            | Error { character_id, .. } => Some(character_id),
+            | Error { character_id, .. }
+            | Cancelled { character_id, .. }
+            | CancelRequested { character_id, .. } => Some(character_id),
             Snapshot { view } => Some(&view.run.id),
             Runs { .. } => None,
             Exported { character_id, .. } => Some(character_id),
@@ -147,6 +157,7 @@ pub fn handle(ctx: &Arc<Context>, command: IdentityCommand) {
             | IdentityCommand::Reopen { character_id, .. }
             | IdentityCommand::Rerun { character_id, .. }
             | IdentityCommand::Keep { character_id, .. }
+            | IdentityCommand::Cancel { character_id, .. }
             | IdentityCommand::Edit { character_id, .. }
             | IdentityCommand::Snapshot { character_id }
             | IdentityCommand::Export { character_id, .. } => character_id.clone(),
@@ -173,6 +184,18 @@ fn run_command(ctx: &Arc<Context>, command: IdentityCommand) -> Result<(), Ident
         }
         IdentityCommand::Rerun { character_id, checkpoint } => pipeline::rerun(ctx, &character_id, checkpoint),
         IdentityCommand::Keep { character_id, checkpoint } => pipeline::keep(ctx, &character_id, checkpoint),
+        IdentityCommand::Cancel { character_id, checkpoint } => {
+            let checkpoints = pipeline::cancel(ctx, &character_id, checkpoint)?;
+            if !checkpoints.is_empty() {
+                ctx.emit(IdentityEvent::CancelRequested { character_id, checkpoints });
+                Ok(())
+            } else {
+                Err(IdentityError::Invalid(match checkpoint {
+                    Some(n) => format!("checkpoint {n} is not running"),
+                    None => "no agent of this run is running".to_string(),
+                }))
+            }
+        }
         IdentityCommand::Edit { character_id, checkpoint, narrative, structured } => {
             pipeline::edit(ctx, &character_id, checkpoint, narrative, structured).map(|_| ())
         }

@@ -147,8 +147,10 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
 
 fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<String>) {
     // Registered before the task starts, so no other thread sees this checkpoint as
-    // interrupted in between. Its cancel token is not wired to the agent yet.
-    let Some(job) = ctx.jobs.try_start(job(&run.id, agent.number()), &crate::llm::CancelToken::new()) else {
+    // interrupted in between. Its token reaches the agent's model calls, so `cancel`
+    // (here or from another process) stops the agent mid-generation.
+    let cancel = CancelToken::new();
+    let Some(job) = ctx.jobs.try_start(job(&run.id, agent.number()), &cancel) else {
         tracing::debug!(run = %run.id, checkpoint = agent.number(), "agent already running");
         return;
     };
@@ -156,7 +158,7 @@ fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Opti
     let run = run.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let number = agent.number();
-        let outcome = run_agent(&ctx, &run, agent, feedback.as_deref());
+        let outcome = run_agent(&ctx, &run, agent, feedback.as_deref(), &cancel);
         // The agent stays in the running set until its follow-up (approval or advance)
         // is done, so no other thread declares the run idle while this checkpoint
         // still waits for its automatic approval.
@@ -169,6 +171,13 @@ fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Opti
                 } else {
                     advance(&ctx, &run.id);
                 }
+            }
+            Err(_) if cancel.is_cancelled() => {
+                // Cancelled by the game master: not a failure of the run. The checkpoint
+                // waits for a re-run; nothing of the cancelled draw is kept.
+                let message = format!("Checkpoint {number} was cancelled; re-run it to generate it again");
+                let _ = ctx.store.with(|c| records::set_status(c, &run.id, number, CheckpointStatus::Failed, Some(&message)));
+                emit(&ctx, IdentityEvent::Cancelled { character_id: run.id.clone(), checkpoint: number });
             }
             Err(e) => {
                 // The predecessor's words, and the run marked failed until a re-run.
@@ -189,7 +198,7 @@ fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Opti
 
 /// One agent call: prompt from the approved knowledge base (and the feedback with the
 /// version it answers), structured output, then the new version stored for approval.
-fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<&str>) -> Result<(), IdentityError> {
+fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<&str>, cancel: &CancelToken) -> Result<(), IdentityError> {
     let number = agent.number();
     let started_at = now_rfc3339();
     let started = Instant::now();
@@ -213,13 +222,12 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
     let client = LlmClient::from_profile(profile, Some(&ctx.store))?;
     let request = build_request(run, agent, &knowledge, feedback, previous)?;
     let prompt = serde_json::to_value(&request.messages).unwrap_or_default();
-    let cancel = CancelToken::new();
     let run_id = run.id.clone();
     let sink_ctx = ctx.clone();
     let on_token = move |text: &str| {
         sink_ctx.emit(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() })
     };
-    let call = CallContext::with_tokens(&cancel, &on_token);
+    let call = CallContext::with_tokens(cancel, &on_token);
     let options = StructuredOptions::default();
     let (narrative, mut structured, attempts, usage) = match agent {
         Agent::Personality => ask::<PersonalityOutput>(&client, request, &options, call)?,
@@ -492,6 +500,17 @@ pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), Identit
     }
     advance(ctx, run_id);
     Ok(())
+}
+
+/// Cancel a run's running agents (one checkpoint, or all), in this process or the one
+/// running them. The checkpoints that were running.
+pub fn cancel(ctx: &Context, run_id: &str, number: Option<u8>) -> Result<Vec<u8>, IdentityError> {
+    let run = ctx.store.with(|c| records::load_run(c, run_id))?;
+    let numbers: Vec<u8> = match number {
+        Some(n) => vec![n],
+        None => (1..=7).collect(),
+    };
+    Ok(numbers.into_iter().filter(|n| ctx.jobs.cancel(&job(&run.id, *n))).collect())
 }
 
 /// Keep a stale checkpoint's version as it is: it goes back to awaiting approval.

@@ -496,6 +496,9 @@ impl IdentityPanels {
             if ui.add_enabled(status == CheckpointStatus::Stale, egui::Button::new("Keep as is")).clicked() {
                 outbox.push(Command::Identity(IdentityCommand::Keep { character_id: id.clone(), checkpoint: n }));
             }
+            if ui.add_enabled(status.is_working(), egui::Button::new("Cancel")).on_hover_text("Stop this agent; re-run it later").clicked() {
+                outbox.push(Command::Identity(IdentityCommand::Cancel { character_id: id.clone(), checkpoint: Some(n) }));
+            }
         });
         let can_reject = matches!(status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed);
         ui.horizontal(|ui| {

@@ -322,6 +322,59 @@ fn a_failed_agent_fails_the_run_with_the_predecessors_message_until_it_is_re_run
     assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::InProgress);
 }
 
+/// An agent the game master no longer wants is stopped mid-generation, from another
+/// process (the CLI while the GUI runs it): the checkpoint waits for a re-run, the run
+/// is not failed, and asking again when nothing runs says so.
+#[test]
+fn a_running_agent_is_cancelled_from_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
+    );
+    let script_file = dir.path().join("slow.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let paths = paths(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(script_file),
+        ..Default::default()
+    });
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths.clone()).unwrap();
+    let id = start(&engine, false);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::AgentStarted { checkpoint: 1, .. }));
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let started = Instant::now();
+    let out = cli(&["identity", "cancel", &id, "--checkpoint", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("asked checkpoint(s) 1 to stop"));
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Cancelled { checkpoint: 1, .. }));
+    assert!(started.elapsed() < Duration::from_secs(20), "stopped long before the 60 s reply: {:?}", started.elapsed());
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.checkpoints[0].record.status, CheckpointStatus::Failed);
+    assert!(view.checkpoints[0].record.error.as_deref().is_some_and(|e| e.contains("cancelled")), "{:?}", view.checkpoints[0].record.error);
+    assert!(view.checkpoints[0].versions.is_empty(), "nothing of the cancelled draw is kept");
+    assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::InProgress, "a cancel is not a failed run");
+    assert!(!seen.iter().any(|e| matches!(e, IdentityEvent::Error { checkpoint: Some(1), .. })), "no failure reported");
+    // Nothing runs any more: a second cancel says so.
+    let again = cli(&["identity", "cancel", &id, "--checkpoint", "1"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("checkpoint 1 is not running"), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
 #[test]
 fn the_game_master_edits_a_checkpoint_before_approving_it_and_a_broken_edit_is_refused() {
     let dir = tempfile::tempdir().unwrap();

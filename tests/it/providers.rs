@@ -655,3 +655,19 @@ fn an_invalid_request_is_not_retried_unchanged() {
     assert!(error.to_string().contains("Input should be a valid string"), "{error}");
     assert_eq!(server.hits(), 1, "not retried");
 }
+
+/// A request that timed out waiting for the reply is not sent again by the client: the
+/// server may still be generating it, and a second request would be billed again.
+#[test]
+fn a_timed_out_reply_is_not_sent_again() {
+    for stream in [false, true] {
+        let key = Key::new("timeout_once");
+        let server = api_server::<OpenAi>(&key, |_, _| Action::Silent);
+        let mut profile = profile::<OpenAi>(&server, &key);
+        profile.timeouts.read_secs = 0.3;
+        profile.retry.max_retries = 3;
+        let (result, _) = call(&client(&profile), &request(stream));
+        assert!(matches!(result, Err(LlmError::Timeout(_))), "{result:?}");
+        assert_eq!(server.hits(), 1, "sent once (stream: {stream})");
+    }
+}

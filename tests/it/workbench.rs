@@ -9,7 +9,7 @@ use lorekeeper::llm::{ProviderKind, ProviderProfile};
 use lorekeeper::ui::{PanelKind, WorkbenchApp};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// A one-purpose OpenAI-compatible server: answers every chat completion with a short
@@ -820,8 +820,11 @@ fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
 }
 
 fn identity_app(dir: &Path) -> Harness<'static, WorkbenchApp> {
+    identity_app_with(dir, Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json"))
+}
+
+fn identity_app_with(dir: &Path, script: PathBuf) -> Harness<'static, WorkbenchApp> {
     let mut config = Config::default();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
     config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "identity-script".into(), path: Some(script), ..Default::default() });
     config.default_profile = "script".into();
     // Tall enough that the editor and the run's controls are on screen.
@@ -872,6 +875,36 @@ fn a_checkpoints_fields_are_edited_in_the_inspector_as_a_new_version() {
     let cp = &harness.state().identity().view().unwrap().checkpoints[0];
     assert_eq!(cp.versions[1].structured["emotional_baseline"], "brittle cheer");
     assert!(harness.query_by_label_contains("Version 2 of 2").is_some());
+}
+
+/// A checkpoint whose agent takes too long is cancelled from the inspector: it stops,
+/// says so, and waits for a re-run.
+#[test]
+fn a_running_checkpoint_is_cancelled_from_the_inspector() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(shipped).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
+    );
+    let slow = dir.path().join("slow.json");
+    std::fs::write(&slow, script.to_string()).unwrap();
+    let mut harness = identity_app_with(dir.path(), slow);
+    start_identity(&mut harness, false);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.is_working())
+    });
+    nav(&harness, "Checkpoints").click();
+    harness.run();
+    harness.get_by_label_contains("1 Personality").click();
+    harness.run();
+    harness.get_by_label("Cancel").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "failed")
+    });
+    harness.run();
+    assert!(harness.query_by_label_contains("was cancelled; re-run it").is_some(), "the inspector says why");
 }
 
 #[test]

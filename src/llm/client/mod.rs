@@ -257,6 +257,13 @@ impl LlmClient {
             {
                 continue;
             }
+            // A reply that timed out may still be generating, and billed, on the server:
+            // sending the request again would pay for it twice. The caller decides
+            // (the structured layer's attempts, a chat redraw), each a counted attempt.
+            // Connection timeouts are `Connect` errors: nothing was sent, so they retry.
+            if matches!(error, LlmError::Timeout(_)) {
+                return Err(error);
+            }
             if !error.is_transient() || retry >= policy.max_retries || delivered.load(Ordering::Relaxed) {
                 return Err(error);
             }

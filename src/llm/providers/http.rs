@@ -286,6 +286,10 @@ fn run_exchange(
 fn request_error(error: ureq::Error, endpoint: &str, timeouts: &Timeouts) -> LlmError {
     let connect = |message: &str| LlmError::Connect { endpoint: endpoint.to_string(), message: message.to_string() };
     match error {
+        // Nothing reached the server: as safe to retry as a refused connection.
+        ureq::Error::Timeout(which @ (ureq::Timeout::Connect | ureq::Timeout::Resolve)) => {
+            connect(&format!("no connection within {:?}", timeout_length(which, timeouts)))
+        }
         ureq::Error::Timeout(which) => LlmError::Timeout(timeout_length(which, timeouts)),
         ureq::Error::HostNotFound => connect("host not found"),
         ureq::Error::ConnectionFailed => connect("connection failed"),
