@@ -184,6 +184,12 @@ pub struct ProviderProfile {
     /// for such a base URL is refused rather than sent where anyone on the way can read it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub allow_key_over_http: bool,
+    /// Requests this profile has in flight at once. `None`: one at a time for an
+    /// OpenAI-compatible server on this machine or the local network (most serve one
+    /// request at a time, and llama.cpp's Python server cuts a running stream short
+    /// when another arrives), no limit elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<u32>,
 }
 
 impl Default for ProviderProfile {
@@ -204,6 +210,7 @@ impl Default for ProviderProfile {
             allow_key_over_http: false,
             path: None,
             threads: None,
+            max_parallel: None,
         }
     }
 }

@@ -671,3 +671,54 @@ fn a_timed_out_reply_is_not_sent_again() {
         assert_eq!(server.hits(), 1, "sent once (stream: {stream})");
     }
 }
+
+/// llama.cpp's Python server ends a running stream with `[DONE]` and no stop reason when
+/// another request arrives. That is a reply cut off, not an empty one: with nothing
+/// shown yet, it is asked again and the full reply comes back.
+#[test]
+fn a_stream_ended_early_without_a_stop_reason_is_cut_off_not_empty() {
+    let key = Key::new("done_early");
+    let server = api_server::<OpenAi>(&key, |_, index| {
+        if index == 0 {
+            let role = json!({"id": "c1", "object": "chat.completion.chunk", "model": MODEL,
+                              "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": null}]});
+            Action::event_stream(format!("data: {role}\n\ndata: [DONE]\n\n").as_bytes(), 3, true, After::End)
+        } else {
+            Action::event_stream(&stream_bytes(&OpenAi::stream(&FRAGMENTS)), 4, true, After::End)
+        }
+    });
+    let profile = profile::<OpenAi>(&server, &key);
+    let (result, streamed) = call(&client(&profile), &request(true));
+    assert_eq!(result.expect("asked again").text, full_text());
+    assert_eq!(streamed, full_text());
+    assert_eq!(server.hits(), 2);
+}
+
+/// A server on this machine gets one request of a profile at a time (so two agents of a
+/// wave cannot cut each other off); `max_parallel` lifts the limit.
+#[test]
+fn a_local_server_gets_one_request_of_a_profile_at_a_time() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for (max_parallel, expected_peak) in [(None, 1), (Some(0), 3)] {
+        let key = Key::new("parallel");
+        let in_flight = std::sync::Arc::new(AtomicUsize::new(0));
+        let peak = std::sync::Arc::new(AtomicUsize::new(0));
+        let (f, p) = (in_flight.clone(), peak.clone());
+        let server = api_server::<OpenAi>(&key, move |_, _| {
+            let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            f.fetch_sub(1, Ordering::SeqCst);
+            Action::json(200, &OpenAi::reply("done"))
+        });
+        let profile = ProviderProfile { max_parallel, ..profile::<OpenAi>(&server, &key) };
+        let client = client(&profile);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                let client = client.clone();
+                s.spawn(move || assert_eq!(call(&client, &request(false)).0.unwrap().text, "done"));
+            }
+        });
+        assert_eq!(peak.load(Ordering::SeqCst), expected_peak, "max_parallel {max_parallel:?}");
+    }
+}

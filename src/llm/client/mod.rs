@@ -14,6 +14,7 @@
 pub mod cache;
 pub mod calls;
 pub mod formats;
+pub mod parallel;
 pub mod rate_limit;
 pub mod retry;
 
@@ -49,6 +50,8 @@ pub struct LlmClient {
     calls: Option<crate::llm::calls::CallLog>,
     /// How much structure the server takes (see [`formats`]), shared by the profile's clients.
     formats: formats::FormatMemory,
+    /// Requests in flight at once, when the profile limits them (see [`parallel`]).
+    slots: Option<Arc<parallel::Slots>>,
 }
 
 impl LlmClient {
@@ -106,7 +109,8 @@ impl LlmClient {
         let endpoint = format!("{}|{}", profile.kind.label(), provider.describe());
         let start = if profile.supports_json_schema { formats::FormatLevel::Schema } else { formats::FormatLevel::JsonObject };
         let formats = formats::FormatMemory::shared(&profile.name, &endpoint, start);
-        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats }
+        let slots = parallel_limit(&profile).map(|limit| parallel::shared(&format!("{}|{endpoint}", profile.name), limit));
+        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats, slots }
     }
 
     /// Use `store` for the response cache (only if the profile enables caching).
@@ -229,7 +233,12 @@ impl LlmClient {
                 limiter.acquire(ctx.cancel)?;
             }
             let sent = formats::at_level(request, self.formats.level());
+            let slot = match &self.slots {
+                Some(slots) => Some(slots.acquire(ctx.cancel)?),
+                None => None,
+            };
             let outcome = self.provider.complete(&sent, attempt_ctx);
+            drop(slot);
             flush();
             let error = match outcome {
                 Ok(mut completion) => {
@@ -358,6 +367,16 @@ fn resolve_key_with(profile: &ProviderProfile, lookup: impl Fn(&str) -> Option<S
         )));
     }
     Ok(key)
+}
+
+/// How many requests `profile` may have in flight (`None`: no limit).
+fn parallel_limit(profile: &ProviderProfile) -> Option<u32> {
+    match profile.max_parallel {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None if profile.kind == ProviderKind::Openai && profile.base_url().is_some_and(is_local_address) => Some(1),
+        None => None,
+    }
 }
 
 /// Whether `url` is OpenAI's own API.

@@ -164,6 +164,12 @@ fn read_stream(response: &mut HttpResponse, reply: &mut ReplyBuilder, ctx: &Call
         read_common(&chunk, reply);
         Ok(false)
     })?;
+    // Every complete reply says why it stopped before `[DONE]`. A `[DONE]` without one
+    // is a server ending the stream early (llama.cpp's Python server does, the moment
+    // another request arrives): the reply is cut off, not empty or complete.
+    if end == crate::llm::http::StreamEnd::Finished && reply.finish_reason.is_none() {
+        return Err(reply.truncated());
+    }
     reply.judge_end(end)
 }
 
