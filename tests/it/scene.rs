@@ -137,6 +137,7 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
     let marguerite = after.member_by_name("Marguerite Siltborne").unwrap();
     assert_eq!(marguerite.state.location.as_deref(), Some("the lamp room door"), "pass 1 state");
     assert_eq!(marguerite.state.mood.as_deref(), Some("amused"), "her own delta, unchallenged");
+    assert_eq!(marguerite.state.clothing.as_deref(), Some("without dripping oilskin coat"), "what her reply narrates, untagged");
     assert_eq!(after.member_by_name("Ossian Vale").unwrap().state.location.as_deref(), Some("the jetty"));
     assert_eq!(after.trackers["fog"], "lifting");
     assert_eq!(after.trackers["lamp_oil_hours"], 6, "trackers not named keep their value");

@@ -11,6 +11,7 @@
 //! Where a character's reply and pass 2 disagree on a field, pass 2 wins and the
 //! conflict is recorded in the round's audit.
 
+mod infer;
 mod review;
 mod stages;
 

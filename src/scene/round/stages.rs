@@ -330,7 +330,16 @@ pub(super) fn characters(
         // What the prompt carried: the recalled memories its budget kept.
         let carried: Vec<RetrievalHit> = recalled.hits.into_iter().filter(|h| kept_memory(&draft.ledgers, &h.id)).collect();
         draft.injections.push((format!("scene:character:{}", member.name), recalled.query, carried));
-        let (prose, delta) = split_delta(&reply);
+        // The reply's own tags, then what its narration implies for fields it left open.
+        let (prose, mut delta) = split_delta(&reply);
+        let implied = super::infer::infer_delta(&prose, &member.name);
+        for field in crate::scene::model::STATE_FIELDS {
+            if delta.get(field).is_none()
+                && let Some(value) = implied.get(field)
+            {
+                delta.set(field, value);
+            }
+        }
         ctx.emit(SceneEvent::CharacterFinished {
             scene_id: draft.scene_id.clone(),
             round: draft.round,
