@@ -18,4 +18,5 @@ mod local_model;
 mod memory;
 mod providers;
 mod scene;
+mod stress;
 mod workbench;
