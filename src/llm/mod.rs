@@ -77,6 +77,11 @@ pub enum ResponseFormat {
     Json,
     /// JSON that must validate against `schema`.
     JsonSchema { name: String, schema: serde_json::Value },
+    /// Any JSON object as far as the API contract goes, with `schema` passed where the
+    /// server takes one beside it: llama.cpp's servers accept `response_format:
+    /// {"type": "json_object", "schema": …}` and constrain decoding to it. The rung
+    /// below `JsonSchema` for servers that refuse that (see `client::formats`).
+    JsonObjectSchema { schema: serde_json::Value },
 }
 
 /// One request to a model. Everything that influences the answer lives here, so its

@@ -594,6 +594,7 @@ fn a_server_refusing_json_schema_gets_json_object_and_the_profile_remembers() {
     let formats: Vec<String> = server.requests().iter().map(format_of).collect();
     assert_eq!(formats, ["json_schema", "json_object"], "one refusal, then the next rung; no blind re-send");
     let sent = server.requests()[1].json();
+    assert_eq!(sent["response_format"]["schema"]["properties"]["mood"]["type"], "string", "the schema beside json_object, as llama.cpp takes it");
     let system = sent["messages"][0]["content"].as_str().unwrap();
     assert!(system.contains("<json_schema>") && system.contains("\"mood\""), "the schema travels in the prompt: {system}");
 
@@ -605,7 +606,7 @@ fn a_server_refusing_json_schema_gets_json_object_and_the_profile_remembers() {
     // The library remembers it, with the server's reason, for the next session.
     let remembered = lorekeeper::llm::client::formats::remembered(&store).unwrap();
     let row = remembered.iter().find(|r| r.0 == profile.name).expect("remembered");
-    assert_eq!(row.2, "json_object");
+    assert_eq!(row.2, "json_object+schema");
     assert!(row.3.contains("Input should be 'text' or 'json_object'"), "{}", row.3);
     // A session that starts fresh (another profile name, same server, the library's row
     // copied to it) begins at json_object without asking for json_schema first.
@@ -626,9 +627,25 @@ fn a_server_refusing_json_schema_gets_json_object_and_the_profile_remembers() {
 }
 
 /// A server that takes neither `json_schema` nor `json_object` gets plain text, which
-/// the structured layer repairs; a call costs at most one request per rung.
+/// the structured layer repairs; a call costs at most one request per rung, and one
+/// that refuses only the schema beside `json_object` gets plain `json_object`.
 #[test]
 fn a_server_refusing_every_format_gets_plain_text() {
+    let key = Key::new("format_object");
+    let server = api_server::<OpenAi>(&key, |request, _| match format_of(request).as_str() {
+        "json_schema" => Action::json(400, &OpenAi::error("Invalid value for 'response_format.type': json_schema")),
+        "json_object" if request.json()["response_format"].get("schema").is_some() => {
+            Action::json(422, &OpenAi::error("response_format.schema: Extra inputs are not permitted"))
+        }
+        _ => Action::json(200, &OpenAi::reply(r#"{"name": "Juno", "mood": "tired"}"#)),
+    });
+    let verdict = structured(&client(&profile::<OpenAi>(&server, &key))).expect("plain json_object");
+    assert_eq!(verdict.mood, "tired");
+    let schemas: Vec<bool> = server.requests().iter().map(|r| r.json()["response_format"].get("schema").is_some()).collect();
+    let formats: Vec<String> = server.requests().iter().map(format_of).collect();
+    assert_eq!(formats, ["json_schema", "json_object", "json_object"]);
+    assert_eq!(schemas, [false, true, false]);
+
     let key = Key::new("format_text");
     let server = api_server::<OpenAi>(&key, |request, _| match format_of(request).as_str() {
         "json_schema" => llama_cpp_refusal("json_schema"),
@@ -639,7 +656,7 @@ fn a_server_refusing_every_format_gets_plain_text() {
     let verdict = structured(&client(&profile)).expect("plain text, repaired");
     assert_eq!(verdict.mood, "evasive");
     let formats: Vec<String> = server.requests().iter().map(format_of).collect();
-    assert_eq!(formats, ["json_schema", "json_object", "none"]);
+    assert_eq!(formats, ["json_schema", "json_object", "json_object", "none"]);
 }
 
 /// A request the server calls invalid is not sent again unchanged, even under a 5xx

@@ -1,5 +1,6 @@
-//! The structured-output ladder: `json_schema` → `json_object` (the schema stays in the
-//! prompt) → plain text (the structured layer repairs and validates it).
+//! The structured-output ladder: `json_schema` → `json_object` with the schema beside it
+//! (llama.cpp's servers constrain decoding to it) → plain `json_object` (the schema stays
+//! in the prompt) → plain text (the structured layer repairs and validates it).
 //!
 //! Servers people run do not all take OpenAI's `response_format: json_schema`:
 //! llama.cpp's Python server answers it with HTTP 500 ("Input should be 'text' or
@@ -22,16 +23,19 @@ use std::sync::{Arc, LazyLock, Mutex};
 pub enum FormatLevel {
     /// `response_format: json_schema` (or the provider's own schema field).
     Schema = 0,
+    /// `json_object` with the schema beside it, as llama.cpp's servers take it.
+    ObjectWithSchema = 1,
     /// Any JSON (`json_object`); the schema is in the prompt.
-    JsonObject = 1,
+    JsonObject = 2,
     /// No response format at all; the structured layer repairs the text.
-    Text = 2,
+    Text = 3,
 }
 
 impl FormatLevel {
     pub fn name(self) -> &'static str {
         match self {
             FormatLevel::Schema => "json_schema",
+            FormatLevel::ObjectWithSchema => "json_object+schema",
             FormatLevel::JsonObject => "json_object",
             FormatLevel::Text => "text",
         }
@@ -40,6 +44,7 @@ impl FormatLevel {
     fn from_name(name: &str) -> Option<Self> {
         match name {
             "json_schema" => Some(FormatLevel::Schema),
+            "json_object+schema" => Some(FormatLevel::ObjectWithSchema),
             "json_object" => Some(FormatLevel::JsonObject),
             "text" => Some(FormatLevel::Text),
             _ => None,
@@ -49,7 +54,8 @@ impl FormatLevel {
     fn from_u8(n: u8) -> Self {
         match n {
             0 => FormatLevel::Schema,
-            1 => FormatLevel::JsonObject,
+            1 => FormatLevel::ObjectWithSchema,
+            2 => FormatLevel::JsonObject,
             _ => FormatLevel::Text,
         }
     }
@@ -57,7 +63,8 @@ impl FormatLevel {
     /// The rung below, if any.
     pub fn lower(self) -> Option<Self> {
         match self {
-            FormatLevel::Schema => Some(FormatLevel::JsonObject),
+            FormatLevel::Schema => Some(FormatLevel::ObjectWithSchema),
+            FormatLevel::ObjectWithSchema => Some(FormatLevel::JsonObject),
             FormatLevel::JsonObject => Some(FormatLevel::Text),
             FormatLevel::Text => None,
         }
@@ -67,6 +74,7 @@ impl FormatLevel {
     pub fn of(format: &ResponseFormat) -> Self {
         match format {
             ResponseFormat::JsonSchema { .. } => FormatLevel::Schema,
+            ResponseFormat::JsonObjectSchema { .. } => FormatLevel::ObjectWithSchema,
             ResponseFormat::Json => FormatLevel::JsonObject,
             ResponseFormat::Text => FormatLevel::Text,
         }
@@ -81,6 +89,10 @@ pub fn at_level(request: &ChatRequest, level: FormatLevel) -> std::borrow::Cow<'
     let mut lowered = request.clone();
     lowered.response_format = match level {
         FormatLevel::Schema => unreachable!("a request is never below the top rung"),
+        FormatLevel::ObjectWithSchema => match &request.response_format {
+            ResponseFormat::JsonSchema { schema, .. } => ResponseFormat::JsonObjectSchema { schema: schema.clone() },
+            _ => ResponseFormat::Json,
+        },
         FormatLevel::JsonObject => ResponseFormat::Json,
         FormatLevel::Text => ResponseFormat::Text,
     };
@@ -221,6 +233,7 @@ mod tests {
     fn a_request_is_lowered_never_raised() {
         let mut request = ChatRequest::new("m", vec![]);
         request.response_format = ResponseFormat::JsonSchema { name: "x".into(), schema: serde_json::json!({}) };
+        assert_eq!(at_level(&request, FormatLevel::ObjectWithSchema).response_format, ResponseFormat::JsonObjectSchema { schema: serde_json::json!({}) });
         assert_eq!(at_level(&request, FormatLevel::JsonObject).response_format, ResponseFormat::Json);
         assert_eq!(at_level(&request, FormatLevel::Text).response_format, ResponseFormat::Text);
         assert!(matches!(at_level(&request, FormatLevel::Schema), std::borrow::Cow::Borrowed(_)));
@@ -232,9 +245,10 @@ mod tests {
     fn the_rung_is_shared_and_only_goes_down() {
         let a = FormatMemory::shared("ladder-test", "http://127.0.0.1:1", FormatLevel::Schema);
         let b = FormatMemory::shared("ladder-test", "http://127.0.0.1:1", FormatLevel::Schema);
-        assert_eq!(a.step_down(FormatLevel::Schema, "refused"), Some(FormatLevel::JsonObject));
-        assert_eq!(b.level(), FormatLevel::JsonObject, "clients of one profile share the rung");
-        assert_eq!(b.step_down(FormatLevel::Schema, "refused again"), Some(FormatLevel::JsonObject), "a late refusal of the old rung does not skip one");
+        assert_eq!(a.step_down(FormatLevel::Schema, "refused"), Some(FormatLevel::ObjectWithSchema));
+        assert_eq!(b.level(), FormatLevel::ObjectWithSchema, "clients of one profile share the rung");
+        assert_eq!(b.step_down(FormatLevel::Schema, "refused again"), Some(FormatLevel::ObjectWithSchema), "a late refusal of the old rung does not skip one");
+        assert_eq!(a.step_down(FormatLevel::ObjectWithSchema, "refused"), Some(FormatLevel::JsonObject));
         assert_eq!(a.step_down(FormatLevel::JsonObject, "refused"), Some(FormatLevel::Text));
         assert_eq!(a.step_down(FormatLevel::Text, "refused"), None);
     }

@@ -107,7 +107,7 @@ impl LlmClient {
 
     fn assemble(provider: Arc<dyn Provider>, profile: ProviderProfile, limiter: Option<Arc<RateLimiter>>) -> Self {
         let endpoint = format!("{}|{}", profile.kind.label(), provider.describe());
-        let start = if profile.supports_json_schema { formats::FormatLevel::Schema } else { formats::FormatLevel::JsonObject };
+        let start = if profile.supports_json_schema { formats::FormatLevel::Schema } else { formats::FormatLevel::ObjectWithSchema };
         let formats = formats::FormatMemory::shared(&profile.name, &endpoint, start);
         let slots = parallel_limit(&profile).map(|limit| parallel::shared(&format!("{}|{endpoint}", profile.name), limit));
         Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats, slots }
@@ -308,7 +308,9 @@ pub fn default_reply_cap(format: &ResponseFormat) -> u32 {
     match format {
         ResponseFormat::Text => TEXT_REPLY_CAP,
         ResponseFormat::Json => 2048,
-        ResponseFormat::JsonSchema { schema, .. } => (schema.to_string().len() as u32).clamp(1024, 8192),
+        ResponseFormat::JsonSchema { schema, .. } | ResponseFormat::JsonObjectSchema { schema } => {
+            (schema.to_string().len() as u32).clamp(1024, 8192)
+        }
     }
 }
 

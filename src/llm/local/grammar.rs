@@ -40,7 +40,7 @@ pub fn for_format(format: &ResponseFormat) -> Result<Option<Grammar>, LlmError> 
     let schema = match format {
         ResponseFormat::Text => return Ok(None),
         ResponseFormat::Json => serde_json::json!({ "type": "object" }),
-        ResponseFormat::JsonSchema { schema, .. } => schema.clone(),
+        ResponseFormat::JsonSchema { schema, .. } | ResponseFormat::JsonObjectSchema { schema } => schema.clone(),
     };
     from_schema(&schema).map(Some)
 }

@@ -68,7 +68,7 @@ pub(crate) fn request_body(request: &ChatRequest) -> Value {
     match &request.response_format {
         ResponseFormat::Text => {}
         ResponseFormat::Json => system.push("Reply with a single JSON object and nothing else.".into()),
-        ResponseFormat::JsonSchema { schema, .. } => system.push(format!(
+        ResponseFormat::JsonSchema { schema, .. } | ResponseFormat::JsonObjectSchema { schema } => system.push(format!(
             "Reply with a single JSON object and nothing else. It must validate against this JSON Schema:\n{schema}"
         )),
     }

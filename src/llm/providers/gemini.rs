@@ -100,7 +100,7 @@ pub(crate) fn request_body(request: &ChatRequest, supports_json_schema: bool) ->
     };
     match &request.response_format {
         ResponseFormat::Text => {}
-        ResponseFormat::Json => put("responseMimeType", Some(json!("application/json"))),
+        ResponseFormat::Json | ResponseFormat::JsonObjectSchema { .. } => put("responseMimeType", Some(json!("application/json"))),
         ResponseFormat::JsonSchema { schema, .. } => {
             put("responseMimeType", Some(json!("application/json")));
             if supports_json_schema {

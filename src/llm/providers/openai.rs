@@ -91,6 +91,7 @@ pub(crate) fn request_body(request: &ChatRequest, supports_json_schema: bool) ->
                 "json_schema": {"name": schema_name(name), "schema": schema},
             })),
             ResponseFormat::JsonSchema { .. } => Some(json!({"type": "json_object"})),
+            ResponseFormat::JsonObjectSchema { schema } => Some(json!({"type": "json_object", "schema": schema})),
         },
     );
     if request.stream {
