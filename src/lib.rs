@@ -19,5 +19,6 @@ pub mod memory;
 pub mod paths;
 pub mod prompting;
 pub mod scene;
+pub mod serve;
 pub mod store;
 pub mod ui;

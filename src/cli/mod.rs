@@ -109,6 +109,19 @@ pub enum Verb {
         #[command(subcommand)]
         action: memory::MemoryAction,
     },
+    /// Serve the engine over HTTP and WebSocket: the identity predecessor's API, scenes,
+    /// chat, memory search, imports; the OpenAPI document at /api/openapi.json.
+    Serve {
+        /// Where to listen; any address but loopback needs a token.
+        #[arg(long, default_value = "127.0.0.1:8000")]
+        addr: std::net::SocketAddr,
+        /// Required as `Authorization: Bearer TOKEN` on every request.
+        #[arg(long, env = "LOREKEEPER_API_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// The one origin browsers may call from (CORS is off otherwise).
+        #[arg(long)]
+        cors: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -265,6 +278,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Memory { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             memory::run(&engine, action, cli.json)
+        }
+        Some(Verb::Serve { addr, token, cors }) => {
+            let engine = engine::start(paths).context("cannot start the engine")?;
+            let server = crate::serve::start(engine, crate::serve::ServeOptions { addr, token, cors })?;
+            // One line a script can read the address from (the port may have been 0).
+            println!("listening on http://{}", server.addr);
+            server.wait()?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

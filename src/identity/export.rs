@@ -5,6 +5,7 @@
 use super::records::{CheckpointStatus, RunStatus};
 use crate::store::{Store, StoreError};
 use super::{IdentityError, RunView};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 
@@ -27,35 +28,10 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
 
     write("input.json", &serde_json::to_value(&run.seed).unwrap_or_default())?;
 
-    let approved = view.checkpoints.iter().filter(|c| c.record.status == CheckpointStatus::Approved).count();
-    let current = view
-        .checkpoints
-        .iter()
-        .filter(|c| c.record.current_version > 0)
-        .map(|c| c.record.number)
-        .max()
-        .unwrap_or(0);
-    let wave = view
-        .checkpoints
-        .iter()
-        .find(|c| c.record.status != CheckpointStatus::Approved)
-        .map(|c| c.record.wave)
-        .unwrap_or(4);
-    let mut metadata = json!({
-        "character_id": run.id,
-        "created_at": run.created_at,
-        "status": match run.status { RunStatus::InProgress => "in_progress", RunStatus::Completed => "completed", RunStatus::Failed => "failed" },
-        "mode": run.mode.label(),
-        "current_wave": wave,
-        "current_checkpoint": current,
-        "completed_checkpoints": approved,
-        "total_checkpoints": 7,
-        "regenerations": run.regenerations,
-    });
-    if let Some(done) = &run.completed_at {
-        metadata["completed_at"] = json!(done);
-    }
-    write("metadata.json", &metadata)?;
+    let meta = metadata(view);
+    let wave = meta.current_wave;
+    let current = meta.current_checkpoint;
+    write("metadata.json", &serde_json::to_value(&meta).unwrap_or_default())?;
 
     let mut kb = Map::new();
     kb.insert("character_id".into(), json!(run.id));
@@ -70,21 +46,8 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
             kb.insert(agent.into(), if approved { current.map(|v| v.structured.clone()).unwrap_or(Value::Null) } else { Value::Null });
         }
         statuses.insert(agent.into(), json!({"status": cp.record.status.as_str(), "wave": cp.record.wave}));
-        if let Some(v) = current {
-            let checkpoint = json!({
-                "checkpoint_number": cp.record.number,
-                "agent": agent,
-                "status": cp.record.status.as_str(),
-                "output": {"narrative": v.narrative, "structured": v.structured},
-                "metadata": {
-                    "wave": cp.record.wave,
-                    "timestamp": v.created_at,
-                    "tokens_used": v.usage.total(),
-                    "agent_time_seconds": v.wall_ms as f64 / 1000.0,
-                    "version": v.version,
-                    "versions": cp.versions.len(),
-                },
-            });
+        if let Some(checkpoint) = checkpoint_document(cp) {
+            let checkpoint = serde_json::to_value(&checkpoint).unwrap_or_default();
             write(&format!("checkpoints/{:02}_{agent}.json", cp.record.number), &checkpoint)?;
         }
     }
@@ -102,6 +65,103 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
     }
     std::fs::rename(&staging, &target).map_err(io)?;
     Ok(target)
+}
+
+/// A run's `metadata.json`, as the predecessor kept it (and its API's `status` returns it).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct SeedMetadata {
+    pub character_id: String,
+    pub created_at: String,
+    /// `in_progress`, `completed` or `failed`.
+    pub status: String,
+    /// `fast`, `balanced` or `deep`.
+    pub mode: String,
+    /// The wave of the first checkpoint not yet approved (4: the consolidation; 4 when all are).
+    pub current_wave: u8,
+    /// The highest checkpoint with output.
+    pub current_checkpoint: u8,
+    /// Checkpoints approved.
+    pub completed_checkpoints: u8,
+    pub total_checkpoints: u8,
+    /// Checkpoints regenerated with feedback.
+    pub regenerations: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+}
+
+/// The metadata of `view`'s run.
+pub fn metadata(view: &RunView) -> SeedMetadata {
+    let run = &view.run;
+    let approved = view.checkpoints.iter().filter(|c| c.record.status == CheckpointStatus::Approved).count();
+    let current = view.checkpoints.iter().filter(|c| c.record.current_version > 0).map(|c| c.record.number).max().unwrap_or(0);
+    let wave = view.checkpoints.iter().find(|c| c.record.status != CheckpointStatus::Approved).map(|c| c.record.wave).unwrap_or(4);
+    SeedMetadata {
+        character_id: run.id.clone(),
+        created_at: run.created_at.clone(),
+        status: match run.status {
+            RunStatus::InProgress => "in_progress",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+        .to_string(),
+        mode: run.mode.label().to_string(),
+        current_wave: wave,
+        current_checkpoint: current,
+        completed_checkpoints: u8::try_from(approved).unwrap_or(u8::MAX),
+        total_checkpoints: 7,
+        regenerations: run.regenerations,
+        completed_at: run.completed_at.clone(),
+    }
+}
+
+/// One checkpoint as the predecessor saved it (`checkpoints/NN_agent.json`, and its API's
+/// `checkpoint/{n}`).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CheckpointDocument {
+    pub checkpoint_number: u8,
+    pub agent: String,
+    /// `queued`, `running`, `awaiting_approval`, `approved`, `regenerating`, `stale`, `failed`.
+    pub status: String,
+    pub output: CheckpointOutput,
+    pub metadata: CheckpointMetadata,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CheckpointOutput {
+    pub narrative: String,
+    /// The agent's structured fields (checkpoint 7: the whole profile).
+    #[schema(value_type = Object)]
+    pub structured: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CheckpointMetadata {
+    pub wave: u8,
+    pub timestamp: String,
+    pub tokens_used: u32,
+    pub agent_time_seconds: f64,
+    /// Which version this is, and how many there are (ours; a seed client ignores them).
+    pub version: u32,
+    pub versions: usize,
+}
+
+/// The current version of `cp` as the predecessor's checkpoint JSON; `None` before it has one.
+pub fn checkpoint_document(cp: &super::CheckpointView) -> Option<CheckpointDocument> {
+    let v = cp.versions.iter().find(|v| v.version == cp.record.current_version)?;
+    Some(CheckpointDocument {
+        checkpoint_number: cp.record.number,
+        agent: cp.record.agent.name().to_string(),
+        status: cp.record.status.as_str().to_string(),
+        output: CheckpointOutput { narrative: v.narrative.clone(), structured: v.structured.clone() },
+        metadata: CheckpointMetadata {
+            wave: cp.record.wave,
+            timestamp: v.created_at.clone(),
+            tokens_used: v.usage.total(),
+            agent_time_seconds: v.wall_ms as f64 / 1000.0,
+            version: v.version,
+            versions: cp.versions.len(),
+        },
+    })
 }
 
 /// The final profile stored for a completed character, if any.

@@ -18,5 +18,6 @@ mod local_model;
 mod memory;
 mod providers;
 mod scene;
+mod serve;
 mod stress;
 mod workbench;

@@ -1,0 +1,378 @@
+//! The identity predecessor's API, path for path: start, status, checkpoint, final,
+//! approve, feedback (which really regenerates here), and its WebSocket with the five
+//! message types it sent (`wave_started`, `checkpoint_ready`, `wave_complete`,
+//! `character_complete`, `error`) field for field. What the GUI needs besides (tokens,
+//! versions, approvals) goes out as further types a seed client ignores.
+
+use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use crate::engine::{Command, Event};
+use crate::identity::export::{CheckpointDocument, SeedMetadata, checkpoint_document, metadata};
+use crate::identity::records::{CheckpointStatus, RunStatus};
+use crate::identity::schema::{CharacterSeed, Mode, OtherCharacter};
+use crate::identity::{IdentityCommand, IdentityError, IdentityEvent, RunView};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/character/start", post(start))
+        .route("/api/character/{character_id}/status", get(status))
+        .route("/api/character/{character_id}/checkpoint/{n}", get(checkpoint))
+        .route("/api/character/{character_id}/final", get(final_profile))
+        .route("/api/character/{character_id}/approve", post(approve))
+        .route("/api/character/{character_id}/feedback", post(feedback))
+        .route("/ws/character/{character_id}", get(socket))
+}
+
+/// The predecessor's start body: the entry agent's characters (the first is developed,
+/// the rest are the people around it), the storyline, the depth.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(super) struct StartBody {
+    #[schema(value_type = Vec<Object>)]
+    characters: Vec<Value>,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    storyline: Value,
+    #[serde(default = "balanced")]
+    mode: String,
+    /// Ours: approve every checkpoint as it is ready.
+    #[serde(default)]
+    auto_approve: bool,
+    /// Ours: the provider profile every agent uses.
+    #[serde(default)]
+    profile: Option<String>,
+}
+
+fn balanced() -> String {
+    "balanced".into()
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct StartResponse {
+    character_id: String,
+    status: String,
+    message: String,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(super) struct ApproveBody {
+    checkpoint: u8,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(super) struct FeedbackBody {
+    checkpoint: u8,
+    feedback: String,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ActionResponse {
+    message: String,
+    status: String,
+    checkpoint: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_time_seconds: Option<f64>,
+}
+
+/// A character object of the start body as our seed: name, role and concept, under the
+/// names entry agents use for them.
+fn seed_from(body: &StartBody) -> Result<CharacterSeed, ApiError> {
+    let text = |v: &Value, keys: &[&str]| -> String {
+        keys.iter().find_map(|k| v.get(*k).and_then(Value::as_str)).map(str::trim).unwrap_or_default().to_string()
+    };
+    let Some(first) = body.characters.first() else {
+        return Err(ApiError::bad_request("invalid body: `characters` is empty; the first character is the one developed"));
+    };
+    let name = text(first, &["name", "character_name"]);
+    if name.is_empty() {
+        return Err(ApiError::bad_request("invalid body: `characters[0].name` is missing"));
+    }
+    let mut concept = text(first, &["concept", "description", "summary", "core_concept", "background"]);
+    if concept.is_empty() {
+        concept = first.to_string();
+    }
+    let others = body.characters[1..]
+        .iter()
+        .filter_map(|c| {
+            let name = text(c, &["name", "character_name"]);
+            (!name.is_empty()).then(|| OtherCharacter {
+                name,
+                role: text(c, &["role", "archetype"]),
+                concept: text(c, &["concept", "description", "summary"]),
+            })
+        })
+        .collect();
+    Ok(CharacterSeed { name, role: text(first, &["role", "archetype", "occupation"]), concept, storyline: body.storyline.clone(), other_characters: others })
+}
+
+fn load(state: &AppState, id: &str) -> Result<RunView, ApiError> {
+    match crate::identity::load_view(state.store(), id) {
+        Ok(view) => Ok(view),
+        Err(IdentityError::Store(crate::store::StoreError::NotFound(_)) | IdentityError::Invalid(_)) => {
+            Err(ApiError::not_found(format!("Character {id} not found")))
+        }
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
+/// Start developing a character; the waves run in the background.
+#[utoipa::path(post, path = "/api/character/start", request_body = StartBody,
+    responses((status = 200, body = StartResponse), (status = 400, body = ErrorBody)))]
+pub(super) async fn start(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<StartResponse>, ApiError> {
+    let request: StartBody = body(&bytes)?;
+    let seed = seed_from(&request)?;
+    let mode = Mode::parse(&request.mode).ok_or_else(|| ApiError::bad_request("invalid body: `mode` must be fast, balanced or deep"))?;
+    let _one_at_a_time = state.start_lock.lock().await;
+    let mut events = state.events.subscribe();
+    state.send(Command::Identity(IdentityCommand::Start { seed, mode, profile: request.profile, auto_approve: request.auto_approve }))?;
+    let started = wait_for(&mut events, Duration::from_secs(30), |event| match event {
+        Event::Identity(IdentityEvent::RunStarted { character_id, .. }) => Some(Ok(character_id.clone())),
+        Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match started {
+        Some(Ok(character_id)) => Ok(axum::Json(StartResponse {
+            character_id,
+            status: "in_progress".into(),
+            message: "Character development started".into(),
+        })),
+        Some(Err(message)) => Err(ApiError::bad_request(message)),
+        None => Err(ApiError::internal("the engine did not start the run in time")),
+    }
+}
+
+/// The run's metadata, as the predecessor's `metadata.json`.
+#[utoipa::path(get, path = "/api/character/{character_id}/status",
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = SeedMetadata), (status = 404, body = ErrorBody)))]
+pub(super) async fn status(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<SeedMetadata>, ApiError> {
+    Ok(axum::Json(metadata(&load(&state, &id)?)))
+}
+
+/// One checkpoint's current version.
+#[utoipa::path(get, path = "/api/character/{character_id}/checkpoint/{n}",
+    params(("character_id" = String, Path), ("n" = u8, Path)),
+    responses((status = 200, body = CheckpointDocument), (status = 404, body = ErrorBody)))]
+pub(super) async fn checkpoint(
+    State(state): State<Arc<AppState>>,
+    Path((id, n)): Path<(String, String)>,
+) -> Result<axum::Json<CheckpointDocument>, ApiError> {
+    let view = load(&state, &id)?;
+    let n: u8 = n.parse().map_err(|_| ApiError::bad_request(format!("checkpoint {n:?} is not a number from 1 to 7")))?;
+    let cp = view.checkpoints.iter().find(|c| c.record.number == n).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} not found")))?;
+    checkpoint_document(cp).map(axum::Json).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} has no output yet")))
+}
+
+/// The final profile of a completed character.
+#[utoipa::path(get, path = "/api/character/{character_id}/final",
+    params(("character_id" = String, Path)),
+    responses((status = 200, description = "the final profile"), (status = 404, body = ErrorBody)))]
+pub(super) async fn final_profile(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let view = load(&state, &id)?;
+    if view.run.status != RunStatus::Completed {
+        return Err(ApiError::not_found("Final profile not found: the character is not complete"));
+    }
+    crate::identity::export::stored_profile(state.store(), &id)
+        .map_err(ApiError::internal)?
+        .map(axum::Json)
+        .ok_or_else(|| ApiError::not_found("Final profile not found"))
+}
+
+fn checkpoint_of(view: &RunView, n: u8) -> Result<&crate::identity::CheckpointView, ApiError> {
+    view.checkpoints.iter().find(|c| c.record.number == n).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} not found")))
+}
+
+/// Approve a checkpoint awaiting approval.
+#[utoipa::path(post, path = "/api/character/{character_id}/approve", request_body = ApproveBody,
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = ActionResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn approve(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<ActionResponse>, ApiError> {
+    let request: ApproveBody = body(&bytes)?;
+    let view = load(&state, &id)?;
+    let cp = checkpoint_of(&view, request.checkpoint)?;
+    if cp.record.status != CheckpointStatus::AwaitingApproval {
+        return Err(ApiError::conflict(format!("Checkpoint {} is {}, not awaiting approval", request.checkpoint, cp.record.status.as_str())));
+    }
+    let n = request.checkpoint;
+    done(&state, Command::Identity(IdentityCommand::Approve { character_id: id.clone(), checkpoint: n }), &id, |event| {
+        matches!(event, IdentityEvent::CheckpointApproved { checkpoint_number, .. } if *checkpoint_number == n)
+    })
+    .await?;
+    Ok(axum::Json(ActionResponse {
+        message: format!("Checkpoint {} approved", request.checkpoint),
+        status: "approved".into(),
+        checkpoint: request.checkpoint,
+        estimated_time_seconds: None,
+    }))
+}
+
+/// Send a checkpoint back with feedback: its agent runs again with it.
+#[utoipa::path(post, path = "/api/character/{character_id}/feedback", request_body = FeedbackBody,
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = ActionResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn feedback(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<ActionResponse>, ApiError> {
+    let request: FeedbackBody = body(&bytes)?;
+    if request.feedback.trim().is_empty() {
+        return Err(ApiError::bad_request("invalid body: `feedback` is empty"));
+    }
+    let view = load(&state, &id)?;
+    let cp = checkpoint_of(&view, request.checkpoint)?;
+    if !matches!(cp.record.status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed) {
+        return Err(ApiError::conflict(format!("Checkpoint {} is {}; only a checkpoint awaiting approval, stale or failed takes feedback", request.checkpoint, cp.record.status.as_str())));
+    }
+    let estimate = cp.versions.last().map(|v| v.wall_ms as f64 / 1000.0);
+    let n = request.checkpoint;
+    done(&state, Command::Identity(IdentityCommand::Reject { character_id: id.clone(), checkpoint: n, feedback: request.feedback }), &id, |event| {
+        matches!(event, IdentityEvent::CheckpointRejected { checkpoint_number, .. } if *checkpoint_number == n)
+    })
+    .await?;
+    Ok(axum::Json(ActionResponse {
+        message: format!("Regenerating checkpoint {} with feedback", request.checkpoint),
+        status: "regenerating".into(),
+        checkpoint: request.checkpoint,
+        estimated_time_seconds: estimate,
+    }))
+}
+
+/// Send `command` and answer once the engine did it (`is_done`), so a request that
+/// returned is visible to the next one; an engine error about the run is a 409.
+async fn done(state: &AppState, command: Command, id: &str, is_done: impl Fn(&IdentityEvent) -> bool) -> Result<(), ApiError> {
+    let mut events = state.events.subscribe();
+    state.send(command)?;
+    let outcome = wait_for(&mut events, Duration::from_secs(60), |event| match event {
+        Event::Identity(e) if e.character_id() == Some(id) && is_done(e) => Some(Ok(())),
+        Event::Identity(IdentityEvent::Error { character_id, checkpoint: None, message }) if character_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match outcome {
+        Some(Ok(())) => Ok(()),
+        Some(Err(message)) => Err(ApiError::conflict(message)),
+        None => Err(ApiError::internal("the engine did not answer in time")),
+    }
+}
+
+/// The run's live messages. A client that connects late first gets where the run stands
+/// (a `checkpoint_ready` for every checkpoint awaiting approval, `character_complete` if
+/// it is done), so it never misses a checkpoint.
+#[utoipa::path(get, path = "/ws/character/{character_id}", params(("character_id" = String, Path)),
+    responses((status = 101, description = "WebSocket: the predecessor's messages"), (status = 404, body = ErrorBody)))]
+pub(super) async fn socket(State(state): State<Arc<AppState>>, Path(id): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+    if let Err(e) = load(&state, &id) {
+        return e.into_response();
+    }
+    upgrade.on_upgrade(move |socket| follow(state, id, socket)).into_response()
+}
+
+async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
+    // Subscribe before reading the state, so nothing falls between the two.
+    let mut events = state.events.subscribe();
+    if send_state(&state, &id, &mut socket).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(event) => {
+                    let Event::Identity(event) = &*event else { continue };
+                    if event.character_id() != Some(id.as_str()) {
+                        continue;
+                    }
+                    for message in seed_messages(event) {
+                        if socket.send(Message::Text(message.to_string().into())).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // Too slow to keep up: say where the run stands instead of what it missed.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if send_state(&state, &id, &mut socket).await.is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            incoming = socket.recv() => match incoming {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {} // clients only listen; pings are answered by the library
+            },
+        }
+    }
+}
+
+async fn send_state(state: &AppState, id: &str, socket: &mut WebSocket) -> Result<(), axum::Error> {
+    let Ok(view) = load(state, id) else { return Ok(()) };
+    for message in state_messages(&view) {
+        socket.send(Message::Text(message.to_string().into())).await?;
+    }
+    Ok(())
+}
+
+/// Where a run stands, as messages: ours (`state`, the metadata), then the predecessor's
+/// for what waits on the user.
+fn state_messages(view: &RunView) -> Vec<Value> {
+    let mut out = vec![json!({ "type": "state", "metadata": metadata(view) })];
+    for cp in &view.checkpoints {
+        if cp.record.status == CheckpointStatus::AwaitingApproval {
+            out.push(checkpoint_ready(cp.record.number, cp.record.agent));
+        }
+    }
+    if view.run.status == RunStatus::Completed {
+        out.push(json!({ "type": "character_complete", "character_id": view.run.id, "message": "All agents completed. Character profile ready." }));
+    }
+    out
+}
+
+fn checkpoint_ready(number: u8, agent: crate::identity::schema::Agent) -> Value {
+    json!({
+        "type": "checkpoint_ready",
+        "checkpoint_number": number,
+        "agent": agent.name(),
+        "message": format!("{} analysis complete. Awaiting approval.", agent.title()),
+    })
+}
+
+/// An engine event as the WebSocket messages it becomes.
+fn seed_messages(event: &IdentityEvent) -> Vec<Value> {
+    match event {
+        IdentityEvent::WaveStarted { wave, agents, .. } => vec![json!({ "type": "wave_started", "wave": wave, "agents": agents })],
+        IdentityEvent::CheckpointReady { checkpoint_number, agent, version, message, tokens, wall_ms, .. } => vec![
+            json!({ "type": "checkpoint_ready", "checkpoint_number": checkpoint_number, "agent": agent.name(), "message": message }),
+            json!({ "type": "checkpoint_version", "checkpoint_number": checkpoint_number, "version": version, "tokens": tokens, "wall_ms": wall_ms }),
+        ],
+        IdentityEvent::WaveComplete { wave, agents_completed, next_wave, .. } => {
+            vec![json!({ "type": "wave_complete", "wave": wave, "agents_completed": agents_completed, "next_wave": next_wave })]
+        }
+        IdentityEvent::CharacterComplete { character_id, message, .. } => {
+            vec![json!({ "type": "character_complete", "character_id": character_id, "message": message })]
+        }
+        IdentityEvent::Error { message, checkpoint, .. } => {
+            let mut out = vec![json!({ "type": "error", "message": message })];
+            if let Some(n) = checkpoint {
+                out.push(json!({ "type": "checkpoint_failed", "checkpoint_number": n }));
+            }
+            out
+        }
+        IdentityEvent::AgentStarted { checkpoint, agent, version, .. } => {
+            vec![json!({ "type": "agent_started", "checkpoint_number": checkpoint, "agent": agent.name(), "version": version })]
+        }
+        IdentityEvent::Token { checkpoint, text, .. } => vec![json!({ "type": "token", "checkpoint_number": checkpoint, "text": text })],
+        IdentityEvent::CheckpointApproved { checkpoint_number, .. } => vec![json!({ "type": "checkpoint_approved", "checkpoint_number": checkpoint_number })],
+        IdentityEvent::CheckpointRejected { checkpoint_number, feedback, .. } => {
+            vec![json!({ "type": "checkpoint_regenerating", "checkpoint_number": checkpoint_number, "feedback": feedback })]
+        }
+        IdentityEvent::CheckpointStale { checkpoint_number, .. } => vec![json!({ "type": "checkpoint_stale", "checkpoint_number": checkpoint_number })],
+        IdentityEvent::Cancelled { checkpoint, .. } => vec![json!({ "type": "checkpoint_cancelled", "checkpoint_number": checkpoint })],
+        _ => Vec::new(),
+    }
+}

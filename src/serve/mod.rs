@@ -1,0 +1,268 @@
+//! `lorekeeper serve`: the engine over HTTP and WebSocket, the fourth front door beside
+//! the GUI, the CLI and the tests. It speaks the identity predecessor's REST + WebSocket
+//! API exactly (`identity`), so that system's scripts and frontends drive Lorekeeper
+//! unchanged, and the rest of the engine in the same style (`play`).
+//!
+//! Like every front door it only sends [`Command`]s and reads [`Event`]s and snapshots
+//! of the library: one thread drains the engine's events into a broadcast channel every
+//! WebSocket subscribes to. Loopback by default; any other address needs a bearer token,
+//! and then every request carries it.
+
+mod identity;
+pub mod openapi;
+mod play;
+
+use crate::engine::{Command, EngineHandle, Event};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// Events buffered per WebSocket client before it counts as lagging (it then gets the
+/// current state again instead of the events it missed).
+const EVENT_BUFFER: usize = 4096;
+
+/// How the server is reached.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub addr: SocketAddr,
+    /// Required of every request when set; required to be set on a non-loopback address.
+    pub token: Option<String>,
+    /// The one origin browsers may call from (CORS); none when unset.
+    pub cors: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to listen on {0} without a token: set --token or LOREKEEPER_API_TOKEN, or listen on 127.0.0.1")]
+    NoToken(SocketAddr),
+    #[error("the --cors origin {0:?} is not a valid header value")]
+    BadOrigin(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("the server stopped: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What every handler is given.
+pub(crate) struct AppState {
+    pub engine: Arc<EngineHandle>,
+    pub events: broadcast::Sender<Arc<Event>>,
+    token: Option<String>,
+    /// One start at a time: the next `run_started` is then the one it asked for.
+    pub start_lock: tokio::sync::Mutex<()>,
+}
+
+impl AppState {
+    pub fn store(&self) -> &crate::store::Store {
+        &self.engine.context().store
+    }
+
+    pub fn send(&self, command: Command) -> Result<(), ApiError> {
+        self.engine.send(command).map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped"))
+    }
+}
+
+/// A running server: its address, and a way to stop it.
+pub struct ServerHandle {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), std::io::Error>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl ServerHandle {
+    /// Stop accepting requests and wait for the server to end.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    /// Block until the server ends (for `lorekeeper serve`).
+    pub fn wait(mut self) -> Result<(), ServeError> {
+        match self.task.take() {
+            Some(task) => match self.runtime.block_on(task) {
+                Ok(result) => result.map_err(ServeError::Io),
+                Err(e) => Err(ServeError::Io(std::io::Error::other(e.to_string()))),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = self.runtime.block_on(task);
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// Start serving `engine` on its runtime. The engine's events are read by the server
+/// from now on (a front door drains them; this one is the server).
+pub fn start(engine: EngineHandle, options: ServeOptions) -> Result<ServerHandle, ServeError> {
+    if options.token.as_deref().is_none_or(|t| t.trim().is_empty()) && !options.addr.ip().is_loopback() {
+        return Err(ServeError::NoToken(options.addr));
+    }
+    let cors = match &options.cors {
+        Some(origin) => Some(HeaderValue::from_str(origin).map_err(|_| ServeError::BadOrigin(origin.clone()))?),
+        None => None,
+    };
+    let runtime = engine.context().runtime.clone();
+    let (events, _) = broadcast::channel(EVENT_BUFFER);
+    let engine = Arc::new(engine);
+    pump_events(engine.clone(), events.clone());
+    let state = Arc::new(AppState { engine, events, token: options.token.filter(|t| !t.trim().is_empty()), start_lock: Default::default() });
+    let app = router(state.clone(), cors);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(options.addr))
+        .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
+    let addr = listener.local_addr()?;
+    let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = runtime.spawn(async move {
+        axum::serve(listener, app.into_make_service())
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    tracing::info!(%addr, "serving the engine over HTTP");
+    Ok(ServerHandle { addr, shutdown: Some(shutdown), task: Some(task), runtime })
+}
+
+/// One thread moves the engine's events into the broadcast channel.
+fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>) {
+    let weak = Arc::downgrade(&engine);
+    let receiver = engine.events().clone();
+    drop(engine);
+    let spawned = std::thread::Builder::new().name("serve-events".into()).spawn(move || {
+        while let Ok(event) = receiver.recv() {
+            // No subscriber is not an error: nobody is listening right now.
+            let _ = events.send(Arc::new(event));
+            if weak.strong_count() == 0 {
+                return;
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the event pump; WebSockets will stay silent");
+    }
+}
+
+fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
+    let api = identity::routes().merge(play::routes()).merge(openapi::routes());
+    let app = api.layer(axum::middleware::from_fn_with_state(state.clone(), authorise)).with_state(state);
+    match cors {
+        Some(origin) => app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
+            let origin = origin.clone();
+            async move { with_cors(origin, request, next).await }
+        })),
+        None => app,
+    }
+}
+
+/// Every request carries the token when the server has one; a wrong one changes nothing.
+async fn authorise(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !same_secret(presented.as_bytes(), token.as_bytes()) {
+            return ApiError::new(StatusCode::UNAUTHORIZED, "a valid bearer token is required").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compare without stopping at the first difference, so timing tells nothing.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn with_cors(origin: HeaderValue, request: Request, next: Next) -> Response {
+    let preflight = request.method() == Method::OPTIONS;
+    let mut response = if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(request).await };
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("authorization, content-type"));
+    response
+}
+
+/// An error answer: a status and `{"detail": "..."}`, as the predecessor's FastAPI sent.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    detail: String,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self { status, detail: detail.into() }
+    }
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, detail)
+    }
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, detail)
+    }
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, detail)
+    }
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, detail.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(ErrorBody { detail: self.detail })).into_response()
+    }
+}
+
+/// A JSON body read by hand, so a malformed one is a 400 that names the field.
+pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))
+}
+
+/// Wait for the first event `pick` takes, up to `limit`.
+pub(crate) async fn wait_for<T>(
+    events: &mut broadcast::Receiver<Arc<Event>>,
+    limit: std::time::Duration,
+    mut pick: impl FnMut(&Event) -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(event)) => {
+                if let Some(found) = pick(&event) {
+                    return Some(found);
+                }
+            }
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => return None,
+        }
+    }
+}

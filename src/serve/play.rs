@@ -1,0 +1,371 @@
+//! The rest of the engine over HTTP: scenes (list, state, play a round, cancel; live
+//! events on `WS /ws/scene/{id}` named after the scene predecessor's socket events:
+//! `agentStatus`, `stateUpdated`, `roundCompleted`), chat (send with the reply's tokens
+//! on `WS /ws/chat/{character}`, history), memory search with its score breakdown, and
+//! importing cards and lorebooks.
+
+use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use crate::companion::{CompanionCommand, CompanionEvent};
+use crate::engine::{Command, Event};
+use crate::interop::{InteropCommand, InteropEvent};
+use crate::memory::{MemoryCommand, MemoryEvent, SearchRequest};
+use crate::scene::{SceneCommand, SceneEvent};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// A chat reply or a round can take minutes on a small machine; never forever.
+const PLAY_LIMIT: Duration = Duration::from_secs(30 * 60);
+/// Reading what is stored.
+const QUICK_LIMIT: Duration = Duration::from_secs(60);
+/// The largest file `POST /api/library/import` takes.
+const MAX_IMPORT_BYTES: usize = 64 << 20;
+
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/scenes", get(scenes))
+        .route("/api/scene/{scene}", get(scene_state))
+        .route("/api/scene/{scene}/round", post(round))
+        .route("/api/scene/{scene}/cancel", post(cancel_round))
+        .route("/ws/scene/{scene}", get(scene_socket))
+        .route("/api/chat/{character}/send", post(chat_send))
+        .route("/api/chat/{character}/history", get(chat_history))
+        .route("/ws/chat/{character}", get(chat_socket))
+        .route("/api/memory/search", get(memory_search))
+        .route("/api/library/import", post(import))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_IMPORT_BYTES))
+}
+
+fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
+    state.store().with(|c| crate::scene::records::resolve_scene(c, scene)).map_err(|e| ApiError::not_found(format!("Scene not found: {e}")))
+}
+
+/// Every scene of the library.
+#[utoipa::path(get, path = "/api/scenes", responses((status = 200, description = "the scenes")))]
+pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::Json<Value>, ApiError> {
+    let list = state.store().with(crate::scene::records::list_scenes).map_err(ApiError::internal)?;
+    Ok(axum::Json(serde_json::to_value(list).map_err(ApiError::internal)?))
+}
+
+/// A scene's state: cast, who is present and as what, trackers, facts, time.
+#[utoipa::path(get, path = "/api/scene/{scene}", params(("scene" = String, Path)),
+    responses((status = 200, description = "the scene's state"), (status = 404, body = ErrorBody)))]
+pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    let view = state.store().with(|c| crate::scene::records::load_view(c, &id)).map_err(ApiError::internal)?;
+    Ok(axum::Json(serde_json::to_value(view).map_err(ApiError::internal)?))
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub(super) struct RoundBody {
+    /// The game master's message; none to let the scene continue.
+    #[serde(default)]
+    input: Option<String>,
+    /// Characters who act this round whatever the Director decides.
+    #[serde(default)]
+    force: Vec<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RoundStarted {
+    scene_id: String,
+    round: u32,
+    status: String,
+}
+
+/// Start a round; it plays in the background and reports on `WS /ws/scene/{scene}`.
+#[utoipa::path(post, path = "/api/scene/{scene}/round", request_body = RoundBody, params(("scene" = String, Path)),
+    responses((status = 202, body = RoundStarted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<Response, ApiError> {
+    let request: RoundBody = if bytes.is_empty() { RoundBody::default() } else { body(&bytes)? };
+    let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Scene(SceneCommand::Round { scene: id.clone(), input: request.input, force: request.force, review: false }))?;
+    let started = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::RoundStarted { scene_id, round, .. }) if *scene_id == id => Some(Ok(*round)),
+        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match started {
+        Some(Ok(round)) => Ok((StatusCode::ACCEPTED, axum::Json(RoundStarted { scene_id: id, round, status: "started".into() })).into_response()),
+        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
+        Some(Err(message)) => Err(ApiError::bad_request(message)),
+        None => Err(ApiError::internal("the round did not start in time")),
+    }
+}
+
+/// Stop the round running in a scene; nothing of it is kept.
+#[utoipa::path(post, path = "/api/scene/{scene}/cancel", params(("scene" = String, Path)),
+    responses((status = 200, description = "asked to stop"), (status = 404, body = ErrorBody)))]
+pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    state.send(Command::Scene(SceneCommand::Cancel { scene: id.clone() }))?;
+    Ok(axum::Json(json!({ "scene_id": id, "status": "cancelling" })))
+}
+
+/// A scene's live events, as the scene predecessor's socket named them.
+#[utoipa::path(get, path = "/ws/scene/{scene}", params(("scene" = String, Path)),
+    responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
+pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+    match scene_id(&state, &scene) {
+        Ok(id) => upgrade.on_upgrade(move |socket| relay(state, socket, move |event| scene_messages(&id, event))).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
+    let Event::Scene(event) = event else { return Vec::new() };
+    let mine = |scene_id: &str| scene_id == id;
+    match event {
+        SceneEvent::RoundStarted { scene_id, round, input } if mine(scene_id) => {
+            vec![json!({ "type": "roundStarted", "sceneId": scene_id, "round": round, "input": input })]
+        }
+        SceneEvent::DirectorDecided { scene_id, round, pass, decision } if mine(scene_id) => vec![json!({
+            "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "director", "pass": pass, "status": "complete", "decision": decision,
+        })],
+        SceneEvent::CharacterStarted { scene_id, round, character_id, name } if mine(scene_id) => vec![json!({
+            "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "character", "characterId": character_id, "name": name, "status": "start",
+        })],
+        SceneEvent::Token { scene_id, character_id, text, .. } if mine(scene_id) => {
+            vec![json!({ "type": "token", "sceneId": scene_id, "characterId": character_id, "text": text })]
+        }
+        SceneEvent::CharacterFinished { scene_id, round, character_id, name, content, delta } if mine(scene_id) => vec![
+            json!({ "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "character", "characterId": character_id, "name": name, "status": "complete", "content": content }),
+            json!({ "type": "stateUpdated", "sceneId": scene_id, "characterStates": { character_id.clone(): delta } }),
+        ],
+        SceneEvent::NarratorStarted { scene_id, round } if mine(scene_id) => {
+            vec![json!({ "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "narrator", "status": "start" })]
+        }
+        SceneEvent::NarratorFinished { scene_id, round, content } if mine(scene_id) => {
+            vec![json!({ "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "narrator", "status": "complete", "content": content })]
+        }
+        SceneEvent::WorldDecided { scene_id, round, decision } if mine(scene_id) => vec![
+            json!({ "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "world", "status": "complete" }),
+            json!({ "type": "stateUpdated", "sceneId": scene_id, "trackers": decision.trackers, "elapsedMinutes": decision.elapsed_minutes }),
+        ],
+        SceneEvent::RoundCompleted { scene_id, round, messages, active, conflicts, tokens } if mine(scene_id) => vec![json!({
+            "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
+        })],
+        SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
+        SceneEvent::Error { scene_id: Some(scene_id), message } if mine(scene_id) => vec![json!({ "type": "error", "sceneId": scene_id, "message": message })],
+        _ => Vec::new(),
+    }
+}
+
+/// Forward what `translate` makes of each engine event until the client goes.
+async fn relay(state: Arc<AppState>, mut socket: WebSocket, translate: impl Fn(&Event) -> Vec<Value> + Send + 'static) {
+    let mut events = state.events.subscribe();
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(event) => {
+                    for message in translate(&event) {
+                        if socket.send(Message::Text(message.to_string().into())).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    let note = json!({ "type": "lagged", "missed": missed }).to_string();
+                    if socket.send(Message::Text(note.into())).await.is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            incoming = socket.recv() => match incoming {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+fn character_id(state: &AppState, character: &str) -> Result<crate::character::CharacterRecord, ApiError> {
+    state
+        .store()
+        .with(|c| crate::character::resolve(c, character))
+        .map_err(|e| ApiError::not_found(format!("Character not found: {e}")))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(super) struct SendBody {
+    text: String,
+}
+
+/// Send a chat message and wait for the stored exchange; the reply's tokens stream on
+/// `WS /ws/chat/{character}` meanwhile.
+#[utoipa::path(post, path = "/api/chat/{character}/send", request_body = SendBody, params(("character" = String, Path)),
+    responses((status = 200, description = "the stored exchange"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: SendBody = body(&bytes)?;
+    if request.text.trim().is_empty() {
+        return Err(ApiError::bad_request("invalid body: `text` is empty"));
+    }
+    let info = character_id(&state, &character)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Companion(CompanionCommand::Send { character: info.id.clone(), text: request.text, now: None }))?;
+    let id = info.id.clone();
+    let outcome = wait_for(&mut events, PLAY_LIMIT, |event| match event {
+        Event::Companion(CompanionEvent::TurnCommitted { turn }) if turn.character_id == id => Some(Ok(serde_json::to_value(turn).unwrap_or_default())),
+        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|c| c == id) => Some(Err(message.clone())),
+        Event::Companion(CompanionEvent::Cancelled { character_id }) if *character_id == id => Some(Err("the reply was cancelled; nothing was saved".into())),
+        _ => None,
+    })
+    .await;
+    match outcome {
+        Some(Ok(turn)) => Ok(axum::Json(turn)),
+        Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
+        Some(Err(message)) => Err(ApiError::new(StatusCode::BAD_GATEWAY, message)),
+        None => Err(ApiError::internal("no reply in time")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct HistoryQuery {
+    #[serde(default = "hundred")]
+    limit: u32,
+}
+
+fn hundred() -> u32 {
+    100
+}
+
+/// A chat's exchanges, oldest first, with the greeting and who the user plays.
+#[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
+    responses((status = 200, description = "the chat"), (status = 404, body = ErrorBody)))]
+pub(super) async fn chat_history(
+    State(state): State<Arc<AppState>>,
+    Path(character): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let info = character_id(&state, &character)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Companion(CompanionCommand::History { character: info.id.clone(), limit: query.limit.min(10_000) }))?;
+    let id = info.id.clone();
+    wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Companion(history @ CompanionEvent::History { character_id, .. }) if *character_id == id => Some(Ok(serde_json::to_value(history).unwrap_or_default())),
+        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|c| c == id) => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await
+    .unwrap_or_else(|| Err("no answer in time".into()))
+    .map(axum::Json)
+    .map_err(ApiError::bad_request)
+}
+
+/// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the
+/// stored exchange.
+#[utoipa::path(get, path = "/ws/chat/{character}", params(("character" = String, Path)),
+    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed")))]
+pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+    let info = match character_id(&state, &character) {
+        Ok(info) => info,
+        Err(e) => return e.into_response(),
+    };
+    upgrade
+        .on_upgrade(move |socket| {
+            relay(state, socket, move |event| match event {
+                Event::Companion(e) if companion_character(e) == Some(info.id.as_str()) => {
+                    let mut value = serde_json::to_value(e).unwrap_or_default();
+                    if let Some(kind) = value.as_object_mut().and_then(|o| o.remove("event")) {
+                        value["type"] = kind;
+                    }
+                    vec![value]
+                }
+                _ => Vec::new(),
+            })
+        })
+        .into_response()
+}
+
+fn companion_character(event: &CompanionEvent) -> Option<&str> {
+    match event {
+        CompanionEvent::TurnStarted { character_id, .. }
+        | CompanionEvent::Token { character_id, .. }
+        | CompanionEvent::Discarded { character_id, .. }
+        | CompanionEvent::Cancelled { character_id } => Some(character_id),
+        CompanionEvent::TurnCommitted { turn } => Some(&turn.character_id),
+        CompanionEvent::Failed { character_id, .. } => character_id.as_deref(),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct SearchQuery {
+    q: String,
+    #[serde(default = "ten")]
+    k: usize,
+}
+
+fn ten() -> usize {
+    10
+}
+
+/// Hybrid memory search: every hit with its keyword, vector and fused scores.
+#[utoipa::path(get, path = "/api/memory/search", params(("q" = String, Query), ("k" = Option<usize>, Query)),
+    responses((status = 200, description = "hits, best first"), (status = 400, body = ErrorBody)))]
+pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(query): Query<SearchQuery>) -> Result<axum::Json<Value>, ApiError> {
+    let mut events = state.events.subscribe();
+    let q = query.q.clone();
+    state.send(Command::Memory(MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) }))?;
+    wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) if *query == q => {
+            Some(Ok(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))
+        }
+        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("search") => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await
+    .unwrap_or_else(|| Err("no answer in time".into()))
+    .map(axum::Json)
+    .map_err(ApiError::bad_request)
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ImportQuery {
+    /// The file's name (its kind is read from its content; the name names what it makes).
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// Import a character card (PNG or JSON) or a lorebook (World Info, lorebook_v3, a
+/// character book) sent as the request body; what it created, or why it was skipped.
+#[utoipa::path(post, path = "/api/library/import", params(("name" = Option<String>, Query)), request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, description = "the import report"), (status = 400, body = ErrorBody)))]
+pub(super) async fn import(State(state): State<Arc<AppState>>, Query(query): Query<ImportQuery>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request("the body is empty: send the file's bytes"));
+    }
+    let name = query.name.unwrap_or_else(|| "upload".into());
+    let safe: String = name.chars().filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ' ')).take(100).collect();
+    let dir = tempfile_dir()?;
+    let path = dir.join(if safe.trim().is_empty() { "upload".to_string() } else { safe });
+    std::fs::write(&path, &bytes).map_err(ApiError::internal)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Interop(InteropCommand::Import { paths: vec![path.clone()] }))?;
+    let report = wait_for(&mut events, PLAY_LIMIT, |event| match event {
+        Event::Interop(report @ InteropEvent::ImportReport { .. }) => Some(serde_json::to_value(report).unwrap_or_default()),
+        _ => None,
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    report.map(axum::Json).ok_or_else(|| ApiError::internal("the import did not finish in time"))
+}
+
+/// A private folder for one upload.
+fn tempfile_dir() -> Result<std::path::PathBuf, ApiError> {
+    let dir = std::env::temp_dir().join(format!("lorekeeper-upload-{}", crate::store::new_id()));
+    std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    Ok(dir)
+}

@@ -1,0 +1,326 @@
+//! `lorekeeper serve` as the identity predecessor's scripts drive it: real HTTP, a real
+//! WebSocket client, a real library, scripted agents. The messages are compared field
+//! by field with the predecessor's shapes.
+
+use lorekeeper::config::{Config, Paths};
+use lorekeeper::engine;
+use lorekeeper::llm::{ProviderKind, ProviderProfile};
+use lorekeeper::serve::{ServeOptions, ServerHandle};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn paths(dir: &Path, script: &Path) -> Paths {
+    let paths = Paths { config_file: dir.join("config.toml"), library_file: dir.join("library.sqlite"), log_dir: dir.join("logs") };
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "serve-script".into(),
+        path: Some(script.to_path_buf()),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    config.save(&paths.config_file).unwrap();
+    paths
+}
+
+fn data(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(path)
+}
+
+fn serve(paths: &Paths, token: Option<&str>) -> ServerHandle {
+    let engine = engine::start(paths.clone()).unwrap();
+    lorekeeper::serve::start(engine, ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: token.map(str::to_string), cors: None }).unwrap()
+}
+
+/// An HTTP client that returns every status as a response.
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+fn call(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>, token: Option<&str>) -> (u16, Value) {
+    let response = match (method, body) {
+        ("GET", _) => {
+            let mut request = agent.get(url);
+            if let Some(t) = token {
+                request = request.header("Authorization", &format!("Bearer {t}"));
+            }
+            request.call()
+        }
+        (_, body) => {
+            let mut request = agent.post(url).header("Content-Type", "application/json");
+            if let Some(t) = token {
+                request = request.header("Authorization", &format!("Bearer {t}"));
+            }
+            request.send(body.unwrap_or(""))
+        }
+    }
+    .expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.into_body().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// Every message of a WebSocket, as it arrives, on a channel.
+fn listen(url: &str) -> mpsc::Receiver<Value> {
+    let (mut socket, _) = tungstenite::connect(url).expect("the WebSocket opens");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        while let Ok(message) = socket.read() {
+            if let tungstenite::Message::Text(text) = message {
+                let Ok(value) = serde_json::from_str::<Value>(&text) else { continue };
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Messages until `stop`, all of them kept in `seen`.
+fn until(rx: &mpsc::Receiver<Value>, seen: &mut Vec<Value>, mut stop: impl FnMut(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let message = rx.recv_timeout(left).unwrap_or_else(|e| {
+            panic!("no message in time ({e}); seen: {}", seen.iter().map(|m| m["type"].to_string()).collect::<Vec<_>>().join(", "))
+        });
+        seen.push(message.clone());
+        if stop(&message) {
+            return message;
+        }
+    }
+}
+
+fn ready(n: u64) -> impl FnMut(&Value) -> bool {
+    move |m| m["type"] == "checkpoint_ready" && m["checkpoint_number"] == n
+}
+
+/// The predecessor's five message types, with exactly its fields.
+fn seed_fields(kind: &str) -> Option<BTreeSet<&'static str>> {
+    let fields: &[&'static str] = match kind {
+        "wave_started" => &["type", "wave", "agents"],
+        "checkpoint_ready" => &["type", "checkpoint_number", "agent", "message"],
+        "wave_complete" => &["type", "wave", "agents_completed", "next_wave"],
+        "character_complete" => &["type", "character_id", "message"],
+        "error" => &["type", "message"],
+        _ => return None,
+    };
+    Some(fields.iter().copied().collect())
+}
+
+#[test]
+fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    // Malformed and unknown first: clear errors.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(r#"{"storyline": {}}"#), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("characters"), "the field is named: {body}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/character/no-such-id/status"), None, None);
+    assert_eq!(status, 404);
+
+    let start = json!({
+        "characters": [
+            { "name": "Mira Voss", "role": "lighthouse keeper", "concept": "A keeper who guards the sea she fears, hiding what happened the night the logbook burned." },
+            { "name": "Tobin Hale", "role": "harbour master", "concept": "Ambitious, suspects the keeper." }
+        ],
+        "storyline": { "premise": "A shipwreck on Greyhollow's reef brings an heir ashore and an inquiry to the harbour." },
+        "mode": "fast"
+    });
+    let (status, started) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{started}");
+    let id = started["character_id"].as_str().expect("a character_id").to_string();
+
+    // Connected after the start: the state first, so checkpoints 1 and 2 are not missed.
+    let ws = listen(&format!("ws://{}/ws/character/{id}", server.addr));
+    let mut seen = Vec::new();
+    until(&ws, &mut seen, ready(1));
+    if !seen.iter().any(ready(2)) {
+        until(&ws, &mut seen, ready(2));
+    }
+    let (status, meta) = call(&agent, "GET", &format!("{base}/api/character/{id}/status"), None, None);
+    assert_eq!(status, 200);
+    let keys: BTreeSet<&str> = meta.as_object().unwrap().keys().map(String::as_str).collect();
+    let expected: BTreeSet<&str> = ["character_id", "created_at", "status", "mode", "current_wave", "current_checkpoint", "completed_checkpoints", "total_checkpoints", "regenerations"].into();
+    assert_eq!(keys, expected, "the predecessor's metadata: {meta}");
+    assert_eq!((meta["status"].as_str(), meta["mode"].as_str(), meta["total_checkpoints"].as_u64()), (Some("in_progress"), Some("fast"), Some(7)));
+
+    let (status, cp) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/1"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!((cp["checkpoint_number"].as_u64(), cp["agent"].as_str(), cp["status"].as_str()), (Some(1), Some("personality"), Some("awaiting_approval")));
+    assert!(cp["output"]["narrative"].as_str().is_some_and(|n| !n.is_empty()) && cp["output"]["structured"].is_object());
+    for field in ["wave", "timestamp", "tokens_used", "agent_time_seconds"] {
+        assert!(cp["metadata"].get(field).is_some(), "checkpoint metadata has {field}: {cp}");
+    }
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(r#"{"checkpont": 1}"#), None);
+    assert_eq!(status, 400);
+    assert!(body["detail"].as_str().unwrap().contains("checkpoint"), "{body}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(r#"{"checkpoint": 5}"#), None);
+    assert_eq!(status, 409, "checkpoint 5 is not awaiting approval yet");
+
+    // Wave 1, approved out of order.
+    for n in [2, 1] {
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(&json!({ "checkpoint": n }).to_string()), None);
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(r#"{"checkpoint": 1}"#), None);
+    assert_eq!(status, 409, "an approved checkpoint is not approved twice");
+    until(&ws, &mut seen, |m| m["type"] == "wave_complete" && m["wave"] == 1);
+    // Wave 2: 4 is sent back with feedback and comes back as a new version.
+    for n in [3, 4, 5] {
+        if !seen.iter().any(ready(n)) {
+            until(&ws, &mut seen, ready(n));
+        }
+    }
+    let feedback = json!({ "checkpoint": 4, "feedback": "Give her a scar from the night of the fire." });
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/feedback"), Some(&feedback.to_string()), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "regenerating");
+    until(&ws, &mut seen, |m| m["type"] == "checkpoint_version" && m["checkpoint_number"] == 4 && m["version"] == 2);
+    let (_, cp4) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4"), None, None);
+    assert_eq!(cp4["metadata"]["version"], 2, "the regenerated version is current");
+    for n in [5, 3, 4] {
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(&json!({ "checkpoint": n }).to_string()), None);
+        assert_eq!(status, 200, "{body}");
+    }
+    for n in [6, 7] {
+        until(&ws, &mut seen, ready(n));
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(&json!({ "checkpoint": n }).to_string()), None);
+        assert_eq!(status, 200, "{body}");
+    }
+    let complete = until(&ws, &mut seen, |m| m["type"] == "character_complete");
+    assert_eq!(complete["character_id"], id);
+
+    // Every message of the predecessor's types has exactly its fields.
+    for message in &seen {
+        let kind = message["type"].as_str().unwrap();
+        if let Some(fields) = seed_fields(kind) {
+            let got: BTreeSet<&str> = message.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(got, fields, "{kind}: {message}");
+        }
+    }
+    let waves: Vec<(u64, Value)> = seen.iter().filter(|m| m["type"] == "wave_complete").map(|m| (m["wave"].as_u64().unwrap(), m["next_wave"].clone())).collect();
+    assert_eq!(waves, [(1, json!(2)), (2, json!(3)), (3, json!("final"))]);
+    let started_waves: Vec<u64> = seen.iter().filter(|m| m["type"] == "wave_started").map(|m| m["wave"].as_u64().unwrap()).collect();
+    assert!(started_waves.contains(&2) && started_waves.contains(&3), "{started_waves:?}");
+    let readies = seen.iter().filter(|m| m["type"] == "checkpoint_ready").count();
+    assert!(readies >= 8, "seven checkpoints and one regenerated: {readies}");
+
+    let (status, profile) = call(&agent, "GET", &format!("{base}/api/character/{id}/final"), None, None);
+    assert_eq!(status, 200, "{profile}");
+    assert!(profile.to_string().contains("Mira Voss"), "the final profile is Mira's");
+    let (_, meta) = call(&agent, "GET", &format!("{base}/api/character/{id}/status"), None, None);
+    assert_eq!((meta["status"].as_str(), meta["completed_checkpoints"].as_u64(), meta["regenerations"].as_u64()), (Some("completed"), Some(7), Some(1)));
+
+    // A client that connects now is told the character is complete.
+    let late = listen(&format!("ws://{}/ws/character/{id}", server.addr));
+    let mut late_seen = Vec::new();
+    until(&late, &mut late_seen, |m| m["type"] == "character_complete");
+
+    let (status, doc) = call(&agent, "GET", &format!("{base}/api/openapi.json"), None, None);
+    assert_eq!(status, 200);
+    for path in ["/api/character/start", "/api/character/{character_id}/approve", "/api/scene/{scene}/round", "/api/memory/search"] {
+        assert!(doc["paths"].get(path).is_some(), "the OpenAPI document describes {path}");
+    }
+    assert!(doc["components"]["schemas"].get("SeedMetadata").is_some(), "schemas come from the types");
+}
+
+#[test]
+fn a_token_guards_every_request_and_a_public_address_needs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let refused = lorekeeper::serve::start(
+        engine::start(paths.clone()).unwrap(),
+        ServeOptions { addr: "0.0.0.0:0".parse().unwrap(), token: None, cors: None },
+    );
+    assert!(matches!(refused, Err(lorekeeper::serve::ServeError::NoToken(_))), "a non-loopback address without a token is refused");
+
+    let server = serve(&paths, Some("s3cret-token"));
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let start = json!({ "characters": [{ "name": "Mira Voss", "role": "keeper", "concept": "Guards the sea she fears." }], "storyline": {}, "mode": "fast" });
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 401, "no token");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), Some("wrong"));
+    assert_eq!(status, 401, "a wrong token");
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let runs: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM identity_runs", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(runs, 0, "a refused request changed nothing");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), Some("s3cret-token"));
+    assert_eq!(status, 200, "{body}");
+    let ws = tungstenite::connect(format!("ws://{}/ws/character/{}", server.addr, body["character_id"].as_str().unwrap()));
+    assert!(ws.is_err(), "the WebSocket needs the token too");
+}
+
+#[test]
+fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: Value = serde_json::from_str(&std::fs::read_to_string(data("scene/script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().push(json!({
+        "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": "[Ilse Marrow]: The kettle's on, and the fog is thick tonight.", "chunk_chars": 6 }
+    }));
+    script["default"] = json!("They talked over tea.");
+    let script_file = dir.path().join("script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let paths = paths(dir.path(), &script_file);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    lorekeeper::companion::demo::ensure(&store).unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let (status, scenes) = call(&agent, "GET", &format!("{base}/api/scenes"), None, None);
+    assert_eq!(status, 200);
+    assert!(scenes.as_array().unwrap().iter().any(|s| s["id"] == scene));
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200)); // the socket subscribes before the round starts
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I hand the keeper the sealed letter."}"#), None);
+    assert_eq!(status, 202, "{body}");
+    let mut seen = Vec::new();
+    let done = until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    assert_eq!(done["round"], 1);
+    assert!(seen.iter().any(|m| m["type"] == "agentStatus" && m["agent"] == "director"));
+    assert!(seen.iter().any(|m| m["type"] == "agentStatus" && m["agent"] == "character" && m["status"] == "complete"));
+    assert!(seen.iter().any(|m| m["type"] == "stateUpdated"));
+    assert!(seen.iter().any(|m| m["type"] == "token"));
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert_eq!(state["rounds"], 1);
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene"), None, None);
+    assert_eq!(status, 404);
+
+    let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, turn) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Is the kettle on?"}"#), None);
+    assert_eq!(status, 200, "{turn}");
+    assert_eq!(turn["reply"], "The kettle's on, and the fog is thick tonight.");
+    let mut chat_seen = Vec::new();
+    until(&chat, &mut chat_seen, |m| m["type"] == "turn_committed");
+    let streamed: String = chat_seen.iter().filter(|m| m["type"] == "token").filter_map(|m| m["text"].as_str()).collect();
+    assert!(streamed.contains("kettle"), "the reply streamed: {streamed}");
+    let (status, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(history["turns"].as_array().unwrap().len(), 1);
+
+    let (status, results) = call(&agent, "GET", &format!("{base}/api/memory/search?q=kettle&k=5"), None, None);
+    assert_eq!(status, 200, "{results}");
+    let hit = &results["hits"][0];
+    assert!(hit.to_string().contains("kettle"), "{results}");
+
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Petra Quill", "description": "A cartographer of drowned coasts.", "first_mes": "Mind the chart." } });
+    let imported = agent.post(&format!("{base}/api/library/import?name=petra.json")).send(card.to_string()).unwrap();
+    assert_eq!(imported.status().as_u16(), 200);
+    let report: Value = serde_json::from_str(&imported.into_body().read_to_string().unwrap()).unwrap();
+    assert!(report.to_string().contains("Petra Quill"), "{report}");
+}
