@@ -140,6 +140,7 @@ impl WorkbenchApp {
             campaigns: campaigns::CampaignsPanel::default(),
             pending: VecDeque::new(),
         };
+        app.providers.set_paths(app.engine.context().paths.clone());
         let startup: Vec<Command> = app.panels().iter().flat_map(|p| p.startup()).collect();
         for command in startup {
             app.send(command);
@@ -160,6 +161,11 @@ impl WorkbenchApp {
             &mut self.providers,
             &mut self.log,
         ]
+    }
+
+    /// The Providers panel's view model.
+    pub fn providers(&self) -> &ProvidersPanel {
+        &self.providers
     }
 
     /// The Campaigns panel's view model.

@@ -22,6 +22,82 @@ pub struct ProvidersPanel {
     max_tokens_text: String,
     tests: BTreeMap<String, TestView>,
     model: Option<ModelLine>,
+    server: ServerSection,
+}
+
+/// The HTTP front door, hosted by the workbench: `lorekeeper serve` over a second engine
+/// on this window's library (the library's job leases keep the two from running the same
+/// round or turn).
+struct ServerSection {
+    paths: Option<crate::config::Paths>,
+    addr: String,
+    token: String,
+    running: Option<crate::serve::ServerHandle>,
+    status: Option<Result<String, String>>,
+}
+
+impl ServerSection {
+    fn start(&mut self) {
+        let Some(paths) = self.paths.clone() else {
+            self.status = Some(Err("the library's location is not known yet".into()));
+            return;
+        };
+        let addr: std::net::SocketAddr = match self.addr.trim().parse() {
+            Ok(addr) => addr,
+            Err(_) => {
+                self.status = Some(Err(format!("{:?} is not an address like 127.0.0.1:8000", self.addr.trim())));
+                return;
+            }
+        };
+        let token = Some(self.token.trim().to_string()).filter(|t| !t.is_empty());
+        let started = crate::engine::start(paths)
+            .map_err(|e| e.to_string())
+            .and_then(|engine| crate::serve::start(engine, crate::serve::ServeOptions { addr, token, cors: None }).map_err(|e| e.to_string()));
+        match started {
+            Ok(handle) => {
+                self.status = Some(Ok(format!("Listening on http://{}", handle.addr)));
+                self.running = Some(handle);
+            }
+            Err(e) => self.status = Some(Err(e)),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(handle) = self.running.take() {
+            handle.stop();
+        }
+        self.status = Some(Ok("Stopped".into()));
+    }
+
+    fn show(&mut self, ui: &mut egui::Ui) {
+        ui.strong("Server");
+        ui.label("Serve this library over HTTP and WebSocket (the identity API, scenes, chat, memory).");
+        ui.horizontal(|ui| {
+            let running = self.running.is_some();
+            let label = ui.label("Address");
+            ui.add_enabled(!running, egui::TextEdit::singleline(&mut self.addr).desired_width(160.0).id_salt("server_addr")).labelled_by(label.id);
+            let label = ui.label("Token");
+            ui.add_enabled(!running, egui::TextEdit::singleline(&mut self.token).password(true).desired_width(160.0).id_salt("server_token"))
+                .labelled_by(label.id)
+                .on_hover_text("Required of every request; needed for any address but loopback");
+            if running {
+                if ui.button("Stop server").clicked() {
+                    self.stop();
+                }
+            } else if ui.button("Start server").clicked() {
+                self.start();
+            }
+        });
+        match &self.status {
+            Some(Ok(text)) => {
+                ui.label(text);
+            }
+            Some(Err(text)) => {
+                ui.colored_label(ui.visuals().error_fg_color, text);
+            }
+            None => {}
+        }
+    }
 }
 
 impl ProvidersPanel {
@@ -35,7 +111,18 @@ impl ProvidersPanel {
             max_tokens_text: String::new(),
             tests: BTreeMap::new(),
             model: None,
+            server: ServerSection { paths: None, addr: "127.0.0.1:8000".into(), token: String::new(), running: None, status: None },
         }
+    }
+
+    /// Where this window's library and config are, for the server it may host.
+    pub fn set_paths(&mut self, paths: crate::config::Paths) {
+        self.server.paths = Some(paths);
+    }
+
+    /// The address the hosted server listens on, while it runs.
+    pub fn server_addr(&self) -> Option<std::net::SocketAddr> {
+        self.server.running.as_ref().map(|h| h.addr)
     }
 
     pub fn startup() -> Vec<Command> {
@@ -123,6 +210,8 @@ impl ProvidersPanel {
                 self.editor(ui, outbox);
                 ui.add_space(8.0);
                 self.roles(ui, outbox);
+                ui.add_space(8.0);
+                self.server.show(ui);
             });
         });
     }

@@ -970,3 +970,29 @@ fn a_character_sheet_is_edited_in_the_library_panel() {
         harness.state().library().sheet_value("description")
     );
 }
+
+/// The Providers panel hosts the HTTP front door on this window's library: started on a
+/// free port, it answers; stopped, it is gone.
+#[test]
+fn the_server_is_started_and_stopped_from_the_providers_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = harness(start_engine(dir.path(), &Config::default()), 1400.0);
+    harness.run();
+    nav(&harness, "Providers").click();
+    harness.run();
+    text_field(&harness, "Address").focus();
+    harness.run();
+    text_field(&harness, "Address").set_text_value_accesskit("127.0.0.1:0");
+    harness.run();
+    harness.get_by_label("Start server").click();
+    harness.run();
+    let addr = harness.state().providers().server_addr().expect("the server runs");
+    assert!(harness.query_by_label_contains(&format!("Listening on http://{addr}")).is_some(), "the panel shows where");
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let response = agent.get(&format!("http://{addr}/api/scenes")).call().expect("the server answers");
+    assert_eq!(response.status().as_u16(), 200);
+    harness.get_by_label("Stop server").click();
+    harness.run();
+    assert!(harness.state().providers().server_addr().is_none());
+    assert!(agent.get(&format!("http://{addr}/api/scenes")).call().is_err(), "stopped: nothing listens");
+}
