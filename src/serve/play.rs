@@ -39,6 +39,9 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/ws/scene/{scene}", get(scene_socket))
         .route("/api/chat/{character}/send", post(chat_send))
         .route("/api/chat/{character}/history", get(chat_history))
+        .route("/api/chat/{character}/{action}", post(chat_control))
+        .route("/api/library/character/{character}/card", get(export_card))
+        .route("/api/library/lorebook/{lorebook}", get(export_lorebook))
         .route("/ws/chat/{character}", get(chat_socket))
         .route("/api/memory/search", get(memory_search))
         .route("/api/library/import", post(import))
@@ -229,6 +232,132 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
         Some(Err(message)) => Err(ApiError::new(StatusCode::BAD_GATEWAY, message)),
         None => Err(ApiError::internal("no reply in time")),
     }
+}
+
+/// What the message-control endpoints take: `swipe` `{"index": n}`, `edit`
+/// `{"message": "ID-u|ID-r", "text": "…"}`, `delete` `{"message": "…", "and_after": bool}`;
+/// `regenerate`, `continue` and `undo` take nothing.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub(super) struct ControlBody {
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    and_after: bool,
+}
+
+/// Message control on a chat: `regenerate` the last reply (every draw kept as a swipe),
+/// `continue` it, `swipe` to a draw, `edit` or `delete` a message, `undo` the last
+/// exchange. Answers with what changed.
+#[utoipa::path(post, path = "/api/chat/{character}/{action}", request_body = ControlBody,
+    params(("character" = String, Path), ("action" = String, Path, description = "regenerate, continue, swipe, edit, delete or undo")),
+    responses((status = 200, description = "what changed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn chat_control(
+    State(state): State<Arc<AppState>>,
+    Path((character, action)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Value>, ApiError> {
+    let request: ControlBody = if bytes.is_empty() { ControlBody::default() } else { body(&bytes)? };
+    let info = character_id(&state, &character)?;
+    let c = info.id.clone();
+    let need = |field: Option<String>, name: &str| field.ok_or_else(|| ApiError::bad_request(format!("invalid body: `{name}` is missing")));
+    let command = match action.as_str() {
+        "regenerate" => CompanionCommand::Regenerate { character: c.clone() },
+        "continue" => CompanionCommand::Continue { character: c.clone() },
+        "undo" => CompanionCommand::Undo { character: c.clone() },
+        "swipe" => CompanionCommand::Swipe {
+            character: c.clone(),
+            index: request.index.ok_or_else(|| ApiError::bad_request("invalid body: `index` is missing"))?,
+        },
+        "edit" => CompanionCommand::Edit { character: c.clone(), message: need(request.message, "message")?, text: need(request.text, "text")? },
+        "delete" => CompanionCommand::Delete { character: c.clone(), message: need(request.message, "message")?, and_after: request.and_after },
+        other => return Err(ApiError::not_found(format!("no chat action {other:?}: regenerate, continue, swipe, edit, delete or undo"))),
+    };
+    let mut events = state.events.subscribe();
+    state.send(Command::Companion(command))?;
+    let outcome = wait_for(&mut events, PLAY_LIMIT, |event| match event {
+        Event::Companion(e @ (CompanionEvent::Changed { character_id, .. } | CompanionEvent::Undone { character_id, .. })) if *character_id == c => {
+            Some(Ok(serde_json::to_value(e).unwrap_or_default()))
+        }
+        Event::Companion(CompanionEvent::TurnCommitted { turn }) if turn.character_id == c => Some(Ok(serde_json::to_value(turn).unwrap_or_default())),
+        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|x| x == c) => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match outcome {
+        Some(Ok(value)) => Ok(axum::Json(value)),
+        Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
+        Some(Err(message)) => Err(ApiError::bad_request(message)),
+        None => Err(ApiError::internal("no answer in time")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct FormatQuery {
+    #[serde(default)]
+    format: Option<String>,
+}
+
+/// Export through the engine into a private folder and answer with the file's JSON.
+async fn export(state: &AppState, make: impl FnOnce(std::path::PathBuf) -> InteropCommand) -> Result<axum::Json<Value>, ApiError> {
+    let dir = tempfile_dir()?;
+    let out = dir.join("export.json");
+    let mut events = state.events.subscribe();
+    state.send(Command::Interop(make(out.clone())))?;
+    let outcome = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Interop(InteropEvent::Exported { path, .. }) if *path == out => Some(Ok(())),
+        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.starts_with("export") => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    let result = match outcome {
+        Some(Ok(())) => std::fs::read(&out)
+            .map_err(ApiError::internal)
+            .and_then(|bytes| serde_json::from_slice(&bytes).map_err(ApiError::internal))
+            .map(axum::Json),
+        Some(Err(message)) => Err(ApiError::not_found(message)),
+        None => Err(ApiError::internal("the export did not finish in time")),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// A character as a card: `?format=v2` (default) or `v3`.
+#[utoipa::path(get, path = "/api/library/character/{character}/card", params(("character" = String, Path), ("format" = Option<String>, Query)),
+    responses((status = 200, description = "the card's JSON"), (status = 404, body = ErrorBody)))]
+pub(super) async fn export_card(
+    State(state): State<Arc<AppState>>,
+    Path(character): Path<String>,
+    Query(query): Query<FormatQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    use crate::interop::library::CardFormat;
+    let format = match query.format.as_deref().unwrap_or("v2") {
+        "v2" | "card-v2" => CardFormat::CardV2,
+        "v3" | "card-v3" => CardFormat::CardV3,
+        other => return Err(ApiError::bad_request(format!("format {other:?}: v2 or v3"))),
+    };
+    let character = character_id(&state, &character)?.id;
+    export(&state, |out| InteropCommand::ExportCharacter { character, format, png: false, out }).await
+}
+
+/// A lorebook: `?format=world-info` (default) or `lorebook-v3`.
+#[utoipa::path(get, path = "/api/library/lorebook/{lorebook}", params(("lorebook" = String, Path), ("format" = Option<String>, Query)),
+    responses((status = 200, description = "the lorebook's JSON"), (status = 404, body = ErrorBody)))]
+pub(super) async fn export_lorebook(
+    State(state): State<Arc<AppState>>,
+    Path(lorebook): Path<String>,
+    Query(query): Query<FormatQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    use crate::interop::library::LorebookFormat;
+    let format = match query.format.as_deref().unwrap_or("world-info") {
+        "world-info" => LorebookFormat::WorldInfo,
+        "lorebook-v3" | "lorebook_v3" => LorebookFormat::LorebookV3,
+        other => return Err(ApiError::bad_request(format!("format {other:?}: world-info or lorebook-v3"))),
+    };
+    export(&state, |out| InteropCommand::ExportLorebook { lorebook, format, out }).await
 }
 
 #[derive(Debug, Deserialize)]

@@ -259,6 +259,17 @@ fn a_token_guards_every_request_and_a_public_address_needs_one() {
     assert_eq!(status, 200, "{body}");
     let ws = tungstenite::connect(format!("ws://{}/ws/character/{}", server.addr, body["character_id"].as_str().unwrap()));
     assert!(ws.is_err(), "the WebSocket needs the token too");
+
+    // CORS is off unless an origin is named; then that origin, and only it, is allowed.
+    let plain = agent.get(&format!("{base}/api/openapi.json")).header("Authorization", "Bearer s3cret-token").call().unwrap();
+    assert!(plain.headers().get("access-control-allow-origin").is_none());
+    let cors = lorekeeper::serve::start(
+        engine::start(paths.clone()).unwrap(),
+        ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: Some("https://gm.example".into()) },
+    )
+    .unwrap();
+    let answer = agent.get(&format!("http://{}/api/openapi.json", cors.addr)).header("Origin", "https://gm.example").call().unwrap();
+    assert_eq!(answer.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("https://gm.example"));
 }
 
 #[test]
@@ -312,11 +323,37 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     let (status, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     assert_eq!(status, 200);
     assert_eq!(history["turns"].as_array().unwrap().len(), 1);
+    // Message control: redraw, pick the first draw again, edit the reply.
+    let (status, changed) = call(&agent, "POST", &format!("{base}/api/chat/ilse/regenerate"), None, None);
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["action"], "regenerated", "{changed}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/chat/ilse/swipe"), Some(r#"{"index": 0}"#), None);
+    assert_eq!(status, 200);
+    let turn_id = changed["turn"]["id"].as_str().unwrap();
+    let edit = json!({ "message": format!("{turn_id}-r"), "text": "The kettle's on. Sit." });
+    let (status, edited) = call(&agent, "POST", &format!("{base}/api/chat/ilse/edit"), Some(&edit.to_string()), None);
+    assert_eq!(status, 200, "{edited}");
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(history["turns"][0]["reply"], "The kettle's on. Sit.");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/swipe"), Some("{}"), None);
+    assert_eq!(status, 400, "the missing field is named: {body}");
+    assert!(body["detail"].as_str().unwrap().contains("index"));
+    let (status, card) = call(&agent, "GET", &format!("{base}/api/library/character/ilse/card?format=v3"), None, None);
+    assert_eq!(status, 200, "{card}");
+    assert_eq!(card["spec"], "chara_card_v3");
+    assert_eq!(card["data"]["name"], "Ilse Marrow");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/library/character/nobody/card"), None, None);
+    assert_eq!(status, 404);
 
     let (status, results) = call(&agent, "GET", &format!("{base}/api/memory/search?q=kettle&k=5"), None, None);
     assert_eq!(status, 200, "{results}");
-    let hit = &results["hits"][0];
-    assert!(hit.to_string().contains("kettle"), "{results}");
+    let hits = results["hits"].as_array().unwrap();
+    assert!(hits.iter().any(|h| h["text"].as_str().is_some_and(|t| t.contains("kettle"))), "{results}");
+    for hit in hits {
+        for field in ["score", "keyword_score", "vector_score", "rank"] {
+            assert!(hit.get(field).is_some(), "every hit says why: {field} in {hit}");
+        }
+    }
 
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Petra Quill", "description": "A cartographer of drowned coasts.", "first_mes": "Mind the chart." } });
     let imported = agent.post(&format!("{base}/api/library/import?name=petra.json")).send(card.to_string()).unwrap();
