@@ -44,6 +44,22 @@ pub enum MemoryAction {
         /// The lore folder (default: `lore/`).
         dir: Option<PathBuf>,
     },
+    /// Pin a memory: its character is given it in every prompt, within the memory budget.
+    Pin {
+        id: String,
+        /// Take the pin off.
+        #[arg(long)]
+        unpin: bool,
+    },
+    /// Change a memory's text (re-embedded; the old text is found no more).
+    Edit { id: String, text: String },
+    /// Delete a memory.
+    Delete { id: String },
+    /// Delete every memory of a session.
+    Forget {
+        #[arg(long)]
+        session: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -103,6 +119,23 @@ fn wait<T>(engine: &EngineHandle, mut answer: impl FnMut(&MemoryEvent) -> Option
     }
 }
 
+fn curate(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(command))?;
+    let curated = wait(engine, |e| match e {
+        MemoryEvent::Curated { curated } => Some(curated.clone()),
+        _ => None,
+    })?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&curated)?)?;
+    } else {
+        match curated.ids.as_slice() {
+            [one] => writeln!(out, "{} {one}", curated.action)?,
+            many => writeln!(out, "{} {} memories", curated.action, many.len())?,
+        }
+    }
+    Ok(())
+}
+
 fn progress(label: &str, done: usize, total: usize) {
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "\r{label}: {done}/{total}");
@@ -146,6 +179,10 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
         MemoryAction::Lore { dir } => lore(engine, dir, json, &mut out)?,
         MemoryAction::Stats => stats(engine, json, &mut out)?,
         MemoryAction::Injections { agent, limit } => injections(engine, agent, limit, json, &mut out)?,
+        MemoryAction::Pin { id, unpin } => curate(engine, MemoryCommand::Pin { id, pinned: !unpin }, json, &mut out)?,
+        MemoryAction::Edit { id, text } => curate(engine, MemoryCommand::Edit { id, text }, json, &mut out)?,
+        MemoryAction::Delete { id } => curate(engine, MemoryCommand::Delete { id }, json, &mut out)?,
+        MemoryAction::Forget { session } => curate(engine, MemoryCommand::ForgetSession { session }, json, &mut out)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -204,7 +241,7 @@ fn search(engine: &EngineHandle, args: SearchArgs, json: bool, out: &mut impl Wr
                 serde_json::json!({
                     "id": h.id, "text": h.text, "speaker": h.speaker, "score": h.score,
                     "keyword_score": h.keyword_score, "vector_score": h.vector_score, "rank": h.rank,
-                    "kind": h.kind, "session": h.session, "time": h.time,
+                    "kind": h.kind, "session": h.session, "time": h.time, "pinned": h.pinned, "edited": h.edited,
                 })
             })
             .collect();
@@ -214,12 +251,14 @@ fn search(engine: &EngineHandle, args: SearchArgs, json: bool, out: &mut impl Wr
             let score = |s: Option<f32>| s.map(|s| format!("{s:.3}")).unwrap_or_else(|| "-".into());
             writeln!(
                 out,
-                "{:>3}. [{:.4}] kw {} vec {}  {} ({}): {}",
+                "{:>3}. [{:.4}] kw {} vec {}  {}{}{} ({}): {}",
                 h.rank,
                 h.score,
                 score(h.keyword_score),
                 score(h.vector_score),
                 h.id,
+                if h.pinned { " pinned" } else { "" },
+                if h.edited { " edited" } else { "" },
                 h.speaker.as_deref().unwrap_or("-"),
                 h.text
             )?;

@@ -134,6 +134,8 @@ pub fn activate_for_turn(
             scope: Scope::character(character.id.clone()),
             session: None,
             time: None,
+            pinned: false,
+            edited: false,
         });
     }
     out

@@ -346,6 +346,8 @@ mod tests {
             scope: Scope::character("c1"),
             session: None,
             time: Some("2026-11-01T10:00:00Z".into()),
+            pinned: false,
+            edited: false,
         }
     }
 

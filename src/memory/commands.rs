@@ -29,6 +29,13 @@ pub enum MemoryCommand {
     Injections,
     /// Report what `agent`'s earlier prompts were given, newest first.
     InjectionHistory { agent: String, limit: u32 },
+    /// Pin (or unpin) a memory: its character is given it every time, within budget.
+    Pin { id: String, pinned: bool },
+    /// Change a memory's text (re-embedded, keyword index updated, one transaction).
+    Edit { id: String, text: String },
+    Delete { id: String },
+    /// Delete every memory of a session.
+    ForgetSession { session: String },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -49,6 +56,8 @@ pub enum MemoryEvent {
     LoreIndexed { report: super::lore::LoreReport },
     Injections { injections: Vec<super::injections::Injection> },
     InjectionHistory { agent: String, injections: Vec<super::injections::Injection> },
+    /// A memory was pinned, unpinned, edited or deleted, or a session forgotten.
+    Curated { curated: super::curate::Curated },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -200,6 +209,10 @@ fn describe(command: &MemoryCommand) -> &'static str {
         MemoryCommand::IndexLore { .. } => "memory lore",
         MemoryCommand::Injections => "memory injections",
         MemoryCommand::InjectionHistory { .. } => "memory injection history",
+        MemoryCommand::Pin { .. } => "memory pin",
+        MemoryCommand::Edit { .. } => "memory edit",
+        MemoryCommand::Delete { .. } => "memory delete",
+        MemoryCommand::ForgetSession { .. } => "memory forget",
     }
 }
 
@@ -263,6 +276,10 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
             let injections = super::injections::latest(&ctx.store.reader()?)?;
             emit(ctx, MemoryEvent::Injections { injections });
         }
+        MemoryCommand::Pin { id, pinned } => emit(ctx, MemoryEvent::Curated { curated: bank.pin(&id, pinned)? }),
+        MemoryCommand::Edit { id, text } => emit(ctx, MemoryEvent::Curated { curated: bank.edit(&id, &text)? }),
+        MemoryCommand::Delete { id } => emit(ctx, MemoryEvent::Curated { curated: bank.delete(&id)? }),
+        MemoryCommand::ForgetSession { session } => emit(ctx, MemoryEvent::Curated { curated: bank.forget_session(&session)? }),
     }
     Ok(())
 }

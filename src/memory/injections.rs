@@ -95,6 +95,8 @@ mod tests {
             scope: Scope::world(),
             session: None,
             time: None,
+            pinned: false,
+            edited: false,
         }
     }
 

@@ -5,6 +5,7 @@
 //! every [`MemoryCommand`] on a blocking worker, and the embedder has its own thread.
 
 pub mod bank;
+pub mod curate;
 mod commands;
 pub mod embedder;
 pub mod eval;

@@ -125,10 +125,16 @@ pub struct Memory {
     pub time: Option<String>,
     pub witnesses: Vec<String>,
     pub source: Option<String>,
+    /// Injected for its character every time (the user pinned it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// When the user changed its text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_at: Option<String>,
 }
 
 pub(crate) const MEMORY_COLUMNS: &str =
-    "m.rowid, m.id, m.kind, m.scope, m.scope_id, m.speaker, m.text, m.session, m.seq, m.fiction_time, m.time, m.source";
+    "m.rowid, m.id, m.kind, m.scope, m.scope_id, m.speaker, m.text, m.session, m.seq, m.fiction_time, m.time, m.source, m.pinned, m.edited_at";
 
 pub(crate) fn memory_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Memory> {
     let kind: String = row.get(2)?;
@@ -146,6 +152,8 @@ pub(crate) fn memory_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Memor
         time: row.get(10)?,
         witnesses: Vec::new(),
         source: row.get(11)?,
+        pinned: row.get::<_, i64>(12)? != 0,
+        edited_at: row.get(13)?,
     })
 }
 

@@ -133,6 +133,12 @@ pub struct RetrievalHit {
     pub scope: Scope,
     pub session: Option<String>,
     pub time: Option<String>,
+    /// Pinned by the user: injected whatever the query (see `memory::curate`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// The user changed its text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub edited: bool,
 }
 
 /// One list's candidate: rowid and raw score (higher is better).

@@ -664,6 +664,8 @@ mod tests {
                 scope: crate::memory::Scope::character("x"),
                 session: None,
                 time: None,
+                pinned: false,
+                edited: false,
             })
             .collect();
         let member = view.active().next().expect("someone is present").clone();

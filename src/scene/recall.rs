@@ -92,6 +92,23 @@ impl Recall {
                 Vec::new()
             }
         };
+        // Pinned memories the character may recall come every time, first.
+        let hits = match bank.pinned(&Scope { kind: ScopeKind::Campaign, id: Some(campaign_id.to_string()) }, Some(witness)) {
+            Ok(pinned) if !pinned.is_empty() => {
+                notes.push(format!("memory: {} pinned", pinned.len()));
+                let mut all: Vec<RetrievalHit> = pinned;
+                all.extend(hits.into_iter().filter(|h| !all.iter().any(|p| p.id == h.id)).collect::<Vec<_>>());
+                for (i, hit) in all.iter_mut().enumerate() {
+                    hit.rank = i + 1;
+                }
+                all
+            }
+            Ok(_) => hits,
+            Err(e) => {
+                notes.push(format!("pinned memories unavailable: {e}"));
+                hits
+            }
+        };
         Recalled { query, hits, notes }
     }
 

@@ -34,6 +34,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0023_memory_injection_log", include_str!("migrations/0023_memory_injection_log.sql")),
     ("0024_format_fallbacks", include_str!("migrations/0024_format_fallbacks.sql")),
     ("0025_job_leases", include_str!("migrations/0025_job_leases.sql")),
+    ("0026_memory_curation", include_str!("migrations/0026_memory_curation.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

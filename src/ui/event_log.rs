@@ -101,6 +101,10 @@ fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)>
             "memory: {} lore files, {} indexed ({} chunks), {} unchanged, {} removed",
             report.files, report.indexed, report.chunks, report.unchanged, report.removed
         )),
+        E::Curated { curated } => info(match curated.ids.as_slice() {
+            [one] => format!("memory: {} {one}", curated.action),
+            many => format!("memory: {} {} memories", curated.action, many.len()),
+        }),
     }
 }
 

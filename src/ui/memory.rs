@@ -50,6 +50,11 @@ pub struct MemoryPanel {
     history: Vec<Injection>,
     shown: usize,
     agent: Option<String>,
+    /// The last search sent, run again after a memory is curated.
+    last_request: Option<SearchRequest>,
+    /// The selected memory's text as the user edits it, and which memory it is for.
+    edit_text: String,
+    edit_for: Option<String>,
 }
 
 fn optional(text: &str) -> Option<String> {
@@ -88,6 +93,16 @@ impl MemoryPanel {
         match event {
             Event::Memory(e) => {
                 self.apply(e);
+                // A curated memory: the list and the context show it as it now is.
+                if let MemoryEvent::Curated { .. } = e {
+                    if let Some(request) = self.last_request.clone() {
+                        self.searching = true;
+                        outbox.push(Command::Memory(MemoryCommand::Search { request }));
+                    }
+                    if let Some(id) = self.selected.clone() {
+                        outbox.push(Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 }));
+                    }
+                }
                 if matches!(
                     e,
                     MemoryEvent::Imported { .. }
@@ -104,6 +119,11 @@ impl MemoryPanel {
             }
             _ => {}
         }
+    }
+
+    /// The memory whose context is open, as last reported (pin and edit marks included).
+    pub fn selected_memory(&self) -> Option<&Memory> {
+        self.selected.as_ref().and_then(|id| self.context.iter().find(|m| &m.id == id))
     }
 
     pub fn hits(&self) -> &[RetrievalHit] {
@@ -153,6 +173,19 @@ impl MemoryPanel {
             }
             MemoryEvent::Imported { .. } | MemoryEvent::Reindexed { .. } => {
                 self.work = None;
+            }
+            MemoryEvent::Curated { curated } => {
+                self.status = Some(match curated.ids.as_slice() {
+                    [one] => format!("{} {one}", curated.action),
+                    many => format!("{} {} memories", curated.action, many.len()),
+                });
+                if matches!(curated.action.as_str(), "deleted" | "forgot")
+                    && self.selected.as_ref().is_some_and(|s| curated.ids.contains(s))
+                {
+                    self.selected = None;
+                    self.context.clear();
+                }
+                self.edit_for = None;
             }
             MemoryEvent::InjectionHistory { agent, injections } if self.agent.as_deref() == Some(agent.as_str()) => {
                 self.history = injections.clone();
@@ -214,12 +247,13 @@ impl MemoryPanel {
         if self.selected.is_some() {
             ui.separator();
             self.show_context(ui);
+            self.show_curation(ui, outbox);
         }
     }
 
     /// The table's height: what is left above the context view, if one is open.
     fn table_height(&self, ui: &egui::Ui) -> f32 {
-        let context_height = if self.selected.is_some() { 180.0 } else { 0.0 };
+        let context_height = if self.selected.is_some() { 250.0 } else { 0.0 };
         (ui.available_height() - context_height).max(120.0)
     }
 
@@ -259,6 +293,7 @@ impl MemoryPanel {
                 Ok(request) => {
                     self.searching = true;
                     self.status = None;
+                    self.last_request = Some(request.clone());
                     outbox.push(Command::Memory(MemoryCommand::Search { request }));
                 }
                 Err(e) => self.status = Some(e),
@@ -392,6 +427,44 @@ impl MemoryPanel {
         }
     }
 
+    /// Pin, edit, delete the selected memory, or forget its session.
+    fn show_curation(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(memory) = self.selected.as_ref().and_then(|id| self.context.iter().find(|m| &m.id == id)).cloned() else { return };
+        if self.edit_for.as_deref() != Some(memory.id.as_str()) {
+            self.edit_for = Some(memory.id.clone());
+            self.edit_text = memory.text.clone();
+        }
+        ui.horizontal(|ui| {
+            if memory.pinned {
+                ui.label("Pinned: given to its character in every prompt.");
+                if ui.button("Unpin").clicked() {
+                    outbox.push(Command::Memory(MemoryCommand::Pin { id: memory.id.clone(), pinned: false }));
+                }
+            } else if ui.button("Pin").on_hover_text("Give this memory to its character in every prompt").clicked() {
+                outbox.push(Command::Memory(MemoryCommand::Pin { id: memory.id.clone(), pinned: true }));
+            }
+            if let Some(at) = &memory.edited_at {
+                ui.weak(format!("edited {}", at.get(..16).unwrap_or(at)));
+            }
+            if ui.button("Delete memory").clicked() {
+                outbox.push(Command::Memory(MemoryCommand::Delete { id: memory.id.clone() }));
+            }
+            if let Some(session) = &memory.session
+                && ui.button(format!("Forget session {session}")).on_hover_text("Delete every memory of this session").clicked()
+            {
+                outbox.push(Command::Memory(MemoryCommand::ForgetSession { session: session.clone() }));
+            }
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("Memory text");
+            ui.add(egui::TextEdit::singleline(&mut self.edit_text).desired_width(520.0).id_salt("memory_edit_text")).labelled_by(label.id);
+            let changed = self.edit_text.trim() != memory.text && !self.edit_text.trim().is_empty();
+            if ui.add_enabled(changed, egui::Button::new("Save text")).clicked() {
+                outbox.push(Command::Memory(MemoryCommand::Edit { id: memory.id.clone(), text: self.edit_text.trim().to_string() }));
+            }
+        });
+    }
+
     fn show_context(&mut self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
             ui.strong("In context");
@@ -453,7 +526,13 @@ fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Opt
                     ui.label(hit.speaker.as_deref().unwrap_or(hit.kind.as_str()));
                 });
                 row.col(|ui| {
-                    ui.label(&hit.text).on_hover_text(format!(
+                    let text = match (hit.pinned, hit.edited) {
+                        (true, true) => format!("[pinned] {} (edited)", hit.text),
+                        (true, false) => format!("[pinned] {}", hit.text),
+                        (false, true) => format!("{} (edited)", hit.text),
+                        (false, false) => hit.text.clone(),
+                    };
+                    ui.label(text).on_hover_text(format!(
                         "{} · {} · {}",
                         hit.id,
                         hit.session.as_deref().unwrap_or("no session"),

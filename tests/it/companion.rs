@@ -450,3 +450,40 @@ fn a_summary_covers_whole_exchanges() {
         .unwrap();
     assert_eq!((summarised, open), (2, 0), "both halves of the exchange are in the summary");
 }
+
+/// A pinned memory is given to its character in every prompt, whatever the message
+/// asks; unpinned, it goes back to being recalled only when relevant.
+#[test]
+fn a_pinned_memory_is_in_every_packet_of_its_character() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Morning to you too.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let store = Store::open(&paths.library_file).unwrap();
+    let id = store.with(|c| records::resolve_character(c, ILSE)).unwrap().id;
+    drop(store);
+    let file = dir.path().join("pin.jsonl");
+    let line = json!({ "id": "pin-1", "speaker": "Ilse Marrow", "text": "Ilse promised her brother to keep the green lamp lit until he sails home.", "scope": format!("character:{id}") });
+    std::fs::write(&file, line.to_string()).unwrap();
+    let engine = engine::start(paths.clone()).unwrap();
+    let memory = |command| {
+        engine.send(Command::Memory(command)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("a memory event") {
+                Event::Memory(lorekeeper::memory::MemoryEvent::Imported { .. } | lorekeeper::memory::MemoryEvent::Curated { .. }) => return,
+                Event::Core(lorekeeper::engine::CoreEvent::Error { message, .. }) => panic!("{message}"),
+                _ => {}
+            }
+        }
+    };
+    memory(lorekeeper::memory::MemoryCommand::Import { path: file });
+    let bank = |t: &ChatTurn| t.packet.block("memory_bank").map(|b| b.text.clone()).unwrap_or_default();
+    let before = committed(&send(&engine, "Good morning!", None));
+    assert!(!bank(&before).contains("green lamp"), "not relevant, not pinned: left out");
+    memory(lorekeeper::memory::MemoryCommand::Pin { id: "pin-1".into(), pinned: true });
+    let pinned = committed(&send(&engine, "What a grey morning.", None));
+    assert!(bank(&pinned).contains("green lamp"), "pinned: in the packet whatever the message: {:?}", pinned.packet.block("memory_bank"));
+    memory(lorekeeper::memory::MemoryCommand::Pin { id: "pin-1".into(), pinned: false });
+    let after = committed(&send(&engine, "The gulls are loud today.", None));
+    assert!(!bank(&after).contains("green lamp"), "unpinned: left out again");
+}

@@ -580,3 +580,57 @@ fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
     }
     assert!(harness.query_all_by_label_contains("vector graph rebuilt over 40 vectors").next().is_some());
 }
+
+/// Curation from the command line: an edited memory is never found in its old form (by
+/// keyword, by vector, or fused), a deleted one and a forgotten session not at all.
+#[test]
+fn an_edited_or_deleted_memory_is_never_returned_in_its_old_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("turns.jsonl");
+    let lines = [
+        r#"{"id":"k1","speaker":"Juno","text":"Juno hid the brass key under the third floorboard.","session":"s1"}"#,
+        r#"{"id":"k2","speaker":"Wren","text":"Wren paints the lighthouse door a bright red.","session":"s1"}"#,
+        r#"{"id":"k3","speaker":"Ossian","text":"Ossian keeps a ledger of every ship that passes.","session":"s2"}"#,
+        r#"{"id":"k4","speaker":"Ossian","text":"Ossian writes the storm's date in the ledger.","session":"s2"}"#,
+    ];
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    assert!(lorekeeper(&dir, &["memory", "import", file.to_str().unwrap()]).status.success());
+    let search = |query: &str, mode: &str| -> Vec<serde_json::Value> {
+        let out = lorekeeper(&dir, &["--json", "memory", "search", query, "--k", "10", "--mode", mode]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|v| v.as_array().cloned().unwrap_or_else(|| vec![v]))
+            .filter(|h| h.get("id").is_some())
+            .collect()
+    };
+    assert!(search("brass key floorboard", "hybrid").iter().any(|h| h["id"] == "k1"), "found before the edit");
+
+    let out = lorekeeper(&dir, &["memory", "edit", "k1", "Juno moved the key to the boathouse rafters."]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for mode in ["hybrid", "keyword", "vector"] {
+        for query in ["brass key floorboard", "third floorboard", "boathouse rafters"] {
+            for hit in search(query, mode) {
+                assert!(!hit["text"].as_str().unwrap().contains("floorboard"), "{mode} {query:?} returned the old text: {hit}");
+            }
+        }
+        assert!(search("boathouse rafters", mode).iter().any(|h| h["id"] == "k1" && h["edited"] == true), "{mode} finds the new text, marked edited");
+    }
+
+    assert!(lorekeeper(&dir, &["memory", "delete", "k2"]).status.success());
+    for mode in ["hybrid", "keyword", "vector"] {
+        assert!(!search("lighthouse door red", mode).iter().any(|h| h["id"] == "k2"), "{mode} still finds a deleted memory");
+    }
+    let out = lorekeeper(&dir, &["memory", "forget", "--session", "s2"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("forgot 2 memories"));
+    for mode in ["hybrid", "keyword", "vector"] {
+        assert!(!search("ledger ship storm", mode).iter().any(|h| h["id"] == "k3" || h["id"] == "k4"), "{mode}: a forgotten session");
+    }
+    let missing = lorekeeper(&dir, &["memory", "delete", "nope"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("nope"), "a clear error names the memory");
+    assert!(lorekeeper(&dir, &["memory", "pin", "k1"]).status.success());
+    assert!(search("boathouse", "keyword").iter().any(|h| h["id"] == "k1" && h["pinned"] == true));
+}

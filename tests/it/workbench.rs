@@ -4,7 +4,7 @@
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use lorekeeper::config::{Config, Paths};
-use lorekeeper::engine::{self, EngineHandle};
+use lorekeeper::engine::{self, Command, EngineHandle, Event};
 use lorekeeper::llm::{ProviderKind, ProviderProfile};
 use lorekeeper::ui::{PanelKind, WorkbenchApp};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -496,6 +496,8 @@ fn the_memory_panel_shows_the_memories_injected_into_each_agents_last_prompt() {
         scope: Scope::world(),
         session: Some("s1".into()),
         time: None,
+        pinned: false,
+        edited: false,
     };
     let mut harness = open_app(dir.path(), &Config::default());
     let store = harness.state().engine().context().store.clone();
@@ -995,4 +997,45 @@ fn the_server_is_started_and_stopped_from_the_providers_panel() {
     harness.run();
     assert!(harness.state().providers().server_addr().is_none());
     assert!(agent.get(&format!("http://{addr}/api/scenes")).call().is_err(), "stopped: nothing listens");
+}
+
+/// The memory browser curates: a memory is pinned, its text changed, then deleted, and
+/// the list shows each change.
+#[test]
+fn a_memory_is_pinned_edited_and_deleted_in_the_memory_browser() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = start_engine(dir.path(), &Config::default());
+    let file = dir.path().join("turns.jsonl");
+    std::fs::write(&file, r#"{"id":"m1","speaker":"Juno","text":"Juno hid the brass key under the third floorboard.","session":"s1"}"#).unwrap();
+    engine.send(Command::Memory(lorekeeper::memory::MemoryCommand::Import { path: file })).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())), Ok(Event::Memory(lorekeeper::memory::MemoryEvent::Imported { .. }))) {
+        assert!(Instant::now() < deadline, "imported");
+    }
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Memory").click();
+    harness.run();
+    text_field(&harness, "Search memories").click();
+    harness.run();
+    text_field(&harness, "Search memories").type_text("brass key");
+    harness.run();
+    harness.get_by_label("Search").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().hits().iter().any(|h| h.id == "m1"));
+    harness.get_by_label("Context").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().selected_memory().is_some());
+    harness.get_by_label("Pin").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().hits().iter().any(|h| h.id == "m1" && h.pinned));
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().selected_memory().is_some_and(|m| m.pinned));
+    let new = "Juno moved the brass key to the boathouse.";
+    text_field(&harness, "Memory text").focus();
+    harness.run();
+    text_field(&harness, "Memory text").set_text_value_accesskit(new);
+    harness.run();
+    harness.get_by_label("Save text").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().hits().iter().any(|h| h.id == "m1" && h.edited && h.text == new));
+    harness.run();
+    assert!(harness.query_by_label_contains("(edited)").is_some(), "the list marks the edit");
+    harness.get_by_label("Delete memory").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.memory().hits().iter().any(|h| h.id == "m1") && app.memory().selected_memory().is_none());
 }

@@ -109,6 +109,16 @@ pub fn retrieve(
         ));
         memories.clear();
     }
+    // Pinned memories come every time, first, whatever the message asks.
+    let pinned = bank.pinned(&Scope::character(character.id.clone()), None)?;
+    if !pinned.is_empty() {
+        notes.push(format!("memory bank: {} pinned", pinned.len()));
+        memories.retain(|m| !pinned.iter().any(|p| p.id == m.id));
+        memories = pinned.into_iter().filter(|p| !skip.contains(&p.id)).chain(memories).collect();
+        for (i, hit) in memories.iter_mut().enumerate() {
+            hit.rank = i + 1;
+        }
+    }
     Ok((lore, memories))
 }
 

@@ -230,6 +230,8 @@ impl MemoryBank {
                 scope: m.scope.clone(),
                 session: m.session.clone(),
                 time: m.time.clone(),
+                pinned: m.pinned,
+                edited: m.edited_at.is_some(),
             })
             .collect())
     }

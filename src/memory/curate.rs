@@ -1,0 +1,133 @@
+//! Memories the user curates: pin one (its character is given it every time, within
+//! the memory budget), change its text, delete it, or forget a whole session. Every
+//! change goes through the one write protocol (prepare → write in one transaction →
+//! publish), so the keyword index, the stored vector and the vector graph never answer
+//! for a text the memory no longer has.
+
+use super::MemoryError;
+use super::bank::MemoryBank;
+use super::bank::{MemoryWrite, remove_ids};
+use super::records::{MemoryKind, Scope};
+use super::retrieval::RetrievalHit;
+use crate::store::{StoreError, now_rfc3339};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The most pinned memories a character is given per prompt (the budget cuts further).
+pub const MAX_PINNED: usize = 32;
+
+/// What a curation did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Curated {
+    /// `pinned`, `unpinned`, `edited`, `deleted` or `forgot`.
+    pub action: String,
+    /// The memories it concerned.
+    pub ids: Vec<String>,
+}
+
+fn exists(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    conn.query_row("SELECT 1 FROM memories WHERE id = ?1", [id], |_| Ok(()))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("memory {id:?}")))
+}
+
+impl MemoryBank {
+    /// Pin or unpin memory `id`.
+    pub fn pin(&self, id: &str, pinned: bool) -> Result<Curated, MemoryError> {
+        self.store().transaction(|tx| {
+            exists(tx, id)?;
+            tx.execute("UPDATE memories SET pinned = ?2 WHERE id = ?1", params![id, pinned as i64])?;
+            Ok(())
+        })?;
+        Ok(Curated { action: if pinned { "pinned" } else { "unpinned" }.into(), ids: vec![id.to_string()] })
+    }
+
+    /// Give memory `id` a new text: embedded first, then text, keyword index and vector
+    /// replaced in one transaction, and marked as edited.
+    pub fn edit(&self, id: &str, text: &str) -> Result<Curated, MemoryError> {
+        self.store().with(|c| exists(c, id))?;
+        let prepared = self.prepare_edit(id, text)?;
+        let write = self.store().transaction(|tx| {
+            let write = prepared.write(tx)?;
+            tx.execute("UPDATE memories SET edited_at = ?2 WHERE id = ?1", params![id, now_rfc3339()])?;
+            Ok(write)
+        })?;
+        self.publish(write);
+        Ok(Curated { action: "edited".into(), ids: vec![id.to_string()] })
+    }
+
+    /// Delete memory `id` (its keyword row and vector go with it).
+    pub fn delete(&self, id: &str) -> Result<Curated, MemoryError> {
+        let write = self.store().transaction(|tx| {
+            exists(tx, id)?;
+            remove_ids(tx, &[id.to_string()])
+        })?;
+        self.publish(write);
+        Ok(Curated { action: "deleted".into(), ids: vec![id.to_string()] })
+    }
+
+    /// Delete every memory of session `session`.
+    pub fn forget_session(&self, session: &str) -> Result<Curated, MemoryError> {
+        let (ids, write): (Vec<String>, MemoryWrite) = self.store().transaction(|tx| {
+            let ids: Vec<String> =
+                tx.prepare("SELECT id FROM memories WHERE session = ?1")?.query_map([session], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            if ids.is_empty() {
+                return Err(StoreError::NotFound(format!("session {session:?}")));
+            }
+            let write = remove_ids(tx, &ids)?;
+            Ok((ids, write))
+        })?;
+        self.publish(write);
+        Ok(Curated { action: "forgot".into(), ids })
+    }
+
+    /// The memories pinned in `scope` (turns and summaries), oldest first, as hits that
+    /// say they are pinned. With `witness`, only those it may recall: it witnessed them,
+    /// or they have no witnesses (common knowledge).
+    pub fn pinned(&self, scope: &Scope, witness: Option<&str>) -> Result<Vec<RetrievalHit>, MemoryError> {
+        let rows = self.store().with(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT id, text, speaker, kind, session, time, edited_at FROM memories m
+                 WHERE pinned = 1 AND scope = ?1 AND scope_id IS ?2 AND kind IN ('turn', 'summary')
+                   AND (?4 IS NULL
+                        OR NOT EXISTS (SELECT 1 FROM memory_witnesses w WHERE w.memory_rowid = m.rowid)
+                        OR EXISTS (SELECT 1 FROM memory_witnesses w WHERE w.memory_rowid = m.rowid AND lower(w.witness) = lower(?4)))
+                 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt
+                .query_map(params![scope.kind.as_str(), scope.id, MAX_PINNED as i64, witness], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, Option<String>>(5)?,
+                        r.get::<_, Option<String>>(6)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })?;
+        Ok(rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, (id, text, speaker, kind, session, time, edited_at))| RetrievalHit {
+                id,
+                text,
+                speaker,
+                score: 1.0,
+                keyword_score: None,
+                vector_score: None,
+                rank: i + 1,
+                keyword_rank: None,
+                vector_rank: None,
+                kind: MemoryKind::parse(&kind).unwrap_or_default(),
+                scope: scope.clone(),
+                session,
+                time,
+                pinned: true,
+                edited: edited_at.is_some(),
+            })
+            .collect())
+    }
+}
