@@ -129,7 +129,7 @@ fn main() {
                 Ok((state, user, history, books))
             })
             .expect("state");
-        let fired = lorekeeper::companion::lore::activate_for_turn(&books, &character, &user.name, &history, text, 4096, None);
+        let fired = lorekeeper::companion::lore::activate_for_turn(&books, &character, &user.name, &history, text, 4096, None, None);
         let (opening, chosen) = records::chat_greetings(&state, &character.card);
         let packet = packet::assemble(
             &templates,

@@ -67,6 +67,10 @@ pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Loreb
     Ok(out)
 }
 
+/// Cosine similarity at which a `vectorized` entry fires (all-MiniLM-L6-v2: related
+/// sentences score 0.4–0.8, unrelated ones under 0.2).
+pub const VECTOR_THRESHOLD: f32 = 0.4;
+
 /// Activate `books` on the conversation so far and the user's new message.
 pub fn activate_for_turn(
     books: &[(String, Lorebook)],
@@ -76,6 +80,7 @@ pub fn activate_for_turn(
     input: &str,
     token_budget: u32,
     cancel: Option<&std::sync::atomic::AtomicBool>,
+    similarity: Option<&dyn Fn(&[&str]) -> Vec<f32>>,
 ) -> ChatLore {
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
@@ -88,7 +93,17 @@ pub fn activate_for_turn(
     }
     messages.push(format!("{user}: {input}"));
     let field = |key: &str| character.sheet.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    // Entries flagged `vectorized` fire when their content is close to the message.
+    let vectorized: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.entry.vectorized && e.entry.enabled).map(|(i, _)| i).collect();
+    let similar: Vec<(usize, f32)> = match similarity {
+        Some(similarity) if !vectorized.is_empty() => {
+            let texts: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
+            vectorized.iter().copied().zip(similarity(&texts)).filter(|(_, s)| *s >= VECTOR_THRESHOLD).collect()
+        }
+        _ => Vec::new(),
+    };
     let scan = ScanInput {
+        similar,
         messages: messages.iter().map(String::as_str).collect(),
         message_number: messages.len() as u64,
         character_description: field("description"),

@@ -15,6 +15,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 /// The most pinned memories a character is given per prompt (the budget cuts further).
 pub const MAX_PINNED: usize = 32;
 
+/// Lore entry vectors kept in memory at most (a few MB).
+pub const MAX_ENTRY_VECTORS: usize = 8192;
+
 /// What a curation did.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Curated {
@@ -78,6 +81,37 @@ impl MemoryBank {
         })?;
         self.publish(write);
         Ok(Curated { action: "forgot".into(), ids })
+    }
+
+    /// Cosine similarity of each text to `query` (an embedding of the recent text), for
+    /// vector-activated lore. The texts' vectors are embedded once and kept in memory
+    /// (at most [`MAX_ENTRY_VECTORS`]).
+    pub fn similarities(&self, query: &[f32], texts: &[&str]) -> Result<Vec<f32>, MemoryError> {
+        use std::hash::{Hash, Hasher};
+        let key = |t: &str| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            t.hash(&mut h);
+            h.finish()
+        };
+        let missing: Vec<&str> = {
+            let cache = self.entry_vectors.lock().unwrap_or_else(|p| p.into_inner());
+            texts.iter().copied().filter(|t| !cache.contains_key(&key(t))).collect()
+        };
+        if !missing.is_empty() {
+            let vectors = self.embedder()?.embed_documents(&missing)?;
+            let mut cache = self.entry_vectors.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.len() + missing.len() > MAX_ENTRY_VECTORS {
+                cache.clear();
+            }
+            for (t, v) in missing.iter().zip(vectors) {
+                cache.insert(key(t), std::sync::Arc::new(v));
+            }
+        }
+        let cache = self.entry_vectors.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(texts
+            .iter()
+            .map(|t| cache.get(&key(t)).map_or(0.0, |v| v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>()))
+            .collect())
     }
 
     /// The memories pinned in `scope` (turns and summaries), oldest first, as hits that

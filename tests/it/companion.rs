@@ -487,3 +487,30 @@ fn a_pinned_memory_is_in_every_packet_of_its_character() {
     let after = committed(&send(&engine, "The gulls are loud today.", None));
     assert!(!bank(&after).contains("green lamp"), "unpinned: left out again");
 }
+
+/// A World Info entry flagged `vectorized` fires in chat when the message is close to it
+/// in meaning, with no key in the message, and the packet says how close it was.
+#[test]
+fn a_vectorized_lore_entry_fires_on_meaning_in_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Listen.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let book = json!({ "entries": {
+        "0": { "uid": 0, "key": [], "content": "Church bells sunk with the old village ring beneath the bay whenever the tide goes out.", "comment": "Drowned bells", "vectorized": true },
+        "1": { "uid": 1, "key": ["zeppelin"], "content": "Airships never fly over the harbour.", "comment": "Airships" }
+    } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "harbour-lore").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine
+        .send(Command::Companion(CompanionCommand::ChatLorebook { character: ILSE.into(), lorebook: "harbour-lore".into(), attach: true, to_character: false }))
+        .unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Changed { .. } | CompanionEvent::Failed { .. }));
+    let turn = committed(&send(&engine, "Do you hear those bells ringing from under the water?", None));
+    let fired: Vec<&String> = turn.packet.notes.iter().filter(|n| n.starts_with("lore fired")).collect();
+    assert!(fired.iter().any(|n| n.contains("Drowned bells") && n.contains("vector similarity")), "{:?}", turn.packet.notes);
+    assert!(!fired.iter().any(|n| n.contains("Airships")), "a keyed entry without its key stays out");
+    let unrelated = committed(&send(&engine, "Shall we bake bread this afternoon?", None));
+    assert!(!unrelated.packet.notes.iter().any(|n| n.contains("Drowned bells")), "far in meaning: out: {:?}", unrelated.packet.notes);
+}

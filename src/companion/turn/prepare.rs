@@ -183,7 +183,25 @@ pub fn prepare(
     // The character's lorebooks (its card's book among them) fire on the conversation,
     // ahead of the lore retrieved from files; the packet's lore budget cuts both.
     let books = ctx.store.with(|c| crate::companion::lore::books(c, &character.id))?;
-    let fired = crate::companion::lore::activate_for_turn(&books, character, &user.name, &history, text, WORLD_INFO_TOKENS, Some(cancel.flag()));
+    let similarity_notes = std::sync::Mutex::new(Vec::new());
+    let similarity = |texts: &[&str]| -> Vec<f32> {
+        let Some(query) = vector.as_deref() else { return vec![0.0; texts.len()] };
+        bank.similarities(query, texts).unwrap_or_else(|e| {
+            similarity_notes.lock().unwrap_or_else(|p| p.into_inner()).push(format!("vector-activated lore unavailable: {e}"));
+            vec![0.0; texts.len()]
+        })
+    };
+    let fired = crate::companion::lore::activate_for_turn(
+        &books,
+        character,
+        &user.name,
+        &history,
+        text,
+        WORLD_INFO_TOKENS,
+        Some(cancel.flag()),
+        Some(&similarity),
+    );
+    notes.extend(similarity_notes.into_inner().unwrap_or_default());
     notes.extend(fired.notes);
     let lore_places = fired.places;
     let lore = fired.hits.into_iter().chain(retrieved).collect();

@@ -81,9 +81,14 @@ pub struct ScanInput<'a> {
     pub generation: Option<&'a str>,
     /// `None`: character filters are not applied.
     pub character: Option<CharacterRef<'a>>,
-    /// Positions (in the entries slice) activated from outside, e.g. by the Director or
-    /// by vector retrieval: they skip keys, timers and probability, but not the budget.
+    /// Positions (in the entries slice) activated from outside, e.g. by the Director:
+    /// they skip keys, timers and probability, but not the budget.
     pub forced: Vec<usize>,
+    /// Entries flagged `vectorized` whose content is semantically close to the recent
+    /// text (position, cosine similarity), measured by the caller with the memory
+    /// embedder. Such an entry fires as a key match would (filters, timers, groups,
+    /// probability and budget still apply), and its reason says how close it was.
+    pub similar: Vec<(usize, f32)>,
 }
 
 /// How activation behaves where entries and books leave a setting open.
@@ -219,6 +224,8 @@ pub enum Trigger {
     Sticky { fired_at: u64, until: u64 },
     /// This primary key was found in `source`.
     Key { key: String, source: Source },
+    /// A `vectorized` entry close to the recent text: cosine similarity in thousandths.
+    Vector { similarity: u16 },
 }
 
 impl Trigger {
@@ -235,6 +242,7 @@ impl Trigger {
                 Source::Recursion { from } => format!("key {key:?} in the lore of {:?}", label(*from)),
                 other => format!("key {key:?} in the {}", other.name()),
             },
+            Trigger::Vector { similarity } => format!("vector similarity {:.2}", f32::from(*similarity) / 1000.0),
         }
     }
 }

@@ -158,6 +158,15 @@ impl<'r> Run<'r> {
                     self.outcomes[i] = Some(Outcome::Skipped { skip: SkipReason::TimeBudget { after_ms } });
                     continue;
                 }
+                // A vectorized entry close to the recent text matches on the first scan.
+                if pass == 0
+                    && e.vectorized
+                    && let Some((_, similarity)) = self.input.similar.iter().find(|(p, _)| *p == i)
+                {
+                    let similarity = (similarity.clamp(0.0, 1.0) * 1000.0).round() as u16;
+                    matched.push(Candidate { index: i, trigger: Trigger::Vector { similarity }, score: 1 });
+                    continue;
+                }
                 match self.evaluate(i, pass) {
                     Eval::Matched { key, source, score } => {
                         let trigger = Trigger::Key { key: e.keys[key].clone(), source };
@@ -282,6 +291,9 @@ impl<'r> Run<'r> {
         }
         if e.constant {
             return Pre::Fire(Trigger::Constant);
+        }
+        if e.vectorized && self.input.similar.iter().any(|(p, _)| *p == i) {
+            return Pre::Keys;
         }
         if self.index.entries[i].primary.iter().all(|k| matches!(k, Key::Empty)) {
             return Pre::Skip(SkipReason::NoKeys);

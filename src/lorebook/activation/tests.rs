@@ -37,6 +37,7 @@ fn describe(outcome: &Outcome, entries: &[LoreEntry]) -> String {
                     format!("key {key} from {}", id_of(entries, *from))
                 }
                 Trigger::Key { key, source } => format!("key {key} in {source:?}"),
+                Trigger::Vector { similarity } => format!("vector {similarity}"),
             };
             if *pass > 0 { format!("{text} (pass {pass})") } else { text }
         }
@@ -516,6 +517,28 @@ fn a_book_of_hostile_regex_keys_is_cut_off_by_the_time_budget() {
         _ => None,
     });
     assert!(reason.is_some_and(|r| r.starts_with("not checked: the activation's time budget ran out")));
+}
+
+/// A `vectorized` entry the caller found close to the recent text fires without any
+/// key matching, says how close it was, and still obeys its character filter; an entry
+/// not flagged `vectorized` is not fired by similarity.
+#[test]
+fn a_vectorized_entry_fires_on_similarity() {
+    let entries = vec![
+        LoreEntry { id: Some(EntryId::Number(1)), keys: vec![], content: "The drowned bells ring under the bay at low tide.".into(), vectorized: true, ..Default::default() },
+        LoreEntry { id: Some(EntryId::Number(2)), keys: vec!["zeppelin".into()], content: "Airships.".into(), ..Default::default() },
+        LoreEntry { id: Some(EntryId::Number(3)), keys: vec!["zeppelin".into()], content: "Not vectorized.".into(), ..Default::default() },
+    ];
+    let input = ScanInput { messages: vec!["Do you hear something ringing out on the water?"], message_number: 1, similar: vec![(0, 0.61), (2, 0.9)], ..Default::default() };
+    let (report, got) = run_with(&entries, &input, &mut ActivationState::default(), &ActivationOptions::default());
+    assert_eq!(got[0], "vector 610");
+    assert_eq!(got[1], "no match");
+    assert_eq!(got[2], "no match", "similarity fires only vectorized entries");
+    let reason = match &report.outcomes[0] {
+        Outcome::Activated { trigger, .. } => trigger.reason(&|_| String::new()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(reason, "vector similarity 0.61");
 }
 
 /// Cancelling the call stops its activation at the next entry, even with no time

@@ -92,6 +92,9 @@ pub struct MemoryBank {
     /// Lower-cased names of everyone who has spoken, for stripping names from queries:
     /// reading them is a scan of every memory, too slow to repeat per search at 100k.
     speakers: RwLock<Option<HashSet<String>>>,
+    /// Vectors of lore entries' contents, for vector-activated World Info: embedded once
+    /// per content (keyed by its hash), never stored.
+    pub(in crate::memory) entry_vectors: Mutex<std::collections::HashMap<u64, Arc<Vec<f32>>>>,
 }
 
 impl MemoryBank {
@@ -119,6 +122,7 @@ impl MemoryBank {
             observer: RwLock::new(observer),
             me: me.clone(),
             speakers: RwLock::new(None),
+            entry_vectors: Mutex::new(std::collections::HashMap::new()),
         });
         bank.load_vectors()?;
         Ok(bank)
