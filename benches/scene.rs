@@ -109,6 +109,7 @@ fn assemble(loaded: &Loaded, config: &SceneConfig, plan: &BudgetPlan, templates:
             message_number: loaded.history.last().map_or(1, |m| u64::from(m.number) + 1),
             seed: lore::seed_for(&loaded.view.id),
             cancel: None,
+            bank: None,
         },
         // Each call starts from the stored timers, as the first call of a round does.
         &mut loaded.lore_state.clone(),

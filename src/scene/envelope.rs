@@ -86,6 +86,8 @@ pub struct EnvelopeInput<'a> {
     pub seed: u64,
     /// The call's cancel flag, which stops lore activation early.
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// For vector-activated lore (see [`super::lore::LoreCall::bank`]).
+    pub bank: Option<&'a crate::memory::MemoryBank>,
 }
 
 /// A budgeted envelope: the items kept per section and the ledger.
@@ -239,6 +241,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
                 budget,
                 seed: input.seed,
                 cancel: input.cancel,
+                bank: input.bank,
             },
             lore_state,
         );
@@ -571,6 +574,7 @@ mod tests {
             message_number: history.last().map_or(1, |m| u64::from(m.number) + 1),
             seed: 7,
             cancel: None,
+            bank: None,
         };
         let show = |envelope: &Envelope, prompt: &RenderedPrompt| {
             let sections: Vec<String> = envelope.ledger.sections.iter().map(|s| format!("{:?}={}", s.section, s.used)).collect();
@@ -689,6 +693,7 @@ mod tests {
                     message_number: 4001,
                     seed: 7,
                     cancel: None,
+                    bank: None,
                 };
                 let turn = match agent {
                     AgentKind::Director => director_turn(1000, Some("I light the lamp.")),
@@ -731,6 +736,7 @@ mod tests {
             message_number: 1,
             seed: 7,
             cancel: None,
+            bank: None,
         };
         let gathered = gather(&crate::config::SceneConfig::default().budgets, 8192, &input, &mut Default::default());
         let sheet = &gathered.sections[&Section::CharacterGuidance].iter().find(|i| i.id == format!("character {name}")).unwrap().text;

@@ -179,6 +179,9 @@ pub struct LoreCall<'a> {
     pub seed: u64,
     /// The call's cancel flag: a cancelled round stops checking keys.
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// The memory bank, whose embedder measures how close `vectorized` entries are to
+    /// the recent messages (`None`: such entries fire by their keys only).
+    pub bank: Option<&'a crate::memory::MemoryBank>,
 }
 
 /// Activated lore as budget items, and the entries that matched but were held back.
@@ -191,6 +194,30 @@ pub struct LoreActivation {
 }
 
 pub use crate::lorebook::LorePlace;
+
+/// The `vectorized` entries close in meaning to the scanned messages, with their cosine
+/// similarity (at least [`crate::companion::lore::VECTOR_THRESHOLD`]). Nothing when no
+/// entry is vectorized, or the embedder cannot run (such entries then fire by keys only).
+fn similar_entries(entries: &[activation::ScanEntry<'_>], texts: &[String], bank: Option<&crate::memory::MemoryBank>) -> Vec<(usize, f32)> {
+    let vectorized: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.entry.vectorized).map(|(i, _)| i).collect();
+    let (Some(bank), false) = (bank, vectorized.is_empty() || texts.is_empty()) else { return Vec::new() };
+    let recent = texts.iter().rev().take(2).rev().cloned().collect::<Vec<_>>().join("\n");
+    let query = match bank.embedder().and_then(|e| Ok(e.embed_query(&recent)?)) {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::debug!(error = %e, "no embedder: vectorized lore fires by keys only");
+            return Vec::new();
+        }
+    };
+    let contents: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
+    match bank.similarities(&query, &contents) {
+        Ok(sims) => vectorized.into_iter().zip(sims).filter(|(_, s)| *s >= crate::companion::lore::VECTOR_THRESHOLD).collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "vectorized lore fires by keys only");
+            Vec::new()
+        }
+    }
+}
 
 /// Activate the prepared lore for one call, advancing `state`'s timers.
 pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut ActivationState) -> LoreActivation {
@@ -226,6 +253,7 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         ..Default::default()
     };
     let entries = lore.scan_entries();
+    let input = ScanInput { similar: similar_entries(&entries, &texts, call.bank), ..input };
     let report = activation::activate_with_index(&entries, &lore.index, &input, state, &options);
 
     let label = |i: usize| entries.get(i).map(|e| e.entry.label()).unwrap_or_default();
@@ -369,7 +397,7 @@ mod tests {
             tags,
         };
         let fired = |m: &CastMember| {
-            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None };
+            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None };
             activate(&lore, &call, &mut ActivationState::default()).items.len()
         };
         assert_eq!(fired(&member(vec!["clerk".into(), "smuggler".into()])), 1);
@@ -505,6 +533,7 @@ mod tests {
                 budget: case.budget,
                 seed: 7,
                 cancel: None,
+                bank: None,
             };
             let out = activate(&lore, &call, &mut ActivationState::default());
             let kept: Vec<&str> = out.items.iter().map(|i| i.id.as_str()).collect();
@@ -540,6 +569,7 @@ mod tests {
                 budget: None,
                 seed: 0,
                 cancel: None,
+                bank: None,
             };
             let out = activate(&lore, &call, state);
             (out.items.iter().map(|i| i.id.clone()).collect::<Vec<_>>(), out.held_back.iter().map(|d| d.reason.clone()).collect::<Vec<_>>())

@@ -33,6 +33,7 @@ pub(super) struct AfterCharacters<'a> {
     pub scene_id: &'a str,
     pub round: u32,
     pub cancel: &'a CancelToken,
+    pub bank: Option<&'a crate::memory::MemoryBank>,
 }
 
 impl AfterCharacters<'_> {
@@ -63,6 +64,7 @@ impl AfterCharacters<'_> {
                 message_number: self.message_number,
                 seed: self.seed,
                 cancel: Some(self.cancel.flag()),
+                bank: self.bank,
             },
             lore_state,
         )

@@ -220,6 +220,7 @@ pub fn preview(
             message_number: u64::from(next_number),
             seed: super::lore::seed_for(&id),
             cancel: None,
+            bank: None,
         },
         &mut lore_state,
     );

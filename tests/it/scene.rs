@@ -784,3 +784,43 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
     assert_eq!((flags["Marguerite Siltborne"]["enteredThisRound"].as_bool(), flags["Marguerite Siltborne"]["hasActedThisRound"].as_bool()), (Some(true), Some(false)));
     assert_eq!(flags["Ossian Vale"]["exitedThisRound"], true, "{flags}");
 }
+
+/// A `vectorized` World Info entry of the campaign fires in a round when the recent
+/// messages are close to it in meaning (no key in them), measured with the real
+/// embedding model; the ledger says how close.
+#[test]
+fn a_vectorized_lore_entry_fires_on_meaning_in_a_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    // The real model this time (setup's config searches by keyword only).
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.memory.embedding = Default::default();
+    config.save(&paths.config_file).unwrap();
+    let book = serde_json::json!({ "entries": {
+        "0": { "uid": 0, "key": [], "content": "A letter sealed in green wax comes only from the harbour council, and always brings bad news.", "comment": "Council letters", "vectorized": true },
+        "1": { "uid": 1, "key": [], "content": "Honey cakes are baked on the first day of spring.", "comment": "Spring cakes", "vectorized": true }
+    } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "harbour-vectors").unwrap();
+    drop(store);
+    let attached = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["lorebook", "attach", "harbour-vectors", "--campaign", "The Unlit Night"])
+        .env("LOREKEEPER_MODELS_DIR", Path::new(env!("CARGO_MANIFEST_DIR")).join("models"))
+        .output()
+        .unwrap();
+    assert!(attached.status.success(), "{}", String::from_utf8_lossy(&attached.stderr));
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper a letter sealed with green wax from the council."));
+    let store = &engine.context().store;
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let kept: String = record.ledgers.as_array().unwrap()[0]["ledger"]["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["section"] == "lore")
+        .map(|s| s["kept"].to_string())
+        .collect();
+    assert!(kept.contains("Council letters") && kept.contains("vector similarity"), "the Director's lore: {kept}");
+    assert!(!kept.contains("Spring cakes"), "far in meaning: out: {kept}");
+}

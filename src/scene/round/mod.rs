@@ -133,6 +133,7 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config, cancel)?;
     draft.force = force;
     draft.review = review;
+    draft.bank = recall.bank().cloned();
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
     ctx.emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input });
@@ -189,6 +190,7 @@ struct CallSetup<'a> {
     lore: &'a lore::PreparedLore,
     message_number: u64,
     seed: u64,
+    bank: Option<&'a crate::memory::MemoryBank>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -232,6 +234,7 @@ fn character_turn(
             message_number: call.message_number,
             seed: call.seed,
             cancel: Some(cancel.flag()),
+            bank: call.bank,
         },
         lore_state,
     )?;

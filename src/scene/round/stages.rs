@@ -60,6 +60,8 @@ pub(super) struct RoundDraft {
     pub review: bool,
     /// The round's cancel token (shared flag), which lore activation stops on.
     pub cancel: CancelToken,
+    /// The memory bank, for vector-activated lore (`None`: keys only).
+    pub bank: Option<Arc<crate::memory::MemoryBank>>,
 }
 
 impl RoundDraft {
@@ -77,6 +79,7 @@ impl RoundDraft {
             Ok((view, notes, stored, lore, lore_state, next_number))
         })?;
         let mut draft = RoundDraft {
+            bank: None,
             cancel: cancel.clone(),
             seed: lore::seed_for(&scene_id),
             round: view.rounds + 1,
@@ -133,6 +136,7 @@ impl RoundDraft {
             message_number: u64::from(self.next_number),
             seed: self.seed,
             cancel: Some(self.cancel.flag()),
+            bank: self.bank.as_deref(),
         }
     }
 
@@ -313,6 +317,7 @@ pub(super) fn characters(
             lore: &draft.lore,
             message_number: u64::from(draft.next_number),
             seed: draft.seed,
+            bank: draft.bank.as_deref(),
         };
         let outcome =
             character_turn(ctx, agents, config, &call, &mut lore_state, &member, &recalled.hits, guidance, &draft.scene_id, draft.round, cancel);
@@ -421,6 +426,7 @@ fn after<'a>(
         scene_id: &draft.scene_id,
         round: draft.round,
         cancel,
+        bank: draft.bank.as_deref(),
     }
 }
 
