@@ -61,6 +61,138 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
     }
 }
 
+fn identity_line(event: &crate::identity::IdentityEvent) -> Option<(LogLevel, String)> {
+    use crate::identity::IdentityEvent as E;
+    let info = |text: String| Some((LogLevel::Info, text));
+    match event {
+        E::Token { .. } | E::Snapshot { .. } | E::Runs { .. } => None,
+        E::RunStarted { name, mode, .. } => info(format!("identity: developing {name} ({})", mode.label())),
+        E::WaveStarted { wave, agents, .. } => info(format!("identity: wave {wave} started: {}", agents.join(", "))),
+        E::AgentStarted { checkpoint, agent, version, .. } => info(format!("identity: {} writing checkpoint {checkpoint} (version {version})", agent.title())),
+        E::CheckpointReady { checkpoint_number, message, tokens, wall_ms, .. } => {
+            info(format!("identity: checkpoint {checkpoint_number}: {message} ({tokens} tokens, {:.1} s)", *wall_ms as f64 / 1000.0))
+        }
+        E::CheckpointApproved { checkpoint_number, .. } => info(format!("identity: checkpoint {checkpoint_number} approved")),
+        E::CheckpointRejected { checkpoint_number, .. } => info(format!("identity: checkpoint {checkpoint_number} sent back with feedback")),
+        E::CheckpointReopened { checkpoint_number, .. } => info(format!("identity: checkpoint {checkpoint_number} re-opened")),
+        E::CheckpointStale { checkpoint_number, .. } => Some((LogLevel::Warn, format!("identity: checkpoint {checkpoint_number} is stale"))),
+        E::WaveComplete { wave, next_wave, .. } => info(format!("identity: wave {wave} complete, next: {}", next_wave.as_str().map(str::to_string).unwrap_or_else(|| next_wave.to_string()))),
+        E::CharacterComplete { message, total_tokens, .. } => info(format!("identity: {message} ({total_tokens} tokens)")),
+        E::Idle { awaiting_approval, stale, failed, .. } => {
+            let list = |v: &[u8]| v.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
+            let mut parts = Vec::new();
+            if !awaiting_approval.is_empty() {
+                parts.push(format!("awaiting approval: {}", list(awaiting_approval)));
+            }
+            if !stale.is_empty() {
+                parts.push(format!("stale: {}", list(stale)));
+            }
+            if !failed.is_empty() {
+                parts.push(format!("failed: {}", list(failed)));
+            }
+            (!parts.is_empty()).then(|| (LogLevel::Info, format!("identity: waiting for you — {}", parts.join("; "))))
+        }
+        E::Error { checkpoint, message, .. } => Some((
+            LogLevel::Error,
+            match checkpoint {
+                Some(n) => format!("identity: checkpoint {n}: {message}"),
+                None => format!("identity: {message}"),
+            },
+        )),
+        E::Cancelled { checkpoint, .. } => Some((LogLevel::Warn, format!("identity: checkpoint {checkpoint} cancelled"))),
+        E::CancelRequested { checkpoints, .. } => info(format!("identity: asked checkpoint(s) {:?} to stop", checkpoints)),
+        E::Exported { path, .. } => info(format!("identity: wrote {}", path.display())),
+    }
+}
+
+fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
+    use crate::scene::SceneEvent as E;
+    let info = |text: String| Some((LogLevel::Info, text));
+    match event {
+        E::Token { .. } | E::State { .. } | E::Scenes { .. } | E::Snapshot { .. } | E::Preview { .. } | E::Transcript { .. } | E::Alternatives { .. } => None,
+        E::DemoReady { scene_id } => scene_id.as_ref().map(|id| (LogLevel::Info, format!("demo scene added ({id})"))),
+        E::SceneCreated { name, .. } => info(format!("scene: created {name}")),
+        E::RoundStarted { round, input, .. } => info(match input {
+            Some(text) => format!("scene: round {round} started: {text}"),
+            None => format!("scene: round {round} started (continue)"),
+        }),
+        E::PlanReview { round, plan, .. } => info(format!("scene: round {round} waits for your review of the plan ({} acting)", plan.acting_characters.len())),
+        E::DirectorDecided { round, pass, decision, .. } => info(format!("scene: round {round}, Director pass {pass}: {}", decision_line(decision))),
+        E::CharacterStarted { name, .. } => info(format!("scene: {name} is acting")),
+        E::CharacterFinished { name, delta, .. } => info(if delta.is_empty() {
+            format!("scene: {name} finished")
+        } else {
+            let fields: Vec<String> = crate::scene::model::STATE_FIELDS.iter().filter_map(|f| delta.get(f).map(|v| format!("{f} {v}"))).collect();
+            format!("scene: {name} finished ({})", fields.join(", "))
+        }),
+        E::NarratorStarted { .. } => info("scene: the narrator is writing".into()),
+        E::NarratorFinished { .. } => info("scene: the narrator finished".into()),
+        E::RoundCompleted { round, messages, conflicts, tokens, .. } => info(format!(
+            "scene: round {round} saved: {} messages, {tokens} tokens{}",
+            messages.len(),
+            if conflicts.is_empty() { String::new() } else { format!(", the Director overrode {} claim(s)", conflicts.len()) }
+        )),
+        E::WorldDecided { decision, .. } => info(format!("scene: the world set {} tracker(s), {} minutes passed", decision.trackers.len(), decision.elapsed_minutes)),
+        E::RoundCancelled { .. } => Some((LogLevel::Warn, "scene: round cancelled, nothing saved".into())),
+        E::RoundUndone { round, .. } => info(format!("scene: round {round} taken back")),
+        E::Muted { name, muted, .. } => info(format!("scene: {name} {}", if *muted { "muted" } else { "unmuted" })),
+        E::AlternativeChosen { round, .. } => info(format!("scene: a kept version of round {round} is back")),
+        E::RedoFailed { round, message, .. } => Some((LogLevel::Error, format!("scene: redo of round {round} failed, the round is back as it was: {message}"))),
+        E::MessageEdited { number, .. } => info(format!("scene: message {number} edited")),
+        E::SummaryUpdated { through_round, .. } => info(format!("scene: summary now covers rounds 1–{through_round}")),
+        E::SummaryFailed { message, .. } => Some((LogLevel::Warn, format!("scene: summary not written: {message}"))),
+        E::Error { message, .. } => Some((LogLevel::Error, format!("scene: {message}"))),
+    }
+}
+
+fn decision_line(decision: &crate::scene::DirectorDecision) -> String {
+    let value = serde_json::to_value(decision).unwrap_or_default();
+    let names = |key: &str| -> Vec<String> {
+        value.get(key).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x["name"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    let acting = names("actingCharacters");
+    if !acting.is_empty() || value.get("actingCharacters").is_some() {
+        let mut line = if acting.is_empty() { "nobody acts".to_string() } else { format!("{} act", acting.join(", ")) };
+        for (key, verb) in [("activations", "enter"), ("deactivations", "leave")] {
+            let who = names(key);
+            if !who.is_empty() {
+                line.push_str(&format!("; {} {verb}", who.join(", ")));
+            }
+        }
+        return line;
+    }
+    let changed = value.get("stateUpdates").and_then(|v| v.as_object()).map_or(0, |o| o.len());
+    let facts = value.get("newFacts").and_then(|v| v.as_array()).map_or(0, |a| a.len());
+    format!("reconciled: {changed} state change(s), {facts} new fact(s)")
+}
+
+fn interop_line(event: &crate::interop::InteropEvent) -> Option<(LogLevel, String)> {
+    use crate::interop::InteropEvent as E;
+    let info = |text: String| Some((LogLevel::Info, text));
+    match event {
+        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } => None,
+        E::ImportReport { created, skipped, warnings } => Some((
+            if skipped.iter().any(|s| s.error) { LogLevel::Warn } else { LogLevel::Info },
+            format!("library: imported {} item(s), skipped {} file(s), {} warning(s)", created.len(), skipped.len(), warnings.len()),
+        )),
+        E::Exported { name, format, path, bytes, .. } => info(format!("library: wrote {name} as {format} to {} ({bytes} bytes)", path.display())),
+        E::Entries { name, changed: Some((what, at)), .. } => info(format!("library: {name}: entry {at} {what}")),
+        E::Sheet { sheet, saved: true } => info(format!("library: saved the sheet of {}", sheet.name)),
+        E::CharacterDeleted { name, impact, .. } => info(format!("library: deleted {name}{}", if impact.is_empty() { String::new() } else { format!(" with {}", impact.join(", ")) })),
+    }
+}
+
+fn llm_line(event: &crate::engine::LlmEvent) -> Option<(LogLevel, String)> {
+    use crate::engine::LlmEvent as E;
+    match event {
+        E::ProfileToken { .. } | E::Config { .. } | E::Calls { .. } => None,
+        E::ProfileTestStarted { profile } => Some((LogLevel::Info, format!("providers: testing {profile}"))),
+        E::ProfileTested { profile, ok: true, model, latency_ms, .. } => Some((LogLevel::Info, format!("providers: {profile} ({model}) answered in {latency_ms} ms"))),
+        E::ProfileTested { profile, error, .. } => Some((LogLevel::Error, format!("providers: {profile} failed: {}", error.clone().unwrap_or_default()))),
+        E::ConfigSaved => Some((LogLevel::Info, "providers: configuration saved".into())),
+    }
+}
+
 fn author_line(event: &crate::scene::author::AuthorEvent) -> Option<(LogLevel, String)> {
     use crate::scene::author::AuthorEvent as E;
     match event {
@@ -115,28 +247,15 @@ impl EventLog {
             Event::Core(CoreEvent::Log { level, message }) => Some((*level, message.clone())),
             Event::Core(CoreEvent::Error { context, message }) => Some((LogLevel::Error, format!("{context}: {message}"))),
             Event::Core(CoreEvent::Stopped) => Some((LogLevel::Warn, "engine stopped".to_string())),
-            Event::Llm(crate::engine::LlmEvent::ProfileToken { .. }) => None,
-            Event::Identity(
-                crate::identity::IdentityEvent::Token { .. }
-                | crate::identity::IdentityEvent::Snapshot { .. }
-                | crate::identity::IdentityEvent::Runs { .. },
-            ) => None,
+            // Every event says what happened in one plain line; snapshots a panel asked
+            // for and streamed tokens get none (the panels show them).
+            Event::Llm(e) => llm_line(e),
+            Event::Identity(e) => identity_line(e),
             Event::Companion(e) => companion_line(e),
             Event::Memory(e) => memory_line(e),
-            // Snapshots a panel asked for, and streamed tokens: the panels show them.
-            Event::Scene(
-                crate::scene::SceneEvent::Token { .. }
-                | crate::scene::SceneEvent::State { .. }
-                | crate::scene::SceneEvent::Scenes { .. }
-                | crate::scene::SceneEvent::Snapshot { .. }
-                | crate::scene::SceneEvent::Preview { .. },
-            ) => None,
+            Event::Scene(e) => scene_line(e),
             Event::Author(e) => author_line(e),
-            // Snapshots for the panels: the config, the library's lists.
-            Event::Llm(crate::engine::LlmEvent::Config { .. } | crate::engine::LlmEvent::Calls { .. }) => None,
-            Event::Interop(crate::interop::InteropEvent::Library { .. }) => None,
-            Event::Scene(crate::scene::SceneEvent::DemoReady { scene_id }) => scene_id.as_ref().map(|id| (LogLevel::Info, format!("demo scene added ({id})"))),
-            other => serde_json::to_string(other).ok().map(|s| (LogLevel::Info, s)),
+            Event::Interop(e) => interop_line(e),
         };
         // One row each: the strip is a log, the panels hold the details.
         let line = line.map(|(level, text)| (level, clip(&text)));
@@ -185,6 +304,36 @@ impl EventLog {
 mod tests {
     use super::*;
     use crate::memory::MemoryEvent;
+
+    /// No event reaches the strip as raw JSON: a round, a plan, an import and a profile
+    /// test each read as one plain sentence.
+    #[test]
+    fn every_event_is_one_plain_line() {
+        use crate::scene::SceneEvent;
+        let mut log = EventLog::default();
+        let plan = crate::scene::model::DirectorPlan {
+            acting_characters: vec![crate::scene::model::ActingCharacter { name: "Wren".into(), guidance: String::new(), priority: 1, order: None }],
+            activations: vec![crate::scene::model::Activation { name: "Ossian".into(), entry_guidance: String::new() }],
+            ..Default::default()
+        };
+        log.record(&Event::Scene(SceneEvent::RoundStarted { scene_id: "s".into(), round: 3, input: Some("Knock.".into()) }));
+        log.record(&Event::Scene(SceneEvent::DirectorDecided { scene_id: "s".into(), round: 3, pass: 1, decision: crate::scene::DirectorDecision::Plan(Box::new(plan)) }));
+        log.record(&Event::Scene(SceneEvent::RoundCompleted { scene_id: "s".into(), round: 3, messages: Vec::new(), active: Vec::new(), conflicts: Vec::new(), tokens: 812 }));
+        log.record(&Event::Interop(crate::interop::InteropEvent::ImportReport { created: Vec::new(), skipped: Vec::new(), warnings: Vec::new() }));
+        log.record(&Event::Interop(crate::interop::InteropEvent::Library { characters: Vec::new(), lorebooks: Vec::new() }));
+        log.record(&Event::Llm(crate::engine::LlmEvent::ConfigSaved));
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "scene: round 3 started: Knock.",
+                "scene: round 3, Director pass 1: Wren act; Ossian enter",
+                "scene: round 3 saved: 0 messages, 812 tokens",
+                "library: imported 0 item(s), skipped 0 file(s), 0 warning(s)",
+                "providers: configuration saved",
+            ]
+        );
+    }
 
     #[test]
     fn progress_and_tokens_get_no_line_and_a_memory_outcome_one_plain_line() {
