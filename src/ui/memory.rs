@@ -121,6 +121,11 @@ impl MemoryPanel {
         }
     }
 
+    /// The text of the last search sent.
+    pub fn last_query(&self) -> Option<&str> {
+        self.last_request.as_ref().map(|r| r.query.as_str())
+    }
+
     /// The memory whose context is open, as last reported (pin and edit marks included).
     pub fn selected_memory(&self) -> Option<&Memory> {
         self.selected.as_ref().and_then(|id| self.context.iter().find(|m| &m.id == id))

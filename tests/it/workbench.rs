@@ -1039,3 +1039,20 @@ fn a_memory_is_pinned_edited_and_deleted_in_the_memory_browser() {
     harness.get_by_label("Delete memory").click();
     run_until(&mut harness, Duration::from_secs(20), |app| !app.memory().hits().iter().any(|h| h.id == "m1") && app.memory().selected_memory().is_none());
 }
+
+/// Text pasted from the clipboard lands in the focused field (a concept, a key, a card's
+/// description): the window takes the platform's paste.
+#[test]
+fn pasted_text_lands_in_the_focused_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = harness(start_engine(dir.path(), &Config::default()), 900.0);
+    harness.run();
+    nav(&harness, "Memory").click();
+    harness.run();
+    text_field(&harness, "Search memories").click();
+    harness.run();
+    harness.event(egui::Event::Paste("where did Juno hide the brass key?".into()));
+    harness.run();
+    harness.get_by_label("Search").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().last_query() == Some("where did Juno hide the brass key?"));
+}
