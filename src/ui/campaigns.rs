@@ -162,15 +162,7 @@ impl CampaignsPanel {
 
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         ui.heading("Campaigns");
-        match &self.status {
-            Some(Ok(text)) => {
-                ui.label(text);
-            }
-            Some(Err(text)) => {
-                ui.colored_label(ui.visuals().error_fg_color, text);
-            }
-            None => {}
-        }
+        super::status_line(ui, &self.status);
         ui.horizontal_top(|ui| {
             ui.vertical(|ui| {
                 ui.set_width(300.0);

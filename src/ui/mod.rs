@@ -366,3 +366,16 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
     eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))
         .map_err(|e| UiError::Window(e.to_string()))
 }
+
+/// A panel's outcome line: plain for what went through, in the error colour for what did not.
+pub(crate) fn status_line(ui: &mut egui::Ui, status: &Option<Result<String, String>>) {
+    match status {
+        Some(Ok(text)) => {
+            ui.label(text);
+        }
+        Some(Err(text)) => {
+            ui.colored_label(ui.visuals().error_fg_color, text);
+        }
+        None => {}
+    }
+}

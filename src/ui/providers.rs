@@ -88,15 +88,7 @@ impl ServerSection {
                 self.start();
             }
         });
-        match &self.status {
-            Some(Ok(text)) => {
-                ui.label(text);
-            }
-            Some(Err(text)) => {
-                ui.colored_label(ui.visuals().error_fg_color, text);
-            }
-            None => {}
-        }
+        super::status_line(ui, &self.status);
     }
 }
 

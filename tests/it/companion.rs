@@ -46,6 +46,24 @@ fn setup(dir: &Path, script: serde_json::Value, change: impl FnOnce(&mut Config)
     paths
 }
 
+/// A script whose reply to Ilse is `words` words, streamed 5 characters every `delay_ms`.
+fn slow_reply(words: usize, delay_ms: u64) -> serde_json::Value {
+    let long = "word ".repeat(words);
+    json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": delay_ms } } ] })
+}
+
+/// The real binary on this test's library, reading nothing from standard input.
+fn cli(paths: &Paths, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .env("LOREKEEPER_LIBRARY", &paths.library_file)
+        .env("LOREKEEPER_CONFIG", &paths.config_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// Companion events until `stop` (inclusive). Panics on timeout.
 fn until(engine: &EngineHandle, mut stop: impl FnMut(&CompanionEvent) -> bool) -> Vec<CompanionEvent> {
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -296,10 +314,7 @@ fn an_identical_request_is_served_from_the_cache_without_reaching_the_provider()
 #[test]
 fn cancelling_a_streaming_reply_commits_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let long = "word ".repeat(400);
-    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
-        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": 20 } } ] });
-    let paths = setup(dir.path(), script, |_| {});
+    let paths = setup(dir.path(), slow_reply(400, 20), |_| {});
     let engine = engine::start(paths.clone()).unwrap();
     engine.send(Command::Companion(CompanionCommand::Send { character: ILSE.into(), text: "Tell me a long story".into(), now: None })).unwrap();
     until(&engine, |e| matches!(e, CompanionEvent::Token { .. }));
@@ -312,10 +327,7 @@ fn cancelling_a_streaming_reply_commits_nothing() {
 #[test]
 fn a_process_killed_mid_stream_leaves_no_trace_of_the_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let long = "word ".repeat(400);
-    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
-        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": 25 } } ] });
-    let paths = setup(dir.path(), script, |_| {});
+    let paths = setup(dir.path(), slow_reply(400, 25), |_| {});
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
         .args(["chat", "send", "--character", "ilse", "Tell me everything"])
         .env("LOREKEEPER_LIBRARY", &paths.library_file)
@@ -352,20 +364,11 @@ fn a_process_killed_mid_stream_leaves_no_trace_of_the_turn() {
 #[test]
 fn a_second_process_is_refused_a_turn_the_first_is_running() {
     let dir = tempfile::tempdir().unwrap();
-    let long = "word ".repeat(200);
-    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" },
-        "reply": { "text": format!("[Ilse Marrow]: {long}"), "chunk_chars": 5, "chunk_delay_ms": 20 } } ] });
-    let paths = setup(dir.path(), script, |_| {});
+    let paths = setup(dir.path(), slow_reply(200, 20), |_| {});
     let engine = engine::start(paths.clone()).unwrap();
     engine.send(Command::Companion(CompanionCommand::Send { character: ILSE.into(), text: "Tell me a long story".into(), now: None })).unwrap();
     until(&engine, |e| matches!(e, CompanionEvent::Token { .. }));
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
-        .args(["chat", "send", "--character", "ilse", "Me too"])
-        .env("LOREKEEPER_LIBRARY", &paths.library_file)
-        .env("LOREKEEPER_CONFIG", &paths.config_file)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let second = cli(&paths, &["chat", "send", "--character", "ilse", "Me too"]);
     assert!(!second.status.success(), "the second process must be refused");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains("already answering"), "{stderr}");
@@ -375,13 +378,7 @@ fn a_second_process_is_refused_a_turn_the_first_is_running() {
     assert_eq!(counts(&paths).0, 1, "one exchange: the first process's");
     // Released with the turn: the next send from another process goes through.
     drop(engine);
-    let third = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
-        .args(["chat", "send", "--character", "ilse", "And now?"])
-        .env("LOREKEEPER_LIBRARY", &paths.library_file)
-        .env("LOREKEEPER_CONFIG", &paths.config_file)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let third = cli(&paths, &["chat", "send", "--character", "ilse", "And now?"]);
     assert!(third.status.success(), "{}", String::from_utf8_lossy(&third.stderr));
     assert_eq!(counts(&paths).0, 2);
 }

@@ -32,6 +32,25 @@ fn paths(dir: &Path, script: &str) -> Paths {
     paths
 }
 
+/// The shipped script with `rule` tried first, as the profile's script.
+fn paths_with_first_rule(dir: &Path, rule: serde_json::Value) -> Paths {
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(0, rule);
+    let script_file = dir.join("first-rule.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let paths = paths(dir, "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(script_file),
+        ..Default::default()
+    });
+    config.save(&paths.config_file).unwrap();
+    paths
+}
+
 fn seed() -> CharacterSeed {
     CharacterSeed::parse(&std::fs::read_to_string(data("seed.json")).unwrap()).unwrap()
 }
@@ -282,24 +301,11 @@ fn a_failed_agent_fails_the_run_with_the_predecessors_message_until_it_is_re_run
     let dir = tempfile::tempdir().unwrap();
     // The shipped script, with the personality agent refused by its server (a 400 is not
     // retried); the profile is pointed back at the shipped script before the re-run.
-    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
-    script["rules"].as_array_mut().unwrap().insert(
-        0,
+    let paths = paths_with_first_rule(
+        dir.path(),
         serde_json::json!({ "when": { "system_contains": "Personality specialist" },
             "reply": { "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } } }),
     );
-    let script_file = dir.path().join("failing.json");
-    std::fs::write(&script_file, script.to_string()).unwrap();
-    let paths = paths(dir.path(), "script.json");
-    let mut config = Config::load(&paths.config_file).unwrap();
-    config.upsert_profile(ProviderProfile {
-        name: "script".into(),
-        kind: ProviderKind::Scripted,
-        model: "identity-script".into(),
-        path: Some(script_file),
-        ..Default::default()
-    });
-    config.save(&paths.config_file).unwrap();
     let engine = engine::start(paths).unwrap();
     let id = start(&engine, false);
     let mut seen = Vec::new();
@@ -336,23 +342,10 @@ fn a_failed_agent_fails_the_run_with_the_predecessors_message_until_it_is_re_run
 #[test]
 fn a_running_agent_is_cancelled_from_another_process() {
     let dir = tempfile::tempdir().unwrap();
-    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
-    script["rules"].as_array_mut().unwrap().insert(
-        0,
+    let paths = paths_with_first_rule(
+        dir.path(),
         serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
     );
-    let script_file = dir.path().join("slow.json");
-    std::fs::write(&script_file, script.to_string()).unwrap();
-    let paths = paths(dir.path(), "script.json");
-    let mut config = Config::load(&paths.config_file).unwrap();
-    config.upsert_profile(ProviderProfile {
-        name: "script".into(),
-        kind: ProviderKind::Scripted,
-        model: "identity-script".into(),
-        path: Some(script_file),
-        ..Default::default()
-    });
-    config.save(&paths.config_file).unwrap();
     let engine = engine::start(paths.clone()).unwrap();
     let id = start(&engine, false);
     let mut seen = Vec::new();
