@@ -102,6 +102,21 @@ fn idle(engine: &EngineHandle, id: &str) -> (Vec<u8>, Vec<u8>) {
     }
 }
 
+/// Idle reports until one says `want` awaits approval (two agents that finish together
+/// may both report the same idle state, so one report can be from just before the last
+/// command); the stale ones at most a few.
+fn idle_awaiting(engine: &EngineHandle, id: &str, want: &[u8]) -> Vec<u8> {
+    let mut stale = Vec::new();
+    for _ in 0..5 {
+        let (awaiting, stale_now) = idle(engine, id);
+        if awaiting == want {
+            return stale_now;
+        }
+        stale.push(awaiting);
+    }
+    panic!("no idle report with {want:?} awaiting approval; saw {stale:?}");
+}
+
 fn send(engine: &EngineHandle, command: IdentityCommand) {
     engine.send(Command::Identity(command)).unwrap();
 }
@@ -176,10 +191,10 @@ fn rejection_regenerates_with_the_feedback_and_keeps_every_version() {
     let dir = tempfile::tempdir().unwrap();
     let engine = engine::start(paths(dir.path(), "script.json")).unwrap();
     let id = start(&engine, false);
-    assert_eq!(idle(&engine, &id).0, vec![1, 2]);
+    idle_awaiting(&engine, &id, &[1, 2]);
     // Approve in reverse order: any order is fine within a wave.
     send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 2 });
-    assert_eq!(idle(&engine, &id).0, vec![1]);
+    idle_awaiting(&engine, &id, &[1]);
     let feedback = "She should be afraid of deep water, and it should show.";
     send(&engine, IdentityCommand::Reject { character_id: id.clone(), checkpoint: 1, feedback: feedback.into() });
     let mut seen = Vec::new();
@@ -216,24 +231,15 @@ fn reopening_marks_later_checkpoints_that_used_it_stale() {
         awaiting = idle(&engine, &id).0;
     }
     send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 4 });
-    idle(&engine, &id);
+    idle_awaiting(&engine, &id, &[3, 5]);
     send(&engine, IdentityCommand::Reopen { character_id: id.clone(), checkpoint: 1 });
-    // An agent that finished just before may still report the idle state of before the
-    // re-open: wait (a few idles at most) for the one after it.
-    let (mut awaiting, mut stale) = idle(&engine, &id);
-    for _ in 0..5 {
-        if awaiting == vec![1] {
-            break;
-        }
-        (awaiting, stale) = idle(&engine, &id);
-    }
-    assert_eq!(awaiting, vec![1]);
+    let stale = idle_awaiting(&engine, &id, &[1]);
     assert_eq!(stale, vec![3, 4, 5]);
     // Keep one, re-run another once wave 1 is approved again.
     send(&engine, IdentityCommand::Approve { character_id: id.clone(), checkpoint: 1 });
-    idle(&engine, &id);
+    idle_awaiting(&engine, &id, &[]);
     send(&engine, IdentityCommand::Keep { character_id: id.clone(), checkpoint: 4 });
-    idle(&engine, &id);
+    idle_awaiting(&engine, &id, &[4]);
     send(&engine, IdentityCommand::Rerun { character_id: id.clone(), checkpoint: 3 });
     let mut seen = Vec::new();
     wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 3, version: 2, .. }));

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long each process keeps issuing commands.
-const RUN_FOR: Duration = Duration::from_secs(15);
+const RUN_FOR: Duration = Duration::from_secs(10);
 
 fn lorekeeper(paths: &Paths) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lorekeeper"));
