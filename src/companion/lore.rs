@@ -67,10 +67,6 @@ pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Loreb
     Ok(out)
 }
 
-/// Cosine similarity at which a `vectorized` entry fires (all-MiniLM-L6-v2: related
-/// sentences score 0.4–0.8, unrelated ones under 0.2).
-pub const VECTOR_THRESHOLD: f32 = 0.4;
-
 /// Activate `books` on the conversation so far and the user's new message.
 pub fn activate_for_turn(
     books: &[(String, Lorebook)],
@@ -98,7 +94,7 @@ pub fn activate_for_turn(
     let similar: Vec<(usize, f32)> = match similarity {
         Some(similarity) if !vectorized.is_empty() => {
             let texts: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
-            vectorized.iter().copied().zip(similarity(&texts)).filter(|(_, s)| *s >= VECTOR_THRESHOLD).collect()
+            vectorized.iter().copied().zip(similarity(&texts)).filter(|(_, s)| *s >= crate::memory::curate::LORE_SIMILARITY_THRESHOLD).collect()
         }
         _ => Vec::new(),
     };

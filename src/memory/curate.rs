@@ -15,6 +15,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 /// The most pinned memories a character is given per prompt (the budget cuts further).
 pub const MAX_PINNED: usize = 32;
 
+/// Cosine similarity at which a `vectorized` lore entry fires, in chat and in scenes
+/// (all-MiniLM-L6-v2: related sentences score 0.4–0.8, unrelated ones under 0.2).
+pub const LORE_SIMILARITY_THRESHOLD: f32 = 0.4;
+
 /// Lore entry vectors kept in memory at most (a few MB).
 pub const MAX_ENTRY_VECTORS: usize = 8192;
 

@@ -196,7 +196,7 @@ pub struct LoreActivation {
 pub use crate::lorebook::LorePlace;
 
 /// The `vectorized` entries close in meaning to the scanned messages, with their cosine
-/// similarity (at least [`crate::companion::lore::VECTOR_THRESHOLD`]). Nothing when no
+/// similarity (at least [`crate::memory::curate::LORE_SIMILARITY_THRESHOLD`]). Nothing when no
 /// entry is vectorized, or the embedder cannot run (such entries then fire by keys only).
 fn similar_entries(entries: &[activation::ScanEntry<'_>], texts: &[String], bank: Option<&crate::memory::MemoryBank>) -> Vec<(usize, f32)> {
     let vectorized: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.entry.vectorized).map(|(i, _)| i).collect();
@@ -211,7 +211,7 @@ fn similar_entries(entries: &[activation::ScanEntry<'_>], texts: &[String], bank
     };
     let contents: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
     match bank.similarities(&query, &contents) {
-        Ok(sims) => vectorized.into_iter().zip(sims).filter(|(_, s)| *s >= crate::companion::lore::VECTOR_THRESHOLD).collect(),
+        Ok(sims) => vectorized.into_iter().zip(sims).filter(|(_, s)| *s >= crate::memory::curate::LORE_SIMILARITY_THRESHOLD).collect(),
         Err(e) => {
             tracing::debug!(error = %e, "vectorized lore fires by keys only");
             Vec::new()
