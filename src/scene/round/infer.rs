@@ -24,9 +24,18 @@ static ENTER: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 static LEAVE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(r"(?i)^(?:\w+ly\s+)?(?:leaves?|left|exits?|exited|departs?|departed)\s+(for\s+)?{PHRASE}"))
+    Regex::new(&format!(r"(?i)^(?:\w+ly\s+)?(leaves?|left|exits?|exited|departs?|departed)\s+(for\s+)?{PHRASE}"))
         .unwrap_or_else(|e| unreachable!("a fixed pattern: {e}"))
 });
+
+/// What "leaves the X" must end in to be a place left rather than a thing put down
+/// ("leaves the letter on the table" moves nobody).
+const PLACES: &[&str] = &[
+    "room", "hall", "house", "tavern", "inn", "cellar", "kitchen", "tower", "lighthouse", "gallery", "deck", "ship", "boat", "jetty",
+    "harbour", "harbor", "office", "shop", "church", "chapel", "library", "camp", "village", "town", "city", "castle", "keep", "court",
+    "courtyard", "yard", "garden", "cave", "forest", "woods", "scene", "building", "bar", "stage", "temple", "station", "study",
+    "chamber", "hut", "cabin", "bridge", "dock", "docks", "pier", "market", "square", "street", "alley", "stair", "stairs", "attic",
+];
 
 static DRESS: LazyLock<Regex> = LazyLock::new(|| {
     let verbs = r"puts? on|pulls? on|pulled on|slips? into|slipped into|changes? into|changed into|dons?|donned|shrugs? (?:on|into)|shrugged (?:on|into)|wraps? (?:herself|himself|themselves|myself) in|wrapped (?:herself|himself|themselves|myself) in|buttons? up|buttoned up";
@@ -72,10 +81,17 @@ fn read_clause(clause: &str, delta: &mut CharacterState) {
         delta.location = Some(place);
     } else if let Some(place) = ENTER.captures(clause).and_then(|c| phrase(&c, 1)) {
         delta.location = Some(place);
-    } else if let Some(caps) = LEAVE.captures(clause) {
-        if let Some(place) = phrase(&caps, 2) {
-            // "leaves for the jetty" names where they go; "leaves the lamp room" where not.
-            delta.location = Some(if caps.get(1).is_some() { place } else { format!("outside {place}") });
+    } else if let Some(caps) = LEAVE.captures(clause)
+        && let Some(place) = phrase(&caps, 3)
+    {
+        let verb = caps.get(1).map_or("", |m| m.as_str()).to_ascii_lowercase();
+        let head = place.rsplit(' ').next().unwrap_or("").to_ascii_lowercase();
+        if caps.get(2).is_some() {
+            // "leaves for the jetty" names where they go.
+            delta.location = Some(place);
+        } else if !verb.starts_with("le") || PLACES.contains(&head.as_str()) {
+            // "exits the boathouse", "leaves the lamp room": where they are not any more.
+            delta.location = Some(format!("outside {place}"));
         }
     }
     if let Some(item) = DRESS.captures(clause).and_then(|c| phrase(&c, 1)) {
@@ -128,5 +144,7 @@ mod tests {
         assert_eq!(infer("Ossian walks to the jetty. Wren watches him go."), (None, None), "another character's move");
         assert_eq!(infer("Wren mumbles something and hurries down the stair."), (None, None), "no destination named");
         assert_eq!(infer("Wrenna steps onto the deck."), (None, None), "a name that only starts like hers");
+        assert_eq!(infer("Wren leaves the letter on the table."), (None, None), "a thing put down is not a place left");
+        assert_eq!(infer("She exits the boathouse.").0.as_deref(), Some("outside the boathouse"));
     }
 }
