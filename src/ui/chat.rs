@@ -615,8 +615,10 @@ impl ChatPanel {
                 self.live = Some(LiveReply { input: text.clone(), ..Default::default() });
                 outbox.push(Command::Companion(CompanionCommand::Send { character: id, text, now: None }));
             }
+            // Esc stops the reply being written, as the button does.
+            let escape = busy && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Escape));
             if busy
-                && ui.button("Cancel").on_hover_text("Stop the reply; nothing of this turn is saved").clicked()
+                && (ui.button("Cancel").on_hover_text("Stop the reply; nothing of this turn is saved (Esc)").clicked() || escape)
                 && let Some(id) = self.selected.clone()
             {
                 outbox.push(Command::Companion(CompanionCommand::Cancel { character: id }));

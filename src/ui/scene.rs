@@ -534,7 +534,9 @@ impl ScenePanels {
             }
             ui.checkbox(&mut self.review_plan, "Review the Director's plan").on_hover_text("Pause after the plan, to change who acts and how, before anyone does");
             if running {
-                if ui.button("Cancel round").on_hover_text("Stop this round; nothing of it is saved").clicked() {
+                // Esc stops the running round, as the button does.
+                let escape = ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Escape));
+                if ui.button("Cancel round").on_hover_text("Stop this round; nothing of it is saved (Esc)").clicked() || escape {
                     outbox.push(Command::Scene(SceneCommand::Cancel { scene: scene.clone() }));
                 }
                 ui.spinner();

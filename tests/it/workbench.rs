@@ -372,6 +372,17 @@ fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() 
 
 #[test]
 fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
+    a_running_round_is_stopped_by(|harness| harness.get_by_label("Cancel round").click());
+}
+
+#[test]
+fn escape_stops_a_running_round_as_the_button_does() {
+    a_running_round_is_stopped_by(|harness| harness.key_press(egui::Key::Escape));
+}
+
+/// Play a slow round, stop it with `cancel` while it streams, and check nothing of it
+/// was saved and the typed message is given back.
+fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, WorkbenchApp>)) {
     let dir = tempfile::tempdir().expect("tempdir");
     // A script whose Marguerite streams slowly (250 ms a fragment): time to press Cancel.
     let mut config = Config::default();
@@ -399,7 +410,7 @@ fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
         app.scene().live().is_some_and(|l| l.turns.iter().any(|t| t.name == "Marguerite Siltborne" && !t.text.is_empty()))
     });
     harness.step(); // spinners repaint forever while the round streams: step, not run
-    harness.get_by_label("Cancel round").click();
+    cancel(&mut harness);
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled() || app.scene().last_error().is_some());
     harness.run();
     assert_eq!(harness.state().scene().last_error(), None);
