@@ -119,6 +119,11 @@ pub struct WorkbenchApp {
     /// Commands the engine could not take yet (its queue was full): sent first on the
     /// next frame, in order, and shown as "engine busy" meanwhile. A frame never waits.
     pending: VecDeque<Command>,
+    /// The window was asked to close while work ran: what runs, shown until the game
+    /// master quits anyway or keeps working.
+    close_guard: Option<String>,
+    /// The game master chose to quit with work running.
+    quit_anyway: bool,
 }
 
 impl WorkbenchApp {
@@ -139,6 +144,8 @@ impl WorkbenchApp {
             prompt: PromptPanel::default(),
             campaigns: campaigns::CampaignsPanel::default(),
             pending: VecDeque::new(),
+            close_guard: None,
+            quit_anyway: false,
         };
         app.providers.set_paths(app.engine.context().paths.clone());
         let startup: Vec<Command> = app.panels().iter().flat_map(|p| p.startup()).collect();
@@ -161,6 +168,30 @@ impl WorkbenchApp {
             &mut self.providers,
             &mut self.log,
         ]
+    }
+
+    /// What is running that closing the window would stop: a round, a chat reply, an
+    /// identity agent (`None`: nothing).
+    pub fn running_work(&self) -> Option<String> {
+        let mut work = Vec::new();
+        if self.scene.live().is_some() {
+            work.push("a scene round".to_string());
+        }
+        if self.chat.live().is_some() {
+            work.push("a chat reply".to_string());
+        }
+        if let Some(view) = self.identity.view() {
+            let agents = view.checkpoints.iter().filter(|c| c.record.status.is_working()).count();
+            if agents > 0 {
+                work.push(format!("{agents} identity agent(s) of {}", view.run.name));
+            }
+        }
+        (!work.is_empty()).then(|| work.join(", "))
+    }
+
+    /// Whether the close guard is showing.
+    pub fn close_guard(&self) -> Option<&str> {
+        self.close_guard.as_deref()
     }
 
     /// The Providers panel's view model.
@@ -299,6 +330,29 @@ impl eframe::App for WorkbenchApp {
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        // Closing while work runs asks first: the work would be lost (nothing of an
+        // unfinished round or reply is kept).
+        if ui.ctx().input(|i| i.viewport().close_requested()) && !self.quit_anyway {
+            if let Some(work) = self.running_work() {
+                ui.ctx().send_viewport_cmd(egui::ViewportCommand::CancelClose);
+                self.close_guard = Some(work);
+            }
+        }
+        if let Some(work) = self.close_guard.clone() {
+            egui::Window::new("Quit while work runs?").collapsible(false).resizable(false).anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ui.ctx(), |ui| {
+                ui.label(format!("Still running: {work}. Quitting stops it, and nothing of it is saved."));
+                ui.horizontal(|ui| {
+                    if ui.button("Keep working").clicked() {
+                        self.close_guard = None;
+                    }
+                    if ui.button("Quit anyway").clicked() {
+                        self.close_guard = None;
+                        self.quit_anyway = true;
+                        ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
+                    }
+                });
+            });
+        }
         let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).collect());
         if !dropped.is_empty() {
             self.panel = PanelKind::Library;

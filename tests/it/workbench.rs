@@ -384,7 +384,51 @@ fn escape_stops_a_running_round_as_the_button_does() {
 /// was saved and the typed message is given back.
 fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, WorkbenchApp>)) {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A script whose Marguerite streams slowly (250 ms a fragment): time to press Cancel.
+    let (mut harness, scene) = slow_round_streaming(dir.path());
+    let context = harness.state().engine().context().clone();
+    cancel(&mut harness);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled() || app.scene().last_error().is_some());
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+    assert!(harness.state().scene().live().is_none());
+    assert!(harness.query_by_label_contains("nothing of it was saved").is_some());
+    assert!(harness.query_by_label("Cancel round").is_none());
+    // `round_cancelled` is sent after the round gave up: the store is final now.
+    let stored = context.store.with(|c| lorekeeper::scene::records::load_view(c, &scene)).expect("view");
+    assert_eq!(stored.rounds, 0);
+    let messages = context.store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, 10)).expect("messages");
+    assert!(messages.is_empty(), "nothing of the cancelled round is stored");
+    assert_eq!(harness.state().scene().input(), "I hand the keeper the sealed letter.", "the typed message is given back");
+}
+
+/// Closing the window while a round streams asks first; "Keep working" keeps it open
+/// and the round going. With nothing running, a close is not held up.
+#[test]
+fn closing_while_a_round_runs_asks_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = slow_round_streaming(dir.path());
+    let close = |harness: &mut Harness<'static, WorkbenchApp>| {
+        harness.input_mut().viewports.entry(egui::ViewportId::ROOT).or_default().events.push(egui::ViewportEvent::Close);
+        harness.step();
+        harness.step();
+    };
+    close(&mut harness);
+    assert!(harness.state().close_guard().is_some_and(|w| w.contains("a scene round")), "{:?}", harness.state().close_guard());
+    assert!(harness.query_by_label_contains("Still running: a scene round").is_some());
+    harness.get_by_label("Keep working").click();
+    harness.step();
+    harness.step();
+    assert!(harness.state().close_guard().is_none());
+    assert!(harness.state().scene().live().is_some(), "the round goes on");
+    harness.get_by_label("Cancel round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().live().is_none());
+    close(&mut harness);
+    assert!(harness.state().close_guard().is_none(), "nothing runs: nothing to ask");
+}
+
+/// The demo scene with a round streaming slowly (Marguerite writes 250 ms a fragment),
+/// started from the Scene panel as a user would.
+fn slow_round_streaming(dir: &Path) -> (Harness<'static, WorkbenchApp>, String) {
     let mut config = Config::default();
     config.upsert_profile(ProviderProfile {
         name: "slow".into(),
@@ -394,8 +438,7 @@ fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, Workb
         ..Default::default()
     });
     config.default_profile = "slow".into();
-    let (mut harness, scene) = open_demo_scene_with(dir.path(), &config, 1000.0);
-    let context = harness.state().engine().context().clone();
+    let (mut harness, scene) = open_demo_scene_with(dir, &config, 1000.0);
     harness.run();
     nav(&harness, "Scene").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
@@ -410,19 +453,7 @@ fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, Workb
         app.scene().live().is_some_and(|l| l.turns.iter().any(|t| t.name == "Marguerite Siltborne" && !t.text.is_empty()))
     });
     harness.step(); // spinners repaint forever while the round streams: step, not run
-    cancel(&mut harness);
-    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled() || app.scene().last_error().is_some());
-    harness.run();
-    assert_eq!(harness.state().scene().last_error(), None);
-    assert!(harness.state().scene().live().is_none());
-    assert!(harness.query_by_label_contains("nothing of it was saved").is_some());
-    assert!(harness.query_by_label("Cancel round").is_none());
-    // `round_cancelled` is sent after the round gave up: the store is final now.
-    let stored = context.store.with(|c| lorekeeper::scene::records::load_view(c, &scene)).expect("view");
-    assert_eq!(stored.rounds, 0);
-    let messages = context.store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, 10)).expect("messages");
-    assert!(messages.is_empty(), "nothing of the cancelled round is stored");
-    assert_eq!(harness.state().scene().input(), "I hand the keeper the sealed letter.", "the typed message is given back");
+    (harness, scene)
 }
 
 #[test]
