@@ -158,6 +158,30 @@ fn owner_is_gone(pid: u32, host: &str) -> bool {
         && !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// A lease as stored: its owner, and what says whether that owner is still there.
+struct Held {
+    owner: String,
+    pid: u32,
+    host: String,
+    expires_at: i64,
+}
+
+impl Held {
+    fn read(conn: &rusqlite::Connection, key: &JobKey) -> rusqlite::Result<Option<Held>> {
+        conn.query_row(
+            "SELECT owner, pid, host, expires_at FROM job_leases WHERE kind = ?1 AND id = ?2",
+            rusqlite::params![key.kind, key.id],
+            |r| Ok(Held { owner: r.get(0)?, pid: r.get(1)?, host: r.get(2)?, expires_at: r.get(3)? }),
+        )
+        .optional()
+    }
+
+    /// Whether it still holds against `me`: another owner, not expired, not known dead.
+    fn binds(&self, me: &str) -> bool {
+        self.owner != me && self.expires_at > now_ms() && !owner_is_gone(self.pid, &self.host)
+    }
+}
+
 impl Leases {
     fn with_conn<T>(&self, f: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T>) -> Result<T, crate::store::StoreError> {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,19 +199,10 @@ impl Leases {
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let now = now_ms();
-            let held: Option<(String, u32, String, i64)> = tx
-                .query_row(
-                    "SELECT owner, pid, host, expires_at FROM job_leases WHERE kind = ?1 AND id = ?2",
-                    rusqlite::params![key.kind, key.id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()?;
-            if let Some((owner, pid, host, expires_at)) = held
-                && owner != self.owner
-                && expires_at > now
-                && !owner_is_gone(pid, &host)
+            if let Some(held) = Held::read(&tx, key)?
+                && held.binds(&self.owner)
             {
-                return Ok(Err(LeaseHolder { pid, host }));
+                return Ok(Err(LeaseHolder { pid: held.pid, host: held.host }));
             }
             tx.execute(
                 "INSERT OR REPLACE INTO job_leases (kind, id, owner, pid, host, taken_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -209,16 +224,8 @@ impl Leases {
 
     /// Whether another live owner holds `key`.
     fn held_elsewhere(&self, key: &JobKey) -> bool {
-        let held = self.with_conn(|conn| {
-            conn.query_row(
-                "SELECT owner, pid, host, expires_at FROM job_leases WHERE kind = ?1 AND id = ?2",
-                rusqlite::params![key.kind, key.id],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?)),
-            )
-            .optional()
-        });
-        match held {
-            Ok(Some((owner, pid, host, expires_at))) => owner != self.owner && expires_at > now_ms() && !owner_is_gone(pid, &host),
+        match self.with_conn(|conn| Held::read(conn, key)) {
+            Ok(Some(held)) => held.binds(&self.owner),
             Ok(None) => false,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the job leases");

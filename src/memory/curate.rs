@@ -7,8 +7,8 @@
 use super::MemoryError;
 use super::bank::MemoryBank;
 use super::bank::{MemoryWrite, remove_ids};
-use super::records::{MemoryKind, Scope};
-use super::retrieval::RetrievalHit;
+use super::records::{self, Scope};
+use super::retrieval::{Fused, RetrievalHit};
 use crate::store::{StoreError, now_rfc3339};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -122,50 +122,20 @@ impl MemoryBank {
     /// say they are pinned. With `witness`, only those it may recall: it witnessed them,
     /// or they have no witnesses (common knowledge).
     pub fn pinned(&self, scope: &Scope, witness: Option<&str>) -> Result<Vec<RetrievalHit>, MemoryError> {
-        let rows = self.store().with(|c| {
+        let memories = self.store().with(|c| {
             let mut stmt = c.prepare_cached(
-                "SELECT id, text, speaker, kind, session, time, edited_at FROM memories m
+                "SELECT rowid FROM memories m
                  WHERE pinned = 1 AND scope = ?1 AND scope_id IS ?2 AND kind IN ('turn', 'summary')
                    AND (?4 IS NULL
                         OR NOT EXISTS (SELECT 1 FROM memory_witnesses w WHERE w.memory_rowid = m.rowid)
                         OR EXISTS (SELECT 1 FROM memory_witnesses w WHERE w.memory_rowid = m.rowid AND lower(w.witness) = lower(?4)))
                  ORDER BY seq LIMIT ?3",
             )?;
-            let rows = stmt
-                .query_map(params![scope.kind.as_str(), scope.id, MAX_PINNED as i64, witness], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, Option<String>>(4)?,
-                        r.get::<_, Option<String>>(5)?,
-                        r.get::<_, Option<String>>(6)?,
-                    ))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+            let rowids: Vec<i64> =
+                stmt.query_map(params![scope.kind.as_str(), scope.id, MAX_PINNED as i64, witness], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            records::load(c, &rowids)
         })?;
-        Ok(rows
-            .into_iter()
-            .enumerate()
-            .map(|(i, (id, text, speaker, kind, session, time, edited_at))| RetrievalHit {
-                id,
-                text,
-                speaker,
-                score: 1.0,
-                keyword_score: None,
-                vector_score: None,
-                rank: i + 1,
-                keyword_rank: None,
-                vector_rank: None,
-                kind: MemoryKind::parse(&kind).unwrap_or_default(),
-                scope: scope.clone(),
-                session,
-                time,
-                pinned: true,
-                edited: edited_at.is_some(),
-            })
-            .collect())
+        let pinned = Fused { score: 1.0, keyword: None, vector: None };
+        Ok(memories.iter().enumerate().map(|(i, m)| RetrievalHit::of(m, i + 1, &pinned)).collect())
     }
 }

@@ -141,6 +141,29 @@ pub struct RetrievalHit {
     pub edited: bool,
 }
 
+impl RetrievalHit {
+    /// `m` as a hit at `rank`, with its scores from the lists that found it.
+    pub fn of(m: &crate::memory::records::Memory, rank: usize, fused: &Fused) -> Self {
+        RetrievalHit {
+            id: m.id.clone(),
+            text: m.text.clone(),
+            speaker: m.speaker.clone(),
+            score: fused.score,
+            keyword_score: fused.keyword.map(|k| k.1),
+            vector_score: fused.vector.map(|v| v.1),
+            rank,
+            keyword_rank: fused.keyword.map(|k| k.0),
+            vector_rank: fused.vector.map(|v| v.0),
+            kind: m.kind,
+            scope: m.scope.clone(),
+            session: m.session.clone(),
+            time: m.time.clone(),
+            pinned: m.pinned,
+            edited: m.edited_at.is_some(),
+        }
+    }
+}
+
 /// One list's candidate: rowid and raw score (higher is better).
 pub type Candidate = (i64, f32);
 

@@ -169,7 +169,7 @@ pub(super) async fn checkpoint(
 ) -> Result<axum::Json<CheckpointDocument>, ApiError> {
     let view = load(&state, &id)?;
     let n: u8 = n.parse().map_err(|_| ApiError::bad_request(format!("checkpoint {n:?} is not a number from 1 to 7")))?;
-    let cp = view.checkpoints.iter().find(|c| c.record.number == n).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} not found")))?;
+    let cp = checkpoint_of(&view, n)?;
     checkpoint_document(cp).map(axum::Json).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} has no output yet")))
 }
 

@@ -216,23 +216,7 @@ impl MemoryBank {
             .into_iter()
             .filter_map(|(rowid, f)| by_row.get(&rowid).map(|m| (m, f)))
             .enumerate()
-            .map(|(i, (m, f))| RetrievalHit {
-                id: m.id.clone(),
-                text: m.text.clone(),
-                speaker: m.speaker.clone(),
-                score: f.score,
-                keyword_score: f.keyword.map(|k| k.1),
-                vector_score: f.vector.map(|v| v.1),
-                rank: i + 1,
-                keyword_rank: f.keyword.map(|k| k.0),
-                vector_rank: f.vector.map(|v| v.0),
-                kind: m.kind,
-                scope: m.scope.clone(),
-                session: m.session.clone(),
-                time: m.time.clone(),
-                pinned: m.pinned,
-                edited: m.edited_at.is_some(),
-            })
+            .map(|(i, (m, f))| RetrievalHit::of(m, i + 1, &f))
             .collect())
     }
 }
