@@ -71,6 +71,7 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::NarratorStarted { .. } => write!(out, "\nNarrator: "),
         E::NarratorFinished { .. } => writeln!(out),
         E::Token { text, .. } => write!(out, "{text}"),
+        E::Redrawn { reason, .. } => write!(out, "\n  [drawn again: {reason}]\n  "),
         E::CharacterFinished { delta, .. } => {
             if delta.is_empty() { writeln!(out) } else { writeln!(out, "\n  (state: {})", serde_json::to_string(delta).unwrap_or_default()) }
         }

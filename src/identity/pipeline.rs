@@ -12,7 +12,7 @@ use super::records::{self, CheckpointRecord, CheckpointStatus, RunRecord, RunSta
 use super::schema::*;
 use super::{IdentityError, IdentityEvent};
 use crate::context::{Context, JobKey};
-use crate::llm::structured::{StructuredOptions, complete_structured};
+use crate::llm::structured::{ContentRules, StructuredOptions, complete_structured};
 use crate::llm::{CallContext, CancelToken, LlmClient, Usage};
 use crate::store::{new_id, now_rfc3339};
 use serde::de::DeserializeOwned;
@@ -228,7 +228,7 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         sink_ctx.emit(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() })
     };
     let call = CallContext::with_tokens(cancel, &on_token);
-    let options = StructuredOptions::default();
+    let options = StructuredOptions { content: content_rules(run, agent), ..StructuredOptions::default() };
     let (narrative, mut structured, attempts, usage) = match agent {
         Agent::Personality => ask::<PersonalityOutput>(&client, request, &options, call)?,
         Agent::BackstoryMotivation => ask::<BackstoryOutput>(&client, request, &options, call)?,
@@ -294,6 +294,51 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         emit(ctx, IdentityEvent::CheckpointStale { character_id: run.id.clone(), checkpoint_number: number });
     }
     Ok(())
+}
+
+/// The shortest narrative each depth accepts: at least a paragraph.
+pub fn min_narrative_chars(mode: Mode) -> usize {
+    match mode {
+        Mode::Fast => 200,
+        Mode::Balanced => 300,
+        Mode::Deep => 400,
+    }
+}
+
+/// What an agent's output must say beyond its schema: no field names (the seed's keys
+/// included) or placeholders, a narrative of a paragraph or more that names the
+/// character (the consolidation: an overview under the character's own name).
+fn content_rules(run: &RunRecord, agent: Agent) -> ContentRules {
+    let name = run.seed.name.trim().to_string();
+    let mut rules = ContentRules {
+        field_names: ["name", "role", "concept", "storyline", "other_characters", "narrative", "structured"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        min_chars: vec![("/narrative".into(), min_narrative_chars(run.mode))],
+        mentions: vec![("/narrative".into(), vec![name.clone()])],
+        ..ContentRules::default()
+    };
+    if agent == Agent::FinalConsolidation {
+        // Its narrative is the predecessor's fixed status line ("Character development
+        // complete. …"); the profile names the character in its overview instead.
+        rules.min_chars.clear();
+        rules.mentions.clear();
+        let expected = name.clone();
+        rules.checks.push(std::sync::Arc::new(move |value: &serde_json::Value| {
+            let given = value.pointer("/structured/overview/name").and_then(|v| v.as_str()).unwrap_or_default();
+            if crate::llm::structured::content::mentions(given, &expected) {
+                Vec::new()
+            } else {
+                vec![crate::llm::structured::SchemaError {
+                    path: "/structured/overview/name".into(),
+                    message: format!("is {given:?}, but the character is {expected:?}"),
+                    schema_path: "content/name".into(),
+                }]
+            }
+        }));
+    }
+    rules
 }
 
 type Asked = (String, serde_json::Value, serde_json::Value, Usage);

@@ -5,6 +5,7 @@
 //! the capabilities hand it into the budgets and says exactly what it did.
 
 pub mod budget;
+pub mod echo;
 pub mod macros;
 pub mod templates;
 

@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod lore;
 pub mod model;
 mod narration;
+mod prose;
 pub mod preview;
 pub mod recall;
 pub mod records;
@@ -116,6 +117,9 @@ pub enum SceneEvent {
     NarratorFinished { scene_id: String, round: u32, content: String },
     /// A streamed fragment of a character's (or the narrator's) reply.
     Token { scene_id: String, round: u32, character_id: String, text: String },
+    /// What streamed for this character (or `"narrator"`) since it started is thrown
+    /// away and drawn again: it was empty or copied its prompt (`reason`).
+    Redrawn { scene_id: String, round: u32, character_id: String, reason: String },
     CharacterFinished { scene_id: String, round: u32, character_id: String, name: String, content: String, delta: CharacterState },
     /// The round is committed: its messages as numbered in the store.
     RoundCompleted {

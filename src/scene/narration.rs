@@ -99,7 +99,7 @@ pub(super) fn narrate(
     let on_token = move |text: &str| {
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() })
     };
-    let completion = narrator.0.complete(&request, CallContext::with_tokens(at.cancel, &on_token))?;
+    let completion = super::prose::draw(at.ctx, &narrator.0, request, (at.scene_id, at.round, "narrator"), at.cancel, &on_token)?;
     let content = completion.text.trim().to_string();
     emit(SceneEvent::NarratorFinished { scene_id: at.scene_id.to_string(), round: at.round, content: content.clone() });
     let ledger = CallLedger {

@@ -126,6 +126,7 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
             format!("scene: {name} finished ({})", fields.join(", "))
         }),
         E::NarratorStarted { .. } => info("scene: the narrator is writing".into()),
+        E::Redrawn { character_id, reason, .. } => Some((LogLevel::Warn, format!("scene: a reply of {character_id} was drawn again: {reason}"))),
         E::NarratorFinished { .. } => info("scene: the narrator finished".into()),
         E::RoundCompleted { round, messages, conflicts, tokens, .. } => info(format!(
             "scene: round {round} saved: {} messages, {tokens} tokens{}",

@@ -167,6 +167,11 @@ impl ScenePanels {
                     turn.text.push_str(text);
                 }
             }
+            SceneEvent::Redrawn { scene_id, .. } if self.is_selected(scene_id) => {
+                if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
+                    turn.text.clear();
+                }
+            }
             SceneEvent::CharacterFinished { scene_id, content, .. } if self.is_selected(scene_id) => {
                 if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
                     turn.text = content.clone();

@@ -131,13 +131,14 @@ fn invalid_replies_are_discarded_and_never_committed() {
             { "when": { "user_contains": "first" }, "replies": [
                 reply("[User]: I'll answer for myself, thanks."),
                 reply("[Ilse Marrow]:   "),
+                reply("[Ilse Marrow]: *smiles* A bookbinder in Gullhaven, a small harbour town on a grey northern sea."),
                 { "text": "[Ilse Marrow]: It was a long story, and then", "finish_reason": "length" },
                 reply("[Ilse Marrow]: Mind the paste pot.")
             ], "then": "repeat_last" },
             { "when": { "system_contains": "compress" }, "reply": "unused" }
         ]
     });
-    let paths = setup(dir.path(), script, |c| c.companion.max_attempts = 4);
+    let paths = setup(dir.path(), script, |c| c.companion.max_attempts = 5);
     let engine = engine::start(paths.clone()).unwrap();
 
     let events = send(&engine, "The first message", None);
@@ -148,13 +149,15 @@ fn invalid_replies_are_discarded_and_never_committed() {
             _ => None,
         })
         .collect();
-    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
     assert!(reasons[0].contains("spoke for User"));
     assert!(reasons[1].contains("empty"));
-    assert!(reasons[2].contains("cut off"));
+    // The card's own description, recited: a copy of its packet, drawn again.
+    assert!(reasons[2].contains("copied 13 words from its prompt (\"a bookbinder in gullhaven"), "{reasons:?}");
+    assert!(reasons[3].contains("cut off"));
     let turn = committed(&events);
     assert_eq!(turn.reply, "Mind the paste pot.");
-    assert_eq!(turn.attempts, 4);
+    assert_eq!(turn.attempts, 5);
     // The retry told the model why its draw was thrown away.
     assert!(turn.packet.block("trigger").unwrap().text.contains("discarded because it was cut off"));
     assert_eq!(counts(&paths), (1, 2, 1));
@@ -163,7 +166,7 @@ fn invalid_replies_are_discarded_and_never_committed() {
     let events = send(&engine, "The second message", None);
     match events.last() {
         Some(CompanionEvent::Failed { message, .. }) => {
-            assert!(message.contains("no valid reply after 4 attempts"), "{message}");
+            assert!(message.contains("no valid reply after 5 attempts"), "{message}");
             assert!(message.contains("nothing was saved"), "{message}");
         }
         other => panic!("expected a failure, got {other:?}"),

@@ -34,8 +34,15 @@ fn paths(dir: &Path, script: &str) -> Paths {
 
 /// The shipped script with `rule` tried first, as the profile's script.
 fn paths_with_first_rule(dir: &Path, rule: serde_json::Value) -> Paths {
+    paths_with_first_rules(dir, vec![rule])
+}
+
+/// The shipped script with `rules` tried before its own.
+fn paths_with_first_rules(dir: &Path, rules: Vec<serde_json::Value>) -> Paths {
     let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
-    script["rules"].as_array_mut().unwrap().insert(0, rule);
+    for (i, rule) in rules.into_iter().enumerate() {
+        script["rules"].as_array_mut().unwrap().insert(i, rule);
+    }
     let script_file = dir.join("first-rule.json");
     std::fs::write(&script_file, script.to_string()).unwrap();
     let paths = paths(dir, "script.json");
@@ -184,6 +191,90 @@ fn a_full_run_reaches_character_complete_with_every_checkpoint_valid() {
     let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("metadata.json")).unwrap()).unwrap();
     assert_eq!(meta["status"], "completed");
     assert_eq!(meta["completed_checkpoints"], 7);
+}
+
+/// What the embedded model really returned (issue 18): schema-valid replies made of the
+/// schema's own field names, placeholders, repeats, a one-line narrative that never
+/// names the character, a profile under the name "role". Each is refused and re-asked,
+/// and the refused replies stay in the checkpoint as attempts that say what was wrong.
+#[test]
+fn replies_of_field_names_and_placeholders_are_re_asked_and_kept_as_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk_personality = serde_json::json!({
+        "narrative": "...",
+        "structured": {
+            "core_traits": ["fear", "secrets", "emotional_baseline", "triggers"],
+            "fears": ["string", "string"],
+            "secrets": ["<secret>", "one sentence summary"],
+            "emotional_baseline": "emotional baseline",
+            "triggers": ["triggers", "fears", "..."]
+        }
+    });
+    let unnamed = serde_json::json!({
+        "narrative": "She is a person with traits.",
+        "structured": {
+            "core_traits": ["stubborn", "dry-humoured", "protective", "secretive"],
+            "fears": ["being forgotten", "open water at night"],
+            "secrets": ["she let the last keeper's logbook burn", "she cannot swim"],
+            "emotional_baseline": "watchful calm",
+            "triggers": ["being pitied", "ships' bells", "lies about the sea"]
+        }
+    });
+    let junk_overview = serde_json::json!({
+        "narrative": "Character development complete. All aspects consolidated into a comprehensive profile.",
+        "structured": {"overview": {"name": "role", "role": "role", "importance": 4, "one_line": "one sentence summary"}, "style_notes": "..."}
+    });
+    let script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    let good = |system: &str| {
+        script["rules"].as_array().unwrap().iter().find(|r| r["when"]["system_contains"] == system && r["when"].get("user_contains").is_none()).unwrap()["reply"]["text"].clone()
+    };
+    let paths = paths_with_first_rules(
+        dir.path(),
+        vec![
+            serde_json::json!({ "when": { "system_contains": "Personality specialist" },
+                "replies": [{"text": junk_personality.to_string()}, {"text": unnamed.to_string()}, {"text": good("Personality specialist")}] }),
+            serde_json::json!({ "when": { "system_contains": "Final Consolidation specialist" },
+                "replies": [{"text": junk_overview.to_string()}, {"text": good("Final Consolidation specialist")}] }),
+        ],
+    );
+    let engine = engine::start(paths).unwrap();
+    let id = start(&engine, true);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CharacterComplete { .. }));
+    let view = load_view(&engine.context().store, &id).unwrap();
+
+    let personality = view.checkpoints[0].versions.last().unwrap();
+    let attempts = personality.attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{}", personality.attempts);
+    let problems = |a: &serde_json::Value| -> Vec<String> {
+        a["errors"].as_array().unwrap().iter().map(|e| format!("{} {}", e["path"].as_str().unwrap(), e["message"].as_str().unwrap())).collect()
+    };
+    assert_eq!(attempts[0]["failure"]["kind"], "content");
+    let first = problems(&attempts[0]).join("\n");
+    for expected in [
+        "/narrative \"...\" is a placeholder",
+        "/structured/core_traits/0 \"fear\" is the name of the field",
+        "/structured/core_traits/2 \"emotional_baseline\" is the name of the field",
+        "/structured/fears has 2 items that are all the same",
+        "/structured/secrets/0 \"<secret>\" is a placeholder",
+        "/structured/secrets/1 \"one sentence summary\" is a placeholder",
+        "/narrative never names \"Mira Voss\"",
+        "/narrative is 3 characters long",
+    ] {
+        assert!(first.contains(expected), "missing {expected:?} in:\n{first}");
+    }
+    let second = problems(&attempts[1]).join("\n");
+    assert!(second.contains("/narrative never names \"Mira Voss\"") && second.contains("characters long"), "{second}");
+    assert!(attempts[2]["failure"].is_null());
+    assert!(personality.narrative.contains("Mira Voss") && personality.narrative.len() >= 300, "{}", personality.narrative);
+
+    let consolidation = view.checkpoints[6].versions.last().unwrap();
+    let attempts = consolidation.attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{}", consolidation.attempts);
+    let first = problems(&attempts[0]).join("\n");
+    assert!(first.contains("/structured/overview/name is \"role\", but the character is \"Mira Voss\""), "{first}");
+    assert!(first.contains("/structured/style_notes \"...\" is a placeholder"), "{first}");
+    assert_eq!(consolidation.structured["overview"]["name"], "Mira Voss");
 }
 
 #[test]

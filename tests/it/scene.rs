@@ -824,3 +824,73 @@ fn a_vectorized_lore_entry_fires_on_meaning_in_a_round() {
     assert!(kept.contains("Council letters") && kept.contains("vector similarity"), "the Director's lore: {kept}");
     assert!(!kept.contains("Spring cakes"), "far in meaning: out: {kept}");
 }
+
+/// What the embedded model really did in a demo round (issue 18): a Director plan that
+/// named `state_update` as its characters, a character that recited its own card, a
+/// Narrator that repeated its instruction. The plan is refused and re-asked with the
+/// cast's names; each copying draw is thrown away (the front doors are told) and drawn
+/// again; the round that is saved has real characters speaking.
+#[test]
+fn a_plan_naming_nobody_real_is_re_asked_and_copied_prose_is_drawn_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    let rules = script["rules"].as_array_mut().unwrap();
+    let junk_plan = serde_json::json!({
+        "actingCharacters": [
+            {"name": "state_update", "guidance": "guidance", "priority": 1},
+            {"name": "state_update", "guidance": "guidance", "priority": 1}
+        ],
+        "stateUpdates": {"state_update": {"mood": "mood"}}
+    });
+    for rule in rules.iter_mut() {
+        let name = rule["name"].as_str().unwrap_or_default().to_string();
+        let original = rule["reply"].take();
+        let first = match name.as_str() {
+            "director pass 1" => serde_json::json!({"json": junk_plan}),
+            "Wren" => serde_json::json!({"text": "Keeper of the Saltmarsh lighthouse, fifties, weathered hands, a brass spyglass always on a cord."}),
+            "narrator" => serde_json::json!({"text": "In two to four sentences, tell what the scene around them looks, sounds and feels like now."}),
+            _ => {
+                rule["reply"] = original;
+                continue;
+            }
+        };
+        rule["replies"] = serde_json::json!([first, original]);
+        rule.as_object_mut().unwrap().remove("reply");
+    }
+    let script_file = dir.path().join("junk-first.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
+    config.save(&paths.config_file).unwrap();
+
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let plans: Vec<&lorekeeper::scene::model::DirectorPlan> = events
+        .iter()
+        .filter_map(|e| match e {
+            SceneEvent::DirectorDecided { pass: 1, decision: lorekeeper::scene::DirectorDecision::Plan(p), .. } => Some(&**p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(plans.len(), 1);
+    assert!(plans[0].acting_characters.iter().any(|a| a.name == "Wren Talloway"), "{:?}", plans[0]);
+    let redrawn: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            SceneEvent::Redrawn { character_id, reason, .. } => Some((character_id.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(redrawn.len(), 2, "{redrawn:?}");
+    assert!(redrawn[0].1.contains("copied") && redrawn[0].1.contains("keeper of the saltmarsh lighthouse"), "{redrawn:?}");
+    assert_eq!(redrawn[1].0, "narrator");
+    assert!(redrawn[1].1.contains("copied"), "{redrawn:?}");
+
+    let messages = engine.context().store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    let wren = messages.iter().find(|m| m.speaker == "Wren Talloway").unwrap();
+    assert!(wren.content.contains("The light stays lit."), "{}", wren.content);
+    let narrator = messages.iter().find(|m| m.speaker == "Narrator").unwrap();
+    assert!(narrator.content.starts_with("Rain needles the lamp-room glass"), "{}", narrator.content);
+    assert!(messages.iter().all(|m| !m.speaker.contains("state_update")));
+}

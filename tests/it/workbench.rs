@@ -486,7 +486,7 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     harness.run();
     assert_eq!(harness.state().chat().error(), None);
     let turn = harness.state().chat().turns()[0].clone();
-    assert!(turn.reply.starts_with("Oh — it's you."), "{}", turn.reply);
+    assert!(turn.reply.starts_with("Back from the city already?"), "{}", turn.reply);
     assert!(harness.query_all_by_label_contains(&format!("Ilse Marrow: {}", turn.reply)).next().is_some());
     // Beside it, the packet as sent: its blocks with their token counts.
     let view = harness.state().chat().packet().expect("packet view");

@@ -3,6 +3,7 @@
 
 use crate::companion::packet;
 use crate::llm::Completion;
+use crate::prompting::echo::CopyGuard;
 
 /// The labels a reply may start with (the trigger asks for `[Name]:`).
 fn labels(name: &str) -> [String; 4] {
@@ -78,8 +79,11 @@ impl LabelStripper {
 }
 
 
-/// Judge a finished reply: the cleaned text, or why it is thrown away.
-pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, String> {
+/// Judge a finished reply: the cleaned text, or why it is thrown away. `copies` holds
+/// the packet's text: a reply that repeats eight words of it in a row (the card's
+/// example dialogue, its description, an earlier line) is the model with nothing of its
+/// own to say, and is drawn again.
+pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard) -> Result<String, String> {
     if completion.finish_reason.as_deref() == Some("length") {
         return Err("it was cut off at the token limit".into());
     }
@@ -109,6 +113,9 @@ pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, 
     if tags.into_iter().any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>"))) {
         return Err("it repeated the prompt's markup".into());
     }
+    if let Some(reason) = copies.reason(text) {
+        return Err(reason);
+    }
     Ok(text.to_string())
 }
 
@@ -116,6 +123,11 @@ pub fn judge(completion: &Completion, name: &str, user: &str) -> Result<String, 
 mod tests {
     use super::*;
     use crate::llm::Usage;
+
+    /// The card's example dialogue, as the packet carries it.
+    fn card() -> CopyGuard {
+        CopyGuard::new(["{{char}}: Mind the third step, it has been loose since the winter storm. {{user}}: Thanks."])
+    }
 
     fn reply(text: &str, finish: &str) -> Completion {
         Completion {
@@ -140,10 +152,11 @@ mod tests {
             ("<user_input>Do you remember?</user_input>", "stop"),
             ("   ", "stop"),
             ("The kettle's on and the", "length"),
+            ("*smiles* Mind the third step, it has been loose since the winter storm.", "stop"),
         ];
         let shown: Vec<String> = cases
             .iter()
-            .map(|(text, finish)| match judge(&reply(text, finish), "Ilse Marrow", "Juno") {
+            .map(|(text, finish)| match judge(&reply(text, finish), "Ilse Marrow", "Juno", &card()) {
                 Ok(kept) => format!("{text:?} -> kept {kept:?}"),
                 Err(why) => format!("{text:?} -> discarded: {why}"),
             })
@@ -155,12 +168,13 @@ mod tests {
             "Juno: I'll have tea." -> discarded: it spoke for Juno
             "<user_input>Do you remember?</user_input>" -> discarded: it repeated the prompt's markup
             "   " -> discarded: it was empty
-            "The kettle's on and the" -> discarded: it was cut off at the token limit"#]].assert_eq(&shown.join("\n"));
+            "The kettle's on and the" -> discarded: it was cut off at the token limit
+            "*smiles* Mind the third step, it has been loose since the winter storm." -> discarded: it copied 12 words from its prompt ("mind the third step it has been loose since the winter storm")"#]].assert_eq(&shown.join("\n"));
     }
 
     #[test]
     fn judging_replies() {
-        let ok = |t: &str| judge(&reply(t, "stop"), "Ilse Marrow", "Juno");
+        let ok = |t: &str| judge(&reply(t, "stop"), "Ilse Marrow", "Juno", &card());
         assert_eq!(ok("[Ilse Marrow]: Morning. The kettle's on.").unwrap(), "Morning. The kettle's on.");
         assert_eq!(ok("ilse marrow: Hm.").unwrap(), "Hm.");
         assert_eq!(ok("  Plain words.  ").unwrap(), "Plain words.");
@@ -168,7 +182,7 @@ mod tests {
         assert!(ok("").unwrap_err().contains("empty"));
         assert!(ok("[User]: I agree with myself.").unwrap_err().contains("spoke for Juno"));
         assert!(ok("Sure.\nJuno: and then I said...").unwrap_err().contains("spoke for Juno"));
-        assert!(judge(&reply("A long story that", "length"), "Ilse", "U").unwrap_err().contains("cut off"));
+        assert!(judge(&reply("A long story that", "length"), "Ilse", "U", &card()).unwrap_err().contains("cut off"));
         // A name that merely starts the same way is not a label.
         assert_eq!(ok("Userland is far.").unwrap(), "Userland is far.");
         assert!(ok("<temporal_data>\nCurrent date: today").unwrap_err().contains("markup"));

@@ -18,6 +18,7 @@ mod prepare;
 
 pub use judge::judge;
 pub use prepare::{Prepared, prepare, retrieve};
+use crate::prompting::echo::CopyGuard;
 use judge::LabelStripper;
 
 fn parse_now(now: Option<&str>) -> Result<DateTime<Utc>, CompanionError> {
@@ -199,7 +200,15 @@ fn draw(
             ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text });
         }
     };
-    let result = agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user).is_ok());
+    // What the reply must not recite: the packet as sent, less the earlier turns (a
+    // character may repeat itself; it may not read out its card, its example dialogue,
+    // its instructions or the user's words), plus the greeting it opened with.
+    let history = packet.block("chat_history").map(|b| b.text.as_str()).unwrap_or_default();
+    let sent: Vec<String> = packet.messages.iter().map(|m| if history.is_empty() { m.content.clone() } else { m.content.replace(history, "") }).collect();
+    let greeting = opening.get(chosen as usize).cloned().unwrap_or_default();
+    let copies = CopyGuard::new(sent.iter().map(String::as_str).chain([greeting.as_str()]));
+    let result =
+        agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user, &copies).is_ok());
     if let Some(rest) = stripper.lock().unwrap_or_else(|p| p.into_inner()).finish() {
         ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text: rest });
     }
@@ -216,7 +225,7 @@ fn draw(
     if cancel.is_cancelled() {
         return Err(LlmError::Cancelled.into());
     }
-    Ok(match judge(&completion, name, user) {
+    Ok(match judge(&completion, name, user, &copies) {
         Ok(reply) => Draw::Accepted(Accepted { reply, packet, attempt, completion }),
         Err(reason) => Draw::Discarded(reason),
     })

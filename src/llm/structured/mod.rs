@@ -20,7 +20,10 @@
 mod tests;
 
 
+pub mod content;
 pub mod repair;
+
+pub use content::{ContentCheck, ContentRules};
 
 use crate::llm::repair::{Expect, Repair, RepairOptions, repair_json_with};
 use crate::llm::{CallContext, ChatMessage, ChatRequest, LlmClient, LlmError, ResponseFormat, Role, Usage};
@@ -160,7 +163,7 @@ impl<T> OutputSchema<T> {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StructuredOptions {
     /// Calls in total, the first included. At least 1.
     pub max_attempts: u32,
@@ -169,11 +172,13 @@ pub struct StructuredOptions {
     pub schema_in_prompt: bool,
     /// A failed reply is quoted back in the re-ask up to this many characters.
     pub max_echo_chars: usize,
+    /// What a valid reply must also say to be accepted (see [`content`]).
+    pub content: ContentRules,
 }
 
 impl Default for StructuredOptions {
     fn default() -> Self {
-        Self { max_attempts: 3, schema_in_prompt: true, max_echo_chars: 16_000 }
+        Self { max_attempts: 3, schema_in_prompt: true, max_echo_chars: 16_000, content: ContentRules::default() }
     }
 }
 
@@ -188,6 +193,10 @@ pub enum AttemptFailure {
     /// Valid against the schema, yet the Rust type refused it (a rule the schema
     /// cannot express).
     TypeRejected { message: String },
+    /// Valid and typed, but it says nothing a reader could use: field names or
+    /// placeholders as values, repeated items, a narrative too short or that never
+    /// names its subject. The details are in [`StructuredAttempt::errors`].
+    Content,
 }
 
 impl fmt::Display for AttemptFailure {
@@ -196,6 +205,7 @@ impl fmt::Display for AttemptFailure {
             AttemptFailure::Unparseable { message } => write!(f, "not JSON: {message}"),
             AttemptFailure::Invalid => f.write_str("does not match the schema"),
             AttemptFailure::TypeRejected { message } => write!(f, "rejected by the type: {message}"),
+            AttemptFailure::Content => f.write_str("has the right shape but not content"),
         }
     }
 }
@@ -224,7 +234,7 @@ impl StructuredAttempt {
     pub fn summary(&self) -> String {
         match &self.failure {
             None => format!("attempt {}: accepted", self.number),
-            Some(AttemptFailure::Invalid) => {
+            Some(AttemptFailure::Invalid | AttemptFailure::Content) => {
                 let first = self.errors.first().map(ToString::to_string).unwrap_or_default();
                 let more = self.errors.len().saturating_sub(1);
                 let more = if more > 0 { format!(" (and {more} more)") } else { String::new() };
@@ -333,7 +343,7 @@ pub fn complete_with_schema<T: DeserializeOwned>(
             Err(source) => return Err(StructuredError::Llm { source, attempts }),
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let reading = read_reply::<T>(&schema.compiled, &completion.text);
+        let reading = read_reply::<T>(&schema.compiled, &options.content, &completion.text);
         attempts.push(StructuredAttempt {
             number,
             raw: completion.text,
@@ -411,6 +421,16 @@ fn reask_message(attempt: &StructuredAttempt) -> String {
         Some(AttemptFailure::TypeRejected { message: why }) => {
             message.push_str(&format!(": {why}."));
         }
+        Some(AttemptFailure::Content) => {
+            message.push_str(
+                ". It has the right shape, but these values are not content (field names, placeholders, \
+                 repeats or too little):",
+            );
+            for error in attempt.errors.iter().take(MAX_REASK_ERRORS) {
+                message.push_str(&format!("\n- {error}"));
+            }
+            message.push_str("\nWrite real words about the subject itself in every field.");
+        }
     }
     message.push_str(
         "\nReply again with the complete, corrected JSON only: no explanations, no code fences.",
@@ -427,7 +447,7 @@ struct Reading<T> {
 }
 
 /// Repair, validate, deserialize: the whole judgement of one reply.
-fn read_reply<T: DeserializeOwned>(schema: &CompiledSchema, raw: &str) -> Reading<T> {
+fn read_reply<T: DeserializeOwned>(schema: &CompiledSchema, rules: &ContentRules, raw: &str) -> Reading<T> {
     let accept = |value: &Value| schema.is_valid(value);
     let options = RepairOptions { expect: Expect::from_schema(schema.schema()), accept: Some(&accept) };
     let repaired = match repair_json_with(raw, &options) {
@@ -447,7 +467,13 @@ fn read_reply<T: DeserializeOwned>(schema: &CompiledSchema, raw: &str) -> Readin
         return Reading { value: None, json: None, repairs: repaired.repairs, errors, failure: Some(AttemptFailure::Invalid) };
     }
     match T::deserialize(&repaired.value) {
-        Ok(value) => Reading { value: Some(value), json: Some(repaired.value), repairs: repaired.repairs, errors, failure: None },
+        Ok(value) => {
+            let problems = content::check(schema.schema(), &repaired.value, rules);
+            if !problems.is_empty() {
+                return Reading { value: None, json: None, repairs: repaired.repairs, errors: problems, failure: Some(AttemptFailure::Content) };
+            }
+            Reading { value: Some(value), json: Some(repaired.value), repairs: repaired.repairs, errors, failure: None }
+        }
         Err(error) => Reading {
             value: None,
             json: None,

@@ -305,3 +305,31 @@ fn type_rejection_is_recorded_and_re_asked() {
     let reask = &provider.requests()[1].messages[3].content;
     assert!(reask.contains("expected u8"), "{reask}");
 }
+
+/// A reply that validates but is made of the schema's own words is re-asked, for every
+/// provider, with the problems listed; content rules can be switched off by a caller
+/// that judges the value itself.
+#[test]
+fn a_valid_reply_of_field_names_is_re_asked_as_content() {
+    const FIELD_NAMES: &str = r#"{"core_traits": ["fears", "summary", "core traits", "..."], "fears": ["fire", "fire"], "summary": "A scout."}"#;
+    let provider = ScriptedReplies::new(vec![reply(FIELD_NAMES, 100, 30), reply(VALID, 160, 35)]);
+    let output = match ask(&provider) {
+        Ok(output) => output,
+        Err(error) => panic!("the second reply has content: {error}"),
+    };
+    assert_eq!(output.attempts.len(), 2);
+    assert_eq!(output.attempts[0].failure, Some(AttemptFailure::Content));
+    let paths: Vec<&str> = output.attempts[0].errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["/core_traits/0", "/core_traits/1", "/core_traits/2", "/core_traits/3", "/fears"]);
+    assert!(output.attempts[0].summary().contains("is the name of the field"), "{}", output.attempts[0].summary());
+    let reask = &provider.requests()[1].messages;
+    let last = &reask[reask.len() - 1].content;
+    assert!(last.contains("not content") && last.contains("at /fears: has 2 items that are all the same"), "{last}");
+
+    let provider = ScriptedReplies::new(vec![reply(FIELD_NAMES, 100, 30)]);
+    let request = ChatRequest::new("", vec![ChatMessage::user("Describe Mira.")]);
+    let cancel = CancelToken::new();
+    let options = StructuredOptions { content: ContentRules::none(), ..StructuredOptions::default() };
+    let output = complete_structured::<Personality>(&client_for(&provider), request, &options, CallContext::new(&cancel));
+    assert!(output.is_ok_and(|o| o.attempts.len() == 1));
+}

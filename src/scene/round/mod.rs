@@ -25,7 +25,7 @@ use super::records;
 pub use super::model::CallLedger;
 use super::{SceneConfig, SceneError, SceneEvent};
 use crate::context::{Context, JobKey};
-use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile};
+use crate::llm::{CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile};
 use stages::RoundDraft;
 use crate::prompting::{BudgetLedger, PromptTemplates};
 use std::collections::BTreeMap;
@@ -244,7 +244,7 @@ fn character_turn(
     let on_token = move |text: &str| {
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: id.clone(), text: text.to_string() })
     };
-    let completion = agents.character.0.complete(&request, CallContext::with_tokens(cancel, &on_token))?;
+    let completion = crate::scene::prose::draw(ctx, &agents.character.0, request, (scene_id, round, &member.id), cancel, &on_token)?;
     Ok((completion.text, completion.usage, envelope.ledger, envelope.notes))
 }
 

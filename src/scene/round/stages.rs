@@ -5,7 +5,7 @@
 
 use super::{Agents, CallSetup, apply_updates, character_turn, request_for, split_delta, turn_order};
 use crate::context::Context;
-use crate::llm::structured::{StructuredOptions, complete_structured};
+use crate::llm::structured::{ContentCheck, StructuredOptions, complete_structured};
 use crate::llm::{CallContext, CancelToken, LlmError};
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
@@ -167,10 +167,13 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     envelope: envelope::Envelope,
     prompt: envelope::RenderedPrompt,
     draft: &mut RoundDraft,
+    check: ContentCheck,
     cancel: &CancelToken,
 ) -> Result<T, SceneError> {
     let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
-    let output = complete_structured::<T>(&agents.director.0, request, &StructuredOptions::default(), CallContext::new(cancel))
+    let mut options = StructuredOptions::default();
+    options.content.checks.push(check);
+    let output = complete_structured::<T>(&agents.director.0, request, &options, CallContext::new(cancel))
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     draft.tokens += u64::from(output.usage.total());
     draft.ledgers.push(CallLedger {
@@ -182,6 +185,58 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
         notes: envelope.notes,
     });
     Ok(output.value)
+}
+
+/// A Director's reply must be about the scene's real cast: with `someone_acts` (pass 1)
+/// at least one present (or entering) unmuted character acts, and state updates, when
+/// there are any, name at least one cast member. A plan that names only field names or
+/// strangers is re-asked instead of played as a round where nobody acts; a stray
+/// unknown name beside real ones is only ignored, as before, and recorded as such.
+fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
+    let cast: Vec<(String, bool, bool)> = view.cast.iter().map(|m| (m.name.clone(), m.active, m.muted)).collect();
+    Arc::new(move |value: &serde_json::Value| {
+        let known = |name: &str| cast.iter().any(|(n, _, _)| n.eq_ignore_ascii_case(name.trim()));
+        let names = cast.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+        let field = |camel: &str, snake: &str| value.get(camel).or_else(|| value.get(snake)).cloned();
+        let listed = |camel: &str, snake: &str| -> Vec<String> {
+            field(camel, snake)
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|item| item.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string())
+                .collect()
+        };
+        let strangers = |list: &[String]| list.iter().filter(|n| !known(n)).map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+        let mut problems = Vec::new();
+        let acting = listed("actingCharacters", "acting_characters");
+        let entering = listed("activations", "activations");
+        let can_act = cast.iter().any(|(_, _, muted)| !muted);
+        let acts = acting.iter().any(|name| {
+            cast.iter().any(|(n, active, muted)| {
+                n.eq_ignore_ascii_case(name.trim()) && !muted && (*active || entering.iter().any(|e| e.eq_ignore_ascii_case(n)))
+            })
+        });
+        if someone_acts && can_act && !acts {
+            let named = if acting.is_empty() { "names nobody".to_string() } else { format!("names only {}", strangers(&acting)) };
+            let named = if acting.iter().all(|n| known(n)) && !acting.is_empty() { "names only characters who are absent or muted".into() } else { named };
+            problems.push(crate::llm::structured::SchemaError {
+                path: "/actingCharacters".into(),
+                message: format!("{named}, so nobody would act; name at least one of the characters in this scene: {names} (bring one in with activations if none is present)"),
+                schema_path: "content/cast".into(),
+            });
+        }
+        if let Some(serde_json::Value::Object(updates)) = field("stateUpdates", "state_updates") {
+            let keys: Vec<String> = updates.keys().cloned().collect();
+            if !keys.is_empty() && !keys.iter().any(|k| known(k)) {
+                problems.push(crate::llm::structured::SchemaError {
+                    path: "/stateUpdates".into(),
+                    message: format!("is keyed by {}, who are not characters in this scene; key it by their names: {names}", strangers(&keys)),
+                    schema_path: "content/cast".into(),
+                });
+            }
+        }
+        problems
+    })
 }
 
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
@@ -206,7 +261,8 @@ pub(super) fn director_plan(
     );
     draft.lore_state = lore_state;
     let (envelope, prompt) = fitted?;
-    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, cancel)?;
+    let check = cast_check(&draft.view, draft.force.is_empty());
+    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, check, cancel)?;
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
@@ -457,7 +513,7 @@ pub(super) fn reconcile(
     draft.lore_state = lore_state;
     let (envelope, prompt) = fitted?;
     let reconciliation: Reconciliation =
-        director_call(agents, "director (reconcile)", envelope, prompt, draft, cancel)?;
+        director_call(agents, "director (reconcile)", envelope, prompt, draft, cast_check(&draft.view, false), cancel)?;
     draft.emit_decision(ctx, pass, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
     let changed = changes_anything(&reconciliation, draft, pass);
     if pass > 2 && reconciliation.elapsed_minutes > 0 && let Some(call) = draft.ledgers.last_mut() {

@@ -1,0 +1,71 @@
+//! One turn of prose in a round (a character's or the Narrator's): streamed, judged, and
+//! drawn again when it says nothing of its own. An empty reply, or one that copies eight
+//! words of its own prompt in a row (the character's card, its example dialogue, the
+//! Narrator's instruction), is thrown away, the front doors are told
+//! ([`SceneEvent::Redrawn`]) so they clear what streamed, and the model is asked again
+//! with the reason, up to [`MAX_DRAWS`] times in all; the last draw stands if every one
+//! failed, so a weak model still moves the scene rather than stopping it.
+
+use super::SceneEvent;
+use crate::context::Context;
+use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, Completion, LlmClient, LlmError, Role, Usage};
+use crate::prompting::echo::CopyGuard;
+
+/// Draws per turn, the first included.
+pub const MAX_DRAWS: u32 = 3;
+
+/// Why `text` is not a turn of the scene, or `None` when it is.
+pub fn fault(text: &str, copies: &CopyGuard) -> Option<String> {
+    if text.trim().is_empty() {
+        return Some("it was empty".into());
+    }
+    copies.reason(text)
+}
+
+/// Stream `request` (its tokens to `on_token`) until a draw passes [`fault`]. Returns the
+/// accepted completion with the usage of every draw added up.
+pub(crate) fn draw(
+    ctx: &Context,
+    client: &LlmClient,
+    mut request: ChatRequest,
+    who: (&str, u32, &str),
+    cancel: &CancelToken,
+    on_token: &(dyn Fn(&str) + Send + Sync),
+) -> Result<Completion, LlmError> {
+    let (scene_id, round, character_id) = who;
+    let copies = CopyGuard::new(request.messages.iter().map(|m| m.content.as_str()));
+    let mut spent = Usage { prompt_tokens: 0, completion_tokens: 0, reported: true };
+    let mut number = 1;
+    loop {
+        let mut completion = client.complete(&request, CallContext::with_tokens(cancel, on_token))?;
+        spent = Usage {
+            prompt_tokens: spent.prompt_tokens.saturating_add(completion.usage.prompt_tokens),
+            completion_tokens: spent.completion_tokens.saturating_add(completion.usage.completion_tokens),
+            reported: spent.reported && completion.usage.reported,
+        };
+        let Some(reason) = fault(&completion.text, &copies).filter(|_| number < MAX_DRAWS) else {
+            completion.usage = spent;
+            return Ok(completion);
+        };
+        tracing::info!(scene = scene_id, round, character = character_id, draw = number, %reason, "prose draw discarded");
+        ctx.emit(SceneEvent::Redrawn {
+            scene_id: scene_id.to_string(),
+            round,
+            character_id: character_id.to_string(),
+            reason: reason.clone(),
+        });
+        let note = format!("\n\nYour previous reply was discarded because {reason}. Write it again in your own words.");
+        match request.messages.iter_mut().rev().find(|m| m.role == Role::User) {
+            Some(user) if number == 1 => user.content.push_str(&note),
+            Some(user) => {
+                // One note at a time: replace the previous one.
+                if let Some(at) = user.content.rfind("\n\nYour previous reply was discarded because") {
+                    user.content.truncate(at);
+                }
+                user.content.push_str(&note);
+            }
+            None => request.messages.push(ChatMessage::user(note.trim().to_string())),
+        }
+        number += 1;
+    }
+}
