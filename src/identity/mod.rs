@@ -4,6 +4,7 @@
 //! Invariant: every checkpoint version is in the store before its `checkpoint_ready`
 //! event, and a run can be resumed from the store alone (see [`pipeline`]).
 
+mod base;
 pub mod export;
 pub mod pipeline;
 pub mod prompt;

@@ -228,8 +228,20 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         sink_ctx.emit(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() })
     };
     let call = CallContext::with_tokens(cancel, &on_token);
-    let options = StructuredOptions { content: content_rules(run, agent), ..StructuredOptions::default() };
+    let options = StructuredOptions { content: content_rules(run, agent, Some("/narrative"), "/structured"), ..StructuredOptions::default() };
+    // A base model (the embedded default) is given a worked example and asked for the
+    // narrative first; see `identity::base`.
+    let base = profile.kind == crate::llm::ProviderKind::Local;
     let (narrative, mut structured, attempts, usage) = match agent {
+        _ if base => match agent {
+            Agent::Personality => super::base::ask::<PersonalityOutput>(&client, run, agent, &knowledge, feedback, call)?,
+            Agent::BackstoryMotivation => super::base::ask::<BackstoryOutput>(&client, run, agent, &knowledge, feedback, call)?,
+            Agent::VoiceDialogue => super::base::ask::<VoiceOutput>(&client, run, agent, &knowledge, feedback, call)?,
+            Agent::PhysicalDescription => super::base::ask::<PhysicalOutput>(&client, run, agent, &knowledge, feedback, call)?,
+            Agent::StoryArc => super::base::ask::<StoryArcOutput>(&client, run, agent, &knowledge, feedback, call)?,
+            Agent::Relationships => super::base::ask::<RelationshipsOutput>(&client, run, agent, &knowledge, feedback, call)?,
+            Agent::FinalConsolidation => super::base::ask::<ConsolidationOutput>(&client, run, agent, &knowledge, feedback, call)?,
+        },
         Agent::Personality => ask::<PersonalityOutput>(&client, request, &options, call)?,
         Agent::BackstoryMotivation => ask::<BackstoryOutput>(&client, request, &options, call)?,
         Agent::VoiceDialogue => ask::<VoiceOutput>(&client, request, &options, call)?,
@@ -307,31 +319,34 @@ pub fn min_narrative_chars(mode: Mode) -> usize {
 
 /// What an agent's output must say beyond its schema: no field names (the seed's keys
 /// included) or placeholders, a narrative of a paragraph or more that names the
-/// character (the consolidation: an overview under the character's own name).
-fn content_rules(run: &RunRecord, agent: Agent) -> ContentRules {
+/// character (the consolidation: an overview under the character's own name). The
+/// narrative is at the JSON Pointer `narrative_at` (`None`: not in this value), the
+/// structured part under `structured_at` (`""` when it is the whole value).
+pub(super) fn content_rules(run: &RunRecord, agent: Agent, narrative_at: Option<&str>, structured_at: &str) -> ContentRules {
     let name = run.seed.name.trim().to_string();
     let mut rules = ContentRules {
         field_names: ["name", "role", "concept", "storyline", "other_characters", "narrative", "structured"]
             .iter()
             .map(|s| s.to_string())
             .collect(),
-        min_chars: vec![("/narrative".into(), min_narrative_chars(run.mode))],
-        mentions: vec![("/narrative".into(), vec![name.clone()])],
         ..ContentRules::default()
     };
+    // Checkpoint 7's narrative is the predecessor's fixed status line ("Character
+    // development complete. …"); the profile names the character in its overview instead.
+    if let Some(at) = narrative_at.filter(|_| agent != Agent::FinalConsolidation) {
+        rules.min_chars.push((at.to_string(), min_narrative_chars(run.mode)));
+        rules.mentions.push((at.to_string(), vec![name.clone()]));
+    }
     if agent == Agent::FinalConsolidation {
-        // Its narrative is the predecessor's fixed status line ("Character development
-        // complete. …"); the profile names the character in its overview instead.
-        rules.min_chars.clear();
-        rules.mentions.clear();
         let expected = name.clone();
+        let at = format!("{structured_at}/overview/name");
         rules.checks.push(std::sync::Arc::new(move |value: &serde_json::Value| {
-            let given = value.pointer("/structured/overview/name").and_then(|v| v.as_str()).unwrap_or_default();
+            let given = value.pointer(&at).and_then(|v| v.as_str()).unwrap_or_default();
             if crate::llm::structured::content::mentions(given, &expected) {
                 Vec::new()
             } else {
                 vec![crate::llm::structured::SchemaError {
-                    path: "/structured/overview/name".into(),
+                    path: at.clone(),
                     message: format!("is {given:?}, but the character is {expected:?}"),
                     schema_path: "content/name".into(),
                 }]
@@ -341,7 +356,7 @@ fn content_rules(run: &RunRecord, agent: Agent) -> ContentRules {
     rules
 }
 
-type Asked = (String, serde_json::Value, serde_json::Value, Usage);
+pub(super) type Asked = (String, serde_json::Value, serde_json::Value, Usage);
 
 fn ask<T>(
     client: &LlmClient,

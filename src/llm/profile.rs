@@ -80,6 +80,11 @@ pub struct SamplerSettings {
     pub presence_penalty: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_penalty: Option<f32>,
+    /// Texts the reply must not copy: a worked example shown in the prompt, say. The
+    /// embedded model lowers every token that would continue a three-token run of
+    /// them; no remote API has such a setting, so it is never sent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub avoid: Vec<String>,
 }
 
 /// What one API calls each sampler setting; `None` where it takes no such setting (the

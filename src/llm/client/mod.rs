@@ -327,6 +327,7 @@ fn merge_sampler(request: &SamplerSettings, profile: &SamplerSettings) -> Sample
         stop: if request.stop.is_empty() { profile.stop.clone() } else { request.stop.clone() },
         presence_penalty: request.presence_penalty.or(profile.presence_penalty),
         frequency_penalty: request.frequency_penalty.or(profile.frequency_penalty),
+        avoid: if request.avoid.is_empty() { profile.avoid.clone() } else { request.avoid.clone() },
     }
 }
 

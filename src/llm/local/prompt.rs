@@ -37,12 +37,20 @@ pub fn transcript_stops() -> Vec<String> {
 /// Assistant:
 /// ```
 ///
+/// A conversation of system messages only is a document: it is sent as it is, so the
+/// model continues its last line.
+///
 /// System text goes first without a tag: a base model reads it as the preamble of a
 /// document, which is what instructions are to it. A system message that appears
 /// after the first turn is kept in place under a `System:` tag so its position in the
 /// conversation survives. If the conversation ends with an assistant message, that
 /// message is left open (no blank line after it) so the model continues it: a prefill.
 pub fn render_transcript(messages: &[ChatMessage]) -> String {
+    // System text alone is a document for the model to continue exactly where it
+    // stops (a worked example, then the entry to write): no speaker tags at all.
+    if !messages.is_empty() && messages.iter().all(|m| m.role == Role::System) {
+        return messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n\n");
+    }
     let mut out = String::new();
     let mut seen_turn = false;
     for (i, message) in messages.iter().enumerate() {
@@ -332,6 +340,12 @@ mod tests {
         ]);
         assert_eq!(prompt, "User: Hi\n\nSystem: The storm begins.\n\nAssistant: The wind");
         assert_eq!(render_transcript(&[]), "Assistant:");
+    }
+
+    #[test]
+    fn system_text_alone_is_a_document_continued_where_it_stops() {
+        let prompt = render_transcript(&[ChatMessage::system("Character: Corin.\nPersonality: ")]);
+        assert_eq!(prompt, "Character: Corin.\nPersonality: ");
     }
 
     fn scan(stops: &[&str], pieces: &[&str]) -> (Vec<String>, String, bool) {

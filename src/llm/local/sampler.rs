@@ -24,6 +24,15 @@ pub const DEFAULT_TOP_P: f32 = 0.95;
 /// models fall into and never leave; the token is then barred for one step.
 pub const MAX_RUN: u32 = 8;
 
+/// How much a token loses for continuing a run of a text the reply must not copy
+/// ([`SamplerSettings::avoid`]): enough to pass over a copy when the model has any
+/// word of its own, not so much that a token the grammar requires is out of reach
+/// (the grammar still picks it when it is the only one allowed).
+pub const COPY_PENALTY: f32 = 6.0;
+
+/// Tokens in a run that [`COPY_PENALTY`] looks back on.
+const COPY_RUN: usize = 3;
+
 /// One candidate token with its (possibly penalised) logit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
@@ -43,6 +52,11 @@ pub struct Sampler {
     counts: HashMap<i32, u32>,
     /// The last token and how many times in a row it has been generated.
     last: Option<(i32, u32)>,
+    /// For each run of [`COPY_RUN`] tokens of a text not to copy, the tokens that
+    /// followed it there.
+    avoid: HashMap<[i32; COPY_RUN], Vec<i32>>,
+    /// The last [`COPY_RUN`] tokens generated, oldest first.
+    recent: Vec<i32>,
     rng: fastrand::Rng,
 }
 
@@ -60,7 +74,22 @@ impl Sampler {
             frequency_penalty: settings.frequency_penalty.unwrap_or(0.0),
             counts: HashMap::new(),
             last: None,
+            avoid: HashMap::new(),
+            recent: Vec::new(),
             rng,
+        }
+    }
+
+    /// The token sequences of the texts the reply must not copy.
+    pub fn avoid_copying(&mut self, texts: impl IntoIterator<Item = Vec<i32>>) {
+        for tokens in texts {
+            for run in tokens.windows(COPY_RUN + 1) {
+                let key = [run[0], run[1], run[2]];
+                let next = self.avoid.entry(key).or_default();
+                if !next.contains(&run[COPY_RUN]) {
+                    next.push(run[COPY_RUN]);
+                }
+            }
         }
     }
 
@@ -73,6 +102,13 @@ impl Sampler {
             for c in candidates.iter_mut() {
                 if let Some(&n) = self.counts.get(&c.token) {
                     c.logit -= self.presence_penalty + self.frequency_penalty * n as f32;
+                }
+            }
+        }
+        if let Some(next) = <[i32; COPY_RUN]>::try_from(self.recent.as_slice()).ok().and_then(|key| self.avoid.get(&key)) {
+            for c in candidates.iter_mut() {
+                if next.contains(&c.token) {
+                    c.logit -= COPY_PENALTY;
                 }
             }
         }
@@ -121,6 +157,12 @@ impl Sampler {
     /// Records a generated token for the penalties and the run limit.
     pub fn accept(&mut self, token: i32) {
         *self.counts.entry(token).or_insert(0) += 1;
+        if !self.avoid.is_empty() {
+            if self.recent.len() == COPY_RUN {
+                self.recent.remove(0);
+            }
+            self.recent.push(token);
+        }
         self.last = match self.last {
             Some((last, run)) if last == token => Some((token, run + 1)),
             _ => Some((token, 1)),
@@ -209,4 +251,23 @@ mod tests {
         assert_eq!(c[0], Candidate { token: 1, logit: 2.5 });
         assert_eq!(c[1], Candidate { token: 0, logit: 1.0 });
     }
+
+    #[test]
+    fn a_token_that_would_continue_a_copy_loses_its_lead() {
+        let mut s = Sampler::new(&SamplerSettings { temperature: Some(0.0), ..Default::default() });
+        s.avoid_copying([vec![1, 2, 3, 4]]);
+        for t in [1, 2, 3] {
+            s.accept(t);
+        }
+        // Token 4 would copy the run 1 2 3 4: it falls behind 9 although it led by 2.
+        let mut window = cands(&[0.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0, 8.0]);
+        s.prepare(&mut window);
+        assert_eq!(window[0].token, 9);
+        // After another token the run is broken and 4 is free again.
+        s.accept(7);
+        let mut window = cands(&[0.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0, 8.0]);
+        s.prepare(&mut window);
+        assert_eq!(window[0].token, 4);
+    }
+
 }

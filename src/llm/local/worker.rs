@@ -360,7 +360,9 @@ fn generate(
         ),
         None => None,
     };
-    let mut chooser = TokenChooser::new(model, Sampler::new(&request.sampler), grammar_sampler);
+    let mut sampler = Sampler::new(&request.sampler);
+    sampler.avoid_copying(request.sampler.avoid.iter().map(|text| vocab.tokenize(text.as_bytes(), false, false).iter().map(|t| t.0).collect()));
+    let mut chooser = TokenChooser::new(model, sampler, grammar_sampler);
     // The end of the budget is kept for closing a structured reply (see `decode`): a
     // reply cut off mid-object is worth nothing. The reserve is what the schema's
     // smallest instance costs with a margin, and at least a quarter of the budget.

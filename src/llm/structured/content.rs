@@ -26,6 +26,9 @@ pub struct ContentRules {
     /// More words that are names of fields, not content (the input's own keys, for
     /// example the seed's `role` and `concept`).
     pub field_names: Vec<String>,
+    /// Values of a worked example shown to the model: one of them coming back (three
+    /// words or more, compared without punctuation) was copied, not written for this subject.
+    pub borrowed: Vec<String>,
     /// The string at each JSON Pointer must be at least this many characters long.
     pub min_chars: Vec<(String, usize)>,
     /// The string at each JSON Pointer must name one of `names`.
@@ -36,7 +39,14 @@ pub struct ContentRules {
 
 impl Default for ContentRules {
     fn default() -> Self {
-        Self { reject_junk: true, field_names: Vec::new(), min_chars: Vec::new(), mentions: Vec::new(), checks: Vec::new() }
+        Self {
+            reject_junk: true,
+            field_names: Vec::new(),
+            borrowed: Vec::new(),
+            min_chars: Vec::new(),
+            mentions: Vec::new(),
+            checks: Vec::new(),
+        }
     }
 }
 
@@ -45,6 +55,7 @@ impl fmt::Debug for ContentRules {
         f.debug_struct("ContentRules")
             .field("reject_junk", &self.reject_junk)
             .field("field_names", &self.field_names)
+            .field("borrowed", &self.borrowed.len())
             .field("min_chars", &self.min_chars)
             .field("mentions", &self.mentions)
             .field("checks", &self.checks.len())
@@ -86,6 +97,12 @@ pub(crate) fn normalise(text: &str) -> String {
     words.join(" ").trim_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '"' | '\'')).trim().to_string()
 }
 
+/// Only the words, lowercase, one space apart: for telling a copied phrase despite its
+/// punctuation.
+fn plain(text: &str) -> String {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '\'')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect::<Vec<_>>().join(" ")
+}
+
 /// What the schema itself says: its field names, its descriptions and titles, and the
 /// strings it allows by `enum`/`const` (which are content by definition).
 #[derive(Default)]
@@ -93,6 +110,7 @@ struct SchemaWords {
     fields: BTreeSet<String>,
     descriptions: BTreeSet<String>,
     allowed: BTreeSet<String>,
+    borrowed: BTreeSet<String>,
 }
 
 fn schema_words(schema: &Value, words: &mut SchemaWords) {
@@ -158,6 +176,7 @@ pub fn check(schema: &Value, value: &Value, rules: &ContentRules) -> Vec<SchemaE
         let mut words = SchemaWords::default();
         schema_words(schema, &mut words);
         words.fields.extend(rules.field_names.iter().map(|f| normalise(f)));
+        words.borrowed.extend(rules.borrowed.iter().map(|b| plain(b)).filter(|b| b.split(' ').count() >= 3));
         walk(value, "", &words, &mut problems);
     }
     for (pointer, min) in &rules.min_chars {
@@ -245,6 +264,12 @@ fn junk_string(text: &str, words: &SchemaWords) -> Option<String> {
     if PLACEHOLDERS.contains(&norm.as_str()) || words.descriptions.contains(&norm) {
         return Some(format!("{text:?} is a placeholder or the schema's own description, not content"));
     }
+    if !text.chars().any(char::is_alphabetic) {
+        return Some(format!("{text:?} has no words in it"));
+    }
+    if words.borrowed.contains(&plain(text)) {
+        return Some(format!("{text:?} is copied from the worked example, not written for this subject"));
+    }
     None
 }
 
@@ -292,12 +317,17 @@ mod tests {
             "narrative": "...",
             "structured": {
                 "core_traits": ["fear", "secrets", "Emotional Baseline", "<trait>"],
-                "fears": ["drowning", "drowning"],
+                "fears": ["drowning", "drowning", "1000010", "The sound of a bell, under water.", "wry"],
                 "emotional_baseline": "one sentence summary",
+                "triggers": ["the tide", "The tide."],
                 "tone": "warm"
             }
         });
-        let rules = ContentRules { field_names: vec!["secrets".into()], ..ContentRules::default() };
+        let rules = ContentRules {
+            field_names: vec!["secrets".into()],
+            borrowed: vec!["the sound of a bell under water".into(), "wry".into()],
+            ..ContentRules::default()
+        };
         expect_test::expect![[r#"
             at /narrative: "..." is a placeholder, not content [content/junk]
             at /structured/core_traits/0: "fear" is the name of the field "fears", not content [content/junk]
@@ -305,7 +335,9 @@ mod tests {
             at /structured/core_traits/2: "Emotional Baseline" is the name of the field "emotional baseline", not content [content/junk]
             at /structured/core_traits/3: "<trait>" is a placeholder, not content [content/junk]
             at /structured/emotional_baseline: "one sentence summary" is a placeholder or the schema's own description, not content [content/junk]
-            at /structured/fears: has 2 items that are all the same; each item must say something different [content/repeated]"#]]
+            at /structured/fears/2: "1000010" has no words in it [content/junk]
+            at /structured/fears/3: "The sound of a bell, under water." is copied from the worked example, not written for this subject [content/junk]
+            at /structured/triggers: has 2 items that are all the same; each item must say something different [content/repeated]"#]]
         .assert_eq(&problems(junk, &rules).join("\n"));
     }
 

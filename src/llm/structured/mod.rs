@@ -149,6 +149,12 @@ impl<T: JsonSchema> OutputSchema<T> {
 }
 
 impl<T> OutputSchema<T> {
+    /// A schema of the caller's own for `T` (tighter than `T`'s, say: a `const` name),
+    /// named `name` for the request.
+    pub fn with_schema(name: &str, schema: Value) -> Result<Self, StructuredError> {
+        let compiled = CompiledSchema::new(schema).map_err(|message| StructuredError::Schema { name: name.to_string(), message })?;
+        Ok(Self { name: name.to_string(), compiled, _type: PhantomData })
+    }
 
     pub fn name(&self) -> &str {
         &self.name
@@ -174,11 +180,15 @@ pub struct StructuredOptions {
     pub max_echo_chars: usize,
     /// What a valid reply must also say to be accepted (see [`content`]).
     pub content: ContentRules,
+    /// Answer a failed attempt with a re-ask that quotes it and lists its errors. Off:
+    /// send the same request again for a fresh draw (a base model continuing a document
+    /// has no conversation to be corrected in).
+    pub reask: bool,
 }
 
 impl Default for StructuredOptions {
     fn default() -> Self {
-        Self { max_attempts: 3, schema_in_prompt: true, max_echo_chars: 16_000, content: ContentRules::default() }
+        Self { max_attempts: 3, schema_in_prompt: true, max_echo_chars: 16_000, content: ContentRules::default(), reask: true }
     }
 }
 
@@ -359,7 +369,7 @@ pub fn complete_with_schema<T: DeserializeOwned>(
             let usage = total_usage(&attempts);
             return Ok(StructuredOutput { value, json, attempts, usage });
         }
-        if number < max_attempts {
+        if number < max_attempts && options.reask {
             if let Some(last) = attempts.last() {
                 request.messages.push(ChatMessage::assistant(echo(&last.raw, options.max_echo_chars)));
                 request.messages.push(ChatMessage::user(reask_message(last)));

@@ -5,7 +5,7 @@
 
 use super::{Agents, CallSetup, apply_updates, character_turn, request_for, split_delta, turn_order};
 use crate::context::Context;
-use crate::llm::structured::{ContentCheck, StructuredOptions, complete_structured};
+use crate::llm::structured::{ContentCheck, OutputSchema, StructuredOptions, complete_with_schema, schema_for, schema_name};
 use crate::llm::{CallContext, CancelToken, LlmError};
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
@@ -173,7 +173,14 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
     let mut options = StructuredOptions::default();
     options.content.checks.push(check);
-    let output = complete_structured::<T>(&agents.director.0, request, &options, CallContext::new(cancel))
+    // The embedded model decodes under the schema's grammar: with the cast written in,
+    // it cannot name anyone else. Other servers keep the plain schema, so a stray
+    // unknown name beside real ones is only ignored (and recorded), as it always was.
+    let cast: Vec<&str> = draft.view.cast.iter().map(|m| m.name.as_str()).collect();
+    let schema = if agents.director.1.kind == crate::llm::ProviderKind::Local { cast_schema(schema_for::<T>(), &cast) } else { schema_for::<T>() };
+    let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
+        .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
+    let output = complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel))
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     draft.tokens += u64::from(output.usage.total());
     draft.ledgers.push(CallLedger {
@@ -185,6 +192,29 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
         notes: envelope.notes,
     });
     Ok(output.value)
+}
+
+/// The Director's schema with the cast written into it: every name it gives (who acts,
+/// enters, leaves) is one of `cast`, and its state updates are keyed by them. A model
+/// decoding under the schema's grammar (the embedded one) cannot then name a field or
+/// a stranger.
+pub(crate) fn cast_schema(mut schema: serde_json::Value, cast: &[&str]) -> serde_json::Value {
+    if cast.is_empty() {
+        return schema;
+    }
+    for def in ["ActingCharacter", "Activation", "Deactivation"] {
+        if let Some(serde_json::Value::Object(name)) = schema.pointer_mut(&format!("/$defs/{def}/properties/name")) {
+            name.insert("enum".into(), serde_json::json!(cast));
+        }
+    }
+    if let Some(serde_json::Value::Object(updates)) = schema.pointer_mut("/properties/stateUpdates") {
+        if let Some(state) = updates.remove("additionalProperties") {
+            let properties: serde_json::Map<String, serde_json::Value> = cast.iter().map(|n| (n.to_string(), state.clone())).collect();
+            updates.insert("properties".into(), serde_json::Value::Object(properties));
+            updates.insert("additionalProperties".into(), serde_json::Value::Bool(false));
+        }
+    }
+    schema
 }
 
 /// A Director's reply must be about the scene's real cast: with `someone_acts` (pass 1)
@@ -646,4 +676,28 @@ pub(super) fn close(ctx: &Context, recall: &Recall, mut draft: RoundDraft, cance
         bank.publish(memory_write);
     }
     Ok(Closed { messages: written, active: draft.active.into_iter().collect(), conflicts: draft.record.conflicts, tokens: draft.tokens })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::model::{DirectorPlan, Reconciliation};
+
+    /// Only cast names validate where the Director names someone, and the schema a
+    /// grammar is built from says so.
+    #[test]
+    fn the_directors_schema_lists_the_cast() {
+        let cast = ["Wren Talloway", "Ossian Vale"];
+        let plan = crate::llm::structured::CompiledSchema::new(cast_schema(schema_for::<DirectorPlan>(), &cast)).unwrap();
+        let good = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway"}], "stateUpdates": {"Ossian Vale": {"mood": "uneasy"}}});
+        assert!(plan.validate(&good).is_empty(), "{:?}", plan.validate(&good));
+        let junk = serde_json::json!({"actingCharacters": [{"name": "state_update"}], "stateUpdates": {"state_update": {"mood": "mood"}}});
+        let paths: Vec<String> = plan.validate(&junk).into_iter().map(|e| e.path).collect();
+        assert_eq!(paths, ["/actingCharacters/0/name", "/stateUpdates"], "{paths:?}");
+        let reconcile = cast_schema(schema_for::<Reconciliation>(), &cast);
+        assert_eq!(reconcile.pointer("/properties/stateUpdates/additionalProperties"), Some(&serde_json::json!(false)));
+        assert!(reconcile.pointer("/properties/stateUpdates/properties/Wren Talloway").is_some());
+        // No cast, nothing to list: the schema is left as it is.
+        assert_eq!(cast_schema(schema_for::<DirectorPlan>(), &[]), schema_for::<DirectorPlan>());
+    }
 }

@@ -1,0 +1,445 @@
+//! The identity agents on a base model (the embedded default).
+//!
+//! A small pretrained model does not follow instructions; it continues documents. Given
+//! the agents' usual prompt (a task, a seed, a JSON Schema) it writes the schema's own
+//! words back as values. So for a base model each agent's prompt is a page of a
+//! writer's workbook instead: one worked entry for a different character, in exactly
+//! the form wanted, then the seed's entry left open. The agent is asked twice:
+//!
+//! 1. **The narrative first, as prose.** The page ends at `Personality:` and the model
+//!    writes the paragraph, held by a grammar to one quoted paragraph of the mode's
+//!    minimum length or more.
+//! 2. **The brief drawn from it.** The paragraph is put on the page and the model
+//!    writes the `In brief:` JSON under the grammar of the agent's schema, tightened
+//!    where the answer is known (the consolidation's name is the seed's; a relationship
+//!    names one of the seed's other characters when it lists any).
+//!
+//! Both answers pass the same content checks as every other provider's, plus one of
+//! their own: nothing may be lifted from the worked example. A failed draw is drawn
+//! again from the same page (a document has no conversation to correct it in). The
+//! examples live in `prompts/identity/base/examples.json`, the page in `document.j2`.
+
+use super::IdentityError;
+use super::pipeline::{Asked, content_rules, min_narrative_chars};
+use super::records::{RunRecord, VersionRecord};
+use super::schema::{Agent, CharacterSeed};
+use crate::llm::structured::{
+    OutputSchema, StructuredAttempt, StructuredOptions, complete_with_schema, schema_for,
+    total_usage,
+};
+use crate::llm::{CallContext, ChatMessage, ChatRequest, LlmClient};
+use crate::prompting::PromptTemplates;
+use crate::prompting::echo::CopyGuard;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The fixed narrative of checkpoint 7, as the predecessor wrote it: the consolidation
+/// writes no prose of its own, only the overview.
+pub const CONSOLIDATION_NARRATIVE: &str =
+    "Character development complete. All aspects consolidated into a comprehensive profile.";
+
+/// How much of an approved narrative goes on the page: enough to stay consistent, short
+/// enough that the small model's context holds the page.
+const KNOWLEDGE_CHARS: usize = 500;
+
+/// Presence and frequency penalty in the brief: without it the small model fills a
+/// list with one item over and over.
+const BRIEF_REPETITION_PENALTY: f32 = 0.6;
+
+/// The longest narrative the grammar allows (about three solid paragraphs).
+const MAX_NARRATIVE_CHARS: usize = 1100;
+
+#[derive(Debug, Deserialize)]
+struct Examples {
+    character: ExampleCharacter,
+    agents: BTreeMap<String, ExampleAgent>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ExampleCharacter {
+    name: String,
+    role: String,
+    concept: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ExampleAgent {
+    heading: String,
+    narrative: String,
+    brief: Value,
+}
+
+fn examples(templates: &PromptTemplates) -> Result<Examples, IdentityError> {
+    let path = templates.dir().join("identity/base/examples.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| IdentityError::Invalid(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| IdentityError::Invalid(format!("{} is not valid: {e}", path.display())))
+}
+
+/// Every string of `value` (the example's values, which must not come back).
+fn strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|i| strings(i, out)),
+        Value::Object(map) => map.values().for_each(|v| strings(v, out)),
+        _ => {}
+    }
+}
+
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// Every free string of a brief holds a phrase: not empty (a small model's favourite
+/// way out of a field it has nothing for) and not a ramble.
+const BRIEF_STRING_CHARS: (u64, u64) = (3, 200);
+
+fn phrases(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let free_string = map.get("type") == Some(&json!("string")) && !map.contains_key("enum") && !map.contains_key("const");
+            if free_string {
+                map.entry("minLength").or_insert(json!(BRIEF_STRING_CHARS.0));
+                map.entry("maxLength").or_insert(json!(BRIEF_STRING_CHARS.1));
+            }
+            map.values_mut().for_each(phrases);
+        }
+        Value::Array(items) => items.iter_mut().for_each(phrases),
+        _ => {}
+    }
+}
+
+/// The agent's schema, tightened where the seed already knows the answer, with every
+/// free string a phrase.
+fn brief_schema<T: JsonSchema>(run: &RunRecord, agent: Agent) -> Value {
+    let mut schema = schema_for::<T>();
+    phrases(&mut schema);
+    match agent {
+        Agent::FinalConsolidation => {
+            if let Some(name) = schema.pointer_mut("/$defs/Overview/properties/name") {
+                *name = json!({ "type": "string", "const": run.seed.name.trim() });
+            }
+        }
+        Agent::Relationships if !run.seed.other_characters.is_empty() => {
+            let names: Vec<&str> = run
+                .seed
+                .other_characters
+                .iter()
+                .map(|o| o.name.trim())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if let (Some(character), false) = (
+                schema.pointer_mut("/$defs/Relationship/properties/character"),
+                names.is_empty(),
+            ) {
+                *character = json!({ "type": "string", "enum": names });
+            }
+        }
+        _ => {}
+    }
+    schema
+}
+
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+/// The workbook page for `agent`: the worked example, then the seed's entry, open at
+/// the narrative (or, given the narrative, at the brief).
+fn render_page(
+    templates: &PromptTemplates,
+    examples: &Examples,
+    agent: Agent,
+    seed: &CharacterSeed,
+    knowledge: &[(Agent, &str)],
+    feedback: Option<&str>,
+    narrative: Option<&str>,
+) -> Result<String, IdentityError> {
+    let example = examples.agents.get(agent.name()).ok_or_else(|| {
+        IdentityError::Invalid(format!(
+            "the worked examples have no entry for {}",
+            agent.name()
+        ))
+    })?;
+    let knowledge: Vec<Value> = knowledge
+        .iter()
+        .filter(|(a, text)| *a != Agent::FinalConsolidation && !text.trim().is_empty())
+        .map(|(a, text)| {
+            let heading = examples
+                .agents
+                .get(a.name())
+                .map_or(a.title(), |e| e.heading.as_str());
+            json!({ "heading": heading, "narrative": quoted(&clip(text.trim(), KNOWLEDGE_CHARS)) })
+        })
+        .collect();
+    let storyline = match &seed.storyline {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    // The page ends exactly where the model writes: no trailing newline.
+    Ok(templates
+        .render(
+            "identity/base/document.j2",
+            json!({
+                "heading": example.heading,
+                "example": examples.character,
+                "example_narrative": quoted(&example.narrative),
+                "example_brief": example.brief.to_string(),
+                "seed": seed,
+                "storyline": storyline,
+                "knowledge": knowledge,
+                "feedback": feedback,
+                "narrative": narrative.map(quoted),
+            }),
+        )?
+        .trim_end()
+        .to_string())
+}
+
+/// One agent call on a base model: narrative, then the brief; see the module docs.
+pub(super) fn ask<T>(
+    client: &LlmClient,
+    run: &RunRecord,
+    agent: Agent,
+    knowledge: &BTreeMap<u8, &VersionRecord>,
+    feedback: Option<&str>,
+    call: CallContext<'_>,
+) -> Result<Asked, IdentityError>
+where
+    T: DeserializeOwned + JsonSchema + Serialize,
+{
+    let templates = PromptTemplates::shipped()?;
+    let examples = examples(&templates)?;
+    let example = examples.agents.get(agent.name()).ok_or_else(|| {
+        IdentityError::Invalid(format!(
+            "the worked examples have no entry for {}",
+            agent.name()
+        ))
+    })?;
+    let knowledge: Vec<(Agent, &str)> = knowledge
+        .iter()
+        .filter_map(|(n, v)| Agent::from_number(*n).map(|a| (a, v.narrative.as_str())))
+        .collect();
+    let page = |narrative: Option<&str>| {
+        render_page(
+            &templates, &examples, agent, &run.seed, &knowledge, feedback, narrative,
+        )
+    };
+    let mut borrowed = Vec::new();
+    strings(&example.brief, &mut borrowed);
+    // The worked example is there to show the form, not the words: the model is steered
+    // off continuing any run of it, and (in the brief, where a small model loops) off
+    // repeating itself.
+    let avoid = vec![example.narrative.clone(), example.brief.to_string()];
+    let request = |text: String, max_tokens: u32, repetition: Option<f32>| {
+        let mut request = ChatRequest::new(String::new(), vec![ChatMessage::system(text)]);
+        request.stream = true;
+        request.sampler.max_tokens = Some(max_tokens);
+        request.sampler.avoid = avoid.clone();
+        request.sampler.presence_penalty = repetition;
+        request.sampler.frequency_penalty = repetition;
+        request
+    };
+    let agent_error = |e: crate::llm::structured::StructuredError, before: &[StructuredAttempt]| {
+        let attempts: Vec<StructuredAttempt> = before
+            .iter()
+            .cloned()
+            .chain(renumber(e.attempts(), before.len()))
+            .collect();
+        IdentityError::Agent {
+            message: e.to_string(),
+            attempts: serde_json::to_value(attempts).unwrap_or_default(),
+        }
+    };
+
+    // 1. The narrative, as prose on the page.
+    let mut attempts: Vec<StructuredAttempt> = Vec::new();
+    let narrative = if agent == Agent::FinalConsolidation {
+        CONSOLIDATION_NARRATIVE.to_string()
+    } else {
+        let min = min_narrative_chars(run.mode);
+        let schema =
+            json!({ "type": "string", "minLength": min, "maxLength": MAX_NARRATIVE_CHARS });
+        let schema = OutputSchema::<String>::with_schema("narrative", schema)
+            .map_err(|e| IdentityError::Invalid(e.to_string()))?;
+        let mut rules = content_rules(run, agent, Some(""), "");
+        let copies = CopyGuard::new([example.narrative.as_str()]);
+        rules.checks.push(Arc::new(move |value: &Value| {
+            let text = value.as_str().unwrap_or_default();
+            match copies.copied(text) {
+                Some(run) => vec![crate::llm::structured::SchemaError {
+                    path: String::new(),
+                    message: format!(
+                        "copies the worked example (\"{}\"); write about this character",
+                        clip(&run, 80)
+                    ),
+                    schema_path: "content/borrowed".into(),
+                }],
+                None => Vec::new(),
+            }
+        }));
+        let options = StructuredOptions {
+            schema_in_prompt: false,
+            reask: false,
+            content: rules,
+            ..StructuredOptions::default()
+        };
+        let max_tokens = (MAX_NARRATIVE_CHARS / 3) as u32;
+        match complete_with_schema(
+            client,
+            &schema,
+            request(page(None)?, max_tokens, None),
+            &options,
+            call,
+        ) {
+            Ok(out) => {
+                attempts = out.attempts;
+                out.value.trim().to_string()
+            }
+            Err(e) => return Err(agent_error(e, &[])),
+        }
+    };
+
+    // 2. The brief, drawn from the narrative now on the page.
+    let schema = OutputSchema::<T>::with_schema(
+        &crate::llm::structured::schema_name::<T>(),
+        brief_schema::<T>(run, agent),
+    )
+    .map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    let mut rules = content_rules(run, agent, None, "");
+    rules.borrowed = borrowed;
+    let options = StructuredOptions {
+        schema_in_prompt: false,
+        reask: false,
+        content: rules,
+        ..StructuredOptions::default()
+    };
+    let shown = (agent != Agent::FinalConsolidation).then_some(narrative.as_str());
+    let out = complete_with_schema(client, &schema, request(page(shown)?, 700, Some(BRIEF_REPETITION_PENALTY)), &options, call)
+        .map_err(|e| agent_error(e, &attempts))?;
+    let before = attempts.len();
+    attempts.extend(renumber(&out.attempts, before));
+    let structured =
+        serde_json::to_value(&out.value).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    let usage = total_usage(&attempts);
+    Ok((
+        narrative,
+        structured,
+        serde_json::to_value(&attempts).unwrap_or_default(),
+        usage,
+    ))
+}
+
+/// The second call's attempts, numbered after the first call's.
+fn renumber(attempts: &[StructuredAttempt], after: usize) -> Vec<StructuredAttempt> {
+    attempts
+        .iter()
+        .cloned()
+        .map(|mut a| {
+            a.number += after as u32;
+            a
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed() -> CharacterSeed {
+        CharacterSeed::parse(
+            r#"{"name": "Ilse Marrow", "role": "lighthouse keeper", "concept": "A widow who trades secrets with smugglers to keep the light burning.",
+                "storyline": "A stranger washes ashore.", "other_characters": [{"name": "Tomas Venn", "role": "smuggler"}]}"#,
+        )
+        .unwrap()
+    }
+
+    /// The page a base model continues: the worked example in exactly the form wanted,
+    /// then the seed's entry, open where the model writes. No schema, no field list.
+    #[test]
+    fn the_workbook_page_for_the_narrative_and_then_for_the_brief() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let examples = examples(&templates).unwrap();
+        let knowledge = [(Agent::Personality, "Ilse Marrow is stubborn and kind.")];
+        let page = render_page(
+            &templates,
+            &examples,
+            Agent::VoiceDialogue,
+            &seed(),
+            &knowledge,
+            Some("more salt"),
+            None,
+        )
+        .unwrap();
+        let tail: Vec<&str> = page.lines().skip(6).collect();
+        expect_test::expect![[r#"
+            Character: Ilse Marrow, lighthouse keeper. A widow who trades secrets with smugglers to keep the light burning.
+            Story: A stranger washes ashore.
+            Others in the story: Tomas Venn (smuggler).
+            Personality: "Ilse Marrow is stubborn and kind."
+            The editor's note on the last draft: more salt
+            Voice:"#]]
+        .assert_eq(&tail.join("\n"));
+        assert!(page.starts_with("Character notes from a novelist's workbook."));
+        assert!(
+            page.contains("\nVoice: \"Corin Ashdown speaks slowly"),
+            "{page}"
+        );
+        assert!(!page.contains("speech_pattern\":\"...") && !page.contains("json_schema"));
+
+        let brief = render_page(
+            &templates,
+            &examples,
+            Agent::VoiceDialogue,
+            &seed(),
+            &[],
+            None,
+            Some("Ilse talks \"little\"."),
+        )
+        .unwrap();
+        assert!(
+            brief.ends_with("Voice: \"Ilse talks \\\"little\\\".\"\nIn brief:"),
+            "{brief}"
+        );
+        // Every agent has its worked example.
+        for n in 1..=7 {
+            let agent = Agent::from_number(n).unwrap();
+            assert!(
+                render_page(&templates, &examples, agent, &seed(), &[], None, None).is_ok(),
+                "{agent:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_brief_schema_fixes_what_the_seed_already_knows() {
+        let run_seed = seed();
+        let schema = {
+            let mut s = schema_for::<super::super::schema::ConsolidationOutput>();
+            if let Some(name) = s.pointer_mut("/$defs/Overview/properties/name") {
+                *name = json!({ "type": "string", "const": run_seed.name });
+            }
+            s
+        };
+        assert_eq!(
+            schema.pointer("/$defs/Overview/properties/name/const"),
+            Some(&json!("Ilse Marrow"))
+        );
+        let relationships = schema_for::<super::super::schema::RelationshipsOutput>();
+        assert!(
+            relationships
+                .pointer("/$defs/Relationship/properties/character")
+                .is_some(),
+            "{relationships}"
+        );
+    }
+}
