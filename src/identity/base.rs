@@ -102,17 +102,28 @@ fn clip(text: &str, max: usize) -> String {
 /// way out of a field it has nothing for) and not a ramble.
 const BRIEF_STRING_CHARS: (u64, u64) = (3, 200);
 
+/// A list item is shorter still: a trait, a fear, a habit.
+const BRIEF_ITEM_CHARS: u64 = 80;
+
 fn phrases(schema: &mut Value) {
+    phrases_within(schema, BRIEF_STRING_CHARS.1);
+}
+
+fn phrases_within(schema: &mut Value, max: u64) {
     match schema {
         Value::Object(map) => {
             let free_string = map.get("type") == Some(&json!("string")) && !map.contains_key("enum") && !map.contains_key("const");
             if free_string {
                 map.entry("minLength").or_insert(json!(BRIEF_STRING_CHARS.0));
-                map.entry("maxLength").or_insert(json!(BRIEF_STRING_CHARS.1));
+                map.entry("maxLength").or_insert(json!(max));
             }
-            map.values_mut().for_each(phrases);
+            let is_list = map.get("type") == Some(&json!("array"));
+            for (key, value) in map.iter_mut() {
+                let max = if is_list && key == "items" { BRIEF_ITEM_CHARS } else { max };
+                phrases_within(value, max);
+            }
         }
-        Value::Array(items) => items.iter_mut().for_each(phrases),
+        Value::Array(items) => items.iter_mut().for_each(|i| phrases_within(i, max)),
         _ => {}
     }
 }
@@ -126,6 +137,10 @@ fn brief_schema<T: JsonSchema>(run: &RunRecord, agent: Agent) -> Value {
         Agent::FinalConsolidation => {
             if let Some(name) = schema.pointer_mut("/$defs/Overview/properties/name") {
                 *name = json!({ "type": "string", "const": run.seed.name.trim() });
+            }
+            let role = run.seed.role.trim();
+            if let (Some(field), false) = (schema.pointer_mut("/$defs/Overview/properties/role"), role.is_empty()) {
+                *field = json!({ "type": "string", "const": role });
             }
         }
         Agent::Relationships if !run.seed.other_characters.is_empty() => {
@@ -141,6 +156,11 @@ fn brief_schema<T: JsonSchema>(run: &RunRecord, agent: Agent) -> Value {
                 names.is_empty(),
             ) {
                 *character = json!({ "type": "string", "enum": names });
+                // One relationship per character the seed names, no more.
+                if let Some(Value::Object(list)) = schema.pointer_mut("/properties/relationships") {
+                    list.insert("minItems".into(), json!(1));
+                    list.insert("maxItems".into(), json!(names.len()));
+                }
             }
         }
         _ => {}
@@ -205,6 +225,17 @@ fn render_page(
         .to_string())
 }
 
+/// The narrative's schema: one paragraph between `min` and [`MAX_NARRATIVE_CHARS`]
+/// characters that opens with the character's name (a small model left to choose
+/// often writes about someone else, or about the worked example's character). The
+/// grammar is built from the pattern; validation checks both.
+fn narrative_schema(name: &str, min: usize) -> Value {
+    let rest_min = min.saturating_sub(name.chars().count() + 1).max(1);
+    let rest_max = MAX_NARRATIVE_CHARS.saturating_sub(name.chars().count() + 1).max(rest_min);
+    let pattern = format!("^{} [^\"\\\\]{{{rest_min},{rest_max}}}$", regex::escape(name));
+    json!({ "type": "string", "minLength": min, "maxLength": MAX_NARRATIVE_CHARS, "pattern": pattern })
+}
+
 /// One agent call on a base model: narrative, then the brief; see the module docs.
 pub(super) fn ask<T>(
     client: &LlmClient,
@@ -266,9 +297,7 @@ where
     let narrative = if agent == Agent::FinalConsolidation {
         CONSOLIDATION_NARRATIVE.to_string()
     } else {
-        let min = min_narrative_chars(run.mode);
-        let schema =
-            json!({ "type": "string", "minLength": min, "maxLength": MAX_NARRATIVE_CHARS });
+        let schema = narrative_schema(run.seed.name.trim(), min_narrative_chars(run.mode));
         let schema = OutputSchema::<String>::with_schema("narrative", schema)
             .map_err(|e| IdentityError::Invalid(e.to_string()))?;
         let mut rules = content_rules(run, agent, Some(""), "");
@@ -441,5 +470,14 @@ mod tests {
                 .is_some(),
             "{relationships}"
         );
+        let mut personality = schema_for::<super::super::schema::PersonalityOutput>();
+        phrases(&mut personality);
+        assert_eq!(personality.pointer("/properties/core_traits/items/minLength"), Some(&json!(3)));
+        assert_eq!(personality.pointer("/properties/core_traits/items/maxLength"), Some(&json!(80)));
+        assert_eq!(personality.pointer("/properties/emotional_baseline/maxLength"), Some(&json!(200)));
+        let narrative = crate::llm::structured::CompiledSchema::new(narrative_schema("Ilse Marrow", 40)).unwrap();
+        assert!(narrative.is_valid(&json!("Ilse Marrow keeps the light and trades in secrets with the smugglers.")));
+        assert!(!narrative.is_valid(&json!("Corin Ashdown keeps the ferry and trades in secrets with the smugglers.")));
+        assert!(!narrative.is_valid(&json!("Ilse Marrow sleeps.")));
     }
 }

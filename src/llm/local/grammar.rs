@@ -149,6 +149,21 @@ fn cap_strings(schema: &mut Value, cap: u64) {
         let limit = map.get("maxLength").and_then(Value::as_u64).map_or(cap, |m| m.min(MAX_REPETITION));
         map.insert("maxLength".into(), Value::from(limit));
     }
+    // An integer the Rust type holds in a fixed width (`"format": "uint32"`) gets that
+    // width's bounds, so the model cannot write a number the type then refuses.
+    let bounds = match map.get("format").and_then(Value::as_str) {
+        Some("uint8") => Some((0, i64::from(u8::MAX))),
+        Some("uint16") => Some((0, i64::from(u16::MAX))),
+        Some("uint32") => Some((0, i64::from(u32::MAX))),
+        Some("int8") => Some((i64::from(i8::MIN), i64::from(i8::MAX))),
+        Some("int16") => Some((i64::from(i16::MIN), i64::from(i16::MAX))),
+        Some("int32") => Some((i64::from(i32::MIN), i64::from(i32::MAX))),
+        _ => None,
+    };
+    if let Some((low, high)) = bounds {
+        map.entry("minimum").or_insert(Value::from(low));
+        map.entry("maximum").or_insert(Value::from(high));
+    }
     for (key, value) in map.iter_mut() {
         match key.as_str() {
             "enum" | "const" | "default" | "examples" | "description" | "title" => {}
@@ -274,5 +289,21 @@ mod tests {
         assert_eq!(schema["properties"]["list"]["items"]["maxLength"], 50);
         assert_eq!(schema["properties"]["maybe"]["anyOf"][0]["maxLength"], 50);
         assert_eq!(schema["$defs"]["Inner"]["maxLength"], 50);
+    }
+
+    /// A `u32` field (the Director's elapsed minutes) cannot be written as a number the
+    /// type refuses: the model once wrote 1010708044997211.
+    #[test]
+    fn fixed_width_integers_get_their_bounds() {
+        let mut schema = json!({ "type": "object", "properties": {
+            "minutes": { "type": "integer", "format": "uint32", "minimum": 0 },
+            "act": { "type": "integer", "format": "uint8", "minimum": 1, "maximum": 3 },
+            "priority": { "type": "integer", "format": "int32" }
+        }});
+        cap_strings(&mut schema, 50);
+        assert_eq!(schema["properties"]["minutes"]["maximum"], u32::MAX);
+        assert_eq!(schema["properties"]["act"]["maximum"], 3);
+        assert_eq!(schema["properties"]["priority"]["minimum"], i32::MIN);
+        assert!(from_schema(&schema).is_ok());
     }
 }

@@ -94,7 +94,7 @@ pub(crate) fn normalise(text: &str) -> String {
         out.extend(c.to_lowercase());
     }
     let words: Vec<&str> = out.split_whitespace().collect();
-    words.join(" ").trim_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '"' | '\'')).trim().to_string()
+    words.join(" ").trim_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '"' | '\'' | '[' | ']' | '{' | '}')).trim().to_string()
 }
 
 /// Only the words, lowercase, one space apart: for telling a copied phrase despite its
@@ -264,6 +264,9 @@ fn junk_string(text: &str, words: &SchemaWords) -> Option<String> {
     if PLACEHOLDERS.contains(&norm.as_str()) || words.descriptions.contains(&norm) {
         return Some(format!("{text:?} is a placeholder or the schema's own description, not content"));
     }
+    if ["\"}", "{\"", "[\"", "\"]", "\":"].iter().any(|piece| text.contains(piece)) {
+        return Some(format!("{text:?} has pieces of JSON in it, not content"));
+    }
     if !text.chars().any(char::is_alphabetic) {
         return Some(format!("{text:?} has no words in it"));
     }
@@ -320,6 +323,7 @@ mod tests {
                 "fears": ["drowning", "drowning", "1000010", "The sound of a bell, under water.", "wry"],
                 "emotional_baseline": "one sentence summary",
                 "triggers": ["the tide", "The tide."],
+                "secrets": ["fears [", "I didn't want to.\"}, "],
                 "tone": "warm"
             }
         });
@@ -337,6 +341,8 @@ mod tests {
             at /structured/emotional_baseline: "one sentence summary" is a placeholder or the schema's own description, not content [content/junk]
             at /structured/fears/2: "1000010" has no words in it [content/junk]
             at /structured/fears/3: "The sound of a bell, under water." is copied from the worked example, not written for this subject [content/junk]
+            at /structured/secrets/0: "fears [" is the name of the field "fears", not content [content/junk]
+            at /structured/secrets/1: "I didn't want to.\"}, " has pieces of JSON in it, not content [content/junk]
             at /structured/triggers: has 2 items that are all the same; each item must say something different [content/repeated]"#]]
         .assert_eq(&problems(junk, &rules).join("\n"));
     }

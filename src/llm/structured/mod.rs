@@ -347,6 +347,15 @@ pub fn complete_with_schema<T: DeserializeOwned>(
         if ctx.cancel.is_cancelled() {
             return Err(StructuredError::Llm { source: LlmError::Cancelled, attempts });
         }
+        if number > 1 && !options.reask {
+            // A fresh draw, not the same one again (nor the same cached reply): the
+            // next seed after the configured one, or a random one.
+            let configured = request.sampler.seed.or(client.profile().sampler.seed);
+            request.sampler.seed = Some(match configured {
+                Some(seed) => seed.wrapping_add(u64::from(number - 1)),
+                None => fastrand::u64(..),
+            });
+        }
         let started = Instant::now();
         let completion = match client.complete(&request, ctx) {
             Ok(completion) => completion,

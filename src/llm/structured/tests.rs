@@ -333,3 +333,19 @@ fn a_valid_reply_of_field_names_is_re_asked_as_content() {
     let output = complete_structured::<Personality>(&client_for(&provider), request, &options, CallContext::new(&cancel));
     assert!(output.is_ok_and(|o| o.attempts.len() == 1));
 }
+
+/// Without re-asks (a base model continuing a document) a failed draw is followed by
+/// the same request under a new seed: the same page, a different draw.
+#[test]
+fn without_reasks_the_same_request_is_drawn_again_under_a_new_seed() {
+    let provider = ScriptedReplies::new(vec![reply(TOO_FEW_TRAITS, 100, 30), reply(VALID, 100, 35)]);
+    let mut request = ChatRequest::new("", vec![ChatMessage::system("Character: Mira.\nIn brief:")]);
+    request.sampler.seed = Some(40);
+    let cancel = CancelToken::new();
+    let options = StructuredOptions { reask: false, schema_in_prompt: false, ..StructuredOptions::default() };
+    let output = complete_structured::<Personality>(&client_for(&provider), request, &options, CallContext::new(&cancel));
+    assert!(output.is_ok_and(|o| o.attempts.len() == 2));
+    let requests = provider.requests();
+    assert_eq!(requests[0].messages, requests[1].messages);
+    assert_eq!((requests[0].sampler.seed, requests[1].sampler.seed), (Some(40), Some(41)));
+}

@@ -176,7 +176,7 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     // The embedded model decodes under the schema's grammar: with the cast written in,
     // it cannot name anyone else. Other servers keep the plain schema, so a stray
     // unknown name beside real ones is only ignored (and recorded), as it always was.
-    let cast: Vec<&str> = draft.view.cast.iter().map(|m| m.name.as_str()).collect();
+    let cast: Vec<Member<'_>> = draft.view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
     let schema = if agents.director.1.kind == crate::llm::ProviderKind::Local { cast_schema(schema_for::<T>(), &cast) } else { schema_for::<T>() };
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
@@ -194,19 +194,39 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     Ok(output.value)
 }
 
-/// The Director's schema with the cast written into it: every name it gives (who acts,
-/// enters, leaves) is one of `cast`, and its state updates are keyed by them. A model
-/// decoding under the schema's grammar (the embedded one) cannot then name a field or
-/// a stranger.
-pub(crate) fn cast_schema(mut schema: serde_json::Value, cast: &[&str]) -> serde_json::Value {
-    if cast.is_empty() {
+/// A cast member as the Director's grammar sees it.
+pub(crate) struct Member<'a> {
+    pub name: &'a str,
+    pub present: bool,
+    pub muted: bool,
+}
+
+/// The Director's schema with the cast written into it: at least one character acts,
+/// picked from those present and not muted (any unmuted one when none is present);
+/// only absent characters enter and only present ones leave; state updates are keyed by
+/// cast names. A model decoding under the schema's grammar (the embedded one) cannot
+/// then name a field, a stranger, or nobody.
+pub(crate) fn cast_schema(mut schema: serde_json::Value, cast: &[Member<'_>]) -> serde_json::Value {
+    let names = |keep: &dyn Fn(&Member<'_>) -> bool| -> Vec<&str> { cast.iter().filter(|m| keep(m)).map(|m| m.name).collect() };
+    let everyone = names(&|_| true);
+    if everyone.is_empty() {
         return schema;
     }
-    for def in ["ActingCharacter", "Activation", "Deactivation"] {
+    let mut actors = names(&|m| m.present && !m.muted);
+    if actors.is_empty() {
+        actors = names(&|m| !m.muted);
+    }
+    let (absent, present) = (names(&|m| !m.present), names(&|m| m.present));
+    for (def, allowed) in [("ActingCharacter", &actors), ("Activation", &absent), ("Deactivation", &present)] {
+        let allowed = if allowed.is_empty() { &everyone } else { allowed };
         if let Some(serde_json::Value::Object(name)) = schema.pointer_mut(&format!("/$defs/{def}/properties/name")) {
-            name.insert("enum".into(), serde_json::json!(cast));
+            name.insert("enum".into(), serde_json::json!(allowed));
         }
     }
+    if let (Some(serde_json::Value::Object(acting)), false) = (schema.pointer_mut("/properties/actingCharacters"), actors.is_empty()) {
+        acting.insert("minItems".into(), serde_json::json!(1));
+    }
+    let cast = &everyone;
     if let Some(serde_json::Value::Object(updates)) = schema.pointer_mut("/properties/stateUpdates") {
         if let Some(state) = updates.remove("additionalProperties") {
             let properties: serde_json::Map<String, serde_json::Value> = cast.iter().map(|n| (n.to_string(), state.clone())).collect();
@@ -687,13 +707,23 @@ mod tests {
     /// grammar is built from says so.
     #[test]
     fn the_directors_schema_lists_the_cast() {
-        let cast = ["Wren Talloway", "Ossian Vale"];
+        let cast = [
+            Member { name: "Wren Talloway", present: true, muted: false },
+            Member { name: "Ossian Vale", present: true, muted: true },
+            Member { name: "Marguerite Siltborne", present: false, muted: false },
+        ];
         let plan = crate::llm::structured::CompiledSchema::new(cast_schema(schema_for::<DirectorPlan>(), &cast)).unwrap();
         let good = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway"}], "stateUpdates": {"Ossian Vale": {"mood": "uneasy"}}});
         assert!(plan.validate(&good).is_empty(), "{:?}", plan.validate(&good));
         let junk = serde_json::json!({"actingCharacters": [{"name": "state_update"}], "stateUpdates": {"state_update": {"mood": "mood"}}});
         let paths: Vec<String> = plan.validate(&junk).into_iter().map(|e| e.path).collect();
         assert_eq!(paths, ["/actingCharacters/0/name", "/stateUpdates"], "{paths:?}");
+        // Nobody, a muted character, or one who is not there: none of them validates.
+        for acting in [serde_json::json!([]), serde_json::json!([{"name": "Ossian Vale"}]), serde_json::json!([{"name": "Marguerite Siltborne"}])] {
+            assert!(!plan.validate(&serde_json::json!({"actingCharacters": acting})).is_empty(), "{acting}");
+        }
+        let entering = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway"}], "activations": [{"name": "Marguerite Siltborne"}]});
+        assert!(plan.validate(&entering).is_empty());
         let reconcile = cast_schema(schema_for::<Reconciliation>(), &cast);
         assert_eq!(reconcile.pointer("/properties/stateUpdates/additionalProperties"), Some(&serde_json::json!(false)));
         assert!(reconcile.pointer("/properties/stateUpdates/properties/Wren Talloway").is_some());
