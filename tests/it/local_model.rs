@@ -259,3 +259,65 @@ fn first_prompt_tokens(provider: &LocalProvider, request: &ChatRequest) -> u32 {
         .expect("probe succeeds");
     completion.usage.prompt_tokens - 1
 }
+
+/// Issue 18's demo round, offline: on the embedded model the Director names characters
+/// who are present (its grammar lists them), at least one of them speaks, and the round
+/// is saved. Before, the plan named `state_update` and nobody acted.
+#[test]
+fn an_offline_demo_round_has_a_present_character_speaking() {
+    use lorekeeper::config::{Config, Paths};
+    use lorekeeper::engine::{self, Command, Event};
+    use lorekeeper::scene::{DirectorDecision, SceneCommand, SceneEvent, demo};
+
+    assert!(default_model_path().is_file(), "the local model is not installed: run `bash .ci/setup.sh` first");
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let mut config = Config::default();
+    assert_eq!(config.default_profile, "local", "the embedded model is the default when it is installed");
+    // Keyword memories only: the embedder is not what this test is about.
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    // One seed, so a failure here can be run again as it happened.
+    let mut local = config.profile("local").unwrap().clone();
+    local.sampler.seed = Some(11);
+    config.upsert_profile(local);
+    config.save(&paths.config_file).unwrap();
+    let scene = demo::ensure(&lorekeeper::store::Store::open(&paths.library_file).unwrap()).unwrap().unwrap();
+    let engine = engine::start(paths).unwrap();
+    let present: Vec<String> = engine
+        .context()
+        .store
+        .with(|c| lorekeeper::scene::records::load_view(c, &scene))
+        .unwrap()
+        .cast
+        .iter()
+        .filter(|m| m.active && !m.muted)
+        .map(|m| m.name.clone())
+        .collect();
+    engine
+        .send(Command::Scene(SceneCommand::Round {
+            scene: scene.clone(),
+            input: Some("I hand the keeper the sealed letter and ask who sent it.".into()),
+            force: Vec::new(),
+            review: false,
+        }))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut plan = None;
+    let mut spoke = Vec::new();
+    loop {
+        match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Scene(SceneEvent::DirectorDecided { pass: 1, decision: DirectorDecision::Plan(p), .. })) => plan = Some(p),
+            Ok(Event::Scene(SceneEvent::CharacterFinished { name, content, .. })) => spoke.push((name, content)),
+            Ok(Event::Scene(SceneEvent::RoundCompleted { .. })) => break,
+            Ok(Event::Scene(SceneEvent::Error { message, .. })) => panic!("the round failed: {message}; spoke: {spoke:?}"),
+            Ok(_) => {}
+            Err(e) => panic!("no round in time: {e}"),
+        }
+    }
+    let plan = plan.expect("the Director's plan");
+    assert!(!plan.acting_characters.is_empty());
+    for actor in &plan.acting_characters {
+        assert!(present.contains(&actor.name), "{} is not present: {present:?}", actor.name);
+    }
+    assert!(spoke.iter().any(|(name, text)| present.contains(name) && text.split_whitespace().count() >= 2), "{spoke:?}");
+}

@@ -177,7 +177,14 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     // it cannot name anyone else. Other servers keep the plain schema, so a stray
     // unknown name beside real ones is only ignored (and recorded), as it always was.
     let cast: Vec<Member<'_>> = draft.view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
-    let schema = if agents.director.1.kind == crate::llm::ProviderKind::Local { cast_schema(schema_for::<T>(), &cast) } else { schema_for::<T>() };
+    let schema = if agents.director.1.kind == crate::llm::ProviderKind::Local {
+        // The grammar holds the shape; the schema's text in the prompt would only be
+        // copied into the values by a small model.
+        options.schema_in_prompt = false;
+        small_model_schema(cast_schema(schema_for::<T>(), &cast))
+    } else {
+        schema_for::<T>()
+    };
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     let output = complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel))
@@ -192,6 +199,56 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
         notes: envelope.notes,
     });
     Ok(output.value)
+}
+
+/// The Director's schema cut to what a small model can fill with sense: who acts and
+/// why, who enters, the state after the round and the time it took. The optional
+/// rest (turn order and priority, exits, state before anyone acts, open guidance, new
+/// facts, trackers) is left out of its grammar, so it keeps its defaults, and every
+/// free string must start with a letter and hold a phrase — a 270M model otherwise
+/// writes `"12"` as guidance.
+pub(crate) fn small_model_schema(mut schema: serde_json::Value) -> serde_json::Value {
+    fn remove(schema: &mut serde_json::Value, at: &str, keys: &[&str]) {
+        if let Some(serde_json::Value::Object(properties)) = schema.pointer_mut(at) {
+            for key in keys {
+                properties.remove(*key);
+            }
+        }
+    }
+    remove(&mut schema, "/properties", &["deactivations", "openGuidance", "newFacts", "trackers"]);
+    if schema.pointer("/properties/actingCharacters").is_some() {
+        remove(&mut schema, "/properties", &["stateUpdates"]);
+    }
+    remove(&mut schema, "/$defs/ActingCharacter/properties", &["priority", "order"]);
+    fn phrases(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                // A state field (`"type": ["string", "null"]`) is optional already:
+                // left out it stays unchanged, so the grammar need not offer `null`.
+                if map.get("type") == Some(&serde_json::json!(["string", "null"])) {
+                    map.insert("type".into(), serde_json::json!("string"));
+                }
+                let free = map.get("type") == Some(&serde_json::json!("string")) && !["enum", "const", "pattern"].iter().any(|k| map.contains_key(*k));
+                if free {
+                    // A first word of letters, then more words: not `"12"`, not `"Q401001"`.
+                    map.insert("pattern".into(), serde_json::json!("^[A-Za-z][a-z',]* [^\"\\\\]{1,150}$"));
+                }
+                map.values_mut().for_each(phrases);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(phrases),
+            _ => {}
+        }
+    }
+    phrases(&mut schema);
+    // A state field may be one word ("wary", "upstairs"), but a word.
+    if let Some(serde_json::Value::Object(fields)) = schema.pointer_mut("/$defs/CharacterState/properties") {
+        for field in fields.values_mut() {
+            if let serde_json::Value::Object(field) = field {
+                field.insert("pattern".into(), serde_json::json!("^[A-Za-z][^\"\\\\]{2,79}$"));
+            }
+        }
+    }
+    schema
 }
 
 /// A cast member as the Director's grammar sees it.
@@ -225,6 +282,7 @@ pub(crate) fn cast_schema(mut schema: serde_json::Value, cast: &[Member<'_>]) ->
     }
     if let (Some(serde_json::Value::Object(acting)), false) = (schema.pointer_mut("/properties/actingCharacters"), actors.is_empty()) {
         acting.insert("minItems".into(), serde_json::json!(1));
+        acting.insert("maxItems".into(), serde_json::json!(actors.len()));
     }
     let cast = &everyone;
     if let Some(serde_json::Value::Object(updates)) = schema.pointer_mut("/properties/stateUpdates") {
@@ -727,6 +785,20 @@ mod tests {
         let reconcile = cast_schema(schema_for::<Reconciliation>(), &cast);
         assert_eq!(reconcile.pointer("/properties/stateUpdates/additionalProperties"), Some(&serde_json::json!(false)));
         assert!(reconcile.pointer("/properties/stateUpdates/properties/Wren Talloway").is_some());
+        // For the small model: names and guidance only, and guidance that is words.
+        let small = crate::llm::structured::CompiledSchema::new(small_model_schema(cast_schema(schema_for::<DirectorPlan>(), &cast))).unwrap();
+        assert!(small.schema().pointer("/properties/stateUpdates").is_none());
+        assert!(small.validate(&serde_json::json!({"actingCharacters": [{"name": "Wren Talloway", "guidance": "Read the letter."}]})).is_empty());
+        for junk in ["12", "Q401001", "Q401001 (in the scene)"] {
+            assert!(!small.validate(&serde_json::json!({"actingCharacters": [{"name": "Wren Talloway", "guidance": junk}]})).is_empty(), "{junk}");
+        }
+        let twice = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway"}, {"name": "Wren Talloway"}]});
+        assert!(!small.validate(&twice).is_empty(), "one present unmuted actor: one entry at most");
+        assert!(crate::llm::local::grammar::from_schema(small.schema()).is_ok());
+        let reconcile = crate::llm::structured::CompiledSchema::new(small_model_schema(cast_schema(schema_for::<Reconciliation>(), &cast))).unwrap();
+        assert!(reconcile.validate(&serde_json::json!({"stateUpdates": {"Wren Talloway": {"mood": "wary"}}})).is_empty());
+        assert!(!reconcile.validate(&serde_json::json!({"stateUpdates": {"Wren Talloway": {"mood": "[1]"}}})).is_empty());
+        assert!(crate::llm::local::grammar::from_schema(reconcile.schema()).is_ok());
         // No cast, nothing to list: the schema is left as it is.
         assert_eq!(cast_schema(schema_for::<DirectorPlan>(), &[]), schema_for::<DirectorPlan>());
     }
