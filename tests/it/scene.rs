@@ -894,3 +894,40 @@ fn a_plan_naming_nobody_real_is_re_asked_and_copied_prose_is_drawn_again() {
     assert!(narrator.content.starts_with("Rain needles the lamp-room glass"), "{}", narrator.content);
     assert!(messages.iter().all(|m| !m.speaker.contains("state_update")));
 }
+
+/// Director pass 2 that never gives a usable reply does not cost the round: the
+/// characters spoke, their own state lines stand, and the ledger says pass 2 was not
+/// applied and why.
+#[test]
+fn a_reconciliation_that_never_works_leaves_the_round_standing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 2" {
+            rule["reply"] = serde_json::json!({"json": {"stateUpdates": {"Wren Talloway": {"mood": "n/a", "location": "..."}}}});
+        }
+    }
+    let script_file = dir.path().join("bad-pass-2.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let after = view(&engine.context().store, &scene);
+    assert_eq!(after.rounds, 1);
+    let wren = after.cast.iter().find(|m| m.name == "Wren Talloway").unwrap();
+    assert_eq!(wren.state.location.as_deref(), Some("the gallery"), "her own [location: ...] line stands");
+    let record = engine.context().store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let notes: Vec<String> = record
+        .ledgers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["agent"] == "director (reconcile)")
+        .flat_map(|l| l["notes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    assert!(notes.iter().any(|n| n.starts_with("not applied: no valid Reconciliation after 3 attempt(s)")), "{notes:?}");
+}

@@ -168,8 +168,9 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     prompt: envelope::RenderedPrompt,
     draft: &mut RoundDraft,
     check: ContentCheck,
+    settle_without: bool,
     cancel: &CancelToken,
-) -> Result<T, SceneError> {
+) -> Result<Option<T>, SceneError> {
     let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
     let mut options = StructuredOptions::default();
     options.content.checks.push(check);
@@ -187,8 +188,27 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     };
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
-    let output = complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel))
-        .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
+    let output = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel)) {
+        Ok(output) => output,
+        // Every attempt answered, none usable: for pass 2 the round still stands on the
+        // characters' own state lines, and the ledger says why pass 2 changed nothing.
+        Err(e @ crate::llm::structured::StructuredError::Exhausted { .. }) if settle_without => {
+            let usage = e.usage();
+            draft.tokens += u64::from(usage.total());
+            let mut notes = envelope.notes;
+            notes.push(format!("not applied: {e}; the characters' own state lines stand"));
+            draft.ledgers.push(CallLedger {
+                agent: name.into(),
+                character: None,
+                ledger: envelope.ledger,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                notes,
+            });
+            return Ok(None);
+        }
+        Err(e) => return Err(SceneError::Agent { agent: name.into(), message: e.to_string() }),
+    };
     draft.tokens += u64::from(output.usage.total());
     draft.ledgers.push(CallLedger {
         agent: name.into(),
@@ -198,7 +218,7 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
         completion_tokens: output.usage.completion_tokens,
         notes: envelope.notes,
     });
-    Ok(output.value)
+    Ok(Some(output.value))
 }
 
 /// The Director's schema cut to what a small model can fill with sense: who acts and
@@ -370,7 +390,7 @@ pub(super) fn director_plan(
     draft.lore_state = lore_state;
     let (envelope, prompt) = fitted?;
     let check = cast_check(&draft.view, draft.force.is_empty());
-    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, check, cancel)?;
+    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, check, false, cancel)?.unwrap_or_default();
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
@@ -620,8 +640,11 @@ pub(super) fn reconcile(
     );
     draft.lore_state = lore_state;
     let (envelope, prompt) = fitted?;
-    let reconciliation: Reconciliation =
-        director_call(agents, "director (reconcile)", envelope, prompt, draft, cast_check(&draft.view, false), cancel)?;
+    let Some(reconciliation) =
+        director_call::<Reconciliation>(agents, "director (reconcile)", envelope, prompt, draft, cast_check(&draft.view, false), true, cancel)?
+    else {
+        return Ok(false);
+    };
     draft.emit_decision(ctx, pass, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
     let changed = changes_anything(&reconciliation, draft, pass);
     if pass > 2 && reconciliation.elapsed_minutes > 0 && let Some(call) = draft.ledgers.last_mut() {
