@@ -78,6 +78,11 @@ impl ChatPanel {
         &self.characters
     }
 
+    /// The message being written.
+    pub fn draft(&self) -> &str {
+        &self.input
+    }
+
     pub fn selected(&self) -> Option<&str> {
         self.selected.as_deref()
     }

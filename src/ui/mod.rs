@@ -103,6 +103,18 @@ impl PanelKind {
     }
 }
 
+/// Every keyboard shortcut of the workbench, as the `?` overlay lists them.
+pub const SHORTCUTS: [(&str, &str); 8] = [
+    ("Ctrl+1 … Ctrl+9, Ctrl+0", "show a panel: Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library, Providers"),
+    ("Ctrl+Enter (Scene)", "play the round with your message"),
+    ("Ctrl+Enter (Chat)", "send the message"),
+    ("Esc (Scene, Chat)", "stop the running round or reply; nothing of it is saved"),
+    ("Ctrl+Enter (Checkpoints)", "approve the checkpoint"),
+    ("Ctrl+Shift+Enter (Checkpoints)", "send the checkpoint back with your feedback"),
+    ("? or F1", "show or hide this list (not while you type in a field)"),
+    ("Esc (this list)", "close it"),
+];
+
 /// The eframe application.
 pub struct WorkbenchApp {
     engine: EngineHandle,
@@ -122,6 +134,8 @@ pub struct WorkbenchApp {
     /// The window was asked to close while work ran: what runs, shown until the game
     /// master quits anyway or keeps working.
     close_guard: Option<String>,
+    /// The `?` overlay of keyboard shortcuts is open.
+    show_shortcuts: bool,
     /// The game master chose to quit with work running.
     quit_anyway: bool,
 }
@@ -145,6 +159,7 @@ impl WorkbenchApp {
             campaigns: campaigns::CampaignsPanel::default(),
             pending: VecDeque::new(),
             close_guard: None,
+            show_shortcuts: false,
             quit_anyway: false,
         };
         app.providers.set_paths(app.engine.context().paths.clone());
@@ -353,6 +368,7 @@ impl eframe::App for WorkbenchApp {
                 });
             });
         }
+        self.shortcuts(ui);
         let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).collect());
         if !dropped.is_empty() {
             self.panel = PanelKind::Library;
@@ -401,6 +417,61 @@ impl eframe::App for WorkbenchApp {
                 self.send(command);
             }
         });
+    }
+}
+
+impl WorkbenchApp {
+    /// Whether the keyboard shortcuts overlay is open.
+    pub fn shortcuts_shown(&self) -> bool {
+        self.show_shortcuts
+    }
+
+    /// The workbench-wide keys (panels, the overlay) and the overlay itself. Keys that
+    /// type a character are ignored while a text field has the keyboard.
+    fn shortcuts(&mut self, ui: &mut egui::Ui) {
+        let typing = ui.ctx().egui_wants_keyboard_input();
+        let numbers = [
+            egui::Key::Num1,
+            egui::Key::Num2,
+            egui::Key::Num3,
+            egui::Key::Num4,
+            egui::Key::Num5,
+            egui::Key::Num6,
+            egui::Key::Num7,
+            egui::Key::Num8,
+            egui::Key::Num9,
+            egui::Key::Num0,
+        ];
+        let (panel, toggle, close) = ui.input_mut(|i| {
+            let panel = numbers.iter().position(|k| i.consume_key(egui::Modifiers::COMMAND, *k));
+            let question = !typing && i.events.iter().any(|e| matches!(e, egui::Event::Text(t) if t == "?"));
+            let toggle = i.consume_key(egui::Modifiers::NONE, egui::Key::F1) || question;
+            let close = self.show_shortcuts && i.consume_key(egui::Modifiers::NONE, egui::Key::Escape);
+            (panel, toggle, close)
+        });
+        if let Some(n) = panel {
+            self.panel = PanelKind::ALL[n];
+        }
+        if toggle {
+            self.show_shortcuts = !self.show_shortcuts;
+        }
+        if close {
+            self.show_shortcuts = false;
+        }
+        if !self.show_shortcuts {
+            return;
+        }
+        let mut open = true;
+        egui::Window::new("Keyboard shortcuts").open(&mut open).collapsible(false).resizable(false).anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ui.ctx(), |ui| {
+            egui::Grid::new("shortcuts").num_columns(2).striped(true).show(ui, |ui| {
+                for (keys, what) in SHORTCUTS {
+                    ui.strong(keys);
+                    ui.label(what);
+                    ui.end_row();
+                }
+            });
+        });
+        self.show_shortcuts &= open;
     }
 }
 

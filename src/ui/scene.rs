@@ -521,11 +521,13 @@ impl ScenePanels {
         self.plan_review(ui, outbox, &scene);
         let running = self.live.as_ref().is_some_and(|l| !l.completed);
         let label = ui.label("Your message");
-        ui.add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do"))
+        let field = ui
+            .add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do (Ctrl+Enter plays the round)"))
             .labelled_by(label.id);
+        let ctrl_enter = field.has_focus() && ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Enter));
         ui.horizontal(|ui| {
             let has_text = !self.input.trim().is_empty();
-            if ui.add_enabled(!running && has_text, egui::Button::new("Play round")).clicked() {
+            if ui.add_enabled(!running && has_text, egui::Button::new("Play round")).on_hover_text("Ctrl+Enter").clicked() || (ctrl_enter && !running && has_text) {
                 let input = std::mem::take(&mut self.input);
                 self.sent_input = Some(input.clone());
                 let force = std::mem::take(&mut self.force).into_iter().collect();

@@ -1117,3 +1117,63 @@ fn pasted_text_lands_in_the_focused_field() {
     harness.get_by_label("Search").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.memory().last_query() == Some("where did Juno hide the brass key?"));
 }
+
+/// Ctrl+number shows a panel; `?` (or F1) lists every shortcut and Esc closes the list;
+/// a `?` typed into a field is text, not a shortcut.
+#[test]
+fn keyboard_shortcuts_switch_panels_and_the_question_mark_lists_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num4);
+    harness.run();
+    assert_eq!(harness.state().panel(), lorekeeper::ui::PanelKind::Scene);
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num0);
+    harness.run();
+    assert_eq!(harness.state().panel(), lorekeeper::ui::PanelKind::Providers);
+
+    harness.event(egui::Event::Text("?".into()));
+    harness.run();
+    assert!(harness.state().shortcuts_shown());
+    assert!(harness.query_by_label("Keyboard shortcuts").is_some(), "the list is on screen");
+    for (keys, what) in lorekeeper::ui::SHORTCUTS {
+        assert!(harness.query_by_label(keys).is_some() && harness.query_by_label(what).is_some(), "{keys}: {what}");
+    }
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    assert!(!harness.state().shortcuts_shown());
+    assert!(harness.query_by_label("Keyboard shortcuts").is_none());
+
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num5);
+    harness.run();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Who? Me?");
+    harness.run();
+    assert!(!harness.state().shortcuts_shown(), "a question mark typed in a field is text");
+    assert_eq!(harness.state().chat().draft(), "Who? Me?");
+    harness.key_press(egui::Key::F1);
+    harness.run();
+    assert!(harness.state().shortcuts_shown(), "F1 works anywhere");
+}
+
+/// Ctrl+Enter in the scene's message field plays the round, as the button does.
+#[test]
+fn ctrl_enter_plays_the_round() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 900.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
+}
