@@ -332,12 +332,16 @@ impl ChatPanel {
                     });
                     continue;
                 }
-                let text = format!("{speaker}: {text}");
+                let raw = text.to_string();
                 ui.horizontal_wrapped(|ui| {
-                    if strong { ui.label(RichText::new(text.clone()).strong()) } else { ui.label(text.clone()) };
+                    if strong {
+                        ui.label(RichText::new(format!("{speaker}: {raw}")).strong())
+                    } else {
+                        ui.label(super::prose::job(ui, Some(&speaker), &raw))
+                    };
                     if !busy {
                         if ui.small_button("Edit").on_hover_text("Change this message (its memory follows)").clicked() {
-                            self.edit_request = Some((message.clone(), text.split_once(": ").map_or(text.clone(), |x| x.1.to_string())));
+                            self.edit_request = Some((message.clone(), raw.clone()));
                         }
                         if !strong && ui.small_button("Branch here").on_hover_text("Save this chat as it is, and go on from this message").clicked() {
                             outbox.push(Command::Companion(CompanionCommand::Branch { character: character.clone(), message: message.clone() }));
@@ -427,7 +431,7 @@ impl ChatPanel {
 
     /// The greeting, and while nothing has been said yet, its swipes (the card's greetings).
     fn show_greeting(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, name: &str, greeting: &str) {
-        ui.label(format!("{name}: {greeting}"));
+        ui.label(super::prose::job(ui, Some(name), greeting));
         let n = self.greetings.len();
         if n > 1 && self.turns.is_empty() && self.live.is_none() {
             let character = self.selected.clone().unwrap_or_default();
@@ -588,7 +592,7 @@ impl ChatPanel {
                     ui.colored_label(ui.visuals().warn_fg_color, d);
                 }
                 ui.horizontal_wrapped(|ui| {
-                    ui.label(format!("{name}: {}", live.text));
+                    ui.label(super::prose::job(ui, Some(&name), &live.text));
                     ui.spinner();
                 });
             }

@@ -13,6 +13,7 @@ pub mod library;
 pub mod lore_editor;
 mod memory;
 mod prompt;
+pub mod prose;
 mod providers;
 mod scene;
 

@@ -666,7 +666,7 @@ impl ScenePanels {
                         });
                     }
                     None => {
-                        ui.label(&m.content);
+                        ui.label(super::prose::job(ui, None, &m.content));
                     }
                 }
             }
@@ -679,7 +679,7 @@ impl ScenePanels {
                 for turn in &live.turns {
                     ui.label(RichText::new(format!("{}:", turn.name)).strong());
                     ui.horizontal_wrapped(|ui| {
-                        ui.label(&turn.text);
+                        ui.label(super::prose::job(ui, None, &turn.text));
                         if !turn.done {
                             ui.spinner();
                         }

@@ -487,7 +487,11 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     assert_eq!(harness.state().chat().error(), None);
     let turn = harness.state().chat().turns()[0].clone();
     assert!(turn.reply.starts_with("Back from the city already?"), "{}", turn.reply);
-    assert!(harness.query_all_by_label_contains(&format!("Ilse Marrow: {}", turn.reply)).next().is_some());
+    // Shown as prose: the action in italics, its asterisks gone.
+    assert!(turn.reply.contains("*pulls a second stool to the table*"), "{}", turn.reply);
+    let shown = format!("Ilse Marrow: {}", lorekeeper::ui::prose::plain(&turn.reply));
+    assert!(shown.contains("already? pulls a second stool to the table Sit."), "{shown}");
+    assert!(harness.query_all_by_label_contains(&shown).next().is_some(), "{shown}");
     // Beside it, the packet as sent: its blocks with their token counts.
     let view = harness.state().chat().packet().expect("packet view");
     assert!(view.committed);
