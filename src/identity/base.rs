@@ -20,7 +20,7 @@
 //! examples live in `prompts/identity/base/examples.json`, the page in `document.j2`.
 
 use super::IdentityError;
-use super::pipeline::{Asked, content_rules, min_narrative_chars};
+use super::rules::{Asked, content_rules, min_narrative_chars};
 use super::records::{RunRecord, VersionRecord};
 use super::schema::{Agent, CharacterSeed};
 use crate::llm::structured::{
@@ -45,6 +45,10 @@ pub const CONSOLIDATION_NARRATIVE: &str =
 /// How much of an approved narrative goes on the page: enough to stay consistent, short
 /// enough that the small model's context holds the page.
 const KNOWLEDGE_CHARS: usize = 500;
+
+/// Draws of each part before the agent fails: a fresh draw costs a small model a few
+/// seconds, and one in three or four is lifted from the example or repeats itself.
+const BASE_DRAWS: u32 = 4;
 
 /// Presence and frequency penalty in the brief: without it the small model fills a
 /// list with one item over and over.
@@ -320,6 +324,7 @@ where
             schema_in_prompt: false,
             reask: false,
             content: rules,
+            max_attempts: BASE_DRAWS,
             ..StructuredOptions::default()
         };
         let max_tokens = (MAX_NARRATIVE_CHARS / 3) as u32;
@@ -350,6 +355,7 @@ where
         schema_in_prompt: false,
         reask: false,
         content: rules,
+        max_attempts: BASE_DRAWS,
         ..StructuredOptions::default()
     };
     let shown = (agent != Agent::FinalConsolidation).then_some(narrative.as_str());

@@ -9,6 +9,7 @@ pub mod export;
 pub mod pipeline;
 pub mod prompt;
 pub mod records;
+mod rules;
 pub mod schema;
 
 use crate::context::Context;

@@ -28,7 +28,7 @@ pub const MAX_RUN: u32 = 8;
 /// ([`SamplerSettings::avoid`]): enough to pass over a copy when the model has any
 /// word of its own, not so much that a token the grammar requires is out of reach
 /// (the grammar still picks it when it is the only one allowed).
-pub const COPY_PENALTY: f32 = 6.0;
+pub const COPY_PENALTY: f32 = 8.0;
 
 /// Tokens in a run that [`COPY_PENALTY`] looks back on.
 const COPY_RUN: usize = 3;
