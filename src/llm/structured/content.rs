@@ -264,7 +264,7 @@ fn junk_string(text: &str, words: &SchemaWords) -> Option<String> {
     if PLACEHOLDERS.contains(&norm.as_str()) || words.descriptions.contains(&norm) {
         return Some(format!("{text:?} is a placeholder or the schema's own description, not content"));
     }
-    if ["\"}", "{\"", "[\"", "\"]", "\":"].iter().any(|piece| text.contains(piece)) {
+    if ["\"}", "{\"", "[\"", "\"]", "\":", "”}", "}}"].iter().any(|piece| text.contains(piece)) {
         return Some(format!("{text:?} has pieces of JSON in it, not content"));
     }
     if !text.chars().any(char::is_alphabetic) {
@@ -323,7 +323,7 @@ mod tests {
                 "fears": ["drowning", "drowning", "1000010", "The sound of a bell, under water.", "wry"],
                 "emotional_baseline": "one sentence summary",
                 "triggers": ["the tide", "The tide."],
-                "secrets": ["fears [", "I didn't want to.\"}, "],
+                "secrets": ["fears [", "I didn't want to.\"}, ", "her sister died.”}}}"],
                 "tone": "warm"
             }
         });
@@ -343,6 +343,7 @@ mod tests {
             at /structured/fears/3: "The sound of a bell, under water." is copied from the worked example, not written for this subject [content/junk]
             at /structured/secrets/0: "fears [" is the name of the field "fears", not content [content/junk]
             at /structured/secrets/1: "I didn't want to.\"}, " has pieces of JSON in it, not content [content/junk]
+            at /structured/secrets/2: "her sister died.”}}}" has pieces of JSON in it, not content [content/junk]
             at /structured/triggers: has 2 items that are all the same; each item must say something different [content/repeated]"#]]
         .assert_eq(&problems(junk, &rules).join("\n"));
     }
