@@ -109,6 +109,23 @@ pub enum Verb {
         #[command(subcommand)]
         action: memory::MemoryAction,
     },
+    /// Open the workbench on one panel and save what its window shows as a PNG (needs a
+    /// display; on a machine without one, run it under `xvfb-run -a`).
+    Screenshot {
+        /// The PNG to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library or Providers.
+        #[arg(long, default_value = "Scene")]
+        panel: String,
+        #[arg(long, default_value_t = 1280.0)]
+        width: f32,
+        #[arg(long, default_value_t = 800.0)]
+        height: f32,
+        /// Frames drawn before the capture (the engine's first answers arrive over them).
+        #[arg(long, default_value_t = 30)]
+        frames: u32,
+    },
     /// Serve the engine over HTTP and WebSocket: the identity predecessor's API, scenes,
     /// chat, memory search, imports; the OpenAPI document at /api/openapi.json.
     Serve {
@@ -278,6 +295,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Memory { action }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;
             memory::run(&engine, action, cli.json)
+        }
+        Some(Verb::Screenshot { out, panel, width, height, frames }) => {
+            let panel = crate::ui::PanelKind::parse(&panel)
+                .ok_or_else(|| anyhow::anyhow!("no panel named {panel:?}; the panels are {}", crate::ui::PanelKind::ALL.map(|k| k.title()).join(", ")))?;
+            crate::ui::screenshot(paths, crate::ui::ScreenshotOptions { out: out.clone(), panel, width, height, frames })?;
+            println!("{}", out.display());
+            Ok(ExitCode::SUCCESS)
         }
         Some(Verb::Serve { addr, token, cors }) => {
             let engine = engine::start(paths).context("cannot start the engine")?;

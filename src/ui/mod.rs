@@ -16,6 +16,8 @@ mod prompt;
 pub mod prose;
 mod providers;
 mod scene;
+mod screenshot;
+pub use screenshot::{ScreenshotOptions, screenshot};
 
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
@@ -75,6 +77,11 @@ pub enum PanelKind {
 }
 
 impl PanelKind {
+    /// The panel whose title is `name` (any case).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.title().eq_ignore_ascii_case(name.trim()))
+    }
+
     pub const ALL: [PanelKind; 10] = [
         PanelKind::Campaigns,
         PanelKind::Waves,
@@ -422,6 +429,11 @@ impl eframe::App for WorkbenchApp {
 }
 
 impl WorkbenchApp {
+    /// Show `kind`, as its entry in the navigation bar does.
+    pub fn show_panel(&mut self, kind: PanelKind) {
+        self.panel = kind;
+    }
+
     /// Whether the keyboard shortcuts overlay is open.
     pub fn shortcuts_shown(&self) -> bool {
         self.show_shortcuts

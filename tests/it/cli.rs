@@ -222,3 +222,41 @@ fn providers_list_prints_profiles_as_json_lines() {
     assert_eq!(remote["key_env"], KEY_VAR);
     assert_eq!(remote["kind"], "openai");
 }
+
+/// `lorekeeper screenshot` opens the workbench on a panel (here under Xvfb, which the
+/// set-up script installs) and writes what the window shows as a PNG of the asked size.
+#[test]
+fn the_screenshot_command_writes_the_window_as_a_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("scene.png");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "default_profile = \"demo\"\n").unwrap();
+    let status = std::process::Command::new("xvfb-run")
+        .args(["-a", "-s", "-screen 0 1280x800x24"])
+        .arg(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["screenshot", "--panel", "scene", "--width", "900", "--height", "600", "--out"])
+        .arg(&out)
+        .env("LOREKEEPER_LIBRARY", dir.path().join("library.sqlite"))
+        .env("LOREKEEPER_CONFIG", &config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("xvfb-run is installed by .ci/setup.sh");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (900, 600));
+    let distinct: std::collections::HashSet<&[u8]> = pixels[..info.buffer_size()].chunks(4).collect();
+    assert!(distinct.len() > 20, "a drawn window, not a blank one: {} colours", distinct.len());
+
+    let wrong = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["screenshot", "--panel", "Kitchen", "--out"])
+        .arg(dir.path().join("no.png"))
+        .env("LOREKEEPER_LIBRARY", dir.path().join("library.sqlite"))
+        .env("LOREKEEPER_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("no panel named \"Kitchen\""));
+}
