@@ -24,8 +24,7 @@ use super::rules::{Asked, content_rules, min_narrative_chars};
 use super::records::{RunRecord, VersionRecord};
 use super::schema::{Agent, CharacterSeed};
 use crate::llm::structured::{
-    OutputSchema, StructuredAttempt, StructuredOptions, complete_with_schema, schema_for,
-    total_usage,
+    ContentRules, OutputSchema, StructuredAttempt, StructuredOptions, complete_with_schema, schema_for, total_usage,
 };
 use crate::llm::{CallContext, ChatMessage, ChatRequest, LlmClient};
 use crate::prompting::PromptTemplates;
@@ -240,6 +239,12 @@ fn narrative_schema(name: &str, min: usize) -> Value {
     json!({ "type": "string", "minLength": min, "maxLength": MAX_NARRATIVE_CHARS, "pattern": pattern })
 }
 
+/// How a page is asked: no schema text (the grammar holds the shape), fresh draws of the
+/// same page instead of re-asks, up to [`BASE_DRAWS`] of them.
+fn page_options(content: ContentRules) -> StructuredOptions {
+    StructuredOptions { schema_in_prompt: false, reask: false, content, max_attempts: BASE_DRAWS, ..StructuredOptions::default() }
+}
+
 /// One agent call on a base model: narrative, then the brief; see the module docs.
 pub(super) fn ask<T>(
     client: &LlmClient,
@@ -320,13 +325,7 @@ where
                 None => Vec::new(),
             }
         }));
-        let options = StructuredOptions {
-            schema_in_prompt: false,
-            reask: false,
-            content: rules,
-            max_attempts: BASE_DRAWS,
-            ..StructuredOptions::default()
-        };
+        let options = page_options(rules);
         let max_tokens = (MAX_NARRATIVE_CHARS / 3) as u32;
         match complete_with_schema(
             client,
@@ -351,13 +350,7 @@ where
     .map_err(|e| IdentityError::Invalid(e.to_string()))?;
     let mut rules = content_rules(run, agent, None, "");
     rules.borrowed = borrowed;
-    let options = StructuredOptions {
-        schema_in_prompt: false,
-        reask: false,
-        content: rules,
-        max_attempts: BASE_DRAWS,
-        ..StructuredOptions::default()
-    };
+    let options = page_options(rules);
     let shown = (agent != Agent::FinalConsolidation).then_some(narrative.as_str());
     let out = complete_with_schema(client, &schema, request(page(shown)?, 700, Some(BRIEF_REPETITION_PENALTY)), &options, call)
         .map_err(|e| agent_error(e, &attempts))?;

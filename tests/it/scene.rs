@@ -52,6 +52,17 @@ fn setup(dir: &Path, script: &str) -> (Paths, String) {
     (paths, scene)
 }
 
+/// [`setup`] with a script of the test's own (written into `dir`).
+fn setup_with_script(dir: &Path, script: &serde_json::Value) -> (Paths, String) {
+    let script_file = dir.join("test-script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let (paths, scene) = setup(dir, "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
+    config.save(&paths.config_file).unwrap();
+    (paths, scene)
+}
+
 fn writes(store: &Store) -> Vec<(String, String)> {
     store
         .with(|c| {
@@ -857,13 +868,7 @@ fn a_plan_naming_nobody_real_is_re_asked_and_copied_prose_is_drawn_again() {
         rule["replies"] = serde_json::json!([first, original]);
         rule.as_object_mut().unwrap().remove("reply");
     }
-    let script_file = dir.path().join("junk-first.json");
-    std::fs::write(&script_file, script.to_string()).unwrap();
-    let (paths, scene) = setup(dir.path(), "script.json");
-    let mut config = Config::load(&paths.config_file).unwrap();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
-    config.save(&paths.config_file).unwrap();
-
+    let (paths, scene) = setup_with_script(dir.path(), &script);
     let engine = engine::start(paths).unwrap();
     let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
     let plans: Vec<&lorekeeper::scene::model::DirectorPlan> = events
@@ -907,12 +912,7 @@ fn a_reconciliation_that_never_works_leaves_the_round_standing() {
             rule["reply"] = serde_json::json!({"json": {"stateUpdates": {"Wren Talloway": {"mood": "n/a", "location": "..."}}}});
         }
     }
-    let script_file = dir.path().join("bad-pass-2.json");
-    std::fs::write(&script_file, script.to_string()).unwrap();
-    let (paths, scene) = setup(dir.path(), "script.json");
-    let mut config = Config::load(&paths.config_file).unwrap();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
-    config.save(&paths.config_file).unwrap();
+    let (paths, scene) = setup_with_script(dir.path(), &script);
     let engine = engine::start(paths).unwrap();
     round(&engine, &scene, Some("I hand the keeper the sealed letter."));
     let after = view(&engine.context().store, &scene);

@@ -117,6 +117,13 @@ fn open_demo_scene_with(dir: &Path, config: &Config, height: f32) -> (Harness<'s
 
 /// Open the Scene panel, say "I knock on the lighthouse door." and play the round.
 fn play_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
+    write_first_message(harness);
+    harness.get_by_label("Play round").click();
+    wait_for_first_round(harness);
+}
+
+/// Open the Scene panel and type "I knock on the lighthouse door." into the message field.
+fn write_first_message(harness: &mut Harness<'_, WorkbenchApp>) {
     harness.run();
     nav(harness, "Scene").click();
     run_until(harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
@@ -125,7 +132,9 @@ fn play_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
     harness.run();
     text_field(harness, "Your message").type_text("I knock on the lighthouse door.");
     harness.run();
-    harness.get_by_label("Play round").click();
+}
+
+fn wait_for_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
     run_until(harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
     harness.run();
 }
@@ -1170,14 +1179,7 @@ fn keyboard_shortcuts_switch_panels_and_the_question_mark_lists_them() {
 fn ctrl_enter_plays_the_round() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut harness, _scene) = open_demo_scene(dir.path(), 900.0);
-    harness.run();
-    nav(&harness, "Scene").click();
-    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
-    harness.run();
-    text_field(&harness, "Your message").click();
-    harness.run();
-    text_field(&harness, "Your message").type_text("I knock on the lighthouse door.");
-    harness.run();
+    write_first_message(&mut harness);
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
-    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1));
+    wait_for_first_round(&mut harness);
 }
