@@ -111,6 +111,31 @@ impl PanelKind {
     }
 }
 
+/// Fonts for what egui's own cannot draw (it has Latin, Greek, Cyrillic and symbols):
+/// Chinese, Japanese and Korean, which users' cards and lorebooks are often written in.
+/// The first one installed is used; `.ci/setup.sh` installs the first
+/// (`fonts-wqy-microhei`, Apache-2.0). Read from the system, never downloaded.
+pub const FALLBACK_FONTS: [&str; 3] = [
+    "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
+    "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
+];
+
+/// Add the first installed [`FALLBACK_FONTS`] behind egui's own fonts, in both
+/// families, so a glyph egui lacks is drawn instead of shown as a box. Returns the
+/// file used.
+pub fn install_fallback_fonts(ctx: &egui::Context) -> Option<&'static str> {
+    let (path, bytes) = FALLBACK_FONTS.iter().find_map(|p| std::fs::read(p).ok().map(|b| (*p, b)))?;
+    let mut fonts = egui::FontDefinitions::default();
+    fonts.font_data.insert("fallback".into(), std::sync::Arc::new(egui::FontData::from_owned(bytes)));
+    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
+        fonts.families.entry(family).or_default().push("fallback".into());
+    }
+    ctx.set_fonts(fonts);
+    tracing::debug!(font = path, "fallback font installed");
+    Some(path)
+}
+
 /// Every keyboard shortcut of the workbench, as the `?` overlay lists them.
 pub const SHORTCUTS: [(&str, &str); 8] = [
     ("Ctrl+1 … Ctrl+9, Ctrl+0", "show a panel: Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library, Providers"),
@@ -151,6 +176,7 @@ pub struct WorkbenchApp {
 impl WorkbenchApp {
     /// Wire the engine's events to this window's repaints.
     pub fn new(egui_ctx: &egui::Context, engine: EngineHandle) -> Self {
+        install_fallback_fonts(egui_ctx);
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         let mut app = Self {

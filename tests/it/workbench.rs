@@ -1183,3 +1183,20 @@ fn ctrl_enter_plays_the_round() {
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
     wait_for_first_round(&mut harness);
 }
+
+/// A card written in Chinese or Japanese is drawn, not shown as boxes: the set-up
+/// script's CJK font sits behind egui's own, and a reply in it renders in the chat.
+#[test]
+fn cjk_text_has_glyphs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    let installed = lorekeeper::ui::FALLBACK_FONTS.iter().find(|p| Path::new(p).is_file());
+    assert!(installed.is_some(), "no CJK font installed: run `bash .ci/setup.sh`");
+    let body = egui::FontId::proportional(14.0);
+    let (cjk, mono) = harness.ctx.fonts_mut(|f| (f.has_glyphs(&body, "灯台守の夜。灯塔看守人"), f.has_glyphs(&egui::FontId::monospace(12.0), "灯台")));
+    assert!(cjk && mono, "the fallback font draws CJK in both families");
+    assert!(harness.ctx.fonts_mut(|f| f.has_glyphs(&body, "Ilse Marrow")), "Latin still comes first, from egui's own font");
+}
