@@ -169,6 +169,8 @@ pub struct WorkbenchApp {
     close_guard: Option<String>,
     /// The `?` overlay of keyboard shortcuts is open.
     show_shortcuts: bool,
+    /// Transcripts as written (asterisks, one colour) rather than as prose.
+    raw_text: bool,
     /// The game master chose to quit with work running.
     quit_anyway: bool,
 }
@@ -194,6 +196,7 @@ impl WorkbenchApp {
             pending: VecDeque::new(),
             close_guard: None,
             show_shortcuts: false,
+            raw_text: false,
             quit_anyway: false,
         };
         app.providers.set_paths(app.engine.context().paths.clone());
@@ -416,6 +419,9 @@ impl eframe::App for WorkbenchApp {
                     ui.selectable_value(&mut self.panel, kind, kind.title());
                 }
                 ui.separator();
+                if ui.checkbox(&mut self.raw_text, "Raw text").on_hover_text("Transcripts as written: asterisks kept, speech not coloured").changed() {
+                    prose::set_raw(ui.ctx(), self.raw_text);
+                }
                 if let Some(line) = self.providers.model_line()
                     && ui.link(&line.text).on_hover_text(&line.hint).clicked()
                 {

@@ -55,8 +55,20 @@ pub fn plain(text: &str) -> String {
     spans(text).into_iter().map(|(_, s)| s).collect()
 }
 
-/// A label's layout: `speaker` (bold when given) then the prose.
+/// Where the workbench keeps the "Raw text" switch for this module to read.
+fn raw_id() -> egui::Id {
+    egui::Id::new("lorekeeper-prose-raw")
+}
+
+/// Show transcripts as written (asterisks kept, one colour) or as prose.
+pub fn set_raw(ctx: &egui::Context, raw: bool) {
+    ctx.data_mut(|d| d.insert_temp(raw_id(), raw));
+}
+
+/// A label's layout: `speaker` (bold when given) then the prose, or the text as it was
+/// written when the "Raw text" switch is on.
 pub fn job(ui: &egui::Ui, speaker: Option<&str>, text: &str) -> LayoutJob {
+    let raw = ui.ctx().data(|d| d.get_temp::<bool>(raw_id())).unwrap_or(false);
     let style = ui.style();
     let font = egui::TextStyle::Body.resolve(style);
     let color = ui.visuals().text_color();
@@ -66,7 +78,8 @@ pub fn job(ui: &egui::Ui, speaker: Option<&str>, text: &str) -> LayoutJob {
     if let Some(name) = speaker {
         job.append(&format!("{name}: "), 0.0, TextFormat { font_id: font.clone(), color: ui.visuals().strong_text_color(), ..Default::default() });
     }
-    for (look, stretch) in spans(text) {
+    let stretches = if raw { vec![(Look { action: false, speech: false }, text.to_string())] } else { spans(text) };
+    for (look, stretch) in stretches {
         let format = TextFormat {
             font_id: font.clone(),
             color: if look.speech { speech_color } else if look.action { ui.visuals().weak_text_color() } else { color },

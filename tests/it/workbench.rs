@@ -501,6 +501,13 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     let shown = format!("Ilse Marrow: {}", lorekeeper::ui::prose::plain(&turn.reply));
     assert!(shown.contains("already? pulls a second stool to the table Sit."), "{shown}");
     assert!(harness.query_all_by_label_contains(&shown).next().is_some(), "{shown}");
+    // The "Raw text" switch shows it as written, asterisks and all.
+    harness.get_by_label("Raw text").click();
+    harness.run();
+    assert!(harness.query_all_by_label_contains(&format!("Ilse Marrow: {}", turn.reply)).next().is_some(), "raw: {}", turn.reply);
+    harness.get_by_label("Raw text").click();
+    harness.run();
+    assert!(harness.query_all_by_label_contains(&shown).next().is_some(), "prose again: {shown}");
     // Beside it, the packet as sent: its blocks with their token counts.
     let view = harness.state().chat().packet().expect("packet view");
     assert!(view.committed);
