@@ -232,24 +232,25 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
     let options = StructuredOptions { content: content_rules(run, agent, Some("/narrative"), "/structured"), ..StructuredOptions::default() };
     // A base model (the embedded default) is given a worked example and asked for the
     // narrative first; see `identity::base`.
-    let base = profile.kind == crate::llm::ProviderKind::Local;
+    let asking = Asking {
+        client: &client,
+        run,
+        agent,
+        knowledge: &knowledge,
+        feedback,
+        request,
+        options: &options,
+        call,
+        base: profile.kind == crate::llm::ProviderKind::Local,
+    };
     let (narrative, mut structured, attempts, usage) = match agent {
-        _ if base => match agent {
-            Agent::Personality => super::base::ask::<PersonalityOutput>(&client, run, agent, &knowledge, feedback, call)?,
-            Agent::BackstoryMotivation => super::base::ask::<BackstoryOutput>(&client, run, agent, &knowledge, feedback, call)?,
-            Agent::VoiceDialogue => super::base::ask::<VoiceOutput>(&client, run, agent, &knowledge, feedback, call)?,
-            Agent::PhysicalDescription => super::base::ask::<PhysicalOutput>(&client, run, agent, &knowledge, feedback, call)?,
-            Agent::StoryArc => super::base::ask::<StoryArcOutput>(&client, run, agent, &knowledge, feedback, call)?,
-            Agent::Relationships => super::base::ask::<RelationshipsOutput>(&client, run, agent, &knowledge, feedback, call)?,
-            Agent::FinalConsolidation => super::base::ask::<ConsolidationOutput>(&client, run, agent, &knowledge, feedback, call)?,
-        },
-        Agent::Personality => ask::<PersonalityOutput>(&client, request, &options, call)?,
-        Agent::BackstoryMotivation => ask::<BackstoryOutput>(&client, request, &options, call)?,
-        Agent::VoiceDialogue => ask::<VoiceOutput>(&client, request, &options, call)?,
-        Agent::PhysicalDescription => ask::<PhysicalOutput>(&client, request, &options, call)?,
-        Agent::StoryArc => ask::<StoryArcOutput>(&client, request, &options, call)?,
-        Agent::Relationships => ask::<RelationshipsOutput>(&client, request, &options, call)?,
-        Agent::FinalConsolidation => ask::<ConsolidationOutput>(&client, request, &options, call)?,
+        Agent::Personality => asking.ask::<PersonalityOutput>()?,
+        Agent::BackstoryMotivation => asking.ask::<BackstoryOutput>()?,
+        Agent::VoiceDialogue => asking.ask::<VoiceOutput>()?,
+        Agent::PhysicalDescription => asking.ask::<PhysicalOutput>()?,
+        Agent::StoryArc => asking.ask::<StoryArcOutput>()?,
+        Agent::Relationships => asking.ask::<RelationshipsOutput>()?,
+        Agent::FinalConsolidation => asking.ask::<ConsolidationOutput>()?,
     };
     if agent == Agent::FinalConsolidation {
         // Checkpoint 7 shows the whole profile the user is about to accept.
@@ -310,22 +311,37 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
 }
 
 
-fn ask<T>(
-    client: &LlmClient,
+/// One agent call, with everything either way of asking needs.
+struct Asking<'a> {
+    client: &'a LlmClient,
+    run: &'a RunRecord,
+    agent: Agent,
+    knowledge: &'a BTreeMap<u8, &'a VersionRecord>,
+    feedback: Option<&'a str>,
     request: crate::llm::ChatRequest,
-    options: &StructuredOptions,
-    call: CallContext<'_>,
-) -> Result<Asked, IdentityError>
-where
-    T: DeserializeOwned + schemars::JsonSchema + serde::Serialize,
-{
-    match complete_structured::<AgentOutput<T>>(client, request, options, call) {
-        Ok(out) => {
-            let structured = serde_json::to_value(&out.value.structured).map_err(|e| IdentityError::Invalid(e.to_string()))?;
-            let attempts = serde_json::to_value(&out.attempts).unwrap_or_default();
-            Ok((out.value.narrative, structured, attempts, out.usage))
+    options: &'a StructuredOptions,
+    call: CallContext<'a>,
+    /// A base model (the embedded default): a workbook page instead of instructions
+    /// (see `identity::base`).
+    base: bool,
+}
+
+impl Asking<'_> {
+    fn ask<T>(self) -> Result<Asked, IdentityError>
+    where
+        T: DeserializeOwned + schemars::JsonSchema + serde::Serialize,
+    {
+        if self.base {
+            return super::base::ask::<T>(self.client, self.run, self.agent, self.knowledge, self.feedback, self.call);
         }
-        Err(e) => Err(IdentityError::Agent { message: e.to_string(), attempts: serde_json::to_value(e.attempts()).unwrap_or_default() }),
+        match complete_structured::<AgentOutput<T>>(self.client, self.request, self.options, self.call) {
+            Ok(out) => {
+                let structured = serde_json::to_value(&out.value.structured).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+                let attempts = serde_json::to_value(&out.attempts).unwrap_or_default();
+                Ok((out.value.narrative, structured, attempts, out.usage))
+            }
+            Err(e) => Err(IdentityError::Agent { message: e.to_string(), attempts: serde_json::to_value(e.attempts()).unwrap_or_default() }),
+        }
     }
 }
 
