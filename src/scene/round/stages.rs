@@ -188,37 +188,27 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     };
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
-    let output = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel)) {
-        Ok(output) => output,
+    let mut notes = envelope.notes;
+    let (value, usage) = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel)) {
+        Ok(output) => (Some(output.value), output.usage),
         // Every attempt answered, none usable: for pass 2 the round still stands on the
         // characters' own state lines, and the ledger says why pass 2 changed nothing.
         Err(e @ crate::llm::structured::StructuredError::Exhausted { .. }) if settle_without => {
-            let usage = e.usage();
-            draft.tokens += u64::from(usage.total());
-            let mut notes = envelope.notes;
             notes.push(format!("not applied: {e}; the characters' own state lines stand"));
-            draft.ledgers.push(CallLedger {
-                agent: name.into(),
-                character: None,
-                ledger: envelope.ledger,
-                prompt_tokens: usage.prompt_tokens,
-                completion_tokens: usage.completion_tokens,
-                notes,
-            });
-            return Ok(None);
+            (None, e.usage())
         }
         Err(e) => return Err(SceneError::Agent { agent: name.into(), message: e.to_string() }),
     };
-    draft.tokens += u64::from(output.usage.total());
+    draft.tokens += u64::from(usage.total());
     draft.ledgers.push(CallLedger {
         agent: name.into(),
         character: None,
         ledger: envelope.ledger,
-        prompt_tokens: output.usage.prompt_tokens,
-        completion_tokens: output.usage.completion_tokens,
-        notes: envelope.notes,
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        notes,
     });
-    Ok(Some(output.value))
+    Ok(value)
 }
 
 /// The Director's schema cut to what a small model can fill with sense: who acts and
