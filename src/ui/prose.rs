@@ -57,7 +57,7 @@ pub fn plain(text: &str) -> String {
 
 /// Where the workbench keeps the "Raw text" switch for this module to read.
 fn raw_id() -> egui::Id {
-    egui::Id::new("lorekeeper-prose-raw")
+    egui::Id::unique("lorekeeper-prose-raw")
 }
 
 /// Show transcripts as written (asterisks kept, one colour) or as prose.
