@@ -24,7 +24,7 @@ use super::rules::{Asked, content_rules, min_narrative_chars};
 use super::records::{RunRecord, VersionRecord};
 use super::schema::{Agent, CharacterSeed};
 use crate::llm::structured::{
-    ContentRules, OutputSchema, StructuredAttempt, StructuredOptions, complete_with_schema, schema_for, total_usage,
+    ContentRules, OutputSchema, StructuredAttempt, StructuredOptions, clip, complete_with_schema, schema_for, total_usage,
 };
 use crate::llm::{CallContext, ChatMessage, ChatRequest, LlmClient};
 use crate::prompting::PromptTemplates;
@@ -91,13 +91,6 @@ fn strings(value: &Value, out: &mut Vec<String>) {
         Value::Array(items) => items.iter().for_each(|i| strings(i, out)),
         Value::Object(map) => map.values().for_each(|v| strings(v, out)),
         _ => {}
-    }
-}
-
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
     }
 }
 

@@ -503,7 +503,8 @@ fn read_reply<T: DeserializeOwned>(schema: &CompiledSchema, rules: &ContentRules
     }
 }
 
-fn clip(text: &str, max_chars: usize) -> String {
+/// `text` cut to `max_chars` characters, with an ellipsis where it was cut.
+pub fn clip(text: &str, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),
