@@ -109,15 +109,25 @@ pub enum Verb {
         #[command(subcommand)]
         action: memory::MemoryAction,
     },
-    /// Open the workbench on one panel and save what its window shows as a PNG (needs a
-    /// display; on a machine without one, run it under `xvfb-run -a`).
+    /// Open the workbench on a layout or a panel and save what its window shows as a PNG
+    /// (needs a display; on a machine without one, run it under `xvfb-run -a`).
     Screenshot {
         /// The PNG to write.
         #[arg(long)]
         out: PathBuf,
-        /// Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library or Providers.
-        #[arg(long, default_value = "Scene")]
-        panel: String,
+        /// A named layout: "All panels", "Create a character", "Play a scene",
+        /// "Chat with a character" or "Inspect memory" (a word of it will do: play, chat, memory).
+        #[arg(long)]
+        layout: Option<String>,
+        /// A panel to bring into view: Campaigns, Waves, Checkpoints, Scene, Chat, Memory,
+        /// Budgets, Prompt, Library, Providers, Packet, "Injected memories", "Event log".
+        /// Without --layout and --panel: Scene.
+        #[arg(long)]
+        panel: Option<String>,
+        /// Draw a new library holding the demo world after one round played by the shipped
+        /// demo script, instead of your own library (for documentation; nothing of yours is read).
+        #[arg(long)]
+        demo_round: bool,
         #[arg(long, default_value_t = 1280.0)]
         width: f32,
         #[arg(long, default_value_t = 800.0)]
@@ -296,10 +306,30 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let engine = engine::start(paths).context("cannot start the engine")?;
             memory::run(&engine, action, cli.json)
         }
-        Some(Verb::Screenshot { out, panel, width, height, frames }) => {
-            let panel = crate::ui::PanelKind::parse(&panel)
-                .ok_or_else(|| anyhow::anyhow!("no panel named {panel:?}; the panels are {}", crate::ui::PanelKind::ALL.map(|k| k.title()).join(", ")))?;
-            crate::ui::screenshot(paths, crate::ui::ScreenshotOptions { out: out.clone(), panel, width, height, frames })?;
+        Some(Verb::Screenshot { out, layout, panel, demo_round, width, height, frames }) => {
+            let layout = match layout {
+                Some(name) => Some(crate::ui::layout::NamedLayout::parse(&name).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no layout named {name:?}; the layouts are {}",
+                        crate::ui::layout::NamedLayout::ALL.map(|l| l.title()).join(", ")
+                    )
+                })?),
+                None => None,
+            };
+            let panel = match panel {
+                Some(name) => Some(crate::ui::PanelKind::parse(&name).ok_or_else(|| {
+                    anyhow::anyhow!("no panel named {name:?}; the panels are {}", crate::ui::PanelKind::ALL.map(|k| k.title()).join(", "))
+                })?),
+                None if layout.is_none() => Some(crate::ui::PanelKind::Scene),
+                None => None,
+            };
+            // The demo library lives in a directory that goes when the screenshot is taken.
+            let demo = if demo_round { Some(tempfile::tempdir().context("cannot make a directory for the demo library")?) } else { None };
+            let paths = match &demo {
+                Some(dir) => scene::demo_round_library(dir.path()).context("cannot play the demo round")?,
+                None => paths,
+            };
+            crate::ui::screenshot(paths, crate::ui::ScreenshotOptions { out: out.clone(), layout, panel, width, height, frames })?;
             println!("{}", out.display());
             Ok(ExitCode::SUCCESS)
         }

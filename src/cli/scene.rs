@@ -227,3 +227,35 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
     }
 }
 
+
+/// A new library in `dir` holding the demo world after one round played by the shipped
+/// demo script (the `demo` profile), for `screenshot --demo-round`: the same picture on
+/// every machine, with or without the embedded model.
+pub fn demo_round_library(dir: &std::path::Path) -> Result<crate::config::Paths> {
+    let paths = crate::config::Paths {
+        config_file: dir.join("config.toml"),
+        library_file: dir.join("library.sqlite"),
+        log_dir: dir.join("logs"),
+    };
+    let mut config = crate::config::Config::default();
+    config.default_profile = "demo".into();
+    config.save(&paths.config_file)?;
+    let engine = crate::engine::start(paths.clone())?;
+    engine.send(Command::Scene(SceneCommand::Demo))?;
+    let scene = super::drive::wait(&engine, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::DemoReady { scene_id }) => Some(scene_id.clone()),
+        _ => None,
+    })?
+    .ok_or_else(|| anyhow!("the demo scene was not added"))?;
+    engine.send(Command::Scene(SceneCommand::Round {
+        scene: scene.clone(),
+        input: Some("I knock on the lighthouse door.".into()),
+        force: Vec::new(),
+        review: false,
+    }))?;
+    super::drive::wait(&engine, ROUND_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::RoundCompleted { scene_id, .. }) if *scene_id == scene => Some(()),
+        _ => None,
+    })?;
+    Ok(paths)
+}

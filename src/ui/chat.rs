@@ -63,6 +63,10 @@ pub struct ChatPanel {
     error: Option<String>,
     /// A memory the user asked to open in the memory browser.
     open_memory: Option<String>,
+    /// The packet has a tile of its own in the layout, so the chat does not repeat it.
+    packet_elsewhere: bool,
+    /// The character to open once the list arrives (the one open at the last close).
+    wanted: Option<String>,
 }
 
 /// Exchanges loaded when a character is opened.
@@ -130,6 +134,19 @@ impl ChatPanel {
         match event {
             CompanionEvent::Characters { characters } => {
                 self.characters = characters.clone();
+                if let Some(wanted) = self.wanted.take().filter(|w| characters.iter().any(|c| &c.id == w) && !self.is_selected(w)) {
+                    self.selected = Some(wanted.clone());
+                    self.turns.clear();
+                    self.packet = None;
+                    outbox.push(history(&wanted));
+                    outbox.push(Command::Companion(CompanionCommand::Chats { character: wanted }));
+                }
+                let gone = self.selected.as_ref().is_some_and(|s| !characters.iter().any(|c| &c.id == s));
+                if gone {
+                    self.selected = None;
+                    self.turns.clear();
+                    self.packet = None;
+                }
                 if self.selected.is_none()
                     && let Some(first) = self.characters.first()
                 {
@@ -289,6 +306,10 @@ impl ChatPanel {
             }
         });
         ui.separator();
+        if self.packet_elsewhere {
+            self.show_conversation(ui, outbox);
+            return;
+        }
         let width = ui.available_width();
         ui.horizontal_top(|ui| {
             ui.vertical(|ui| {
@@ -300,6 +321,18 @@ impl ChatPanel {
                 self.show_packet(ui);
             });
         });
+    }
+
+    /// Whether the layout shows the packet in a tile of its own (then the chat leaves it
+    /// out rather than drawing it twice).
+    pub fn set_packet_elsewhere(&mut self, elsewhere: bool) {
+        self.packet_elsewhere = elsewhere;
+    }
+
+    /// Open `character` as the workbench did when it last closed; if the character is
+    /// gone by the time the list arrives, the first one is opened instead.
+    pub fn restore(&mut self, character: String) {
+        self.wanted = Some(character);
     }
 
     /// The committed exchanges, each message with its controls (edit, delete from here),
@@ -712,7 +745,7 @@ fn score_bar(ui: &mut egui::Ui, label: &str, value: f32, scale: f32) {
 
 impl super::Panel for ChatPanel {
     fn kinds(&self) -> &'static [super::PanelKind] {
-        &[super::PanelKind::Chat]
+        &[super::PanelKind::Chat, super::PanelKind::Packet]
     }
 
     fn startup(&self) -> Vec<crate::engine::Command> {
@@ -726,7 +759,9 @@ impl super::Panel for ChatPanel {
     }
 
     fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
-        let _ = kind;
-        ChatPanel::show(self, ui, outbox);
+        match kind {
+            super::PanelKind::Packet => self.show_packet(ui),
+            _ => ChatPanel::show(self, ui, outbox),
+        }
     }
 }

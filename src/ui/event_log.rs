@@ -281,7 +281,6 @@ impl EventLog {
     }
 
     pub fn show(&self, ui: &mut egui::Ui) {
-        ui.label(egui::RichText::new("Event log").small().strong());
         let row_height = ui.text_style_height(&egui::TextStyle::Monospace);
         egui::ScrollArea::vertical().stick_to_bottom(true).auto_shrink([false, false]).show_rows(
             ui,
@@ -361,7 +360,7 @@ mod tests {
 
 impl super::Panel for EventLog {
     fn kinds(&self) -> &'static [super::PanelKind] {
-        &[]
+        &[super::PanelKind::Events]
     }
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {

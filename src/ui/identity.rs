@@ -33,6 +33,10 @@ pub struct IdentityPanels {
     export_path: String,
     exported: Option<String>,
     confirm_delete: bool,
+    /// The run to open once the run list arrives (the one open at the last close).
+    wanted: Option<String>,
+    /// The feedback field, whose Ctrl+Enter keys are the inspector's own.
+    feedback_id: Option<egui::Id>,
 }
 
 struct SeedForm {
@@ -87,6 +91,13 @@ impl IdentityPanels {
         match event {
             IdentityEvent::Runs { runs } => {
                 self.runs = runs.clone();
+                if let Some(wanted) = self.wanted.take().filter(|w| runs.iter().any(|r| &r.id == w)) {
+                    self.select(wanted, outbox);
+                }
+                if self.selected.as_ref().is_some_and(|s| !runs.iter().any(|r| &r.id == s)) {
+                    self.selected = None;
+                    self.view = None;
+                }
                 if self.selected.is_none() {
                     if let Some(last) = runs.last() {
                         self.select(last.id.clone(), outbox);
@@ -152,6 +163,12 @@ impl IdentityPanels {
             self.refreshing = true;
             outbox.push(Command::Identity(IdentityCommand::Snapshot { character_id: character_id.to_string() }));
         }
+    }
+
+    /// Open the run the workbench showed when it last closed (if it is gone by the
+    /// time the run list arrives, the newest is opened instead).
+    pub fn restore(&mut self, run: String) {
+        self.wanted = Some(run);
     }
 
     fn select(&mut self, id: String, outbox: &mut Vec<Command>) {
@@ -478,7 +495,12 @@ impl IdentityPanels {
         ui.horizontal(|ui| {
             status_chip(ui, status);
             let can_approve = status == CheckpointStatus::AwaitingApproval;
-            let approve_key = ui.input_mut(|i| i.consume_key(egui::Modifiers::CTRL, egui::Key::Enter));
+            // With panels side by side, Ctrl+Enter typed into another panel's field (the
+            // scene's message, the chat) is that panel's: approve only when no field or
+            // the feedback field has the keyboard.
+            let focus = ui.ctx().memory(|m| m.focused());
+            let ours = focus.is_none() || focus == self.feedback_id;
+            let approve_key = ours && ui.input_mut(|i| i.consume_key(egui::Modifiers::CTRL, egui::Key::Enter));
             if ui.add_enabled(can_approve, egui::Button::new("Approve")).on_hover_text("Ctrl+Enter").clicked()
                 || (can_approve && approve_key)
             {
@@ -503,9 +525,13 @@ impl IdentityPanels {
         let can_reject = matches!(status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed);
         ui.horizontal(|ui| {
             let label = ui.label("Feedback");
-            ui.add(egui::TextEdit::singleline(&mut self.feedback).desired_width(460.0).hint_text("what should change"))
+            let field = ui
+                .add(egui::TextEdit::singleline(&mut self.feedback).desired_width(460.0).hint_text("what should change"))
                 .labelled_by(label.id);
-            let reject_key = ui.input_mut(|i| i.consume_key(egui::Modifiers::CTRL | egui::Modifiers::SHIFT, egui::Key::Enter));
+            self.feedback_id = Some(field.id);
+            let focus = ui.ctx().memory(|m| m.focused());
+            let reject_key = (focus.is_none() || focus == Some(field.id))
+                && ui.input_mut(|i| i.consume_key(egui::Modifiers::CTRL | egui::Modifiers::SHIFT, egui::Key::Enter));
             let ready = can_reject && !self.feedback.trim().is_empty();
             if ui.add_enabled(ready, egui::Button::new("Reject with feedback")).on_hover_text("Ctrl+Shift+Enter").clicked()
                 || (ready && reject_key)

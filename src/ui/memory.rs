@@ -55,6 +55,8 @@ pub struct MemoryPanel {
     /// The selected memory's text as the user edits it, and which memory it is for.
     edit_text: String,
     edit_for: Option<String>,
+    /// A memory was opened from the injections tile: bring the browser into view.
+    reveal: bool,
 }
 
 fn optional(text: &str) -> Option<String> {
@@ -245,15 +247,38 @@ impl MemoryPanel {
             MemoryTab::Injections => self.show_injections(ui, outbox),
         };
         if let Some(id) = open {
-            self.selected = Some(id.clone());
-            self.context.clear();
-            outbox.push(Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 }));
+            self.open(id, outbox);
         }
         if self.selected.is_some() {
             ui.separator();
             self.show_context(ui);
             self.show_curation(ui, outbox);
         }
+    }
+
+    /// The memories injected into each agent's prompts, as a tile of their own (the
+    /// *Play a scene* and *Inspect memory* layouts put it beside the transcript). Opening
+    /// a memory from here shows it in the memory browser.
+    pub fn show_injected(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let open = egui::ScrollArea::vertical().id_salt("injected_tile").show(ui, |ui| self.show_injections(ui, outbox)).inner;
+        if let Some(id) = open {
+            self.tab = MemoryTab::Search;
+            self.open(id, outbox);
+            self.reveal = true;
+        }
+    }
+
+    /// Select a memory and ask for the turns around it.
+    fn open(&mut self, id: String, outbox: &mut Vec<Command>) {
+        self.selected = Some(id.clone());
+        self.context.clear();
+        outbox.push(Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 }));
+    }
+
+    /// Whether a memory was opened from the injections tile, so the browser should be
+    /// brought into view (asked once).
+    pub fn take_reveal(&mut self) -> bool {
+        std::mem::take(&mut self.reveal)
     }
 
     /// The table's height: what is left above the context view, if one is open.
@@ -643,7 +668,7 @@ mod tests {
 
 impl super::Panel for MemoryPanel {
     fn kinds(&self) -> &'static [super::PanelKind] {
-        &[super::PanelKind::Memory]
+        &[super::PanelKind::Memory, super::PanelKind::Injections]
     }
 
     fn startup(&self) -> Vec<crate::engine::Command> {
@@ -655,7 +680,9 @@ impl super::Panel for MemoryPanel {
     }
 
     fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
-        let _ = kind;
-        MemoryPanel::show(self, ui, outbox);
+        match kind {
+            super::PanelKind::Injections => self.show_injected(ui, outbox),
+            _ => MemoryPanel::show(self, ui, outbox),
+        }
     }
 }

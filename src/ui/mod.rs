@@ -9,6 +9,7 @@ pub mod campaigns;
 pub mod chat;
 mod event_log;
 mod identity;
+pub mod layout;
 pub mod library;
 pub mod lore_editor;
 mod memory;
@@ -22,6 +23,7 @@ pub use screenshot::{ScreenshotOptions, screenshot};
 use crate::config::Paths;
 use crate::engine::{self, Command, EngineHandle, Event};
 use egui::RichText;
+use layout::{NamedLayout, WorkbenchState};
 use std::collections::VecDeque;
 use chat::ChatPanel;
 use event_log::EventLog;
@@ -61,10 +63,12 @@ pub enum UiError {
     Window(String),
 }
 
-/// The panels of the workbench, in the order of the navigation bar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The panels of the workbench, in the order of the navigation bar. Each is a tile of
+/// the layout; the first ten answer Ctrl+1 … Ctrl+0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum PanelKind {
     Campaigns,
+    #[default]
     Waves,
     Checkpoints,
     Scene,
@@ -74,6 +78,13 @@ pub enum PanelKind {
     Prompt,
     Library,
     Providers,
+    /// The chat's last packet with the memories it carried (drawn beside the chat when it
+    /// has no tile of its own).
+    Packet,
+    /// What each agent's last prompt was given from memory.
+    Injections,
+    /// The event log.
+    Events,
 }
 
 impl PanelKind {
@@ -82,7 +93,7 @@ impl PanelKind {
         Self::ALL.into_iter().find(|k| k.title().eq_ignore_ascii_case(name.trim()))
     }
 
-    pub const ALL: [PanelKind; 10] = [
+    pub const ALL: [PanelKind; 13] = [
         PanelKind::Campaigns,
         PanelKind::Waves,
         PanelKind::Checkpoints,
@@ -93,6 +104,9 @@ impl PanelKind {
         PanelKind::Prompt,
         PanelKind::Library,
         PanelKind::Providers,
+        PanelKind::Packet,
+        PanelKind::Injections,
+        PanelKind::Events,
     ];
 
     pub fn title(self) -> &'static str {
@@ -107,6 +121,9 @@ impl PanelKind {
             PanelKind::Prompt => "Prompt",
             PanelKind::Library => "Library",
             PanelKind::Providers => "Providers",
+            PanelKind::Packet => "Packet",
+            PanelKind::Injections => "Injected memories",
+            PanelKind::Events => "Event log",
         }
     }
 }
@@ -148,10 +165,9 @@ pub const SHORTCUTS: [(&str, &str); 8] = [
     ("Esc (this list)", "close it"),
 ];
 
-/// The eframe application.
-pub struct WorkbenchApp {
-    engine: EngineHandle,
-    panel: PanelKind,
+/// Every panel unit of the workbench. Kept apart from the layout so the tiles can lend
+/// the panels to each tile while the tree itself is being drawn.
+struct Panels {
     log: EventLog,
     providers: ProvidersPanel,
     identity: IdentityPanels,
@@ -161,54 +177,11 @@ pub struct WorkbenchApp {
     chat: ChatPanel,
     prompt: PromptPanel,
     campaigns: campaigns::CampaignsPanel,
-    /// Commands the engine could not take yet (its queue was full): sent first on the
-    /// next frame, in order, and shown as "engine busy" meanwhile. A frame never waits.
-    pending: VecDeque<Command>,
-    /// The window was asked to close while work ran: what runs, shown until the game
-    /// master quits anyway or keeps working.
-    close_guard: Option<String>,
-    /// The `?` overlay of keyboard shortcuts is open.
-    show_shortcuts: bool,
-    /// Transcripts as written (asterisks, one colour) rather than as prose.
-    raw_text: bool,
-    /// The game master chose to quit with work running.
-    quit_anyway: bool,
 }
 
-impl WorkbenchApp {
-    /// Wire the engine's events to this window's repaints.
-    pub fn new(egui_ctx: &egui::Context, engine: EngineHandle) -> Self {
-        install_fallback_fonts(egui_ctx);
-        let repaint = egui_ctx.clone();
-        engine.set_waker(move || repaint.request_repaint());
-        let mut app = Self {
-            engine,
-            panel: PanelKind::Waves,
-            log: EventLog::default(),
-            providers: ProvidersPanel::new(),
-            identity: IdentityPanels::default(),
-            library: LibraryPanel::default(),
-            scene: ScenePanels::default(),
-            memory: MemoryPanel::new(),
-            chat: ChatPanel::default(),
-            prompt: PromptPanel::default(),
-            campaigns: campaigns::CampaignsPanel::default(),
-            pending: VecDeque::new(),
-            close_guard: None,
-            show_shortcuts: false,
-            raw_text: false,
-            quit_anyway: false,
-        };
-        app.providers.set_paths(app.engine.context().paths.clone());
-        let startup: Vec<Command> = app.panels().iter().flat_map(|p| p.startup()).collect();
-        for command in startup {
-            app.send(command);
-        }
-        app
-    }
-
+impl Panels {
     /// Every panel unit, in navigation order.
-    fn panels(&mut self) -> [&mut dyn Panel; 9] {
+    fn all(&mut self) -> [&mut dyn Panel; 9] {
         [
             &mut self.campaigns,
             &mut self.identity,
@@ -222,17 +195,197 @@ impl WorkbenchApp {
         ]
     }
 
+    fn show(&mut self, kind: PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        for panel in self.all() {
+            if panel.kinds().contains(&kind) {
+                panel.show(kind, ui, outbox);
+            }
+        }
+    }
+}
+
+/// What the tiles need to draw one frame: the panels to lend each tile, where their
+/// commands go, and which panel the game master last picked.
+struct TileDispatch<'a> {
+    panels: &'a mut Panels,
+    outbox: &'a mut Vec<Command>,
+    focused: &'a mut PanelKind,
+}
+
+impl egui_tiles::Behavior<PanelKind> for TileDispatch<'_> {
+    fn pane_ui(&mut self, ui: &mut egui::Ui, _tile: egui_tiles::TileId, kind: &mut PanelKind) -> egui_tiles::UiResponse {
+        egui::Frame::new().inner_margin(6.0).show(ui, |ui| {
+            ui.set_min_size(ui.available_size());
+            self.panels.show(*kind, ui, self.outbox);
+        });
+        egui_tiles::UiResponse::None
+    }
+
+    fn tab_title_for_pane(&mut self, kind: &PanelKind) -> egui::WidgetText {
+        kind.title().into()
+    }
+
+    fn on_tab_button(&mut self, tiles: &mut egui_tiles::Tiles<PanelKind>, tile: egui_tiles::TileId, response: egui::Response) -> egui::Response {
+        if response.clicked()
+            && let Some(egui_tiles::Tile::Pane(kind)) = tiles.get(tile)
+        {
+            *self.focused = *kind;
+        }
+        response.on_hover_text("Drag the tab to move the panel; drag a tile's edge to resize it")
+    }
+
+    /// A panel can be closed from its tab; the navigation bar brings it back.
+    fn is_tab_closable(&self, tiles: &egui_tiles::Tiles<PanelKind>, tile: egui_tiles::TileId) -> bool {
+        matches!(tiles.get(tile), Some(egui_tiles::Tile::Pane(_)))
+    }
+
+    fn simplification_options(&self) -> egui_tiles::SimplificationOptions {
+        egui_tiles::SimplificationOptions { all_panes_must_have_tabs: true, ..Default::default() }
+    }
+
+    fn tab_bar_height(&self, _style: &egui::Style) -> f32 {
+        22.0
+    }
+}
+
+/// The eframe application.
+pub struct WorkbenchApp {
+    engine: EngineHandle,
+    panels: Panels,
+    /// The tiles and what else survives a restart.
+    state: WorkbenchState,
+    /// The name typed for "Save layout".
+    layout_name: String,
+    /// Commands the engine could not take yet (its queue was full): sent first on the
+    /// next frame, in order, and shown as "engine busy" meanwhile. A frame never waits.
+    pending: VecDeque<Command>,
+    /// The window was asked to close while work ran: what runs, shown until the game
+    /// master quits anyway or keeps working.
+    close_guard: Option<String>,
+    /// The `?` overlay of keyboard shortcuts is open.
+    show_shortcuts: bool,
+    /// The game master chose to quit with work running.
+    quit_anyway: bool,
+}
+
+impl WorkbenchApp {
+    /// The workbench with every panel as a tab (one shown at a time) and nothing
+    /// remembered: what tests and the screenshot command start from.
+    pub fn new(egui_ctx: &egui::Context, engine: EngineHandle) -> Self {
+        Self::with_state(egui_ctx, engine, WorkbenchState::default())
+    }
+
+    /// The workbench as it was when it last closed (eframe's storage), or on a first
+    /// launch the *Play a scene* layout over the demo scene.
+    pub fn restore(egui_ctx: &egui::Context, engine: EngineHandle, storage: Option<&dyn eframe::Storage>) -> Self {
+        let state = storage.and_then(WorkbenchState::load).unwrap_or_else(|| WorkbenchState::starting_with(NamedLayout::PlayScene));
+        Self::with_state(egui_ctx, engine, state)
+    }
+
+    /// Wire the engine's events to this window's repaints and open what `state` had open.
+    pub fn with_state(egui_ctx: &egui::Context, engine: EngineHandle, state: WorkbenchState) -> Self {
+        install_fallback_fonts(egui_ctx);
+        let repaint = egui_ctx.clone();
+        engine.set_waker(move || repaint.request_repaint());
+        prose::set_raw(egui_ctx, state.raw_text);
+        let mut app = Self {
+            engine,
+            panels: Panels {
+                log: EventLog::default(),
+                providers: ProvidersPanel::new(),
+                identity: IdentityPanels::default(),
+                library: LibraryPanel::default(),
+                scene: ScenePanels::default(),
+                memory: MemoryPanel::new(),
+                chat: ChatPanel::default(),
+                prompt: PromptPanel::default(),
+                campaigns: campaigns::CampaignsPanel::default(),
+            },
+            state,
+            layout_name: String::new(),
+            pending: VecDeque::new(),
+            close_guard: None,
+            show_shortcuts: false,
+            quit_anyway: false,
+        };
+        app.panels.providers.set_paths(app.engine.context().paths.clone());
+        if let Some(scene) = app.state.scene.clone() {
+            app.panels.scene.restore(scene);
+        }
+        if let Some(character) = app.state.chat_character.clone() {
+            app.panels.chat.restore(character);
+        }
+        if let Some(run) = app.state.identity_run.clone() {
+            app.panels.identity.restore(run);
+        }
+        let startup: Vec<Command> = app.panels.all().iter().flat_map(|p| p.startup()).collect();
+        for command in startup {
+            app.send(command);
+        }
+        app
+    }
+
+    /// What [`eframe::App::save`] writes: the tiles as they are and what is open.
+    pub fn state(&self) -> WorkbenchState {
+        let mut state = self.state.clone();
+        state.scene = self.panels.scene.selected().map(str::to_string);
+        state.chat_character = self.panels.chat.selected().map(str::to_string);
+        state.identity_run = self.panels.identity.selected().map(str::to_string);
+        state
+    }
+
+    /// The tiles in one line (see [`layout::describe`]).
+    pub fn arrangement(&self) -> String {
+        layout::describe(&self.state.tree)
+    }
+
+    /// The layout the tiles started from (a built-in title or a saved name).
+    pub fn layout_name(&self) -> &str {
+        &self.state.layout
+    }
+
+    /// Replace the tiles with a built-in layout, as the Layout menu does.
+    pub fn use_layout(&mut self, layout: NamedLayout) {
+        self.state.tree = layout.tree();
+        self.state.layout = layout.title().to_string();
+        self.state.focused = layout.focus();
+    }
+
+    /// Keep the tiles as they are under `name` (replacing a layout saved by that name).
+    pub fn save_layout(&mut self, name: &str) -> bool {
+        let name = name.trim();
+        if name.is_empty() || NamedLayout::ALL.iter().any(|l| l.title().eq_ignore_ascii_case(name)) {
+            return false;
+        }
+        self.state.saved.insert(name.to_string(), self.state.tree.clone());
+        self.state.layout = name.to_string();
+        true
+    }
+
+    /// Put back the tiles saved as `name`.
+    pub fn use_saved_layout(&mut self, name: &str) -> bool {
+        let Some(tree) = self.state.saved.get(name).cloned() else { return false };
+        self.state.tree = tree;
+        self.state.layout = name.to_string();
+        true
+    }
+
+    /// Whether `kind` is drawn (in the layout, on its tab container's open tab).
+    pub fn is_shown(&self, kind: PanelKind) -> bool {
+        layout::is_shown(&self.state.tree, kind)
+    }
+
     /// What is running that closing the window would stop: a round, a chat reply, an
     /// identity agent (`None`: nothing).
     pub fn running_work(&self) -> Option<String> {
         let mut work = Vec::new();
-        if self.scene.live().is_some() {
+        if self.panels.scene.live().is_some() {
             work.push("a scene round".to_string());
         }
-        if self.chat.live().is_some() {
+        if self.panels.chat.live().is_some() {
             work.push("a chat reply".to_string());
         }
-        if let Some(view) = self.identity.view() {
+        if let Some(view) = self.panels.identity.view() {
             let agents = view.checkpoints.iter().filter(|c| c.record.status.is_working()).count();
             if agents > 0 {
                 work.push(format!("{agents} identity agent(s) of {}", view.run.name));
@@ -248,36 +401,37 @@ impl WorkbenchApp {
 
     /// The Providers panel's view model.
     pub fn providers(&self) -> &ProvidersPanel {
-        &self.providers
+        &self.panels.providers
     }
 
     /// The Campaigns panel's view model.
     pub fn campaigns(&self) -> &campaigns::CampaignsPanel {
-        &self.campaigns
+        &self.panels.campaigns
     }
 
     /// Select a node of the Campaigns tree by kind and name, as a click on it would.
     pub fn select_in_campaigns(&mut self, level: crate::scene::authoring::Level, name: &str) -> bool {
-        self.campaigns.select_named(level, name)
+        self.panels.campaigns.select_named(level, name)
     }
 
     /// The Prompt panel's view model.
     pub fn prompt(&self) -> &PromptPanel {
-        &self.prompt
+        &self.panels.prompt
     }
 
     /// The Chat panel's view model.
     pub fn chat(&self) -> &ChatPanel {
-        &self.chat
+        &self.panels.chat
     }
 
     /// The memory browser's view model.
     pub fn memory(&self) -> &MemoryPanel {
-        &self.memory
+        &self.panels.memory
     }
 
+    /// The panel last picked (from the navigation bar, a tab or a shortcut).
     pub fn panel(&self) -> PanelKind {
-        self.panel
+        self.state.focused
     }
 
     pub fn engine(&self) -> &EngineHandle {
@@ -286,27 +440,27 @@ impl WorkbenchApp {
 
     /// The identity panels' view model.
     pub fn identity(&self) -> &IdentityPanels {
-        &self.identity
+        &self.panels.identity
     }
 
     /// The Scene and Budgets panels' view model.
     pub fn scene(&self) -> &ScenePanels {
-        &self.scene
+        &self.panels.scene
     }
 
     /// The Library panel's view model (for tests).
     pub fn library(&self) -> &LibraryPanel {
-        &self.library
+        &self.panels.library
     }
 
     /// What the last test of a profile showed, as the Providers panel shows it.
     pub fn provider_test(&self, profile: &str) -> Option<&TestView> {
-        self.providers.test_view(profile)
+        self.panels.providers.test_view(profile)
     }
 
     /// The event log's lines, oldest first.
     pub fn log_lines(&self) -> impl Iterator<Item = &str> {
-        self.log.lines()
+        self.panels.log.lines()
     }
 
     /// Commands waiting for room in the engine's queue.
@@ -331,7 +485,7 @@ impl WorkbenchApp {
                 }
                 Err(engine::TrySendError::Stopped) => {
                     self.pending.clear();
-                    self.log.push_error("engine", "the engine has stopped; restart the workbench");
+                    self.panels.log.push_error("engine", "the engine has stopped; restart the workbench");
                 }
             }
         }
@@ -339,14 +493,14 @@ impl WorkbenchApp {
 
     fn apply(&mut self, event: Event) {
         let mut outbox = Vec::new();
-        for panel in self.panels() {
+        for panel in self.panels.all() {
             panel.apply(&event, &mut outbox);
         }
         if let Event::Core(engine::CoreEvent::Error { context, message }) = &event {
             if context.starts_with("export ") || context.starts_with("delete character ") || context.starts_with("sheet of ") {
-                self.library.export_failed(&format!("{context}: {message}"));
+                self.panels.library.export_failed(&format!("{context}: {message}"));
             } else if context.starts_with("lorebook ") || context.starts_with("test lorebook ") {
-                self.library.lore_editor_mut().failed(&format!("{context}: {message}"));
+                self.panels.library.lore_editor_mut().failed(&format!("{context}: {message}"));
             }
         }
         // Events that follow an LLM call: the Prompt panel refreshes when next shown.
@@ -357,7 +511,7 @@ impl WorkbenchApp {
                 | Event::Identity(crate::identity::IdentityEvent::CheckpointReady { .. })
                 | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
         ) {
-            self.prompt.mark_stale();
+            self.panels.prompt.mark_stale();
         }
         for command in outbox {
             self.send(command);
@@ -374,11 +528,87 @@ impl WorkbenchApp {
             }
         }
     }
+
+    /// The navigation bar: a panel's entry brings it into view, the Layout menu swaps
+    /// the tiles for a named or saved arrangement or saves this one.
+    fn navigation(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal_wrapped(|ui| {
+            ui.strong("Lorekeeper");
+            ui.separator();
+            let focused = self.state.focused;
+            for kind in PanelKind::ALL {
+                if ui.selectable_label(focused == kind, kind.title()).clicked() {
+                    self.show_panel(kind);
+                }
+            }
+            ui.separator();
+            self.layout_menu(ui);
+            ui.separator();
+            if ui.checkbox(&mut self.state.raw_text, "Raw text").on_hover_text("Transcripts as written: asterisks kept, speech not coloured").changed() {
+                prose::set_raw(ui.ctx(), self.state.raw_text);
+            }
+            if let Some(line) = self.panels.providers.model_line()
+                && ui.link(&line.text).on_hover_text(&line.hint).clicked()
+            {
+                self.show_panel(PanelKind::Providers);
+            }
+            if !self.pending.is_empty() {
+                ui.separator();
+                ui.label(RichText::new(format!("engine busy: {} command(s) waiting", self.pending.len())).color(ui.visuals().warn_fg_color))
+                    .on_hover_text("The engine's queue is full; your commands are sent, in order, as it catches up.");
+            }
+        });
+    }
+
+    fn layout_menu(&mut self, ui: &mut egui::Ui) {
+        // The menu holds a text field (the name to save under), so a click inside it must
+        // not close it; a click outside or a chosen layout does.
+        let config = egui::containers::menu::MenuConfig::new().close_behavior(egui::PopupCloseBehavior::CloseOnClickOutside);
+        let (response, _) = egui::containers::menu::MenuButton::new("Layouts").config(config).ui(ui, |ui| {
+            for layout in NamedLayout::ALL {
+                if ui.button(layout.title()).clicked() {
+                    self.use_layout(layout);
+                    ui.close();
+                }
+            }
+            let saved: Vec<String> = self.state.saved.keys().cloned().collect();
+            if !saved.is_empty() {
+                ui.separator();
+                ui.weak("Saved");
+                for name in saved {
+                    ui.horizontal(|ui| {
+                        if ui.button(&name).clicked() {
+                            self.use_saved_layout(&name);
+                            ui.close();
+                        }
+                        if ui.small_button("Forget").on_hover_text(format!("Forget the layout {name:?}")).clicked() {
+                            self.state.saved.remove(&name);
+                        }
+                    });
+                }
+            }
+            ui.separator();
+            ui.horizontal(|ui| {
+                let label = ui.label("Layout name");
+                ui.add(egui::TextEdit::singleline(&mut self.layout_name).desired_width(140.0)).labelled_by(label.id);
+                let name = self.layout_name.clone();
+                if ui.button("Save layout").on_hover_text("Keep the tiles as they are under this name").clicked() && self.save_layout(&name) {
+                    self.layout_name.clear();
+                    ui.close();
+                }
+            });
+        });
+        response.on_hover_text(format!("Now: {}", self.state.layout));
+    }
 }
 
 impl eframe::App for WorkbenchApp {
     fn logic(&mut self, _ctx: &egui::Context, _frame: &mut eframe::Frame) {
         self.drain_events();
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, layout::STORAGE_KEY, &self.state());
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
@@ -408,50 +638,24 @@ impl eframe::App for WorkbenchApp {
         self.shortcuts(ui);
         let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).collect());
         if !dropped.is_empty() {
-            self.panel = PanelKind::Library;
+            self.show_panel(PanelKind::Library);
             self.send(LibraryPanel::import_command(dropped));
         }
-        egui::Panel::top("nav").show(ui, |ui| {
-            ui.horizontal_wrapped(|ui| {
-                ui.strong("Lorekeeper");
-                ui.separator();
-                for kind in PanelKind::ALL {
-                    ui.selectable_value(&mut self.panel, kind, kind.title());
-                }
-                ui.separator();
-                if ui.checkbox(&mut self.raw_text, "Raw text").on_hover_text("Transcripts as written: asterisks kept, speech not coloured").changed() {
-                    prose::set_raw(ui.ctx(), self.raw_text);
-                }
-                if let Some(line) = self.providers.model_line()
-                    && ui.link(&line.text).on_hover_text(&line.hint).clicked()
-                {
-                    self.panel = PanelKind::Providers;
-                }
-                if !self.pending.is_empty() {
-                    ui.separator();
-                    ui.label(RichText::new(format!("engine busy: {} command(s) waiting", self.pending.len())).color(ui.visuals().warn_fg_color))
-                        .on_hover_text("The engine's queue is full; your commands are sent, in order, as it catches up.");
-                }
-            });
-        });
-        egui::Panel::bottom("event_log").resizable(true).default_size(140.0).show(ui, |ui| {
-            self.log.show(ui);
-        });
+        egui::Panel::top("nav").show(ui, |ui| self.navigation(ui));
+        self.panels.chat.set_packet_elsewhere(layout::is_shown(&self.state.tree, PanelKind::Packet));
         egui::CentralPanel::default_margins().show(ui, |ui| {
             let mut outbox = Vec::new();
-            let kind = self.panel;
-            for panel in self.panels() {
-                if panel.kinds().contains(&kind) {
-                    panel.show(kind, ui, &mut outbox);
-                }
+            let mut behavior = TileDispatch { panels: &mut self.panels, outbox: &mut outbox, focused: &mut self.state.focused };
+            self.state.tree.ui(&mut behavior, ui);
+            if let Some(scene) = self.panels.campaigns.take_open_scene() {
+                self.open_scene(scene);
             }
-            if let Some(scene) = self.campaigns.take_open_scene() {
-                self.panel = PanelKind::Scene;
-                self.scene.open(scene, &mut outbox);
+            if let Some(id) = self.panels.chat.take_open_memory() {
+                self.show_panel(PanelKind::Memory);
+                outbox.push(self.panels.memory.focus(id));
             }
-            if let Some(id) = self.chat.take_open_memory() {
-                self.panel = PanelKind::Memory;
-                outbox.push(self.memory.focus(id));
+            if self.panels.memory.take_reveal() {
+                self.show_panel(PanelKind::Memory);
             }
             for command in outbox {
                 self.send(command);
@@ -461,9 +665,22 @@ impl eframe::App for WorkbenchApp {
 }
 
 impl WorkbenchApp {
-    /// Show `kind`, as its entry in the navigation bar does.
+    /// Bring `kind` into view, as its entry in the navigation bar does: its tab is opened,
+    /// or it joins the tiles beside the panel in use.
     pub fn show_panel(&mut self, kind: PanelKind) {
-        self.panel = kind;
+        layout::reveal(&mut self.state.tree, kind, self.state.focused);
+        self.state.focused = kind;
+    }
+
+    /// Open `scene` in the Scene panel and bring it into view (as the Campaigns tree's
+    /// "open" does).
+    pub fn open_scene(&mut self, scene: String) {
+        self.show_panel(PanelKind::Scene);
+        let mut outbox = Vec::new();
+        self.panels.scene.open(scene, &mut outbox);
+        for command in outbox {
+            self.send(command);
+        }
     }
 
     /// Whether the keyboard shortcuts overlay is open.
@@ -495,7 +712,7 @@ impl WorkbenchApp {
             (panel, toggle, close)
         });
         if let Some(n) = panel {
-            self.panel = PanelKind::ALL[n];
+            self.show_panel(PanelKind::ALL[n]);
         }
         if toggle {
             self.show_shortcuts = !self.show_shortcuts;
@@ -520,8 +737,10 @@ impl WorkbenchApp {
     }
 }
 
-/// Open the workbench window (blocks until it is closed).
+/// Open the workbench window (blocks until it is closed). The layout, what was open and
+/// the window's size are kept beside the config file (`workbench.ron`).
 pub fn run_native(paths: Paths) -> Result<(), UiError> {
+    let persistence = paths.config_file.with_file_name("workbench.ron");
     let engine = engine::start(paths)?;
     // A first launch opens on a playable scene and a companion to talk to; the panels
     // list them again when the engine says they are ready.
@@ -531,9 +750,10 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
+        persistence_path: Some(persistence),
         ..Default::default()
     };
-    eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))
+    eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::restore(&cc.egui_ctx, engine, cc.storage)))))
         .map_err(|e| UiError::Window(e.to_string()))
 }
 

@@ -72,41 +72,60 @@ impl PromptPanel {
             })
             .collect();
         let mut pick = None;
-        ui.horizontal_top(|ui| {
-            ui.vertical(|ui| {
-                ui.set_width(360.0);
-                egui::ScrollArea::vertical().id_salt("prompt_calls").show(ui, |ui| {
-                    for call in &shown {
-                        let text = format!(
-                            "{}  {} · {} · {}+{} tok · {} ms{}\n{}",
-                            call.at.get(11..19).unwrap_or(&call.at),
-                            call.profile,
-                            call.model,
-                            call.prompt_tokens,
-                            call.completion_tokens,
-                            call.elapsed_ms,
-                            if call.from_cache { " · cached" } else if call.error.is_some() { " · failed" } else { "" },
-                            first_line(call)
-                        );
-                        if ui.selectable_label(self.selected == Some(call.id), text).clicked() {
-                            pick = Some(call.id);
-                        }
-                    }
+        let selected = self.selected.and_then(|id| self.calls.iter().find(|c| c.id == id));
+        // Beside each other when the tile is wide; in a narrow tile (a column of the
+        // *Play a scene* layout) the list sits above the call it opens.
+        if ui.available_width() >= 720.0 {
+            ui.horizontal_top(|ui| {
+                ui.vertical(|ui| {
+                    ui.set_width(360.0);
+                    pick = call_list(ui, &shown, self.selected, f32::INFINITY);
                 });
+                ui.separator();
+                ui.vertical(|ui| call_detail(ui, selected));
             });
+        } else {
+            let height = (ui.available_height() * 0.4).max(120.0);
+            pick = call_list(ui, &shown, self.selected, height);
             ui.separator();
-            ui.vertical(|ui| {
-                let Some(call) = self.selected.and_then(|id| self.calls.iter().find(|c| c.id == id)) else {
-                    ui.weak("Pick a call to read its prompt.");
-                    return;
-                };
-                egui::ScrollArea::vertical().id_salt("prompt_detail").show(ui, |ui| show_call(ui, call));
-            });
-        });
+            call_detail(ui, selected);
+        }
         if pick.is_some() {
             self.selected = pick;
         }
     }
+}
+
+/// The calls, newest first, one selectable entry each; returns the one clicked.
+fn call_list(ui: &mut egui::Ui, shown: &[&CallRecord], selected: Option<i64>, max_height: f32) -> Option<i64> {
+    let mut pick = None;
+    egui::ScrollArea::vertical().id_salt("prompt_calls").max_height(max_height).show(ui, |ui| {
+        for call in shown {
+            let text = format!(
+                "{}  {} · {} · {}+{} tok · {} ms{}\n{}",
+                call.at.get(11..19).unwrap_or(&call.at),
+                call.profile,
+                call.model,
+                call.prompt_tokens,
+                call.completion_tokens,
+                call.elapsed_ms,
+                if call.from_cache { " · cached" } else if call.error.is_some() { " · failed" } else { "" },
+                first_line(call)
+            );
+            if ui.selectable_label(selected == Some(call.id), text).clicked() {
+                pick = Some(call.id);
+            }
+        }
+    });
+    pick
+}
+
+fn call_detail(ui: &mut egui::Ui, call: Option<&CallRecord>) {
+    let Some(call) = call else {
+        ui.weak("Pick a call to read its prompt.");
+        return;
+    };
+    egui::ScrollArea::vertical().id_salt("prompt_detail").show(ui, |ui| show_call(ui, call));
 }
 
 /// What identifies a call in the list: the start of its system prompt (the agent's

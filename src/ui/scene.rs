@@ -60,6 +60,8 @@ pub struct ScenePanels {
     /// Words to find in the transcript, and the whole transcript once asked for.
     search: String,
     whole: Option<Vec<SceneMessage>>,
+    /// The scene to open once the list arrives (the one open at the last close).
+    wanted: Option<String>,
 }
 
 impl ScenePanels {
@@ -111,6 +113,9 @@ impl ScenePanels {
         match event {
             SceneEvent::Scenes { scenes } => {
                 self.scenes = scenes.clone();
+                if let Some(wanted) = self.wanted.take().filter(|w| scenes.iter().any(|x| &x.id == w)) {
+                    self.select(wanted, outbox);
+                }
                 let still_there = self.selected.as_ref().is_some_and(|s| scenes.iter().any(|x| &x.id == s));
                 if !still_there {
                     if let Some(first) = scenes.first() {
@@ -259,6 +264,12 @@ impl ScenePanels {
         &self.input
     }
 
+    /// Open `scene` as the workbench did when it last closed, once the scene list
+    /// arrives and if the scene is still there.
+    pub fn restore(&mut self, scene: String) {
+        self.wanted = Some(scene);
+    }
+
     /// Show `scene` (asked for by another panel), refreshing the list first.
     pub fn open(&mut self, scene: String, outbox: &mut Vec<Command>) {
         outbox.push(Command::Scene(SceneCommand::List));
@@ -345,8 +356,25 @@ impl ScenePanels {
             view.elapsed_minutes,
             view.persona.as_deref().map(|p| format!(" — you play {}", p.split(':').next().unwrap_or(p))).unwrap_or_default()
         ));
+        // Two columns when the tile is wide; in a narrow tile the cast, the state and the
+        // Director's plan fold away above the controls and the transcript.
+        if ui.available_width() < 760.0 {
+            egui::CollapsingHeader::new("Cast, state and the Director's plan").id_salt("scene_state_folded").show(ui, |ui| {
+                egui::ScrollArea::both().id_salt("scene_state").max_height(ui.ctx().content_rect().height() * 0.35).show(ui, |ui| {
+                    self.characters(ui);
+                    self.campaign_state(ui);
+                    self.director(ui);
+                });
+            });
+            self.play_controls(ui, outbox);
+            ui.separator();
+            self.transcript(ui, outbox);
+            return;
+        }
         ui.columns(2, |columns| {
-            egui::ScrollArea::vertical().id_salt("scene_state").show(&mut columns[0], |ui| {
+            // Both ways: a wide state table scrolls inside its column instead of running
+            // under the transcript.
+            egui::ScrollArea::both().id_salt("scene_state").show(&mut columns[0], |ui| {
                 self.characters(ui);
                 self.campaign_state(ui);
                 self.director(ui);

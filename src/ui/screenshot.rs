@@ -1,4 +1,4 @@
-//! `lorekeeper screenshot`: open the workbench on one panel, let it settle, and save
+//! `lorekeeper screenshot`: open the workbench on a layout or a panel, let it settle, and save
 //! what the window shows as a PNG — for the README, for bug reports, and for looking at
 //! the GUI on a machine without a screen (under Xvfb).
 
@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct ScreenshotOptions {
     pub out: PathBuf,
-    pub panel: PanelKind,
+    /// The layout to draw (`None`: every panel as a tab).
+    pub layout: Option<super::layout::NamedLayout>,
+    /// The panel brought into view (`None`: the layout's own).
+    pub panel: Option<PanelKind>,
     pub width: f32,
     pub height: f32,
     /// Frames drawn before the capture: the engine's first replies (the demo scene, the
@@ -37,7 +40,14 @@ impl eframe::App for Capture {
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
-        self.app.show_panel(self.options.panel);
+        if self.frame == 0 {
+            if let Some(layout) = self.options.layout {
+                self.app.use_layout(layout);
+            }
+            if let Some(panel) = self.options.panel {
+                self.app.show_panel(panel);
+            }
+        }
         self.app.ui(ui, frame);
         let ctx = ui.ctx().clone();
         let shot = self.image.lock().ok().and_then(|mut slot| slot.take());

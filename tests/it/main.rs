@@ -20,4 +20,5 @@ mod providers;
 mod scene;
 mod serve;
 mod stress;
+mod tiles;
 mod workbench;

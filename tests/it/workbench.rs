@@ -68,7 +68,7 @@ fn spawn_openai_stub() -> String {
 const MAX_STEPS: u64 = 64;
 
 /// The engine on a new library in `dir` with `config` saved as its config file.
-fn start_engine(dir: &Path, config: &Config) -> EngineHandle {
+pub(crate) fn start_engine(dir: &Path, config: &Config) -> EngineHandle {
     let paths = Paths {
         config_file: dir.join("config.toml"),
         library_file: dir.join("library.sqlite"),
@@ -78,7 +78,7 @@ fn start_engine(dir: &Path, config: &Config) -> EngineHandle {
     engine::start(paths).expect("engine starts")
 }
 
-fn harness(engine: EngineHandle, height: f32) -> Harness<'static, WorkbenchApp> {
+pub(crate) fn harness(engine: EngineHandle, height: f32) -> Harness<'static, WorkbenchApp> {
     Harness::builder().with_max_steps(MAX_STEPS).with_size([1280.0, height]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine))
 }
 
@@ -162,7 +162,7 @@ fn open_library_with_maren(harness: &mut Harness<'_, WorkbenchApp>) {
 
 /// Step the app until `done` holds, failing the test after `limit`.
 #[track_caller]
-fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
+pub(crate) fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
     let start = Instant::now();
     while !done(harness.state()) {
         assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
