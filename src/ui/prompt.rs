@@ -10,6 +10,18 @@ use egui::RichText;
 /// Calls fetched per refresh.
 const LIMIT: u32 = 200;
 
+/// Agents' colours in the charts, in the order of their names.
+const PALETTE: [egui::Color32; 8] = [
+    egui::Color32::from_rgb(86, 156, 214),
+    egui::Color32::from_rgb(230, 145, 56),
+    egui::Color32::from_rgb(106, 190, 99),
+    egui::Color32::from_rgb(214, 86, 86),
+    egui::Color32::from_rgb(170, 120, 220),
+    egui::Color32::from_rgb(220, 200, 80),
+    egui::Color32::from_rgb(80, 200, 200),
+    egui::Color32::from_rgb(220, 120, 180),
+];
+
 #[derive(Default)]
 pub struct PromptPanel {
     calls: Vec<CallRecord>,
@@ -186,7 +198,7 @@ impl PromptPanel {
                     &a.tokens
                 }
                 let charts: [(&str, &str, fn(&AgentSeries) -> &[[f64; 2]]); 2] =
-                    [("Latency per call", "ms", latency), ("Tokens per call", "tokens (prompt + completion)", tokens)];
+                    [("Latency per call", "ms", latency), ("Tokens per call", "tokens", tokens)];
                 for (ui, (title, unit, values)) in columns.iter_mut().zip(charts) {
                     ui.strong(title);
                     let series = &self.series;
@@ -204,10 +216,12 @@ impl PromptPanel {
                             egui_plot::HoverPosition::Elsewhere { .. } => None,
                         })
                         .show(ui, |plot| {
-                            for agent in &series.agents {
+                            // One colour per agent for its line and its points, the same in both charts.
+                            for (i, agent) in series.agents.iter().enumerate() {
+                                let colour = PALETTE[i % PALETTE.len()];
                                 let points = values(agent).to_vec();
-                                plot.line(egui_plot::Line::new(agent.agent.clone(), points.clone()));
-                                plot.points(egui_plot::Points::new(agent.agent.clone(), points).radius(3.0));
+                                plot.line(egui_plot::Line::new(agent.agent.clone(), points.clone()).color(colour));
+                                plot.points(egui_plot::Points::new(agent.agent.clone(), points).radius(3.0).color(colour));
                             }
                         })
                         .response;
