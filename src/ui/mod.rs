@@ -12,6 +12,7 @@ mod identity;
 pub mod library;
 pub mod lore_editor;
 mod memory;
+mod portrait;
 mod prompt;
 pub mod prose;
 mod providers;

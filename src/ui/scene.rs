@@ -60,6 +60,8 @@ pub struct ScenePanels {
     /// Words to find in the transcript, and the whole transcript once asked for.
     search: String,
     whole: Option<Vec<SceneMessage>>,
+    /// The cast's portraits.
+    portraits: super::portrait::Portraits,
 }
 
 impl ScenePanels {
@@ -347,7 +349,7 @@ impl ScenePanels {
         ));
         ui.columns(2, |columns| {
             egui::ScrollArea::vertical().id_salt("scene_state").show(&mut columns[0], |ui| {
-                self.characters(ui);
+                self.characters(ui, outbox);
                 self.campaign_state(ui);
                 self.director(ui);
             });
@@ -358,7 +360,7 @@ impl ScenePanels {
         });
     }
 
-    fn characters(&self, ui: &mut egui::Ui) {
+    fn characters(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(snapshot) = &self.snapshot else { return };
         ui.strong("Characters");
         egui::Grid::new("scene_characters").striped(true).num_columns(2 + STATE_FIELDS.len()).show(ui, |ui| {
@@ -372,7 +374,10 @@ impl ScenePanels {
             let mut cast: Vec<_> = snapshot.view.cast.iter().collect();
             cast.sort_by_key(|c| !c.active);
             for member in cast {
-                ui.label(&member.name);
+                ui.horizontal(|ui| {
+                    self.portraits.show(ui, &member.id, &member.name, super::portrait::SIZE, outbox);
+                    ui.label(&member.name);
+                });
                 ui.label(if member.active { "yes" } else { "—" });
                 for field in STATE_FIELDS {
                     ui.label(member.state.get(field).unwrap_or("—"));
@@ -727,6 +732,7 @@ impl super::Panel for ScenePanels {
     }
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        self.portraits.apply(event);
         match event {
             crate::engine::Event::Scene(e) => ScenePanels::apply(self, e, outbox),
             // A scene created, renamed or deleted elsewhere: the list follows.

@@ -1,6 +1,9 @@
-//! Charts in the workbench, as a person meets them: a scripted round played in the real
-//! app is charted per agent (Prompt) and per section (Budgets).
+//! Charts and portraits in the workbench, as a person meets them: a scripted round
+//! played in the real app is charted per agent (Prompt) and per section (Budgets), and a
+//! PNG card's picture is the character's portrait in the chat, the scene cast and the
+//! library, with the initial for a character that has none.
 
+use base64::Engine;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use lorekeeper::config::{Config, Paths};
@@ -71,6 +74,8 @@ fn a_played_round_is_charted_per_agent_in_the_prompt_panel_and_per_section_in_th
     });
     assert_eq!(harness.state().scene().last_error(), None);
     harness.run();
+    // The cast has no pictures: each member is drawn as an initial.
+    step_until_shown(&mut harness, "Initial of Wren Talloway");
 
     // Prompt: a latency and a tokens series per agent, a point per logged call.
     show(&mut harness, PanelKind::Prompt);
@@ -127,4 +132,84 @@ fn a_played_round_is_charted_per_agent_in_the_prompt_panel_and_per_section_in_th
     let bars: Vec<(u32, u32)> = chart.bars.iter().map(|b| (b.allocated, b.used)).collect();
     assert_eq!(bars, played.sections.iter().map(|s| (s.allocated, s.used)).collect::<Vec<_>>(), "the chosen call's ledger is charted");
     step_until_shown(&mut harness, &format!("Sections of {wanted} chart"));
+}
+
+/// A real PNG card: a 48×72 picture (the top square red, the rest blue) carrying a V2
+/// card for Aster Quell in a `chara` tEXt chunk, written by the png crate.
+fn aster_card_png() -> Vec<u8> {
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Aster Quell", "description": "{{char}} reads the tides.", "personality": "", "scenario": "",
+        "first_mes": "The tide is out, {{user}}.", "mes_example": "", "creator_notes": "", "system_prompt": "",
+        "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "", "character_version": "1",
+        "extensions": {} } });
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, 48, 72);
+    encoder.set_color(png::ColorType::Rgba);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder
+        .add_text_chunk("chara".into(), base64::engine::general_purpose::STANDARD.encode(card.to_string()))
+        .expect("text chunk");
+    let mut writer = encoder.write_header().expect("header");
+    let pixels: Vec<u8> = (0..72).flat_map(|y| (0..48).flat_map(move |_| if y < 48 { [210, 40, 40, 255] } else { [40, 40, 210, 255] })).collect();
+    writer.write_image_data(&pixels).expect("pixels");
+    writer.finish().expect("finish");
+    out
+}
+
+#[test]
+fn an_imported_cards_picture_is_its_portrait_in_the_chat_the_scene_cast_and_the_library() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = start_engine(dir.path());
+    let store = engine.context().store.clone();
+    let file = dir.path().join("aster.png");
+    std::fs::write(&file, aster_card_png()).unwrap();
+    match lorekeeper::interop::import_paths(&store, std::slice::from_ref(&file)) {
+        lorekeeper::interop::InteropEvent::ImportReport { created, skipped, .. } => {
+            assert_eq!((created.len(), skipped.len()), (1, 0), "{created:?} {skipped:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A scene with Aster in its cast.
+    let aster = store.with(|c| lorekeeper::character::resolve(c, "Aster Quell")).expect("imported").id;
+    store
+        .transaction(|tx| {
+            use lorekeeper::scene::authoring::{create_arc, create_campaign, create_world};
+            let world = create_world(tx, "Saltmarsh", "", "")?;
+            let campaign = create_campaign(tx, &world, "Low water", "", "")?;
+            let arc = create_arc(tx, &campaign, "Ebb", "")?;
+            lorekeeper::scene::records::create_scene(tx, &arc, "The flats", "Mud to the horizon.", &[aster.clone()], &[aster.clone()])
+        })
+        .expect("scene");
+
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    // Chat: Aster is the first character (nobody chatted yet; by name), her greeting
+    // beside her portrait.
+    show(&mut harness, PanelKind::Chat);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected() == Some(aster.as_str()) && app.chat().greeting().is_some());
+    harness.run();
+    step_until_shown(&mut harness, "Portrait of Aster Quell");
+    let portrait = harness.get_by_label("Portrait of Aster Quell").rect();
+    assert!((portrait.width() - 40.0).abs() < 0.5 && (portrait.height() - 40.0).abs() < 0.5, "drawn 40 points square: {portrait:?}");
+    assert!(harness.query_by_label("Initial of Aster Quell").is_none());
+
+    // Scene: Aster in the cast.
+    show(&mut harness, PanelKind::Scene);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    step_until_shown(&mut harness, "Portrait of Aster Quell");
+
+    // Library: Aster's portrait, and the demo companion (no picture) as an initial that
+    // stays one once the engine has answered.
+    show(&mut harness, PanelKind::Library);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Ilse Marrow"));
+    harness.run();
+    step_until_shown(&mut harness, "Portrait of Aster Quell");
+    step_until_shown(&mut harness, "Initial of Ilse Marrow");
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    assert!(harness.query_by_label("Portrait of Ilse Marrow").is_none(), "a character without a picture keeps its initial");
+    assert!(harness.query_by_label("Initial of Ilse Marrow").is_some());
 }
