@@ -177,6 +177,10 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
         InteropEvent::Library { characters, lorebooks } => {
             writeln!(out, "{} characters, {} lorebooks", characters.len(), lorebooks.len())
         }
+        InteropEvent::Portrait { id, png } => match png {
+            Some(png) => writeln!(out, "portrait of {id}: {} bytes of PNG", png.0.len()),
+            None => writeln!(out, "{id} has no portrait"),
+        },
         InteropEvent::Entries { name, entries, changed, .. } => {
             if let Some((what, n)) = changed {
                 writeln!(out, "{what} entry {n} of {name:?}")?;

@@ -152,7 +152,7 @@ fn test_profile(ctx: &Context, name: &str) {
         return;
     };
     let started = Instant::now();
-    let outcome = LlmClient::from_profile(profile, Some(&ctx.store)).and_then(|client| {
+    let outcome = LlmClient::from_profile(profile, Some(&ctx.store)).map(|c| c.for_agent("test")).and_then(|client| {
         let mut request = ChatRequest::new(
             profile.model.clone(),
             vec![

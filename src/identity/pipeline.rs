@@ -220,7 +220,7 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         Some(name) => config.profile(name).ok_or_else(|| IdentityError::Invalid(format!("no profile named {name:?}")))?,
         None => config.profile_for_role(&agent.role()).map_err(|e| IdentityError::Invalid(e.to_string()))?,
     };
-    let client = LlmClient::from_profile(profile, Some(&ctx.store))?;
+    let client = LlmClient::from_profile(profile, Some(&ctx.store))?.for_agent(&agent.role());
     let request = build_request(run, agent, &knowledge, feedback, previous)?;
     let prompt = serde_json::to_value(&request.messages).unwrap_or_default();
     let run_id = run.id.clone();

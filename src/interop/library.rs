@@ -450,6 +450,20 @@ pub fn load_card(conn: &Connection, id: &str) -> Result<(CharacterCard, Option<V
     Ok((card, image))
 }
 
+/// A character's portrait as a small square PNG (see [`png::square_thumbnail`]): `None`
+/// when its card brought no picture, an error when the stored one cannot be decoded.
+pub fn portrait(conn: &Connection, id: &str, side: u32) -> Result<Option<Vec<u8>>, InteropError> {
+    let image: Option<Vec<u8>> = conn
+        .query_row("SELECT png FROM character_images WHERE character_id = ?1", [id], |r| r.get(0))
+        .optional()
+        .map_err(StoreError::from)?;
+    let Some(image) = image else { return Ok(None) };
+    let (width, height, rgba) =
+        character::rgba(&image).map_err(|reason| InteropError::Damaged { what: format!("the portrait of character {id}"), reason })?;
+    let thumbnail = png::square_thumbnail(width, height, &rgba, side);
+    Ok((!thumbnail.is_empty()).then_some(thumbnail))
+}
+
 /// Export a character (by id or name) as a card document, JSON or PNG.
 pub fn export_character(conn: &Connection, key: &str, format: CardFormat, as_png: bool) -> Result<Export, InteropError> {
     let (id, name) = resolve(conn, "characters", "character", key)?;

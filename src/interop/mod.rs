@@ -45,6 +45,30 @@ pub enum InteropCommand {
     /// Activate a lorebook on a text and say why each entry fired or not
     /// ([`InteropEvent::LoreTest`]).
     TestLore { lorebook: String, text: String },
+    /// A character's (id) portrait, small, as [`InteropEvent::Portrait`].
+    Portrait { character: String },
+}
+
+/// The side, in pixels, of the portraits [`InteropCommand::Portrait`] sends: twice the
+/// size lists draw them at, for high-density screens.
+pub const PORTRAIT_SIDE: u32 = 96;
+
+/// PNG bytes shared by everyone who keeps them (each panel of the workbench gets the
+/// same buffer). Shown and serialised as their length: a log line or a WebSocket client
+/// has no use for the pixels.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PngBytes(pub Arc<[u8]>);
+
+impl std::fmt::Debug for PngBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PngBytes({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for PngBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0.len() as u64)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,6 +90,13 @@ pub enum InteropEvent {
     CharacterDeleted { id: String, name: String, impact: Vec<String> },
     /// What activation made of a test text, entry by entry.
     LoreTest { id: String, text: String, verdicts: Vec<crate::lorebook::activation::EntryVerdict> },
+    /// A character's portrait (at most [`PORTRAIT_SIDE`] pixels square), or `None` when
+    /// it has none or its picture cannot be read.
+    Portrait {
+        id: String,
+        #[serde(rename = "png_bytes")]
+        png: Option<PngBytes>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -214,6 +245,15 @@ fn run(ctx: &Context, command: InteropCommand) {
                 }
                 Err(e) => ctx.emit(CoreEvent::error(format!("sheet of {character:?}"), e)),
             }
+        }
+        InteropCommand::Portrait { character } => {
+            let result = ctx.store.reader().map_err(InteropError::from).and_then(|conn| library::portrait(&conn, &character, PORTRAIT_SIDE));
+            let png = result.unwrap_or_else(|e| {
+                // A picture that cannot be read is drawn as the initial, not reported as a failure.
+                tracing::warn!(character = %character, error = %e, "portrait unreadable");
+                None
+            });
+            ctx.emit(InteropEvent::Portrait { id: character, png: png.map(|bytes| PngBytes(bytes.into())) });
         }
         InteropCommand::TestLore { lorebook, text } => {
             let result = ctx.store.reader().map_err(InteropError::from).and_then(|conn| {

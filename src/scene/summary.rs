@@ -58,7 +58,7 @@ pub fn summarise(ctx: &Context, scene_id: &str, through_round: u32, cancel: &Can
         }),
     )?;
     let profile = config.profile_for_role("summariser").map_err(|e| SceneError::Invalid(e.to_string()))?.clone();
-    let client = LlmClient::from_profile(&profile, Some(&ctx.store))?;
+    let client = LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("summariser");
     let mut request = ChatRequest::new(
         profile.model.clone(),
         vec![ChatMessage::system(system), ChatMessage::user(format!("Write the summary through round {through_round}."))],

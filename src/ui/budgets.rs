@@ -1,6 +1,7 @@
 //! The Budgets panel: a slider per context section and for the context size, the
 //! allocation they give the next call, the ledger of the last round's calls, the
-//! prompt exactly as it would be sent, and tokens per section over the telemetry window.
+//! prompt exactly as it would be sent, tokens per section over the telemetry window, and
+//! a bar chart of one call's sections, allocated beside used.
 //!
 //! Slider moves never reach the engine: the panel re-fits the candidates the last
 //! preview brought (allocation and enforcement are arithmetic on a few hundred items)
@@ -34,11 +35,39 @@ pub struct BudgetsPanel {
     plan: Option<BudgetPlan>,
     max_context_tokens: u32,
     fitted: Option<Fitted>,
+    /// The call the section chart shows: 0 the next call, n the last round's n-th.
+    chart_call: usize,
 }
 
 impl Default for BudgetsPanel {
     fn default() -> Self {
-        Self { preview: None, target: PreviewTarget::Director, plan: None, max_context_tokens: 8192, fitted: None }
+        Self { preview: None, target: PreviewTarget::Director, plan: None, max_context_tokens: 8192, fitted: None, chart_call: 0 }
+    }
+}
+
+/// One call's ledger as the section chart draws it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SectionChart {
+    /// Which call: "Next call" or the agent (and character) of a call of the last round.
+    pub call: String,
+    pub bars: Vec<SectionBar>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SectionBar {
+    pub section: String,
+    pub allocated: u32,
+    pub used: u32,
+}
+
+impl SectionChart {
+    fn new(call: String, ledger: &BudgetLedger) -> Self {
+        let bars = ledger
+            .sections
+            .iter()
+            .map(|s| SectionBar { section: section_title(s.section), allocated: s.allocated, used: s.used })
+            .collect();
+        Self { call, bars }
     }
 }
 
@@ -70,6 +99,34 @@ impl BudgetsPanel {
     /// The ledger for the current slider values.
     pub fn ledger(&self) -> Option<&BudgetLedger> {
         self.fitted.as_ref().map(|f| &f.envelope.ledger)
+    }
+
+    /// The calls the section chart can show: the next call, then the last round's.
+    pub fn chart_calls(&self) -> Vec<String> {
+        let mut calls = vec!["Next call".to_string()];
+        if let Some(last) = self.preview.as_ref().and_then(|p| p.last_round.as_ref()) {
+            calls.extend(last.ledgers.iter().enumerate().map(|(i, call)| {
+                let who = call.character.as_deref().map(|c| format!(" — {c}")).unwrap_or_default();
+                format!("Round {} call {}: {}{who}", last.round, i + 1, call.agent)
+            }));
+        }
+        calls
+    }
+
+    /// Show call `index` of [`Self::chart_calls`] in the section chart.
+    pub fn choose_chart_call(&mut self, index: usize) {
+        self.chart_call = index;
+    }
+
+    /// The section chart's data: allocated and used tokens per section of the chosen
+    /// call (the next call when the chosen one is gone, as after another round).
+    pub fn section_chart(&self) -> Option<SectionChart> {
+        let calls = self.chart_calls();
+        let last = self.preview.as_ref().and_then(|p| p.last_round.as_ref());
+        match (self.chart_call, last) {
+            (n, Some(last)) if n > 0 && n <= last.ledgers.len() => Some(SectionChart::new(calls[n].clone(), &last.ledgers[n - 1].ledger)),
+            _ => self.fitted.as_ref().map(|f| SectionChart::new(calls[0].clone(), &f.envelope.ledger)),
+        }
     }
 
     /// The system prompt for the current slider values.
@@ -108,6 +165,7 @@ impl BudgetsPanel {
             self.save_controls(ui, campaign, saved, outbox);
             self.refit();
             self.allocation(ui);
+            self.section_bars(ui);
             self.last_round(ui);
             self.telemetry(ui);
             self.prompt_view(ui);
@@ -189,6 +247,67 @@ impl BudgetsPanel {
         ui.add_space(6.0);
         ui.strong(format!("Next call — {} of {} tokens used", fitted.envelope.ledger.used(), fitted.max_context_tokens));
         ledger_grid(ui, "budget_allocation", &fitted.envelope.ledger);
+    }
+
+    /// Allocated beside used tokens per section, for the next call or one of the last
+    /// round's calls.
+    fn section_bars(&mut self, ui: &mut egui::Ui) {
+        let calls = self.chart_calls();
+        if self.chart_call >= calls.len() {
+            self.chart_call = 0;
+        }
+        ui.add_space(6.0);
+        egui::CollapsingHeader::new("Sections of one call").id_salt("budget_section_chart").default_open(true).show(ui, |ui| {
+            ui.horizontal(|ui| {
+                let label = ui.label("Call");
+                egui::ComboBox::from_id_salt("budget_chart_call")
+                    .selected_text(calls[self.chart_call].as_str())
+                    .show_ui(ui, |ui| {
+                        for (i, call) in calls.iter().enumerate() {
+                            ui.selectable_value(&mut self.chart_call, i, call);
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+            });
+            let Some(chart) = self.section_chart() else { return };
+            let names: Vec<String> = chart.bars.iter().map(|b| b.section.clone()).collect();
+            let count = names.len();
+            let bars = |which: fn(&SectionBar) -> u32, offset: f64| -> Vec<egui_plot::Bar> {
+                chart
+                    .bars
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| egui_plot::Bar::new(i as f64 + offset, which(b) as f64).width(0.35).name(&b.section))
+                    .collect()
+            };
+            let response = egui_plot::Plot::new("budget_section_chart_plot")
+                .height(200.0)
+                .legend(egui_plot::Legend::default())
+                .y_axis_label("tokens")
+                .include_y(0.0)
+                .allow_scroll(false)
+                .allow_drag(false)
+                .allow_zoom(false)
+                .x_grid_spacer(move |input| {
+                    // One mark per section, under its pair of bars.
+                    let (lo, hi) = input.bounds;
+                    let last = count.saturating_sub(1) as f64;
+                    let marks = lo.ceil().max(0.0) as usize..=hi.floor().min(last).max(-1.0) as usize;
+                    marks.filter(|i| *i < count).map(|i| egui_plot::GridMark { value: i as f64, step_size: 1.0 }).collect()
+                })
+                .x_axis_formatter(move |mark, _| {
+                    let i = mark.value.round();
+                    if (mark.value - i).abs() > 1e-6 || i < 0.0 { String::new() } else { names.get(i as usize).cloned().unwrap_or_default() }
+                })
+                .show(ui, |plot| {
+                    plot.bar_chart(egui_plot::BarChart::new("Allocated", bars(|b| b.allocated, -0.18)));
+                    plot.bar_chart(egui_plot::BarChart::new("Used", bars(|b| b.used, 0.18)));
+                })
+                .response;
+            let call = chart.call.clone();
+            response.widget_info(move || egui::WidgetInfo::labeled(egui::Role::Figure, true, format!("Sections of {call} chart")));
+        });
     }
 
     fn last_round(&self, ui: &mut egui::Ui) {

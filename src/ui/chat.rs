@@ -67,6 +67,8 @@ pub struct ChatPanel {
     packet_elsewhere: bool,
     /// The character to open once the list arrives (the one open at the last close).
     wanted: Option<String>,
+    /// The character's portrait beside its messages.
+    portraits: super::portrait::Portraits,
 }
 
 /// Exchanges loaded when a character is opened.
@@ -366,7 +368,8 @@ impl ChatPanel {
                     continue;
                 }
                 let raw = text.to_string();
-                ui.horizontal_wrapped(|ui| {
+                let portraits = &mut self.portraits;
+                beside_portrait(ui, (!strong).then(|| (portraits, character.as_str(), name)), outbox, |ui, outbox| ui.horizontal_wrapped(|ui| {
                     if strong {
                         ui.label(RichText::new(format!("{speaker}: {raw}")).strong())
                     } else {
@@ -387,7 +390,7 @@ impl ChatPanel {
                             }));
                         }
                     }
-                });
+                }));
             }
             if i == last && !busy {
                 ui.horizontal(|ui| {
@@ -464,7 +467,8 @@ impl ChatPanel {
 
     /// The greeting, and while nothing has been said yet, its swipes (the card's greetings).
     fn show_greeting(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, name: &str, greeting: &str) {
-        ui.label(super::prose::job(ui, Some(name), greeting));
+        let character = self.selected.clone().unwrap_or_default();
+        beside_portrait(ui, Some((&mut self.portraits, character.as_str(), name)), outbox, |ui, _| ui.label(super::prose::job(ui, Some(name), greeting)));
         let n = self.greetings.len();
         if n > 1 && self.turns.is_empty() && self.live.is_none() {
             let character = self.selected.clone().unwrap_or_default();
@@ -624,9 +628,12 @@ impl ChatPanel {
                 for d in &live.discarded {
                     ui.colored_label(ui.visuals().warn_fg_color, d);
                 }
-                ui.horizontal_wrapped(|ui| {
-                    ui.label(super::prose::job(ui, Some(&name), &live.text));
-                    ui.spinner();
+                let character = self.selected.clone().unwrap_or_default();
+                beside_portrait(ui, Some((&mut self.portraits, character.as_str(), name.as_str())), outbox, |ui, _| {
+                    ui.horizontal_wrapped(|ui| {
+                        ui.label(super::prose::job(ui, Some(&name), &live.text));
+                        ui.spinner();
+                    })
                 });
             }
         });
@@ -734,6 +741,26 @@ impl ChatPanel {
     }
 }
 
+/// A message drawn by `add`, with its speaker's portrait to its left when `portrait`
+/// names a character (the user's own messages have none).
+fn beside_portrait<R>(
+    ui: &mut egui::Ui,
+    portrait: Option<(&mut super::portrait::Portraits, &str, &str)>,
+    outbox: &mut Vec<Command>,
+    add: impl FnOnce(&mut egui::Ui, &mut Vec<Command>) -> R,
+) -> R {
+    match portrait {
+        Some((portraits, id, name)) => {
+            ui.horizontal_top(|ui| {
+                portraits.show(ui, id, name, super::portrait::SIZE, outbox);
+                ui.vertical(|ui| add(ui, outbox)).inner
+            })
+            .inner
+        }
+        None => add(ui, outbox),
+    }
+}
+
 fn history(character_id: &str) -> Command {
     Command::Companion(CompanionCommand::History { character: character_id.to_string(), limit: HISTORY_LIMIT })
 }
@@ -753,6 +780,7 @@ impl super::Panel for ChatPanel {
     }
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        self.portraits.apply(event);
         if let crate::engine::Event::Companion(e) = event {
             ChatPanel::apply(self, e, outbox);
         }

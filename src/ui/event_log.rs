@@ -171,7 +171,7 @@ fn interop_line(event: &crate::interop::InteropEvent) -> Option<(LogLevel, Strin
     use crate::interop::InteropEvent as E;
     let info = |text: String| Some((LogLevel::Info, text));
     match event {
-        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } => None,
+        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } | E::Portrait { .. } => None,
         E::ImportReport { created, skipped, warnings } => Some((
             if skipped.iter().any(|s| s.error) { LogLevel::Warn } else { LogLevel::Info },
             format!("library: imported {} item(s), skipped {} file(s), {} warning(s)", created.len(), skipped.len(), warnings.len()),

@@ -139,6 +139,7 @@ pub struct LibraryPanel {
     /// The character sheet open in the editor, and one asked for this frame.
     sheet: Option<SheetForm>,
     sheet_request: Option<String>,
+    portraits: super::portrait::Portraits,
 }
 
 impl LibraryPanel {
@@ -219,6 +220,7 @@ impl LibraryPanel {
                 let with = if impact.is_empty() { String::new() } else { format!(" with {}", impact.join(", ")) };
                 self.status = Some(Ok(format!("Deleted {name:?}{with}.")));
             }
+            InteropEvent::Portrait { .. } => {}
         }
     }
 
@@ -285,7 +287,7 @@ impl LibraryPanel {
         let mut delete = None;
         egui::ScrollArea::vertical().auto_shrink([false, true]).show(ui, |ui| {
             ui.columns(2, |cols| {
-                delete = self.character_list(&mut cols[0]);
+                delete = self.character_list(&mut cols[0], outbox);
                 edit = self.lorebook_list(&mut cols[1]);
             });
         });
@@ -305,7 +307,7 @@ impl LibraryPanel {
     }
 
     /// The characters; returns the one whose "Delete…" was chosen.
-    fn character_list(&mut self, ui: &mut egui::Ui) -> Option<String> {
+    fn character_list(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) -> Option<String> {
         ui.strong(format!("Characters ({})", self.characters.len()));
         if self.characters.is_empty() {
             ui.weak("No characters yet.");
@@ -318,7 +320,12 @@ impl LibraryPanel {
                 sheet = Some(c.id.clone());
             }
             let origin = if c.has_card { "card" } else { c.origin.as_str() };
-            let response = ui.selectable_label(false, &c.name).on_hover_text(format!("{origin} · {}", c.id));
+            let response = ui
+                .horizontal(|ui| {
+                    self.portraits.show(ui, &c.id, &c.name, super::portrait::SIZE * 0.6, outbox);
+                    ui.selectable_label(false, &c.name).on_hover_text(format!("{origin} · {}", c.id))
+                })
+                .inner;
             let target = ExportTarget::Character { id: c.id.clone(), name: c.name.clone() };
             response.context_menu(|ui| {
                 if ui.button("Export as card…").clicked() {
@@ -483,6 +490,7 @@ impl super::Panel for LibraryPanel {
     }
 
     fn apply(&mut self, event: &crate::engine::Event, _outbox: &mut Vec<crate::engine::Command>) {
+        self.portraits.apply(event);
         if let crate::engine::Event::Interop(e) = event {
             LibraryPanel::apply(self, e);
         }

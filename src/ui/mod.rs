@@ -13,6 +13,7 @@ pub mod layout;
 pub mod library;
 pub mod lore_editor;
 mod memory;
+mod portrait;
 mod prompt;
 pub mod prose;
 mod providers;

@@ -1,6 +1,7 @@
 //! The Prompt panel: every recent LLM call of every agent — identity agents, the
 //! Director, characters, the narrator, the summariser, the companion — with its
-//! messages exactly as sent, the sampler settings, and the reply or the error.
+//! messages exactly as sent, the sampler settings, and the reply or the error; above
+//! them, each agent's latency and tokens per call over time.
 
 use crate::engine::{Command, LlmCommand};
 use crate::llm::calls::CallRecord;
@@ -8,6 +9,18 @@ use egui::RichText;
 
 /// Calls fetched per refresh.
 const LIMIT: u32 = 200;
+
+/// Agents' colours in the charts, in the order of their names.
+const PALETTE: [egui::Color32; 8] = [
+    egui::Color32::from_rgb(86, 156, 214),
+    egui::Color32::from_rgb(230, 145, 56),
+    egui::Color32::from_rgb(106, 190, 99),
+    egui::Color32::from_rgb(214, 86, 86),
+    egui::Color32::from_rgb(170, 120, 220),
+    egui::Color32::from_rgb(220, 200, 80),
+    egui::Color32::from_rgb(80, 200, 200),
+    egui::Color32::from_rgb(220, 120, 180),
+];
 
 #[derive(Default)]
 pub struct PromptPanel {
@@ -19,6 +32,59 @@ pub struct PromptPanel {
     loaded: bool,
     /// Something new was probably sent since the last refresh.
     stale: bool,
+    /// The calls as series per agent, built when the log arrives (not per frame).
+    series: CallSeries,
+}
+
+/// The logged calls as chart series, one per agent, oldest call first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallSeries {
+    /// When the oldest call shown was made (Unix seconds): x is seconds after it.
+    pub origin: i64,
+    pub agents: Vec<AgentSeries>,
+}
+
+/// One agent's calls: `[seconds after the origin, value]` points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSeries {
+    pub agent: String,
+    /// Wall time of each call, in milliseconds.
+    pub latency_ms: Vec<[f64; 2]>,
+    /// Prompt plus completion tokens of each call.
+    pub tokens: Vec<[f64; 2]>,
+}
+
+impl CallSeries {
+    /// Group `calls` by agent; a call whose time cannot be read is left out.
+    pub fn from_calls(calls: &[CallRecord]) -> Self {
+        let timed: Vec<(i64, f64, &CallRecord)> = calls
+            .iter()
+            .filter_map(|c| chrono::DateTime::parse_from_rfc3339(&c.at).ok().map(|t| (t.timestamp(), t.timestamp_millis() as f64 / 1000.0, c)))
+            .collect();
+        let Some(origin) = timed.iter().map(|(secs, _, _)| *secs).min() else { return Self::default() };
+        let mut agents: Vec<AgentSeries> = Vec::new();
+        // The log comes newest first; the charts read left to right.
+        for (_, at, call) in timed.iter().rev() {
+            let name = if call.agent.is_empty() { "unnamed" } else { call.agent.as_str() };
+            let x = at - origin as f64;
+            let slot = match agents.iter().position(|a| a.agent == name) {
+                Some(i) => i,
+                None => {
+                    agents.push(AgentSeries { agent: name.to_string(), latency_ms: Vec::new(), tokens: Vec::new() });
+                    agents.len() - 1
+                }
+            };
+            agents[slot].latency_ms.push([x, call.elapsed_ms as f64]);
+            agents[slot].tokens.push([x, (call.prompt_tokens as f64) + (call.completion_tokens as f64)]);
+        }
+        agents.sort_by(|a, b| a.agent.cmp(&b.agent));
+        Self { origin, agents }
+    }
+
+    /// A point on the x axis as the time of day (UTC, as the call list shows it).
+    fn clock(&self, x: f64) -> String {
+        chrono::DateTime::from_timestamp(self.origin + x.round() as i64, 0).map(|t| t.format("%H:%M:%S").to_string()).unwrap_or_default()
+    }
 }
 
 impl PromptPanel {
@@ -26,8 +92,14 @@ impl PromptPanel {
         &self.calls
     }
 
+    /// The calls as chart series per agent.
+    pub fn series(&self) -> &CallSeries {
+        &self.series
+    }
+
     pub fn apply(&mut self, calls: &[CallRecord]) {
         self.calls = calls.to_vec();
+        self.series = CallSeries::from_calls(calls);
         self.loading = false;
         self.loaded = true;
         if self.selected.is_none_or(|id| !self.calls.iter().any(|c| c.id == id)) {
@@ -60,6 +132,7 @@ impl PromptPanel {
             ui.add(egui::TextEdit::singleline(&mut self.filter).hint_text("text in the prompt or reply").desired_width(220.0))
                 .labelled_by(label.id);
         });
+        self.charts(ui);
         ui.separator();
         let needle = self.filter.trim().to_lowercase();
         let shown: Vec<&CallRecord> = self
@@ -126,6 +199,56 @@ fn call_detail(ui: &mut egui::Ui, call: Option<&CallRecord>) {
         return;
     };
     egui::ScrollArea::vertical().id_salt("prompt_detail").show(ui, |ui| show_call(ui, call));
+}
+
+impl PromptPanel {
+    /// Latency and tokens of every call shown, a series per agent, side by side.
+    fn charts(&self, ui: &mut egui::Ui) {
+        egui::CollapsingHeader::new("Calls over time").id_salt("prompt_charts").default_open(true).show(ui, |ui| {
+            if self.series.agents.is_empty() {
+                ui.weak("No call logged yet.");
+                return;
+            }
+            ui.columns(2, |columns| {
+                fn latency(a: &AgentSeries) -> &[[f64; 2]] {
+                    &a.latency_ms
+                }
+                fn tokens(a: &AgentSeries) -> &[[f64; 2]] {
+                    &a.tokens
+                }
+                let charts: [(&str, &str, fn(&AgentSeries) -> &[[f64; 2]]); 2] =
+                    [("Latency per call", "ms", latency), ("Tokens per call", "tokens", tokens)];
+                for (ui, (title, unit, values)) in columns.iter_mut().zip(charts) {
+                    ui.strong(title);
+                    let series = &self.series;
+                    let response = egui_plot::Plot::new(("prompt_chart", title))
+                        .height(150.0)
+                        .legend(egui_plot::Legend::default())
+                        .y_axis_label(unit)
+                        .include_y(0.0)
+                        .allow_scroll(false)
+                        .x_axis_formatter(move |mark, _| series.clock(mark.value))
+                        .label_formatter(move |hover| match hover {
+                            egui_plot::HoverPosition::NearDataPoint { plot_name, position, .. } => {
+                                Some(format!("{plot_name}\n{} · {:.0} {unit}", series.clock(position.x), position.y))
+                            }
+                            egui_plot::HoverPosition::Elsewhere { .. } => None,
+                        })
+                        .show(ui, |plot| {
+                            // One colour per agent for its line and its points, the same in both charts.
+                            for (i, agent) in series.agents.iter().enumerate() {
+                                let colour = PALETTE[i % PALETTE.len()];
+                                let points = values(agent).to_vec();
+                                plot.line(egui_plot::Line::new(agent.agent.clone(), points.clone()).color(colour));
+                                plot.points(egui_plot::Points::new(agent.agent.clone(), points).radius(3.0).color(colour));
+                            }
+                        })
+                        .response;
+                    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, format!("{title} chart")));
+                }
+            });
+        });
+    }
 }
 
 /// What identifies a call in the list: the start of its system prompt (the agent's

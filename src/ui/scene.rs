@@ -62,6 +62,8 @@ pub struct ScenePanels {
     whole: Option<Vec<SceneMessage>>,
     /// The scene to open once the list arrives (the one open at the last close).
     wanted: Option<String>,
+    /// The cast's portraits.
+    portraits: super::portrait::Portraits,
 }
 
 impl ScenePanels {
@@ -361,7 +363,7 @@ impl ScenePanels {
         if ui.available_width() < 760.0 {
             egui::CollapsingHeader::new("Cast, state and the Director's plan").id_salt("scene_state_folded").show(ui, |ui| {
                 egui::ScrollArea::both().id_salt("scene_state").max_height(ui.ctx().content_rect().height() * 0.35).show(ui, |ui| {
-                    self.characters(ui);
+                    self.characters(ui, outbox);
                     self.campaign_state(ui);
                     self.director(ui);
                 });
@@ -375,7 +377,7 @@ impl ScenePanels {
             // Both ways: a wide state table scrolls inside its column instead of running
             // under the transcript.
             egui::ScrollArea::both().id_salt("scene_state").show(&mut columns[0], |ui| {
-                self.characters(ui);
+                self.characters(ui, outbox);
                 self.campaign_state(ui);
                 self.director(ui);
             });
@@ -386,7 +388,7 @@ impl ScenePanels {
         });
     }
 
-    fn characters(&self, ui: &mut egui::Ui) {
+    fn characters(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(snapshot) = &self.snapshot else { return };
         ui.strong("Characters");
         egui::Grid::new("scene_characters").striped(true).num_columns(2 + STATE_FIELDS.len()).show(ui, |ui| {
@@ -400,7 +402,10 @@ impl ScenePanels {
             let mut cast: Vec<_> = snapshot.view.cast.iter().collect();
             cast.sort_by_key(|c| !c.active);
             for member in cast {
-                ui.label(&member.name);
+                ui.horizontal(|ui| {
+                    self.portraits.show(ui, &member.id, &member.name, super::portrait::SIZE, outbox);
+                    ui.label(&member.name);
+                });
                 ui.label(if member.active { "yes" } else { "—" });
                 for field in STATE_FIELDS {
                     ui.label(member.state.get(field).unwrap_or("—"));
@@ -755,6 +760,7 @@ impl super::Panel for ScenePanels {
     }
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        self.portraits.apply(event);
         match event {
             crate::engine::Event::Scene(e) => ScenePanels::apply(self, e, outbox),
             // A scene created, renamed or deleted elsewhere: the list follows.

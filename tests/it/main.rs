@@ -16,6 +16,7 @@ mod identity;
 mod interop;
 mod local_model;
 mod memory;
+mod pictures;
 mod providers;
 mod scene;
 mod serve;

@@ -110,7 +110,7 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
         .ok_or_else(|| CompanionError::Invalid(format!("{}'s chat has no reply to regenerate", character.name)))?;
     let config = ctx.config();
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
-    let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
+    let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
     let mut prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text, cancel)?;
     // The exchange being redrawn is not its own history.

@@ -96,7 +96,7 @@ pub fn send(
         .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })?;
     let config = ctx.config();
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
-    let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?, profile, templates: PromptTemplates::shipped()? };
+    let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
     let prepared = prepare(ctx, &bank, character, &config.companion, text, cancel)?;
     let draft = TurnDraft { character, config: config.companion, text, now, prepared, continuing: None };
@@ -309,7 +309,7 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
     };
     let bank = bank.as_ref();
     let client = match config.profile_for_role("summariser") {
-        Ok(profile) => LlmClient::from_profile(profile, Some(&ctx.store)),
+        Ok(profile) => LlmClient::from_profile(profile, Some(&ctx.store)).map(|c| c.for_agent("summariser")),
         Err(e) => Err(LlmError::Config(e.to_string())),
     };
     let outcome = client.map_err(|e| e.to_string()).and_then(|client| {

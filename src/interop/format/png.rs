@@ -233,6 +233,51 @@ pub fn placeholder_portrait(name: &str) -> Vec<u8> {
     out
 }
 
+/// A small square portrait from a picture's RGBA8 pixels, as PNG: the largest square
+/// from the top middle (a card's face is near its top), shrunk by averaging to at most
+/// `side` pixels a side. A front door draws it at list size without decoding the card.
+pub fn square_thumbnail(width: u32, height: u32, rgba: &[u8], side: u32) -> Vec<u8> {
+    let (w, h) = (width as usize, height as usize);
+    let square = w.min(h);
+    if square == 0 || rgba.len() < w * h * 4 || side == 0 {
+        return Vec::new();
+    }
+    let out_side = square.min(side as usize);
+    let left = (w - square) / 2;
+    let mut pixels = Vec::with_capacity(out_side * out_side * 4);
+    for oy in 0..out_side {
+        let (y0, y1) = (oy * square / out_side, ((oy + 1) * square / out_side).max(oy * square / out_side + 1));
+        for ox in 0..out_side {
+            let (x0, x1) = (left + ox * square / out_side, (left + (ox + 1) * square / out_side).max(left + ox * square / out_side + 1));
+            // Colours weighted by alpha, so a transparent pixel does not darken its neighbours.
+            let (mut r, mut g, mut b, mut a, mut n) = (0u64, 0u64, 0u64, 0u64, 0u64);
+            for y in y0..y1 {
+                for p in rgba[(y * w + x0) * 4..(y * w + x1) * 4].chunks_exact(4) {
+                    let alpha = u64::from(p[3]);
+                    r += u64::from(p[0]) * alpha;
+                    g += u64::from(p[1]) * alpha;
+                    b += u64::from(p[2]) * alpha;
+                    a += alpha;
+                    n += 1;
+                }
+            }
+            let colour = |sum: u64| if a == 0 { 0 } else { (sum / a) as u8 };
+            pixels.extend_from_slice(&[colour(r), colour(g), colour(b), (a / n.max(1)) as u8]);
+        }
+    }
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, out_side as u32, out_side as u32);
+    encoder.set_color(png::ColorType::Rgba);
+    encoder.set_depth(png::BitDepth::Eight);
+    // As above: an in-memory encode of a checked size does not fail; if it did, the
+    // empty result reads as "no picture".
+    let written = encoder.write_header().and_then(|mut writer| writer.write_image_data(&pixels));
+    if written.is_err() {
+        return Vec::new();
+    }
+    out
+}
+
 fn hsl_to_rgb(h: f32, s: f32, l: f32) -> (f32, f32, f32) {
     let c = (1.0 - (2.0 * l - 1.0).abs()) * s;
     let x = c * (1.0 - ((h / 60.0) % 2.0 - 1.0).abs());
@@ -294,6 +339,28 @@ mod tests {
         let stripped = strip_card_chunks(&with).unwrap();
         assert_eq!(stripped, png);
         assert_eq!(read_card_chunks(&stripped).unwrap(), CardChunks::default());
+    }
+
+    #[test]
+    fn a_thumbnail_is_the_top_square_shrunk() {
+        // 4 wide, 8 tall: the top 4×4 is red, the rest blue; one transparent pixel.
+        let mut rgba = Vec::new();
+        for y in 0..8 {
+            for x in 0..4 {
+                let pixel = if y < 4 { [200, 0, 0, 255] } else { [0, 0, 200, 255] };
+                rgba.extend_from_slice(if (x, y) == (0, 0) { &[0, 255, 0, 0] } else { &pixel });
+            }
+        }
+        let png = square_thumbnail(4, 8, &rgba, 2);
+        let (w, h, pixels) = crate::character::rgba(&png).unwrap();
+        assert_eq!((w, h), (2, 2));
+        // Top left averages three opaque reds and a transparent green: red, 3/4 opaque.
+        assert_eq!(&pixels[0..4], &[200, 0, 0, 191]);
+        assert!(pixels.chunks_exact(4).skip(1).all(|p| p == [200, 0, 0, 255]), "only the top square is used: {pixels:?}");
+        // A picture smaller than the side keeps its size; nothing to read gives nothing.
+        assert_eq!(crate::character::rgba(&square_thumbnail(4, 8, &rgba, 96)).unwrap().0, 4);
+        assert!(square_thumbnail(0, 0, &[], 96).is_empty());
+        assert!(square_thumbnail(4, 8, &rgba[..10], 96).is_empty());
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct CallRecord {
     pub id: i64,
     pub at: String,
     pub profile: String,
+    /// The agent that made the call (`director`, `character`, `companion`,
+    /// `identity.personality`, …); empty for a client nobody named.
+    pub agent: String,
     pub provider: String,
     pub model: String,
     /// The request as sent (profile defaults applied).
@@ -34,6 +37,14 @@ pub struct CallRecord {
     pub elapsed_ms: u64,
 }
 
+/// Who made a call and through what, as the log records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub profile: &'a str,
+    pub provider: &'a str,
+    pub agent: &'a str,
+}
+
 #[derive(Clone)]
 pub struct CallLog {
     store: Store,
@@ -45,20 +56,13 @@ impl CallLog {
         Self { store, conn: Arc::new(Mutex::new(None)) }
     }
 
-    pub fn record(&self, profile: &str, provider: &str, request: &ChatRequest, result: &Result<Completion, LlmError>, elapsed_ms: u64) {
-        if let Err(e) = self.write(profile, provider, request, result, elapsed_ms) {
+    pub fn record(&self, call: Call<'_>, request: &ChatRequest, result: &Result<Completion, LlmError>, elapsed_ms: u64) {
+        if let Err(e) = self.write(call, request, result, elapsed_ms) {
             tracing::warn!(error = %e, "could not log an LLM call");
         }
     }
 
-    fn write(
-        &self,
-        profile: &str,
-        provider: &str,
-        request: &ChatRequest,
-        result: &Result<Completion, LlmError>,
-        elapsed_ms: u64,
-    ) -> Result<(), StoreError> {
+    fn write(&self, call: Call<'_>, request: &ChatRequest, result: &Result<Completion, LlmError>, elapsed_ms: u64) -> Result<(), StoreError> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(self.store.side_connection(Duration::from_millis(250))?);
@@ -71,11 +75,11 @@ impl CallLog {
         };
         conn.execute(
             "INSERT INTO llm_calls(at, profile, provider, model, request_json, reply, error, finish_reason, prompt_tokens, \
-             completion_tokens, from_cache, elapsed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+             completion_tokens, from_cache, elapsed_ms, agent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 now_rfc3339(),
-                profile,
-                provider,
+                call.profile,
+                call.provider,
                 request.model,
                 request_json,
                 reply,
@@ -84,7 +88,8 @@ impl CallLog {
                 usage.prompt_tokens,
                 usage.completion_tokens,
                 cached,
-                elapsed_ms as i64
+                elapsed_ms as i64,
+                call.agent
             ],
         )?;
         conn.execute("DELETE FROM llm_calls WHERE rowid <= (SELECT max(rowid) FROM llm_calls) - ?1", [KEEP])?;
@@ -96,7 +101,7 @@ impl CallLog {
 pub fn recent(conn: &Connection, limit: u32) -> Result<Vec<CallRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT rowid, at, profile, provider, model, request_json, reply, error, finish_reason, prompt_tokens, \
-         completion_tokens, from_cache, elapsed_ms FROM llm_calls ORDER BY rowid DESC LIMIT ?1",
+         completion_tokens, from_cache, elapsed_ms, agent FROM llm_calls ORDER BY rowid DESC LIMIT ?1",
     )?;
     let rows = stmt.query_map([limit], |r| {
         Ok((
@@ -113,17 +118,20 @@ pub fn recent(conn: &Connection, limit: u32) -> Result<Vec<CallRecord>, StoreErr
             r.get::<_, u32>(10)?,
             r.get::<_, bool>(11)?,
             r.get::<_, i64>(12)?,
+            r.get::<_, String>(13)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, at, profile, provider, model, request, reply, error, finish_reason, prompt_tokens, completion_tokens, from_cache, ms) = row?;
+        let (id, at, profile, provider, model, request, reply, error, finish_reason, prompt_tokens, completion_tokens, from_cache, ms, agent) =
+            row?;
         // A row this version cannot read is skipped, not fatal to the whole log.
         let Ok(request) = serde_json::from_str::<ChatRequest>(&request) else { continue };
         out.push(CallRecord {
             id,
             at,
             profile,
+            agent,
             provider,
             model,
             request,
@@ -163,12 +171,16 @@ mod tests {
             } else {
                 Err(LlmError::Http { status: 500, message: "boom".into() })
             };
-            log.record("p", "scripted", &request, &result, 1);
+            let agent = if i % 3 == 0 { "director" } else { "narrator" };
+            log.record(Call { profile: "p", provider: "scripted", agent }, &request, &result, 1);
         }
         let calls = store.with(|c| recent(c, 5000)).unwrap();
         assert_eq!(calls.len() as i64, KEEP);
         assert_eq!(calls[0].reply.as_deref(), Some(format!("reply {}", KEEP + 4).as_str()));
         assert!(calls[1].error.as_deref().unwrap().contains("500"));
         assert_eq!(calls[0].request, request);
+        let agent = |i: i64| if i % 3 == 0 { "director" } else { "narrator" };
+        assert_eq!(calls[0].agent, agent(KEEP + 4), "each call keeps the agent that made it");
+        assert_eq!(calls[1].agent, agent(KEEP + 3));
     }
 }

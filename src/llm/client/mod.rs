@@ -52,6 +52,8 @@ pub struct LlmClient {
     formats: formats::FormatMemory,
     /// Requests in flight at once, when the profile limits them (see [`parallel`]).
     slots: Option<Arc<parallel::Slots>>,
+    /// The agent this client calls for, as the call log records it (see [`Self::for_agent`]).
+    agent: String,
 }
 
 impl LlmClient {
@@ -110,7 +112,7 @@ impl LlmClient {
         let start = if profile.supports_json_schema { formats::FormatLevel::Schema } else { formats::FormatLevel::ObjectWithSchema };
         let formats = formats::FormatMemory::shared(&profile.name, &endpoint, start);
         let slots = parallel_limit(&profile).map(|limit| parallel::shared(&format!("{}|{endpoint}", profile.name), limit));
-        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats, slots }
+        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats, slots, agent: String::new() }
     }
 
     /// Use `store` for the response cache (only if the profile enables caching).
@@ -118,6 +120,13 @@ impl LlmClient {
         self.cache = self.profile.cache.then(|| ResponseCache::new(store.clone()));
         self.formats = self.formats.clone().with_store(&store);
         self.calls = Some(crate::llm::calls::CallLog::new(store));
+        self
+    }
+
+    /// Name the agent whose calls this client makes (`director`, `companion`, …): the
+    /// call log keeps it, so latency and tokens can be told apart per agent.
+    pub fn for_agent(mut self, agent: &str) -> Self {
+        self.agent = agent.to_string();
         self
     }
 
@@ -161,7 +170,8 @@ impl LlmClient {
         if let Some(log) = &self.calls {
             // Logged with the format it was last sent in, after any fallback.
             let sent = formats::at_level(&request, self.formats.level());
-            log.record(&self.profile.name, &self.endpoint, &sent, &result, started.elapsed().as_millis() as u64);
+            let call = crate::llm::calls::Call { profile: &self.profile.name, provider: &self.endpoint, agent: &self.agent };
+            log.record(call, &sent, &result, started.elapsed().as_millis() as u64);
         }
         result
     }

@@ -59,7 +59,7 @@ struct Agents {
 fn client_for(ctx: &Context, role: &str) -> Result<(LlmClient, ProviderProfile), SceneError> {
     let config = ctx.config();
     let profile = config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.clone();
-    let client = LlmClient::from_profile(&profile, Some(&ctx.store))?;
+    let client = LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent(role);
     Ok((client, profile))
 }
 
