@@ -11,6 +11,7 @@
 //! embedded model). `profile`, `secret` and `tokens` are shared by all of them.
 
 pub mod client;
+pub mod keyring;
 pub mod local;
 pub mod profile;
 pub mod providers;
@@ -212,7 +213,7 @@ pub enum LlmError {
     Truncated { partial: String },
     #[error("cancelled")]
     Cancelled,
-    #[error("no API key: set the environment variable {var}")]
+    #[error("no API key: set the environment variable {var}, or store a key for the profile in the keyring")]
     MissingKey { var: String },
     #[error("provider configuration: {0}")]
     Config(String),
