@@ -12,6 +12,7 @@ mod identity;
 pub mod library;
 pub mod lore_editor;
 mod memory;
+pub mod platform;
 mod prompt;
 pub mod prose;
 mod providers;
@@ -530,7 +531,7 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
         tracing::warn!("the engine stopped before the demo could be added");
     }
     let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
+        viewport: platform::viewport(egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0])),
         ..Default::default()
     };
     eframe::run_native("Lorekeeper", options, Box::new(move |cc| Ok(Box::new(WorkbenchApp::new(&cc.egui_ctx, engine)))))

@@ -1,8 +1,8 @@
-//! API keys in the keyring as a person meets them: a key
+//! API keys in the keyring, and the desktop's file dialogs, as a person meets them: a key
 //! typed into the Providers panel is kept by the keyring (an in-memory `keyring-core`
 //! store here, the Secret Service in the app) and authenticates calls to a local server,
 //! without ever reaching the config, the library or the screen; the command line keeps a
-//! key read from stdin; a machine without a keyring says so and goes on.
+//! key read from stdin; a machine without a keyring or a file dialog says so and goes on.
 
 use crate::support::mock_http::{Action, MockServer};
 use crate::support::wire::{Dialect, OpenAi};
@@ -204,4 +204,34 @@ fn the_command_line_reads_the_key_from_stdin_and_a_missing_keyring_is_a_clear_er
             panic!("the key leaked into {what} as {form:?}");
         }
     }
+}
+
+#[test]
+fn without_a_file_dialog_the_browse_button_says_so_and_the_typed_path_still_imports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let card = dir.path().join("maren.json");
+    let maren = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    std::fs::write(&card, serde_json::to_vec(&maren).expect("json")).expect("write the card");
+    let mut harness = open_app(dir.path(), &Config::default());
+    open_panel(&mut harness, "Library");
+
+    match lorekeeper::ui::platform::file_dialog_available() {
+        // A desktop with a portal would open a real dialog: leave it alone.
+        Ok(()) => eprintln!("a file dialog is available here; the no-dialog half is skipped"),
+        Err(_) => {
+            harness.get_all_by_label("Browse…").next().expect("a Browse button").click();
+            step_until(&mut harness, Duration::from_secs(15), |h| h.query_by_label_contains("type the path instead").is_some());
+        }
+    }
+
+    let field = || Role::TextInput;
+    harness.get_by_role_and_label(field(), "Import file").click();
+    harness.run();
+    harness.get_by_role_and_label(field(), "Import file").type_text(&card.display().to_string());
+    harness.run();
+    harness.get_by_label("Import").click();
+    step_until(&mut harness, Duration::from_secs(20), |h| h.state().library().characters().iter().any(|c| c.name == "Maren Vosk"));
 }
