@@ -8,7 +8,8 @@
 //! Subsystems, each a folder: `providers` (one attempt against one backend, on the
 //! wire), `client` (every policy around a call: retries, rate limit, response cache,
 //! call log), `structured` (schema → validate → repair → re-ask) and `local` (the
-//! embedded model). `profile`, `secret` and `tokens` are shared by all of them.
+//! embedded model). `profile`, `secret`, `keyring` (keys kept in the OS keyring) and
+//! `tokens` are shared by all of them.
 
 pub mod client;
 pub mod keyring;
