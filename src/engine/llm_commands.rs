@@ -155,7 +155,8 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
         }
         LlmCommand::KeyStatus { profile } => {
             let ctx = ctx.clone();
-            ctx.runtime.clone().spawn_blocking(move || key_command(&ctx, profile, KeyAction::Checked, |_, _| Ok(())));
+            // Asking the keyring itself tells a machine without one as soon as a profile is shown.
+            ctx.runtime.clone().spawn_blocking(move || key_command(&ctx, profile, KeyAction::Checked, |store, name| store.get(name).map(|_| ())));
         }
         LlmCommand::SetDefaultProfile { name } => save(ctx, "set default profile", |c| c.default_profile = name),
         LlmCommand::MapRole { role, profile } => save(ctx, "map role", |c| match profile {
