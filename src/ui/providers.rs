@@ -398,15 +398,20 @@ impl ProvidersPanel {
                     outbox.push(Command::Llm(LlmCommand::ClearKey { profile: name.clone() }));
                 }
             });
-            if self.keys.pending.is_some() {
-                ui.horizontal(|ui| {
-                    ui.spinner();
+            // One line of the same height in every state, so the buttons below do not
+            // move when the engine's answer arrives.
+            match self.keys.status.get(&name) {
+                _ if self.keys.pending.is_some() => {
                     ui.label("asking the keyring…");
-                });
-            } else if let Some((source, problem)) = self.keys.status.get(&name) {
-                ui.label(source.line());
-                if let Some(problem) = problem {
-                    ui.colored_label(ui.visuals().error_fg_color, problem);
+                }
+                Some((source, problem)) => {
+                    ui.label(source.line());
+                    if let Some(problem) = problem {
+                        ui.colored_label(ui.visuals().error_fg_color, problem);
+                    }
+                }
+                None => {
+                    ui.label("checking where the key comes from…");
                 }
             }
         });
