@@ -87,7 +87,7 @@ pub enum Verb {
         #[command(subcommand)]
         verb: chat::ChatVerb,
     },
-    /// Provider profiles: list them, or test one.
+    /// Provider profiles: list them, test one, or keep a profile's API key in the keyring.
     Providers {
         #[command(subcommand)]
         action: ProvidersAction,
@@ -230,6 +230,27 @@ pub enum ProvidersAction {
     List,
     /// Send a short request through a profile and report the reply, latency and tokens.
     Test(TestArgs),
+    /// A profile's API key in the OS keyring (an environment variable that is set still wins).
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyAction {
+    /// Store the key read from standard input (one line; never from the command line,
+    /// where other users and the shell history can read it).
+    Set(KeyArgs),
+    /// Remove the profile's key from the keyring.
+    Clear(KeyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The profile the key belongs to.
+    #[arg(long)]
+    pub profile: String,
 }
 
 #[derive(Debug, Args)]
@@ -260,6 +281,9 @@ pub fn main() -> ExitCode {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let paths = Paths::resolve(cli.library.clone(), cli.config.clone())?;
     let _log = crate::logging::init(&paths.log_dir);
+    // Keys stored from the workbench or `providers key set` live in the OS keyring;
+    // nothing is contacted until a key is looked up.
+    crate::llm::keyring::install_os_keyring();
     match cli.verb {
         None | Some(Verb::Gui) => {
             crate::ui::run_native(paths)?;
@@ -399,6 +423,47 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
             })?;
             result.map(|_| ExitCode::SUCCESS)
         }
+        ProvidersAction::Key { action } => {
+            let (profile, command) = match action {
+                KeyAction::Set(args) => {
+                    let key = read_key(&args.profile)?;
+                    (args.profile.clone(), LlmCommand::SetKey { profile: args.profile, key })
+                }
+                KeyAction::Clear(args) => (args.profile.clone(), LlmCommand::ClearKey { profile: args.profile }),
+            };
+            engine.send(Command::Llm(command))?;
+            let (source, problem) = drive::wait(engine, Duration::from_secs(120), |event| match event {
+                Event::Llm(LlmEvent::KeyStatus { profile: p, source, problem, .. }) if *p == profile => Some((source.clone(), problem.clone())),
+                _ => None,
+            })?;
+            if let Some(problem) = problem {
+                bail!("profile {profile:?}: {problem}");
+            }
+            if json {
+                println!("{}", serde_json::json!({ "profile": profile, "source": source }));
+            } else {
+                println!("{profile}: {}", source.line());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// The key on standard input: its first line, trimmed. A terminal gets a prompt on
+/// stderr (the key is typed in the clear there; pipe it from a password manager to
+/// keep it off the screen).
+fn read_key(profile: &str) -> Result<crate::llm::Secret> {
+    use std::io::{BufRead, IsTerminal};
+    if std::io::stdin().is_terminal() {
+        eprint!("API key for {profile:?}: ");
+    }
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).context("cannot read the key from standard input")?;
+    let key = crate::llm::Secret::new(line.trim());
+    line.clear();
+    if key.expose().is_empty() {
+        bail!("no key on standard input (pipe it in: `printf %s \"$KEY\" | lorekeeper providers key set --profile {profile}`)");
+    }
+    Ok(key)
 }
 

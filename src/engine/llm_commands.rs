@@ -21,6 +21,14 @@ pub enum LlmCommand {
     Calls { limit: u32 },
     /// Report the configuration as [`LlmEvent::Config`].
     Config,
+    /// Store `key` in the keyring as the key of `profile`, then report
+    /// [`LlmEvent::KeyStatus`]. The key travels in a [`crate::llm::Secret`], whose
+    /// `Debug` (the engine logs commands at debug level) never shows it.
+    SetKey { profile: String, key: crate::llm::Secret },
+    /// Remove the keyring's key of `profile`, then report [`LlmEvent::KeyStatus`].
+    ClearKey { profile: String },
+    /// Report where the key of `profile` comes from as [`LlmEvent::KeyStatus`].
+    KeyStatus { profile: String },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +54,24 @@ pub enum LlmEvent {
     /// what the default profile runs on: sent on request and after every save, so a
     /// front door never reads the config or stats the model file itself.
     Config { config: Box<Config>, model: ModelLine },
+    /// Where the key of `profile` comes from now, and what the keyring said when it
+    /// was asked (`stored` / `cleared` on success, `problem` when it failed or there is
+    /// no keyring). Never the key itself.
+    KeyStatus {
+        profile: String,
+        source: crate::llm::keyring::KeySource,
+        action: KeyAction,
+        problem: Option<String>,
+    },
+}
+
+/// What a [`LlmEvent::KeyStatus`] answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyAction {
+    Stored,
+    Cleared,
+    Checked,
 }
 
 /// What the default profile runs on, said plainly, with a hint for switching.
@@ -118,6 +144,20 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
             });
         }
         LlmCommand::Config => emit_config(ctx, &ctx.config()),
+        // The keyring is D-Bus on Linux: never on the engine's command thread.
+        LlmCommand::SetKey { profile, key } => {
+            let ctx = ctx.clone();
+            ctx.runtime.clone().spawn_blocking(move || key_command(&ctx, profile, KeyAction::Stored, |store, name| store.set(name, &key)));
+        }
+        LlmCommand::ClearKey { profile } => {
+            let ctx = ctx.clone();
+            ctx.runtime.clone().spawn_blocking(move || key_command(&ctx, profile, KeyAction::Cleared, |store, name| store.delete(name).map(|_| ())));
+        }
+        LlmCommand::KeyStatus { profile } => {
+            let ctx = ctx.clone();
+            // Asking the keyring itself tells a machine without one as soon as a profile is shown.
+            ctx.runtime.clone().spawn_blocking(move || key_command(&ctx, profile, KeyAction::Checked, |store, name| store.get(name).map(|_| ())));
+        }
         LlmCommand::SetDefaultProfile { name } => save(ctx, "set default profile", |c| c.default_profile = name),
         LlmCommand::MapRole { role, profile } => save(ctx, "map role", |c| match profile {
             Some(p) => {
@@ -138,6 +178,31 @@ fn save(ctx: &Context, what: &str, change: impl FnOnce(&mut crate::config::Confi
         }
         Err(e) => ctx.emit(CoreEvent::error(what, e)),
     }
+}
+
+/// Do `change` to the keyring's entry of `profile` and report where its key comes from
+/// afterwards. Without a keyring the change fails with a plain reason and the report
+/// still says what the environment gives.
+fn key_command(
+    ctx: &Context,
+    profile: String,
+    action: KeyAction,
+    change: impl FnOnce(&dyn crate::llm::keyring::KeyStore, &str) -> Result<(), crate::llm::keyring::KeyringError>,
+) {
+    use crate::llm::keyring;
+    let problem = match keyring::installed() {
+        Some(store) => change(store.as_ref(), &profile).err().map(|e| e.to_string()),
+        None if action == KeyAction::Checked => None,
+        None => Some(keyring::KeyringError::Unavailable("none installed in this process".into()).to_string()),
+    };
+    let config = ctx.config();
+    let source = match config.profile(&profile) {
+        Some(p) => crate::llm::client::key_source(p),
+        // A profile not saved yet can still have a keyring entry under its name.
+        None if keyring::stored_key(&profile).is_some() => keyring::KeySource::Keyring,
+        None => keyring::KeySource::None,
+    };
+    ctx.emit(LlmEvent::KeyStatus { profile, source, action, problem });
 }
 
 fn emit_config(ctx: &Context, config: &Config) {

@@ -8,9 +8,11 @@
 //! Subsystems, each a folder: `providers` (one attempt against one backend, on the
 //! wire), `client` (every policy around a call: retries, rate limit, response cache,
 //! call log), `structured` (schema → validate → repair → re-ask) and `local` (the
-//! embedded model). `profile`, `secret` and `tokens` are shared by all of them.
+//! embedded model). `profile`, `secret`, `keyring` (keys kept in the OS keyring) and
+//! `tokens` are shared by all of them.
 
 pub mod client;
+pub mod keyring;
 pub mod local;
 pub mod profile;
 pub mod providers;
@@ -212,7 +214,7 @@ pub enum LlmError {
     Truncated { partial: String },
     #[error("cancelled")]
     Cancelled,
-    #[error("no API key: set the environment variable {var}")]
+    #[error("no API key: set the environment variable {var}, or store a key for the profile in the keyring")]
     MissingKey { var: String },
     #[error("provider configuration: {0}")]
     Config(String),

@@ -57,6 +57,7 @@ pub struct CampaignsPanel {
     confirm: Option<(Selected, String)>,
     status: Option<Result<String, String>>,
     open_scene: Option<String>,
+    transcript_picker: super::platform::FilePicker,
 }
 
 fn author(command: AuthorCommand) -> Command {
@@ -490,6 +491,13 @@ impl CampaignsPanel {
         }
         ui.horizontal(|ui| {
             text_inline(ui, "Transcript file", &mut self.drafts.export_path, 280.0);
+            let request = || {
+                super::platform::FileRequest::save("Export the transcript", self.drafts.export_path.trim())
+                    .filter("Markdown or JSON", &["md", "json"])
+            };
+            if let Some(path) = self.transcript_picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
+                self.drafts.export_path = path.display().to_string();
+            }
             let path = self.drafts.export_path.trim().to_string();
             if ui.add_enabled(!path.is_empty(), egui::Button::new("Export Markdown")).clicked() {
                 outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Markdown, out: path.clone().into() }));

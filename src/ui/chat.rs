@@ -54,6 +54,7 @@ pub struct ChatPanel {
     /// The chats put aside for the selected character, and the chat-file path field.
     saved: Vec<crate::companion::chats::SavedChat>,
     file_path: String,
+    file_picker: super::platform::FilePicker,
     /// Words to find in the chat; the whole chat is loaded once asked for.
     search: String,
     live: Option<LiveReply>,
@@ -547,6 +548,13 @@ impl ChatPanel {
             ui.horizontal(|ui| {
                 let label = ui.label("Chat file");
                 ui.add(egui::TextEdit::singleline(&mut self.file_path).hint_text("path/to/chat.jsonl").id_salt("chat_file_path")).labelled_by(label.id);
+                let request = || {
+                    super::platform::FileRequest::save("Chat file to import, or to write", self.file_path.trim())
+                        .filter("Chats", &["jsonl", "md", "json"])
+                };
+                if let Some(path) = self.file_picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
+                    self.file_path = path.display().to_string();
+                }
                 let path = std::path::PathBuf::from(self.file_path.trim());
                 let ready = !busy && !self.file_path.trim().is_empty();
                 if ui.add_enabled(ready, egui::Button::new("Import chat")).on_hover_text("Read a SillyTavern .jsonl chat; the current chat is saved").clicked() {

@@ -191,6 +191,10 @@ fn llm_line(event: &crate::engine::LlmEvent) -> Option<(LogLevel, String)> {
         E::ProfileTested { profile, ok: true, model, latency_ms, .. } => Some((LogLevel::Info, format!("providers: {profile} ({model}) answered in {latency_ms} ms"))),
         E::ProfileTested { profile, error, .. } => Some((LogLevel::Error, format!("providers: {profile} failed: {}", error.clone().unwrap_or_default()))),
         E::ConfigSaved => Some((LogLevel::Info, "providers: configuration saved".into())),
+        // A check is the panel asking as a profile is selected: shown there, not logged.
+        E::KeyStatus { action: crate::engine::KeyAction::Checked, .. } => None,
+        E::KeyStatus { profile, problem: Some(problem), .. } => Some((LogLevel::Warn, format!("providers: {profile}: {problem}"))),
+        E::KeyStatus { profile, source, .. } => Some((LogLevel::Info, format!("providers: {profile}: {}", source.line()))),
     }
 }
 

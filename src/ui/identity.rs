@@ -31,6 +31,7 @@ pub struct IdentityPanels {
     editing: Option<(u8, String, String)>,
     /// The seed-folder path, the last export's outcome, and a deletion waiting for "yes".
     export_path: String,
+    export_picker: super::platform::FilePicker,
     exported: Option<String>,
     confirm_delete: bool,
     /// The run to open once the run list arrives (the one open at the last close).
@@ -258,6 +259,9 @@ impl IdentityPanels {
             let label = ui.label("Seed folder");
             ui.add(egui::TextEdit::singleline(&mut self.export_path).hint_text("/path/to/folder").desired_width(300.0).id_salt("identity_export_path"))
                 .labelled_by(label.id);
+            if let Some(folder) = self.export_picker.button(ui, "Browse…", || super::platform::FileRequest::folder("Seed folder")).and_then(|p| p.into_iter().next()) {
+                self.export_path = folder.display().to_string();
+            }
             let ready = complete && !self.export_path.trim().is_empty();
             if ui.add_enabled(ready, egui::Button::new("Export seed folder")).on_hover_text("The finished character as a seed folder").clicked() {
                 outbox.push(Command::Identity(IdentityCommand::Export {

@@ -1,5 +1,6 @@
 //! The Library panel: characters and lorebooks, import by dropping files on the window
-//! (or typing a path), export from a row's context menu.
+//! (or typing a path, or choosing in the desktop's file dialog), export from a row's
+//! context menu.
 
 use crate::engine::Command;
 use crate::interop::{CardFormat, CharacterSummary, InteropCommand, InteropEvent, LorebookFormat, LorebookSummary};
@@ -133,6 +134,9 @@ pub struct LibraryPanel {
     status: Option<Result<String, String>>,
     export: Option<ExportDialog>,
     import_path: String,
+    /// The file dialogs of the import field and the export dialog's "Save to" field.
+    import_picker: super::platform::FilePicker,
+    export_picker: super::platform::FilePicker,
     editor: super::lore_editor::LoreEditor,
     /// A character whose deletion waits for confirmation: its id, name and what goes with it.
     confirm_delete: Option<(String, String, Vec<String>)>,
@@ -244,6 +248,13 @@ impl LibraryPanel {
             if ui.add_enabled(ready, egui::Button::new("Import")).clicked() {
                 outbox.push(Self::import_command(vec![PathBuf::from(self.import_path.trim())]));
                 self.import_path.clear();
+            }
+            let request = || {
+                super::platform::FileRequest::open("Import cards and lorebooks", true)
+                    .filter("Cards and lorebooks", &["png", "json"])
+            };
+            if let Some(paths) = self.import_picker.button(ui, "Browse…", request) {
+                outbox.push(Self::import_command(paths));
             }
             if ui.button("Refresh").clicked() {
                 outbox.push(Command::Interop(InteropCommand::List));
@@ -434,6 +445,7 @@ impl LibraryPanel {
 
     fn export_dialog(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(dialog) = &mut self.export else { return };
+        let picker = &mut self.export_picker;
         let mut keep_open = true;
         let mut send = false;
         egui::Window::new(format!("Export {}", dialog.name())).collapsible(false).resizable(false).show(ui.ctx(), |ui| {
@@ -460,6 +472,15 @@ impl LibraryPanel {
             }
             let label = ui.label("Save to");
             ui.add(egui::TextEdit::singleline(&mut dialog.path).desired_width(360.0).id_salt("library_export_path")).labelled_by(label.id);
+            ui.horizontal(|ui| {
+                let request = || {
+                    let title = format!("Export {}", dialog.name());
+                    super::platform::FileRequest::save(&title, &dialog.path).filter(dialog.extension(), &[dialog.extension()])
+                };
+                if let Some(path) = picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
+                    dialog.path = path.display().to_string();
+                }
+            });
             ui.horizontal(|ui| {
                 if ui.add_enabled(!dialog.path.trim().is_empty(), egui::Button::new("Export")).clicked() {
                     send = true;

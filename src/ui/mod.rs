@@ -14,6 +14,7 @@ pub mod library;
 pub mod lore_editor;
 mod memory;
 mod portrait;
+pub mod platform;
 mod prompt;
 pub mod prose;
 mod providers;
@@ -750,7 +751,7 @@ pub fn run_native(paths: Paths) -> Result<(), UiError> {
         tracing::warn!("the engine stopped before the demo could be added");
     }
     let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0]),
+        viewport: platform::viewport(egui::ViewportBuilder::default().with_title("Lorekeeper").with_inner_size([1280.0, 800.0])),
         persistence_path: Some(persistence),
         ..Default::default()
     };

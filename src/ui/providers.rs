@@ -23,6 +23,22 @@ pub struct ProvidersPanel {
     tests: BTreeMap<String, TestView>,
     model: Option<ModelLine>,
     server: ServerSection,
+    keys: KeySection,
+}
+
+/// The API key of the profile being edited: a password field whose text goes into the
+/// keyring through the engine (never onto disk, into a log or back onto the screen),
+/// and a line saying where the profile's key comes from now.
+#[derive(Default)]
+struct KeySection {
+    /// What is typed, until "Store in keyring" takes it.
+    typed: String,
+    /// The last report per profile: where its key comes from, and any keyring problem.
+    status: BTreeMap<String, (crate::llm::keyring::KeySource, Option<String>)>,
+    /// The profile whose key source was last asked for, so it is asked once per selection.
+    asked: Option<String>,
+    /// A store or clear sent and not answered yet.
+    pending: Option<String>,
 }
 
 /// The HTTP front door, hosted by the workbench: `lorekeeper serve` over a second engine
@@ -104,6 +120,7 @@ impl ProvidersPanel {
             tests: BTreeMap::new(),
             model: None,
             server: ServerSection { paths: None, addr: "127.0.0.1:8000".into(), token: String::new(), running: None, status: None },
+            keys: KeySection::default(),
         }
     }
 
@@ -119,6 +136,12 @@ impl ProvidersPanel {
 
     pub fn startup() -> Vec<Command> {
         vec![Command::Llm(LlmCommand::Config)]
+    }
+
+    /// Where the selected profile's key comes from, as last reported, and the keyring's
+    /// problem if it had one: what the Providers panel shows instead of the key.
+    pub fn key_status(&self, profile: &str) -> Option<(String, Option<String>)> {
+        self.keys.status.get(profile).map(|(source, problem)| (source.line(), problem.clone()))
     }
 
     /// What the default profile runs on, once the engine has said.
@@ -161,7 +184,15 @@ impl ProvidersPanel {
                     Err(error.clone().unwrap_or_default())
                 });
             }
-            LlmEvent::Calls { .. } | LlmEvent::ConfigSaved => {}
+            LlmEvent::Calls { .. } => {}
+            // A saved config may name another variable: ask again where the key comes from.
+            LlmEvent::ConfigSaved => self.keys.asked = None,
+            LlmEvent::KeyStatus { profile, source, problem, .. } => {
+                if self.keys.pending.as_deref() == Some(profile.as_str()) {
+                    self.keys.pending = None;
+                }
+                self.keys.status.insert(profile.clone(), (source.clone(), problem.clone()));
+            }
             LlmEvent::Config { config, model } => {
                 self.config = (**config).clone();
                 self.model = Some(model.clone());
@@ -245,6 +276,7 @@ impl ProvidersPanel {
                 });
                 self.draft.api_key_env = Some(env).filter(|e| !e.trim().is_empty());
                 ui.end_row();
+                self.key_row(ui, outbox);
             }
             if matches!(self.draft.kind, ProviderKind::Scripted | ProviderKind::Local) {
                 let mut path = self.draft.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
@@ -325,6 +357,65 @@ impl ProvidersPanel {
                 None => {}
             }
         }
+    }
+
+    /// The "API key" row: a password field, "Store in keyring", "Clear", and where the
+    /// key comes from. The store runs in the engine (the keyring is D-Bus, which may be
+    /// slow or absent); the typed text leaves the panel at once, undo history included.
+    fn key_row(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let name = self.draft.name.trim().to_string();
+        if !name.is_empty() && self.keys.asked.as_deref() != Some(name.as_str()) {
+            self.keys.asked = Some(name.clone());
+            outbox.push(Command::Llm(LlmCommand::KeyStatus { profile: name.clone() }));
+        }
+        let label = ui.label("API key");
+        ui.vertical(|ui| {
+            ui.horizontal(|ui| {
+                let field = ui
+                    .add(
+                        egui::TextEdit::singleline(&mut self.keys.typed)
+                            .password(true)
+                            .hint_text("paste a key to keep in the keyring")
+                            .desired_width(220.0)
+                            .id_salt("profile_api_key"),
+                    )
+                    .labelled_by(label.id);
+                let busy = self.keys.pending.is_some();
+                let ready = !busy && !name.is_empty() && !self.keys.typed.trim().is_empty();
+                let store = ui
+                    .add_enabled(ready, egui::Button::new("Store in keyring"))
+                    .on_hover_text("Kept in the OS keyring under this profile's name; an environment variable that is set still wins");
+                if store.clicked() {
+                    let key = crate::llm::Secret::new(std::mem::take(&mut self.keys.typed).trim());
+                    // The field's undo history still holds what was typed: drop it.
+                    ui.ctx().data_mut(|d| d.remove::<egui::text_edit::TextEditState>(field.id));
+                    self.keys.pending = Some(name.clone());
+                    outbox.push(Command::Llm(LlmCommand::SetKey { profile: name.clone(), key }));
+                }
+                let stored = matches!(self.keys.status.get(&name), Some((crate::llm::keyring::KeySource::Keyring, _)));
+                if ui.add_enabled(!busy && stored, egui::Button::new("Clear from keyring")).clicked() {
+                    self.keys.pending = Some(name.clone());
+                    outbox.push(Command::Llm(LlmCommand::ClearKey { profile: name.clone() }));
+                }
+            });
+            // One line of the same height in every state, so the buttons below do not
+            // move when the engine's answer arrives.
+            match self.keys.status.get(&name) {
+                _ if self.keys.pending.is_some() => {
+                    ui.label("asking the keyring…");
+                }
+                Some((source, problem)) => {
+                    ui.label(source.line());
+                    if let Some(problem) = problem {
+                        ui.colored_label(ui.visuals().error_fg_color, problem);
+                    }
+                }
+                None => {
+                    ui.label("checking where the key comes from…");
+                }
+            }
+        });
+        ui.end_row();
     }
 
     fn parse_numbers(&self) -> Result<ProviderProfile, String> {

@@ -112,7 +112,7 @@ fn a_key_from_the_environment_is_used_and_never_written_anywhere() {
 /// Whether any 8-character piece of `secret` (a distinctive, random part of a key) is
 /// in `bytes` as text, as hex with or without the spaces of a dump's byte groups, or as
 /// base64: a wire dump cuts a header into 16-byte rows, so whole-key searches miss it.
-fn leaked(bytes: &[u8], secret: &str) -> Option<String> {
+pub(crate) fn leaked(bytes: &[u8], secret: &str) -> Option<String> {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD;
     let unspaced: Vec<u8> = bytes.iter().copied().filter(|b| *b != b' ').collect();

@@ -14,6 +14,7 @@ mod cli;
 mod companion;
 mod identity;
 mod interop;
+mod keys;
 mod local_model;
 mod memory;
 mod pictures;

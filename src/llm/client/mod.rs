@@ -341,31 +341,72 @@ fn merge_sampler(request: &SamplerSettings, profile: &SamplerSettings) -> Sample
     }
 }
 
-/// The key for `profile` from its environment variable. Remote APIs need one; an
-/// OpenAI-compatible server on this machine or the local network usually does not,
-/// and gets a key only from a variable its profile names: the default
-/// `OPENAI_API_KEY` holds a key for OpenAI, which has no business going to a box on
-/// the local network.
+/// The key for `profile`: its environment variable first, then the keyring's entry for
+/// the profile. Remote APIs need one; an OpenAI-compatible server on this machine or
+/// the local network usually does not, and gets a key only from a variable its profile
+/// names (or its own keyring entry): the default `OPENAI_API_KEY` holds a key for
+/// OpenAI, which has no business going to a box on the local network. A keyring entry
+/// is the profile's own, so it goes wherever the profile points.
 fn resolve_key(profile: &ProviderProfile) -> Result<Option<Secret>, LlmError> {
-    resolve_key_with(profile, Secret::from_env)
+    let stored = |name: &str| crate::llm::keyring::stored_key(name);
+    resolve_key_with(profile, Secret::from_env, stored)
 }
 
-fn resolve_key_with(profile: &ProviderProfile, lookup: impl Fn(&str) -> Option<Secret>) -> Result<Option<Secret>, LlmError> {
+/// Which key `profile` would use and where it comes from (never the key itself).
+pub fn key_source(profile: &ProviderProfile) -> crate::llm::keyring::KeySource {
+    key_source_with(profile, Secret::from_env, |name| crate::llm::keyring::stored_key(name))
+}
+
+fn key_source_with(
+    profile: &ProviderProfile,
+    lookup: impl Fn(&str) -> Option<Secret>,
+    stored: impl Fn(&str) -> Option<Secret>,
+) -> crate::llm::keyring::KeySource {
+    use crate::llm::keyring::KeySource;
+    if let Some(var) = env_var_for(profile).filter(|var| lookup(var).is_some()) {
+        return KeySource::Environment { var: var.to_string() };
+    }
+    if matches!(profile.kind, ProviderKind::Scripted | ProviderKind::Local) || stored(&profile.name).is_none() {
+        KeySource::None
+    } else {
+        KeySource::Keyring
+    }
+}
+
+/// The environment variable `profile` takes its key from, if any may be used for it.
+fn env_var_for(profile: &ProviderProfile) -> Option<&str> {
     let var = profile.key_env().filter(|v| !v.trim().is_empty());
     let named = profile.api_key_env.as_deref().filter(|v| !v.trim().is_empty());
-    let key = match profile.kind {
+    match profile.kind {
         ProviderKind::Scripted | ProviderKind::Local => None,
-        ProviderKind::Anthropic | ProviderKind::Gemini => var.and_then(lookup),
-        ProviderKind::Openai if profile.base_url().is_some_and(is_local_address) => named.and_then(lookup),
+        ProviderKind::Anthropic | ProviderKind::Gemini => var,
+        ProviderKind::Openai if profile.base_url().is_some_and(is_local_address) => named,
         // `OPENAI_API_KEY` is OpenAI's: another host gets a key only from a variable its
         // profile names.
-        ProviderKind::Openai if named.is_none() && !profile.base_url().is_none_or(is_official_openai) => {
-            return Err(LlmError::MissingKey {
+        ProviderKind::Openai if named.is_none() && !profile.base_url().is_none_or(is_official_openai) => None,
+        ProviderKind::Openai => var,
+    }
+}
+
+fn resolve_key_with(
+    profile: &ProviderProfile,
+    lookup: impl Fn(&str) -> Option<Secret>,
+    stored: impl Fn(&str) -> Option<Secret>,
+) -> Result<Option<Secret>, LlmError> {
+    if matches!(profile.kind, ProviderKind::Scripted | ProviderKind::Local) {
+        return Ok(None);
+    }
+    let key = env_var_for(profile).and_then(&lookup).or_else(|| stored(&profile.name));
+    let named = profile.api_key_env.as_deref().filter(|v| !v.trim().is_empty());
+    if key.is_none() && profile.kind == ProviderKind::Openai && !profile.base_url().is_some_and(is_local_address) {
+        return Err(if named.is_none() && !profile.base_url().is_none_or(is_official_openai) {
+            LlmError::MissingKey {
                 var: "(none named: OPENAI_API_KEY goes only to api.openai.com; set api_key_env in the profile)".into(),
-            });
-        }
-        ProviderKind::Openai => Some(var.and_then(lookup).ok_or_else(|| missing(profile))?),
-    };
+            }
+        } else {
+            missing(profile)
+        });
+    }
     // A key over plain HTTP to anything but this machine can be read on the way.
     if key.is_some()
         && !profile.allow_key_over_http
@@ -683,27 +724,64 @@ mod tests {
     #[test]
     fn the_default_openai_key_never_goes_to_a_local_server() {
         let env = |var: &str| (var == "OPENAI_API_KEY" || var == "MY_LOCAL_KEY").then(|| Secret::new(format!("value-of-{var}")));
+        let nothing = |_: &str| None;
         let openai = |url: &str, var: Option<&str>| ProviderProfile {
             kind: ProviderKind::Openai,
             base_url: Some(url.into()),
             api_key_env: var.map(str::to_string),
             ..Default::default()
         };
-        let key = |p: ProviderProfile| resolve_key_with(&p, env).unwrap().map(|s| s.expose().to_string());
+        let key = |p: ProviderProfile| resolve_key_with(&p, env, nothing).unwrap().map(|s| s.expose().to_string());
         assert_eq!(key(openai("http://127.0.0.1:8080/v1", None)), None);
         assert_eq!(key(openai("http://127.0.0.1:8080/v1", Some("MY_LOCAL_KEY"))).as_deref(), Some("value-of-MY_LOCAL_KEY"));
         assert_eq!(key(openai("https://api.openai.com/v1", None)).as_deref(), Some("value-of-OPENAI_API_KEY"));
         // OpenAI's key never goes to another host on its own.
-        let other = resolve_key_with(&openai("https://openrouter.ai/api/v1", None), env);
+        let other = resolve_key_with(&openai("https://openrouter.ai/api/v1", None), env, nothing);
         assert!(matches!(other, Err(LlmError::MissingKey { ref var }) if var.contains("api.openai.com")), "{other:?}");
         assert_eq!(key(openai("https://openrouter.ai/api/v1", Some("MY_LOCAL_KEY"))).as_deref(), Some("value-of-MY_LOCAL_KEY"));
         // A key over plain http to a machine on the network is refused unless allowed.
         let lan = openai("http://10.0.0.5:8080/v1", Some("MY_LOCAL_KEY"));
-        assert!(matches!(resolve_key_with(&lan, env), Err(LlmError::Config(m)) if m.contains("plain http://")));
+        assert!(matches!(resolve_key_with(&lan, env, nothing), Err(LlmError::Config(m)) if m.contains("plain http://")));
         let allowed = ProviderProfile { allow_key_over_http: true, ..lan };
         assert_eq!(key(allowed).as_deref(), Some("value-of-MY_LOCAL_KEY"));
         let anthropic = ProviderProfile { kind: ProviderKind::Anthropic, ..Default::default() };
         assert_eq!(key(anthropic), None, "ANTHROPIC_API_KEY is not set in this fake environment");
+    }
+
+    #[test]
+    fn the_environment_wins_then_the_profiles_keyring_entry() {
+        use crate::llm::keyring::KeySource;
+        let env = |var: &str| (var == "MY_KEY").then(|| Secret::new("from-env-1234"));
+        let stored = |name: &str| (name == "kept").then(|| Secret::new("from-keyring-5678"));
+        let profile = |name: &str, url: &str, var: Option<&str>| ProviderProfile {
+            name: name.into(),
+            kind: ProviderKind::Openai,
+            base_url: Some(url.into()),
+            api_key_env: var.map(str::to_string),
+            ..Default::default()
+        };
+        let key = |p: &ProviderProfile| resolve_key_with(p, env, stored).map(|k| k.map(|s| s.expose().to_string()));
+        let both = profile("kept", "https://openrouter.ai/api/v1", Some("MY_KEY"));
+        assert_eq!(key(&both).unwrap().as_deref(), Some("from-env-1234"));
+        assert_eq!(key_source_with(&both, env, stored), KeySource::Environment { var: "MY_KEY".into() });
+        // A variable that is not set falls through to the keyring.
+        let unset = profile("kept", "https://openrouter.ai/api/v1", Some("UNSET_KEY"));
+        assert_eq!(key(&unset).unwrap().as_deref(), Some("from-keyring-5678"));
+        assert_eq!(key_source_with(&unset, env, stored), KeySource::Keyring);
+        // The profile's own entry goes to its host even with no variable named.
+        let unnamed = profile("kept", "https://openrouter.ai/api/v1", None);
+        assert_eq!(key(&unnamed).unwrap().as_deref(), Some("from-keyring-5678"));
+        let local = profile("kept", "http://127.0.0.1:8080/v1", None);
+        assert_eq!(key(&local).unwrap().as_deref(), Some("from-keyring-5678"));
+        // Another profile's entry is not this one's.
+        let other = profile("other", "https://openrouter.ai/api/v1", None);
+        assert!(matches!(key(&other), Err(LlmError::MissingKey { .. })));
+        assert_eq!(key_source_with(&other, env, stored), KeySource::None);
+        // The plain-http guard holds for keyring keys too.
+        let lan = profile("kept", "http://10.0.0.5:8080/v1", None);
+        assert!(matches!(key(&lan), Err(LlmError::Config(m)) if m.contains("plain http://")));
+        let scripted = ProviderProfile { name: "kept".into(), kind: ProviderKind::Scripted, ..Default::default() };
+        assert_eq!(key(&scripted).unwrap(), None);
     }
 
     #[test]
