@@ -380,7 +380,7 @@ fn model_benches(c: &mut Criterion) {
     }
     let per_second = (passes * texts.len()) as f64 / started.elapsed().as_secs_f64();
     println!(
-        "memory-bench: embedding throughput (fp32 MiniLM, batch 32, {} threads): {per_second:.1} sentences/s",
+        "memory-bench: embedding throughput (fp32 MiniLM, batch 32, one batch a call, {} threads): {per_second:.1} sentences/s",
         embedding_config().threads
     );
 

@@ -82,9 +82,15 @@ pub struct EmbeddingConfig {
     pub dimension: usize,
     /// Longest input in tokens; longer texts are truncated.
     pub max_length: usize,
-    /// Intra-op threads of the ONNX session.
+    /// Intra-op threads of each ONNX session.
     pub threads: usize,
-    /// Texts per model call.
+    /// ONNX sessions run side by side on the batches of one job (an import); each
+    /// holds its own copy of the weights. `sessions × threads` should not exceed the
+    /// cores: on two cores, 2 × 1 embeds about 1.5× faster than 1 × 2.
+    pub sessions: usize,
+    /// Texts per model call. Small batches of length-sorted texts are faster per text
+    /// on CPU than large ones (activations stay in cache, little padding): 8 embeds
+    /// about 1.15× faster than 32 (BENCHMARKS.md session 8).
     pub batch_size: usize,
     /// Prepended to queries / documents (e.g. nomic's `search_query: `).
     pub query_prefix: String,
@@ -101,8 +107,9 @@ impl Default for EmbeddingConfig {
             pooling: Pooling::Mean,
             dimension: 384,
             max_length: 256,
-            threads: 2,
-            batch_size: 32,
+            threads: 1,
+            sessions: 2,
+            batch_size: 8,
             query_prefix: String::new(),
             document_prefix: String::new(),
         }

@@ -5,6 +5,12 @@
 //! drains whatever is queued, sorts it by length (less padding), runs it in batches of
 //! `batch_size` and scatters the vectors back. Callers block on a reply channel, so the
 //! embedder is used from the engine's blocking workers, never from the UI thread.
+//!
+//! Why several sessions: a job of many batches (an import) runs `sessions` ONNX sessions
+//! side by side, each taking the next batch. On two cores, two one-thread sessions embed
+//! about 1.5× faster than one two-thread session (measured, BENCHMARKS.md session 8): a
+//! small BERT's operators are too short for the intra-op pool's per-operator barrier to
+//! pay, and on a loaded machine that barrier waits for whichever thread was preempted.
 
 use crate::config::{EmbeddingConfig, Pooling};
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -150,10 +156,10 @@ impl Embedder {
     }
 }
 
-/// The worker's state: tokenizer and session.
+/// The worker's state: tokenizer and sessions (all of the same model).
 struct Model {
     tokenizer: Tokenizer,
-    session: ort::session::Session,
+    sessions: Vec<ort::session::Session>,
     input_names: Vec<String>,
     config: EmbeddingConfig,
 }
@@ -184,18 +190,22 @@ impl Model {
             ..Default::default()
         }));
         let model_err = |e: ort::Error| EmbedError::Model { path: model_path.clone(), message: e.to_string() };
-        let session = ort::session::Session::builder(env)
-            .map_err(model_err)?
-            .with_optimization_level(ort::session::builder::GraphOptimizationLevel::All)
-            .map_err(|e| model_err(e.into()))?
-            .with_intra_threads(config.threads.max(1))
-            .map_err(|e| model_err(e.into()))?
-            .commit_from_file(&model_path)
-            .map_err(model_err)?;
-        let input_names = session.inputs().iter().map(|i| i.name().to_string()).collect();
-        let mut model = Model { tokenizer, session, input_names, config: config.clone() };
+        let mut sessions = Vec::new();
+        for _ in 0..config.sessions.max(1) {
+            let session = ort::session::Session::builder(env)
+                .map_err(model_err)?
+                .with_optimization_level(ort::session::builder::GraphOptimizationLevel::All)
+                .map_err(|e| model_err(e.into()))?
+                .with_intra_threads(config.threads.max(1))
+                .map_err(|e| model_err(e.into()))?
+                .commit_from_file(&model_path)
+                .map_err(model_err)?;
+            sessions.push(session);
+        }
+        let input_names = sessions[0].inputs().iter().map(|i| i.name().to_string()).collect();
+        let mut model = Model { tokenizer, sessions, input_names, config: config.clone() };
         // Check the dimension once, so a wrong config fails at start, not mid-import.
-        let probe = model.run(&["dimension probe"])?;
+        let probe = model.embed_sorted(&["dimension probe"])?;
         let found = probe.first().map(|v| v.len()).unwrap_or(0);
         if found != config.dimension {
             return Err(EmbedError::Dimension { expected: config.dimension, found });
@@ -208,7 +218,7 @@ impl Model {
             // Drain what else is queued so concurrent callers share batches.
             let mut batch = vec![first];
             let mut queued: usize = batch[0].texts.len();
-            while queued < self.config.batch_size * 8 {
+            while queued < 256.max(self.config.batch_size) {
                 match jobs.try_recv() {
                     Ok(job) => {
                         queued += job.texts.len();
@@ -233,70 +243,116 @@ impl Model {
     }
 
     /// Embed in length order (similar lengths share a batch, so little padding), then
-    /// return the vectors in the callers' order.
+    /// return the vectors in the callers' order. With several sessions and several
+    /// batches, each session runs on its own thread and takes the next batch when done
+    /// (a preempted session does not hold the others back).
     fn embed_sorted(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| texts[i].len());
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(self.config.batch_size.max(1)) {
+        let batches: Vec<&[usize]> = order.chunks(self.config.batch_size.max(1)).collect();
+        let pooling = self.config.pooling;
+        let (tokenizer, names) = (&self.tokenizer, self.input_names.as_slice());
+        let run_batch = |session: &mut ort::session::Session, chunk: &[usize]| {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            let vectors = self.run(&batch)?;
-            for (&i, v) in chunk.iter().zip(vectors) {
+            run(tokenizer, session, names, pooling, &batch)
+        };
+        let mut results: Vec<(usize, Vec<Vec<f32>>)> = Vec::with_capacity(batches.len());
+        if self.sessions.len() == 1 || batches.len() == 1 {
+            for (b, chunk) in batches.iter().enumerate() {
+                results.push((b, run_batch(&mut self.sessions[0], chunk)?));
+            }
+        } else {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let per_session: Vec<Result<Vec<(usize, Vec<Vec<f32>>)>, EmbedError>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = self
+                    .sessions
+                    .iter_mut()
+                    .take(batches.len())
+                    .map(|session| {
+                        let (next, batches, run_batch) = (&next, &batches, &run_batch);
+                        scope.spawn(move || {
+                            let mut done = Vec::new();
+                            loop {
+                                let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some(chunk) = batches.get(b) else { return Ok(done) };
+                                done.push((b, run_batch(session, chunk)?));
+                            }
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(EmbedError::Inference("an embedding session panicked".into()))))
+                    .collect()
+            });
+            for part in per_session {
+                results.extend(part?);
+            }
+        }
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for (b, vectors) in results {
+            for (&i, v) in batches[b].iter().zip(vectors) {
                 out[i] = v;
             }
         }
         Ok(out)
     }
+}
 
-    fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| EmbedError::Inference(format!("tokenizer: {e}")))?;
-        let batch = encodings.len();
-        let seq = encodings.iter().map(|e| e.get_ids().len()).max().unwrap_or(0).max(1);
-        let mut ids = vec![0i64; batch * seq];
-        let mut mask = vec![0i64; batch * seq];
-        let mut types = vec![0i64; batch * seq];
-        for (row, enc) in encodings.iter().enumerate() {
-            for (col, ((&id, &m), &t)) in
-                enc.get_ids().iter().zip(enc.get_attention_mask()).zip(enc.get_type_ids()).enumerate()
-            {
-                ids[row * seq + col] = id as i64;
-                mask[row * seq + col] = m as i64;
-                types[row * seq + col] = t as i64;
-            }
+/// Tokenise, run and pool one batch on one session.
+fn run(
+    tokenizer: &Tokenizer,
+    session: &mut ort::session::Session,
+    input_names: &[String],
+    pooling: Pooling,
+    texts: &[&str],
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let encodings = tokenizer
+        .encode_batch(texts.to_vec(), true)
+        .map_err(|e| EmbedError::Inference(format!("tokenizer: {e}")))?;
+    let batch = encodings.len();
+    let seq = encodings.iter().map(|e| e.get_ids().len()).max().unwrap_or(0).max(1);
+    let mut ids = vec![0i64; batch * seq];
+    let mut mask = vec![0i64; batch * seq];
+    let mut types = vec![0i64; batch * seq];
+    for (row, enc) in encodings.iter().enumerate() {
+        for (col, ((&id, &m), &t)) in
+            enc.get_ids().iter().zip(enc.get_attention_mask()).zip(enc.get_type_ids()).enumerate()
+        {
+            ids[row * seq + col] = id as i64;
+            mask[row * seq + col] = m as i64;
+            types[row * seq + col] = t as i64;
         }
-        let shape = [batch, seq];
-        let tensor = |data: &Vec<i64>| {
-            ort::value::Tensor::from_array((shape, data.clone()))
-                .map_err(|e| EmbedError::Inference(e.to_string()))
-        };
-        let mut inputs: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = Vec::new();
-        for name in &self.input_names {
-            let data = match name.as_str() {
-                "input_ids" => &ids,
-                "attention_mask" => &mask,
-                "token_type_ids" => &types,
-                other => return Err(EmbedError::Inference(format!("the model wants an unknown input {other:?}"))),
-            };
-            inputs.push((Cow::Owned(name.clone()), tensor(data)?.into()));
-        }
-        let outputs = self.session.run(inputs).map_err(|e| EmbedError::Inference(e.to_string()))?;
-        let (_, value) = outputs.iter().next().ok_or_else(|| EmbedError::Inference("the model has no output".into()))?;
-        let (out_shape, data) = value.try_extract_tensor::<f32>().map_err(|e| EmbedError::Inference(e.to_string()))?;
-        let dims: Vec<usize> = out_shape.iter().map(|&d| d.max(0) as usize).collect();
-        let vectors = match dims.as_slice() {
-            // Token vectors: pool them.
-            [b, s, d] if *b == batch && *s == seq => {
-                pool(data, &mask, batch, seq, *d, self.config.pooling)
-            }
-            // Already one vector per text (models exported with pooling inside).
-            [b, d] if *b == batch => data.chunks(*d).map(|c| c.to_vec()).collect(),
-            other => return Err(EmbedError::Inference(format!("unexpected output shape {other:?}"))),
-        };
-        Ok(vectors.into_iter().map(normalise).collect())
     }
+    let shape = [batch, seq];
+    let tensor = |data: &Vec<i64>| {
+        ort::value::Tensor::from_array((shape, data.clone()))
+            .map_err(|e| EmbedError::Inference(e.to_string()))
+    };
+    let mut inputs: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = Vec::new();
+    for name in input_names {
+        let data = match name.as_str() {
+            "input_ids" => &ids,
+            "attention_mask" => &mask,
+            "token_type_ids" => &types,
+            other => return Err(EmbedError::Inference(format!("the model wants an unknown input {other:?}"))),
+        };
+        inputs.push((Cow::Owned(name.clone()), tensor(data)?.into()));
+    }
+    let outputs = session.run(inputs).map_err(|e| EmbedError::Inference(e.to_string()))?;
+    let (_, value) = outputs.iter().next().ok_or_else(|| EmbedError::Inference("the model has no output".into()))?;
+    let (out_shape, data) = value.try_extract_tensor::<f32>().map_err(|e| EmbedError::Inference(e.to_string()))?;
+    let dims: Vec<usize> = out_shape.iter().map(|&d| d.max(0) as usize).collect();
+    let vectors = match dims.as_slice() {
+        // Token vectors: pool them.
+        [b, s, d] if *b == batch && *s == seq => {
+            pool(data, &mask, batch, seq, *d, pooling)
+        }
+        // Already one vector per text (models exported with pooling inside).
+        [b, d] if *b == batch => data.chunks(*d).map(|c| c.to_vec()).collect(),
+        other => return Err(EmbedError::Inference(format!("unexpected output shape {other:?}"))),
+    };
+    Ok(vectors.into_iter().map(normalise).collect())
 }
 
 /// Pool `[batch, seq, dim]` token vectors into one vector per row.

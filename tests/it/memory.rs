@@ -65,6 +65,33 @@ fn embeddings_match_sentence_transformers_to_1e_4() {
     assert!(worst < 1e-5, "batch vs single differ by {worst}");
 }
 
+/// The import path (two one-thread sessions taking batches side by side) gives the
+/// vectors of the old path (one session with two intra-op threads), each in its place.
+#[test]
+fn parallel_sessions_give_the_single_session_vectors_in_order() {
+    let turns: Vec<String> = include_str!("../data/memory/conversation.jsonl")
+        .lines()
+        .take(120)
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_string())
+        .collect();
+    // As the import embeds them: each turn after up to two earlier ones.
+    let texts: Vec<String> = (0..turns.len()).map(|i| turns[i.saturating_sub(2)..=i].join("\n")).collect();
+    let old = Embedder::start(&EmbeddingConfig { sessions: 1, threads: 2, ..embedding_config() }).unwrap();
+    let new_config = embedding_config();
+    assert!(new_config.sessions >= 2, "the default runs sessions side by side");
+    let new = Embedder::start(&new_config).unwrap();
+    let want = old.embed(texts.clone()).unwrap();
+    let got = new.embed(texts.clone()).unwrap();
+    assert_eq!(got.len(), texts.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        assert!(cosine > 0.9999, "text {i} {:?}: cosine {cosine}", texts[i]);
+    }
+    // Distinct texts have distinct vectors, so a vector in the wrong place would fail above.
+    let cross: f32 = got[0].iter().zip(&want[1]).map(|(x, y)| x * y).sum();
+    assert!(cross < 0.99, "neighbouring texts embed alike ({cross})");
+}
+
 #[test]
 fn any_query_text_is_valid_and_never_errors() {
     let dir = tempfile::tempdir().unwrap();
