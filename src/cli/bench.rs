@@ -30,8 +30,8 @@ pub fn run(args: LocalBenchArgs, json: bool) -> anyhow::Result<std::process::Exi
     let options = BenchOptions { model: args.model, threads: args.threads, runs: args.runs, max_tokens: args.max_tokens, show: args.show };
     let mut out = std::io::stdout().lock();
     if !json {
-        writeln!(out, "| threads | prompt tok/s | gen tok/s | first token ms | JSON gen tok/s | grammar rejections / full scans | JSON valid | peak RSS MiB |")?;
-        writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+        writeln!(out, "| threads | CPU backend | prompt tok/s | gen tok/s | first token ms | JSON gen tok/s | grammar rejections / full scans | JSON valid | peak RSS MiB |")?;
+        writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
     }
     let mut write_error = None;
     bench::run(&options, |r| {
@@ -39,8 +39,9 @@ pub fn run(args: LocalBenchArgs, json: bool) -> anyhow::Result<std::process::Exi
             serde_json::to_string(r).unwrap_or_default()
         } else {
             format!(
-                "| {} | {:.0} ({} tok) | {:.1} ({} tok) | {:.0} | {:.1} ({} tok) | {} / {} | {} | {:.0} |",
+                "| {} | {} | {:.0} ({} tok) | {:.1} ({} tok) | {:.0} | {:.1} ({} tok) | {} / {} | {} | {:.0} |",
                 r.threads,
+                r.cpu_backend.as_deref().unwrap_or("?"),
                 r.prompt_tokens_per_sec,
                 r.prompt_tokens,
                 r.generation_tokens_per_sec,

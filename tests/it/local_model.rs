@@ -321,3 +321,54 @@ fn an_offline_demo_round_has_a_present_character_speaking() {
     }
     assert!(spoke.iter().any(|(name, text)| present.contains(name) && text.split_whitespace().count() >= 2), "{spoke:?}");
 }
+
+/// The build puts llama.cpp's shared libraries and one CPU backend per x86-64 level beside
+/// the binary, and the binary finds them there: a copy of that folder alone, with no
+/// library path set, runs the model on a variant that fits this processor. The plain
+/// x86-64 variant is among them, so the same folder runs on a machine without AVX.
+#[test]
+fn a_copied_binary_folder_runs_the_model_on_a_cpu_backend_of_its_own() {
+    let model = default_model_path();
+    assert!(model.is_file(), "the local model {} is not installed: run `bash .ci/setup.sh` first", model.display());
+    // The copy runs in its own folder: the default path is relative to the repository.
+    let model = std::fs::canonicalize(&model).unwrap();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_lorekeeper"));
+    let built = exe.parent().expect("the binary has a folder");
+    let folder = tempfile::tempdir().unwrap();
+    let mut variants = Vec::new();
+    for entry in std::fs::read_dir(built).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("lib") && (name.ends_with(".so") || name.contains(".so."))) {
+            continue;
+        }
+        // Version symlinks (libllama.so.0 -> libllama.so.0.0.N) are copied as files.
+        std::fs::copy(entry.path(), folder.path().join(&name)).unwrap();
+        if let Some(level) = name.strip_prefix("libggml-cpu-").and_then(|n| n.strip_suffix(".so")) {
+            variants.push(level.to_string());
+        }
+    }
+    assert!(variants.iter().any(|v| v == "x64"), "no plain x86-64 CPU backend beside the binary: {variants:?}");
+    assert!(variants.len() >= 10, "expected one CPU backend per x86-64 level, found {variants:?}");
+    let copy = folder.path().join("lorekeeper");
+    std::fs::copy(&exe, &copy).unwrap();
+
+    let out = std::process::Command::new(&copy)
+        .args(["bench", "local", "--threads", "1", "--runs", "1", "--max-tokens", "4", "--json", "--model"])
+        .arg(&model)
+        .env_remove("LD_LIBRARY_PATH")
+        .env("XDG_DATA_HOME", folder.path().join("data"))
+        .current_dir(folder.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the copied binary failed: {}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8_lossy(&out.stdout);
+    let result: serde_json::Value = serde_json::from_str(line.lines().next().unwrap_or("")).unwrap();
+    let loaded = result["cpu_backend_path"].as_str().unwrap_or_default();
+    assert!(
+        loaded.starts_with(&*folder.path().to_string_lossy()),
+        "the CPU backend came from {loaded:?}, not from the copied folder"
+    );
+    assert!(variants.contains(&result["cpu_backend"].as_str().unwrap_or_default().to_string()), "{result}");
+    assert!(result["prompt_tokens_per_sec"].as_f64().unwrap_or(0.0) > 0.0, "{result}");
+}

@@ -27,6 +27,9 @@ pub struct BenchResult {
     pub model: String,
     pub threads: u32,
     pub load_ms: u64,
+    /// The llama.cpp CPU backend variant in use (`zen4`, `haswell`, `x64`, …), and its file.
+    pub cpu_backend: Option<String>,
+    pub cpu_backend_path: Option<PathBuf>,
     pub prompt_tokens: u32,
     pub prompt_tokens_per_sec: f64,
     pub generated_tokens: u32,
@@ -34,6 +37,11 @@ pub struct BenchResult {
     pub first_token_ms: f64,
     pub json_generated_tokens: u32,
     pub json_tokens_per_sec: f64,
+    /// The same three speeds per second of the model thread's CPU time (Linux): on a
+    /// shared machine these compare engines where wall-clock speeds mostly measure load.
+    pub prompt_tokens_per_cpu_sec: Option<f64>,
+    pub generation_tokens_per_cpu_sec: Option<f64>,
+    pub json_tokens_per_cpu_sec: Option<f64>,
     pub json_grammar_rejections: u32,
     pub json_grammar_full_scans: u32,
     pub json_valid: bool,
@@ -80,6 +88,11 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// The median when every run has a value.
+fn median_of(values: Option<Vec<f64>>) -> Option<f64> {
+    values.filter(|v| !v.is_empty()).map(median)
+}
+
 /// Peak resident memory of this process in MiB (Linux), 0 where unknown.
 pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -88,6 +101,12 @@ pub fn peak_rss_mib() -> f64 {
             status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// `zen4` from `.../libggml-cpu-zen4.so`.
+fn cpu_variant_name(path: &std::path::Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    Some(name.strip_prefix("libggml-cpu-")?.strip_suffix(".so")?.to_string())
 }
 
 /// Runs the bench for each thread count, calling `report` as each finishes.
@@ -152,6 +171,8 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
             model: provider.info().name.clone(),
             threads,
             load_ms: provider.info().load_ms,
+            cpu_backend: provider.info().cpu_backend.as_deref().and_then(cpu_variant_name),
+            cpu_backend_path: provider.info().cpu_backend.clone(),
             prompt_tokens: text_runs[0].prompt_tokens,
             prompt_tokens_per_sec: median(text_runs.iter().map(Timings::prompt_tokens_per_sec).collect()),
             generated_tokens: text_runs.iter().map(|t| t.completion_tokens).sum::<u32>() / text_runs.len() as u32,
@@ -159,6 +180,9 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
             first_token_ms: median(text_runs.iter().filter_map(|t| t.first_token_ms).collect()),
             json_generated_tokens: json_runs.iter().map(|t| t.completion_tokens).sum::<u32>() / json_runs.len() as u32,
             json_tokens_per_sec: median(json_runs.iter().map(Timings::generation_tokens_per_sec).collect()),
+            prompt_tokens_per_cpu_sec: median_of(text_runs.iter().map(Timings::prompt_tokens_per_cpu_sec).collect()),
+            generation_tokens_per_cpu_sec: median_of(text_runs.iter().map(Timings::generation_tokens_per_cpu_sec).collect()),
+            json_tokens_per_cpu_sec: median_of(json_runs.iter().map(Timings::generation_tokens_per_cpu_sec).collect()),
             json_grammar_rejections: json_runs.iter().map(|t| t.grammar_rejections).sum(),
             json_grammar_full_scans: json_runs.iter().map(|t| t.grammar_full_scans).sum(),
             json_valid,

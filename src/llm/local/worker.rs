@@ -21,7 +21,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use std::num::NonZeroU32;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,9 @@ pub struct ModelInfo {
     /// Whether prompts go through the model's own chat template (else the transcript).
     pub chat_template: bool,
     pub load_ms: u64,
+    /// The CPU backend variant llama.cpp chose for this processor (the loaded
+    /// `libggml-cpu-<level>.so`), where the platform tells.
+    pub cpu_backend: Option<PathBuf>,
 }
 
 /// Where the time of one call went.
@@ -74,6 +77,10 @@ pub struct Timings {
     /// window was allowed so the whole vocabulary had to be checked.
     pub grammar_rejections: u32,
     pub grammar_full_scans: u32,
+    /// The model thread's CPU time in the prompt and in generation (Linux). On a busy
+    /// machine wall time measures the scheduler as much as the engine; CPU time does not.
+    pub prompt_cpu_ms: Option<f64>,
+    pub generation_cpu_ms: Option<f64>,
 }
 
 impl Timings {
@@ -84,6 +91,20 @@ impl Timings {
     pub fn generation_tokens_per_sec(&self) -> f64 {
         per_sec(self.completion_tokens, self.generation_ms)
     }
+    /// [`Self::prompt_tokens_per_sec`] per second of the model thread's CPU time.
+    pub fn prompt_tokens_per_cpu_sec(&self) -> Option<f64> {
+        self.prompt_cpu_ms.map(|cpu| per_sec(self.prompt_tokens - self.prompt_tokens_reused, cpu))
+    }
+    pub fn generation_tokens_per_cpu_sec(&self) -> Option<f64> {
+        self.generation_cpu_ms.map(|cpu| per_sec(self.completion_tokens, cpu))
+    }
+}
+
+/// CPU time the calling thread has run, in ms (the scheduler's nanosecond count; Linux).
+fn thread_cpu_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e6)
 }
 
 fn per_sec(tokens: u32, ms: f64) -> f64 {
@@ -118,9 +139,9 @@ pub enum Reply {
 }
 
 /// llama.cpp's global state may be initialised once per process; every model thread
-/// shares it.
-fn backend() -> Result<&'static LlamaBackend, LlmError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+/// shares it. Also returns the CPU backend variant that was loaded.
+fn backend() -> Result<(&'static LlamaBackend, Option<&'static Path>), LlmError> {
+    static BACKEND: OnceLock<Result<(LlamaBackend, Option<PathBuf>), String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
             // llama.cpp prints ~250 lines per model load, at its INFO level, to stderr.
@@ -129,10 +150,60 @@ fn backend() -> Result<&'static LlamaBackend, LlmError> {
             // failed either way.
             let verbose = tracing::enabled!(tracing::Level::DEBUG);
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(verbose));
-            LlamaBackend::init().map_err(|e| e.to_string())
+            let cpu = load_cpu_backend()?;
+            Ok((LlamaBackend::init().map_err(|e| e.to_string())?, cpu))
         })
         .as_ref()
+        .map(|(backend, cpu)| (backend, cpu.as_deref()))
         .map_err(|e| LlmError::Config(format!("cannot initialise llama.cpp: {e}")))
+}
+
+/// The folders that may hold the CPU backends, in order: beside the executable (where
+/// build.rs puts them, and where a copied `target/release/` folder carries them), then the
+/// folder llama-cpp-sys-2 built them in.
+fn backend_dirs() -> Vec<PathBuf> {
+    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf));
+    let built = option_env!("LOREKEEPER_GGML_BACKENDS_DIR").map(PathBuf::from);
+    beside.into_iter().chain(built).collect()
+}
+
+/// Whether `dir` holds at least one CPU backend variant (`libggml-cpu-<level>.so`).
+fn holds_cpu_backend(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("libggml-cpu-") && n.ends_with(".so")))
+    })
+}
+
+/// llama.cpp is built with one CPU backend per x86-64 level (see build.rs). ggml loads
+/// every variant in the folder, asks each how well it fits this CPU, and keeps the best:
+/// AVX-512 VNNI here, plain SSE2 on an old machine, from the same binary. It must happen
+/// before the first model is loaded. Returns the variant's file where the platform tells.
+fn load_cpu_backend() -> Result<Option<PathBuf>, String> {
+    let dirs = backend_dirs();
+    let dir = dirs.iter().find(|d| holds_cpu_backend(d)).ok_or_else(|| {
+        let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!("no llama.cpp CPU backend (libggml-cpu-*.so) in {}; keep the libraries built beside the binary", searched.join(" or "))
+    })?;
+    if dir.to_str().is_none() {
+        return Err(format!("the backend folder {} is not valid UTF-8", dir.display()));
+    }
+    llama_cpp_2::llama_backend::load_backends_from_path(dir);
+    let devices = llama_cpp_2::list_llama_ggml_backend_devices();
+    let Some(cpu) = devices.iter().find(|d| d.backend.eq_ignore_ascii_case("cpu")) else {
+        return Err(format!("no CPU backend in {} fits this processor", dir.display()));
+    };
+    let variant = loaded_cpu_variant();
+    tracing::info!(cpu = %cpu.description, variant = ?variant, "llama.cpp CPU backend loaded");
+    Ok(variant)
+}
+
+/// The CPU variant in memory: ggml opens every variant to score it and keeps only the
+/// best one mapped, so the process's memory map names it (Linux; `None` elsewhere).
+fn loaded_cpu_variant() -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().filter_map(|line| line.split_whitespace().nth(5)).map(PathBuf::from).find(|path| {
+        path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libggml-cpu-") && n.ends_with(".so"))
+    })
 }
 
 /// Starts the model thread and waits until the model is loaded (or failed to).
@@ -160,7 +231,7 @@ pub fn spawn(config: WorkerConfig) -> Result<(Sender<Job>, ModelInfo), LlmError>
 fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo, LlmError>>) {
     let started = Instant::now();
     let loaded = (|| {
-        let backend = backend()?;
+        let (backend, cpu_backend) = backend()?;
         let model = LlamaModel::load_from_file(backend, &config.path, &LlamaModelParams::default())
             .map_err(|e| LlmError::Config(format!("cannot load the model {}: {e}", config.path.display())))?;
         let n_ctx_train = model.n_ctx_train();
@@ -175,9 +246,9 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
             // Keep the whole context for sliding-window layers too (Gemma 3 uses them):
             // without it a cached prompt prefix cannot be rolled back to and reused.
             .with_swa_full(true);
-        Ok::<_, LlmError>((backend, model, params, n_ctx, n_ctx_train))
+        Ok::<_, LlmError>((backend, model, params, n_ctx, n_ctx_train, cpu_backend))
     })();
-    let (backend, model, params, n_ctx, n_ctx_train) = match loaded {
+    let (backend, model, params, n_ctx, n_ctx_train, cpu_backend) = match loaded {
         Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -207,6 +278,7 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
         threads: config.threads.max(1),
         chat_template: template.is_some(),
         load_ms: started.elapsed().as_millis() as u64,
+        cpu_backend: cpu_backend.map(Path::to_path_buf),
     };
     tracing::info!(model = %info.name, threads = info.threads, n_ctx, chat_template = info.chat_template, load_ms = info.load_ms, "local model loaded");
     if ready.send(Ok(info)).is_err() {
@@ -315,6 +387,7 @@ fn generate(
     emit: &dyn Fn(&str),
 ) -> Result<(Completion, Timings), LlmError> {
     let started = Instant::now();
+    let cpu_started = thread_cpu_ms();
     let deadline = started + job.total_timeout;
     let request = &job.request;
     let vocab = model.vocab();
@@ -346,8 +419,10 @@ fn generate(
 
     let (reused, mut batch) = evaluate_prompt(ctx, cached, &prompt_tokens, job, deadline)?;
     let prompt_done = Instant::now();
+    let cpu_prompt_done = thread_cpu_ms();
     let mut timings = Timings {
         prompt_ms: ms(prompt_done - started),
+        prompt_cpu_ms: cpu_prompt_done.zip(cpu_started).map(|(done, start)| done - start),
         prompt_tokens: prompt_tokens.len() as u32,
         prompt_tokens_reused: reused as u32,
         ..Default::default()
@@ -435,6 +510,7 @@ fn generate(
         send(&released, &mut timings);
     }
     timings.generation_ms = ms(prompt_done.elapsed());
+    timings.generation_cpu_ms = thread_cpu_ms().zip(cpu_prompt_done).map(|(done, start)| done - start);
     timings.grammar_rejections = chooser.rejections;
     timings.grammar_full_scans = chooser.full_scans;
     timings.completion_tokens = generated;
