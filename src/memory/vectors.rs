@@ -147,6 +147,17 @@ impl Graph {
         Ok(())
     }
 
+    /// Make room for `extra` more vectors now. Growing reallocates the graph, which must
+    /// not happen while other threads insert: a parallel batch reserves first.
+    pub fn reserve_for(&self, extra: usize) -> Result<(), GraphError> {
+        let _grow = self.grow.lock().unwrap_or_else(|p| p.into_inner());
+        let used = self.index.size() + self.vacant();
+        if used + extra > self.index.capacity() {
+            self.index.reserve_capacity_and_threads(used + extra + 1024, GRAPH_THREADS).map_err(err)?;
+        }
+        Ok(())
+    }
+
     /// Remove `rowid` if present.
     pub fn remove(&self, rowid: i64) -> Result<(), GraphError> {
         if self.index.remove(rowid as u64).map_err(err)? > 0 {
@@ -300,6 +311,15 @@ impl VectorIndex {
         let mut outside = self.outside_mut();
         let gone: HashSet<i64> = gone.iter().copied().chain(added.iter().map(|(r, _)| *r)).collect();
         outside.remove_from_tail(&gone, self.dim);
+        if !outside.busy && !added.is_empty() {
+            // Growing reallocates the graph: done here, under the write lock, never
+            // while a search (or another insert) walks it.
+            if let Some(g) = self.graph_mut().as_ref()
+                && let Err(e) = g.reserve_for(added.len())
+            {
+                tracing::warn!(error = %e, "cannot grow the vector graph");
+            }
+        }
         let graph = if outside.busy { None } else { Some(self.graph()) };
         match graph.as_ref().and_then(|g| g.as_ref()) {
             Some(g) => {
@@ -532,7 +552,10 @@ impl VectorIndex {
 /// Insert `rows` into `graph`, on every core for a batch (an import publishes thousands
 /// at once; one insertion takes ~0.1–1 ms). Returns the rows that failed, for the tail.
 fn insert_all<'a>(graph: &Graph, rows: &'a [(i64, Vec<f32>)]) -> Vec<(i64, &'a [f32])> {
-    let threads = if rows.len() < 64 { 1 } else { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) };
+    let mut threads = if rows.len() < 64 { 1 } else { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) };
+    if threads > 1 && graph.reserve_for(rows.len()).is_err() {
+        threads = 1;
+    }
     let failed = std::sync::Mutex::new(Vec::new());
     let insert = |part: &'a [(i64, Vec<f32>)]| {
         for (r, v) in part {
