@@ -19,7 +19,7 @@ mod support;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use support::{DIM, VectorSource, bench_memory_config, corpus, embedding_config, jsonl, percentiles, root};
-use lorekeeper::memory::vectors::{VectorIndex, build_ann};
+use lorekeeper::memory::vectors::{Graph, VectorIndex};
 use lorekeeper::memory::{
     Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchRequest,
 };
@@ -80,7 +80,11 @@ fn library(n: usize) -> (Arc<MemoryBank>, VectorSource) {
     std::fs::create_dir_all(&dir).expect("bench dir");
     let path = dir.join(format!("library-{n}.sqlite"));
     let store = Store::open(&path).expect("store");
-    let bank = MemoryBank::open(store, bench_memory_config()).expect("bank");
+    // Filled the way a library grows: every batch inserted into the graph as it is
+    // published (the first build happens at once, over the first batch), saved at the end.
+    let mut config = bench_memory_config();
+    config.graph = lorekeeper::memory::GraphConfig { auto_rebuild: true, min_vectors: 0, save_after: usize::MAX };
+    let bank = MemoryBank::open(store, config).expect("bank");
     let mut done = bank.stats().expect("stats").memories;
     if done < n {
         let started = Instant::now();
@@ -102,13 +106,22 @@ fn library(n: usize) -> (Arc<MemoryBank>, VectorSource) {
             bank.add_with_vectors(items, vectors).expect("insert");
             done += batch;
         }
-        println!("memory-bench: stored {n} memories (SQLite + FTS5 + vectors) in {:.1} s", started.elapsed().as_secs_f64());
+        bank.wait_for_rebuild();
+        let took = started.elapsed().as_secs_f64();
+        println!(
+            "memory-bench: stored {n} memories (SQLite + FTS5 + vectors + inserted into the graph) in {took:.1} s ({:.0}/s)",
+            n as f64 / took
+        );
+        let (_, saving) = time(|| bank.save_graph().expect("save"));
+        println!("memory-bench: library graph over {n} vectors saved in {:.1} s", saving.as_secs_f64());
     }
     let stats = bank.stats().expect("stats");
     if stats.ann_indexed == 0 || stats.ann_pending > n / 100 {
         let (_, took) = time(|| bank.rebuild_ann_waiting().expect("graph"));
         println!("memory-bench: library graph over {n} vectors built and saved in {:.1} s", took.as_secs_f64());
     }
+    drop(bank);
+    let bank = MemoryBank::open(Store::open(&path).expect("store"), bench_memory_config()).expect("bank");
     (bank, source)
 }
 
@@ -264,8 +277,9 @@ fn insert_to_searchable(bank: &MemoryBank, source: &VectorSource, n: usize, with
     bank.remove_source(source_name).expect("clean up");
 }
 
-/// The vector index alone, without SQLite: exact scan, our `instant-distance` graph and
-/// `hnsw_rs` with the same parameters, on the same clustered vectors and queries.
+/// The vector index alone, without SQLite: exact scan, our `usearch` graph (inserted one
+/// vector at a time, as publish does) and `hnsw_rs` with the same parameters, on the same
+/// clustered vectors and queries; then deletes, and the same queries again.
 fn ann_benches(c: &mut Criterion) {
     if !enabled("ann") {
         return;
@@ -275,46 +289,82 @@ fn ann_benches(c: &mut Criterion) {
     for n in sizes() {
         let mut rng = fastrand::Rng::with_seed(5);
         let source = VectorSource::new(&mut rng);
-        let mut index = VectorIndex::new(DIM);
-        for i in 0..n {
-            index.push(i as i64, &source.next(&mut rng));
+        let rows: Vec<(i64, Vec<f32>)> = (0..n).map(|i| (i as i64 + 1, source.next(&mut rng))).collect();
+        let exact = VectorIndex::new(DIM);
+        for (r, v) in &rows {
+            exact.push(*r, v);
         }
         let queries: Vec<Vec<f32>> = (0..200).map(|_| source.next(&mut rng)).collect();
-        let truth: Vec<Vec<i64>> = queries.iter().map(|q| index.search_exact(q, 10, &|_| true).iter().map(|h| h.0).collect()).collect();
-        let recall = |found: &[Vec<i64>]| {
-            let agree: usize = found.iter().zip(&truth).map(|(f, t)| f.iter().filter(|r| t.contains(r)).count()).sum();
+        let truth = |index: &VectorIndex| -> Vec<Vec<i64>> {
+            queries.iter().map(|q| index.search_exact(q, 10).iter().map(|h| h.0).collect()).collect()
+        };
+        let recall = |found: &[Vec<i64>], truth: &[Vec<i64>]| {
+            let agree: usize = found.iter().zip(truth).map(|(f, t)| f.iter().filter(|r| t.contains(r)).count()).sum();
             agree as f64 / (10 * truth.len()) as f64
         };
-        let exact_times: Vec<Duration> = queries.iter().map(|q| time(|| index.search_exact(q, 10, &|_| true)).1).collect();
+        let truth_all = truth(&exact);
+        let exact_times: Vec<Duration> = queries.iter().map(|q| time(|| exact.search_exact(q, 10)).1).collect();
         let (e50, e99) = percentiles(exact_times);
         println!("memory-bench: ann at {n}: exact scan top-10 p50 {e50:.3} ms, p99 {e99:.3} ms (recall 1 by definition)");
 
-        // instant-distance, as the bank uses it (graph for the bulk, exact tail).
-        let flat = index.flat(0..n);
-        let (ann, build) = time(|| build_ann(&flat, DIM, 0x10e_4ee9));
-        drop(flat);
-        assert!(index.set_graph(ann));
-        let mut found = Vec::new();
-        let mut times = Vec::new();
-        for q in &queries {
-            let (hits, took) = time(|| index.search(q, 10, &|_| true));
-            times.push(took);
-            found.push(hits.iter().map(|h| h.0).collect::<Vec<_>>());
-        }
-        let (p50, p99) = percentiles(times);
+        // usearch, as publish uses it: inserted in batches on both cores.
+        let index = VectorIndex::new(DIM);
+        index.set_graph(Graph::new(DIM, 1024).expect("graph"));
+        let (_, build) = time(|| {
+            for batch in rows.chunks(5000) {
+                index.apply(&[], batch);
+            }
+        });
+        let measure = |index: &VectorIndex, truth: &[Vec<i64>]| {
+            let mut found = Vec::new();
+            let mut times = Vec::new();
+            for q in &queries {
+                let (hits, took) = time(|| index.search(q, 10, &|_| true));
+                times.push(took);
+                found.push(hits.iter().map(|h| h.0).collect::<Vec<_>>());
+            }
+            let (p50, p99) = percentiles(times);
+            (p50, p99, recall(&found, truth))
+        };
+        let (p50, p99, r) = measure(&index, &truth_all);
         println!(
-            "memory-bench: ann at {n}: instant-distance 0.6 (M {HNSW_M}, ef_construction {EF_CONSTRUCTION}, ef_search 64) \
-             build {:.1} s, query p50 {p50:.3} ms, p99 {p99:.3} ms, recall@10 {:.3}",
+            "memory-bench: ann at {n}: usearch 2.26 (M {}, ef_add {}, ef_search {}) inserted in {:.1} s ({:.0} vectors/s on all cores), \
+             query p50 {p50:.3} ms, p99 {p99:.3} ms, recall@10 {r:.3}",
+            lorekeeper::memory::vectors::CONNECTIVITY,
+            lorekeeper::memory::vectors::EXPANSION_ADD,
+            lorekeeper::memory::vectors::EXPANSION_SEARCH,
             build.as_secs_f64(),
-            recall(&found)
+            n as f64 / build.as_secs_f64()
+        );
+        // One at a time on one thread (a chat turn's publish).
+        let single: Vec<(i64, Vec<f32>)> = (0..500).map(|i| (n as i64 + 10 + i, source.next(&mut rng))).collect();
+        let (_, one) = time(|| {
+            for row in &single {
+                index.apply(&[], std::slice::from_ref(row));
+            }
+        });
+        // Delete a tenth (every tenth row) and the 500: no rebuild, the same queries.
+        let gone: Vec<i64> = rows.iter().step_by(10).map(|r| r.0).chain(single.iter().map(|r| r.0)).collect();
+        let (_, deleting) = time(|| index.apply(&gone, &[]));
+        for r in &gone {
+            exact.apply(std::slice::from_ref(r), &[]);
+        }
+        let (p50d, p99d, rd) = measure(&index, &truth(&exact));
+        println!(
+            "memory-bench: ann at {n}: usearch single inserts {:.3} ms each (500, one thread); deleted {} in {:.1} ms; \
+             after the deletes query p50 {p50d:.3} ms, p99 {p99d:.3} ms, recall@10 {rd:.3} (vacant nodes {})",
+            one.as_secs_f64() * 1000.0 / single.len() as f64,
+            gone.len(),
+            deleting.as_secs_f64() * 1000.0,
+            index.vacant()
         );
 
-        // hnsw_rs with the same M, ef_construction and ef_search.
+        // hnsw_rs with the same M, ef_construction and ef_search (no deletes: not measured).
         use hnsw_rs::prelude::{DistDot, Hnsw};
         let (hnsw, build) = time(|| {
             let hnsw = Hnsw::<f32, DistDot>::new(HNSW_M, n, 16, EF_CONSTRUCTION, DistDot {});
-            let rows: Vec<(&[f32], usize)> = (0..n).map(|i| (index.row(i), i)).collect();
-            hnsw.parallel_insert_slice(&rows);
+            let refs: Vec<(&[f32], usize)> = rows.iter().map(|(r, v)| (v.as_slice(), *r as usize)).collect();
+            hnsw.parallel_insert_slice(&refs);
             hnsw
         });
         let mut hnsw = hnsw;
@@ -328,20 +378,15 @@ fn ann_benches(c: &mut Criterion) {
         }
         let (p50, p99) = percentiles(times);
         println!(
-            "memory-bench: ann at {n}: hnsw_rs 0.3.5 (same M, ef_construction, ef_search) build {:.1} s, query p50 {p50:.3} ms, \
-             p99 {p99:.3} ms, recall@10 {:.3}",
+            "memory-bench: ann at {n}: hnsw_rs 0.3.5 (M {HNSW_M}, ef_construction {EF_CONSTRUCTION}, ef_search 64) built in {:.1} s \
+             ({:.0} vectors/s on all cores), query p50 {p50:.3} ms, p99 {p99:.3} ms, recall@10 {:.3}",
             build.as_secs_f64(),
-            recall(&found)
+            n as f64 / build.as_secs_f64(),
+            recall(&found, &truth_all)
         );
 
         let mut i = 0;
-        group.bench_with_input(BenchmarkId::new("exact_top10", n), &n, |b, _| {
-            b.iter(|| {
-                i = (i + 1) % queries.len();
-                index.search_exact(&queries[i], 10, &|_| true)
-            })
-        });
-        group.bench_with_input(BenchmarkId::new("instant_distance_top10", n), &n, |b, _| {
+        group.bench_with_input(BenchmarkId::new("usearch_top10", n), &n, |b, _| {
             b.iter(|| {
                 i = (i + 1) % queries.len();
                 index.search(&queries[i], 10, &|_| true)
@@ -355,6 +400,128 @@ fn ann_benches(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Scale without rebuilds, through the bank: open a saved library (its graph loaded, not
+/// built), insert N new memories and delete M, search, save. Asserts that no full build
+/// happened. `LOREKEEPER_BENCH_SIZES=1000000 LOREKEEPER_BENCH_GROUPS=scale`.
+fn scale_benches(_c: &mut Criterion) {
+    if !enabled("scale") {
+        return;
+    }
+    let questions = questions();
+    for n in sizes() {
+        drop(library(n));
+        let path = bench_dir().join(format!("library-{n}.sqlite"));
+        let (bank, open) = time(|| MemoryBank::open(Store::open(&path).expect("store"), bench_memory_config()).expect("bank"));
+        let stats = bank.stats().expect("stats");
+        println!(
+            "memory-bench: scale at {n}: opened in {:.2} s, graph loaded from its file: {}, builds {}, {} in the graph, {} scanned exactly",
+            open.as_secs_f64(),
+            stats.graph_loaded,
+            stats.graph_builds,
+            stats.ann_indexed,
+            stats.ann_pending
+        );
+        assert!(stats.graph_loaded && stats.graph_builds == 0, "the saved graph was not used");
+        let mut rng = fastrand::Rng::with_seed(n as u64 ^ 0x5ca1e);
+        let source = VectorSource::new(&mut fastrand::Rng::with_seed(n as u64));
+        let corpus = corpus();
+        let inserts = 10_000.min(n / 10).max(100);
+        let mut one = Vec::new();
+        let (_, inserting) = time(|| {
+            for start in (0..inserts).step_by(100) {
+                let items: Vec<NewMemory> = (start..(start + 100).min(inserts))
+                    .map(|i| NewMemory {
+                        id: Some(format!("scale-{i}")),
+                        kind: MemoryKind::Turn,
+                        scope: Scope::world(),
+                        speaker: Some("Mira".into()),
+                        text: synthetic_text(&corpus, &mut rng),
+                        source: Some("bench:scale".into()),
+                        session: Some(format!("scale{}", i / 12)),
+                        ..Default::default()
+                    })
+                    .collect();
+                let vectors = items.iter().map(|_| source.next(&mut rng)).collect();
+                let (_, took) = time(|| bank.add_with_vectors(items, vectors).expect("insert"));
+                one.push(took);
+            }
+        });
+        let (b50, b99) = percentiles(one);
+        // Delete as many old memories (the first `inserts` of the library).
+        let ids: Vec<String> = (0..inserts).map(|i| format!("m{i}")).collect();
+        let (removed, deleting) = time(|| {
+            let write = bank.store().transaction(|tx| lorekeeper::memory::remove_ids(tx, &ids)).expect("delete");
+            let removed = write.removed();
+            bank.publish(write);
+            removed
+        });
+        let stats = bank.stats().expect("stats");
+        println!(
+            "memory-bench: scale at {n}: inserted {inserts} memories in {:.2} s ({:.0}/s; batch of 100 p50 {b50:.1} ms, p99 {b99:.1} ms, \
+             SQLite + FTS5 + graph), deleted {removed} in {:.2} s; full builds {}, a build running: {}, {} in the graph, {} scanned \
+             exactly, {} vacant nodes",
+            inserting.as_secs_f64(),
+            inserts as f64 / inserting.as_secs_f64(),
+            deleting.as_secs_f64(),
+            stats.graph_builds,
+            stats.rebuilding,
+            stats.ann_indexed,
+            stats.ann_pending,
+            stats.ann_removed
+        );
+        assert_eq!(stats.graph_builds, 0, "a full build ran");
+        // Search after the changes, and the vector list's recall against an exact scan.
+        let runs: Vec<(String, Vec<f32>)> =
+            (0..5).flat_map(|_| questions.iter().cloned()).map(|q| (q, source.next(&mut rng))).collect();
+        let mut times = Vec::new();
+        let mut parts = [Vec::new(), Vec::new()];
+        let mut agree = 0;
+        for (k, (q, v)) in runs.iter().enumerate() {
+            let (hits, took) = time(|| bank.search_with_vector(&SearchRequest::new(q.clone(), 10), Some(v)).expect("search"));
+            assert!(!hits.is_empty());
+            times.push(took);
+            parts[0].push(time(|| bank.keyword_candidates(q, &Default::default(), 100).expect("fts")).1);
+            let (found, took) = time(|| bank.vector_candidates(v, &Default::default(), 10).expect("ann"));
+            parts[1].push(took);
+            if k < 100 {
+                let truth: Vec<i64> = bank.vector_exact(v, 10).iter().map(|h| h.0).collect();
+                agree += found.iter().filter(|h| truth.contains(&h.0)).count();
+            }
+        }
+        let (p50, p99) = percentiles(times);
+        let (kw50, kw99) = percentiles(parts[0].clone());
+        let (v50, v99) = percentiles(parts[1].clone());
+        println!(
+            "memory-bench: scale at {n}: after the changes hybrid search p50 {p50:.2} ms, p99 {p99:.2} ms over {} queries \
+             (keyword list p50 {kw50:.2} / p99 {kw99:.2} ms, vector list p50 {v50:.3} / p99 {v99:.3} ms, vector recall@10 {:.3})",
+            runs.len(),
+            agree as f64 / 1000.0
+        );
+        let (saved, saving) = time(|| bank.save_graph().expect("save"));
+        println!("memory-bench: scale at {n}: graph of {} vectors saved in {:.2} s", saved.unwrap_or(0), saving.as_secs_f64());
+        // Put the library back as it was for the next run: the fresh memories go, the
+        // deleted ones come back (vectors given, as when it was filled).
+        bank.remove_source("bench:scale").expect("clean up");
+        for start in (0..inserts).step_by(1000) {
+            let items: Vec<NewMemory> = (start..(start + 1000).min(inserts))
+                .map(|i| NewMemory {
+                    id: Some(format!("m{i}")),
+                    kind: MemoryKind::Turn,
+                    scope: Scope::world(),
+                    speaker: Some(if i % 2 == 0 { "user".into() } else { "Mira".into() }),
+                    text: synthetic_text(&corpus, &mut rng),
+                    session: Some(format!("s{}", i / 12)),
+                    time: Some("2024-05-01T12:00:00Z".into()),
+                    ..Default::default()
+                })
+                .collect();
+            let vectors = items.iter().map(|_| source.next(&mut rng)).collect();
+            bank.add_with_vectors(items, vectors).expect("restore");
+        }
+        bank.save_graph().expect("save");
+    }
 }
 
 /// Real model: query embedding latency, embedding throughput at batch 32 and import
@@ -411,5 +578,5 @@ fn model_benches(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, ann_benches, search_benches, model_benches);
+criterion_group!(benches, ann_benches, search_benches, scale_benches, model_benches);
 criterion_main!(benches);

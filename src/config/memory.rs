@@ -21,24 +21,28 @@ pub struct MemoryConfig {
     pub graph: GraphConfig,
 }
 
-/// `[memory.graph]`: the vector graph is rebuilt on a background thread as memories
-/// come and go; until then new vectors are scanned exactly, so nothing waits for it.
+/// `[memory.graph]`: the vector graph takes each new vector as it is written and drops
+/// each removed one; it is saved beside the library in the background and loaded on
+/// open. It is built from scratch (in the background, searching exactly meanwhile) only
+/// when no saved graph fits the library, or to compact one that is mostly deleted nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GraphConfig {
-    /// Rebuild by itself when the tail grows (`memory reindex` always rebuilds).
+    /// Build by itself when the graph is missing or mostly deleted nodes (`memory
+    /// reindex` always builds).
     pub auto_rebuild: bool,
     /// No graph below this many vectors: an exact scan of 10k takes ~0.7 ms, as fast as
-    /// the graph, while building one takes seconds to minutes.
+    /// the graph.
     pub min_vectors: usize,
-    /// Rebuild once this many vectors (or a twentieth of those the graph covers, if
-    /// more) are outside the graph: new ones, or deleted ones it still holds.
-    pub rebuild_after: usize,
+    /// Save the graph once this many vectors were written or removed since the last
+    /// save. A reopen replays the changes since then from the library, so a smaller
+    /// number opens faster and a larger one writes the file less often.
+    pub save_after: usize,
 }
 
 impl Default for GraphConfig {
     fn default() -> Self {
-        Self { auto_rebuild: true, min_vectors: 20_000, rebuild_after: 5_000 }
+        Self { auto_rebuild: true, min_vectors: 20_000, save_after: 5_000 }
     }
 }
 
@@ -158,7 +162,9 @@ pub struct RetrievalConfig {
     /// matching row, so a query mixing a rare word with common ones ("Mira", "love")
     /// would rank thousands of rows in a large library for the common words alone: its
     /// terms are taken rarest first while their rows fit this budget (the rarest is
-    /// always kept), and the rest left to the vector list. 0 keeps every term.
+    /// always kept), and the rest left to the vector list. When the rarest alone matches
+    /// more (a common word in a million memories), only the newest this many matching
+    /// rows are ranked. 0 ranks every match of every term.
     pub keyword_max_rows: usize,
 }
 

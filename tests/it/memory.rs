@@ -219,14 +219,17 @@ fn new_memories_are_searchable_at_once_and_survive_a_reopen() {
         bank.rebuild_ann_waiting().unwrap();
         bank.add(vec![turn("fresh", "Mira", "The dragon kite snapped its string over the harbour.", &[])]).unwrap();
         let stats = bank.stats().unwrap();
-        assert_eq!(stats.ann_indexed, 40);
-        assert_eq!(stats.ann_pending, 1);
+        // Inserted into the graph as it was published: nothing waits in an exact tail.
+        assert_eq!((stats.ann_indexed, stats.ann_pending, stats.graph_builds), (41, 0, 1));
         let hits = bank.search(&SearchRequest { mode: SearchMode::Vector, ..SearchRequest::new("a kite flying away", 1) }).unwrap();
         assert_eq!(hits[0].id, "fresh");
     }
     let bank = bank(&dir);
     let stats = bank.stats().unwrap();
     assert_eq!((stats.memories, stats.with_vectors, stats.without_vectors), (41, 41, 0));
+    // The graph saved after the build, caught up from the journal with the one memory
+    // written after it: no build on open.
+    assert_eq!((stats.graph_loaded, stats.graph_builds, stats.ann_indexed, stats.ann_pending), (true, 0, 41, 0));
     let hits = bank.search(&SearchRequest { mode: SearchMode::Vector, ..SearchRequest::new("a kite flying away", 1) }).unwrap();
     assert_eq!(hits[0].id, "fresh");
 }
@@ -240,14 +243,19 @@ fn synthetic(rng: &mut fastrand::Rng, from: usize, n: usize, source: &str) -> (V
     (items, vectors)
 }
 
+fn graph_config(min_vectors: usize, save_after: usize) -> MemoryConfig {
+    MemoryConfig { embedding: embedding_config(), graph: GraphConfig { auto_rebuild: true, min_vectors, save_after }, ..Default::default() }
+}
+
+/// The `n` nearest rowids of `v` through the bank's vector list.
+fn nearest(bank: &MemoryBank, v: &[f32], n: usize) -> Vec<(i64, f32)> {
+    bank.vector_candidates(v, &Default::default(), n).unwrap()
+}
+
 #[test]
-fn the_vector_graph_rebuilds_itself_in_the_background_and_survives_deletes() {
+fn the_vector_graph_takes_inserts_and_deletes_without_a_rebuild_and_reopens_from_its_file() {
     let dir = tempfile::tempdir().unwrap();
-    let config = MemoryConfig {
-        embedding: embedding_config(),
-        graph: GraphConfig { auto_rebuild: true, min_vectors: 30, rebuild_after: 25 },
-        ..Default::default()
-    };
+    let config = graph_config(30, 25);
     let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
     let mut rng = fastrand::Rng::with_seed(5);
     let bank = open();
@@ -256,45 +264,156 @@ fn the_vector_graph_rebuilds_itself_in_the_background_and_survives_deletes() {
     bank.add_with_vectors(items, first.clone()).unwrap();
     assert!(!bank.is_rebuilding());
     assert_eq!(bank.stats().unwrap().ann_indexed, 0);
-    // Crossing it starts a rebuild on its own; it covers everything once it is done.
+    // Crossing it builds the graph once, in the background, and saves it.
     let (items, second) = synthetic(&mut rng, 20, 20, "second");
     bank.add_with_vectors(items, second.clone()).unwrap();
     bank.wait_for_rebuild();
     let stats = bank.stats().unwrap();
-    assert_eq!((stats.ann_indexed, stats.ann_pending, stats.rebuilding), (40, 0, false));
-    // A few new vectors wait in the exact tail; enough of them start the next rebuild.
+    assert_eq!((stats.ann_indexed, stats.ann_pending, stats.graph_builds, stats.graph_saves), (40, 0, 1, 1));
+    // From then on every write goes into the graph at once: no tail, no second build.
     let (items, third) = synthetic(&mut rng, 40, 5, "third");
     bank.add_with_vectors(items, third.clone()).unwrap();
-    bank.wait_for_rebuild();
-    assert_eq!(bank.stats().unwrap().ann_pending, 5);
+    assert_eq!(bank.stats().unwrap().ann_indexed, 45);
+    assert!((nearest(&bank, &third[2], 1)[0].1 - 1.0).abs() < 1e-4, "searchable at once");
     let (items, fourth) = synthetic(&mut rng, 45, 25, "fourth");
     bank.add_with_vectors(items, fourth).unwrap();
     bank.wait_for_rebuild();
-    assert_eq!(bank.stats().unwrap().ann_indexed, 70);
-    // Deleting memories under the graph keeps the graph; they are never returned.
-    assert_eq!(bank.remove_source("first").unwrap(), 20);
-    assert!(!bank.is_rebuilding());
     let stats = bank.stats().unwrap();
-    assert_eq!((stats.ann_removed, stats.ann_indexed, stats.memories), (20, 50, 50));
+    assert_eq!((stats.ann_indexed, stats.ann_pending, stats.graph_builds), (70, 0, 1));
+    assert_eq!(stats.graph_saves, 2, "30 changes since the last save: saved again in the background");
+    // Deleting memories removes them from the graph; they are never returned.
+    assert_eq!(bank.remove_source("first").unwrap(), 20);
+    bank.wait_for_rebuild();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.ann_indexed, stats.ann_removed, stats.memories, stats.graph_builds), (50, 20, 50, 1));
     for v in &first {
-        let hits = bank.vector_candidates(v, &Default::default(), 5).unwrap();
+        let hits = nearest(&bank, v, 5);
         assert_eq!(hits.len(), 5);
         assert!(hits.iter().all(|(rowid, _)| *rowid > 20), "a deleted memory was returned: {hits:?}");
     }
-    let hits = bank.vector_candidates(&second[3], &Default::default(), 1).unwrap();
-    assert!((hits[0].1 - 1.0).abs() < 1e-4, "the graph still finds a live vector itself");
-    // Five more deletes make 25 rows outside the graph: a rebuild drops them.
-    assert_eq!(bank.remove_source("third").unwrap(), 5);
+    assert!((nearest(&bank, &second[3], 1)[0].1 - 1.0).abs() < 1e-4, "the graph still finds a live vector itself");
+    // Inserts reuse the deleted nodes' slots.
+    let (items, fifth) = synthetic(&mut rng, 70, 5, "fifth");
+    bank.add_with_vectors(items, fifth.clone()).unwrap();
+    assert_eq!(bank.stats().unwrap().ann_removed, 15);
+    // 25 changes since the last save: a third save runs in the background.
     bank.wait_for_rebuild();
-    let stats = bank.stats().unwrap();
-    assert_eq!((stats.ann_indexed, stats.ann_removed, stats.ann_pending), (45, 0, 0));
+    assert_eq!(bank.stats().unwrap().graph_saves, 3);
     drop(bank);
-    // The saved graph fits the library as it is now, so a reopen uses it at once.
+    // A reopen loads the saved graph and replays the changes after it from the library's
+    // journal (the deletes and the five new ones): no build.
     let bank = open();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.graph_loaded, stats.graph_builds, stats.ann_indexed, stats.ann_pending), (true, 0, 55, 0));
     assert!(!bank.is_rebuilding());
-    assert_eq!(bank.stats().unwrap().ann_indexed, 45);
-    let hits = bank.vector_candidates(&second[2], &Default::default(), 1).unwrap();
-    assert!((hits[0].1 - 1.0).abs() < 1e-4);
+    for v in &first {
+        assert!(nearest(&bank, v, 5).iter().all(|(rowid, _)| *rowid > 20));
+    }
+    assert!((nearest(&bank, &fifth[1], 1)[0].1 - 1.0).abs() < 1e-4);
+    assert!((nearest(&bank, &second[2], 1)[0].1 - 1.0).abs() < 1e-4);
+}
+
+#[test]
+fn an_edited_or_deleted_vector_is_never_returned_from_the_graph_even_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = graph_config(10, 1_000);
+    let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(8);
+    let bank = open();
+    let (items, old) = synthetic(&mut rng, 0, 30, "file");
+    bank.add_with_vectors(items, old.clone()).unwrap();
+    bank.wait_for_rebuild();
+    assert_eq!(bank.stats().unwrap().ann_indexed, 30);
+    // Ten memories edited (same ids, new vectors) and ten deleted, after the save.
+    let (items, new) = synthetic(&mut rng, 0, 10, "file");
+    bank.add_with_vectors(items, new.clone()).unwrap();
+    let ids: Vec<String> = (10..20).map(|i| format!("v{i}")).collect();
+    let write = bank.store().transaction(|tx| lorekeeper::memory::remove_ids(tx, &ids)).unwrap();
+    bank.publish(write);
+    let check = |bank: &MemoryBank| {
+        for i in 0..20 {
+            // Neither the old vector of an edited memory nor a deleted one comes back.
+            let hits = nearest(bank, &old[i], 10);
+            assert!(hits.iter().all(|h| h.1 < 0.99), "an old vector is still searched: {hits:?}");
+        }
+        for v in &new {
+            assert!((nearest(bank, v, 1)[0].1 - 1.0).abs() < 1e-4, "the new vector is found");
+        }
+        let stats = bank.stats().unwrap();
+        assert_eq!((stats.memories, stats.ann_indexed + stats.ann_pending), (20, 20));
+    };
+    check(&bank);
+    assert_eq!(bank.stats().unwrap().graph_builds, 1);
+    drop(bank);
+    let bank = open();
+    assert_eq!((bank.stats().unwrap().graph_loaded, bank.stats().unwrap().graph_builds), (true, 0));
+    check(&bank);
+}
+
+#[test]
+fn a_rolled_back_transaction_leaves_the_graph_and_its_journal_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = graph_config(5, 1_000);
+    let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(9);
+    let bank = open();
+    let (items, vectors) = synthetic(&mut rng, 0, 10, "kept");
+    bank.add_with_vectors(items, vectors).unwrap();
+    bank.wait_for_rebuild();
+    let (items, lost) = synthetic(&mut rng, 10, 3, "lost");
+    let prepared = bank.prepare_with_vectors(items, lost.clone()).unwrap();
+    let failed = bank.store().transaction(|tx| {
+        let _write = prepared.write(tx)?;
+        Err::<(), _>(lorekeeper::store::StoreError::NotFound("the caller's own row".into()))
+    });
+    assert!(failed.is_err());
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.memories, stats.ann_indexed, stats.ann_pending), (10, 10, 0));
+    assert!(nearest(&bank, &lost[0], 1)[0].1 < 0.99);
+    drop(bank);
+    // Nor does a reopen's journal replay bring it in.
+    let bank = open();
+    assert_eq!((bank.stats().unwrap().graph_loaded, bank.stats().unwrap().ann_indexed), (true, 10));
+    assert!(nearest(&bank, &lost[0], 1)[0].1 < 0.99);
+}
+
+#[test]
+fn a_corrupt_or_mismatched_graph_file_falls_back_to_a_background_build_losing_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = graph_config(10, 1_000);
+    let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(10);
+    let bank = open();
+    let (items, vectors) = synthetic(&mut rng, 0, 40, "bulk");
+    bank.add_with_vectors(items, vectors.clone()).unwrap();
+    bank.wait_for_rebuild();
+    let (graph_path, meta_path) = bank.graph_paths();
+    drop(bank);
+    for damage in ["garbage", "cut", "count"] {
+        match damage {
+            "garbage" => std::fs::write(&graph_path, b"these bytes are not a usearch graph").unwrap(),
+            "cut" => {
+                let bytes = std::fs::read(&graph_path).unwrap();
+                std::fs::write(&graph_path, &bytes[..bytes.len() / 3]).unwrap();
+            }
+            _ => {
+                let meta = std::fs::read_to_string(&meta_path).unwrap().replace("\"count\":40", "\"count\":39");
+                std::fs::write(&meta_path, meta).unwrap();
+            }
+        }
+        let bank = open();
+        // Every vector is searchable at once (exactly), and a build runs meanwhile.
+        for v in vectors.iter().step_by(7) {
+            assert!((nearest(&bank, v, 1)[0].1 - 1.0).abs() < 1e-4, "{damage}: a vector was lost");
+        }
+        bank.wait_for_rebuild();
+        let stats = bank.stats().unwrap();
+        assert_eq!((stats.graph_loaded, stats.graph_builds, stats.ann_indexed, stats.ann_pending), (false, 1, 40, 0), "{damage}");
+        drop(bank);
+        // The build saved a good file again.
+        let bank = open();
+        assert!(bank.stats().unwrap().graph_loaded, "{damage}");
+    }
 }
 
 #[test]
@@ -594,7 +713,7 @@ fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
         assert_eq!(bank.stats().unwrap().ann_indexed, 0);
     }
     let mut harness = workbench(&dir, |config| {
-        config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, rebuild_after: 25 };
+        config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, save_after: 25 };
     });
     // Opening the browser opens the library's memories: with these settings the graph
     // is missing, so a rebuild starts on its own and the panel reports it.

@@ -1,55 +1,148 @@
-//! The bank's vectors in memory: loading them, the HNSW graph over them, rebuilding it
-//! on a background thread as memories come and go, and re-embedding (`memory reindex`).
+//! The bank's vectors in memory: the HNSW graph that publish inserts into and removes
+//! from, saving it beside the library in the background, loading it on open (and
+//! catching up on the changes after it from the library's vector journal), building it
+//! from scratch when no saved one fits, and re-embedding (`memory reindex`).
+//!
+//! The saved graph is two files beside the library: `<library>.graph` (usearch's own
+//! format: links and vectors) and `<library>.graph.json` (which model, and up to which
+//! entry of `memory_vector_changes` the graph holds). Both are written under temporary
+//! names and renamed, the graph first; a reopen that finds them inconsistent (another
+//! model, a count that does not match, an unreadable file, a journal trimmed past the
+//! graph) builds anew in the background while the exact scan serves searches.
 
 use super::{GraphProgress, MemoryBank};
 use crate::memory::MemoryError;
 use crate::memory::records::{self};
 use crate::memory::retrieval::Candidate;
-use crate::memory::vectors::{VectorIndex, build_ann_reporting};
-use rusqlite::OptionalExtension;
+use crate::memory::vectors::{Graph, build_graph};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The `meta` key holding the last journal entry removed (see [`MemoryBank::save_graph`]).
+const TRIMMED_KEY: &str = "memory.vector_journal_trimmed";
+
+/// What `<library>.graph.json` says about the graph beside it.
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedGraph {
+    model: String,
+    dim: usize,
+    /// The last `memory_vector_changes.seq` the graph holds.
+    journal: i64,
+    /// Live vectors in the graph file.
+    count: usize,
+    saved_at: String,
+}
+
 impl MemoryBank {
-    /// Start a background rebuild when the graph is missing or stale enough (see
-    /// [`super::GraphConfig`]); returns whether one was started.
+    /// `<library>.graph` and `<library>.graph.json`.
+    pub fn graph_paths(&self) -> (PathBuf, PathBuf) {
+        let base = self.store.path().as_os_str().to_owned();
+        let with = |ext: &str| {
+            let mut p = base.clone();
+            p.push(ext);
+            PathBuf::from(p)
+        };
+        (with(".graph"), with(".graph.json"))
+    }
+
+    /// Start a background build when the graph is missing (and the library big enough
+    /// for one) or mostly deleted nodes; returns whether one was started.
     pub fn maybe_rebuild(&self) -> bool {
         let config = self.config().graph;
-        if !config.auto_rebuild || self.rebuilding.load(Ordering::SeqCst) {
+        if !config.auto_rebuild || self.rebuilding.load(Ordering::SeqCst) || self.index.is_busy() {
             return false;
         }
-        let (live, outside, covered) = {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            (index.live(), index.pending() + index.gone, index.len() - index.pending())
+        let live = self.index.live();
+        let wanted = if self.index.has_graph() {
+            // Compaction: deleted nodes are waypoints that slow the walk; once they
+            // outnumber the live ones a fresh graph is worth its build.
+            let vacant = self.index.vacant();
+            vacant > live.max(config.min_vectors / 2)
+        } else {
+            live >= config.min_vectors
         };
-        if live < config.min_vectors || (covered > 0 && outside < config.rebuild_after.max(covered / 20)) {
+        if !wanted {
             return false;
         }
+        self.spawn_background(true)
+    }
+
+    /// Save the graph in the background once `save_after` changes were published.
+    pub(super) fn maybe_save(&self) -> bool {
+        let config = self.config().graph;
+        if self.changes.load(Ordering::SeqCst) < config.save_after.max(1) || !self.index.has_graph() {
+            return false;
+        }
+        if self.rebuilding.load(Ordering::SeqCst) || self.index.is_busy() {
+            return false;
+        }
+        self.spawn_background(false)
+    }
+
+    /// Run a build (`build`) or a save on a thread of its own.
+    fn spawn_background(&self, build: bool) -> bool {
         let Some(bank) = self.me.upgrade() else { return false };
         // Claimed here, not on the new thread, so `is_rebuilding` is true from now on.
         if self.rebuilding.swap(true, Ordering::SeqCst) {
             return false;
         }
         let started = std::thread::Builder::new().name("memory-graph".into()).spawn(move || {
-            if let Err(e) = bank.run_rebuild() {
-                tracing::warn!(error = %e, "background rebuild of the vector graph failed; searching exactly meanwhile");
+            let outcome = if build { bank.run_build().map(|_| ()) } else { bank.save_graph_claimed() };
+            if let Err(e) = outcome {
+                tracing::warn!(error = %e, build, "background work on the vector graph failed; searching exactly what it lacks");
             }
         });
         match started {
             Ok(_) => true,
             Err(e) => {
                 self.rebuilding.store(false, Ordering::SeqCst);
-                tracing::warn!(error = %e, "cannot start a thread to rebuild the vector graph");
+                tracing::warn!(error = %e, "cannot start a thread for the vector graph");
                 false
             }
         }
     }
 
+    /// The last journal entry, or the last one trimmed when none is left.
+    fn journal_head(&self) -> Result<i64, MemoryError> {
+        let last: i64 = self.store.with(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM memory_vector_changes", [], |r| r.get(0))?))?;
+        Ok(last.max(self.journal_trimmed()))
+    }
+
+    fn journal_trimmed(&self) -> i64 {
+        self.store.meta_get(TRIMMED_KEY).ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    /// Open: load the saved graph if it fits the library and catch it up with the
+    /// journal; otherwise read every vector for an exact scan and build in the background.
     pub(super) fn load_vectors(&self) -> Result<(), MemoryError> {
+        self.load_vectors_from(true)
+    }
+
+    fn load_vectors_from(&self, use_saved: bool) -> Result<(), MemoryError> {
+        let started = Instant::now();
+        if use_saved {
+            match self.load_saved_graph() {
+                Ok(true) => {
+                    self.loaded_saved.store(true, Ordering::SeqCst);
+                    tracing::info!(vectors = self.index.live(), ms = started.elapsed().as_millis() as u64, "vector graph loaded");
+                    self.maybe_rebuild();
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "the saved vector graph does not fit the library; building anew in the background"),
+            }
+        }
+        self.loaded_saved.store(false, Ordering::SeqCst);
         let model = self.model_id();
         let dim = self.config().embedding.dimension;
-        let mut index = VectorIndex::new(dim);
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        // Whatever is written after this point is replayed (idempotently) later.
+        *journal = self.journal_head()?;
+        self.index.drop_graph();
+        self.index.clear_tail();
         self.store.with(|c| {
             let mut stmt =
                 c.prepare("SELECT memory_rowid, vector FROM memory_vectors WHERE model = ?1 AND dim = ?2 ORDER BY memory_rowid")?;
@@ -57,43 +150,192 @@ impl MemoryBank {
             while let Some(row) = rows.next()? {
                 let blob: Vec<u8> = row.get(1)?;
                 if let Some(v) = records::blob_to_vector(&blob) {
-                    index.push(row.get(0)?, &v);
+                    self.index.push(row.get(0)?, &v);
                 }
             }
             Ok(())
         })?;
-        self.attach_saved_ann(&mut index, &model)?;
-        {
-            let mut current = self.index.write().unwrap_or_else(|p| p.into_inner());
-            // A rebuild from the old index must not be swapped into this one.
-            index.generation = current.generation + 1;
-            *current = index;
+        let head = *journal;
+        drop(journal);
+        if head > 0 {
+            // Without a saved graph nothing needs the entries read already (and a small
+            // library that never saves one would otherwise keep them all).
+            self.store.with(|c| Ok(c.execute("DELETE FROM memory_vector_changes WHERE seq <= ?1", [head])?))?;
+            self.store.meta_set(TRIMMED_KEY, &head.to_string())?;
         }
         self.maybe_rebuild();
         Ok(())
     }
 
-    /// Use the persisted graph if it was built for this model over exactly the first
-    /// rows of the index (no deletes since); otherwise search exactly until a rebuild.
-    fn attach_saved_ann(&self, index: &mut VectorIndex, model: &str) -> Result<(), MemoryError> {
-        let saved: Option<(i64, i64, Vec<u8>)> = self.store.with(|c| {
-            Ok(c.query_row("SELECT max_rowid, count, graph FROM memory_ann WHERE id = 1 AND model = ?1", [model], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()?)
+    /// Load `<library>.graph` if its description fits: `Ok(false)` when there is none.
+    fn load_saved_graph(&self) -> Result<bool, MemoryError> {
+        let (graph_path, meta_path) = self.graph_paths();
+        let Ok(text) = std::fs::read_to_string(&meta_path) else { return Ok(false) };
+        if !graph_path.exists() {
+            return Ok(false);
+        }
+        let saved: SavedGraph = serde_json::from_str(&text).map_err(|e| MemoryError::Invalid(format!("{}: {e}", meta_path.display())))?;
+        let (model, dim) = (self.model_id(), self.config().embedding.dimension);
+        if saved.model != model || saved.dim != dim {
+            return Err(MemoryError::Invalid(format!("the saved graph is of {} ({}), not {model} ({dim})", saved.model, saved.dim)));
+        }
+        let trimmed = self.journal_trimmed();
+        if trimmed > saved.journal {
+            return Err(MemoryError::Invalid(format!("the journal was trimmed to {trimmed}, past the graph's {}", saved.journal)));
+        }
+        let graph = Graph::load(&graph_path, dim).map_err(|e| MemoryError::Invalid(e.to_string()))?;
+        if graph.len() != saved.count {
+            return Err(MemoryError::Invalid(format!("the graph file holds {} vectors, its description {}", graph.len(), saved.count)));
+        }
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        self.index.clear_tail();
+        self.index.set_graph(graph);
+        *journal = saved.journal;
+        drop(journal);
+        let replayed = self.catch_up()?;
+        if replayed > 0 {
+            self.changes.fetch_add(replayed, Ordering::SeqCst);
+        }
+        Ok(true)
+    }
+
+    /// Apply the journal entries after the last one this index holds: the library's
+    /// current vector (or its absence) for each rowid they name. Idempotent: a vector the
+    /// index already holds as it is in the library is left alone. Returns how many rows
+    /// changed.
+    pub fn catch_up(&self) -> Result<usize, MemoryError> {
+        let (model, dim) = (self.model_id(), self.config().embedding.dimension);
+        // Held throughout, so a publish cannot slip in between reading a row and applying
+        // it (it would be overwritten by the older value).
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        let after = *journal;
+        let rows: Vec<(i64, i64, Option<Vec<u8>>)> = self.with_reader(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT j.seq, j.memory_rowid, v.vector FROM memory_vector_changes j \
+                 LEFT JOIN memory_vectors v ON v.memory_rowid = j.memory_rowid AND v.model = ?1 AND v.dim = ?2 \
+                 WHERE j.seq > ?3 ORDER BY j.seq",
+            )?;
+            let rows = stmt.query_map(rusqlite::params![model, dim as i64, after], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })?;
-        let Some((max_rowid, count, graph)) = saved else { return Ok(()) };
-        let count = count as usize;
-        if count == 0 || count > index.len() || index.rowids[count - 1] != max_rowid {
-            return Ok(());
+        let Some(last) = rows.last().map(|r| r.0) else { return Ok(0) };
+        let mut latest: HashMap<i64, Option<Vec<u8>>> = HashMap::new();
+        for (_, rowid, blob) in rows {
+            latest.insert(rowid, blob);
         }
-        match crate::memory::vectors::decode_ann(&graph, Arc::from(index.flat(0..count)), index.dim, count) {
-            Ok(ann) => {
-                index.set_graph(ann);
+        let mut changed = 0;
+        let (mut gone, mut added) = (Vec::new(), Vec::new());
+        for (rowid, blob) in latest {
+            match blob.and_then(|b| records::blob_to_vector(&b)) {
+                Some(v) if v.len() == dim => {
+                    if !self.index.holds(rowid, &v) {
+                        added.push((rowid, v));
+                    }
+                }
+                _ => {
+                    if self.index.contains(rowid) {
+                        gone.push(rowid);
+                    }
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "the saved vector graph is unreadable; searching exactly until a rebuild"),
         }
-        Ok(())
+        changed += gone.len() + added.len();
+        if changed > 0 {
+            self.index.apply(&gone, &added);
+        }
+        *journal = last;
+        Ok(changed)
+    }
+
+    /// Save the graph now (waiting for a background build or save to finish first).
+    /// Returns the vectors saved, or `None` without a graph.
+    pub fn save_graph(&self) -> Result<Option<usize>, MemoryError> {
+        loop {
+            if !self.rebuilding.swap(true, Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let outcome = self.save_graph_inner();
+        self.rebuilding.store(false, Ordering::SeqCst);
+        outcome
+    }
+
+    /// A background save, `rebuilding` already claimed; releases it.
+    fn save_graph_claimed(&self) -> Result<(), MemoryError> {
+        let outcome = self.save_graph_inner();
+        self.rebuilding.store(false, Ordering::SeqCst);
+        // Compaction may be due, or more changes came in while saving.
+        self.maybe_rebuild();
+        outcome.map(|_| ())
+    }
+
+    /// The save: catch up with the journal, mark the graph busy (writes go to the tail
+    /// meanwhile), write both files under temporary names and rename them, free the
+    /// graph (applying the tail), then trim the journal up to what the file holds. No
+    /// write transaction is open while the file is written; the trim is one short one.
+    fn save_graph_inner(&self) -> Result<Option<usize>, MemoryError> {
+        if !self.index.has_graph() {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let at_start = self.changes.load(Ordering::SeqCst);
+        let synced = *self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if self.journal_trimmed() > synced {
+            // Another process saved a graph past what this one has seen: keep its file.
+            return Ok(None);
+        }
+        self.catch_up()?;
+        let watermark = *self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.index.begin_busy() {
+            return Ok(None);
+        }
+        let (graph_path, meta_path) = self.graph_paths();
+        let tmp = |p: &PathBuf| {
+            let mut s = p.as_os_str().to_owned();
+            s.push(".tmp");
+            PathBuf::from(s)
+        };
+        let (graph_tmp, meta_tmp) = (tmp(&graph_path), tmp(&meta_path));
+        let written = (|| -> Result<Option<usize>, MemoryError> {
+            let Some(count) = self.index.save_graph(&graph_tmp).map_err(|e| MemoryError::Invalid(e.to_string()))? else {
+                return Ok(None);
+            };
+            let saved = SavedGraph {
+                model: self.model_id(),
+                dim: self.index.dim,
+                journal: watermark,
+                count,
+                saved_at: crate::store::now_rfc3339(),
+            };
+            let text = serde_json::to_string(&saved).map_err(|e| MemoryError::Invalid(e.to_string()))?;
+            let io = |e: std::io::Error| MemoryError::Invalid(format!("saving the vector graph: {e}"));
+            std::fs::write(&meta_tmp, text).map_err(io)?;
+            std::fs::rename(&graph_tmp, &graph_path).map_err(io)?;
+            std::fs::rename(&meta_tmp, &meta_path).map_err(io)?;
+            Ok(Some(count))
+        })();
+        self.index.end_busy(None);
+        let count = match written {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_file(&graph_tmp);
+                let _ = std::fs::remove_file(&meta_tmp);
+                return Err(e);
+            }
+        };
+        if count.is_some() {
+            // The marker second: a crash between the two leaves it lower, which is safe.
+            self.store.transaction(|tx| {
+                tx.execute("DELETE FROM memory_vector_changes WHERE seq <= ?1", [watermark])?;
+                Ok(())
+            })?;
+            self.store.meta_set(TRIMMED_KEY, &watermark.to_string())?;
+            let _ = self.changes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| Some(c.saturating_sub(at_start)));
+            self.saves.fetch_add(1, Ordering::SeqCst);
+            tracing::info!(vectors = count, ms = started.elapsed().as_millis() as u64, "vector graph saved");
+        }
+        Ok(count)
     }
 
     /// Embed every memory that has no vector of the current model (all of them with
@@ -129,7 +371,11 @@ impl MemoryBank {
             })?;
             progress((done * 256 + chunk.len()).min(total), total);
         }
-        self.load_vectors()?;
+        if total > 0 {
+            // Re-embedded wholesale: a fresh build beats replaying every change.
+            self.wait_for_rebuild();
+            self.load_vectors_from(false)?;
+        }
         Ok(total)
     }
 
@@ -157,51 +403,48 @@ impl MemoryBank {
         Ok(texts)
     }
 
-    /// Build the HNSW graph over every live vector now in the index, save it, and swap it
-    /// in; slow (minutes at 100k), so the engine runs it on a worker and
-    /// [`Self::maybe_rebuild`] on its own thread. Searches go on meanwhile: memories
-    /// added during the build stay in the exactly scanned tail. Returns the vectors the
-    /// graph covers, or `None` when another rebuild was already running (see
-    /// [`Self::rebuild_ann_waiting`]).
+    /// Build the graph from every vector in the library now, swap it in and save it
+    /// (`memory reindex`, benchmarks). Searches go on meanwhile (the old graph or the
+    /// exact scan, plus the tail). Returns the vectors the graph holds, or `None` when
+    /// a build or save was already running (see [`Self::rebuild_ann_waiting`]).
     pub fn rebuild_ann(&self) -> Result<Option<usize>, MemoryError> {
         if self.rebuilding.swap(true, Ordering::SeqCst) {
             return Ok(None);
         }
-        self.run_rebuild().map(Some)
+        self.run_build().map(Some)
     }
 
-    /// The rebuild, once `rebuilding` is claimed; releases it.
-    fn run_rebuild(&self) -> Result<usize, MemoryError> {
-        let outcome = self.rebuild_now();
-        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.rebuilding.store(false, Ordering::SeqCst);
+    /// The build, once `rebuilding` is claimed; releases it, then saves.
+    fn run_build(&self) -> Result<usize, MemoryError> {
+        let outcome = self.build_now();
+        self.build_total.store(0, Ordering::SeqCst);
         match &outcome {
-            Ok((vectors, elapsed, _swapped)) => {
+            Ok((vectors, elapsed)) => {
                 self.notify(GraphProgress::Finished { vectors: *vectors, elapsed_ms: elapsed.as_millis() as u64 });
-                // What was written during the build may call for the next one already;
-                // so does a delete during it, which left the new graph unused.
-                self.maybe_rebuild();
+                if let Err(e) = self.save_graph_inner() {
+                    tracing::warn!(error = %e, "saving the new vector graph failed; the next open builds it again");
+                }
             }
             Err(e) => self.notify(GraphProgress::Failed { message: e.to_string() }),
         }
-        outcome.map(|(vectors, _, _)| vectors)
+        self.rebuilding.store(false, Ordering::SeqCst);
+        outcome.map(|(vectors, _)| vectors)
     }
 
-    /// Whether a graph rebuild is running.
+    /// Whether a graph build or save is running.
     pub fn is_rebuilding(&self) -> bool {
         self.rebuilding.load(Ordering::SeqCst)
     }
 
-    /// Block until no graph rebuild is running (a headless command that started one
-    /// waits for it before its process ends).
+    /// Block until no graph build or save is running (a headless command that started
+    /// one waits for it before its process ends).
     pub fn wait_for_rebuild(&self) {
         while self.is_rebuilding() {
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// Rebuild now, first waiting for a background rebuild that is already running (its
-    /// snapshot may predate what the caller just wrote).
+    /// Build now, first waiting for a background build or save that is already running.
     pub fn rebuild_ann_waiting(&self) -> Result<usize, MemoryError> {
         loop {
             if let Some(vectors) = self.rebuild_ann()? {
@@ -211,64 +454,71 @@ impl MemoryBank {
         }
     }
 
-    /// The rebuild itself: `(vectors, time taken, whether the graph was swapped in)`.
-    fn rebuild_now(&self) -> Result<(usize, Duration, bool), MemoryError> {
+    /// The build itself: `(vectors, time taken)`. The graph is marked busy first, so
+    /// every write from then on goes to the tail and is applied after the swap; the
+    /// vectors are read after that, so nothing committed falls between the two.
+    fn build_now(&self) -> Result<(usize, Duration), MemoryError> {
         let started = Instant::now();
-        let (rowids, data, dim, snapshot_len, generation) = {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            let (rowids, data) = index.compacted();
-            (rowids, data, index.dim, index.len(), index.generation)
-        };
-        let count = rowids.len();
-        self.notify(GraphProgress::Started { vectors: count });
-        let bar = indicatif::ProgressBar::hidden();
-        bar.set_length(count as u64);
-        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
-        // The graph keeps this buffer as the index's bulk: no second copy of the vectors.
-        let data: Arc<[f32]> = Arc::from(data);
-        let ann = std::thread::scope(|scope| {
-            let building = scope.spawn(|| build_ann_reporting(data.clone(), dim, 0x10e_4ee9, Some(bar.clone())));
-            let mut told = Instant::now();
-            while !building.is_finished() {
-                std::thread::sleep(Duration::from_millis(20));
-                if told.elapsed() >= Duration::from_millis(250) {
-                    told = Instant::now();
-                    let total = bar.length().unwrap_or(count as u64) as usize;
-                    self.notify(GraphProgress::Building { done: bar.position() as usize, total });
+        if !self.index.begin_busy() {
+            return Err(MemoryError::Invalid("the vector graph is busy".into()));
+        }
+        let built = (|| -> Result<Graph, MemoryError> {
+            let (model, dim) = (self.model_id(), self.index.dim);
+            let head = self.journal_head()?;
+            let reader = self.store.reader()?;
+            let mut rows: Vec<(i64, Vec<f32>)> = Vec::with_capacity(self.index.live());
+            {
+                let mut stmt = reader.prepare("SELECT memory_rowid, vector FROM memory_vectors WHERE model = ?1 AND dim = ?2")?;
+                let mut found = stmt.query(rusqlite::params![model, dim as i64])?;
+                while let Some(row) = found.next()? {
+                    let blob: Vec<u8> = row.get(1)?;
+                    if let Some(v) = records::blob_to_vector(&blob).filter(|v| v.len() == dim) {
+                        rows.push((row.get(0)?, v));
+                    }
                 }
             }
-            building.join().map_err(|_| MemoryError::Invalid("building the vector graph panicked".into()))
-        })?;
-        let bytes = crate::memory::vectors::encode_ann(&ann).map_err(MemoryError::Invalid)?;
-        let model = self.model_id();
-        let last_rowid = rowids.last().copied().unwrap_or(0);
-        self.store.with(|c| {
-            c.execute(
-                "INSERT INTO memory_ann(id, model, max_rowid, count, built_at, graph) VALUES (1, ?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(id) DO UPDATE SET model = excluded.model, max_rowid = excluded.max_rowid,
-                 count = excluded.count, built_at = excluded.built_at, graph = excluded.graph",
-                rusqlite::params![model, last_rowid, count as i64, crate::store::now_rfc3339(), bytes],
-            )?;
-            Ok(())
-        })?;
-        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-        // Only appends happened since the snapshot unless the generation moved (a delete
-        // or a reload): then the graph's positions no longer match and it is dropped.
-        if index.generation != generation || index.len() < snapshot_len {
-            return Ok((count, started.elapsed(), false));
+            // The rows read hold the journal at least up to `head`.
+            {
+                let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+                *journal = (*journal).max(head);
+            }
+            let total = rows.len();
+            self.notify(GraphProgress::Started { vectors: total });
+            self.build_done.store(0, Ordering::SeqCst);
+            self.build_total.store(total, Ordering::SeqCst);
+            let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            std::thread::scope(|scope| {
+                let building = scope.spawn(|| build_graph(dim, &rows, threads, &self.build_done));
+                let mut told = Instant::now();
+                while !building.is_finished() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    if told.elapsed() >= Duration::from_millis(250) {
+                        told = Instant::now();
+                        self.notify(GraphProgress::Building { done: self.build_done.load(Ordering::Relaxed), total });
+                    }
+                }
+                building
+                    .join()
+                    .map_err(|_| MemoryError::Invalid("building the vector graph panicked".into()))?
+                    .map_err(|e| MemoryError::Invalid(e.to_string()))
+            })
+        })();
+        match built {
+            Ok(graph) => {
+                let vectors = graph.len();
+                self.index.end_busy(Some(graph));
+                self.builds.fetch_add(1, Ordering::SeqCst);
+                Ok((vectors, started.elapsed()))
+            }
+            Err(e) => {
+                self.index.end_busy(None);
+                Err(e)
+            }
         }
-        drop(data);
-        let mut rowids = rowids;
-        rowids.extend_from_slice(&index.rowids[snapshot_len..]);
-        let tail = index.flat(snapshot_len..index.len());
-        let mut next = VectorIndex::with_graph(dim, rowids, ann, tail);
-        next.generation = index.generation;
-        *index = next;
-        Ok((count, started.elapsed(), true))
     }
 
     /// Exact vector search (the ground truth for the graph's recall).
     pub fn vector_exact(&self, query: &[f32], n: usize) -> Vec<Candidate> {
-        self.index.read().unwrap_or_else(|p| p.into_inner()).search_exact(query, n, &|_| true)
+        self.index.search_exact(query, n)
     }
 }

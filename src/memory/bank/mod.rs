@@ -16,7 +16,7 @@ use crate::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 #[derive(Debug, thiserror::Error)]
@@ -53,15 +53,22 @@ pub struct MemoryStats {
     pub unsummarised_turns: usize,
     pub model: String,
     pub dimension: usize,
-    /// Vectors served by the HNSW graph, and those scanned exactly until it is rebuilt.
+    /// Vectors served by the HNSW graph, and those scanned exactly (all of them without
+    /// a graph; those written while it was being saved or built, until it is free).
     pub ann_indexed: usize,
     pub ann_pending: usize,
-    /// Deleted memories the graph still holds (skipped in results until a rebuild).
+    /// Deleted nodes the graph keeps as waypoints until insertions reuse their slots.
     pub ann_removed: usize,
+    /// A build or a save of the graph is running.
     pub rebuilding: bool,
-    /// Points inserted so far by the running rebuild, of `rebuild_total`.
+    /// Points inserted so far by the running build, of `rebuild_total`.
     pub rebuild_done: usize,
     pub rebuild_total: usize,
+    /// Whether this bank's graph came from the saved file (no build on open).
+    pub graph_loaded: bool,
+    /// Full builds and saves of the graph this bank has done since it opened.
+    pub graph_builds: usize,
+    pub graph_saves: usize,
 }
 
 /// What a graph rebuild reports while it runs (the engine turns these into events).
@@ -81,11 +88,21 @@ pub struct MemoryBank {
     store: Store,
     config: RwLock<MemoryConfig>,
     embedder: Mutex<Option<Embedder>>,
-    index: RwLock<VectorIndex>,
+    index: VectorIndex,
     reader: Mutex<Option<Connection>>,
+    /// A build or save of the graph is running (one at a time).
     rebuilding: AtomicBool,
-    /// The running rebuild's progress bar (hidden: only its position is read).
-    progress: Mutex<Option<indicatif::ProgressBar>>,
+    /// The running build's progress: points inserted, of `build_total` (0: none).
+    build_done: AtomicUsize,
+    build_total: AtomicUsize,
+    /// The last `memory_vector_changes` entry the index holds. Locked by every publish
+    /// and by a journal replay, so the two never interleave.
+    journal: Mutex<i64>,
+    /// Vectors written or removed since the graph was last saved.
+    changes: AtomicUsize,
+    loaded_saved: AtomicBool,
+    builds: AtomicUsize,
+    saves: AtomicUsize,
     observer: RwLock<Option<GraphObserver>>,
     /// This bank, for starting a background rebuild from `&self`.
     me: Weak<MemoryBank>,
@@ -112,13 +129,19 @@ impl MemoryBank {
         observer: Option<Arc<dyn Fn(GraphProgress) + Send + Sync>>,
     ) -> Result<Arc<MemoryBank>, MemoryError> {
         let bank = Arc::new_cyclic(|me| MemoryBank {
-            index: RwLock::new(VectorIndex::new(config.embedding.dimension)),
+            index: VectorIndex::new(config.embedding.dimension),
             store,
             config: RwLock::new(config),
             embedder: Mutex::new(None),
             reader: Mutex::new(None),
             rebuilding: AtomicBool::new(false),
-            progress: Mutex::new(None),
+            build_done: AtomicUsize::new(0),
+            build_total: AtomicUsize::new(0),
+            journal: Mutex::new(0),
+            changes: AtomicUsize::new(0),
+            loaded_saved: AtomicBool::new(false),
+            builds: AtomicUsize::new(0),
+            saves: AtomicUsize::new(0),
             observer: RwLock::new(observer),
             me: me.clone(),
             speakers: RwLock::new(None),
@@ -200,17 +223,19 @@ impl MemoryBank {
             })
         })?;
         stats.without_vectors = stats.memories.saturating_sub(stats.with_vectors);
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
         stats.model = model;
-        stats.dimension = index.dim;
-        stats.ann_pending = index.pending();
-        stats.ann_removed = index.gone;
-        stats.ann_indexed = index.len() - stats.ann_pending - index.gone;
+        stats.dimension = self.index.dim;
+        stats.ann_pending = self.index.pending();
+        stats.ann_removed = self.index.vacant();
+        stats.ann_indexed = self.index.in_graph();
         stats.rebuilding = self.rebuilding.load(Ordering::SeqCst);
-        if let Some(bar) = self.progress.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            stats.rebuild_done = bar.position() as usize;
-            stats.rebuild_total = bar.length().unwrap_or(0) as usize;
+        stats.rebuild_total = self.build_total.load(Ordering::SeqCst);
+        if stats.rebuild_total > 0 {
+            stats.rebuild_done = self.build_done.load(Ordering::SeqCst);
         }
+        stats.graph_loaded = self.loaded_saved.load(Ordering::SeqCst);
+        stats.graph_builds = self.builds.load(Ordering::SeqCst);
+        stats.graph_saves = self.saves.load(Ordering::SeqCst);
         Ok(stats)
     }
 

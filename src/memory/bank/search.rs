@@ -30,27 +30,62 @@ impl MemoryBank {
         let Some(fts) = keyword::fts_expression(&terms) else { return Ok(Vec::new()) };
         let (cond, mut params) = filter.sql();
         params.push(rusqlite::types::Value::Text(fts));
+        let q = params.len();
+        let budget = self.config().retrieval.keyword_max_rows;
+        // BM25 costs ~1 µs for every row it ranks. When even the rarest terms match more
+        // rows than the budget (a common word in a million memories), only the newest
+        // `budget` of them are ranked: the floor is found by walking the doclists
+        // newest first without ranking (~0.05 µs a row), and FTS5 seeks past the rest.
+        let floor = if budget > 0 { self.keyword_floor(filter, &params, q, budget)? } else { None };
+        params.push(rusqlite::types::Value::Integer(floor.unwrap_or(i64::MIN)));
         params.push(rusqlite::types::Value::Integer(n as i64));
-        let q = params.len() - 1;
         let sql = if filter.is_empty() {
             // No filter, no join: each matching row would otherwise be looked up in
             // `memories` before the ranking.
             format!(
-                "SELECT rowid, -bm25(memory_fts) FROM memory_fts WHERE memory_fts MATCH ?{q} \
+                "SELECT rowid, -bm25(memory_fts) FROM memory_fts WHERE memory_fts MATCH ?{q} AND rowid >= ?{} \
                  ORDER BY bm25(memory_fts) LIMIT ?{}",
-                q + 1
+                q + 1,
+                q + 2
             )
         } else {
             format!(
                 "SELECT m.rowid, -bm25(memory_fts) FROM memory_fts JOIN memories m ON m.rowid = memory_fts.rowid \
-                 WHERE memory_fts MATCH ?{q} AND {cond} ORDER BY bm25(memory_fts) LIMIT ?{}",
-                q + 1
+                 WHERE memory_fts MATCH ?{q} AND memory_fts.rowid >= ?{} AND {cond} ORDER BY bm25(memory_fts) LIMIT ?{}",
+                q + 1,
+                q + 2
             )
         };
         self.with_reader(|c| {
             let mut stmt = c.prepare_cached(&sql)?;
             let rows = stmt.query_map(params_from_iter(params.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)? as f32)))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// The rowid of the `budget`-th newest row matching the MATCH expression `?q` of
+    /// `params` (and the filter), or `None` when fewer rows match.
+    fn keyword_floor(
+        &self,
+        filter: &SearchFilter,
+        params: &[rusqlite::types::Value],
+        q: usize,
+        budget: usize,
+    ) -> Result<Option<i64>, MemoryError> {
+        let (cond, _) = filter.sql();
+        let offset = budget as i64 - 1;
+        let sql = if filter.is_empty() {
+            format!("SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?{q} ORDER BY rowid DESC LIMIT 1 OFFSET {offset}")
+        } else {
+            format!(
+                "SELECT m.rowid FROM memory_fts JOIN memories m ON m.rowid = memory_fts.rowid \
+                 WHERE memory_fts MATCH ?{q} AND {cond} ORDER BY memory_fts.rowid DESC LIMIT 1 OFFSET {offset}"
+            )
+        };
+        self.with_reader(|c| {
+            use rusqlite::OptionalExtension;
+            let mut stmt = c.prepare_cached(&sql)?;
+            Ok(stmt.query_row(params_from_iter(params.iter()), |r| r.get::<_, i64>(0)).optional()?)
         })
     }
 
@@ -98,7 +133,7 @@ impl MemoryBank {
     /// about) is done there, without listing its 100k rows. Otherwise the filter is
     /// listed and, when it keeps few rows, only those are scored exactly.
     pub fn vector_candidates(&self, query: &[f32], filter: &SearchFilter, n: usize) -> Result<Vec<Candidate>, MemoryError> {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        let index = &self.index;
         if filter.is_empty() {
             return Ok(index.search(query, n, &|_| true));
         }
@@ -115,13 +150,13 @@ impl MemoryBank {
         if allowed.len() <= SMALL_SUBSET {
             // A character's lore among 100k memories: read those few vectors from the
             // library and score them, rather than test every row of the index.
-            drop(index);
             return self.score_rows(query, n, &allowed);
         }
-        let keep = |r: i64| allowed.contains(&r);
-        if allowed.len() <= index.len() / 8 {
-            return Ok(index.search_subset(query, n, &keep));
+        if allowed.len() <= index.live() / 8 {
+            // Few enough to look each one up and score it exactly.
+            return Ok(index.search_subset(query, n, &allowed));
         }
+        let keep = |r: i64| allowed.contains(&r);
         Ok(index.search(query, n, &keep))
     }
 

@@ -16,7 +16,7 @@ use crate::memory::MemoryError;
 use crate::memory::records::{self, MemoryKind, NewMemory};
 use crate::store::StoreError;
 use rusqlite::Connection;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// Memories ready to be written: checked, and embedded unless `keyword_only` says why not.
 #[derive(Debug)]
@@ -158,17 +158,17 @@ impl MemoryBank {
         if write.gone.is_empty() && write.vectors.is_empty() {
             return;
         }
+        let changed = write.gone.len() + write.vectors.len();
         {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            if !write.gone.is_empty() {
-                let gone: HashSet<i64> = write.gone.into_iter().collect();
-                index.retain(|r| !gone.contains(&r));
-            }
-            for (rowid, v) in &write.vectors {
-                index.push(*rowid, v);
-            }
+            // The graph changes here and only here (or in a journal replay, which takes
+            // the same lock): a transaction that rolled back never reaches this point.
+            let _journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+            self.index.apply(&write.gone, &write.vectors);
         }
-        self.maybe_rebuild();
+        self.changes.fetch_add(changed, std::sync::atomic::Ordering::SeqCst);
+        if !self.maybe_rebuild() {
+            self.maybe_save();
+        }
     }
 
     /// Prepare, write in a transaction of its own and publish: memories that are all
