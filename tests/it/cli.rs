@@ -250,6 +250,38 @@ fn the_screenshot_command_writes_the_window_as_a_png() {
     let distinct: std::collections::HashSet<&[u8]> = pixels[..info.buffer_size()].chunks(4).collect();
     assert!(distinct.len() > 20, "a drawn window, not a blank one: {} colours", distinct.len());
 
+    // A named layout over a new demo library after one scripted round: the user's own
+    // library is not touched (it gets no round).
+    let play = dir.path().join("play.png");
+    let status = std::process::Command::new("xvfb-run")
+        .args(["-a", "-s", "-screen 0 1280x800x24"])
+        .arg(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["screenshot", "--layout", "play", "--demo-round", "--width", "1000", "--height", "700", "--out"])
+        .arg(&play)
+        .env("LOREKEEPER_LIBRARY", dir.path().join("library.sqlite"))
+        .env("LOREKEEPER_CONFIG", &config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("xvfb-run");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&play).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (1000, 700));
+    let rounds = lorekeeper::store::Store::open(dir.path().join("library.sqlite"))
+        .and_then(|s| s.with(|c| Ok(c.query_row("SELECT COUNT(*) FROM scene_messages", [], |r| r.get::<_, i64>(0))?)))
+        .expect("the user's library reads");
+    assert_eq!(rounds, 0, "the demo round was played in a library of its own");
+    let wrong_layout = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["screenshot", "--layout", "Kitchen", "--out"])
+        .arg(dir.path().join("no.png"))
+        .env("LOREKEEPER_LIBRARY", dir.path().join("library.sqlite"))
+        .env("LOREKEEPER_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&wrong_layout.stderr).contains("no layout named \"Kitchen\""));
+
     let wrong = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
         .args(["screenshot", "--panel", "Kitchen", "--out"])
         .arg(dir.path().join("no.png"))
