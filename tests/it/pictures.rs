@@ -11,7 +11,8 @@ use lorekeeper::engine::{self, EngineHandle};
 use lorekeeper::ui::{PanelKind, WorkbenchApp};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use crate::workbench::{run_until, step_until_shown};
+use std::time::Duration;
 
 fn start_engine(dir: &Path) -> EngineHandle {
     let mut config = Config::default();
@@ -29,26 +30,6 @@ fn harness(engine: EngineHandle, height: f32) -> Harness<'static, WorkbenchApp> 
 fn show(harness: &mut Harness<'_, WorkbenchApp>, kind: PanelKind) {
     harness.state_mut().show_panel(kind);
     harness.run();
-}
-
-#[track_caller]
-fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration, mut done: impl FnMut(&WorkbenchApp) -> bool) {
-    let start = Instant::now();
-    while !done(harness.state()) {
-        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-        harness.step();
-    }
-}
-
-#[track_caller]
-fn step_until_shown(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
-    let start = Instant::now();
-    while harness.query_by_label(label).is_none() {
-        assert!(start.elapsed() < Duration::from_secs(20), "{label:?} not shown within 20 s");
-        std::thread::sleep(Duration::from_millis(10));
-        harness.step();
-    }
 }
 
 #[test]

@@ -174,7 +174,7 @@ pub(crate) fn run_until(harness: &mut Harness<'_, WorkbenchApp>, limit: Duration
 /// Step the app until a widget labelled `label` is on screen (a busy machine may need
 /// more frames than `run()` takes before an event's result is drawn).
 #[track_caller]
-fn step_until_shown(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
+pub(crate) fn step_until_shown(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
     let start = Instant::now();
     while harness.query_by_label(label).is_none() {
         assert!(start.elapsed() < Duration::from_secs(20), "{label:?} not shown within 20 s");
