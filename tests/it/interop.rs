@@ -517,7 +517,10 @@ fn dropping_a_card_on_the_window_lists_the_new_character() {
         log_dir: dir.path().join("logs"),
     };
     let engine = lorekeeper::engine::start(paths).unwrap();
+    // Engine events (the import, the portraits it asks for) each wake the window, so
+    // `run()` may need more frames than kittest's default four to settle.
     let mut harness = egui_kittest::Harness::builder()
+        .with_max_steps(64)
         .with_size(egui::vec2(1280.0, 800.0))
         .build_eframe(|cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
     harness.input_mut().dropped_files.push(std::sync::Arc::new(DroppedPath(card)));
