@@ -17,13 +17,13 @@ mod support;
 
 use egui_kittest::Harness;
 use lorekeeper::config::{Config, Paths};
-use lorekeeper::memory::{MemoryBank, MemoryKind, NewMemory, Scope};
+use lorekeeper::memory::MemoryBank;
 use lorekeeper::scene::SceneCommand;
 use lorekeeper::store::Store;
 use lorekeeper::ui::WorkbenchApp;
 use lorekeeper::ui::layout::NamedLayout;
 use std::time::{Duration, Instant};
-use support::{VectorSource, bench_memory_config, corpus, percentiles, root};
+use support::{VectorSource, bench_memory_config, corpus, fill_memories, percentiles, root};
 
 /// The demo script with every streamed reply paced: 4 characters every 15 ms.
 fn paced_script(dir: &std::path::Path) -> std::path::PathBuf {
@@ -70,27 +70,11 @@ fn library(n: usize) -> std::path::PathBuf {
     let mut rng = fastrand::Rng::with_seed(7);
     let source = VectorSource::new(&mut rng);
     let corpus = corpus();
-    let mut done = bank.stats().expect("stats").memories;
-    if done < n {
+    if bank.stats().expect("stats").memories < n {
         let started = Instant::now();
-        while done < n {
-            let batch = (n - done).min(5000);
-            let items: Vec<NewMemory> = (0..batch)
-                .map(|i| NewMemory {
-                    id: Some(format!("m{}", done + i)),
-                    kind: MemoryKind::Turn,
-                    scope: Scope::world(),
-                    speaker: Some(if i % 2 == 0 { "user".into() } else { "Mira".into() }),
-                    text: (0..3).map(|_| corpus[rng.usize(..corpus.len())].as_str()).collect::<Vec<_>>().join(" "),
-                    session: Some(format!("s{}", (done + i) / 12)),
-                    time: Some("2024-05-01T12:00:00Z".into()),
-                    ..Default::default()
-                })
-                .collect();
-            let vectors = (0..batch).map(|_| source.next(&mut rng)).collect();
-            bank.add_with_vectors(items, vectors).expect("insert");
-            done += batch;
-        }
+        fill_memories(&bank, n, &mut rng, &source, |rng| {
+            (0..3).map(|_| corpus[rng.usize(..corpus.len())].as_str()).collect::<Vec<_>>().join(" ")
+        });
         println!("frame-bench: stored {n} memories in {:.1} s", started.elapsed().as_secs_f64());
     }
     let stats = bank.stats().expect("stats");

@@ -18,7 +18,7 @@
 mod support;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use support::{DIM, VectorSource, bench_memory_config, corpus, embedding_config, jsonl, percentiles, root};
+use support::{DIM, VectorSource, bench_memory_config, corpus, embedding_config, fill_memories, jsonl, percentiles, root};
 use lorekeeper::memory::vectors::{Graph, VectorIndex};
 use lorekeeper::memory::{
     Embedder, MemoryBank, MemoryConfig, MemoryKind, NewMemory, Scope, SearchRequest,
@@ -85,27 +85,9 @@ fn library(n: usize) -> (Arc<MemoryBank>, VectorSource) {
     let mut config = bench_memory_config();
     config.graph = lorekeeper::memory::GraphConfig { auto_rebuild: true, min_vectors: 0, save_after: usize::MAX };
     let bank = MemoryBank::open(store, config).expect("bank");
-    let mut done = bank.stats().expect("stats").memories;
-    if done < n {
+    if bank.stats().expect("stats").memories < n {
         let started = Instant::now();
-        while done < n {
-            let batch = (n - done).min(5000);
-            let items: Vec<NewMemory> = (0..batch)
-                .map(|i| NewMemory {
-                    id: Some(format!("m{}", done + i)),
-                    kind: MemoryKind::Turn,
-                    scope: Scope::world(),
-                    speaker: Some(if i % 2 == 0 { "user".into() } else { "Mira".into() }),
-                    text: synthetic_text(&corpus, &mut rng),
-                    session: Some(format!("s{}", (done + i) / 12)),
-                    time: Some("2024-05-01T12:00:00Z".into()),
-                    ..Default::default()
-                })
-                .collect();
-            let vectors = (0..batch).map(|_| source.next(&mut rng)).collect();
-            bank.add_with_vectors(items, vectors).expect("insert");
-            done += batch;
-        }
+        fill_memories(&bank, n, &mut rng, &source, |rng| synthetic_text(&corpus, rng));
         bank.wait_for_rebuild();
         let took = started.elapsed().as_secs_f64();
         println!(

@@ -79,3 +79,37 @@ pub fn percentiles(mut times: Vec<Duration>) -> (f64, f64) {
     let at = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0;
     (at(0.5), at(0.99))
 }
+
+/// Add synthetic turns to `bank` until it holds `n` memories, in batches of 5,000 with
+/// their vectors from `source` (ids `m0`, `m1`, …, a session every 12 turns, `user` and
+/// `Mira` taking turns). Returns how many were added.
+pub fn fill_memories(
+    bank: &lorekeeper::memory::MemoryBank,
+    n: usize,
+    rng: &mut fastrand::Rng,
+    source: &VectorSource,
+    mut text: impl FnMut(&mut fastrand::Rng) -> String,
+) -> usize {
+    use lorekeeper::memory::{MemoryKind, NewMemory, Scope};
+    let start = bank.stats().expect("stats").memories;
+    let mut done = start;
+    while done < n {
+        let batch = (n - done).min(5000);
+        let items: Vec<NewMemory> = (0..batch)
+            .map(|i| NewMemory {
+                id: Some(format!("m{}", done + i)),
+                kind: MemoryKind::Turn,
+                scope: Scope::world(),
+                speaker: Some(if i % 2 == 0 { "user".into() } else { "Mira".into() }),
+                text: text(rng),
+                session: Some(format!("s{}", (done + i) / 12)),
+                time: Some("2024-05-01T12:00:00Z".into()),
+                ..Default::default()
+            })
+            .collect();
+        let vectors = (0..batch).map(|_| source.next(rng)).collect();
+        bank.add_with_vectors(items, vectors).expect("insert");
+        done += batch;
+    }
+    done - start
+}
