@@ -30,7 +30,7 @@ pub fn run(args: LocalBenchArgs, json: bool) -> anyhow::Result<std::process::Exi
     let options = BenchOptions { model: args.model, threads: args.threads, runs: args.runs, max_tokens: args.max_tokens, show: args.show };
     let mut out = std::io::stdout().lock();
     if !json {
-        writeln!(out, "| threads | CPU backend | prompt tok/s | gen tok/s | first token ms | JSON gen tok/s | grammar rejections / full scans | JSON valid | peak RSS MiB |")?;
+        writeln!(out, "| threads | CPU backend | prompt tok/s | gen tok/s | first token ms | JSON gen tok/s | grammar rejections / wide / full scans | JSON valid | peak RSS MiB |")?;
         writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
     }
     let mut write_error = None;
@@ -39,7 +39,7 @@ pub fn run(args: LocalBenchArgs, json: bool) -> anyhow::Result<std::process::Exi
             serde_json::to_string(r).unwrap_or_default()
         } else {
             format!(
-                "| {} | {} | {:.0} ({} tok) | {:.1} ({} tok) | {:.0} | {:.1} ({} tok) | {} / {} | {} | {:.0} |",
+                "| {} | {} | {:.0} ({} tok) | {:.1} ({} tok) | {:.0} | {:.1} ({} tok) | {} / {} / {} | {} | {:.0} |",
                 r.threads,
                 r.cpu_backend.as_deref().unwrap_or("?"),
                 r.prompt_tokens_per_sec,
@@ -50,6 +50,7 @@ pub fn run(args: LocalBenchArgs, json: bool) -> anyhow::Result<std::process::Exi
                 r.json_tokens_per_sec,
                 r.json_generated_tokens,
                 r.json_grammar_rejections,
+                r.json_grammar_wide_scans,
                 r.json_grammar_full_scans,
                 if r.json_valid { "yes" } else { "no" },
                 r.peak_rss_mib

@@ -43,6 +43,7 @@ pub struct BenchResult {
     pub generation_tokens_per_cpu_sec: Option<f64>,
     pub json_tokens_per_cpu_sec: Option<f64>,
     pub json_grammar_rejections: u32,
+    pub json_grammar_wide_scans: u32,
     pub json_grammar_full_scans: u32,
     pub json_valid: bool,
     /// Peak resident set of the whole process so far (VmHWM), in MiB.
@@ -184,6 +185,7 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&BenchResult)) -> Resu
             generation_tokens_per_cpu_sec: median_of(text_runs.iter().map(Timings::generation_tokens_per_cpu_sec).collect()),
             json_tokens_per_cpu_sec: median_of(json_runs.iter().map(Timings::generation_tokens_per_cpu_sec).collect()),
             json_grammar_rejections: json_runs.iter().map(|t| t.grammar_rejections).sum(),
+            json_grammar_wide_scans: json_runs.iter().map(|t| t.grammar_wide_scans).sum(),
             json_grammar_full_scans: json_runs.iter().map(|t| t.grammar_full_scans).sum(),
             json_valid,
             peak_rss_mib: peak_rss_mib(),

@@ -73,9 +73,11 @@ pub struct Timings {
     /// Leading prompt tokens whose cached state was kept from the previous call.
     pub prompt_tokens_reused: u32,
     pub completion_tokens: u32,
-    /// Sampled tokens the grammar turned down, and how often no candidate in the
-    /// window was allowed so the whole vocabulary had to be checked.
+    /// Sampled tokens the grammar turned down; how often no candidate in the window
+    /// was allowed so the wide window was checked; how often not even that held one,
+    /// so the whole vocabulary had to be.
     pub grammar_rejections: u32,
+    pub grammar_wide_scans: u32,
     pub grammar_full_scans: u32,
     /// The model thread's CPU time in the prompt and in generation (Linux). On a busy
     /// machine wall time measures the scheduler as much as the engine; CPU time does not.
@@ -512,6 +514,7 @@ fn generate(
     timings.generation_ms = ms(prompt_done.elapsed());
     timings.generation_cpu_ms = thread_cpu_ms().zip(cpu_prompt_done).map(|(done, start)| done - start);
     timings.grammar_rejections = chooser.rejections;
+    timings.grammar_wide_scans = chooser.wide_scans;
     timings.grammar_full_scans = chooser.full_scans;
     timings.completion_tokens = generated;
 
