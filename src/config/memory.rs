@@ -148,9 +148,13 @@ pub struct RetrievalConfig {
     /// Extra weight (a factor of `1 + time_boost`) for memories from the months a query
     /// names ("in April", "this summer").
     pub time_boost: f32,
-    /// Earlier turns of the same session embedded together with a turn, so a reply like
-    /// "Terribly, the cat leaves the room" carries the question it answers.
+    /// Earlier turns of the same session whose vectors are mixed into a turn's, so a
+    /// reply like "Terribly, the cat leaves the room" carries the question it answers.
     pub context_turns: usize,
+    /// The weight of each earlier turn's vector in that mix (the turn's own is 1).
+    pub context_weight: f32,
+
+
     /// Turns with few content words ("How did you know?") rarely answer anything but
     /// embed close to many queries: their score is scaled by
     /// `min(1, content_words / short_turn_words)`. 0 turns this off.
@@ -169,8 +173,9 @@ pub struct RetrievalConfig {
 }
 
 impl Default for RetrievalConfig {
-    /// Chosen on the dev split of `tests/data/memory/questions.jsonl` (hybrid recall@10
-    /// 0.833 there; the held-out test split is reported separately in the README).
+    /// Chosen on the dev splits of the evaluation sets in `tests/data/memory/` (the
+    /// held-out splits are reported separately in BENCHMARKS.md: run
+    /// `tests/data/memory/eval_all.py`).
     fn default() -> Self {
         Self {
             fusion: Fusion::Weighted,
@@ -178,9 +183,10 @@ impl Default for RetrievalConfig {
             vector_weight: 0.6,
             rrf_k: 60.0,
             candidates: 100,
-            neighbour_weight: 0.3,
+            neighbour_weight: 0.1,
             time_boost: 0.5,
             context_turns: 2,
+            context_weight: 0.5,
             short_turn_words: 8,
             strip_names: true,
             keyword_max_rows: 2000,

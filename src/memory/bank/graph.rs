@@ -357,14 +357,15 @@ impl MemoryBank {
             };
             Ok(rows)
         })?;
-        let embedder = if todo.is_empty() { None } else { Some(self.embedder()?) };
+        if !todo.is_empty() {
+            // Fail before any work when the model cannot be loaded.
+            self.embedder()?;
+        }
         let total = todo.len();
         progress(0, total);
         for (done, chunk) in todo.chunks(256).enumerate() {
-            let Some(embedder) = embedder.as_ref() else { break };
             let texts = self.reindex_texts(chunk)?;
-            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors = embedder.embed_documents(&texts)?;
+            let vectors = self.embed_in_context(&texts)?;
             self.store.transaction(|tx| {
                 let pairs: Vec<(i64, &[f32])> = chunk.iter().map(|(r, _)| *r).zip(vectors.iter().map(|v| v.as_slice())).collect();
                 records::store_vectors(tx, &model, &pairs)
@@ -380,10 +381,11 @@ impl MemoryBank {
     }
 
     /// The embedding texts of stored memories, with the same context as [`Self::add`].
-    fn reindex_texts(&self, rows: &[(i64, String)]) -> Result<Vec<String>, MemoryError> {
+    fn reindex_texts(&self, rows: &[(i64, String)]) -> Result<Vec<super::write::InContext>, MemoryError> {
+        use super::write::InContext;
         let window = self.config().retrieval.context_turns as i64;
         if window == 0 {
-            return Ok(rows.iter().map(|(_, t)| t.clone()).collect());
+            return Ok(rows.iter().map(|(_, t)| InContext { text: t.clone(), earlier: Vec::new() }).collect());
         }
         let texts = self.store.with(|c| {
             let mut stmt = c.prepare_cached(
@@ -395,8 +397,7 @@ impl MemoryBank {
                     let mut earlier: Vec<String> =
                         stmt.query_map(rusqlite::params![rowid, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
                     earlier.reverse();
-                    earlier.push(text.clone());
-                    Ok(earlier.join("\n"))
+                    Ok(InContext { text: text.clone(), earlier })
                 })
                 .collect()
         })?;

@@ -113,10 +113,8 @@ impl MemoryBank {
         if items.is_empty() {
             return Ok(PreparedMemories { items, vectors: None, keyword_only: None });
         }
-        let embedder = self.embedder()?;
         let texts = self.embedding_texts(&items)?;
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vectors = embedder.embed_documents(&texts)?;
+        let vectors = self.embed_in_context(&texts)?;
         Ok(PreparedMemories { items, vectors: Some((vectors, self.model_id())), keyword_only: None })
     }
 
@@ -202,9 +200,9 @@ impl MemoryBank {
         Ok(removed)
     }
 
-    /// What gets embedded for each new memory: a turn is preceded by up to
-    /// `context_turns` earlier turns of its session (from the batch or the store).
-    fn embedding_texts(&self, items: &[NewMemory]) -> Result<Vec<String>, MemoryError> {
+    /// What gets embedded for each new memory: a turn comes with up to `context_turns`
+    /// earlier turns of its session (from the batch or the store).
+    fn embedding_texts(&self, items: &[NewMemory]) -> Result<Vec<InContext>, MemoryError> {
         let window = self.config().retrieval.context_turns;
         let mut recent: HashMap<String, VecDeque<String>> = HashMap::new();
         let mut out = Vec::with_capacity(items.len());
@@ -212,7 +210,7 @@ impl MemoryBank {
             let session = match (&item.session, item.kind) {
                 (Some(s), MemoryKind::Turn) if window > 0 => s.clone(),
                 _ => {
-                    out.push(item.text.clone());
+                    out.push(InContext { text: item.text.clone(), earlier: Vec::new() });
                     continue;
                 }
             };
@@ -227,13 +225,7 @@ impl MemoryBank {
                 recent.insert(session.clone(), earlier.into_iter().rev().collect());
             }
             let window_texts = recent.entry(session).or_default();
-            let mut text = String::new();
-            for t in window_texts.iter() {
-                text.push_str(t);
-                text.push('\n');
-            }
-            text.push_str(&item.text);
-            out.push(text);
+            out.push(InContext { text: item.text.clone(), earlier: window_texts.iter().cloned().collect() });
             window_texts.push_back(item.text.clone());
             while window_texts.len() > window {
                 window_texts.pop_front();
@@ -241,6 +233,53 @@ impl MemoryBank {
         }
         Ok(out)
     }
+
+    /// One vector per text: each text is embedded alone, and a turn's vector is its own
+    /// plus `context_weight` times each earlier turn's, normalised. Each distinct text
+    /// is embedded once, so a batch of consecutive turns costs one embedding per turn.
+    ///
+    /// Why not embed the turns joined into one text (what this did before): the mean
+    /// pooling of a small model then spreads a turn's meaning over three turns' words,
+    /// and each input is three times as long. On the evaluation sets the mixed vectors
+    /// find more (BENCHMARKS.md, session 9) at a third of the embedding work.
+    pub(super) fn embed_in_context(&self, texts: &[InContext]) -> Result<Vec<Vec<f32>>, MemoryError> {
+        let mut unique: Vec<&str> = Vec::new();
+        let mut slot: HashMap<&str, usize> = HashMap::new();
+        for t in texts {
+            for s in t.earlier.iter().map(String::as_str).chain(std::iter::once(t.text.as_str())) {
+                slot.entry(s).or_insert_with(|| {
+                    unique.push(s);
+                    unique.len() - 1
+                });
+            }
+        }
+        let plain = self.embedder()?.embed_documents(&unique)?;
+        let weight = self.config().retrieval.context_weight;
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = plain[slot[t.text.as_str()]].clone();
+                for e in &t.earlier {
+                    for (x, y) in v.iter_mut().zip(&plain[slot[e.as_str()]]) {
+                        *x += weight * y;
+                    }
+                }
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+/// A text to embed, with the earlier turns of its session (oldest first) that give it
+/// context.
+#[derive(Debug, Clone)]
+pub(super) struct InContext {
+    pub text: String,
+    pub earlier: Vec<String>,
 }
 
 /// A new text for one stored memory (an edited message, a chosen swipe), embedded
