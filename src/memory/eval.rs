@@ -39,6 +39,9 @@ pub struct EvalReport {
     pub recall_at_10: f64,
     pub by_type: BTreeMap<String, Recall>,
     pub by_split: BTreeMap<String, Recall>,
+    /// Each split by type, keyed `split/type` (`test/multi-session`): the held-out
+    /// numbers of each kind of question, apart from the ones tuned on.
+    pub by_split_and_type: BTreeMap<String, Recall>,
     /// Questions whose evidence was not all found in the top k, with what was missing.
     pub misses: Vec<Miss>,
 }
@@ -102,6 +105,7 @@ pub fn evaluate(bank: &MemoryBank, questions: &[Question], k: usize, mode: Searc
     let mut all = Acc::default();
     let mut by_type: BTreeMap<String, Acc> = BTreeMap::new();
     let mut by_split: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut by_split_and_type: BTreeMap<String, Acc> = BTreeMap::new();
     let mut misses = Vec::new();
     for (q, v) in questions.iter().zip(vectors) {
         let request = SearchRequest { mode, ..SearchRequest::new(q.question.clone(), depth) };
@@ -120,6 +124,7 @@ pub fn evaluate(bank: &MemoryBank, questions: &[Question], k: usize, mode: Searc
             Some(&mut all),
             q.kind.as_ref().map(|t| by_type.entry(t.clone()).or_default()),
             q.split.as_ref().map(|s| by_split.entry(s.clone()).or_default()),
+            q.split.as_ref().zip(q.kind.as_ref()).map(|(s, t)| by_split_and_type.entry(format!("{s}/{t}")).or_default()),
         ]
         .into_iter()
         .flatten()
@@ -144,6 +149,7 @@ pub fn evaluate(bank: &MemoryBank, questions: &[Question], k: usize, mode: Searc
         recall_at_10: total.recall_at_10,
         by_type: by_type.iter().map(|(t, a)| (t.clone(), recall(a))).collect(),
         by_split: by_split.iter().map(|(s, a)| (s.clone(), recall(a))).collect(),
+        by_split_and_type: by_split_and_type.iter().map(|(s, a)| (s.clone(), recall(a))).collect(),
         misses,
     })
 }

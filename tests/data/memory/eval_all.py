@@ -73,7 +73,8 @@ def main():
             sys.exit(f"no report from memory eval for {name}:\n{out}")
         rows.append((name, report))
         for group, table in (("all", {"all": {"questions": report["questions"], "recall_at_5": report["recall_at_5"], "recall_at_10": report["recall_at_10"]}}),
-                             ("type", report["by_type"]), ("split", report["by_split"])):
+                             ("type", report["by_type"]), ("split", report["by_split"]),
+                             ("split/type", report.get("by_split_and_type", {}))):
             for key, r in table.items():
                 t = totals.setdefault((group, key), [0, 0.0, 0.0])
                 t[0] += r["questions"]
