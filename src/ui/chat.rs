@@ -789,8 +789,14 @@ impl super::Panel for ChatPanel {
 
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
         self.portraits.apply(event);
-        if let crate::engine::Event::Companion(e) = event {
-            ChatPanel::apply(self, e, outbox);
+        match event {
+            crate::engine::Event::Companion(e) => ChatPanel::apply(self, e, outbox),
+            // The library changed (a card imported or dropped, a character deleted or
+            // renamed): the chat's character list is a view of it, so ask again.
+            crate::engine::Event::Interop(crate::interop::InteropEvent::Library { .. }) => {
+                outbox.push(crate::engine::Command::Companion(crate::companion::CompanionCommand::List))
+            }
+            _ => {}
         }
     }
 

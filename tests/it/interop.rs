@@ -523,6 +523,15 @@ fn dropping_a_card_on_the_window_lists_the_new_character() {
         .with_max_steps(64)
         .with_size(egui::vec2(1280.0, 800.0))
         .build_eframe(|cc| lorekeeper::ui::WorkbenchApp::new(&cc.egui_ctx, engine));
+    // Let the Chat panel list the library as it is (the demo character) first, so the
+    // drop below is news to it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while harness.state().chat().characters().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the chat never listed its characters");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
+    harness.run();
     harness.input_mut().dropped_files.push(std::sync::Arc::new(DroppedPath(card)));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
@@ -536,6 +545,13 @@ fn dropping_a_card_on_the_window_lists_the_new_character() {
     harness.run();
     assert_eq!(harness.state().panel(), lorekeeper::ui::PanelKind::Library);
     harness.get_by_label("Captain Ilse Marrow");
+    // The Chat panel lists the new character too, without a restart.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !harness.state().chat().characters().iter().any(|c| c.name == "Captain Ilse Marrow") {
+        assert!(std::time::Instant::now() < deadline, "the chat's character list did not follow the import");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
     assert!(harness.query_by_label_contains("Created \"Captain Ilse Marrow\" from dropped.png").is_some());
 
     // Export through the row's context menu: pick V2, type a path, export.
