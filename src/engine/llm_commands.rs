@@ -118,22 +118,33 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
             let ctx = ctx.clone();
             ctx.runtime.clone().spawn_blocking(move || test_profile(&ctx, &profile));
         }
-        LlmCommand::SaveProfile { profile, previous_name } => save(ctx, "save profile", |c| {
-            if let Some(old) = previous_name.filter(|old| *old != profile.name) {
-                c.profiles.retain(|p| p.name != old);
-                if c.default_profile == old {
-                    c.default_profile = profile.name.clone();
+        LlmCommand::SaveProfile { profile, previous_name } => {
+            let renamed = previous_name.clone().filter(|old| *old != profile.name).map(|old| (old, profile.name.clone()));
+            save(ctx, "save profile", |c| {
+                if let Some(old) = previous_name.filter(|old| *old != profile.name) {
+                    c.profiles.retain(|p| p.name != old);
+                    if c.default_profile == old {
+                        c.default_profile = profile.name.clone();
+                    }
+                    for mapped in c.roles.values_mut().filter(|m| **m == old) {
+                        *mapped = profile.name.clone();
+                    }
                 }
-                for mapped in c.roles.values_mut().filter(|m| **m == old) {
-                    *mapped = profile.name.clone();
-                }
+                c.upsert_profile(profile);
+            });
+            // Keys are kept by profile name: a renamed profile takes its key along.
+            if let Some((old, new)) = renamed {
+                ctx.runtime.clone().spawn_blocking(move || follow_rename(&old, &new));
             }
-            c.upsert_profile(profile);
-        }),
-        LlmCommand::DeleteProfile { name } => save(ctx, "delete profile", |c| {
-            c.profiles.retain(|p| p.name != name);
-            c.roles.retain(|_, p| *p != name);
-        }),
+        }
+        LlmCommand::DeleteProfile { name } => {
+            save(ctx, "delete profile", |c| {
+                c.profiles.retain(|p| p.name != name);
+                c.roles.retain(|_, p| *p != name);
+            });
+            // A deleted profile leaves no key behind in the keyring.
+            ctx.runtime.clone().spawn_blocking(move || forget_key(&name));
+        }
         LlmCommand::Calls { limit } => {
             let ctx = ctx.clone();
             ctx.runtime.clone().spawn_blocking(move || {
@@ -203,6 +214,34 @@ fn key_command(
         None => keyring::KeySource::None,
     };
     ctx.emit(LlmEvent::KeyStatus { profile, source, action, problem });
+}
+
+/// Move the keyring entry of profile `old` to `new` (when there is one and `new` has
+/// none of its own). Failures are logged, never with the key.
+fn follow_rename(old: &str, new: &str) {
+    let Some(store) = crate::llm::keyring::installed() else { return };
+    let moved = (|| {
+        let Some(key) = store.get(old)? else { return Ok(false) };
+        if store.get(new)?.is_none() {
+            store.set(new, &key)?;
+        }
+        store.delete(old)
+    })();
+    match moved {
+        Ok(true) => tracing::info!(from = old, to = new, "moved the profile's key in the keyring"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(from = old, to = new, error = %e, "could not move the profile's key in the keyring"),
+    }
+}
+
+/// Remove the keyring entry of a deleted profile, if it has one.
+fn forget_key(name: &str) {
+    let Some(store) = crate::llm::keyring::installed() else { return };
+    match store.delete(name) {
+        Ok(true) => tracing::info!(profile = name, "removed the deleted profile's key from the keyring"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(profile = name, error = %e, "could not remove the deleted profile's key from the keyring"),
+    }
 }
 
 fn emit_config(ctx: &Context, config: &Config) {

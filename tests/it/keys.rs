@@ -251,3 +251,40 @@ fn without_a_file_dialog_the_browse_button_says_so_and_the_typed_path_still_impo
     harness.get_by_label("Import").click();
     step_until(&mut harness, Duration::from_secs(20), |h| h.state().library().characters().iter().any(|c| c.name == "Maren Vosk"));
 }
+
+/// Keys live in the keyring under the profile's name: renaming a profile moves its key,
+/// deleting it removes the key, so no key is left behind under a name nothing uses.
+#[test]
+fn a_renamed_profile_takes_its_key_along_and_a_deleted_one_leaves_none_behind() {
+    use lorekeeper::engine::{Command, LlmCommand};
+    let keys = mock_keyring();
+    let (old, new) = ("keyring-follow-old", "keyring-follow-new");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    let profile = ProviderProfile {
+        name: old.into(),
+        kind: ProviderKind::Openai,
+        base_url: Some("http://127.0.0.1:9/v1".into()),
+        model: "test-model-001".into(),
+        ..Default::default()
+    };
+    config.upsert_profile(profile.clone());
+    keys.set(old, &lorekeeper::llm::Secret::new(KEY)).expect("mock keyring");
+    let engine = start_engine(dir.path(), &config);
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    let renamed = ProviderProfile { name: new.into(), ..profile };
+    engine.send(Command::Llm(LlmCommand::SaveProfile { profile: renamed, previous_name: Some(old.into()) })).expect("engine");
+    wait("the key did not follow the rename", &|| keys.get(new).ok().flatten().is_some());
+    assert!(keys.get(old).expect("mock keyring").is_none(), "the old name still holds a key");
+    assert_eq!(keys.get(new).expect("mock keyring").expect("moved").expose(), KEY);
+
+    engine.send(Command::Llm(LlmCommand::DeleteProfile { name: new.into() })).expect("engine");
+    wait("the deleted profile's key is still in the keyring", &|| keys.get(new).ok().flatten().is_none());
+}
