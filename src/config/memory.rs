@@ -159,6 +159,14 @@ pub struct RetrievalConfig {
     /// embed close to many queries: their score is scaled by
     /// `min(1, content_words / short_turn_words)`. 0 turns this off.
     pub short_turn_words: usize,
+    /// Every turn's hybrid score is multiplied by its content words to this power: the
+    /// turns that carry facts say more (0 turns it off).
+    pub length_prior: f32,
+    /// A turn spoken by someone the query names gains this share of its score.
+    pub speaker_boost: f32,
+    /// A turn gains this share times its session's best hit (among the best 20) over
+    /// the best hit overall: the sessions about the question are favoured.
+    pub session_support: f32,
     /// Remove speaker names from the text that is embedded for a query: names dominate a
     /// small model's vector and pull in every turn that greets that person.
     pub strip_names: bool,
@@ -188,6 +196,9 @@ impl Default for RetrievalConfig {
             context_turns: 2,
             context_weight: 0.5,
             short_turn_words: 8,
+            length_prior: 0.2,
+            speaker_boost: 0.3,
+            session_support: 0.4,
             strip_names: true,
             keyword_max_rows: 2000,
         }

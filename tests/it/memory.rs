@@ -807,8 +807,8 @@ fn held_out_recall_on_long_conversations_stays_above_its_floor() {
         let hybrid = at10[&(set, "Hybrid".to_string())];
         assert!(hybrid > at10[&(set, "Vector".to_string())] && hybrid > at10[&(set, "Keyword".to_string())], "{at10:?}");
     }
-    // Measured 0.713 and 0.802 (session 9); the session 8 defaults (context joined into one
-    // text, neighbour weight 0.3) gave 0.643 and 0.696.
-    assert!(at10[&("ranger", "Hybrid".to_string())] >= 0.69, "{at10:?}");
-    assert!(at10[&("companion", "Hybrid".to_string())] >= 0.77, "{at10:?}");
+    // Measured 0.735 and 0.807 (session 9); the session 8 defaults (context joined into one
+    // text, neighbour weight 0.3, no turn priors) gave 0.643 and 0.696.
+    assert!(at10[&("ranger", "Hybrid".to_string())] >= 0.71, "{at10:?}");
+    assert!(at10[&("companion", "Hybrid".to_string())] >= 0.78, "{at10:?}");
 }

@@ -2,7 +2,11 @@
 //! keyword and vector search on the evaluation set (see `RetrievalConfig`).
 
 use super::{MemoryBank, MemoryError};
+use crate::config::RetrievalConfig;
 use crate::memory::retrieval::{Fused, SearchFilter, sort_fused};
+
+/// How many of the best hits say which sessions are about the query.
+const SESSION_SUPPORT_DEPTH: usize = 20;
 use rusqlite::OptionalExtension;
 use std::collections::{HashMap, HashSet};
 
@@ -41,19 +45,60 @@ impl MemoryBank {
         Ok(known)
     }
 
-    /// Scale down turns with fewer than `words` content words.
-    pub(super) fn damp_short_turns(&self, fused: &mut [(i64, Fused)], words: usize) -> Result<(), MemoryError> {
+    /// What a turn itself says about how likely it answers anything, applied to the
+    /// fused scores of a hybrid search:
+    /// - turns with fewer than `short_turn_words` content words are scaled down
+    ///   ("How did you know?" embeds close to many queries and answers none);
+    /// - every turn by `content words ^ length_prior` (the turns that carry facts say
+    ///   more words);
+    /// - a turn spoken by someone the query names by `1 + speaker_boost` ("What did
+    ///   Priya see her physio about?" is answered by what Priya said);
+    /// - a turn from a session whose best hit is strong by `1 + session_support ×` that
+    ///   hit's share of the best score overall (the session is about the question).
+    pub(super) fn weigh_turns(&self, fused: &mut [(i64, Fused)], query: &str, config: &RetrievalConfig) -> Result<(), MemoryError> {
+        let asked: HashSet<String> = crate::memory::keyword::words(query).collect();
+        let mut sessions: Vec<Option<String>> = Vec::with_capacity(fused.len());
         self.with_reader(|c| {
-            let mut stmt = c.prepare_cached("SELECT text FROM memories WHERE rowid = ?1 AND kind = 'turn'")?;
+            let mut stmt = c.prepare_cached("SELECT text, speaker, session FROM memories WHERE rowid = ?1 AND kind = 'turn'")?;
             for (rowid, f) in fused.iter_mut() {
-                let text: Option<String> = stmt.query_row([*rowid], |r| r.get(0)).optional()?;
-                if let Some(text) = text {
-                    let n = crate::memory::keyword::content_terms(&text).len();
-                    f.score *= (n as f32 / words as f32).min(1.0);
+                let row: Option<(String, Option<String>, Option<String>)> =
+                    stmt.query_row([*rowid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
+                let Some((text, speaker, session)) = row else {
+                    sessions.push(None);
+                    continue;
+                };
+                let n = crate::memory::keyword::content_terms(&text).len();
+                if config.short_turn_words > 0 {
+                    f.score *= (n as f32 / config.short_turn_words as f32).min(1.0);
                 }
+                if config.length_prior > 0.0 {
+                    f.score *= (n.max(1) as f32).powf(config.length_prior);
+                }
+                if config.speaker_boost > 0.0 && speaker.is_some_and(|s| asked.contains(&s.to_lowercase())) {
+                    f.score *= 1.0 + config.speaker_boost;
+                }
+                sessions.push(session);
             }
             Ok(())
         })?;
+        if config.session_support > 0.0 {
+            let mut order: Vec<usize> = (0..fused.len()).collect();
+            order.sort_by(|&a, &b| fused[b].1.score.total_cmp(&fused[a].1.score));
+            let top = order.first().map_or(0.0, |&i| fused[i].1.score);
+            let mut best: HashMap<&str, f32> = HashMap::new();
+            for &i in order.iter().take(SESSION_SUPPORT_DEPTH) {
+                if let Some(s) = sessions[i].as_deref() {
+                    best.entry(s).or_insert(fused[i].1.score);
+                }
+            }
+            if top > 0.0 {
+                for (i, (_, f)) in fused.iter_mut().enumerate() {
+                    if let Some(b) = sessions[i].as_deref().and_then(|s| best.get(s)) {
+                        f.score *= 1.0 + config.session_support * b / top;
+                    }
+                }
+            }
+        }
         sort_fused(fused);
         Ok(())
     }

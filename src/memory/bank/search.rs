@@ -231,8 +231,10 @@ impl MemoryBank {
             (_, Some(q)) => self.vector_candidates(q, &request.filter, n)?,
         };
         let mut fused = fuse(&keyword, &vector, &config);
-        if config.short_turn_words > 0 && request.mode == SearchMode::Hybrid {
-            self.damp_short_turns(&mut fused, config.short_turn_words)?;
+        if request.mode == SearchMode::Hybrid
+            && (config.short_turn_words > 0 || config.length_prior > 0.0 || config.speaker_boost > 0.0 || config.session_support > 0.0)
+        {
+            self.weigh_turns(&mut fused, &request.query, &config)?;
         }
         if config.time_boost > 0.0 && request.mode == SearchMode::Hybrid {
             let months = crate::memory::temporal::query_months(&request.query);
