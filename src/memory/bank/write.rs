@@ -254,6 +254,9 @@ impl MemoryBank {
             }
         }
         let plain = self.embedder()?.embed_documents(&unique)?;
+        if plain.len() != unique.len() {
+            return Err(MemoryError::Invalid(format!("the embedder returned {} vectors for {} texts", plain.len(), unique.len())));
+        }
         let weight = self.config().retrieval.context_weight;
         Ok(texts
             .iter()
