@@ -335,7 +335,22 @@ impl MemoryBank {
         if text.is_empty() {
             return Err(MemoryError::Invalid(format!("memory {id:?} would have no text")));
         }
-        let (vector, keyword_only) = match self.embedder().and_then(|e| Ok(e.embed_documents(&[text])?)) {
+        // An edited turn keeps the context of the turns before it, as when it was written.
+        let window = self.config().retrieval.context_turns as i64;
+        let earlier: Vec<String> = if window == 0 {
+            Vec::new()
+        } else {
+            self.store.with(|c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
+                     WHERE m.id = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
+                )?;
+                let mut rows: Vec<String> = stmt.query_map(rusqlite::params![id, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                rows.reverse();
+                Ok(rows)
+            })?
+        };
+        let (vector, keyword_only) = match self.embed_in_context(&[InContext { text: text.to_string(), earlier }]) {
             Ok(mut v) if !v.is_empty() => (Some((v.remove(0), self.model_id())), None),
             Ok(_) => (None, Some("the embedder returned nothing".to_string())),
             Err(e) => (None, Some(e.to_string())),
