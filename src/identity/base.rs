@@ -12,8 +12,8 @@
 //! 2. **The brief drawn from it.** The paragraph is put on the page and the model
 //!    writes the `In brief:` JSON under the grammar of the agent's schema, tightened
 //!    where the answer is known (the consolidation's name is the seed's; a relationship
-//!    names one of the seed's other characters when it lists any), and each core trait
-//!    a word of `traits::LEXICON`.
+//!    names one of the seed's other characters when it lists any), each core trait a
+//!    word of `traits::LEXICON`, and every other string a phrase with no JSON in it.
 //!
 //! Both answers pass the same content checks as every other provider's, plus one of
 //! their own: nothing may be lifted from the worked example. A failed draw is drawn
@@ -107,13 +107,25 @@ fn phrases(schema: &mut Value) {
     phrases_within(schema, BRIEF_STRING_CHARS.1);
 }
 
+/// The grammar of a phrase of `min..=max` characters: it starts with neither a space nor
+/// a mark (`,.:;`) and holds no line break and none of `{}[]`. Left free, a small model inside a
+/// string writes the JSON it thinks comes next (`"}, {"`, `"] ,"`, `"[...]"`) and the
+/// draw is refused as a placeholder; the grammar takes the pattern, validation all three.
+fn phrase_pattern(min: u64, max: u64) -> String {
+    let inner = "\"\\\\{}\\[\\]\\n\\r";
+    format!("^[^ ,.:;{inner}][^{inner}]{{{},{}}}$", min.saturating_sub(1), max.saturating_sub(1))
+}
+
 fn phrases_within(schema: &mut Value, max: u64) {
     match schema {
         Value::Object(map) => {
-            let free_string = map.get("type") == Some(&json!("string")) && !map.contains_key("enum") && !map.contains_key("const");
+            let free_string = map.get("type") == Some(&json!("string"))
+                && !["enum", "const", "pattern"].iter().any(|k| map.contains_key(*k));
             if free_string {
                 map.entry("minLength").or_insert(json!(BRIEF_STRING_CHARS.0));
                 map.entry("maxLength").or_insert(json!(max));
+                let bounds = (map["minLength"].as_u64().unwrap_or(1), map["maxLength"].as_u64().unwrap_or(max));
+                map.insert("pattern".into(), json!(phrase_pattern(bounds.0, bounds.1)));
             }
             let is_list = map.get("type") == Some(&json!("array"));
             for (key, value) in map.iter_mut() {
@@ -250,12 +262,14 @@ fn render_page(
 
 /// The narrative's schema: one paragraph between `min` and [`MAX_NARRATIVE_CHARS`]
 /// characters that opens with the character's name (a small model left to choose
-/// often writes about someone else, or about the worked example's character). The
-/// grammar is built from the pattern; validation checks both.
+/// often writes about someone else, or about the worked example's character) and holds
+/// no line break (left free to, the model goes on to the page's next line —
+/// `\nBackstory: "` — and closes the string there, with a raw line break inside it that
+/// no JSON reader takes). The grammar is built from the pattern; validation checks both.
 fn narrative_schema(name: &str, min: usize) -> Value {
     let rest_min = min.saturating_sub(name.chars().count() + 1).max(1);
     let rest_max = MAX_NARRATIVE_CHARS.saturating_sub(name.chars().count() + 1).max(rest_min);
-    let pattern = format!("^{} [^\"\\\\]{{{rest_min},{rest_max}}}$", regex::escape(name));
+    let pattern = format!("^{} [^\"\\\\\\n\\r]{{{rest_min},{rest_max}}}$", regex::escape(name));
     json!({ "type": "string", "minLength": min, "maxLength": MAX_NARRATIVE_CHARS, "pattern": pattern })
 }
 
@@ -494,6 +508,15 @@ mod tests {
         assert_eq!(personality.pointer("/properties/core_traits/items/minLength"), Some(&json!(3)));
         assert_eq!(personality.pointer("/properties/core_traits/items/maxLength"), Some(&json!(80)));
         assert_eq!(personality.pointer("/properties/emotional_baseline/maxLength"), Some(&json!(200)));
+        // A phrase starts with a word and holds no JSON of its own.
+        let phrase = crate::llm::structured::CompiledSchema::new(personality.pointer("/properties/emotional_baseline").unwrap().clone()).unwrap();
+        for good in ["a quiet, watchful calm", "'River's listening.'", "(rarely) angry", "42 years of calm", "Øyvind's debt"] {
+            assert!(phrase.is_valid(&json!(good)), "{good}");
+        }
+        for junk in ["}, {", "\", {", "] ,", "[...]", "calm\nBackstory:", "ok", " calm", "a {b}"] {
+            assert!(!phrase.is_valid(&json!(junk)), "{junk}");
+        }
+        crate::llm::local::grammar::from_schema(&personality).unwrap();
         // The personality's traits come from the lexicon, less the worked example's and the name's.
         let templates = PromptTemplates::shipped().unwrap();
         let example = &examples(&templates).unwrap().agents["personality"].brief;
@@ -522,5 +545,8 @@ mod tests {
         assert!(narrative.is_valid(&json!("Ilse Marrow keeps the light and trades in secrets with the smugglers.")));
         assert!(!narrative.is_valid(&json!("Corin Ashdown keeps the ferry and trades in secrets with the smugglers.")));
         assert!(!narrative.is_valid(&json!("Ilse Marrow sleeps.")));
+        assert!(!narrative.is_valid(&json!("Ilse Marrow keeps the light and trades in secrets.\nOthers in the story: Tomas Venn.")));
+        let grammar = crate::llm::local::grammar::from_schema(&narrative_schema("Ilse Marrow", 40)).unwrap();
+        assert!(grammar.gbnf.contains("\\n\\r]"), "{}", grammar.gbnf);
     }
 }
