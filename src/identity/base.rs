@@ -12,7 +12,8 @@
 //! 2. **The brief drawn from it.** The paragraph is put on the page and the model
 //!    writes the `In brief:` JSON under the grammar of the agent's schema, tightened
 //!    where the answer is known (the consolidation's name is the seed's; a relationship
-//!    names one of the seed's other characters when it lists any).
+//!    names one of the seed's other characters when it lists any), each core trait a
+//!    word of `traits::LEXICON`, and every other string a phrase with no JSON in it.
 //!
 //! Both answers pass the same content checks as every other provider's, plus one of
 //! their own: nothing may be lifted from the worked example. A failed draw is drawn
@@ -23,6 +24,7 @@ use super::IdentityError;
 use super::rules::{Asked, content_rules, min_narrative_chars};
 use super::records::{RunRecord, VersionRecord};
 use super::schema::{Agent, CharacterSeed};
+use super::traits::LEXICON;
 use crate::llm::structured::{
     ContentRules, OutputSchema, StructuredAttempt, StructuredOptions, clip, complete_with_schema, schema_for, total_usage,
 };
@@ -105,13 +107,25 @@ fn phrases(schema: &mut Value) {
     phrases_within(schema, BRIEF_STRING_CHARS.1);
 }
 
+/// The grammar of a phrase of `min..=max` characters: it starts with neither a space nor
+/// a mark (`,.:;`) and holds no line break and none of `{}[]`. Left free, a small model inside a
+/// string writes the JSON it thinks comes next (`"}, {"`, `"] ,"`, `"[...]"`) and the
+/// draw is refused as a placeholder; the grammar takes the pattern, validation all three.
+fn phrase_pattern(min: u64, max: u64) -> String {
+    let inner = "\"\\\\{}\\[\\]\\n\\r";
+    format!("^[^ ,.:;{inner}][^{inner}]{{{},{}}}$", min.saturating_sub(1), max.saturating_sub(1))
+}
+
 fn phrases_within(schema: &mut Value, max: u64) {
     match schema {
         Value::Object(map) => {
-            let free_string = map.get("type") == Some(&json!("string")) && !map.contains_key("enum") && !map.contains_key("const");
+            let free_string = map.get("type") == Some(&json!("string"))
+                && !["enum", "const", "pattern"].iter().any(|k| map.contains_key(*k));
             if free_string {
                 map.entry("minLength").or_insert(json!(BRIEF_STRING_CHARS.0));
                 map.entry("maxLength").or_insert(json!(max));
+                let bounds = (map["minLength"].as_u64().unwrap_or(1), map["maxLength"].as_u64().unwrap_or(max));
+                map.insert("pattern".into(), json!(phrase_pattern(bounds.0, bounds.1)));
             }
             let is_list = map.get("type") == Some(&json!("array"));
             for (key, value) in map.iter_mut() {
@@ -124,24 +138,49 @@ fn phrases_within(schema: &mut Value, max: u64) {
     }
 }
 
+/// The words the base model may use as core traits: the lexicon, less the worked
+/// example's own traits (shown just above on the page, they would be copied rather than
+/// chosen) and any word that names the character (which the trait check refuses).
+fn trait_words(seed: &CharacterSeed, example_brief: &Value) -> Vec<&'static str> {
+    let shown: Vec<String> = example_brief
+        .get("core_traits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|t| t.trim().to_lowercase())
+        .collect();
+    LEXICON
+        .iter()
+        .copied()
+        .filter(|word| !shown.iter().any(|s| s == word) && !crate::llm::structured::content::mentions(word, seed.name.trim()))
+        .collect()
+}
+
 /// The agent's schema, tightened where the seed already knows the answer, with every
-/// free string a phrase.
-fn brief_schema<T: JsonSchema>(run: &RunRecord, agent: Agent) -> Value {
+/// free string a phrase, and (personality) every core trait a word of the lexicon.
+fn brief_schema<T: JsonSchema>(seed: &CharacterSeed, agent: Agent, example_brief: &Value) -> Value {
     let mut schema = schema_for::<T>();
     phrases(&mut schema);
     match agent {
+        Agent::Personality => {
+            // The grammar holds each item to one of the words; the trait check still
+            // refuses the same trait twice.
+            if let Some(items) = schema.pointer_mut("/properties/core_traits/items") {
+                *items = json!({ "type": "string", "enum": trait_words(seed, example_brief) });
+            }
+        }
         Agent::FinalConsolidation => {
             if let Some(name) = schema.pointer_mut("/$defs/Overview/properties/name") {
-                *name = json!({ "type": "string", "const": run.seed.name.trim() });
+                *name = json!({ "type": "string", "const": seed.name.trim() });
             }
-            let role = run.seed.role.trim();
+            let role = seed.role.trim();
             if let (Some(field), false) = (schema.pointer_mut("/$defs/Overview/properties/role"), role.is_empty()) {
                 *field = json!({ "type": "string", "const": role });
             }
         }
-        Agent::Relationships if !run.seed.other_characters.is_empty() => {
-            let names: Vec<&str> = run
-                .seed
+        Agent::Relationships if !seed.other_characters.is_empty() => {
+            let names: Vec<&str> = seed
                 .other_characters
                 .iter()
                 .map(|o| o.name.trim())
@@ -223,12 +262,14 @@ fn render_page(
 
 /// The narrative's schema: one paragraph between `min` and [`MAX_NARRATIVE_CHARS`]
 /// characters that opens with the character's name (a small model left to choose
-/// often writes about someone else, or about the worked example's character). The
-/// grammar is built from the pattern; validation checks both.
+/// often writes about someone else, or about the worked example's character) and holds
+/// no line break (left free to, the model goes on to the page's next line —
+/// `\nBackstory: "` — and closes the string there, with a raw line break inside it that
+/// no JSON reader takes). The grammar is built from the pattern; validation checks both.
 fn narrative_schema(name: &str, min: usize) -> Value {
     let rest_min = min.saturating_sub(name.chars().count() + 1).max(1);
     let rest_max = MAX_NARRATIVE_CHARS.saturating_sub(name.chars().count() + 1).max(rest_min);
-    let pattern = format!("^{} [^\"\\\\]{{{rest_min},{rest_max}}}$", regex::escape(name));
+    let pattern = format!("^{} [^\"\\\\\\n\\r]{{{rest_min},{rest_max}}}$", regex::escape(name));
     json!({ "type": "string", "minLength": min, "maxLength": MAX_NARRATIVE_CHARS, "pattern": pattern })
 }
 
@@ -338,7 +379,7 @@ where
     // 2. The brief, drawn from the narrative now on the page.
     let schema = OutputSchema::<T>::with_schema(
         &crate::llm::structured::schema_name::<T>(),
-        brief_schema::<T>(run, agent),
+        brief_schema::<T>(&run.seed, agent, &example.brief),
     )
     .map_err(|e| IdentityError::Invalid(e.to_string()))?;
     let mut rules = content_rules(run, agent, None, "");
@@ -467,9 +508,45 @@ mod tests {
         assert_eq!(personality.pointer("/properties/core_traits/items/minLength"), Some(&json!(3)));
         assert_eq!(personality.pointer("/properties/core_traits/items/maxLength"), Some(&json!(80)));
         assert_eq!(personality.pointer("/properties/emotional_baseline/maxLength"), Some(&json!(200)));
+        // A phrase starts with a word and holds no JSON of its own.
+        let phrase = crate::llm::structured::CompiledSchema::new(personality.pointer("/properties/emotional_baseline").unwrap().clone()).unwrap();
+        for good in ["a quiet, watchful calm", "'River's listening.'", "(rarely) angry", "42 years of calm", "Øyvind's debt"] {
+            assert!(phrase.is_valid(&json!(good)), "{good}");
+        }
+        for junk in ["}, {", "\", {", "] ,", "[...]", "calm\nBackstory:", "ok", " calm", "a {b}"] {
+            assert!(!phrase.is_valid(&json!(junk)), "{junk}");
+        }
+        crate::llm::local::grammar::from_schema(&personality).unwrap();
+        // The personality's traits come from the lexicon, less the worked example's and the name's.
+        let templates = PromptTemplates::shipped().unwrap();
+        let example = &examples(&templates).unwrap().agents["personality"].brief;
+        let mut frank = run_seed.clone();
+        frank.name = "Frank Odell".into();
+        let schema = brief_schema::<super::super::schema::PersonalityOutput>(&frank, Agent::Personality, example);
+        let words = schema.pointer("/properties/core_traits/items/enum").and_then(Value::as_array).unwrap();
+        assert_eq!(words.len(), LEXICON.len() - 4, "patient, superstitious, guarded and frank are left out");
+        for gone in ["patient", "superstitious", "guarded", "frank"] {
+            assert!(!words.contains(&json!(gone)), "{gone}");
+        }
+        assert_eq!(schema.pointer("/properties/core_traits/minItems"), Some(&json!(4)));
+        let compiled = crate::llm::structured::CompiledSchema::new(schema.clone()).unwrap();
+        let traits = |list: Value| json!({"core_traits": list, "fears": ["the dark", "debt"], "secrets": ["a debt", "a letter"],
+            "emotional_baseline": "guarded calm", "triggers": ["pity", "bells", "lies"]});
+        assert!(compiled.is_valid(&traits(json!(["stubborn", "dry-humoured", "protective", "secretive"]))));
+        assert!(!compiled.is_valid(&traits(json!(["stubborn", "smuggle", "protective", "secretive"]))));
+        assert!(!compiled.is_valid(&traits(json!(["stubborn", "she's a keeper", "protective", "secretive"]))));
+        // Other agents keep their free strings.
+        let voice = brief_schema::<super::super::schema::VoiceOutput>(&frank, Agent::VoiceDialogue, example);
+        assert_eq!(voice.pointer("/properties/verbal_tics/items/enum"), None);
+        // The grammar converter takes the list (one alternative per word).
+        let grammar = crate::llm::local::grammar::from_schema(&schema).unwrap();
+        assert!(grammar.gbnf.contains("dry-humoured"), "{}", grammar.gbnf);
         let narrative = crate::llm::structured::CompiledSchema::new(narrative_schema("Ilse Marrow", 40)).unwrap();
         assert!(narrative.is_valid(&json!("Ilse Marrow keeps the light and trades in secrets with the smugglers.")));
         assert!(!narrative.is_valid(&json!("Corin Ashdown keeps the ferry and trades in secrets with the smugglers.")));
         assert!(!narrative.is_valid(&json!("Ilse Marrow sleeps.")));
+        assert!(!narrative.is_valid(&json!("Ilse Marrow keeps the light and trades in secrets.\nOthers in the story: Tomas Venn.")));
+        let grammar = crate::llm::local::grammar::from_schema(&narrative_schema("Ilse Marrow", 40)).unwrap();
+        assert!(grammar.gbnf.contains("\\n\\r]"), "{}", grammar.gbnf);
     }
 }

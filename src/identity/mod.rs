@@ -11,6 +11,7 @@ pub mod prompt;
 pub mod records;
 mod rules;
 pub mod schema;
+pub mod traits;
 
 use crate::context::Context;
 use records::{CheckpointRecord, RunRecord, VersionRecord};

@@ -20,7 +20,8 @@ pub fn min_narrative_chars(mode: Mode) -> usize {
 
 /// What an agent's output must say beyond its schema: no field names (the seed's keys
 /// included) or placeholders, a narrative of a paragraph or more that names the
-/// character (the consolidation: an overview under the character's own name). The
+/// character (the consolidation: an overview under the character's own name), core
+/// traits that are traits. The
 /// narrative is at the JSON Pointer `narrative_at` (`None`: not in this value), the
 /// structured part under `structured_at` (`""` when it is the whole value).
 pub(super) fn content_rules(run: &RunRecord, agent: Agent, narrative_at: Option<&str>, structured_at: &str) -> ContentRules {
@@ -37,6 +38,10 @@ pub(super) fn content_rules(run: &RunRecord, agent: Agent, narrative_at: Option<
     if let Some(at) = narrative_at.filter(|_| agent != Agent::FinalConsolidation) {
         rules.min_chars.push((at.to_string(), min_narrative_chars(run.mode)));
         rules.mentions.push((at.to_string(), vec![name.clone()]));
+    }
+    // A core trait is a trait, whoever wrote it (see `traits`).
+    if agent == Agent::Personality {
+        rules.checks.push(super::traits::check(format!("{structured_at}/core_traits"), name.clone()));
     }
     if agent == Agent::FinalConsolidation {
         let expected = name.clone();

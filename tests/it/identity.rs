@@ -195,7 +195,7 @@ fn a_full_run_reaches_character_complete_with_every_checkpoint_valid() {
 
 /// What the embedded model really returned (issue 18): schema-valid replies made of the
 /// schema's own field names, placeholders, repeats, a one-line narrative that never
-/// names the character, a profile under the name "role". Each is refused and re-asked,
+/// names the character, traits that are not traits, a profile under the name "role". Each is refused and re-asked,
 /// and the refused replies stay in the checkpoint as attempts that say what was wrong.
 #[test]
 fn replies_of_field_names_and_placeholders_are_re_asked_and_kept_as_attempts() {
@@ -213,7 +213,7 @@ fn replies_of_field_names_and_placeholders_are_re_asked_and_kept_as_attempts() {
     let unnamed = serde_json::json!({
         "narrative": "She is a person with traits.",
         "structured": {
-            "core_traits": ["stubborn", "dry-humoured", "protective", "secretive"],
+            "core_traits": ["stubborn", "she's a keeper", "Mira's logbook", "keeps the light burning every night", "Stubborn"],
             "fears": ["being forgotten", "open water at night"],
             "secrets": ["she let the last keeper's logbook burn", "she cannot swim"],
             "emotional_baseline": "watchful calm",
@@ -265,6 +265,16 @@ fn replies_of_field_names_and_placeholders_are_re_asked_and_kept_as_attempts() {
     }
     let second = problems(&attempts[1]).join("\n");
     assert!(second.contains("/narrative never names \"Mira Voss\"") && second.contains("characters long"), "{second}");
+    // Traits that are not traits: a sentence about her, her name, a ramble, a repeat.
+    for expected in [
+        "/structured/core_traits/1 \"she's a keeper\" is a sentence about someone, not a trait",
+        "/structured/core_traits/2 \"Mira's logbook\" names the character",
+        "/structured/core_traits/3 \"keeps the light burning every night\" is 6 words long",
+        "/structured/core_traits/4 \"Stubborn\" is listed twice",
+    ] {
+        assert!(second.contains(expected), "missing {expected:?} in:\n{second}");
+    }
+    assert!(!second.contains("/structured/core_traits/0"), "{second}");
     assert!(attempts[2]["failure"].is_null());
     assert!(personality.narrative.contains("Mira Voss") && personality.narrative.len() >= 300, "{}", personality.narrative);
 

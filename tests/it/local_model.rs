@@ -372,3 +372,48 @@ fn a_copied_binary_folder_runs_the_model_on_a_cpu_backend_of_its_own() {
     assert!(variants.contains(&result["cpu_backend"].as_str().unwrap_or_default().to_string()), "{result}");
     assert!(result["prompt_tokens_per_sec"].as_f64().unwrap_or(0.0) > 0.0, "{result}");
 }
+
+/// What the trait lexicon costs under the grammar (issue 18): the same list of core
+/// traits drawn with free strings and with every item one of the ~290 words of
+/// `identity::traits::LEXICON` (as the base-model identity path asks it). Prints tokens
+/// per CPU-second of generation and the grammar's fallbacks; BENCHMARKS.md, session 9.
+/// Not part of the suite (about a minute): `cargo test --test it trait_lexicon -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn trait_lexicon_enum_speed() {
+    let provider = provider();
+    let page = "Character notes from a novelist's workbook.\n\nCharacter: Corin Ashdown, ferryman. He rows travellers across the reservoir that drowned his village.\n\
+        Personality: \"Corin Ashdown is patient with the river and impatient with people.\"\nIn brief: {\"core_traits\": [\"patient\", \"superstitious\", \"wry\", \"guarded\"]}\n\n\
+        Character: Bruno Kessler, baker. A retired circus strongman who now runs a small bakery.\n\
+        Personality: \"Bruno Kessler is gentle with dough and gruff with people. He never talks about the ring, and he keeps the iron bar he last bent under the counter.\"\nIn brief:";
+    let words = lorekeeper::identity::traits::LEXICON;
+    for (label, items) in [
+        ("free strings", serde_json::json!({"type": "string", "minLength": 3, "maxLength": 80})),
+        ("lexicon enum", serde_json::json!({"type": "string", "enum": words})),
+    ] {
+        let schema = serde_json::json!({"type": "object", "properties": {"core_traits": {"type": "array", "items": items, "minItems": 4, "maxItems": 6}},
+            "required": ["core_traits"]});
+        let (mut tokens, mut cpu_ms, mut wall_ms, mut rejections, mut wide, mut full) = (0u32, 0.0, 0.0, 0, 0, 0);
+        for seed in 1..=12 {
+            let mut req = request(vec![ChatMessage::system(page)], 120, seed);
+            req.sampler.presence_penalty = Some(0.6);
+            req.sampler.frequency_penalty = Some(0.6);
+            req.response_format = ResponseFormat::JsonSchema { name: "brief".into(), schema: schema.clone() };
+            let cancel = CancelToken::new();
+            let (completion, timings) =
+                provider.complete_with_timings(&req, CallContext::new(&cancel), CallOptions::default()).expect("generation succeeds");
+            eprintln!("{label} seed {seed}: {}", completion.text.split_whitespace().collect::<Vec<_>>().join(" "));
+            tokens += timings.completion_tokens;
+            cpu_ms += timings.generation_cpu_ms.unwrap_or(timings.generation_ms);
+            wall_ms += timings.generation_ms;
+            rejections += timings.grammar_rejections;
+            wide += timings.grammar_wide_scans;
+            full += timings.grammar_full_scans;
+        }
+        eprintln!(
+            "{label}: {tokens} tokens, {:.1} tok/CPU-s, {:.1} tok/s wall, {rejections} rejections, {wide} wide scans, {full} full scans",
+            tokens as f64 / (cpu_ms / 1000.0),
+            tokens as f64 / (wall_ms / 1000.0)
+        );
+    }
+}

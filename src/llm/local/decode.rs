@@ -18,7 +18,7 @@
 //! prefers the ones that end the current string, number, array or object, which brings
 //! the reply to the shortest valid ending the grammar allows.
 
-use super::sampler::{Candidate, Sampler, WINDOW};
+use super::sampler::{COPY_PENALTY, Candidate, Sampler, WINDOW};
 use crate::llm::LlmError;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
@@ -27,6 +27,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::vocab::LlamaVocab;
+use std::collections::HashMap;
 
 fn failure(what: &str) -> LlmError {
     LlmError::Malformed(format!("the local model failed {what}"))
@@ -50,6 +51,7 @@ pub struct TokenChooser {
     /// Steps where no candidate in the window was legal and the wide window was checked.
     pub wide_scans: u32,
     wide_window: LlamaSampler,
+    words: WordCopyGuard,
 }
 
 /// How many of the likeliest tokens are checked against the grammar before the whole
@@ -70,7 +72,14 @@ impl TokenChooser {
             full_scans: 0,
             wide_scans: 0,
             wide_window: LlamaSampler::top_k(WIDE_WINDOW as i32),
+            words: WordCopyGuard::default(),
         }
+    }
+
+    /// Texts the reply must not copy, word for word (see [`WordCopyGuard`]); the
+    /// sampler holds the same texts token for token.
+    pub fn avoid_copying_words(&mut self, texts: &[String]) {
+        self.words = WordCopyGuard::new(texts);
     }
 
     /// From now on, prefer the tokens that finish the JSON soonest.
@@ -84,7 +93,7 @@ impl TokenChooser {
         all.apply_sampler(&mut self.top_window);
         all.apply_sampler(&mut self.dry);
         let mut window = to_candidates(&all);
-        self.sampler.prepare(&mut window);
+        prepare(&self.sampler, &self.words, &mut window, vocab);
         let Some(grammar) = self.grammar.as_mut() else {
             let first = self.sampler.pick(&window).ok_or_else(|| failure("to sample: no candidate token"))?;
             return Ok(LlamaToken(window[first].token));
@@ -107,14 +116,14 @@ impl TokenChooser {
                     allowed.iter().map(|c| LlamaTokenData::new(LlamaToken(c.token), c.logit, 0.0)).collect(),
                     false,
                 );
-                legal = shortlist(&mut array, &mut self.top_window, &mut self.dry, &self.sampler);
+                legal = shortlist(&mut array, &mut self.top_window, &mut self.dry, &self.sampler, &self.words, vocab);
             }
         }
         if legal.is_empty() {
             self.full_scans += 1;
             let mut all = ctx.token_data_array_ith(logits_index);
             all.apply_sampler(grammar);
-            legal = shortlist(&mut all, &mut self.top_window, &mut self.dry, &self.sampler);
+            legal = shortlist(&mut all, &mut self.top_window, &mut self.dry, &self.sampler, &self.words, vocab);
         }
         if self.closing {
             let in_string = self.json.in_string();
@@ -140,6 +149,7 @@ impl TokenChooser {
     /// Records the chosen token (and its text) in the sampler, grammar and JSON state.
     pub fn accept(&mut self, token: LlamaToken, text: &str) -> Result<(), LlmError> {
         self.history.push(token.0);
+        self.words.feed(text);
         self.sampler.accept(token.0);
         self.dry.accept(token);
         if let Some(grammar) = self.grammar.as_mut() {
@@ -204,15 +214,31 @@ fn closing_rank(piece: &str, in_string: bool) -> u8 {
     }
 }
 
+
+/// The sampler's order and penalties, then the word-level copy penalty.
+fn prepare(sampler: &Sampler, words: &WordCopyGuard, candidates: &mut Vec<Candidate>, vocab: &LlamaVocab<'_>) {
+    sampler.prepare(candidates);
+    if words.penalise(candidates, |token| piece(vocab, token)) {
+        candidates.sort_by(|a, b| b.logit.total_cmp(&a.logit));
+    }
+}
+
 /// The window of legal tokens to draw from, out of `array` (already masked by the
 /// grammar): the top of it, with the loop guard and the sampler's own cut applied —
 /// unless they would leave nothing, because the grammar outranks the loop guard.
-fn shortlist(array: &mut LlamaTokenDataArray, top_window: &mut LlamaSampler, dry: &mut LlamaSampler, sampler: &Sampler) -> Vec<Candidate> {
+fn shortlist(
+    array: &mut LlamaTokenDataArray,
+    top_window: &mut LlamaSampler,
+    dry: &mut LlamaSampler,
+    sampler: &Sampler,
+    words: &WordCopyGuard,
+    vocab: &LlamaVocab<'_>,
+) -> Vec<Candidate> {
     array.apply_sampler(top_window);
     array.apply_sampler(dry);
     let forced = to_candidates(array);
     let mut legal = forced.clone();
-    sampler.prepare(&mut legal);
+    prepare(sampler, words, &mut legal, vocab);
     if legal.is_empty() { forced } else { legal }
 }
 
@@ -233,6 +259,83 @@ fn filter_by_grammar(grammar: &mut LlamaSampler, candidates: &[Candidate]) -> Ve
     );
     array.apply_sampler(grammar);
     to_candidates(&array)
+}
+
+/// Words of a text, lowercase: letters, digits and inner apostrophes.
+fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+        .map(|w| w.trim_matches(|c| c == '\'' || c == '’').to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// The copy penalty by words: once the reply's last two words are two consecutive words
+/// of a text it must not copy, a token that starts the word that followed them there
+/// loses [`COPY_PENALTY`], whatever its case and whatever quote or space came before.
+/// The sampler's own guard needs three identical tokens first, which a short value of a
+/// worked example (`"the ferry crossing"`) never gives it after a different quote, and
+/// it lets `" Silence"` through where `" silence"` was penalised; the small model then
+/// writes the example's phrase with one capital, and the draw is refused as a copy.
+#[derive(Debug, Default)]
+struct WordCopyGuard {
+    next: HashMap<(String, String), Vec<String>>,
+    /// The end of the reply so far (enough for its last two words).
+    tail: String,
+}
+
+/// Characters of the reply kept to find its last two words.
+const WORD_TAIL: usize = 160;
+
+impl WordCopyGuard {
+    fn new(texts: &[String]) -> Self {
+        let mut next: HashMap<(String, String), Vec<String>> = HashMap::new();
+        for text in texts {
+            for run in words_of(text).windows(3) {
+                let after = next.entry((run[0].clone(), run[1].clone())).or_default();
+                if !after.contains(&run[2]) {
+                    after.push(run[2].clone());
+                }
+            }
+        }
+        Self { next, tail: String::new() }
+    }
+
+    fn feed(&mut self, text: &str) {
+        if self.next.is_empty() {
+            return;
+        }
+        self.tail.push_str(text);
+        if self.tail.len() > 2 * WORD_TAIL {
+            let cut = self.tail.char_indices().rev().nth(WORD_TAIL).map_or(0, |(i, _)| i);
+            self.tail.drain(..cut);
+        }
+    }
+
+    /// Lowers every candidate that starts a copied word; whether any was lowered.
+    fn penalise(&self, candidates: &mut [Candidate], piece: impl Fn(i32) -> String) -> bool {
+        if self.next.is_empty() {
+            return false;
+        }
+        let words = words_of(&self.tail);
+        let [.., a, b] = words.as_slice() else { return false };
+        let Some(banned) = self.next.get(&(a.clone(), b.clone())) else { return false };
+        let mid_word = self.tail.chars().last().is_some_and(char::is_alphanumeric);
+        let mut lowered = false;
+        for c in candidates.iter_mut() {
+            let text = piece(c.token);
+            // A piece that goes on with the last word is not a new word.
+            if mid_word && text.chars().next().is_some_and(char::is_alphanumeric) {
+                continue;
+            }
+            let Some(first) = words_of(&text).into_iter().next() else { continue };
+            // A prefix: the word may go on in the next token (" cross" + "ing").
+            if banned.iter().any(|w| w.starts_with(&first)) {
+                c.logit -= COPY_PENALTY;
+                lowered = true;
+            }
+        }
+        lowered
+    }
 }
 
 /// Just enough JSON lexing to know whether the text so far ends inside a string.
@@ -291,6 +394,29 @@ mod tests {
         assert!(!ends_in_loop(&tokens));
         assert!(!ends_in_loop(&[5, 5, 5]), "short runs are the sampler's business");
         assert!(!ends_in_loop(&[]));
+    }
+
+    #[test]
+    fn the_word_guard_lowers_the_next_word_of_a_copy_whatever_its_case_or_quote() {
+        let mut guard = WordCopyGuard::new(&["{\"scene_presence\":[\"the ferry crossing\"],\"c\":\"guilt against silence\"}".to_string()]);
+        let pieces = [" crossing", " Cross", "crossing", " bakery", "\",", " Silence"];
+        let piece = |t: i32| pieces[t as usize].to_string();
+        let lowered = |guard: &WordCopyGuard| {
+            let mut c: Vec<Candidate> = (0..pieces.len() as i32).map(|token| Candidate { token, logit: 0.0 }).collect();
+            guard.penalise(&mut c, piece);
+            c.iter().filter(|c| c.logit < 0.0).map(|c| pieces[c.token as usize]).collect::<Vec<_>>()
+        };
+        guard.feed(" \"The");
+        assert!(lowered(&guard).is_empty(), "one word is not a run");
+        guard.feed(" Ferry");
+        // " crossing" and " Cross" start the copied word; "crossing" would go on with "Ferry".
+        assert_eq!(lowered(&guard), vec![" crossing", " Cross"]);
+        guard.feed(" bakery");
+        assert!(lowered(&guard).is_empty());
+        guard.feed("\", \"guilt against");
+        assert_eq!(lowered(&guard), vec![" Silence"]);
+        let free = WordCopyGuard::default();
+        assert!(lowered(&free).is_empty());
     }
 
     #[test]

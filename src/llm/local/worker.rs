@@ -440,6 +440,7 @@ fn generate(
     let mut sampler = Sampler::new(&request.sampler);
     sampler.avoid_copying(request.sampler.avoid.iter().map(|text| vocab.tokenize(text.as_bytes(), false, false).iter().map(|t| t.0).collect()));
     let mut chooser = TokenChooser::new(model, sampler, grammar_sampler);
+    chooser.avoid_copying_words(&request.sampler.avoid);
     // The end of the budget is kept for closing a structured reply (see `decode`): a
     // reply cut off mid-object is worth nothing. The reserve is what the schema's
     // smallest instance costs with a margin, and at least a quarter of the budget.
