@@ -108,11 +108,12 @@ fn phrases(schema: &mut Value) {
 }
 
 /// The grammar of a phrase of `min..=max` characters: it starts with neither a space nor
-/// a mark (`,.:;`) and holds no line break and none of `{}[]`. Left free, a small model inside a
-/// string writes the JSON it thinks comes next (`"}, {"`, `"] ,"`, `"[...]"`) and the
-/// draw is refused as a placeholder; the grammar takes the pattern, validation all three.
+/// a mark (`,.:;`) and holds no line break and none of `{}[]<>`. Left free, a small model inside a
+/// string writes the JSON it thinks comes next (`"}, {"`, `"] ,"`, `"[...]"`) or web markup
+/// it has seen (`"<a href="`), and the draw is refused; the grammar takes the pattern,
+/// validation all three.
 fn phrase_pattern(min: u64, max: u64) -> String {
-    let inner = "\"\\\\{}\\[\\]\\n\\r";
+    let inner = "\"\\\\{}\\[\\]<>\\n\\r";
     format!("^[^ ,.:;{inner}][^{inner}]{{{},{}}}$", min.saturating_sub(1), max.saturating_sub(1))
 }
 

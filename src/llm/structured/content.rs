@@ -169,6 +169,22 @@ fn template_slot(text: &str) -> bool {
     wrapped && t.split_whitespace().count() <= 4
 }
 
+/// An HTML tag or attribute (`<a href=`, `</div>`, `<br>`): a small model recalling web
+/// pages, never what a character sheet says. `a < b` and `<3` are not tags.
+fn markup(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    if ["href=", "src=", "&nbsp;", "&quot;"].iter().any(|a| lower.contains(a)) {
+        return true;
+    }
+    lower.match_indices('<').any(|(i, _)| {
+        let rest = &lower[i + 1..];
+        let rest = rest.strip_prefix('/').unwrap_or(rest);
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        let after = rest[name.len()..].chars().next();
+        !name.is_empty() && name.starts_with(|c: char| c.is_ascii_alphabetic()) && name.len() <= 10 && matches!(after, None | Some(' ' | '>' | '/'))
+    })
+}
+
 /// Every problem of `value` under `rules`, located by JSON Pointer.
 pub fn check(schema: &Value, value: &Value, rules: &ContentRules) -> Vec<SchemaError> {
     let mut problems = Vec::new();
@@ -230,8 +246,26 @@ fn walk(value: &Value, path: &str, words: &SchemaWords, problems: &mut Vec<Schem
             }
         }
         Value::Object(map) => {
+            // Two fields of one object saying the same sentence (a confident and a
+            // stressed line both "I love you.", a surface and a deep goal alike): the
+            // second says nothing of its own.
+            let mut said: Vec<(&str, String)> = Vec::new();
             for (key, item) in map {
                 let escaped = key.replace('~', "~0").replace('/', "~1");
+                if let Value::String(text) = item
+                    && text.split_whitespace().count() >= 2
+                {
+                    let norm = normalise(text);
+                    if let Some((first, _)) = said.iter().find(|(_, n)| *n == norm) {
+                        problems.push(problem(
+                            &format!("{path}/{escaped}"),
+                            "repeated",
+                            format!("says the same as {first:?}; each field must say something of its own"),
+                        ));
+                    } else {
+                        said.push((key.as_str(), norm));
+                    }
+                }
                 walk(item, &format!("{path}/{escaped}"), words, problems);
             }
         }
@@ -269,6 +303,9 @@ fn junk_string(text: &str, words: &SchemaWords) -> Option<String> {
     }
     if !text.chars().any(char::is_alphabetic) {
         return Some(format!("{text:?} has no words in it"));
+    }
+    if markup(text) {
+        return Some(format!("{text:?} has web markup in it, not content"));
     }
     if words.borrowed.contains(&plain(text)) {
         return Some(format!("{text:?} is copied from the worked example, not written for this subject"));
@@ -323,8 +360,9 @@ mod tests {
                 "fears": ["drowning", "drowning", "1000010", "The sound of a bell, under water.", "wry"],
                 "emotional_baseline": "one sentence summary",
                 "triggers": ["the tide", "The tide."],
-                "secrets": ["fears [", "I didn't want to.\"}, ", "her sister died.”}}}"],
-                "tone": "warm"
+                "secrets": ["fears [", "I didn't want to.\"}, ", "her sister died.”}}}", "<a href=", "she hid it </div>"],
+                "tone": "warm",
+                "sample_dialogue": {"confident": "I love you.", "stressed": "I love you.", "sarcastic": "Oh, lovely."}
             }
         });
         let rules = ContentRules {
@@ -341,9 +379,12 @@ mod tests {
             at /structured/emotional_baseline: "one sentence summary" is a placeholder or the schema's own description, not content [content/junk]
             at /structured/fears/2: "1000010" has no words in it [content/junk]
             at /structured/fears/3: "The sound of a bell, under water." is copied from the worked example, not written for this subject [content/junk]
+            at /structured/sample_dialogue/stressed: says the same as "confident"; each field must say something of its own [content/repeated]
             at /structured/secrets/0: "fears [" is the name of the field "fears", not content [content/junk]
             at /structured/secrets/1: "I didn't want to.\"}, " has pieces of JSON in it, not content [content/junk]
             at /structured/secrets/2: "her sister died.”}}}" has pieces of JSON in it, not content [content/junk]
+            at /structured/secrets/3: "<a href=" has web markup in it, not content [content/junk]
+            at /structured/secrets/4: "she hid it </div>" has web markup in it, not content [content/junk]
             at /structured/triggers: has 2 items that are all the same; each item must say something different [content/repeated]"#]]
         .assert_eq(&problems(junk, &rules).join("\n"));
     }
@@ -352,7 +393,7 @@ mod tests {
     fn real_content_passes_and_the_schema_description_echoed_does_not() {
         let good = json!({
             "narrative": "Ilse Marrow keeps the northern light and trades in secrets to keep it lit.",
-            "structured": {"core_traits": ["stubborn", "dry-humoured", "watchful", "loyal"], "fears": ["the dark", "debt"], "emotional_baseline": "guarded calm", "tone": "cold"}
+            "structured": {"core_traits": ["stubborn", "dry-humoured", "watchful", "loyal"], "fears": ["the dark", "debt", "a harbour of <3 ships"], "emotional_baseline": "guarded calm", "tone": "cold"}
         });
         let rules = ContentRules {
             min_chars: vec![("/narrative".into(), 40)],
