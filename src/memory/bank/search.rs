@@ -19,6 +19,10 @@ fn wanted_rows(rowids: impl Iterator<Item = i64>) -> Option<String> {
     (!values.is_empty()).then(|| format!("WITH wanted(r) AS (VALUES {})", values.join(",")))
 }
 
+/// How far past the keyword budget a term's matches are counted (see
+/// [`MemoryBank::keyword_terms`]).
+const COUNT_CAP: usize = 4;
+
 /// How many of the best fused candidates a hybrid search weighs (`weigh_turns`): on the
 /// evaluation sets, 80 gives the same recall as weighing all of them (up to 200), and 50
 /// loses 0.006.
@@ -97,6 +101,9 @@ impl MemoryBank {
     /// The terms of `query` a keyword search uses: with more than one, each is counted
     /// (an FTS count reads its doclist without ranking it, ~0.05 ms per thousand rows)
     /// and they are chosen by [`keyword::choose_terms`] within `keyword_max_rows`.
+    /// A count stops at `COUNT_CAP` × the budget: past it a term is kept only as the
+    /// rarest of its query, and reading a common word's whole doclist in a million
+    /// memories (100k rows, ~5 ms) to learn that would cost more than the search.
     pub fn keyword_terms(&self, query: &str) -> Result<Vec<String>, MemoryError> {
         let terms = keyword::query_terms(query);
         let budget = self.config().retrieval.keyword_max_rows;
@@ -104,10 +111,11 @@ impl MemoryBank {
             return Ok(terms);
         }
         let counted = self.with_reader(|c| {
-            let mut stmt = c.prepare_cached("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH ?1")?;
+            let mut stmt = c.prepare_cached("SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT ?2)")?;
+            let cap = (budget * COUNT_CAP) as i64;
             terms
                 .iter()
-                .map(|t| Ok((t.clone(), stmt.query_row([format!("\"{t}\"")], |r| r.get::<_, i64>(0))? as usize)))
+                .map(|t| Ok((t.clone(), stmt.query_row(rusqlite::params![format!("\"{t}\""), cap], |r| r.get::<_, i64>(0))? as usize)))
                 .collect::<Result<Vec<_>, MemoryError>>()
         })?;
         let (kept, left_out) = keyword::choose_terms(&counted, budget);
