@@ -96,6 +96,50 @@ fn strings(value: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The proper names of the worked examples that the seed does not use: the example
+/// character's name and the capitalised words its pages use mid-sentence ("Hollin", its
+/// drowned village). A small model borrows them; a profile that names them is about the
+/// example, not the seed.
+fn example_names(examples: &Examples, seed: &super::schema::CharacterSeed) -> Vec<String> {
+    let seed_text = serde_json::to_string(seed).unwrap_or_default().to_lowercase();
+    let mut texts = vec![examples.character.name.clone()];
+    for agent in examples.agents.values() {
+        texts.push(agent.narrative.clone());
+        strings(&agent.brief, &mut texts);
+    }
+    let mut names: Vec<String> = examples.character.name.split_whitespace().map(str::to_string).collect();
+    for text in &texts {
+        for sentence in text.split(['.', '!', '?', ';', ':', '"']) {
+            for word in sentence.split_whitespace().skip(1) {
+                let word = word.trim_matches(|c: char| !c.is_alphanumeric());
+                let word = word.strip_suffix("'s").unwrap_or(word);
+                if word.chars().next().is_some_and(char::is_uppercase) && word.chars().count() >= 4 && !names.iter().any(|n| n == word) {
+                    names.push(word.to_string());
+                }
+            }
+        }
+    }
+    names.retain(|n| n.chars().count() >= 3 && !seed_text.contains(&n.to_lowercase()));
+    names
+}
+
+/// A content check refusing any string of a reply that names one of `names`.
+fn no_example_names(names: Vec<String>) -> crate::llm::structured::ContentCheck {
+    Arc::new(move |value: &Value| {
+        let mut texts = Vec::new();
+        strings(value, &mut texts);
+        let found = names.iter().find(|n| texts.iter().any(|t| crate::llm::structured::content::mentions(t, n)));
+        match found {
+            Some(name) => vec![crate::llm::structured::SchemaError {
+                path: String::new(),
+                message: format!("names {name:?}, who or which belongs to the worked example; write about this character's own world"),
+                schema_path: "content/borrowed".into(),
+            }],
+            None => Vec::new(),
+        }
+    })
+}
+
 /// Every free string of a brief holds a phrase: not empty (a small model's favourite
 /// way out of a field it has nothing for) and not a ramble.
 const BRIEF_STRING_CHARS: (u64, u64) = (3, 200);
@@ -311,6 +355,7 @@ where
     };
     let mut borrowed = Vec::new();
     strings(&example.brief, &mut borrowed);
+    let foreign = example_names(&examples, &run.seed);
     // The worked example is there to show the form, not the words: the model is steered
     // off continuing any run of it, and (in the brief, where a small model loops) off
     // repeating itself.
@@ -360,6 +405,7 @@ where
                 None => Vec::new(),
             }
         }));
+        rules.checks.push(no_example_names(foreign.clone()));
         let options = page_options(rules);
         let max_tokens = (MAX_NARRATIVE_CHARS / 3) as u32;
         match complete_with_schema(
@@ -385,6 +431,7 @@ where
     .map_err(|e| IdentityError::Invalid(e.to_string()))?;
     let mut rules = content_rules(run, agent, None, "");
     rules.borrowed = borrowed;
+    rules.checks.push(no_example_names(foreign));
     let options = page_options(rules);
     let shown = (agent != Agent::FinalConsolidation).then_some(narrative.as_str());
     let out = complete_with_schema(client, &schema, request(page(shown)?, 700, Some(BRIEF_REPETITION_PENALTY)), &options, call)
@@ -424,6 +471,28 @@ mod tests {
                 "storyline": "A stranger washes ashore.", "other_characters": [{"name": "Tomas Venn", "role": "smuggler"}]}"#,
         )
         .unwrap()
+    }
+
+    /// The worked example's own names are refused in a profile of another seed: its
+    /// character and its drowned village, not common words that open a sentence.
+    #[test]
+    fn the_worked_examples_names_are_refused_unless_the_seed_uses_them() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let examples = examples(&templates).unwrap();
+        let names = example_names(&examples, &seed());
+        for name in ["Corin", "Ashdown", "Hollin"] {
+            assert!(names.iter().any(|n| n == name), "{name} missing from {names:?}");
+        }
+        for word in ["When", "Nobody", "The", "His"] {
+            assert!(!names.iter().any(|n| n == word), "{word} is not a name: {names:?}");
+        }
+        let check = no_example_names(names);
+        assert!(check(&json!("Ilse Marrow keeps the light above Hollin.")).len() == 1);
+        assert!(check(&json!({"timeline": [{"event": "meets Corin at the ferry"}]})).len() == 1);
+        assert!(check(&json!("Ilse Marrow keeps the light and trades in secrets.")).is_empty());
+        let mut hollin_seed = seed();
+        hollin_seed.concept = "A keeper whose sister drowned at Hollin.".into();
+        assert!(!example_names(&examples, &hollin_seed).iter().any(|n| n == "Hollin"));
     }
 
     /// The page a base model continues: the worked example in exactly the form wanted,
