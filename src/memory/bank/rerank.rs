@@ -4,11 +4,11 @@
 use super::{MemoryBank, MemoryError};
 use crate::config::RetrievalConfig;
 use crate::memory::retrieval::{Fused, SearchFilter, sort_fused};
+use rusqlite::OptionalExtension;
+use std::collections::{HashMap, HashSet};
 
 /// How many of the best hits say which sessions are about the query.
 const SESSION_SUPPORT_DEPTH: usize = 20;
-use rusqlite::OptionalExtension;
-use std::collections::{HashMap, HashSet};
 
 impl MemoryBank {
     /// The query text to embed: with `strip_names`, speaker names (and "the user") are
@@ -74,7 +74,9 @@ impl MemoryBank {
                 if config.length_prior > 0.0 {
                     f.score *= (n.max(1) as f32).powf(config.length_prior);
                 }
-                if config.speaker_boost > 0.0 && speaker.is_some_and(|s| asked.contains(&s.to_lowercase())) {
+                // "Rhee" in the query names the speaker "Hana Rhee"; "the user" names "user".
+                let named = |s: &str| crate::memory::keyword::words(s).any(|w| w.chars().count() >= 3 && asked.contains(&w));
+                if config.speaker_boost > 0.0 && speaker.as_deref().is_some_and(named) {
                     f.score *= 1.0 + config.speaker_boost;
                 }
                 sessions.push(session);
