@@ -272,11 +272,13 @@ impl ProvidersPanel {
                         .labelled_by(label.id);
                     let var = if env.trim().is_empty() { default_env.to_string() } else { env.trim().to_string() };
                     let set = crate::llm::Secret::from_env(&var).is_some();
-                    let local = self.draft.base_url.as_deref().is_some_and(is_loopback_url);
+                    // The client sends no key to an OpenAI-compatible server on this machine or
+                    // the local network (llama.cpp's server, Ollama, LM Studio, vLLM).
+                    let local = self.draft.kind == ProviderKind::Openai
+                        && self.draft.base_url.as_deref().is_some_and(crate::llm::client::is_local_address);
                     ui.label(match (set, local) {
                         (true, _) => format!("{var} is set"),
-                        // llama.cpp's server, Ollama, LM Studio, vLLM on this machine: no key needed.
-                        (false, true) => format!("{var} is not set (a server on this machine needs none)"),
+                        (false, true) => format!("{var} is not set (a local server needs none)"),
                         (false, false) => format!("{var} is not set"),
                     });
                 });
@@ -486,30 +488,5 @@ impl super::Panel for ProvidersPanel {
     fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
         let _ = kind;
         ProvidersPanel::show(self, ui, outbox);
-    }
-}
-
-/// Whether `url` points at this machine (`localhost`, `127.x.x.x`, `[::1]`): a server
-/// there usually takes no API key.
-fn is_loopback_url(url: &str) -> bool {
-    let rest = url.trim().split_once("://").map_or(url.trim(), |(_, r)| r);
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    let host = if let Some(v6) = host.strip_prefix('[') { v6.split(']').next().unwrap_or("") } else { host.split(':').next().unwrap_or("") };
-    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-#[cfg(test)]
-mod loopback_tests {
-    use super::is_loopback_url;
-
-    #[test]
-    fn servers_on_this_machine_are_recognised() {
-        for url in ["http://localhost:8080/v1", "http://127.0.0.1:11434", "http://[::1]:1234/v1", "LOCALHOST:5000", "http://user@127.0.0.2/x"] {
-            assert!(is_loopback_url(url), "{url}");
-        }
-        for url in ["https://api.openai.com/v1", "http://192.168.1.4:8080", "http://localhost.example.com", "", "http://[fe80::1]/"] {
-            assert!(!is_loopback_url(url), "{url}");
-        }
     }
 }
