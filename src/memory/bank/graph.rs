@@ -389,17 +389,8 @@ impl MemoryBank {
             return Ok(rows.iter().map(|(_, t)| InContext { text: t.clone(), earlier: Vec::new() }).collect());
         }
         let texts = self.store.with(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
-                 WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
-            )?;
             rows.iter()
-                .map(|(rowid, text)| {
-                    let mut earlier: Vec<String> =
-                        stmt.query_map(rusqlite::params![rowid, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
-                    earlier.reverse();
-                    Ok(InContext { text: text.clone(), earlier })
-                })
+                .map(|(rowid, text)| Ok(InContext { text: text.clone(), earlier: super::write::earlier_turns(c, *rowid, window)? }))
                 .collect()
         })?;
         Ok(texts)

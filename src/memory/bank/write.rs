@@ -277,6 +277,18 @@ impl MemoryBank {
     }
 }
 
+/// The texts of the up to `window` turns before turn `rowid` in its session, oldest
+/// first (none when `rowid` is not a turn of a session).
+pub(super) fn earlier_turns(c: &Connection, rowid: i64, window: i64) -> Result<Vec<String>, rusqlite::Error> {
+    let mut stmt = c.prepare_cached(
+        "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
+         WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
+    )?;
+    let mut earlier: Vec<String> = stmt.query_map(rusqlite::params![rowid, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    earlier.reverse();
+    Ok(earlier)
+}
+
 /// A text to embed, with the earlier turns of its session (oldest first) that give it
 /// context.
 #[derive(Debug, Clone)]
@@ -341,13 +353,12 @@ impl MemoryBank {
             Vec::new()
         } else {
             self.store.with(|c| {
-                let mut stmt = c.prepare_cached(
-                    "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
-                     WHERE m.id = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
-                )?;
-                let mut rows: Vec<String> = stmt.query_map(rusqlite::params![id, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
-                rows.reverse();
-                Ok(rows)
+                use rusqlite::OptionalExtension;
+                let rowid: Option<i64> = c.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+                Ok(match rowid {
+                    Some(rowid) => earlier_turns(c, rowid, window)?,
+                    None => Vec::new(),
+                })
             })?
         };
         let (vector, keyword_only) = match self.embed_in_context(&[InContext { text: text.to_string(), earlier }]) {
