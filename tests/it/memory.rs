@@ -208,6 +208,45 @@ fn hits_carry_their_score_breakdown_and_filters_apply() {
     assert!(other_scope.is_empty());
 }
 
+/// A large library builds the keyword and vector lists on two threads: the hits, with
+/// their scores and a filter applied, are exactly those of building them one after the
+/// other (both libraries here hold the same memories; only the threshold differs).
+#[test]
+fn the_two_lists_built_on_two_threads_give_the_hits_of_building_them_in_turn() {
+    let texts = [
+        ("a", "user", "My sister Lena is afraid of horses since the fall."),
+        ("b", "Mira", "Lena could ride the grey mare if she wants to get over her fear."),
+        ("c", "user", "The bakery on Elm Street sells rye bread on Saturdays."),
+        ("d", "Mira", "The harbour master keeps a ledger of every boat that leaves."),
+        ("e", "user", "We took the ferry to Kettle Point and the sea was rough."),
+    ];
+    let search = |from: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let mut config = MemoryConfig { embedding: embedding_config(), ..Default::default() };
+        config.retrieval.parallel_lists_from = from;
+        let bank = MemoryBank::open(store, config).unwrap();
+        bank.set_embedder(embedder());
+        bank.add(texts.iter().map(|(id, who, text)| turn(id, who, text, &[])).collect()).unwrap();
+        let plain = bank.search(&SearchRequest::new("Is Lena scared of the horses at the harbour?", 5)).unwrap();
+        let filtered = bank
+            .search(&SearchRequest {
+                filter: SearchFilter { speaker: Some("Mira".into()), ..Default::default() },
+                ..SearchRequest::new("Lena horses boat ledger", 5)
+            })
+            .unwrap();
+        let view = |hits: Vec<lorekeeper::memory::RetrievalHit>| -> Vec<(String, Option<f32>, Option<f32>)> {
+            hits.into_iter().map(|h| (h.id, h.keyword_score, h.vector_score)).collect()
+        };
+        (view(plain), view(filtered))
+    };
+    let (together, apart) = (search(0), search(usize::MAX));
+    assert_eq!(together, apart);
+    assert_eq!(together.0.len(), 5, "{together:?}");
+    assert!(together.0.iter().any(|h| h.1.is_some()) && together.0.iter().any(|h| h.1.is_none()), "both lists: {together:?}");
+    assert!(together.1.iter().all(|h| h.0 == "b" || h.0 == "d"), "the filter holds: {together:?}");
+}
+
 #[test]
 fn new_memories_are_searchable_at_once_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();

@@ -28,6 +28,11 @@ const COUNT_CAP: usize = 4;
 /// loses 0.006.
 const WEIGH_DEPTH: usize = 80;
 
+/// From this many vectors in the graph, a hybrid search builds its keyword and vector
+/// lists on two threads. Below it both lists take well under a millisecond together and
+/// starting a thread (~30 µs) would be a visible share of the search.
+const PARALLEL_LISTS_FROM: usize = 50_000;
+
 /// A filter that keeps at most this many memories is searched by reading their vectors
 /// from the library (a few hundred µs) instead of testing every row of the index.
 const SMALL_SUBSET: usize = 2048;
@@ -235,13 +240,24 @@ impl MemoryBank {
         };
         let config = self.config().retrieval;
         let n = config.candidates.max(request.k);
-        let keyword = match request.mode {
-            SearchMode::Vector => Vec::new(),
-            _ => self.keyword_candidates(&request.query, &request.filter, n)?,
+        let vector_query = match (request.mode, query_vector) {
+            (SearchMode::Keyword, _) => None,
+            (_, q) => q,
         };
-        let vector = match (request.mode, query_vector) {
-            (SearchMode::Keyword, _) | (_, None) => Vec::new(),
-            (_, Some(q)) => self.vector_candidates(q, &request.filter, n)?,
+        let (keyword, vector) = match (request.mode, vector_query) {
+            (SearchMode::Vector, q) => (Vec::new(), q.map(|q| self.vector_candidates(q, &request.filter, n)).transpose()?.unwrap_or_default()),
+            (_, None) => (self.keyword_candidates(&request.query, &request.filter, n)?, Vec::new()),
+            (_, Some(q)) if self.index.live() >= config.parallel_lists_from => {
+                // The two lists share nothing but the library's reader, which each takes
+                // per statement (`retrieval.parallel_lists_from` says why and when).
+                std::thread::scope(|scope| {
+                    let keyword = scope.spawn(|| self.keyword_candidates(&request.query, &request.filter, n));
+                    let vector = self.vector_candidates(q, &request.filter, n);
+                    let keyword = keyword.join().map_err(|_| MemoryError::Invalid("the keyword search stopped".into()))?;
+                    Ok::<_, MemoryError>((keyword?, vector?))
+                })?
+            }
+            (_, Some(q)) => (self.keyword_candidates(&request.query, &request.filter, n)?, self.vector_candidates(q, &request.filter, n)?),
         };
         let mut fused = fuse(&keyword, &vector, &config);
         if request.mode == SearchMode::Hybrid
