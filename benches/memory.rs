@@ -458,12 +458,35 @@ fn scale_benches(_c: &mut Criterion) {
         let runs: Vec<(String, Vec<f32>)> =
             (0..5).flat_map(|_| questions.iter().cloned()).map(|q| (q, source.next(&mut rng))).collect();
         let mut times = Vec::new();
+        // The same query with the two lists built one after the other, in alternating
+        // order, so the comparison sees the same machine and the same background save.
+        let mut in_turn = Vec::new();
+        let (parallel, sequential) = {
+            let mut c = bank.config();
+            c.retrieval.parallel_lists_from = 0;
+            let mut s = c.clone();
+            s.retrieval.parallel_lists_from = usize::MAX;
+            (c, s)
+        };
         let mut parts = [Vec::new(), Vec::new()];
         let mut agree = 0;
         for (k, (q, v)) in runs.iter().enumerate() {
-            let (hits, took) = time(|| bank.search_with_vector(&SearchRequest::new(q.clone(), 10), Some(v)).expect("search"));
+            let request = SearchRequest::new(q.clone(), 10);
+            let measure = |config: &MemoryConfig| {
+                bank.set_config(config.clone());
+                time(|| bank.search_with_vector(&request, Some(v)).expect("search"))
+            };
+            let ((hits, took), (alone, took_in_turn)) = if k % 2 == 0 {
+                let a = measure(&parallel);
+                (a, measure(&sequential))
+            } else {
+                let b = measure(&sequential);
+                (measure(&parallel), b)
+            };
             assert!(!hits.is_empty());
+            assert_eq!(hits.iter().map(|h| &h.id).collect::<Vec<_>>(), alone.iter().map(|h| &h.id).collect::<Vec<_>>());
             times.push(took);
+            in_turn.push(took_in_turn);
             parts[0].push(time(|| bank.keyword_candidates(q, &Default::default(), 100).expect("fts")).1);
             let (found, took) = time(|| bank.vector_candidates(v, &Default::default(), 10).expect("ann"));
             parts[1].push(took);
@@ -472,14 +495,19 @@ fn scale_benches(_c: &mut Criterion) {
                 agree += found.iter().filter(|h| truth.contains(&h.0)).count();
             }
         }
+        bank.set_config(parallel);
         let (p50, p99) = percentiles(times);
+        let (t50, t99) = percentiles(in_turn);
         let (kw50, kw99) = percentiles(parts[0].clone());
         let (v50, v99) = percentiles(parts[1].clone());
         println!(
             "memory-bench: scale at {n}: after the changes hybrid search p50 {p50:.2} ms, p99 {p99:.2} ms over {} queries \
-             (keyword list p50 {kw50:.2} / p99 {kw99:.2} ms, vector list p50 {v50:.3} / p99 {v99:.3} ms, vector recall@10 {:.3})",
+             (keyword list p50 {kw50:.2} / p99 {kw99:.2} ms, vector list p50 {v50:.3} / p99 {v99:.3} ms, vector recall@10 {:.3}); \
+             the same searches with the two lists in turn p50 {t50:.2} ms, p99 {t99:.2} ms ({:.2}× / {:.2}×)",
             runs.len(),
-            agree as f64 / 1000.0
+            agree as f64 / 1000.0,
+            t50 / p50,
+            t99 / p99
         );
         let (saved, saving) = time(|| bank.save_graph().expect("save"));
         println!("memory-bench: scale at {n}: graph of {} vectors saved in {:.2} s", saved.unwrap_or(0), saving.as_secs_f64());

@@ -28,11 +28,6 @@ const COUNT_CAP: usize = 4;
 /// loses 0.006.
 const WEIGH_DEPTH: usize = 80;
 
-/// From this many vectors in the graph, a hybrid search builds its keyword and vector
-/// lists on two threads. Below it both lists take well under a millisecond together and
-/// starting a thread (~30 µs) would be a visible share of the search.
-const PARALLEL_LISTS_FROM: usize = 50_000;
-
 /// A filter that keeps at most this many memories is searched by reading their vectors
 /// from the library (a few hundred µs) instead of testing every row of the index.
 const SMALL_SUBSET: usize = 2048;
