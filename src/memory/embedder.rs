@@ -20,8 +20,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 impl EmbeddingConfig {
+    /// A relative `model_dir` names a folder of the models directory, so a config can say
+    /// `model_dir = "all-mpnet-base-v2"` wherever the workbench was installed.
     pub fn model_dir(&self) -> PathBuf {
-        self.model_dir.clone().unwrap_or_else(|| crate::paths::models_dir().join("all-MiniLM-L6-v2"))
+        match &self.model_dir {
+            Some(dir) if dir.is_absolute() => dir.clone(),
+            Some(dir) => crate::paths::models_dir().join(dir),
+            None => crate::paths::models_dir().join("all-MiniLM-L6-v2"),
+        }
     }
 
     pub fn runtime_library(&self) -> PathBuf {

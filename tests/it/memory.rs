@@ -45,13 +45,14 @@ fn turn(id: &str, speaker: &str, text: &str, witnesses: &[&str]) -> NewMemory {
     }
 }
 
-#[test]
-fn embeddings_match_sentence_transformers_to_1e_4() {
-    let fixture: serde_json::Value =
-        serde_json::from_str(include_str!("../data/memory/reference_embeddings.json")).unwrap();
+/// The embedder's vectors against a fixture of sentence-transformers' (or transformers'
+/// mean-pooled) vectors for the same texts: every value within 1e-4, and a text embedded
+/// alone gives the numbers it gets in a batch.
+fn assert_matches_reference(embedder: &Embedder, fixture: &str) {
+    let fixture: serde_json::Value = serde_json::from_str(fixture).unwrap();
     let items = fixture["items"].as_array().unwrap();
     let texts: Vec<String> = items.iter().map(|i| i["text"].as_str().unwrap().to_string()).collect();
-    let vectors = embedder().embed(texts.clone()).unwrap();
+    let vectors = embedder.embed(texts.clone()).unwrap();
     assert_eq!(vectors.len(), items.len());
     for ((item, got), text) in items.iter().zip(&vectors).zip(&texts) {
         let want: Vec<f32> = item["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
@@ -59,10 +60,32 @@ fn embeddings_match_sentence_transformers_to_1e_4() {
         let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-4, "{text:?}: max abs difference {worst}");
     }
-    // Batching must not change a vector: one at a time gives the same numbers.
-    let alone = embedder().embed(vec![texts[3].clone()]).unwrap();
+    let alone = embedder.embed(vec![texts[3].clone()]).unwrap();
     let worst = alone[0].iter().zip(&vectors[3]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst < 1e-5, "batch vs single differ by {worst}");
+}
+
+#[test]
+fn embeddings_match_sentence_transformers_to_1e_4() {
+    assert_matches_reference(&embedder(), include_str!("../data/memory/reference_embeddings.json"));
+}
+
+/// The larger model a library can choose, as a config names it: a folder of the models
+/// directory (the ONNX graph `.ci/mpnet_to_onnx.py` writes from the PyPI safetensors).
+fn mpnet_config() -> EmbeddingConfig {
+    EmbeddingConfig {
+        model_dir: Some("all-mpnet-base-v2".into()),
+        dimension: 768,
+        max_length: 384,
+        runtime_library: Some(models_dir().join("onnxruntime/libonnxruntime.so")),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_larger_model_matches_transformers_to_1e_4() {
+    let embedder = Embedder::start(&mpnet_config()).expect("all-mpnet-base-v2 is installed by `bash .ci/setup.sh`");
+    assert_matches_reference(&embedder, include_str!("../data/memory/reference_embeddings_mpnet.json"));
 }
 
 /// The import path (two one-thread sessions taking batches side by side) gives the
@@ -850,4 +873,35 @@ fn held_out_recall_on_long_conversations_stays_above_its_floor() {
     // text, neighbour weight 0.3, no turn priors) gave 0.643 and 0.696.
     assert!(at10[&("ranger", "Hybrid".to_string())] >= 0.71, "{at10:?}");
     assert!(at10[&("companion", "Hybrid".to_string())] >= 0.78, "{at10:?}");
+}
+
+/// A library switched to the larger model (config only) re-embeds every memory with
+/// `reindex`, searches with 768-dimensional vectors from then on, and recalls more of the
+/// held-out questions of a long conversation than it did with the default model
+/// (BENCHMARKS.md, session 10: 0.737 → 0.792 over the five evaluation sets).
+#[test]
+fn a_library_switched_to_the_larger_model_reindexes_and_recalls_more() {
+    use lorekeeper::memory::eval::{evaluate, read_questions};
+    let set = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/memory/sets/station");
+    let held_out: Vec<_> =
+        read_questions(&set.join("questions.jsonl")).unwrap().into_iter().filter(|q| q.split.as_deref() == Some("test")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lib.sqlite");
+    let small = {
+        let bank = MemoryBank::open(Store::open(&path).unwrap(), MemoryConfig { embedding: embedding_config(), ..Default::default() }).unwrap();
+        bank.set_embedder(embedder());
+        lorekeeper::memory::import_file(&bank, &set.join("conversation.jsonl"), |_, _| {}).unwrap();
+        evaluate(&bank, &held_out, 10, SearchMode::Hybrid).unwrap().recall_at_10
+    };
+    let bank = MemoryBank::open(Store::open(&path).unwrap(), MemoryConfig { embedding: mpnet_config(), ..Default::default() }).unwrap();
+    let before = bank.stats().unwrap();
+    assert_eq!(before.with_vectors, 0, "the default model's vectors are not the larger model's: {before:?}");
+    let embedded = bank.reindex(false, |_, _| {}).unwrap();
+    assert_eq!(embedded, before.memories);
+    assert_eq!(bank.stats().unwrap().with_vectors, before.memories);
+    let hits = bank.search(&SearchRequest { mode: SearchMode::Vector, ..SearchRequest::new("the reactor shut down", 3) }).unwrap();
+    assert_eq!(hits.len(), 3);
+    let large = evaluate(&bank, &held_out, 10, SearchMode::Hybrid).unwrap().recall_at_10;
+    eprintln!("station held-out recall@10: MiniLM {small:.3}, MPNet {large:.3}");
+    assert!(large >= small + 0.05, "MiniLM {small:.3}, MPNet {large:.3}");
 }
