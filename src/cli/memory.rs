@@ -31,6 +31,9 @@ pub enum MemoryAction {
     },
     /// Counts of memories, vectors and index state.
     Stats,
+    /// The embedding models set-up installs, the one in use marked; with a NAME, switch
+    /// the library to that model (saved in the config) and embed every memory with it.
+    Model { name: Option<String> },
     /// What the agents' prompts were given: each agent's last prompt, or with --agent
     /// that agent's prompts, newest first.
     Injections {
@@ -175,7 +178,9 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
         MemoryAction::Import { file } => import(engine, file, json, &mut out)?,
         MemoryAction::Search(args) => search(engine, args, json, &mut out)?,
         MemoryAction::Eval(args) => eval(engine, args, json, &mut out)?,
-        MemoryAction::Reindex { force } => reindex(engine, force, json, &mut out)?,
+        MemoryAction::Reindex { force } => reindex(engine, MemoryCommand::Reindex { force }, json, &mut out)?,
+        MemoryAction::Model { name: Some(name) } => reindex(engine, MemoryCommand::UseModel { name }, json, &mut out)?,
+        MemoryAction::Model { name: None } => models(engine, json, &mut out)?,
         MemoryAction::Lore { dir } => lore(engine, dir, json, &mut out)?,
         MemoryAction::Stats => stats(engine, json, &mut out)?,
         MemoryAction::Injections { agent, limit } => injections(engine, agent, limit, json, &mut out)?,
@@ -288,8 +293,13 @@ fn eval(engine: &EngineHandle, args: EvalArgs, json: bool, out: &mut impl Write)
     Ok(())
 }
 
-fn reindex(engine: &EngineHandle, force: bool, json: bool, out: &mut impl Write) -> Result<()> {
-    engine.send(Command::Memory(MemoryCommand::Reindex { force }))?;
+/// `command` is a reindex or a change of model, which ends in one.
+fn reindex(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut impl Write) -> Result<()> {
+    let chosen = match &command {
+        MemoryCommand::UseModel { name } => crate::memory::find_model(name).map(|m| m.name),
+        _ => None,
+    };
+    engine.send(Command::Memory(command))?;
     let embedded = wait(engine, |e| match e {
         MemoryEvent::ReindexProgress { done, total } => {
             progress("embedded", *done, *total);
@@ -307,9 +317,38 @@ fn reindex(engine: &EngineHandle, force: bool, json: bool, out: &mut impl Write)
         _ => None,
     })?;
     if json {
-        writeln!(out, "{}", serde_json::json!({ "embedded": embedded }))?;
+        writeln!(out, "{}", serde_json::json!({ "embedded": embedded, "model": chosen }))?;
     } else {
+        if let Some(model) = chosen {
+            writeln!(out, "the library now uses {model} (saved in the config)")?;
+        }
         writeln!(out, "embedded {embedded} memories; vector graph rebuilt")?;
+    }
+    Ok(())
+}
+
+fn models(engine: &EngineHandle, json: bool, out: &mut impl Write) -> Result<()> {
+    engine.send(Command::Memory(MemoryCommand::Stats))?;
+    let stats = wait(engine, |e| match e {
+        MemoryEvent::Stats { stats } => Some(stats.clone()),
+        _ => None,
+    })?;
+    // The stats name the model as `<folder>/<file>`.
+    let current = stats.model.split('/').next().unwrap_or_default().to_string();
+    if json {
+        let list: Vec<_> = crate::memory::MODELS
+            .iter()
+            .map(|m| serde_json::json!({ "name": m.name, "dimension": m.dimension, "about": m.about, "in_use": m.name == current }))
+            .collect();
+        writeln!(out, "{}", serde_json::json!({ "in_use": stats.model, "models": list }))?;
+    } else {
+        for m in crate::memory::MODELS.iter() {
+            let mark = if m.name == current { "*" } else { " " };
+            writeln!(out, "{mark} {:<20} {:>4} dimensions  {}", m.name, m.dimension, m.about)?;
+        }
+        if !crate::memory::MODELS.iter().any(|m| m.name == current) {
+            writeln!(out, "* {} (set in the config)", stats.model)?;
+        }
     }
     Ok(())
 }

@@ -36,6 +36,9 @@ pub enum MemoryCommand {
     Delete { id: String },
     /// Delete every memory of a session.
     ForgetSession { session: String },
+    /// Switch the library to another installed embedding model (`embedder::MODELS`),
+    /// save the choice in the config, and embed every memory with it.
+    UseModel { name: String },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -213,6 +216,7 @@ fn describe(command: &MemoryCommand) -> &'static str {
         MemoryCommand::Edit { .. } => "memory edit",
         MemoryCommand::Delete { .. } => "memory delete",
         MemoryCommand::ForgetSession { .. } => "memory forget",
+        MemoryCommand::UseModel { .. } => "memory model",
     }
 }
 
@@ -220,7 +224,39 @@ fn emit(ctx: &Context, event: MemoryEvent) {
     ctx.emit(event);
 }
 
+/// Embed the memories without a vector of the bank's model (all with `force`), then
+/// rebuild the graph, reporting progress.
+fn reindex(ctx: &Context, bank: &MemoryBank, force: bool) -> Result<(), MemoryError> {
+    let embedded = bank.reindex(force, |done, total| emit(ctx, MemoryEvent::ReindexProgress { done, total }))?;
+    // The bank's observer reports the rebuild (see `bank_for`).
+    bank.rebuild_ann_waiting()?;
+    emit(ctx, MemoryEvent::Reindexed { embedded });
+    emit(ctx, MemoryEvent::Stats { stats: bank.stats()? });
+    Ok(())
+}
+
+/// The model is loaded before the choice is saved: one that is not installed fails with
+/// set-up's hint, and the config keeps the model that works. Choosing the model in use
+/// embeds only what lacks a vector.
+fn use_model(ctx: &Context, name: &str) -> Result<(), MemoryError> {
+    let model = super::embedder::find_model(name).ok_or_else(|| {
+        let names: Vec<&str> = super::embedder::MODELS.iter().map(|m| m.name).collect();
+        MemoryError::Invalid(format!("no embedding model is called {name:?}; the models are {}", names.join(", ")))
+    })?;
+    let next = ctx.config().memory.embedding.with_model(model);
+    super::Embedder::shared(&next)?;
+    ctx.update_config(|c| c.memory.embedding = next.clone())
+        .map_err(|e| MemoryError::Invalid(format!("cannot save the model choice: {e}")))?;
+    tracing::info!(model = model.name, "embedding model chosen");
+    let bank = bank_for(ctx)?;
+    reindex(ctx, &bank, false)
+}
+
 fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
+    // Before the bank opens: its model may be the one that is missing.
+    if let MemoryCommand::UseModel { name } = &command {
+        return use_model(ctx, name);
+    }
     let bank = bank_for(ctx)?;
     match command {
         MemoryCommand::Import { path } => {
@@ -252,12 +288,8 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
             let report = eval::evaluate(&bank, &questions, k, mode)?;
             emit(ctx, MemoryEvent::Evaluated { report });
         }
-        MemoryCommand::Reindex { force } => {
-            let embedded = bank.reindex(force, |done, total| emit(ctx, MemoryEvent::ReindexProgress { done, total }))?;
-            // The bank's observer reports the rebuild (see `bank_for`).
-            bank.rebuild_ann_waiting()?;
-            emit(ctx, MemoryEvent::Reindexed { embedded });
-        }
+        MemoryCommand::Reindex { force } => reindex(ctx, &bank, force)?,
+        MemoryCommand::UseModel { .. } => {} // answered before the bank opened
         MemoryCommand::Stats => emit(ctx, MemoryEvent::Stats { stats: bank.stats()? }),
         MemoryCommand::Context { id, before, after } => {
             let memories = bank.context(&id, before, after)?;

@@ -41,6 +41,62 @@ impl EmbeddingConfig {
     }
 }
 
+/// An embedding model `.ci/setup.sh` installs, named by its folder in the models directory.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct EmbeddingModel {
+    pub name: &'static str,
+    pub dimension: usize,
+    /// Its sentence-transformers `max_seq_length`: the longest input it was trained on.
+    pub max_length: usize,
+    /// What choosing it means, for the model menu and `memory model`.
+    pub about: &'static str,
+}
+
+/// The models a library can choose between (measured in BENCHMARKS.md, session 10).
+pub const MODELS: [EmbeddingModel; 2] = [
+    EmbeddingModel {
+        name: "all-MiniLM-L6-v2",
+        dimension: 384,
+        max_length: 256,
+        about: "the default: fast imports (~380 turns/s on two cores), recall@10 0.74 on the evaluation conversations",
+    },
+    EmbeddingModel {
+        name: "all-mpnet-base-v2",
+        dimension: 768,
+        max_length: 384,
+        about: "better recall (0.79 on the evaluation conversations), imports ~6x slower, 436 MB",
+    },
+];
+
+/// The installable model called `name` (any case).
+pub fn find_model(name: &str) -> Option<&'static EmbeddingModel> {
+    MODELS.iter().find(|m| m.name.eq_ignore_ascii_case(name.trim()))
+}
+
+impl EmbeddingConfig {
+    /// This config with `model`'s folder, size and pooling; where the runtime is and how
+    /// many threads, sessions and texts per batch it uses stay as they are.
+    pub fn with_model(&self, model: &EmbeddingModel) -> EmbeddingConfig {
+        let defaults = EmbeddingConfig::default();
+        EmbeddingConfig {
+            model_dir: Some(model.name.into()),
+            model_file: defaults.model_file,
+            tokenizer_file: defaults.tokenizer_file,
+            pooling: Pooling::Mean,
+            dimension: model.dimension,
+            max_length: model.max_length,
+            query_prefix: String::new(),
+            document_prefix: String::new(),
+            ..self.clone()
+        }
+    }
+
+    /// The name of the model folder in use (`all-MiniLM-L6-v2`).
+    pub fn model_name(&self) -> String {
+        self.model_dir().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EmbedError {
     #[error("{what} not found at {path}; install the model files with `bash .ci/setup.sh` (or set memory.embedding paths in the config)")]

@@ -30,6 +30,8 @@ use utoipa::OpenApi;
         super::play::export_card,
         super::play::export_lorebook,
         super::play::memory_search,
+        super::play::memory_models,
+        super::play::memory_use_model,
         super::play::import,
     ),
     components(schemas(super::ErrorBody))

@@ -44,6 +44,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/library/lorebook/{lorebook}", get(export_lorebook))
         .route("/ws/chat/{character}", get(chat_socket))
         .route("/api/memory/search", get(memory_search))
+        .route("/api/memory/model", get(memory_models).post(memory_use_model))
         .route("/api/library/import", post(import))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_IMPORT_BYTES))
 }
@@ -456,6 +457,47 @@ pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(quer
             Some(Ok(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))
         }
         Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("search") => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await
+    .unwrap_or_else(|| Err("no answer in time".into()))
+    .map(axum::Json)
+    .map_err(ApiError::bad_request)
+}
+
+/// The embedding models a library can use, and the one in use (as `<folder>/<file>`).
+#[utoipa::path(get, path = "/api/memory/model", responses((status = 200, description = "the models and the one in use")))]
+pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<axum::Json<Value>, ApiError> {
+    let mut events = state.events.subscribe();
+    state.send(Command::Memory(MemoryCommand::Stats))?;
+    let in_use = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Memory(MemoryEvent::Stats { stats }) => Some(Ok(stats.model.clone())),
+        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("memory") => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await
+    .unwrap_or_else(|| Err("no answer in time".into()))
+    .map_err(ApiError::internal)?;
+    Ok(axum::Json(json!({ "in_use": in_use, "models": crate::memory::MODELS })))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ModelBody {
+    name: String,
+}
+
+/// Switch the library to another embedding model (saved in the config) and embed every
+/// memory with it; answers when the memories are embedded.
+#[utoipa::path(post, path = "/api/memory/model", request_body(content = String, description = "{\"name\": \"all-mpnet-base-v2\"}", content_type = "application/json"),
+    responses((status = 200, description = "how many memories were embedded"), (status = 400, body = ErrorBody)))]
+pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: ModelBody = body(&bytes)?;
+    let name = crate::memory::find_model(&request.name).map(|m| m.name.to_string()).unwrap_or_else(|| request.name.clone());
+    let mut events = state.events.subscribe();
+    state.send(Command::Memory(MemoryCommand::UseModel { name: request.name.clone() }))?;
+    wait_for(&mut events, PLAY_LIMIT, |event| match event {
+        Event::Memory(MemoryEvent::Reindexed { embedded }) => Some(Ok(json!({ "model": name, "embedded": embedded }))),
+        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == "memory model" => Some(Err(message.clone())),
         _ => None,
     })
     .await

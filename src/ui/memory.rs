@@ -57,6 +57,9 @@ pub struct MemoryPanel {
     edit_for: Option<String>,
     /// A memory was opened from the injections tile: bring the browser into view.
     reveal: bool,
+    /// An embedding model picked in the menu, waiting for the user to confirm the switch
+    /// (it re-embeds every memory).
+    switch_to: Option<&'static str>,
 }
 
 fn optional(text: &str) -> Option<String> {
@@ -114,6 +117,13 @@ impl MemoryPanel {
                 ) {
                     outbox.push(Command::Memory(MemoryCommand::Stats));
                 }
+            }
+            // A memory command that failed (a model not installed, a file that cannot be
+            // read): say so where the work was shown, and stop showing it.
+            Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.starts_with("memory") => {
+                self.work = None;
+                self.searching = false;
+                self.status = Some(format!("{context} failed: {message}"));
             }
             Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
             | Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. }) => {
@@ -178,8 +188,10 @@ impl MemoryPanel {
                     s.rebuilding = false;
                 }
             }
-            MemoryEvent::Imported { .. } | MemoryEvent::Reindexed { .. } => {
+            MemoryEvent::Imported { .. } => self.work = None,
+            MemoryEvent::Reindexed { embedded } => {
                 self.work = None;
+                self.status = Some(format!("embedded {embedded} memories"));
             }
             MemoryEvent::Curated { curated } => {
                 self.status = Some(match curated.ids.as_slice() {
@@ -435,6 +447,7 @@ impl MemoryPanel {
                 ui.label(status);
             }
         });
+        self.show_model(ui, outbox);
         match &self.work {
             Some(Work::Embedding { what, done, total }) => {
                 let fraction = if *total > 0 { *done as f32 / *total as f32 } else { 0.0 };
@@ -455,6 +468,47 @@ impl MemoryPanel {
             }
             None => {}
         }
+    }
+
+    /// The embedding model in use, a menu of the installed ones, and the confirmation a
+    /// switch needs: the library's memories are embedded again with the new model.
+    fn show_model(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some(stats) = &self.stats else { return };
+        // The stats name the model as `<folder>/<file>`.
+        let current = stats.model.split('/').next().unwrap_or_default();
+        let busy = self.work.is_some() || stats.rebuilding;
+        ui.horizontal_wrapped(|ui| {
+            let label = ui.label("Embedding model");
+            let mut picked = None;
+            ui.add_enabled_ui(!busy, |ui| {
+                egui::ComboBox::from_id_salt("memory-model")
+                    .selected_text(current)
+                    .show_ui(ui, |ui| {
+                        for model in crate::memory::MODELS.iter() {
+                            let item = ui.selectable_label(model.name == current, model.name).on_hover_text(model.about);
+                            if item.clicked() && model.name != current {
+                                picked = Some(model.name);
+                            }
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+            });
+            if picked.is_some() {
+                self.switch_to = picked;
+            }
+            if let Some(name) = self.switch_to {
+                ui.label(format!("Switch to {name} and embed all {} memories again?", stats.memories));
+                if ui.add_enabled(!busy, egui::Button::new("Switch model")).clicked() {
+                    outbox.push(Command::Memory(MemoryCommand::UseModel { name: name.to_string() }));
+                    self.switch_to = None;
+                    self.status = Some(format!("loading {name}…"));
+                }
+                if ui.button("Keep the current model").clicked() {
+                    self.switch_to = None;
+                }
+            }
+        });
     }
 
     /// Pin, edit, delete the selected memory, or forget its session.

@@ -905,3 +905,91 @@ fn a_library_switched_to_the_larger_model_reindexes_and_recalls_more() {
     eprintln!("station held-out recall@10: MiniLM {small:.3}, MPNet {large:.3}");
     assert!(large >= small + 0.05, "MiniLM {small:.3}, MPNet {large:.3}");
 }
+
+/// `memory model` lists the installed models with the one in use marked; with a name it
+/// switches the library, saves the choice in the config and embeds every memory again;
+/// a name that is no model fails clearly and changes nothing.
+#[test]
+fn the_cli_switches_a_library_to_another_embedding_model_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(
+        &turns,
+        [
+            r#"{"id":"1","speaker":"user","text":"The ferry to Kettle Point was cancelled because of the storm.","session":"a"}"#,
+            r#"{"id":"2","speaker":"Mira","text":"My brother keeps bees on the hill above the harbour.","session":"a"}"#,
+            r#"{"id":"3","speaker":"user","text":"I bought a blue scarf at the winter market.","session":"b"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = lorekeeper(&dir, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["memory", "import", turns.to_str().unwrap()]);
+    let listed = run(&["memory", "model"]);
+    assert!(listed.lines().any(|l| l.starts_with("* all-MiniLM-L6-v2")), "{listed}");
+    assert!(listed.lines().any(|l| l.starts_with("  all-mpnet-base-v2")), "{listed}");
+
+    let wrong = lorekeeper(&dir, &["memory", "model", "gpt-embeddings"]);
+    assert!(!wrong.status.success());
+    let message = String::from_utf8_lossy(&wrong.stderr);
+    assert!(message.contains("gpt-embeddings") && message.contains("all-mpnet-base-v2"), "{message}");
+    assert!(!std::fs::read_to_string(dir.path().join("config.toml")).unwrap_or_default().contains("gpt-embeddings"));
+
+    let switched = run(&["memory", "model", "ALL-MPNET-BASE-V2"]);
+    assert!(switched.contains("now uses all-mpnet-base-v2") && switched.contains("embedded 3 memories"), "{switched}");
+    let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    assert!(config.contains(r#"model_dir = "all-mpnet-base-v2""#) && config.contains("dimension = 768"), "{config}");
+    let stats: serde_json::Value = serde_json::from_str(&run(&["--json", "memory", "stats"])).unwrap();
+    assert_eq!((stats["model"].as_str(), stats["dimension"].as_u64(), stats["with_vectors"].as_u64()), (Some("all-mpnet-base-v2/model.onnx"), Some(768), Some(3)));
+    let hits: Vec<serde_json::Value> = serde_json::from_str(&run(&["--json", "memory", "search", "honey from the hives", "--mode", "vector", "--k", "1"])).unwrap();
+    assert_eq!(hits[0]["id"], "2", "{hits:?}");
+    assert!(run(&["memory", "model"]).lines().any(|l| l.starts_with("* all-mpnet-base-v2")));
+
+    let back = run(&["--json", "memory", "model", "all-MiniLM-L6-v2"]);
+    let back: serde_json::Value = serde_json::from_str(back.trim()).unwrap();
+    assert_eq!((back["model"].as_str(), back["embedded"].as_u64()), (Some("all-MiniLM-L6-v2"), Some(3)));
+    let stats: serde_json::Value = serde_json::from_str(&run(&["--json", "memory", "stats"])).unwrap();
+    assert_eq!((stats["dimension"].as_u64(), stats["with_vectors"].as_u64()), (Some(384), Some(3)));
+}
+
+/// In the Memory panel the user picks the other model from the menu, confirms, and the
+/// status follows the switch to the new model's vectors; the choice is in the config.
+#[test]
+fn the_memory_panel_switches_the_embedding_model_after_a_confirmation() {
+    use egui_kittest::kittest::Queryable;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bank = bank(&dir);
+        bank.add(vec![
+            turn("a", "user", "The lighthouse keeper retired last spring.", &[]),
+            turn("b", "Mira", "We should visit the old mill on Sunday.", &[]),
+        ])
+        .unwrap();
+    }
+    let mut harness = workbench(&dir, |_| {});
+    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
+    let wait_for = |harness: &mut egui_kittest::Harness<'static, lorekeeper::ui::WorkbenchApp>, text: &str| {
+        let started = std::time::Instant::now();
+        while harness.query_all_by_label_contains(text).next().is_none() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(60), "{text:?} never showed");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            harness.step();
+        }
+    };
+    wait_for(&mut harness, "model all-MiniLM-L6-v2/model.onnx");
+    harness.get_by_label("Embedding model").click();
+    harness.run();
+    harness.get_by_label("all-mpnet-base-v2").click();
+    harness.run();
+    wait_for(&mut harness, "Switch to all-mpnet-base-v2 and embed all 2 memories again?");
+    harness.get_by_label("Switch model").click();
+    wait_for(&mut harness, "model all-mpnet-base-v2/model.onnx");
+    wait_for(&mut harness, "embedded 2 memories");
+    assert!(harness.query_all_by_label_contains("not embedded").next().is_none(), "every memory has the new model's vector");
+    let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    assert!(config.contains(r#"model_dir = "all-mpnet-base-v2""#), "{config}");
+}

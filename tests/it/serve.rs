@@ -228,7 +228,7 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
 
     let (status, doc) = call(&agent, "GET", &format!("{base}/api/openapi.json"), None, None);
     assert_eq!(status, 200);
-    for path in ["/api/character/start", "/api/character/{character_id}/approve", "/api/scene/{scene}/round", "/api/memory/search"] {
+    for path in ["/api/character/start", "/api/character/{character_id}/approve", "/api/scene/{scene}/round", "/api/memory/search", "/api/memory/model"] {
         assert!(doc["paths"].get(path).is_some(), "the OpenAPI document describes {path}");
     }
     assert!(doc["components"]["schemas"].get("SeedMetadata").is_some(), "schemas come from the types");
@@ -354,6 +354,22 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
             assert!(hit.get(field).is_some(), "every hit says why: {field} in {hit}");
         }
     }
+
+    let (status, models) = call(&agent, "GET", &format!("{base}/api/memory/model"), None, None);
+    assert_eq!(status, 200, "{models}");
+    assert_eq!(models["in_use"], "all-MiniLM-L6-v2/model.onnx");
+    assert_eq!(models["models"].as_array().map(Vec::len), Some(2), "{models}");
+    let (status, wrong) = call(&agent, "POST", &format!("{base}/api/memory/model"), Some(r#"{"name": "nope"}"#), None);
+    assert_eq!(status, 400);
+    assert!(wrong["detail"].as_str().unwrap().contains("all-mpnet-base-v2"), "the models are named: {wrong}");
+    let (status, switched) = call(&agent, "POST", &format!("{base}/api/memory/model"), Some(r#"{"name": "all-mpnet-base-v2"}"#), None);
+    assert_eq!(status, 200, "{switched}");
+    assert!(switched["embedded"].as_u64().unwrap() > 0, "{switched}");
+    let (_, models) = call(&agent, "GET", &format!("{base}/api/memory/model"), None, None);
+    assert_eq!(models["in_use"], "all-mpnet-base-v2/model.onnx");
+    let (status, results) = call(&agent, "GET", &format!("{base}/api/memory/search?q=kettle&k=5"), None, None);
+    assert_eq!(status, 200, "{results}");
+    assert!(results["hits"].as_array().unwrap().iter().any(|h| h["vector_score"].is_number()), "searched with the new model's vectors: {results}");
 
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Petra Quill", "description": "A cartographer of drowned coasts.", "first_mes": "Mind the chart." } });
     let imported = agent.post(&format!("{base}/api/library/import?name=petra.json")).send(card.to_string()).unwrap();
