@@ -534,16 +534,104 @@ fn scale_benches(_c: &mut Criterion) {
     }
 }
 
+/// The model for a group that needs one, or `None` (said why) when the group is not
+/// enabled or the model is not installed.
+fn group_embedder(group: &str) -> Option<Embedder> {
+    if !enabled(group) {
+        return None;
+    }
+    let started = Embedder::start(&embedding_config());
+    if started.is_err() {
+        println!("memory-bench: model not installed (bash .ci/setup.sh); skipping the {group} benches");
+    }
+    started.ok()
+}
+
+/// The vector graph on real sentence embeddings, not the synthetic clusters the other
+/// groups use: `n` turns made of halves of two real turns (all five evaluation
+/// conversations) embedded with MiniLM, the evaluation questions as queries, recall@10
+/// against the exact scan and latency for several ef_search values. The embeddings are
+/// kept in target/memory-bench/real-N.f32, so only the first run pays for them.
+/// `LOREKEEPER_BENCH_GROUPS=real LOREKEEPER_BENCH_SIZES=100000`.
+fn real_benches(_c: &mut Criterion) {
+    let Some(embedder) = group_embedder("real") else { return };
+    let data = root().join("tests/data/memory");
+    let mut folders = vec![data.clone()];
+    folders.extend(["friends", "ranger", "companion", "station"].iter().map(|s| data.join("sets").join(s)));
+    let read = |file: &str, field: &str| -> Vec<String> {
+        folders
+            .iter()
+            .flat_map(|f| {
+                let text = std::fs::read_to_string(f.join(file)).expect("evaluation set");
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .filter_map(|v| v[field].as_str().map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let turns = read("conversation.jsonl", "text");
+    let questions: Vec<Vec<f32>> = read("questions.jsonl", "question").iter().map(|q| embedder.embed_query(q).expect("embed")).collect();
+    for n in sizes() {
+        let cache = bench_dir().join(format!("real-{n}.f32"));
+        let vectors: Vec<Vec<f32>> = match std::fs::read(&cache) {
+            Ok(bytes) if bytes.len() == n * DIM * 4 => bytes
+                .chunks_exact(DIM * 4)
+                .map(|c| c.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+                .collect(),
+            _ => {
+                let mut rng = fastrand::Rng::with_seed(21);
+                let texts: Vec<String> = (0..n).map(|_| synthetic_text(&turns, &mut rng)).collect();
+                let (vectors, took) = time(|| {
+                    texts.chunks(4096).flat_map(|chunk| embedder.embed(chunk.to_vec()).expect("embed")).collect::<Vec<_>>()
+                });
+                println!("memory-bench: real at {n}: embedded {n} turns in {:.1} s", took.as_secs_f64());
+                let bytes: Vec<u8> = vectors.iter().flatten().flat_map(|x| x.to_le_bytes()).collect();
+                std::fs::create_dir_all(bench_dir()).expect("bench dir");
+                std::fs::write(&cache, bytes).expect("cache");
+                vectors
+            }
+        };
+        let rows: Vec<(i64, Vec<f32>)> = vectors.into_iter().enumerate().map(|(i, v)| (i as i64 + 1, v)).collect();
+        let exact = VectorIndex::new(DIM);
+        for (r, v) in &rows {
+            exact.push(*r, v);
+        }
+        let truth: Vec<Vec<i64>> = questions.iter().map(|q| exact.search_exact(q, 10).iter().map(|h| h.0).collect()).collect();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let (graph, build) = time(|| lorekeeper::memory::vectors::build_graph(DIM, &rows, 2, &done).expect("graph"));
+        println!(
+            "memory-bench: real at {n}: graph built in {:.1} s on 2 threads (M {}, ef_add {})",
+            build.as_secs_f64(),
+            lorekeeper::memory::vectors::CONNECTIVITY,
+            lorekeeper::memory::vectors::EXPANSION_ADD
+        );
+        for ef in [16, 32, 64, 128, 256] {
+            graph.set_expansion_search(ef);
+            let mut times = Vec::new();
+            let mut agree = 0;
+            for _ in 0..3 {
+                for (q, t) in questions.iter().zip(&truth) {
+                    let (hits, took) = time(|| graph.search(q, 10, &|_| true));
+                    times.push(took);
+                    agree += hits.iter().filter(|h| t.contains(&h.0)).count();
+                }
+            }
+            let (p50, p99) = percentiles(times);
+            println!(
+                "memory-bench: real at {n}: ef_search {ef}: recall@10 {:.3}, query p50 {p50:.3} ms, p99 {p99:.3} ms ({} queries x 3)",
+                agree as f64 / (30 * questions.len()) as f64,
+                questions.len()
+            );
+        }
+        graph.set_expansion_search(lorekeeper::memory::vectors::EXPANSION_SEARCH);
+    }
+}
+
 /// Real model: query embedding latency, embedding throughput at batch 32 and import
 /// throughput of real turns.
 fn model_benches(c: &mut Criterion) {
-    if !enabled("model") {
-        return;
-    }
-    let Ok(embedder) = Embedder::start(&embedding_config()) else {
-        println!("memory-bench: model not installed (bash .ci/setup.sh); skipping model benches");
-        return;
-    };
+    let Some(embedder) = group_embedder("model") else { return };
     let corpus = corpus();
     let texts: Vec<String> = corpus.iter().take(256).cloned().collect();
     // Warm up, then time whole passes over 256 sentences in batches of 32.
@@ -588,5 +676,5 @@ fn model_benches(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, ann_benches, search_benches, scale_benches, model_benches);
+criterion_group!(benches, ann_benches, search_benches, scale_benches, real_benches, model_benches);
 criterion_main!(benches);

@@ -191,6 +191,12 @@ impl Graph {
         }
     }
 
+    /// How many candidates a search keeps (HNSW's ef): more finds more of the exact
+    /// neighbours and costs time (benches/memory.rs `real` measures the trade).
+    pub fn set_expansion_search(&self, ef: usize) {
+        self.index.change_expansion_search(ef.max(1));
+    }
+
     /// Exact top `n` over every live vector (the graph's own brute-force scan).
     pub fn exact(&self, query: &[f32], n: usize) -> Vec<(i64, f32)> {
         if n == 0 || query.len() != self.dim || self.index.size() == 0 {
