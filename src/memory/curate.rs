@@ -6,7 +6,7 @@
 
 use super::MemoryError;
 use super::bank::MemoryBank;
-use super::bank::{MemoryWrite, remove_ids};
+use super::bank::{MemoryWrite, remove_ids, remove_with_followers};
 use super::records::{self, Scope};
 use super::retrieval::{Fused, RetrievalHit};
 use crate::store::{StoreError, now_rfc3339};
@@ -64,9 +64,11 @@ impl MemoryBank {
 
     /// Delete memory `id` (its keyword row and vector go with it).
     pub fn delete(&self, id: &str) -> Result<Curated, MemoryError> {
+        self.store().with(|c| exists(c, id))?;
+        let followers = self.prepare_delete(id)?;
         let write = self.store().transaction(|tx| {
             exists(tx, id)?;
-            remove_ids(tx, &[id.to_string()])
+            remove_with_followers(tx, id, followers)
         })?;
         self.publish(write);
         Ok(Curated { action: "deleted".into(), ids: vec![id.to_string()] })

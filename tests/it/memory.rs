@@ -993,3 +993,51 @@ fn the_memory_panel_switches_the_embedding_model_after_a_confirmation() {
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains(r#"model_dir = "all-mpnet-base-v2""#), "{config}");
 }
+
+/// A turn's vector mixes in the turns before it, so editing or deleting a turn changes
+/// the vectors of the turns after it too: after the edit (and after the delete) every
+/// stored vector is the one a library that was written with the new conversation holds.
+#[test]
+fn after_an_edit_or_a_delete_the_next_turns_vectors_are_those_of_the_conversation_as_it_now_reads() {
+    let texts = [
+        ("t1", "user", "We walked down to the harbour at dawn."),
+        ("t2", "Mira", "My brother Tobin hates the new harbour master."),
+        ("t3", "user", "Why does he feel that way about him?"),
+        ("t4", "Mira", "He raised the mooring fees twice this winter."),
+        ("t5", "user", "Shall we bring the nets in before the storm?"),
+    ];
+    let library = |dir: &tempfile::TempDir, rows: &[(&str, &str, &str)]| {
+        let bank = bank(dir);
+        for (id, who, text) in rows {
+            // One at a time, as a chat writes them: each takes its context from the store.
+            bank.add(vec![turn(id, who, text, &[])]).unwrap();
+        }
+        bank
+    };
+    let cosine = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+    let same_vectors = |got: &MemoryBank, want: &MemoryBank, ids: &[&str]| {
+        for id in ids {
+            let (g, w) = (got.stored_vector(id).unwrap().unwrap(), want.stored_vector(id).unwrap().unwrap());
+            assert!(cosine(&g, &w) > 0.9999, "{id}: cosine {} to the vector of the conversation as it now reads", cosine(&g, &w));
+        }
+    };
+    let (dir, edited_dir, short_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let bank = library(&dir, &texts);
+    let before = bank.stored_vector("t3").unwrap().unwrap();
+    bank.edit("t2", "My brother Tobin sold his boat to the harbour master.").unwrap();
+    let mut edited = texts;
+    edited[1].2 = "My brother Tobin sold his boat to the harbour master.";
+    same_vectors(&bank, &library(&edited_dir, &edited), &["t1", "t2", "t3", "t4", "t5"]);
+    assert!(cosine(&before, &bank.stored_vector("t3").unwrap().unwrap()) < 0.9999, "the next turn's vector changed");
+
+    bank.delete("t3").unwrap();
+    assert_eq!(bank.stored_vector("t3").unwrap(), None);
+    let short: Vec<_> = edited.iter().copied().filter(|t| t.0 != "t3").collect();
+    same_vectors(&bank, &library(&short_dir, &short), &["t1", "t2", "t4", "t5"]);
+    // The graph serves the new vectors too: each turn's own vector finds it first.
+    for id in ["t2", "t4", "t5"] {
+        let v = bank.stored_vector(id).unwrap().unwrap();
+        let top = nearest(&bank, &v, 1);
+        assert!(top[0].1 > 0.9999, "{id}: the vector list holds its new vector ({top:?})");
+    }
+}

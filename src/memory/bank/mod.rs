@@ -11,7 +11,7 @@ mod rerank;
 mod search;
 mod write;
 
-pub use write::{MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_character, remove_ids, remove_scene, remove_source};
+pub use write::{FollowerVectors, MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_character, remove_ids, remove_scene, remove_source, remove_with_followers};
 use crate::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
@@ -255,6 +255,22 @@ impl MemoryBank {
             let rows = stmt.query_map([], |r| r.get(0))?;
             Ok(rows.collect::<Result<Vec<String>, _>>()?)
         })?)
+    }
+
+    /// The stored vector of memory `id` under the current model (none when it has none).
+    pub fn stored_vector(&self, id: &str) -> Result<Option<Vec<f32>>, MemoryError> {
+        use rusqlite::OptionalExtension;
+        let model = self.model_id();
+        self.with_reader(|c| {
+            let blob: Option<Vec<u8>> = c
+                .query_row(
+                    "SELECT v.vector FROM memories m JOIN memory_vectors v ON v.memory_rowid = m.rowid WHERE m.id = ?1 AND v.model = ?2",
+                    rusqlite::params![id, model],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(blob.and_then(|b| records::blob_to_vector(&b)))
+        })
     }
 
     /// A memory and the turns around it (the browser's "source turn in context").

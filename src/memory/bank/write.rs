@@ -280,13 +280,71 @@ impl MemoryBank {
 /// The texts of the up to `window` turns before turn `rowid` in its session, oldest
 /// first (none when `rowid` is not a turn of a session).
 pub(super) fn earlier_turns(c: &Connection, rowid: i64, window: i64) -> Result<Vec<String>, rusqlite::Error> {
+    earlier_turns_changed(c, rowid, window, None)
+}
+
+/// [`earlier_turns`] as they will read once turn `changed.0` reads `changed.1` — or,
+/// with `None`, once it is deleted and the window reaches one turn further back.
+fn earlier_turns_changed(c: &Connection, rowid: i64, window: i64, changed: Option<(i64, Option<&str>)>) -> Result<Vec<String>, rusqlite::Error> {
     let mut stmt = c.prepare_cached(
-        "SELECT p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
+        "SELECT p.rowid, p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
          WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
     )?;
-    let mut earlier: Vec<String> = stmt.query_map(rusqlite::params![rowid, window], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let rows = stmt.query_map(rusqlite::params![rowid, window + 1], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    let mut earlier = Vec::new();
+    for row in rows {
+        let (r, text) = row?;
+        match changed {
+            Some((c, replacement)) if c == r => earlier.extend(replacement.map(str::to_string)),
+            _ => earlier.push(text),
+        }
+    }
+    earlier.truncate(window.max(0) as usize);
     earlier.reverse();
     Ok(earlier)
+}
+
+/// The turns whose stored vectors mix in turn `rowid`'s text — the up to `window` turns
+/// after it in its session — each with its context as it will read once `rowid` reads
+/// `replacement` (or is deleted, with `None`). An edit or a delete re-embeds them, so
+/// no vector keeps a share of a text that is gone.
+fn followers_in_context(c: &Connection, rowid: i64, window: i64, replacement: Option<&str>) -> Result<Vec<(i64, InContext)>, rusqlite::Error> {
+    if window <= 0 {
+        return Ok(Vec::new());
+    }
+    let mut stmt = c.prepare_cached(
+        "SELECT f.rowid, f.text FROM memories m JOIN memories f ON f.session = m.session AND f.kind = 'turn' AND f.seq > m.seq \
+         WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY f.seq LIMIT ?2",
+    )?;
+    let followers: Vec<(i64, String)> =
+        stmt.query_map(rusqlite::params![rowid, window], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    followers
+        .into_iter()
+        .map(|(f, text)| Ok((f, InContext { text, earlier: earlier_turns_changed(c, f, window, Some((rowid, replacement)))? })))
+        .collect()
+}
+
+/// New vectors for the turns after a changed one (see [`followers_in_context`]), made
+/// before the transaction; written by [`FollowerVectors::write`] inside it.
+#[derive(Debug, Default)]
+pub struct FollowerVectors {
+    vectors: Vec<(i64, Vec<f32>)>,
+    model: String,
+}
+
+impl FollowerVectors {
+    /// Store the new vectors of the followers that still exist.
+    fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+        let mut kept = Vec::new();
+        for (rowid, v) in self.vectors {
+            let exists = tx.query_row("SELECT count(*) FROM memories WHERE rowid = ?1", [rowid], |r| r.get::<_, i64>(0))? > 0;
+            if exists {
+                records::store_vectors(tx, &self.model, &[(rowid, v.as_slice())])?;
+                kept.push((rowid, v));
+            }
+        }
+        Ok(MemoryWrite { ids: Vec::new(), gone: kept.iter().map(|k| k.0).collect(), vectors: kept, speakers: Vec::new() })
+    }
 }
 
 /// A text to embed, with the earlier turns of its session (oldest first) that give it
@@ -304,6 +362,7 @@ pub struct PreparedEdit {
     id: String,
     text: String,
     vector: Option<(Vec<f32>, String)>,
+    followers: FollowerVectors,
     /// Why the edited memory has no vector now, when the embedder failed.
     pub keyword_only: Option<String>,
 }
@@ -312,7 +371,13 @@ impl PreparedEdit {
     /// An edit with no vector (no memory bank could be opened): the old vector is dropped,
     /// the new text is found by keyword until a `memory reindex`.
     pub fn text_only(id: &str, text: &str) -> Self {
-        Self { id: id.to_string(), text: text.trim().to_string(), vector: None, keyword_only: Some("no memory bank".into()) }
+        Self {
+            id: id.to_string(),
+            text: text.trim().to_string(),
+            vector: None,
+            followers: FollowerVectors::default(),
+            keyword_only: Some("no memory bank".into()),
+        }
     }
 
     /// Stage 2: change the text in place (its keyword index follows by trigger), and
@@ -335,7 +400,8 @@ impl PreparedEdit {
                 Vec::new()
             }
         };
-        Ok(MemoryWrite { ids: Vec::new(), vectors, gone: vec![rowid], speakers: Vec::new() })
+        let edited = MemoryWrite { ids: Vec::new(), vectors, gone: vec![rowid], speakers: Vec::new() };
+        Ok(edited.and(self.followers.write(tx)?))
     }
 }
 
@@ -347,27 +413,69 @@ impl MemoryBank {
         if text.is_empty() {
             return Err(MemoryError::Invalid(format!("memory {id:?} would have no text")));
         }
-        // An edited turn keeps the context of the turns before it, as when it was written.
+        // An edited turn keeps the context of the turns before it, as when it was written,
+        // and the turns after it, whose vectors mix in its text, are embedded again.
         let window = self.config().retrieval.context_turns as i64;
-        let earlier: Vec<String> = if window == 0 {
-            Vec::new()
+        let (earlier, followers): (Vec<String>, Vec<(i64, InContext)>) = if window == 0 {
+            (Vec::new(), Vec::new())
         } else {
             self.store.with(|c| {
                 use rusqlite::OptionalExtension;
                 let rowid: Option<i64> = c.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
                 Ok(match rowid {
-                    Some(rowid) => earlier_turns(c, rowid, window)?,
-                    None => Vec::new(),
+                    Some(rowid) => (earlier_turns(c, rowid, window)?, followers_in_context(c, rowid, window, Some(text))?),
+                    None => (Vec::new(), Vec::new()),
                 })
             })?
         };
-        let (vector, keyword_only) = match self.embed_in_context(&[InContext { text: text.to_string(), earlier }]) {
-            Ok(mut v) if !v.is_empty() => (Some((v.remove(0), self.model_id())), None),
-            Ok(_) => (None, Some("the embedder returned nothing".to_string())),
-            Err(e) => (None, Some(e.to_string())),
+        let mut texts = vec![InContext { text: text.to_string(), earlier }];
+        texts.extend(followers.iter().map(|f| f.1.clone()));
+        let model = self.model_id();
+        let (vector, followers, keyword_only) = match self.embed_in_context(&texts) {
+            Ok(v) if v.len() == texts.len() => {
+                let mut v = v.into_iter();
+                let own = v.next().map(|own| (own, model.clone()));
+                let vectors = followers.iter().map(|f| f.0).zip(v).collect();
+                (own, FollowerVectors { vectors, model }, None)
+            }
+            Ok(_) => (None, FollowerVectors::default(), Some("the embedder returned nothing".to_string())),
+            Err(e) => (None, FollowerVectors::default(), Some(e.to_string())),
         };
-        Ok(PreparedEdit { id: id.to_string(), text: text.to_string(), vector, keyword_only })
+        Ok(PreparedEdit { id: id.to_string(), text: text.to_string(), vector, followers, keyword_only })
     }
+
+    /// The new vectors of the turns after memory `id` for when it is deleted (none when
+    /// it is no turn of a session, or the embedder cannot run: they keep their vectors).
+    pub fn prepare_delete(&self, id: &str) -> Result<FollowerVectors, MemoryError> {
+        let window = self.config().retrieval.context_turns as i64;
+        let followers = self.store.with(|c| {
+            use rusqlite::OptionalExtension;
+            let rowid: Option<i64> = c.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+            Ok(match rowid {
+                Some(rowid) => followers_in_context(c, rowid, window, None)?,
+                None => Vec::new(),
+            })
+        })?;
+        if followers.is_empty() {
+            return Ok(FollowerVectors::default());
+        }
+        let texts: Vec<InContext> = followers.iter().map(|f| f.1.clone()).collect();
+        match self.embed_in_context(&texts) {
+            Ok(v) if v.len() == texts.len() => Ok(FollowerVectors { vectors: followers.iter().map(|f| f.0).zip(v).collect(), model: self.model_id() }),
+            Ok(_) => Ok(FollowerVectors::default()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the turns after a deleted memory keep their vectors");
+                Ok(FollowerVectors::default())
+            }
+        }
+    }
+}
+
+/// Stage 2 of deleting memory `id`: the row goes (keyword row and vector with it) and the
+/// turns after it take the vectors `followers` prepared without it.
+pub fn remove_with_followers(tx: &Connection, id: &str, followers: FollowerVectors) -> Result<MemoryWrite, StoreError> {
+    let removed = remove_ids(tx, &[id.to_string()])?;
+    Ok(removed.and(followers.write(tx)?))
 }
 
 /// Stage 2 of a removal by id: delete these memories (a summary that no longer holds).
