@@ -597,7 +597,11 @@ fn real_benches(_c: &mut Criterion) {
         for (r, v) in &rows {
             exact.push(*r, v);
         }
-        let truth: Vec<Vec<i64>> = questions.iter().map(|q| exact.search_exact(q, 10).iter().map(|h| h.0).collect()).collect();
+        let exact_hits: Vec<Vec<(i64, f32)>> = questions.iter().map(|q| exact.search_exact(q, 10)).collect();
+        let truth: Vec<Vec<i64>> = exact_hits.iter().map(|h| h.iter().map(|x| x.0).collect()).collect();
+        // Turns made of shared halves come in near-twins: a hit as close as the exact
+        // 10th (within 0.001) is as good an answer, and is counted apart.
+        let tenth: Vec<f32> = exact_hits.iter().map(|h| h.last().map(|x| x.1).unwrap_or(0.0)).collect();
         let done = std::sync::atomic::AtomicUsize::new(0);
         let (graph, build) = time(|| lorekeeper::memory::vectors::build_graph(DIM, &rows, 2, &done).expect("graph"));
         println!(
@@ -609,18 +613,21 @@ fn real_benches(_c: &mut Criterion) {
         for ef in [16, 32, 64, 128, 256] {
             graph.set_expansion_search(ef);
             let mut times = Vec::new();
-            let mut agree = 0;
+            let (mut agree, mut as_close) = (0, 0);
             for _ in 0..3 {
-                for (q, t) in questions.iter().zip(&truth) {
+                for ((q, t), floor) in questions.iter().zip(&truth).zip(&tenth) {
                     let (hits, took) = time(|| graph.search(q, 10, &|_| true));
                     times.push(took);
                     agree += hits.iter().filter(|h| t.contains(&h.0)).count();
+                    as_close += hits.iter().filter(|h| t.contains(&h.0) || h.1 >= floor - 0.001).count();
                 }
             }
             let (p50, p99) = percentiles(times);
             println!(
-                "memory-bench: real at {n}: ef_search {ef}: recall@10 {:.3}, query p50 {p50:.3} ms, p99 {p99:.3} ms ({} queries x 3)",
+                "memory-bench: real at {n}: ef_search {ef}: recall@10 {:.3} (counting hits as close as the 10th: {:.3}), \
+                 query p50 {p50:.3} ms, p99 {p99:.3} ms ({} queries x 3)",
                 agree as f64 / (30 * questions.len()) as f64,
+                as_close as f64 / (30 * questions.len()) as f64,
                 questions.len()
             );
         }
