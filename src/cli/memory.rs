@@ -327,12 +327,16 @@ fn reindex(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut 
     Ok(())
 }
 
-fn models(engine: &EngineHandle, json: bool, out: &mut impl Write) -> Result<()> {
+fn fetch_stats(engine: &EngineHandle) -> Result<crate::memory::MemoryStats> {
     engine.send(Command::Memory(MemoryCommand::Stats))?;
-    let stats = wait(engine, |e| match e {
+    wait(engine, |e| match e {
         MemoryEvent::Stats { stats } => Some(stats.clone()),
         _ => None,
-    })?;
+    })
+}
+
+fn models(engine: &EngineHandle, json: bool, out: &mut impl Write) -> Result<()> {
+    let stats = fetch_stats(engine)?;
     // The stats name the model as `<folder>/<file>`.
     let current = stats.model.split('/').next().unwrap_or_default().to_string();
     if json {
@@ -402,11 +406,7 @@ fn injections(engine: &EngineHandle, agent: Option<String>, limit: u32, json: bo
 }
 
 fn stats(engine: &EngineHandle, json: bool, out: &mut impl Write) -> Result<()> {
-    engine.send(Command::Memory(MemoryCommand::Stats))?;
-    let stats = wait(engine, |e| match e {
-        MemoryEvent::Stats { stats } => Some(stats.clone()),
-        _ => None,
-    })?;
+    let stats = fetch_stats(engine)?;
     if json {
         writeln!(out, "{}", serde_json::to_string(&stats)?)?;
     } else {

@@ -473,10 +473,14 @@ impl MemoryPanel {
     /// The embedding model in use, a menu of the installed ones, and the confirmation a
     /// switch needs: the library's memories are embedded again with the new model.
     fn show_model(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
-        let Some(stats) = &self.stats else { return };
-        // The stats name the model as `<folder>/<file>`.
-        let current = stats.model.split('/').next().unwrap_or_default();
-        let busy = self.work.is_some() || stats.rebuilding;
+        // The row is drawn before the index status arrives too, so nothing below it moves
+        // when it does.
+        let (current, memories, rebuilding) = match &self.stats {
+            // The stats name the model as `<folder>/<file>`.
+            Some(stats) => (stats.model.split('/').next().unwrap_or_default(), stats.memories, stats.rebuilding),
+            None => ("…", 0, true),
+        };
+        let busy = self.work.is_some() || rebuilding;
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Embedding model");
             let mut picked = None;
@@ -498,7 +502,7 @@ impl MemoryPanel {
                 self.switch_to = picked;
             }
             if let Some(name) = self.switch_to {
-                ui.label(format!("Switch to {name} and embed all {} memories again?", stats.memories));
+                ui.label(format!("Switch to {name} and embed all {memories} memories again?"));
                 if ui.add_enabled(!busy, egui::Button::new("Switch model")).clicked() {
                     outbox.push(Command::Memory(MemoryCommand::UseModel { name: name.to_string() }));
                     self.switch_to = None;

@@ -722,20 +722,38 @@ fn workbench(
     harness
 }
 
+/// Step the workbench until a widget's label contains `text` (engine events arrive on
+/// their own threads), failing after `seconds`.
+fn step_until_label(harness: &mut egui_kittest::Harness<'static, lorekeeper::ui::WorkbenchApp>, text: &str, seconds: u64) {
+    use egui_kittest::kittest::Queryable;
+    let started = std::time::Instant::now();
+    while harness.query_all_by_label_contains(text).next().is_none() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(seconds), "{text:?} never showed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        harness.step();
+    }
+}
+
+/// A library holding `memories`, open in the workbench on the Memory panel.
+fn memory_panel(dir: &tempfile::TempDir, memories: Vec<NewMemory>) -> egui_kittest::Harness<'static, lorekeeper::ui::WorkbenchApp> {
+    use egui_kittest::kittest::Queryable;
+    bank(dir).add(memories).unwrap();
+    let harness = workbench(dir, |_| {});
+    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
+    harness
+}
+
 #[test]
 fn the_memory_browser_searches_and_shows_scored_hits() {
     use egui_kittest::kittest::Queryable;
     let dir = tempfile::tempdir().unwrap();
-    {
-        let bank = bank(&dir);
-        bank.add(vec![
+    let mut harness = memory_panel(
+        &dir,
+        vec![
             turn("w1", "user", "We found a brass compass in the sand below the lighthouse.", &[]),
             turn("w2", "Mira", "The eel pie stall by the fish market is my favourite.", &[]),
-        ])
-        .unwrap();
-    }
-    let mut harness = workbench(&dir, |_| {});
-    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
+        ],
+    );
     harness.run();
     let role = egui::accesskit::Role::TextInput;
     harness.get_by_role_and_label(role, "Search memories").click();
@@ -780,12 +798,7 @@ fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
     // Opening the browser opens the library's memories: with these settings the graph
     // is missing, so a rebuild starts on its own and the panel reports it.
     harness.get_all_by_label("Memory").next().expect("navigation entry").click();
-    let started = std::time::Instant::now();
-    while harness.query_all_by_label_contains("40 indexed, 0 pending").next().is_none() {
-        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the rebuilt graph never showed in the status");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        harness.step();
-    }
+    step_until_label(&mut harness, "40 indexed, 0 pending", 30);
     assert!(harness.query_all_by_label_contains("vector graph rebuilt over 40 vectors").next().is_some());
 }
 
@@ -962,24 +975,11 @@ fn the_cli_switches_a_library_to_another_embedding_model_and_back() {
 fn the_memory_panel_switches_the_embedding_model_after_a_confirmation() {
     use egui_kittest::kittest::Queryable;
     let dir = tempfile::tempdir().unwrap();
-    {
-        let bank = bank(&dir);
-        bank.add(vec![
-            turn("a", "user", "The lighthouse keeper retired last spring.", &[]),
-            turn("b", "Mira", "We should visit the old mill on Sunday.", &[]),
-        ])
-        .unwrap();
-    }
-    let mut harness = workbench(&dir, |_| {});
-    harness.get_all_by_label("Memory").next().expect("navigation entry").click();
-    let wait_for = |harness: &mut egui_kittest::Harness<'static, lorekeeper::ui::WorkbenchApp>, text: &str| {
-        let started = std::time::Instant::now();
-        while harness.query_all_by_label_contains(text).next().is_none() {
-            assert!(started.elapsed() < std::time::Duration::from_secs(60), "{text:?} never showed");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            harness.step();
-        }
-    };
+    let mut harness = memory_panel(
+        &dir,
+        vec![turn("a", "user", "The lighthouse keeper retired last spring.", &[]), turn("b", "Mira", "We should visit the old mill on Sunday.", &[])],
+    );
+    let wait_for = |harness: &mut egui_kittest::Harness<'static, lorekeeper::ui::WorkbenchApp>, text: &str| step_until_label(harness, text, 60);
     wait_for(&mut harness, "model all-MiniLM-L6-v2/model.onnx");
     harness.get_by_label("Embedding model").click();
     harness.run();
