@@ -175,9 +175,7 @@ impl MemoryBank {
     /// recognised as stale.
     pub fn model_id(&self) -> String {
         let e = &self.config().embedding;
-        let dir = e.model_dir();
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        format!("{name}/{}", e.model_file)
+        format!("{}/{}", e.model_name(), e.model_file)
     }
 
     pub fn embedder(&self) -> Result<Embedder, MemoryError> {
