@@ -152,12 +152,7 @@ fn progress(label: &str, done: usize, total: usize) {
 /// the process would otherwise end in the middle of it, and the next open start over.
 fn finish_graph(engine: &EngineHandle) -> Result<()> {
     loop {
-        engine.send(Command::Memory(MemoryCommand::Stats))?;
-        let rebuilding = wait(engine, |e| match e {
-            MemoryEvent::Stats { stats } => Some(stats.rebuilding),
-            _ => None,
-        })?;
-        if !rebuilding {
+        if !fetch_stats(engine)?.rebuilding {
             return Ok(());
         }
         eprintln!("building the vector graph in the background (searches work meanwhile)...");

@@ -231,7 +231,6 @@ fn reindex(ctx: &Context, bank: &MemoryBank, force: bool) -> Result<(), MemoryEr
     // The bank's observer reports the rebuild (see `bank_for`).
     bank.rebuild_ann_waiting()?;
     emit(ctx, MemoryEvent::Reindexed { embedded });
-    emit(ctx, MemoryEvent::Stats { stats: bank.stats()? });
     Ok(())
 }
 

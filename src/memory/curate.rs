@@ -64,7 +64,6 @@ impl MemoryBank {
 
     /// Delete memory `id` (its keyword row and vector go with it).
     pub fn delete(&self, id: &str) -> Result<Curated, MemoryError> {
-        self.store().with(|c| exists(c, id))?;
         let followers = self.prepare_delete(id)?;
         let write = self.store().transaction(|tx| {
             exists(tx, id)?;

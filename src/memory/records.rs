@@ -270,10 +270,14 @@ pub fn any_summarised(conn: &Connection, source: &str) -> Result<bool, StoreErro
     Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM memories WHERE source = ?1 AND summarised = 1)", [source], |r| r.get(0))?)
 }
 
+/// The rowid of memory `id`, if there is one.
+pub fn rowid_of(conn: &Connection, id: &str) -> Result<Option<i64>, StoreError> {
+    Ok(conn.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?)
+}
+
 /// The memory with `id`, if any.
 pub fn get(conn: &Connection, id: &str) -> Result<Option<Memory>, StoreError> {
-    let rowid: Option<i64> = conn.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
-    Ok(match rowid {
+    Ok(match rowid_of(conn, id)? {
         Some(r) => load(conn, &[r])?.pop(),
         None => None,
     })

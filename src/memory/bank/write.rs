@@ -384,11 +384,7 @@ impl PreparedEdit {
     /// replace its vector — or drop it, so no stale vector answers for the old text.
     /// The memory keeps its place in its session.
     pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
-        use rusqlite::OptionalExtension;
-        let rowid: i64 = tx
-            .query_row("SELECT rowid FROM memories WHERE id = ?1", [&self.id], |r| r.get(0))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound(format!("memory {}", self.id)))?;
+        let rowid = records::rowid_of(tx, &self.id)?.ok_or_else(|| StoreError::NotFound(format!("memory {}", self.id)))?;
         tx.execute("UPDATE memories SET text = ?2 WHERE rowid = ?1", rusqlite::params![rowid, self.text])?;
         let vectors = match self.vector {
             Some((v, model)) => {
@@ -420,9 +416,7 @@ impl MemoryBank {
             (Vec::new(), Vec::new())
         } else {
             self.store.with(|c| {
-                use rusqlite::OptionalExtension;
-                let rowid: Option<i64> = c.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
-                Ok(match rowid {
+                Ok(match records::rowid_of(c, id)? {
                     Some(rowid) => (earlier_turns(c, rowid, window)?, followers_in_context(c, rowid, window, Some(text))?),
                     None => (Vec::new(), Vec::new()),
                 })
@@ -449,9 +443,7 @@ impl MemoryBank {
     pub fn prepare_delete(&self, id: &str) -> Result<FollowerVectors, MemoryError> {
         let window = self.config().retrieval.context_turns as i64;
         let followers = self.store.with(|c| {
-            use rusqlite::OptionalExtension;
-            let rowid: Option<i64> = c.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get(0)).optional()?;
-            Ok(match rowid {
+            Ok(match records::rowid_of(c, id)? {
                 Some(rowid) => followers_in_context(c, rowid, window, None)?,
                 None => Vec::new(),
             })
@@ -482,8 +474,7 @@ pub fn remove_with_followers(tx: &Connection, id: &str, followers: FollowerVecto
 pub fn remove_ids(tx: &Connection, ids: &[String]) -> Result<MemoryWrite, StoreError> {
     let mut gone = Vec::new();
     for id in ids {
-        use rusqlite::OptionalExtension;
-        if let Some(rowid) = tx.query_row("SELECT rowid FROM memories WHERE id = ?1", [id], |r| r.get::<_, i64>(0)).optional()? {
+        if let Some(rowid) = records::rowid_of(tx, id)? {
             tx.execute("DELETE FROM memories WHERE rowid = ?1", [rowid])?;
             gone.push(rowid);
         }
