@@ -83,7 +83,7 @@ fn library(n: usize) -> (Arc<MemoryBank>, VectorSource) {
     // Filled the way a library grows: every batch inserted into the graph as it is
     // published (the first build happens at once, over the first batch), saved at the end.
     let mut config = bench_memory_config();
-    config.graph = lorekeeper::memory::GraphConfig { auto_rebuild: true, min_vectors: 0, save_after: usize::MAX };
+    config.graph = lorekeeper::memory::GraphConfig { auto_rebuild: true, min_vectors: 0, save_after: usize::MAX, ..Default::default() };
     let bank = MemoryBank::open(store, config).expect("bank");
     if bank.stats().expect("stats").memories < n {
         let started = Instant::now();

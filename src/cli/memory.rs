@@ -317,7 +317,13 @@ fn reindex(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut 
         if let Some(model) = chosen {
             writeln!(out, "the library now uses {model} (saved in the config)")?;
         }
-        writeln!(out, "embedded {embedded} memories; vector graph rebuilt")?;
+        // Below `[memory.graph] min_vectors` there is no graph: an exact scan answers.
+        let stats = fetch_stats(engine)?;
+        if stats.ann_indexed > 0 {
+            writeln!(out, "embedded {embedded} memories; vector graph rebuilt over {} vectors", stats.ann_indexed)?;
+        } else {
+            writeln!(out, "embedded {embedded} memories; {} vectors searched exactly (no graph below [memory.graph] min_vectors)", stats.ann_pending)?;
+        }
     }
     Ok(())
 }

@@ -258,11 +258,13 @@ pub struct VectorIndex {
     pub dim: usize,
     outside: RwLock<Outside>,
     graph: RwLock<Option<Graph>>,
+    /// The library's `[memory.graph] ef_search`, given to every graph it installs.
+    ef_search: AtomicUsize,
 }
 
 impl VectorIndex {
     pub fn new(dim: usize) -> Self {
-        Self { dim, outside: RwLock::new(Outside::default()), graph: RwLock::new(None) }
+        Self { dim, outside: RwLock::new(Outside::default()), graph: RwLock::new(None), ef_search: AtomicUsize::new(EXPANSION_SEARCH) }
     }
 
     fn outside(&self) -> RwLockReadGuard<'_, Outside> {
@@ -384,6 +386,7 @@ impl VectorIndex {
         let mut outside = self.outside_mut();
         let mut graph = self.graph_mut();
         if let Some(g) = replacement {
+            g.set_expansion_search(self.ef_search());
             *graph = Some(g);
         }
         if let Some(g) = graph.as_ref() {
@@ -426,7 +429,27 @@ impl VectorIndex {
     /// Install a loaded graph directly (opening a library; nothing is in the tail yet).
     pub fn set_graph(&self, graph: Graph) {
         let _outside = self.outside_mut();
+        graph.set_expansion_search(self.ef_search());
         *self.graph_mut() = Some(graph);
+    }
+
+    /// How many candidates graph searches keep, now and in any graph installed later.
+    /// Taken under the graph's write lock, so no search is walking it meanwhile.
+    pub fn set_ef_search(&self, ef: usize) {
+        let ef = ef.max(1);
+        self.ef_search.store(ef, Ordering::SeqCst);
+        if let Some(g) = self.graph_mut().as_ref() {
+            g.set_expansion_search(ef);
+        }
+    }
+
+    pub fn ef_search(&self) -> usize {
+        self.ef_search.load(Ordering::SeqCst)
+    }
+
+    /// The `ef` the installed graph searches with, if there is one.
+    pub fn graph_ef_search(&self) -> Option<usize> {
+        self.graph().as_ref().map(|g| g.index.expansion_search())
     }
 
     /// Save the graph to `path` while holding only a read lock on it (searches go on;

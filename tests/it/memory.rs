@@ -306,7 +306,7 @@ fn synthetic(rng: &mut fastrand::Rng, from: usize, n: usize, source: &str) -> (V
 }
 
 fn graph_config(min_vectors: usize, save_after: usize) -> MemoryConfig {
-    MemoryConfig { embedding: embedding_config(), graph: GraphConfig { auto_rebuild: true, min_vectors, save_after }, ..Default::default() }
+    MemoryConfig { embedding: embedding_config(), graph: GraphConfig { auto_rebuild: true, min_vectors, save_after, ..Default::default() }, ..Default::default() }
 }
 
 /// The `n` nearest rowids of `v` through the bank's vector list.
@@ -373,6 +373,18 @@ fn the_vector_graph_takes_inserts_and_deletes_without_a_rebuild_and_reopens_from
     }
     assert!((nearest(&bank, &fifth[1], 1)[0].1 - 1.0).abs() < 1e-4);
     assert!((nearest(&bank, &second[2], 1)[0].1 - 1.0).abs() < 1e-4);
+    // Searches keep the configured number of candidates, in the loaded graph and after
+    // a change of settings.
+    assert_eq!(bank.graph_ef_search(), Some(64));
+    drop(bank);
+    let mut wider = config.clone();
+    wider.graph.ef_search = 200;
+    let bank = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), wider.clone()).unwrap();
+    assert_eq!(bank.graph_ef_search(), Some(200));
+    wider.graph.ef_search = 32;
+    bank.set_config(wider);
+    assert_eq!(bank.graph_ef_search(), Some(32));
+    assert!((nearest(&bank, &fifth[1], 1)[0].1 - 1.0).abs() < 1e-4);
 }
 
 #[test]
@@ -559,6 +571,9 @@ fn the_cli_imports_searches_evaluates_and_reports_stats() {
     assert_eq!(stats["memories"], 3);
     assert_eq!(stats["with_vectors"], 3);
     assert_eq!(stats["ann_indexed"], 3);
+    let out = lorekeeper(&dir, &["memory", "reindex", "--force"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("embedded 3 memories; vector graph rebuilt over 3 vectors"), "{}", String::from_utf8_lossy(&out.stdout));
 
     // A bad line is reported with its number and nothing is imported.
     let bad = dir.path().join("bad.jsonl");
@@ -793,7 +808,7 @@ fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
         assert_eq!(bank.stats().unwrap().ann_indexed, 0);
     }
     let mut harness = workbench(&dir, |config| {
-        config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, save_after: 25 };
+        config.memory.graph = GraphConfig { auto_rebuild: true, min_vectors: 30, save_after: 25, ..Default::default() };
     });
     // Opening the browser opens the library's memories: with these settings the graph
     // is missing, so a rebuild starts on its own and the panel reports it.

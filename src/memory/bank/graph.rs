@@ -424,6 +424,12 @@ impl MemoryBank {
         outcome.map(|(vectors, _)| vectors)
     }
 
+    /// The `ef` the library's graph searches with (`[memory.graph] ef_search`), or `None`
+    /// without a graph.
+    pub fn graph_ef_search(&self) -> Option<usize> {
+        self.index.graph_ef_search()
+    }
+
     /// Whether a graph build or save is running.
     pub fn is_rebuilding(&self) -> bool {
         self.rebuilding.load(Ordering::SeqCst)

@@ -147,6 +147,7 @@ impl MemoryBank {
             speakers: RwLock::new(None),
             entry_vectors: Mutex::new(std::collections::HashMap::new()),
         });
+        bank.index.set_ef_search(bank.config().graph.ef_search);
         bank.load_vectors()?;
         Ok(bank)
     }
@@ -168,6 +169,7 @@ impl MemoryBank {
 
     /// Change retrieval settings (the embedding model needs a reopen and a reindex).
     pub fn set_config(&self, config: MemoryConfig) {
+        self.index.set_ef_search(config.graph.ef_search);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
     }
 
