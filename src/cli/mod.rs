@@ -290,7 +290,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Verb::Identity { verb }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             identity::run(&engine, verb, cli.json)
         }
         Some(Verb::World { verb }) => author::world(&start(paths)?, verb, cli.json),
@@ -306,28 +306,28 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             interop::sheet(&start(paths)?, crate::interop::InteropCommand::EditSheet { character, edit: Box::new(fields.edit()) }, cli.json)
         }
         Some(Verb::Scene { verb }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             scene::run(&engine, verb, cli.json)
         }
         Some(Verb::Chat { verb }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             chat::run(&engine, verb, cli.json)
         }
         Some(Verb::Providers { action }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             providers(&engine, action, cli.json)
         }
         Some(Verb::Import(args)) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             interop::import(&engine, args, cli.json)
         }
         Some(Verb::Export { what }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             interop::export(&engine, what, cli.json)
         }
         Some(Verb::Bench { target: BenchTarget::Local(args) }) => bench::run(args, cli.json),
         Some(Verb::Memory { action }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             memory::run(&engine, action, cli.json)
         }
         Some(Verb::Screenshot { out, layout, panel, demo_round, width, height, frames }) => {
@@ -358,7 +358,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Verb::Serve { addr, token, cors }) => {
-            let engine = engine::start(paths).context("cannot start the engine")?;
+            let engine = start(paths)?;
             let server = crate::serve::start(engine, crate::serve::ServeOptions { addr, token, cors })?;
             // One line a script can read the address from (the port may have been 0).
             println!("listening on http://{}", server.addr);
@@ -368,8 +368,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn start(paths: Paths) -> Result<EngineHandle> {
-    engine::start(paths).context("cannot start the engine")
+/// Start the engine; a setting in the config file that nothing reads is named on
+/// stderr (stdout stays the verb's output for scripts).
+pub(super) fn start(paths: Paths) -> Result<EngineHandle> {
+    let engine = engine::start(paths).context("cannot start the engine")?;
+    for line in engine.config_warnings() {
+        eprintln!("lorekeeper: warning: {line}");
+    }
+    Ok(engine)
 }
 
 fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Result<ExitCode> {

@@ -240,7 +240,7 @@ pub fn demo_round_library(dir: &std::path::Path) -> Result<crate::config::Paths>
     let mut config = crate::config::Config::default();
     config.default_profile = "demo".into();
     config.save(&paths.config_file)?;
-    let engine = crate::engine::start(paths.clone())?;
+    let engine = super::start(paths.clone())?;
     engine.send(Command::Scene(SceneCommand::Demo))?;
     let scene = super::drive::wait(&engine, QUICK_LIMIT, |event| match event {
         Event::Scene(SceneEvent::DemoReady { scene_id }) => Some(scene_id.clone()),

@@ -123,15 +123,34 @@ impl Config {
     /// Load from `path`; a missing file gives the defaults (and is not created until
     /// the user saves something).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let (config, unknown) = Self::load_checked(path)?;
+        for key in unknown {
+            tracing::warn!(%key, path = %path.display(), "unknown config setting ignored");
+        }
+        Ok(config)
+    }
+
+    /// [`Self::load`], also naming the settings in the file that nothing reads (dotted
+    /// paths such as `memory.graph.rebuild_after`). Why: a misspelt or retired key is
+    /// otherwise ignored without a word, and the user wonders why a change did nothing.
+    /// An error would be harsher than the mistake: the rest of the file still applies.
+    pub fn load_checked(path: &Path) -> Result<(Self, Vec<String>), ConfigError> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Self::default(), Vec::new())),
             Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
         };
-        let config: Config =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        let parse_err = |e: toml::de::Error| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() };
+        let mut unknown = Vec::new();
+        let deserializer = toml::Deserializer::parse(&text).map_err(parse_err)?;
+        let config: Config = serde_ignored::deserialize(deserializer, |key| unknown.push(key.to_string())).map_err(parse_err)?;
         config.validate()?;
-        Ok(config)
+        Ok((config, unknown))
+    }
+
+    /// One line per unknown setting of [`Self::load_checked`], for a person to read.
+    pub fn unknown_key_warnings(path: &Path, unknown: &[String]) -> Vec<String> {
+        unknown.iter().map(|key| format!("{}: unknown setting `{key}` ignored (misspelt, or no longer used)", path.display())).collect()
     }
 
     /// Write atomically (temp file, then rename) so a crash never leaves half a config.
@@ -208,6 +227,23 @@ mod tests {
         assert_eq!(back.profile_for_role("director").unwrap().name, "big");
         assert_eq!(back.profile_for_role("narrator").unwrap().name, back.default_profile);
         assert_eq!(back.profile("local").map(|p| p.kind), Some(ProviderKind::Local));
+    }
+
+    #[test]
+    fn unknown_settings_are_named_and_the_rest_still_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[memory.graph]\nrebuild_after = 10\nmin_vectors = 5\n[memory.retreival]\nkeyword_weight = 0.9\n").unwrap();
+        let (config, unknown) = Config::load_checked(&path).unwrap();
+        assert_eq!(config.memory.graph.min_vectors, 5);
+        assert_eq!(unknown, ["memory.graph.rebuild_after", "memory.retreival"]);
+        let lines = Config::unknown_key_warnings(&path, &unknown);
+        assert!(lines[0].ends_with("unknown setting `memory.graph.rebuild_after` ignored (misspelt, or no longer used)"), "{lines:?}");
+        // Everything a saved config writes is read back: no false alarms.
+        let mut full = Config::default();
+        full.roles.insert("director".into(), "demo".into());
+        full.save(&path).unwrap();
+        assert_eq!(Config::load_checked(&path).unwrap(), (full, Vec::new()));
     }
 
     #[test]

@@ -89,9 +89,17 @@ pub struct EngineHandle {
     waker: Arc<RwLock<Option<Waker>>>,
     context: Arc<Context>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Settings in the config file that nothing reads, one line each for a person.
+    config_warnings: Vec<String>,
 }
 
 impl EngineHandle {
+    /// Settings in the config file that nothing reads (misspelt or retired), one line
+    /// each: the CLI prints them on stderr, the workbench in its event log.
+    pub fn config_warnings(&self) -> &[String] {
+        &self.config_warnings
+    }
+
     /// Queue a command. Fails only when the engine has stopped.
     pub fn send(&self, command: Command) -> Result<(), EngineStopped> {
         self.commands.send(command).map_err(|_| EngineStopped)
@@ -155,7 +163,11 @@ pub enum EngineError {
 
 /// Open the library and config at `paths` and start the engine.
 pub fn start(paths: Paths) -> Result<EngineHandle, EngineError> {
-    let config = Config::load(&paths.config_file)?;
+    let (config, unknown) = Config::load_checked(&paths.config_file)?;
+    let config_warnings = Config::unknown_key_warnings(&paths.config_file, &unknown);
+    for line in &config_warnings {
+        tracing::warn!("{line}");
+    }
     let store = Store::open(&paths.library_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -174,7 +186,7 @@ pub fn start(paths: Paths) -> Result<EngineHandle, EngineError> {
         .name("lorekeeper-engine".into())
         .spawn(move || run_loop(runtime, loop_context, command_rx))
         .map_err(EngineError::Runtime)?;
-    Ok(EngineHandle { commands: command_tx, events: event_rx, waker, context, thread: Some(thread) })
+    Ok(EngineHandle { commands: command_tx, events: event_rx, waker, context, thread: Some(thread), config_warnings })
 }
 
 /// Each capability's events become one variant of [`Event`].

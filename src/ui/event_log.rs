@@ -269,6 +269,10 @@ impl EventLog {
         }
     }
 
+    pub fn push_warn(&mut self, text: &str) {
+        self.push(LogLevel::Warn, clip(text));
+    }
+
     pub fn push_error(&mut self, context: &str, message: &str) {
         self.push(LogLevel::Error, format!("{context}: {message}"));
     }

@@ -290,10 +290,14 @@ impl WorkbenchApp {
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
         prose::set_raw(egui_ctx, state.raw_text);
+        let mut log = EventLog::default();
+        for line in engine.config_warnings() {
+            log.push_warn(line);
+        }
         let mut app = Self {
             engine,
             panels: Panels {
-                log: EventLog::default(),
+                log,
                 providers: ProvidersPanel::new(),
                 identity: IdentityPanels::default(),
                 library: LibraryPanel::default(),

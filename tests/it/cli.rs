@@ -210,6 +210,24 @@ fn failures_exit_non_zero_with_one_line() {
     assert!(!out.status.success());
 }
 
+/// A misspelt setting is named on stderr; the verb still runs on the rest of the file and
+/// its stdout stays clean for a script.
+#[test]
+fn a_setting_nothing_reads_is_named_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "http://127.0.0.1:9/v1".into());
+    let path = dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&path).unwrap() + "\n[memory.retreival]\nkeyword_weight = 0.9\n";
+    std::fs::write(&path, text).unwrap();
+    let out = lorekeeper(dir.path()).args(["--json", "providers", "list"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lorekeeper: warning: ") && stderr.contains("unknown setting `memory.retreival` ignored"), "{stderr}");
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        serde_json::from_str::<serde_json::Value>(line).expect("stdout holds only the verb's JSON");
+    }
+}
+
 #[test]
 fn providers_list_prints_profiles_as_json_lines() {
     let dir = tempfile::tempdir().unwrap();

@@ -1207,3 +1207,23 @@ fn cjk_text_has_glyphs() {
     assert!(cjk && mono, "the fallback font draws CJK in both families");
     assert!(harness.ctx.fonts_mut(|f| f.has_glyphs(&body, "Ilse Marrow")), "Latin still comes first, from egui's own font");
 }
+
+/// A setting in the config file that nothing reads (here one that was retired) is named
+/// in the event log when the workbench opens, and the rest of the file applies.
+#[test]
+fn a_setting_nothing_reads_is_named_in_the_event_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    config.save(&paths.config_file).unwrap();
+    let text = std::fs::read_to_string(&paths.config_file).unwrap().replace("[memory.graph]\n", "[memory.graph]\nrebuild_after = 5000\n");
+    std::fs::write(&paths.config_file, text).unwrap();
+    let engine = engine::start(paths).expect("engine starts");
+    assert_eq!(engine.context().config().default_profile, "demo");
+    let mut harness = harness(engine, 800.0);
+    harness.run();
+    let wanted = "unknown setting `memory.graph.rebuild_after` ignored";
+    assert!(harness.state().log_lines().any(|l| l.contains(wanted)), "{:?}", harness.state().log_lines().collect::<Vec<_>>());
+    assert!(harness.query_by_label_contains(wanted).is_some(), "the warning is shown in the event log");
+}
