@@ -514,3 +514,46 @@ fn a_vectorized_lore_entry_fires_on_meaning_in_chat() {
     let unrelated = committed(&send(&engine, "Shall we bake bread this afternoon?", None));
     assert!(!unrelated.packet.notes.iter().any(|n| n.contains("Drowned bells")), "far in meaning: out: {:?}", unrelated.packet.notes);
 }
+
+/// Deleting an exchange from the middle of a chat re-embeds the messages after it, whose
+/// vectors mixed in its words: afterwards every stored vector is the one a full reindex
+/// of the chat as it now reads writes.
+#[test]
+fn deleting_an_exchange_keeps_the_next_messages_vectors_true() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [
+        { "when": { "user_contains": "lighthouse" }, "reply": reply("[Ilse Marrow]: The keeper rowed out to it every night before the storm.") },
+        { "when": { "user_contains": "otter" }, "reply": reply("[Ilse Marrow]: An otter stole a whole herring from my basket by the quay.") },
+        { "when": { "user_contains": "bread" }, "reply": reply("[Ilse Marrow]: Rye bread, with caraway, from the bakery on Tar Street.") },
+        { "when": { "system_contains": "compress" }, "reply": "unused" }
+    ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    committed(&send(&engine, "Tell me about the lighthouse.", None));
+    let otter = committed(&send(&engine, "Have you seen the otter again?", None));
+    committed(&send(&engine, "What bread do you buy?", None));
+    let bank = lorekeeper::memory::bank_for(engine.context()).unwrap();
+    let vectors = |bank: &lorekeeper::memory::MemoryBank| -> Vec<(String, Vec<f32>)> {
+        let ids: Vec<String> = bank
+            .store()
+            .with(|c| c.prepare("SELECT id FROM memories WHERE kind = 'turn' ORDER BY seq")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>().map_err(Into::into))
+            .unwrap();
+        ids.into_iter().map(|id| (id.clone(), bank.stored_vector(&id).unwrap().expect("every message has a vector"))).collect()
+    };
+    let before = vectors(&bank);
+    assert_eq!(before.len(), 6);
+
+    engine
+        .send(Command::Companion(CompanionCommand::Delete { character: ILSE.into(), message: format!("{}-u", otter.id), and_after: false }))
+        .unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Changed { .. }));
+    let after = vectors(&bank);
+    assert_eq!(after.len(), 4, "the exchange's two messages are gone");
+    let cosine = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+    let was = |id: &str| before.iter().find(|(i, _)| i == id).map(|(_, v)| v.clone()).unwrap();
+    assert!(cosine(&was(&after[2].0), &after[2].1) < 0.9999, "the next message's vector changed");
+    bank.reindex(true, |_, _| {}).unwrap();
+    for ((id, got), (_, want)) in after.iter().zip(vectors(&bank)) {
+        assert!(cosine(got, &want) > 0.9999, "{id}: cosine {} to the vector of the chat as it now reads", cosine(got, &want));
+    }
+}

@@ -291,13 +291,15 @@ pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after
     let doomed: Vec<ChatTurn> = all.into_iter().filter(|t| t.id == turn.id || (and_after && t.seq > turn.seq)).collect();
     let bank = crate::memory::bank_for(ctx)?;
     let memory_ids: Vec<String> = doomed.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    // The messages after a deleted exchange mixed its text into their vectors.
+    let followers = bank.prepare_removal(&memory_ids)?;
     let write = bank.store().transaction(|tx| {
         let (mut write, _) = crate::memory::summarise::reopen_covering(tx, &memory_ids)?;
         for t in &doomed {
             write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
             records::delete_turn(tx, &character.id, &t.id)?;
         }
-        Ok(write)
+        Ok(write.and(followers.write(tx)?))
     })?;
     bank.publish(write);
     Ok(doomed.into_iter().map(|t| t.id).collect())

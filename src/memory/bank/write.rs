@@ -16,7 +16,7 @@ use crate::memory::MemoryError;
 use crate::memory::records::{self, MemoryKind, NewMemory};
 use crate::store::StoreError;
 use rusqlite::Connection;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Memories ready to be written: checked, and embedded unless `keyword_only` says why not.
 #[derive(Debug)]
@@ -283,19 +283,33 @@ pub(super) fn earlier_turns(c: &Connection, rowid: i64, window: i64) -> Result<V
     earlier_turns_changed(c, rowid, window, None)
 }
 
-/// [`earlier_turns`] as they will read once turn `changed.0` reads `changed.1` — or,
-/// with `None`, once it is deleted and the window reaches one turn further back.
-fn earlier_turns_changed(c: &Connection, rowid: i64, window: i64, changed: Option<(i64, Option<&str>)>) -> Result<Vec<String>, rusqlite::Error> {
+/// A change to turns that the turns after them must be embedded again for.
+#[derive(Clone, Copy)]
+enum Change<'a> {
+    /// Turn `.0` will read `.1`.
+    Edited(i64, &'a str),
+    /// These turns will be gone.
+    Removed(&'a HashSet<i64>),
+}
+
+/// [`earlier_turns`] as they will read once `change` is made (a removal lets the
+/// window reach further back).
+fn earlier_turns_changed(c: &Connection, rowid: i64, window: i64, change: Option<Change<'_>>) -> Result<Vec<String>, rusqlite::Error> {
     let mut stmt = c.prepare_cached(
         "SELECT p.rowid, p.text FROM memories m JOIN memories p ON p.session = m.session AND p.kind = 'turn' AND p.seq < m.seq \
          WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY p.seq DESC LIMIT ?2",
     )?;
-    let rows = stmt.query_map(rusqlite::params![rowid, window + 1], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    let reach = match change {
+        Some(Change::Removed(gone)) => window + gone.len() as i64,
+        _ => window,
+    };
+    let rows = stmt.query_map(rusqlite::params![rowid, reach], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
     let mut earlier = Vec::new();
     for row in rows {
         let (r, text) = row?;
-        match changed {
-            Some((c, replacement)) if c == r => earlier.extend(replacement.map(str::to_string)),
+        match change {
+            Some(Change::Edited(e, replacement)) if e == r => earlier.push(replacement.to_string()),
+            Some(Change::Removed(gone)) if gone.contains(&r) => {}
             _ => earlier.push(text),
         }
     }
@@ -304,23 +318,47 @@ fn earlier_turns_changed(c: &Connection, rowid: i64, window: i64, changed: Optio
     Ok(earlier)
 }
 
-/// The turns whose stored vectors mix in turn `rowid`'s text — the up to `window` turns
-/// after it in its session — each with its context as it will read once `rowid` reads
-/// `replacement` (or is deleted, with `None`). An edit or a delete re-embeds them, so
-/// no vector keeps a share of a text that is gone.
-fn followers_in_context(c: &Connection, rowid: i64, window: i64, replacement: Option<&str>) -> Result<Vec<(i64, InContext)>, rusqlite::Error> {
-    if window <= 0 {
-        return Ok(Vec::new());
-    }
+/// The up to `window` turns after turn `rowid` in its session: their stored vectors mix
+/// in its text.
+fn turns_after(c: &Connection, rowid: i64, window: i64) -> Result<Vec<(i64, String)>, rusqlite::Error> {
     let mut stmt = c.prepare_cached(
         "SELECT f.rowid, f.text FROM memories m JOIN memories f ON f.session = m.session AND f.kind = 'turn' AND f.seq > m.seq \
          WHERE m.rowid = ?1 AND m.kind = 'turn' ORDER BY f.seq LIMIT ?2",
     )?;
-    let followers: Vec<(i64, String)> =
-        stmt.query_map(rusqlite::params![rowid, window], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    stmt.query_map(rusqlite::params![rowid, window], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+}
+
+/// The turns whose stored vectors mix in turn `rowid`'s text, each with its context as
+/// it will read once `rowid` reads `replacement`. An edit re-embeds them, so no vector
+/// keeps a share of a text that is gone.
+fn followers_of_edit(c: &Connection, rowid: i64, window: i64, replacement: &str) -> Result<Vec<(i64, InContext)>, rusqlite::Error> {
+    if window <= 0 {
+        return Ok(Vec::new());
+    }
+    turns_after(c, rowid, window)?
+        .into_iter()
+        .map(|(f, text)| Ok((f, InContext { text, earlier: earlier_turns_changed(c, f, window, Some(Change::Edited(rowid, replacement)))? })))
+        .collect()
+}
+
+/// The turns that stay and whose stored vectors mix in any of the `gone` turns' texts
+/// (several from one session, or from several), each with its context as it will read
+/// without them.
+fn followers_of_removal(c: &Connection, gone: &HashSet<i64>, window: i64) -> Result<Vec<(i64, InContext)>, rusqlite::Error> {
+    if window <= 0 {
+        return Ok(Vec::new());
+    }
+    let mut followers = std::collections::BTreeMap::new();
+    for &rowid in gone {
+        for (f, text) in turns_after(c, rowid, window)? {
+            if !gone.contains(&f) && !followers.contains_key(&f) {
+                followers.insert(f, text);
+            }
+        }
+    }
     followers
         .into_iter()
-        .map(|(f, text)| Ok((f, InContext { text, earlier: earlier_turns_changed(c, f, window, Some((rowid, replacement)))? })))
+        .map(|(f, text)| Ok((f, InContext { text, earlier: earlier_turns_changed(c, f, window, Some(Change::Removed(gone)))? })))
         .collect()
 }
 
@@ -334,7 +372,7 @@ pub struct FollowerVectors {
 
 impl FollowerVectors {
     /// Store the new vectors of the followers that still exist.
-    fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+    pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
         let mut kept = Vec::new();
         for (rowid, v) in self.vectors {
             let exists = tx.query_row("SELECT count(*) FROM memories WHERE rowid = ?1", [rowid], |r| r.get::<_, i64>(0))? > 0;
@@ -417,7 +455,7 @@ impl MemoryBank {
         } else {
             self.store.with(|c| {
                 Ok(match records::rowid_of(c, id)? {
-                    Some(rowid) => (earlier_turns(c, rowid, window)?, followers_in_context(c, rowid, window, Some(text))?),
+                    Some(rowid) => (earlier_turns(c, rowid, window)?, followers_of_edit(c, rowid, window, text)?),
                     None => (Vec::new(), Vec::new()),
                 })
             })?
@@ -441,12 +479,24 @@ impl MemoryBank {
     /// The new vectors of the turns after memory `id` for when it is deleted (none when
     /// it is no turn of a session, or the embedder cannot run: they keep their vectors).
     pub fn prepare_delete(&self, id: &str) -> Result<FollowerVectors, MemoryError> {
+        self.prepare_removal(&[id.to_string()])
+    }
+
+    /// [`Self::prepare_delete`] for several memories removed together (a chat exchange
+    /// and the messages after it): each turn that stays is embedded once, with the
+    /// context it will have without any of them. Write it in the removal's transaction
+    /// with [`FollowerVectors::write`] after the rows are gone.
+    pub fn prepare_removal(&self, ids: &[String]) -> Result<FollowerVectors, MemoryError> {
         let window = self.config().retrieval.context_turns as i64;
+        if window <= 0 || ids.is_empty() {
+            return Ok(FollowerVectors::default());
+        }
         let followers = self.store.with(|c| {
-            Ok(match records::rowid_of(c, id)? {
-                Some(rowid) => followers_in_context(c, rowid, window, None)?,
-                None => Vec::new(),
-            })
+            let mut gone = HashSet::new();
+            for id in ids {
+                gone.extend(records::rowid_of(c, id)?);
+            }
+            Ok(followers_of_removal(c, &gone, window)?)
         })?;
         if followers.is_empty() {
             return Ok(FollowerVectors::default());
@@ -456,7 +506,7 @@ impl MemoryBank {
             Ok(v) if v.len() == texts.len() => Ok(FollowerVectors { vectors: followers.iter().map(|f| f.0).zip(v).collect(), model: self.model_id() }),
             Ok(_) => Ok(FollowerVectors::default()),
             Err(e) => {
-                tracing::warn!(error = %e, "the turns after a deleted memory keep their vectors");
+                tracing::warn!(error = %e, "the turns after deleted memories keep their vectors");
                 Ok(FollowerVectors::default())
             }
         }
