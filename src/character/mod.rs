@@ -176,7 +176,7 @@ pub fn chat_sheet(record: &CharacterRecord) -> Vec<(String, String)> {
     if record.card_json.is_none()
         && let Some(profile) = record.profile_json.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
     {
-        let card = profile::card_from_profile(&profile, &record.name);
+        let card = profile::profile_text(&profile, &record.name);
         sheet.clear();
         for (key, value) in [("description", card.description), ("personality", card.personality), ("scenario", card.scenario)] {
             if !value.trim().is_empty() {
@@ -351,14 +351,12 @@ pub fn sheet(record: &CharacterRecord) -> Sheet {
         card_text(record)
     } else {
         let mapped = record.profile_json.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());
-        mapped.map(|p| profile::card_from_profile(&p, &record.name)).map_or_else(CardText::default, |c| CardText {
-            first_mes: c.first_mes,
-            alternate_greetings: c.alternate_greetings,
+        // A profile has no greeting, system prompt or post-history instructions of its own.
+        mapped.map(|p| profile::profile_text(&p, &record.name)).map_or_else(CardText::default, |c| CardText {
             mes_example: c.mes_example,
-            system_prompt: c.system_prompt,
-            post_history_instructions: c.post_history_instructions,
             creator_notes: c.creator_notes,
             tags: c.tags,
+            ..Default::default()
         })
     };
     Sheet {

@@ -1,43 +1,51 @@
 //! A finished identity profile (the seed's `FinalCharacterProfile`, stored as JSON in
-//! `characters.profile_json`) written as a Character Card.
+//! `characters.profile_json`) read as the text fields of a character card.
 //!
 //! The profile is read as loose JSON with the seed's field names, so a missing or
-//! oddly shaped section leaves its part of the card empty instead of failing the
-//! export. The card's prose fields are what other tools put in a prompt; the whole
-//! profile also travels under `extensions.lorekeeper.profile`, so nothing is lost.
+//! oddly shaped section leaves its field empty instead of failing. The fields are what
+//! other tools put in a prompt: the chat sheet reads them here, and interop's card
+//! export (`interop::profile`) wraps them in a Character Card with the whole profile
+//! under `extensions.lorekeeper.profile`, so nothing is lost. Why here and not in
+//! interop: the sheet needs the mapping, and a character must not reach up into the
+//! file formats.
 
-use crate::interop::format::card::{CardSpec, CharacterCard};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-/// Build a card from `profile`; `fallback_name` is used when the profile has no name.
-pub fn card_from_profile(profile: &Value, fallback_name: &str) -> CharacterCard {
+/// The card text a profile maps to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProfileText {
+    pub name: String,
+    pub description: String,
+    pub personality: String,
+    pub scenario: String,
+    pub mes_example: String,
+    pub tags: Vec<String>,
+    pub creator_notes: String,
+    pub character_version: String,
+    /// `completed_at` as a Unix time, when it is a valid RFC 3339 time.
+    pub creation_date: Option<i64>,
+}
+
+/// Read `profile`'s card text; `fallback_name` is used when the profile has no name.
+pub fn profile_text(profile: &Value, fallback_name: &str) -> ProfileText {
     let name = text(profile, &["name"])
         .or_else(|| text(profile, &["overview", "name"]))
         .unwrap_or_else(|| fallback_name.to_string());
-    let mut card = CharacterCard { name, spec: CardSpec::V3, ..Default::default() };
-    card.description = description(profile);
-    card.personality = personality(profile);
-    card.scenario = scenario(profile);
-    card.mes_example = examples(profile);
-    card.tags = [text(profile, &["overview", "role"]), text(profile, &["narrative_arc", "arc_type"])]
-        .into_iter()
-        .flatten()
-        .collect();
-    card.creator = "Lorekeeper".into();
-    card.character_version = text(profile, &["version"]).unwrap_or_else(|| "1.0".into());
     let mode = text(profile, &["metadata", "mode"]);
-    card.creator_notes = match mode {
-        Some(mode) => format!("Developed with Lorekeeper's character identity pipeline ({mode} mode)."),
-        None => "Developed with Lorekeeper's character identity pipeline.".into(),
-    };
-    card.creation_date = text(profile, &["completed_at"])
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-        .map(|t| t.timestamp());
-    card.modification_date = Some(chrono::Utc::now().timestamp());
-    let mut ours = Map::new();
-    ours.insert("profile".into(), profile.clone());
-    card.extensions.insert("lorekeeper".into(), Value::Object(ours));
-    card
+    ProfileText {
+        name,
+        description: description(profile),
+        personality: personality(profile),
+        scenario: scenario(profile),
+        mes_example: examples(profile),
+        tags: [text(profile, &["overview", "role"]), text(profile, &["narrative_arc", "arc_type"])].into_iter().flatten().collect(),
+        creator_notes: match mode {
+            Some(mode) => format!("Developed with Lorekeeper's character identity pipeline ({mode} mode)."),
+            None => "Developed with Lorekeeper's character identity pipeline.".into(),
+        },
+        character_version: text(profile, &["version"]).unwrap_or_else(|| "1.0".into()),
+        creation_date: text(profile, &["completed_at"]).and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()).map(|t| t.timestamp()),
+    }
 }
 
 fn get<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
@@ -211,31 +219,25 @@ pub fn sample_profile() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interop::format::card::{decode_card, encode_card};
 
     #[test]
     fn every_section_lands_somewhere() {
-        let profile = sample_profile();
-        let card = card_from_profile(&profile, "fallback");
-        assert_eq!(card.name, "Mira Vell");
-        assert!(card.description.starts_with("A mapmaker who charts what others forget."));
-        assert!(card.description.contains("Secrets: she burned her first atlas"));
-        assert!(card.personality.contains("Core traits: meticulous, wry, restless, loyal"));
-        assert!(card.personality.contains("Speech: clipped"));
-        assert!(card.scenario.contains("Tomas (rival): trades barbs and maps"));
-        assert!(card.mes_example.contains("{{char}}: North is wherever I say, {{user}}."));
-        assert_eq!(card.creation_date, Some(1_767_323_045));
-        assert_eq!(card.extensions["lorekeeper"]["profile"], profile);
-        for spec in [CardSpec::V2, CardSpec::V3] {
-            let (back, _) = decode_card(encode_card(&card, spec)).unwrap();
-            assert_eq!(back.extensions["lorekeeper"]["profile"], profile);
-        }
+        let text = profile_text(&sample_profile(), "fallback");
+        assert_eq!(text.name, "Mira Vell");
+        assert!(text.description.starts_with("A mapmaker who charts what others forget."));
+        assert!(text.description.contains("Secrets: she burned her first atlas"));
+        assert!(text.personality.contains("Core traits: meticulous, wry, restless, loyal"));
+        assert!(text.personality.contains("Speech: clipped"));
+        assert!(text.scenario.contains("Tomas (rival): trades barbs and maps"));
+        assert!(text.mes_example.contains("{{char}}: North is wherever I say, {{user}}."));
+        assert_eq!(text.creation_date, Some(1_767_323_045));
+        assert_eq!(text.tags, ["cartographer", "growth"]);
     }
 
     #[test]
-    fn an_empty_profile_still_exports() {
-        let card = card_from_profile(&json!({}), "Nameless");
-        assert_eq!(card.name, "Nameless");
-        assert!(card.description.is_empty());
+    fn an_empty_profile_still_reads() {
+        let text = profile_text(&json!({}), "Nameless");
+        assert_eq!(text.name, "Nameless");
+        assert!(text.description.is_empty());
     }
 }

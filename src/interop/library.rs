@@ -6,7 +6,8 @@
 use super::format::card::{CardSpec, CharacterCard, decode_card, encode_card, encode_v2_backfill};
 use super::format::detect::{Document, parse_bytes};
 use super::format::{FormatError, MAX_FILE_BYTES, book, png, world_info};
-use crate::character::{self, profile::card_from_profile};
+use super::profile::card_from_profile;
+use crate::character;
 use crate::lorebook::{LoreEntry, Lorebook, SourceFormat};
 use crate::store::{Store, StoreError, new_id, now_rfc3339};
 use rusqlite::{Connection, OptionalExtension, params};

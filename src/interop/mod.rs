@@ -8,6 +8,7 @@
 
 pub mod format;
 pub mod library;
+pub mod profile;
 
 
 pub use library::{CardFormat, CharacterSummary, CreatedItem, ImportOutcome, InteropError, ItemKind, LorebookFormat, LorebookSummary};
