@@ -158,7 +158,7 @@ fn add_swipe(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted, injectio
     turn.completion_tokens = accepted.completion.usage.completion_tokens;
     turn.from_cache = accepted.completion.from_cache;
     turn.elapsed_ms = accepted.completion.elapsed_ms;
-    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())], Some(injection))?;
+    rewrite(bank, &turn, (format!("{}-r", turn.id), turn.reply.clone()), Some(injection))?;
     Ok(turn)
 }
 
@@ -174,7 +174,7 @@ fn extend(bank: &MemoryBank, mut turn: ChatTurn, accepted: Accepted, injection: 
     turn.prompt_tokens = accepted.completion.usage.prompt_tokens;
     turn.completion_tokens = turn.completion_tokens.saturating_add(accepted.completion.usage.completion_tokens);
     turn.elapsed_ms = turn.elapsed_ms.saturating_add(accepted.completion.elapsed_ms);
-    rewrite(bank, &turn, &[(format!("{}-r", turn.id), turn.reply.clone())], Some(injection))?;
+    rewrite(bank, &turn, (format!("{}-r", turn.id), turn.reply.clone()), Some(injection))?;
     Ok(turn)
 }
 
@@ -199,19 +199,18 @@ struct Injection {
     query: String,
 }
 
-/// Store `turn` as it now is, with the memories named in `changed` given their new text
+/// Store `turn` as it now is, with the memory named in `changed` given its new text
 /// (and, for a new draw, the injection it was given), in one transaction; then make the
 /// new vectors searchable.
-fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: &[(String, String)], injection: Option<&Injection>) -> Result<(), CompanionError> {
-    let edits = changed.iter().map(|(id, text)| bank.prepare_edit(id, text)).collect::<Result<Vec<_>, _>>()?;
-    let ids: Vec<String> = changed.iter().map(|(id, _)| id.clone()).collect();
+fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: (String, String), injection: Option<&Injection>) -> Result<(), CompanionError> {
+    // One message at a time: the turns after it are embedded again with the context it
+    // will have, read from the store as it is now.
+    let (id, text) = changed;
+    let edit = bank.prepare_edit(&id, &text)?;
     let writes = bank.store().transaction(|tx| {
         records::update_turn(tx, turn)?;
-        let (reopened, _) = crate::memory::summarise::reopen_covering(tx, &ids)?;
-        let mut write = reopened;
-        for edit in edits {
-            write = write.and(edit.write(tx)?);
-        }
+        let (reopened, _) = crate::memory::summarise::reopen_covering(tx, std::slice::from_ref(&id))?;
+        let write = reopened.and(edit.write(tx)?);
         if let Some(injection) = injection {
             crate::memory::injections::record(tx, &injection.agent, &injection.query, &turn.hits)?;
         }
@@ -247,7 +246,7 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
     turn.swipe = index as u32;
     turn.reply = text.clone();
     let bank = crate::memory::bank_for(ctx)?;
-    rewrite(&bank, &turn, &[(format!("{}-r", turn.id), text)], None)?;
+    rewrite(&bank, &turn, (format!("{}-r", turn.id), text), None)?;
     Ok(Some(turn))
 }
 
@@ -278,7 +277,7 @@ pub fn edit(ctx: &Context, character: &CharacterInfo, message: &str, text: &str)
         turn.user_text = text.to_string();
     }
     let bank = crate::memory::bank_for(ctx)?;
-    rewrite(&bank, &turn, &[(message.to_string(), text.to_string())], None)?;
+    rewrite(&bank, &turn, (message.to_string(), text.to_string()), None)?;
     Ok(turn)
 }
 
