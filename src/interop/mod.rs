@@ -343,7 +343,14 @@ fn entries(
     }
 }
 
+/// Held while the library is read and its list sent, so lists arrive in the order they
+/// were read: each list asked for runs on a thread of its own, and one read before a
+/// character was added must not arrive after one read since, leaving it unlisted.
+struct Listing;
+
 fn emit_library(ctx: &Context) {
+    let slot = ctx.service::<Listing>();
+    let _in_order = slot.lock().unwrap_or_else(|p| p.into_inner());
     match ctx.store.reader().and_then(|conn| library::list(&conn)) {
         Ok((characters, lorebooks)) => ctx.emit(InteropEvent::Library { characters, lorebooks }),
         Err(e) => ctx.emit(CoreEvent::error("list the library", e)),

@@ -434,10 +434,14 @@ impl VectorIndex {
     }
 
     /// How many candidates graph searches keep, now and in any graph installed later.
-    /// Taken under the graph's write lock, so no search is walking it meanwhile.
+    /// Taken under the graph's write lock, so no search is walking it meanwhile — and
+    /// only when it changes: settings are applied on every use of the bank, and the
+    /// write lock waits for a background save of the graph.
     pub fn set_ef_search(&self, ef: usize) {
         let ef = ef.max(1);
-        self.ef_search.store(ef, Ordering::SeqCst);
+        if self.ef_search.swap(ef, Ordering::SeqCst) == ef {
+            return;
+        }
         if let Some(g) = self.graph_mut().as_ref() {
             g.set_expansion_search(ef);
         }

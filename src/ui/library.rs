@@ -510,10 +510,22 @@ impl super::Panel for LibraryPanel {
         &[super::PanelKind::Library]
     }
 
-    fn apply(&mut self, event: &crate::engine::Event, _outbox: &mut Vec<crate::engine::Command>) {
+    fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
+        use crate::engine::Event;
         self.portraits.apply(event);
-        if let crate::engine::Event::Interop(e) = event {
-            LibraryPanel::apply(self, e);
+        match event {
+            Event::Interop(e) => LibraryPanel::apply(self, e),
+            // A character made elsewhere (the demo companion, the demo scene's cast, a
+            // finished identity run) is listed again once the list was asked for: it may
+            // have come after the answer.
+            Event::Companion(crate::companion::CompanionEvent::DemoReady { character_id: Some(_) })
+            | Event::Scene(crate::scene::SceneEvent::DemoReady { scene_id: Some(_) })
+            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. })
+                if self.listed =>
+            {
+                outbox.push(Command::Interop(InteropCommand::List))
+            }
+            _ => {}
         }
     }
 
