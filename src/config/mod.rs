@@ -149,8 +149,21 @@ impl Config {
     }
 
     /// One line per unknown setting of [`Self::load_checked`], for a person to read.
+    /// A key written into the file itself gets its own advice: it is never read from
+    /// there, and its value is never repeated.
     pub fn unknown_key_warnings(path: &Path, unknown: &[String]) -> Vec<String> {
-        unknown.iter().map(|key| format!("{}: unknown setting `{key}` ignored (misspelt, or no longer used)", path.display())).collect()
+        unknown
+            .iter()
+            .map(|key| {
+                let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
+                let why = if last.contains("key") || last.contains("token") || last.contains("secret") {
+                    "a key is never read from the config file: name its environment variable in `api_key_env`, or keep it in the OS keyring with `providers key set` or the Providers panel"
+                } else {
+                    "misspelt, or no longer used"
+                };
+                format!("{}: unknown setting `{key}` ignored ({why})", path.display())
+            })
+            .collect()
     }
 
     /// Write atomically (temp file, then rename) so a crash never leaves half a config.
@@ -239,6 +252,12 @@ mod tests {
         assert_eq!(unknown, ["memory.graph.rebuild_after", "memory.retreival"]);
         let lines = Config::unknown_key_warnings(&path, &unknown);
         assert!(lines[0].ends_with("unknown setting `memory.graph.rebuild_after` ignored (misspelt, or no longer used)"), "{lines:?}");
+        // A key pasted into the file is pointed to where keys live; its value is never repeated.
+        std::fs::write(&path, "default_profile = \"demo\"\n[[profile]]\nname = \"demo\"\nmodel = \"m\"\napi_key = \"sk-secret-123\"\n").unwrap();
+        let (_, unknown) = Config::load_checked(&path).unwrap();
+        let lines = Config::unknown_key_warnings(&path, &unknown);
+        assert_eq!(unknown, ["profile.0.api_key"]);
+        assert!(lines[0].contains("never read from the config file") && !lines[0].contains("sk-secret"), "{lines:?}");
         // Everything a saved config writes is read back: no false alarms.
         let mut full = Config::default();
         full.roles.insert("director".into(), "demo".into());
