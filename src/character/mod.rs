@@ -84,12 +84,27 @@ pub fn resolve(conn: &Connection, key: &str) -> Result<CharacterRecord, StoreErr
     let sql = format!("SELECT {COLUMNS} FROM characters WHERE name LIKE ?1 || '%' ESCAPE '\\' LIMIT 2");
     let mut stmt = conn.prepare_cached(&sql)?;
     let escaped = key.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-    let mut found: Vec<CharacterRecord> = stmt.query_map([escaped], from_row)?.collect::<Result<_, _>>()?;
+    let mut found: Vec<CharacterRecord> = stmt.query_map([&escaped], from_row)?.collect::<Result<_, _>>()?;
+    if found.is_empty() && !key.is_empty() {
+        // "Odile" or "Rask" for "Captain Odile Rask": a name with a word that starts so.
+        let sql = format!("SELECT {COLUMNS} FROM characters WHERE name LIKE '%' || ?1 || '%' ESCAPE '\\' ORDER BY name COLLATE NOCASE LIMIT 50");
+        let mut stmt = conn.prepare_cached(&sql)?;
+        found = stmt.query_map([&escaped], from_row)?.filter(|r| r.as_ref().map_or(true, |c| word_starts_with(&c.name, key))).collect::<Result<_, _>>()?;
+    }
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => Err(StoreError::NotFound(format!("character {key:?}"))),
-        _ => Err(StoreError::NotFound(format!("character {key:?}: more than one name starts so; give the full name"))),
+        _ => {
+            let names: Vec<&str> = found.iter().take(5).map(|c| c.name.as_str()).collect();
+            Err(StoreError::NotFound(format!("character {key:?}: more than one name matches ({}); give the full name", names.join(", "))))
+        }
     }
+}
+
+/// Whether a word of `name` (after a space or a mark) starts with `key`, ignoring case.
+fn word_starts_with(name: &str, key: &str) -> bool {
+    let (name, key) = (name.to_lowercase(), key.to_lowercase());
+    name.match_indices(&key).any(|(i, _)| name[..i].chars().next_back().is_none_or(|c| !c.is_alphanumeric()))
 }
 
 /// Every character, sorted by name.
@@ -605,6 +620,23 @@ mod tests {
                 assert_eq!(resolve(c, "Tam_")?.id, "c3", "LIKE wildcards in a key are literal");
                 assert!(resolve(c, "il").is_err(), "an ambiguous prefix is refused");
                 assert!(resolve(c, "zed").is_err());
+                // A word of the name, or the start of one: "Odile" for "Captain Odile Rask".
+                insert(c, NewCharacter { id: Some("d4"), name: "Captain Odile Rask", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                insert(c, NewCharacter { id: Some("e5"), name: "Brother O'Rourke", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                assert_eq!(resolve(c, "Odile")?.id, "d4");
+                assert_eq!(resolve(c, "rask")?.id, "d4");
+                assert_eq!(resolve(c, "odile rask")?.id, "d4");
+                assert_eq!(resolve(c, "rourke")?.id, "e5");
+                assert!(resolve(c, "ask").is_err(), "the middle of a word is no match");
+                match resolve(c, "marrow") {
+                    Ok(found) => assert_eq!(found.id, "a1"),
+                    Err(e) => panic!("{e}"),
+                }
+                insert(c, NewCharacter { id: Some("f6"), name: "Odette", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                assert_eq!(resolve(c, "odile")?.id, "d4");
+                insert(c, NewCharacter { id: Some("g7"), name: "Sister Odile", origin: Origin::Manual, card_json: None, profile_json: None })?;
+                let err = resolve(c, "odile").unwrap_err().to_string();
+                assert!(err.contains("Captain Odile Rask, Sister Odile"), "the names that match are listed: {err}");
                 Ok(())
             })
             .unwrap();

@@ -73,7 +73,7 @@ pub struct SearchArgs {
     /// hybrid, keyword or vector.
     #[arg(long, default_value = "hybrid", value_parser = parse_mode)]
     pub mode: SearchMode,
-    /// world, campaign[:ID] or character[:ID].
+    /// world, campaign[:ID] or character[:NAME or ID].
     #[arg(long)]
     pub scope: Option<String>,
     #[arg(long)]

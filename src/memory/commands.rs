@@ -2,7 +2,7 @@
 
 use super::bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats};
 use super::eval::{self, EvalReport};
-use super::records::{Memory, MemoryKind, NewMemory, Scope};
+use super::records::{Memory, MemoryKind, NewMemory, Scope, ScopeKind};
 use super::retrieval::{RetrievalHit, SearchMode, SearchRequest};
 use crate::context::{Context, CoreEvent};
 use serde::{Deserialize, Serialize};
@@ -269,8 +269,16 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
             })?;
             emit(ctx, MemoryEvent::Imported { summary });
         }
-        MemoryCommand::Search { request } => {
+        MemoryCommand::Search { mut request } => {
             let started = Instant::now();
+            // A character scope may name the character ("character:Odile"): memories are
+            // stored under its id, so a name would silently find nothing.
+            if let Some(scope) = request.filter.scope.as_mut()
+                && scope.kind == ScopeKind::Character
+                && let Some(key) = scope.id.clone()
+            {
+                scope.id = Some(ctx.store.with(|c| crate::character::resolve(c, &key))?.id);
+            }
             let hits = bank.search(&request)?;
             emit(
                 ctx,

@@ -223,7 +223,7 @@ impl MemoryPanel {
 
     fn request(&self) -> Result<SearchRequest, String> {
         let scope = match optional(&self.scope) {
-            Some(s) => Some(Scope::parse(&s).ok_or_else(|| format!("unknown scope {s:?}: world, campaign:ID or character:ID"))?),
+            Some(s) => Some(Scope::parse(&s).ok_or_else(|| format!("unknown scope {s:?}: world, campaign:ID or character:NAME"))?),
             None => None,
         };
         Ok(SearchRequest {
@@ -321,7 +321,7 @@ impl MemoryPanel {
             for (name, value, hint) in [
                 ("Speaker", &mut self.speaker, "anyone"),
                 ("Witness", &mut self.witness, "no restriction"),
-                ("Scope", &mut self.scope, "world, character:ID"),
+                ("Scope", &mut self.scope, "world, character:NAME"),
                 ("From", &mut self.from, "YYYY-MM-DD"),
                 ("To", &mut self.to, "YYYY-MM-DD"),
             ] {

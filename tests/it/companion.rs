@@ -557,3 +557,27 @@ fn deleting_an_exchange_keeps_the_next_messages_vectors_true() {
         assert!(cosine(got, &want) > 0.9999, "{id}: cosine {} to the vector of the chat as it now reads", cosine(got, &want));
     }
 }
+
+/// A memory search scoped to a character takes the character's name (or a word of it),
+/// as every other verb does; a name that is no character is an error, not an empty list.
+#[test]
+fn a_memory_search_is_scoped_to_a_character_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [
+        { "when": { "user_contains": "otter" }, "reply": reply("[Ilse Marrow]: An otter stole a whole herring from my basket by the quay.") },
+        { "when": { "system_contains": "compress" }, "reply": "unused" }
+    ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    committed(&send(&engine, "Have you seen the otter again?", None));
+    drop(engine);
+    for scope in ["character:Ilse Marrow", "character:marrow"] {
+        let out = cli(&paths, &["--json", "memory", "search", "otter herring", "--scope", scope]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(hits.iter().any(|h| h["text"].as_str().unwrap_or("").contains("stole a whole herring")), "{scope}: {hits:?}");
+    }
+    let out = cli(&paths, &["memory", "search", "otter", "--scope", "character:Nobody"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found: character \"Nobody\""), "{}", String::from_utf8_lossy(&out.stderr));
+}
