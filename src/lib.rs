@@ -16,6 +16,7 @@ pub mod llm;
 pub mod logging;
 pub mod lorebook;
 pub mod memory;
+pub mod names;
 pub mod paths;
 pub mod prompting;
 pub mod scene;

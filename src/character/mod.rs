@@ -81,30 +81,20 @@ pub fn resolve(conn: &Connection, key: &str) -> Result<CharacterRecord, StoreErr
     if let Some(found) = conn.query_row(&sql, [key], from_row).optional()? {
         return Ok(found);
     }
-    let sql = format!("SELECT {COLUMNS} FROM characters WHERE name LIKE ?1 || '%' ESCAPE '\\' LIMIT 2");
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let escaped = key.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-    let mut found: Vec<CharacterRecord> = stmt.query_map([&escaped], from_row)?.collect::<Result<_, _>>()?;
-    if found.is_empty() && !key.is_empty() {
-        // "Odile" or "Rask" for "Captain Odile Rask": a name with a word that starts so.
-        let sql = format!("SELECT {COLUMNS} FROM characters WHERE name LIKE '%' || ?1 || '%' ESCAPE '\\' ORDER BY name COLLATE NOCASE LIMIT 50");
-        let mut stmt = conn.prepare_cached(&sql)?;
-        found = stmt.query_map([&escaped], from_row)?.filter(|r| r.as_ref().map_or(true, |c| word_starts_with(&c.name, key))).collect::<Result<_, _>>()?;
+    // The start of the name, or of a word of it ("Odile" for "Captain Odile Rask").
+    let rows: Vec<(String, String)> = conn
+        .prepare_cached("SELECT id, name FROM characters ORDER BY name COLLATE NOCASE, created_at")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let found = crate::names::starting_with(&rows, |r| &r.1, key);
+    match found.as_slice() {
+        [(id, _)] => Ok(conn.query_row(&format!("SELECT {COLUMNS} FROM characters WHERE id = ?1"), [id], from_row)?),
+        [] => Err(StoreError::NotFound(format!("character {key:?}"))),
+        many => Err(StoreError::NotFound(format!(
+            "character {key:?}: more than one name matches ({}); give the full name",
+            crate::names::some_names(many, |r| &r.1)
+        ))),
     }
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(StoreError::NotFound(format!("character {key:?}"))),
-        _ => {
-            let names: Vec<&str> = found.iter().take(5).map(|c| c.name.as_str()).collect();
-            Err(StoreError::NotFound(format!("character {key:?}: more than one name matches ({}); give the full name", names.join(", "))))
-        }
-    }
-}
-
-/// Whether a word of `name` (after a space or a mark) starts with `key`, ignoring case.
-fn word_starts_with(name: &str, key: &str) -> bool {
-    let (name, key) = (name.to_lowercase(), key.to_lowercase());
-    name.match_indices(&key).any(|(i, _)| name[..i].chars().next_back().is_none_or(|c| !c.is_alphanumeric()))
 }
 
 /// Every character, sorted by name.
@@ -521,6 +511,19 @@ pub fn resolve_persona(conn: &Connection, key: &str) -> Result<Persona, StoreErr
     let mut stmt = conn.prepare_cached("SELECT id, name, description FROM personas WHERE name = ?1 COLLATE NOCASE")?;
     let mut found: Vec<Persona> =
         stmt.query_map([key], |r| Ok(Persona { id: r.get(0)?, name: r.get(1)?, description: r.get(2)? }))?.collect::<Result<_, _>>()?;
+    if found.is_empty() {
+        // The start of a name, or of a word of it.
+        let all = personas(conn)?;
+        let matched = crate::names::starting_with(&all, |p| &p.name, key);
+        return match matched.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(StoreError::NotFound(format!("persona {key:?}"))),
+            many => Err(StoreError::NotFound(format!(
+                "persona {key:?}: more than one name matches ({}); give the full name",
+                crate::names::some_names(many, |p| &p.name)
+            ))),
+        };
+    }
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => Err(StoreError::NotFound(format!("persona {key:?}"))),

@@ -343,7 +343,8 @@ pub fn resolve_lorebook(conn: &Connection, key: &str) -> Result<(String, String)
     resolve(conn, "lorebooks", "lorebook", key)
 }
 
-/// Resolve `key` (an id, else an exact name, case-insensitive) in `table`.
+/// Resolve `key` (an id, else an exact name, case-insensitive, else the start of a name
+/// or of a word of it) in `table`.
 fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str) -> Result<(String, String), InteropError> {
     let by_id: Option<(String, String)> = conn
         .query_row(&format!("SELECT id, name FROM {table} WHERE id = ?1"), [key], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -360,6 +361,24 @@ fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str
         .map_err(StoreError::from)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(StoreError::from)?;
+    if found.is_empty() {
+        // The start of a name, or of a word of it.
+        let rows: Vec<(String, String)> = conn
+            .prepare(&format!("SELECT id, name FROM {table} ORDER BY name COLLATE NOCASE, created_at"))
+            .and_then(|mut stmt| stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(StoreError::from)?;
+        let matched = crate::names::starting_with(&rows, |r| &r.1, key);
+        return match matched.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(InteropError::NotFound { kind, key: key.to_string() }),
+            many => Err(InteropError::Ambiguous {
+                kind,
+                key: key.to_string(),
+                count: many.len(),
+                ids: many.iter().map(|(id, name)| format!("{id} ({name})")).collect::<Vec<_>>().join(", "),
+            }),
+        };
+    }
     match found.len() {
         0 => Err(InteropError::NotFound { kind, key: key.to_string() }),
         1 => Ok(found.into_iter().next().unwrap_or_default()),

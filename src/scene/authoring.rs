@@ -139,7 +139,8 @@ fn required(name: &str, what: &str) -> Result<String, StoreError> {
     Ok(name.to_string())
 }
 
-/// Find a world, campaign, arc or scene by id, or by a name only one of them has.
+/// Find a world, campaign, arc or scene by id, by a name only one of them has, or by
+/// the start of a name or of a word of it that only one has.
 pub fn resolve(conn: &Connection, level: Level, key: &str) -> Result<(String, String), StoreError> {
     let table = level.table();
     let key = key.trim();
@@ -150,6 +151,21 @@ pub fn resolve(conn: &Connection, level: Level, key: &str) -> Result<(String, St
     }
     let mut stmt = conn.prepare(&format!("SELECT id, name FROM {table} WHERE name = ?1 COLLATE NOCASE"))?;
     let mut found: Vec<(String, String)> = stmt.query_map([key], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    if found.is_empty() {
+        // The start of a name, or of a word of it ("northern" for "The Northern Run").
+        let rows: Vec<(String, String)> =
+            conn.prepare(&format!("SELECT id, name FROM {table} ORDER BY name COLLATE NOCASE"))?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        let matched = crate::names::starting_with(&rows, |r| &r.1, key);
+        return match matched.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(StoreError::NotFound(format!("{} {key:?}", level.label()))),
+            many => Err(StoreError::NotFound(format!(
+                "{} {key:?}: more than one name matches ({}); give the full name",
+                level.label(),
+                crate::names::some_names(many, |r| &r.1)
+            ))),
+        };
+    }
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => Err(StoreError::NotFound(format!("{} {key:?}", level.label()))),

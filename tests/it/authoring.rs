@@ -708,3 +708,44 @@ fn a_character_is_overridden_for_a_world_and_a_campaign() {
     assert_eq!(bram["sheet"]["personality"], "Wary, loyal.", "{bram}");
     assert!(bram["sheet"]["description"].as_str().unwrap().contains("ash in his beard"), "the world's stays");
 }
+
+/// Names as a person types them: a word of a campaign's, an arc's, a character's, a
+/// persona's or a lorebook's name finds it when only one has such a word; when several
+/// do, the error names them.
+#[test]
+fn names_are_found_by_a_word_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    cli.ok(&["world", "new", "Skyreach"]);
+    cli.ok(&["persona", "new", "Ensign Pell Varro"]);
+    cli.ok(&["campaign", "new", "The Northern Run", "--world", "sky", "--persona", "varro"]);
+    let odile = write(dir.path(), "odile.json", &card("Captain Odile Rask", "Commands the airship Heron.", "Blunt."));
+    let odette = write(dir.path(), "odette.json", &card("Odette Lune", "A navigator.", "Quiet."));
+    let book = write(
+        dir.path(),
+        "heron-ship-lore.json",
+        &json!({ "entries": { "0": { "uid": 0, "key": ["heron"], "content": "The Heron is an airship.", "comment": "", "order": 100, "position": 0 } } }),
+    );
+    cli.ok(&["import", &odile, &odette, &book]);
+    cli.ok(&["campaign", "cast", "add", "northern", "Rask"]);
+    cli.ok(&["arc", "new", "Into the Squall", "--campaign", "Northern"]);
+    let created = cli.ok(&["scene", "new", "The Gondola", "--arc", "squall"]);
+    assert!(last_event(&created, "scene_created")["scene_id"].is_string());
+    cli.ok(&["lorebook", "attach", "ship", "--campaign", "run"]);
+    let tree = cli.ok(&["world", "list"]);
+    let text = serde_json::to_string(&tree).unwrap();
+    assert!(text.contains("The Gondola") && text.contains("Into the Squall"), "{text}");
+    let store = Store::open(&dir.path().join("library.sqlite")).unwrap();
+    let cast: Vec<String> = store
+        .with(|c| Ok(c.prepare("SELECT ch.name FROM campaign_cast cc JOIN characters ch ON ch.id = cc.character_id")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?))
+        .unwrap();
+    assert_eq!(cast, ["Captain Odile Rask"]);
+    // A name that starts so comes before a word that does: "od" is Odette.
+    let added = cli.ok(&["campaign", "cast", "add", "northern", "od"]);
+    assert_eq!(last_event(&added, "authored")["name"], "Odette Lune");
+    // "Odile" is a word of two names: refused, with both named.
+    let sister = write(dir.path(), "sister.json", &card("Sister Odile", "A chaplain.", "Kind."));
+    cli.ok(&["import", &sister]);
+    let refused = cli.run(&["campaign", "cast", "add", "northern", "odile"]).unwrap_err();
+    assert!(refused.contains("more than one name matches (Captain Odile Rask, Sister Odile)"), "{refused}");
+}
