@@ -279,7 +279,7 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
             {
                 scope.id = Some(ctx.store.with(|c| crate::character::resolve(c, &key))?.id);
             }
-            let hits = bank.search(&request)?;
+            let hits = if request.query.trim().is_empty() { bank.newest(&request.filter, request.k)? } else { bank.search(&request)? };
             emit(
                 ctx,
                 MemoryEvent::SearchResults {

@@ -305,7 +305,7 @@ impl MemoryPanel {
         ui.horizontal(|ui| {
             let label = ui.label("Search memories");
             let edit = ui.add(
-                egui::TextEdit::singleline(&mut self.query).hint_text("any text: a question, keywords, a name").desired_width(420.0).id_salt("memory_query"),
+                egui::TextEdit::singleline(&mut self.query).hint_text("a question, keywords, a name; empty: the newest").desired_width(420.0).id_salt("memory_query"),
             );
             let edit = edit.labelled_by(label.id);
             search |= edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
@@ -344,6 +344,9 @@ impl MemoryPanel {
         match (&self.searched, self.searching) {
             (_, true) => {
                 ui.label("Searching…");
+            }
+            (Some((q, _)), false) if q.trim().is_empty() => {
+                ui.label(format!("The {} newest memories", self.hits.len()));
             }
             (Some((q, ms)), false) => {
                 ui.label(format!("{} hits for {q:?} in {ms:.1} ms", self.hits.len()));

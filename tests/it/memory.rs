@@ -564,6 +564,12 @@ fn the_cli_imports_searches_evaluates_and_reports_stats() {
     assert_eq!(report["questions"], 1);
     assert!(report.get("recall_at_k").is_some());
 
+    // Nothing asked: the newest memories, newest first.
+    let out = lorekeeper(&dir, &["--json", "memory", "search", "", "--k", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits.iter().map(|h| h["id"].as_str().unwrap()).collect::<Vec<_>>(), ["3", "2"]);
+
     let out = lorekeeper(&dir, &["--json", "memory", "reindex"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = lorekeeper(&dir, &["--json", "memory", "stats"]);
@@ -793,6 +799,28 @@ fn the_memory_browser_searches_and_shows_scored_hits() {
     let vector = format!("{:.3}", hits[0].vector_score.unwrap());
     assert!(harness.query_all_by_label_contains(&vector).next().is_some(), "vector score {vector} shown");
     assert!(harness.query_all_by_label_contains("2 memories").next().is_some(), "index status shown");
+}
+
+/// Searching with nothing typed lists the newest memories, so a library can be browsed
+/// before anything is asked of it.
+#[test]
+fn the_memory_browser_lists_the_newest_memories_for_an_empty_search() {
+    use egui_kittest::kittest::Queryable;
+    let dir = tempfile::tempdir().unwrap();
+    let mut harness = memory_panel(
+        &dir,
+        vec![
+            turn("n1", "user", "The tide tables are pinned by the door.", &[]),
+            turn("n2", "Mira", "Tobin mended the net before the storm.", &[]),
+            turn("n3", "user", "We ate the last of the smoked herring.", &[]),
+        ],
+    );
+    harness.run();
+    harness.get_by_label("Search").click();
+    step_until_label(&mut harness, "The 3 newest memories", 30);
+    let ids: Vec<&str> = harness.state().memory().hits().iter().map(|h| h.id.as_str()).collect();
+    assert_eq!(ids, ["n3", "n2", "n1"]);
+    assert!(harness.query_all_by_label_contains("smoked herring").next().is_some());
 }
 
 #[test]

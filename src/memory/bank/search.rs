@@ -5,7 +5,7 @@ use super::MemoryBank;
 use crate::memory::MemoryError;
 use crate::memory::keyword;
 use crate::memory::records::{self, Memory};
-use crate::memory::retrieval::{Candidate, RetrievalHit, SearchFilter, SearchMode, SearchRequest, fuse};
+use crate::memory::retrieval::{Candidate, Fused, RetrievalHit, SearchFilter, SearchMode, SearchRequest, fuse};
 use rusqlite::params_from_iter;
 use std::collections::{HashMap, HashSet};
 
@@ -219,6 +219,26 @@ impl MemoryBank {
             _ => Some(self.embedder()?.embed_query(&self.vector_query(&request.query)?)?),
         };
         self.search_with_vector(request, vector.as_deref())
+    }
+
+    /// The `k` memories written last that `filter` keeps, newest first: what a person's
+    /// search with no query lists (`memory search ""`, the memory browser), so a library
+    /// can be browsed before anything is asked of it. No list scored them: a hit has no
+    /// keyword or vector score. (Agents' recall never lists by age: an empty query of
+    /// theirs finds nothing.)
+    pub fn newest(&self, filter: &SearchFilter, k: usize) -> Result<Vec<RetrievalHit>, MemoryError> {
+        const MAX_K: usize = 1000;
+        let (cond, mut params) = filter.sql();
+        params.push(rusqlite::types::Value::Integer(k.min(MAX_K) as i64));
+        let memories = self.with_reader(|c| {
+            let sql = format!("SELECT m.rowid FROM memories m WHERE {cond} ORDER BY m.rowid DESC LIMIT ?{}", params.len());
+            let rowids: Vec<i64> = c.prepare_cached(&sql)?.query_map(params_from_iter(params.iter()), |r| r.get(0))?.collect::<Result<_, _>>()?;
+            let mut memories = records::load(c, &rowids)?;
+            memories.sort_by_key(|m| std::cmp::Reverse(m.rowid));
+            Ok(memories)
+        })?;
+        let unscored = Fused { score: 0.0, keyword: None, vector: None };
+        Ok(memories.iter().enumerate().map(|(i, m)| RetrievalHit::of(m, i + 1, &unscored)).collect())
     }
 
     /// Search with a query vector computed by the caller (benchmarks with synthetic
