@@ -20,8 +20,36 @@ pub fn starting_with<'a, T>(rows: &'a [T], name: impl Fn(&T) -> &str, key: &str)
     rows.iter().filter(|r| word_starts_with(&name(r).to_lowercase(), &key)).collect()
 }
 
+/// Why [`only`] found no single row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoMatch {
+    None,
+    /// Up to five of the names that matched, joined for an error message.
+    Many(String),
+}
+
+impl NoMatch {
+    /// The sentence for an error about `what` (`character "od"`).
+    pub fn message(&self, what: &str) -> String {
+        match self {
+            NoMatch::None => what.to_string(),
+            NoMatch::Many(names) => format!("{what}: more than one name matches ({names}); give the full name"),
+        }
+    }
+}
+
+/// The one row [`starting_with`] finds, or why there is none.
+pub fn only<'a, T>(rows: &'a [T], name: impl Fn(&T) -> &str, key: &str) -> Result<&'a T, NoMatch> {
+    let found = starting_with(rows, &name, key);
+    match found.as_slice() {
+        [one] => Ok(one),
+        [] => Err(NoMatch::None),
+        many => Err(NoMatch::Many(some_names(many, &name))),
+    }
+}
+
 /// Up to five names of `rows`, for an error that says which ones matched.
-pub fn some_names<T>(rows: &[&T], name: impl Fn(&T) -> &str) -> String {
+fn some_names<T>(rows: &[&T], name: impl Fn(&T) -> &str) -> String {
     let mut names: Vec<&str> = rows.iter().take(5).map(|r| name(r)).collect();
     if rows.len() > 5 {
         names.push("…");
@@ -52,7 +80,9 @@ mod tests {
         assert!(find(&rows, "ask").is_empty(), "the middle of a word is no match");
         assert!(find(&rows, "  ").is_empty());
         let many: Vec<String> = (0..7).map(|i| format!("Name {i}")).collect();
-        let found = starting_with(&many, |s| s.as_str(), "name");
-        assert_eq!(some_names(&found, |s| s.as_str()), "Name 0, Name 1, Name 2, Name 3, Name 4, …");
+        assert_eq!(only(&many, |s| s.as_str(), "name"), Err(NoMatch::Many("Name 0, Name 1, Name 2, Name 3, Name 4, …".into())));
+        assert_eq!(only(&many, |s| s.as_str(), "zed"), Err(NoMatch::None));
+        assert_eq!(only(&many, |s| s.as_str(), "name 3"), Ok(&many[3]));
+        assert_eq!(NoMatch::Many("A, B".into()).message("world \"x\""), "world \"x\": more than one name matches (A, B); give the full name");
     }
 }

@@ -86,15 +86,8 @@ pub fn resolve(conn: &Connection, key: &str) -> Result<CharacterRecord, StoreErr
         .prepare_cached("SELECT id, name FROM characters ORDER BY name COLLATE NOCASE, created_at")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    let found = crate::names::starting_with(&rows, |r| &r.1, key);
-    match found.as_slice() {
-        [(id, _)] => Ok(conn.query_row(&format!("SELECT {COLUMNS} FROM characters WHERE id = ?1"), [id], from_row)?),
-        [] => Err(StoreError::NotFound(format!("character {key:?}"))),
-        many => Err(StoreError::NotFound(format!(
-            "character {key:?}: more than one name matches ({}); give the full name",
-            crate::names::some_names(many, |r| &r.1)
-        ))),
-    }
+    let (id, _) = crate::names::only(&rows, |r| &r.1, key).map_err(|e| StoreError::NotFound(e.message(&format!("character {key:?}"))))?;
+    get(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))
 }
 
 /// Every character, sorted by name.
@@ -514,19 +507,11 @@ pub fn resolve_persona(conn: &Connection, key: &str) -> Result<Persona, StoreErr
     if found.is_empty() {
         // The start of a name, or of a word of it.
         let all = personas(conn)?;
-        let matched = crate::names::starting_with(&all, |p| &p.name, key);
-        return match matched.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(StoreError::NotFound(format!("persona {key:?}"))),
-            many => Err(StoreError::NotFound(format!(
-                "persona {key:?}: more than one name matches ({}); give the full name",
-                crate::names::some_names(many, |p| &p.name)
-            ))),
-        };
+        let one = crate::names::only(&all, |p| &p.name, key).map_err(|e| StoreError::NotFound(e.message(&format!("persona {key:?}"))))?;
+        return Ok(one.clone());
     }
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => Err(StoreError::NotFound(format!("persona {key:?}"))),
         n => Err(StoreError::NotFound(format!("persona {key:?} is ambiguous ({n} personas have that name; use the id)"))),
     }
 }

@@ -367,20 +367,13 @@ fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str
             .prepare(&format!("SELECT id, name FROM {table} ORDER BY name COLLATE NOCASE, created_at"))
             .and_then(|mut stmt| stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
             .map_err(StoreError::from)?;
-        let matched = crate::names::starting_with(&rows, |r| &r.1, key);
-        return match matched.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(InteropError::NotFound { kind, key: key.to_string() }),
-            many => Err(InteropError::Ambiguous {
-                kind,
-                key: key.to_string(),
-                count: many.len(),
-                ids: many.iter().map(|(id, name)| format!("{id} ({name})")).collect::<Vec<_>>().join(", "),
-            }),
+        return match crate::names::only(&rows, |r| &r.1, key) {
+            Ok(one) => Ok(one.clone()),
+            Err(crate::names::NoMatch::None) => Err(InteropError::NotFound { kind, key: key.to_string() }),
+            Err(many) => Err(InteropError::Store(StoreError::NotFound(many.message(&format!("{kind} {key:?}"))))),
         };
     }
     match found.len() {
-        0 => Err(InteropError::NotFound { kind, key: key.to_string() }),
         1 => Ok(found.into_iter().next().unwrap_or_default()),
         count => Err(InteropError::Ambiguous {
             kind,

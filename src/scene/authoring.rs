@@ -155,20 +155,11 @@ pub fn resolve(conn: &Connection, level: Level, key: &str) -> Result<(String, St
         // The start of a name, or of a word of it ("northern" for "The Northern Run").
         let rows: Vec<(String, String)> =
             conn.prepare(&format!("SELECT id, name FROM {table} ORDER BY name COLLATE NOCASE"))?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-        let matched = crate::names::starting_with(&rows, |r| &r.1, key);
-        return match matched.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(StoreError::NotFound(format!("{} {key:?}", level.label()))),
-            many => Err(StoreError::NotFound(format!(
-                "{} {key:?}: more than one name matches ({}); give the full name",
-                level.label(),
-                crate::names::some_names(many, |r| &r.1)
-            ))),
-        };
+        let one = crate::names::only(&rows, |r| &r.1, key).map_err(|e| StoreError::NotFound(e.message(&format!("{} {key:?}", level.label()))))?;
+        return Ok(one.clone());
     }
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => Err(StoreError::NotFound(format!("{} {key:?}", level.label()))),
         n => {
             let ids: Vec<&str> = found.iter().map(|(id, _)| id.as_str()).collect();
             Err(StoreError::NotFound(format!(

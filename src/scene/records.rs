@@ -12,21 +12,9 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 /// A scene by id, or by name when exactly one scene has it, or by the start of a name
-/// or of a word of it.
+/// or of a word of it (the one resolution of every authored level).
 pub fn resolve_scene(conn: &Connection, key: &str) -> Result<String, StoreError> {
-    if let Some(id) = conn.query_row("SELECT id FROM scenes WHERE id = ?1", [key], |r| r.get(0)).optional()? {
-        return Ok(id);
-    }
-    let mut stmt = conn.prepare("SELECT id FROM scenes WHERE name = ?1 COLLATE NOCASE")?;
-    let ids: Vec<String> = stmt.query_map([key], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    if ids.is_empty() {
-        return crate::scene::authoring::resolve(conn, crate::scene::authoring::Level::Scene, key).map(|(id, _)| id);
-    }
-    match ids.as_slice() {
-        [id] => Ok(id.clone()),
-        [] => Err(StoreError::NotFound(format!("scene {key:?}"))),
-        _ => Err(StoreError::NotFound(format!("scene {key:?} is ambiguous ({} scenes have that name; use the id)", ids.len()))),
-    }
+    super::authoring::resolve(conn, super::authoring::Level::Scene, key).map(|(id, _)| id)
 }
 
 /// Scenario / author notes of a scene and everything above it, broadest first.

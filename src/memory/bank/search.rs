@@ -9,6 +9,9 @@ use crate::memory::retrieval::{Candidate, Fused, RetrievalHit, SearchFilter, Sea
 use rusqlite::params_from_iter;
 use std::collections::{HashMap, HashSet};
 
+/// Whatever a caller asks for, one search (or listing) returns at most this many hits.
+const MAX_K: usize = 1000;
+
 /// `WITH wanted(r) AS (VALUES ...)` over `rowids`, or `None` when there are none. Join
 /// it first, with CROSS JOIN, to look each row up by rowid: with a plain
 /// `rowid IN (...)` beside a filter SQLite preferred the (kind, scope, scope_id) index
@@ -227,7 +230,6 @@ impl MemoryBank {
     /// keyword or vector score. (Agents' recall never lists by age: an empty query of
     /// theirs finds nothing.)
     pub fn newest(&self, filter: &SearchFilter, k: usize) -> Result<Vec<RetrievalHit>, MemoryError> {
-        const MAX_K: usize = 1000;
         let (cond, mut params) = filter.sql();
         params.push(rusqlite::types::Value::Integer(k.min(MAX_K) as i64));
         let memories = self.with_reader(|c| {
@@ -244,8 +246,6 @@ impl MemoryBank {
     /// Search with a query vector computed by the caller (benchmarks with synthetic
     /// vectors; callers that embed once and search several scopes).
     pub fn search_with_vector(&self, request: &SearchRequest, query_vector: Option<&[f32]>) -> Result<Vec<RetrievalHit>, MemoryError> {
-        // Whatever a caller asks for, one search returns at most this many hits.
-        const MAX_K: usize = 1000;
         let capped;
         let request = if request.k > MAX_K {
             capped = SearchRequest { k: MAX_K, ..request.clone() };
