@@ -114,10 +114,6 @@ impl CampaignsPanel {
                 self.characters = characters.clone();
                 self.lorebooks = lorebooks.clone();
             }
-            Event::Interop(InteropEvent::ImportReport { .. })
-            | Event::Companion(crate::companion::CompanionEvent::DemoReady { character_id: Some(_) }) => {
-                outbox.push(Command::Interop(InteropCommand::List))
-            }
             _ => {}
         }
     }

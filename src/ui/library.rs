@@ -516,15 +516,11 @@ impl super::Panel for LibraryPanel {
         match event {
             Event::Interop(e) => LibraryPanel::apply(self, e),
             // A character made elsewhere (the demo companion, the demo scene's cast, a
-            // finished identity run) is listed again once the list was asked for: it may
-            // have come after the answer.
+            // finished identity run) may have come after the last list: list again. The
+            // answer reaches every panel that shows characters (an import sends its own).
             Event::Companion(crate::companion::CompanionEvent::DemoReady { character_id: Some(_) })
             | Event::Scene(crate::scene::SceneEvent::DemoReady { scene_id: Some(_) })
-            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. })
-                if self.listed =>
-            {
-                outbox.push(Command::Interop(InteropCommand::List))
-            }
+            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
             _ => {}
         }
     }
