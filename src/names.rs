@@ -8,7 +8,7 @@
 /// The rows `key` points at: those whose name starts with it, or, when none does, those
 /// with a word (after a space or a mark) that starts with it. More than one is for the
 /// caller to refuse, naming them.
-pub fn starting_with<'a, T>(rows: &'a [T], name: impl Fn(&T) -> &str, key: &str) -> Vec<&'a T> {
+fn starting_with<'a, T>(rows: &'a [T], name: impl Fn(&T) -> &str, key: &str) -> Vec<&'a T> {
     let key = key.trim().to_lowercase();
     if key.is_empty() {
         return Vec::new();
