@@ -26,14 +26,15 @@ apt_install_missing() {
 # Run-time libraries of the window (winit, glow, fontconfig), Xvfb for headless runs,
 # libdbus (loaded at run time by the file dialogs' portal client; the keyring speaks
 # D-Bus in pure Rust and needs no library),
-# and a CJK font (egui draws no Chinese, Japanese or Korean of its own).
+# a CJK font (egui draws no Chinese, Japanese or Korean of its own) and DejaVu Sans for
+# Arabic and Hebrew (without their glyphs egui shapes a whole line right to left).
 APT_PACKAGES=(
   libxkbcommon0 libxkbcommon-x11-0 libx11-xcb1 libxcursor1 libxrandr2 libxi6
   libwayland-client0 libwayland-cursor0 libwayland-egl1 libfontconfig1
   libegl1 libegl-mesa0 libgl1-mesa-dri libvulkan1 mesa-vulkan-drivers
   xvfb xauth
   libdbus-1-3
-  fonts-wqy-microhei
+  fonts-wqy-microhei fonts-dejavu-core
 )
 apt_install_missing "${APT_PACKAGES[@]}"
 

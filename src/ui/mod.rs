@@ -130,29 +130,47 @@ impl PanelKind {
     }
 }
 
-/// Fonts for what egui's own cannot draw (it has Latin, Greek, Cyrillic and symbols):
-/// Chinese, Japanese and Korean, which users' cards and lorebooks are often written in.
-/// The first one installed is used; `.ci/setup.sh` installs the first
-/// (`fonts-wqy-microhei`, Apache-2.0). Read from the system, never downloaded.
+/// Fonts for what egui's own cannot draw (it has Latin, Greek, Cyrillic, symbols and,
+/// with `monochrome_emoji_fonts`, emoji): Chinese, Japanese and Korean, which users'
+/// cards and lorebooks are often written in. The first one installed is used;
+/// `.ci/setup.sh` installs the first (`fonts-wqy-microhei`, Apache-2.0). Read from the
+/// system, never downloaded.
 pub const FALLBACK_FONTS: [&str; 3] = [
     "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
     "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
 ];
 
-/// Add the first installed [`FALLBACK_FONTS`] behind egui's own fonts, in both
-/// families, so a glyph egui lacks is drawn instead of shown as a box. Returns the
-/// file used.
-pub fn install_fallback_fonts(ctx: &egui::Context) -> Option<&'static str> {
-    let (path, bytes) = FALLBACK_FONTS.iter().find_map(|p| std::fs::read(p).ok().map(|b| (*p, b)))?;
+/// Fonts for Arabic and Hebrew; `.ci/setup.sh` installs the first (`fonts-dejavu-core`).
+/// More than a matter of boxes: egui 0.37 splits a line into runs by the font that draws
+/// each character and shapes each run in the direction of its script, so letters no font
+/// has stay in the Latin font's run and turn the whole run, English included, right to
+/// left. With a font of their own they form runs of their own: each word reads right to
+/// left and the Latin around it left to right (words keep their logical order: egui has
+/// no bidirectional layout).
+pub const RTL_FONTS: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/noto/NotoSansArabic-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+];
+
+/// Add the first installed font of [`FALLBACK_FONTS`] and of [`RTL_FONTS`] behind
+/// egui's own fonts, in both families, so a glyph egui lacks is drawn instead of shown
+/// as a box. Returns the files used.
+pub fn install_fallback_fonts(ctx: &egui::Context) -> Vec<&'static str> {
     let mut fonts = egui::FontDefinitions::default();
-    fonts.font_data.insert("fallback".into(), std::sync::Arc::new(egui::FontData::from_owned(bytes)));
-    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
-        fonts.families.entry(family).or_default().push("fallback".into());
+    let mut used = Vec::new();
+    for (name, list) in [("fallback", &FALLBACK_FONTS), ("rtl", &RTL_FONTS)] {
+        let Some((path, bytes)) = list.iter().find_map(|p| std::fs::read(p).ok().map(|b| (*p, b))) else { continue };
+        fonts.font_data.insert(name.into(), std::sync::Arc::new(egui::FontData::from_owned(bytes)));
+        for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
+            fonts.families.entry(family).or_default().push(name.into());
+        }
+        tracing::debug!(font = path, "fallback font installed");
+        used.push(path);
     }
     ctx.set_fonts(fonts);
-    tracing::debug!(font = path, "fallback font installed");
-    Some(path)
+    used
 }
 
 /// Every keyboard shortcut of the workbench, as the `?` overlay lists them.

@@ -1208,6 +1208,35 @@ fn cjk_text_has_glyphs() {
     assert!(harness.ctx.fonts_mut(|f| f.has_glyphs(&body, "Ilse Marrow")), "Latin still comes first, from egui's own font");
 }
 
+/// Arabic, Hebrew and emoji in a user's card are drawn, and English after Arabic on one
+/// line still reads left to right. Without an Arabic font the letters fell into the Latin
+/// font's run and egui shaped the whole run right to left ("hsilgnE ni sksa").
+#[test]
+fn arabic_hebrew_and_emoji_have_glyphs_and_english_beside_them_reads_left_to_right() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    assert!(lorekeeper::ui::RTL_FONTS.iter().any(|p| Path::new(p).is_file()), "no Arabic font installed: run `bash .ci/setup.sh`");
+    let body = egui::FontId::proportional(14.0);
+    for text in ["مرحبا بالعالم", "שלום", "🌸🌊🔔", "桜井 ユキ 🌸"] {
+        assert!(harness.ctx.fonts_mut(|f| f.has_glyphs(&body, text)), "{text} has glyphs");
+    }
+    let line = "ليلى تقول: مرحبا — and then she asks in English about the bells 🔔";
+    let galley = harness.ctx.fonts_mut(|f| f.layout_no_wrap(line.into(), body.clone(), egui::Color32::WHITE));
+    let glyphs: Vec<_> = galley.rows.iter().flat_map(|r| r.row.glyphs.iter()).collect();
+    let x_of = |c: char| glyphs.iter().find(|g| g.chr == c).map(|g| g.pos.x).unwrap_or_else(|| panic!("{c} laid out"));
+    let drawn: String = {
+        let mut g = glyphs.clone();
+        g.sort_by(|a, b| a.pos.x.total_cmp(&b.pos.x));
+        g.iter().map(|g| g.chr).collect()
+    };
+    assert!(drawn.contains("and then she asks in English about the bells"), "English reads left to right: {drawn}");
+    assert!(x_of('🔔') > x_of('E'), "the bell comes after the English: {drawn}");
+    assert!(x_of('م') > x_of('ا'), "an Arabic word is drawn right to left: {drawn}");
+}
+
 /// A setting in the config file that nothing reads (here one that was retired) is named
 /// in the event log when the workbench opens, and the rest of the file applies.
 #[test]
@@ -1227,3 +1256,4 @@ fn a_setting_nothing_reads_is_named_in_the_event_log() {
     assert!(harness.state().log_lines().any(|l| l.contains(wanted)), "{:?}", harness.state().log_lines().collect::<Vec<_>>());
     assert!(harness.query_by_label_contains(wanted).is_some(), "the warning is shown in the event log");
 }
+
