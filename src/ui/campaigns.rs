@@ -190,7 +190,7 @@ impl CampaignsPanel {
             for w in &self.tree.worlds {
                 let node = |level, id: &str| Selected { level, id: id.to_string() };
                 egui::CollapsingHeader::new(format!("{} (world)", w.name)).id_salt(("world", &w.id)).default_open(true).show(ui, |ui| {
-                    if ui.selectable_label(self.selected == Some(node(Level::World, &w.id)), format!("World {}", w.name)).clicked() {
+                    if ui.selectable_label(self.selected == Some(node(Level::World, &w.id)), format!("Settings of world {}", w.name)).clicked() {
                         clicked = Some(node(Level::World, &w.id));
                     }
                     for c in &w.campaigns {

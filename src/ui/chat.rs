@@ -273,14 +273,14 @@ impl ChatPanel {
                 .selected
                 .as_deref()
                 .and_then(|id| self.characters.iter().find(|c| c.id == id))
-                .map(|c| c.name.clone())
+                .map(|c| super::short(&c.name).into_owned())
                 .unwrap_or_else(|| "(none)".into());
             let mut choice = None;
             egui::ComboBox::from_id_salt("chat_character")
                 .selected_text(current)
                 .show_ui(ui, |ui| {
                     for c in &self.characters {
-                        let text = format!("{} — {} exchanges", c.name, c.turns);
+                        let text = format!("{} — {} exchanges", super::short(&c.name), c.turns);
                         if ui.selectable_label(self.is_selected(&c.id), text).clicked() {
                             choice = Some(c.id.clone());
                         }
@@ -372,7 +372,7 @@ impl ChatPanel {
                 let portraits = &mut self.portraits;
                 beside_portrait(ui, (!strong).then(|| (portraits, character.as_str(), name)), outbox, |ui, outbox| ui.horizontal_wrapped(|ui| {
                     if strong {
-                        ui.label(RichText::new(format!("{speaker}: {raw}")).strong())
+                        ui.label(RichText::new(format!("{}: {raw}", super::short(&speaker))).strong())
                     } else {
                         ui.label(super::prose::job(ui, Some(&speaker), &raw))
                     };
@@ -382,6 +382,13 @@ impl ChatPanel {
                         }
                         if !strong && ui.small_button("Branch here").on_hover_text("Save this chat as it is, and go on from this message").clicked() {
                             outbox.push(Command::Companion(CompanionCommand::Branch { character: character.clone(), message: message.clone() }));
+                        }
+                        if strong && ui.small_button("Delete").on_hover_text("Delete this exchange (your message and the reply to it); the rest of the chat stays").clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::Delete {
+                                character: character.clone(),
+                                message: message.clone(),
+                                and_after: false,
+                            }));
                         }
                         if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
                             outbox.push(Command::Companion(CompanionCommand::Delete {
@@ -491,8 +498,8 @@ impl ChatPanel {
     fn show_lorebooks(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         use crate::companion::lore::BookSource;
         let Some(character) = self.selected.clone() else { return };
-        let firing = self.books.iter().filter(|b| b.source.is_some()).count();
-        egui::CollapsingHeader::new(format!("Lorebooks ({firing} firing)")).id_salt("chat_lorebooks").show(ui, |ui| {
+        let attached = self.books.iter().filter(|b| b.source.is_some()).count();
+        egui::CollapsingHeader::new(format!("Lorebooks ({attached} attached)")).id_salt("chat_lorebooks").show(ui, |ui| {
             for book in &self.books {
                 ui.horizontal(|ui| {
                     let command = |attach: bool, to_character: bool| {

@@ -327,14 +327,14 @@ impl LibraryPanel {
         let mut delete = None;
         let mut sheet = None;
         for c in &self.characters {
-            if ui.small_button(format!("Edit sheet of {}", c.name)).clicked() {
+            if ui.small_button(format!("Edit sheet of {}", super::short(&c.name))).clicked() {
                 sheet = Some(c.id.clone());
             }
             let origin = if c.has_card { "card" } else { c.origin.as_str() };
             let response = ui
                 .horizontal(|ui| {
                     self.portraits.show(ui, &c.id, &c.name, super::portrait::SIZE * 0.6, outbox);
-                    ui.selectable_label(false, &c.name).on_hover_text(format!("{origin} · {}", c.id))
+                    ui.selectable_label(false, super::short(&c.name)).on_hover_text(format!("{} · {origin} · {}", c.name, c.id))
                 })
                 .inner;
             let target = ExportTarget::Character { id: c.id.clone(), name: c.name.clone() };
@@ -372,13 +372,13 @@ impl LibraryPanel {
         let mut open = None;
         let mut edit = None;
         for b in &self.lorebooks {
-            if ui.small_button(format!("Edit entries of {}", b.name)).clicked() {
+            if ui.small_button(format!("Edit entries of {}", super::short(&b.name))).clicked() {
                 edit = Some((b.id.clone(), b.name.clone()));
             }
             let owner = b.character_id.as_ref().and_then(|id| self.characters.iter().find(|c| &c.id == id));
             let text = match owner {
-                Some(c) => format!("{} ({} entries, {}'s card)", b.name, b.entries, c.name),
-                None => format!("{} ({} entries)", b.name, b.entries),
+                Some(c) => format!("{} ({} entries, {}'s card)", super::short(&b.name), b.entries, super::short(&c.name)),
+                None => format!("{} ({} entries)", super::short(&b.name), b.entries),
             };
             let response = ui.selectable_label(false, text);
             let target = ExportTarget::Lorebook { id: b.id.clone(), name: b.name.clone() };

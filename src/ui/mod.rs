@@ -173,6 +173,20 @@ pub fn install_fallback_fonts(ctx: &egui::Context) -> Vec<&'static str> {
     used
 }
 
+/// How many characters of a name a row, a button or a menu shows.
+pub const SHORT_NAME: usize = 40;
+
+/// A name as a row, a button or a menu shows it: past [`SHORT_NAME`] characters it ends in
+/// "…", so one card's long name ("Bartholomew Aloysius …, Lord Protector of the Sunken
+/// Reaches") cannot widen a panel past its tile and push its controls out of view.
+pub fn short(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().count() <= SHORT_NAME {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let kept: String = name.chars().take(SHORT_NAME - 1).collect();
+    std::borrow::Cow::Owned(format!("{}…", kept.trim_end()))
+}
+
 /// Every keyboard shortcut of the workbench, as the `?` overlay lists them.
 pub const SHORTCUTS: [(&str, &str); 8] = [
     ("Ctrl+1 … Ctrl+9, Ctrl+0", "show a panel: Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library, Providers"),

@@ -76,7 +76,7 @@ pub fn job(ui: &egui::Ui, speaker: Option<&str>, text: &str) -> LayoutJob {
     let mut job = LayoutJob::default();
     job.wrap.max_width = ui.available_width();
     if let Some(name) = speaker {
-        job.append(&format!("{name}: "), 0.0, TextFormat { font_id: font.clone(), color: ui.visuals().strong_text_color(), ..Default::default() });
+        job.append(&format!("{}: ", super::short(name)), 0.0, TextFormat { font_id: font.clone(), color: ui.visuals().strong_text_color(), ..Default::default() });
     }
     let stretches = if raw { vec![(Look { action: false, speech: false }, text.to_string())] } else { spans(text) };
     for (look, stretch) in stretches {

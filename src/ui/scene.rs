@@ -404,7 +404,7 @@ impl ScenePanels {
             for member in cast {
                 ui.horizontal(|ui| {
                     self.portraits.show(ui, &member.id, &member.name, super::portrait::SIZE, outbox);
-                    ui.label(&member.name);
+                    ui.label(super::short(&member.name)).on_hover_text(&member.name);
                 });
                 ui.label(if member.active { "yes" } else { "—" });
                 for field in STATE_FIELDS {
@@ -467,16 +467,16 @@ impl ScenePanels {
         ui.label("Acting order:");
         for (i, actor) in turn_order(plan.acting_characters.clone()).iter().enumerate() {
             let guidance = if actor.guidance.trim().is_empty() { String::new() } else { format!(" — {}", actor.guidance.trim()) };
-            ui.label(format!("  {}. {} (priority {}){guidance}", i + 1, actor.name, actor.priority));
+            ui.label(format!("  {}. {} (priority {}){guidance}", i + 1, super::short(&actor.name), actor.priority));
         }
         for a in &plan.activations {
-            ui.label(format!("Enters: {} — {}", a.name, a.entry_guidance));
+            ui.label(format!("Enters: {} — {}", super::short(&a.name), a.entry_guidance));
         }
         for d in &plan.deactivations {
-            ui.label(format!("Leaves: {} — {}", d.name, d.exit_guidance));
+            ui.label(format!("Leaves: {} — {}", super::short(&d.name), d.exit_guidance));
         }
         for u in &plan.state_updates {
-            ui.label(format!("Before acting, {}: {}", u.name, state_text(&u.state)));
+            ui.label(format!("Before acting, {}: {}", super::short(&u.name), state_text(&u.state)));
         }
         if !plan.open_guidance.trim().is_empty() {
             ui.label(format!("Guidance to all: {}", plan.open_guidance.trim()));
@@ -484,7 +484,7 @@ impl ScenePanels {
         if let Some(r) = reconciliation {
             ui.label("Reconciled:");
             for u in &r.state_updates {
-                ui.label(format!("  {}: {}", u.name, state_text(&u.state)));
+                ui.label(format!("  {}: {}", super::short(&u.name), state_text(&u.state)));
             }
             for (name, value) in &r.trackers {
                 ui.label(format!("  tracker {name} = {value}"));
@@ -519,9 +519,9 @@ impl ScenePanels {
             let mut remove = None;
             for (i, acting) in plan.acting_characters.iter_mut().enumerate() {
                 ui.horizontal(|ui| {
-                    let label = ui.label(format!("{}. {}", i + 1, acting.name));
+                    let label = ui.label(format!("{}. {}", i + 1, super::short(&acting.name)));
                     ui.add(egui::TextEdit::singleline(&mut acting.guidance).desired_width(420.0).id_salt(("plan_guidance", i))).labelled_by(label.id);
-                    if ui.small_button(format!("Skip {}", acting.name)).on_hover_text("Take them out of this round").clicked() {
+                    if ui.small_button(format!("Skip {}", super::short(&acting.name))).on_hover_text("Take them out of this round").clicked() {
                         remove = Some(i);
                     }
                 });
@@ -534,10 +534,10 @@ impl ScenePanels {
                 ui.add(egui::TextEdit::singleline(&mut plan.open_guidance).desired_width(420.0).id_salt("plan_open_guidance")).labelled_by(label.id);
             });
             for a in &plan.activations {
-                ui.weak(format!("enters: {} — {}", a.name, a.entry_guidance));
+                ui.weak(format!("enters: {} — {}", super::short(&a.name), a.entry_guidance));
             }
             for d in &plan.deactivations {
-                ui.weak(format!("leaves: {} — {}", d.name, d.exit_guidance));
+                ui.weak(format!("leaves: {} — {}", super::short(&d.name), d.exit_guidance));
             }
             if ui.button("Play with this plan").clicked() {
                 outbox.push(Command::Scene(SceneCommand::SubmitPlan { scene: scene.to_string(), plan: plan.clone() }));
@@ -602,14 +602,14 @@ impl ScenePanels {
                 }
                 for (name, muted) in &cast {
                     let mut forced = self.force.contains(name);
-                    if !muted && ui.checkbox(&mut forced, format!("{name} acts")).on_hover_text("Make them act this round, whatever the Director decides").changed() {
+                    if !muted && ui.checkbox(&mut forced, format!("{} acts", super::short(name))).on_hover_text("Make them act this round, whatever the Director decides").changed() {
                         if forced {
                             self.force.insert(name.clone());
                         } else {
                             self.force.remove(name);
                         }
                     }
-                    let label = if *muted { format!("Unmute {name}") } else { format!("Mute {name}") };
+                    let label = if *muted { format!("Unmute {}", super::short(name)) } else { format!("Mute {}", super::short(name)) };
                     if ui.small_button(label).clicked() {
                         outbox.push(Command::Scene(SceneCommand::Mute { scene: scene.clone(), character: name.clone(), muted: !muted }));
                     }
@@ -679,7 +679,7 @@ impl ScenePanels {
                     ui.weak(format!("— round {round} —"));
                 }
                 ui.horizontal(|ui| {
-                    ui.label(RichText::new(format!("{}:", m.speaker)).strong());
+                    ui.label(RichText::new(format!("{}:", super::short(&m.speaker))).strong());
                     if !running && self.editing.is_none() && ui.small_button(format!("Edit message {}", m.number)).on_hover_text("Change its text (its memory follows)").clicked() {
                         start_edit = Some((m.number, m.content.clone()));
                     }
@@ -710,7 +710,7 @@ impl ScenePanels {
                     ui.label(input);
                 }
                 for turn in &live.turns {
-                    ui.label(RichText::new(format!("{}:", turn.name)).strong());
+                    ui.label(RichText::new(format!("{}:", super::short(&turn.name))).strong());
                     ui.horizontal_wrapped(|ui| {
                         ui.label(super::prose::job(ui, None, &turn.text));
                         if !turn.done {

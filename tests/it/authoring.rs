@@ -343,7 +343,7 @@ mod gui {
         type_into(&mut harness, "New world", "Vael");
         click(&mut harness, "Create world");
         run_until(&mut harness, "the world", |app| app.campaigns().tree().worlds.iter().any(|w| w.name == "Vael"));
-        click(&mut harness, "World Vael");
+        click(&mut harness, "Settings of world Vael");
         type_into(&mut harness, "Notes", "Ash falls from the mountain every autumn.");
         click(&mut harness, "Save");
         run_until(&mut harness, "the notes", |app| app.campaigns().tree().worlds.iter().any(|w| w.name == "Vael" && !w.notes.is_empty()));

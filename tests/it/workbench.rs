@@ -699,12 +699,12 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     step_until_shown(&mut harness, "Tamsin's picture");
 
     // A lorebook of the library is attached to this chat.
-    harness.get_by_label_contains("Lorebooks (0 firing)").click();
+    harness.get_by_label_contains("Lorebooks (0 attached)").click();
     harness.run();
     step_until_shown(&mut harness, "Attach river-lore to this chat");
     harness.get_by_label("Attach river-lore to this chat").click();
     let start = Instant::now();
-    while harness.query_by_label_contains("Lorebooks (1 firing)").is_none() {
+    while harness.query_by_label_contains("Lorebooks (1 attached)").is_none() {
         assert!(start.elapsed() < Duration::from_secs(20), "the book was not attached");
         std::thread::sleep(Duration::from_millis(10));
         harness.step();
@@ -741,6 +741,12 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     let written = std::fs::read_to_string(&file).unwrap();
     assert_eq!(written.lines().count(), 6, "{written}");
     assert!(written.contains("It always rains."));
+    // One exchange deleted from the middle: the later one stays.
+    harness.get_all_by_label("Delete").next().expect("a delete button per exchange").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1);
+    harness.run();
+    assert_eq!(harness.state().chat().turns()[0].reply, "It always rains.");
+    assert!(harness.query_all_by_label_contains("capstan").next().is_none(), "the deleted reply is gone");
 }
 
 #[test]
@@ -1257,3 +1263,28 @@ fn a_setting_nothing_reads_is_named_in_the_event_log() {
     assert!(harness.query_by_label_contains(wanted).is_some(), "the warning is shown in the event log");
 }
 
+
+/// A card's very long name is cut short in the Library's rows and buttons (whole on
+/// hover), so it does not run under the lorebooks beside it.
+#[test]
+fn a_long_name_stays_in_its_column_of_the_library() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let long = "Bartholomew Aloysius Fitzwilliam-Montgomery-Ravensworth the Thirty-Seventh, Lord Protector of the Sunken Reaches";
+    let mut card = maren_card();
+    card["data"]["name"] = long.into();
+    lorekeeper::interop::library::import_bytes(&engine.context().store, card.to_string().as_bytes(), "long").expect("import");
+    let mut harness = harness(engine, 800.0);
+    harness.run();
+    nav(&harness, "Library").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == long));
+    harness.run();
+    let shown = lorekeeper::ui::short(long).into_owned();
+    assert!(shown.ends_with('…') && shown.chars().count() == lorekeeper::ui::SHORT_NAME, "{shown}");
+    let row = harness.get_by_label(&shown).rect();
+    let button = harness.get_by_label(&format!("Edit sheet of {shown}")).rect();
+    let books = harness.get_by_label_contains("Lorebooks (").rect();
+    assert!(row.right() < books.left() && button.right() <= books.left(), "{row:?} {button:?} reach the lorebooks at {books:?}");
+}
