@@ -98,6 +98,13 @@ pub fn list(conn: &Connection) -> Result<Vec<CharacterRecord>, StoreError> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// Whether the library holds a character of the user's: any not added by a demo. The
+/// demos are added only to a library that holds none, so a user's own data never gets
+/// ours mixed in.
+pub fn any_of_the_users(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM characters WHERE origin != 'demo')", [], |r| r.get(0))?)
+}
+
 /// The card character imported from exactly this (canonical) document, if any: the
 /// same file imported twice is one character.
 pub fn find_card(conn: &Connection, canonical_json: &str) -> Result<Option<CharacterRecord>, StoreError> {

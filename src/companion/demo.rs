@@ -10,12 +10,17 @@ const META_KEY: &str = "companion_demo";
 pub const DEMO_NAME: &str = "Ilse Marrow";
 
 /// Add the demo character unless this library already had it (even if it was deleted
-/// since). Returns its id when it was added now.
+/// since) or holds a character of the user's: a user who brought their own card talks to
+/// it, not to ours. Returns its id when it was added now.
 pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
     if store.meta_get(META_KEY)?.is_some() {
         return Ok(None);
     }
     store.transaction(|tx| {
+        if crate::character::any_of_the_users(tx)? {
+            tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, 'skipped')", [META_KEY])?;
+            return Ok(None);
+        }
         let id = new_id();
         let card = serde_json::json!({
             "spec": "chara_card_v2",

@@ -324,6 +324,11 @@ pub fn enabled_entries(conn: &Connection, book_id: &str) -> Result<(Lorebook, Ve
     Ok((book, entries))
 }
 
+/// Whether the library holds any lorebook (none of the demos brings one).
+pub fn any_lorebook(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM lorebooks)", [], |r| r.get(0))?)
+}
+
 /// Every lorebook's name by id (the authoring tree names attached books with it).
 pub fn lorebook_names(conn: &Connection) -> Result<std::collections::HashMap<String, String>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT id, name FROM lorebooks")?;

@@ -96,7 +96,12 @@ pub fn scope_for(root: &Path, file: &Path) -> Scope {
 /// Folders deeper than this under the lore root are not read.
 const MAX_DEPTH: usize = 32;
 
-/// The markdown files under `dir`. A folder reached twice (a symlink loop, or two links
+/// A folder's README says what the folder is for; it is not lore.
+fn is_readme(path: &Path) -> bool {
+    path.file_stem().is_some_and(|s| s.eq_ignore_ascii_case("readme"))
+}
+
+/// The markdown files under `dir` (not READMEs). A folder reached twice (a symlink loop, or two links
 /// to one folder) is read once, and the walk stops at [`MAX_DEPTH`].
 fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut std::collections::HashSet<PathBuf>, depth: usize) -> std::io::Result<()> {
     if depth > MAX_DEPTH || !seen.insert(std::fs::canonicalize(dir)?) {
@@ -106,7 +111,7 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut std::collection
         let path = entry?.path();
         if path.is_dir() {
             markdown_files(&path, out, seen, depth + 1)?;
-        } else if path.extension().is_some_and(|e| e == "md") {
+        } else if path.extension().is_some_and(|e| e == "md") && !is_readme(&path) {
             out.push(path);
         }
     }
@@ -115,11 +120,19 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut std::collection
 
 /// Index every markdown file under `root`, skipping files whose content is unchanged.
 pub fn index_lore(bank: &MemoryBank, root: &Path) -> Result<LoreReport, MemoryError> {
+    index_lore_where(bank, root, |_| true)
+}
+
+/// Index the markdown files under `root` whose scope `keep` accepts; chunks of a file it
+/// refuses (or that is gone) are removed. A chat keeps only the folders of characters the
+/// library holds, so the demo companion's lore stays out of a library without her.
+pub fn index_lore_where(bank: &MemoryBank, root: &Path, keep: impl Fn(&Scope) -> bool) -> Result<LoreReport, MemoryError> {
     let mut files = Vec::new();
     if root.is_dir() {
         markdown_files(root, &mut files, &mut std::collections::HashSet::new(), 0)
             .map_err(|e| MemoryError::Read { path: root.display().to_string(), message: e.to_string() })?;
     }
+    files.retain(|f| keep(&scope_for(root, f)));
     files.sort();
     let mut report = LoreReport { files: files.len(), ..Default::default() };
     let mut seen = Vec::new();

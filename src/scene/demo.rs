@@ -48,7 +48,8 @@ const CHARACTERS: [DemoCharacter; 3] = [
     },
 ];
 
-/// Add the demo if this library has never had it and has no world of its own.
+/// Add the demo if this library has never had it and holds nothing of the user's: no
+/// world, no character of theirs, no lorebook.
 /// Returns the demo scene's id when it was added now.
 pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
     if store.meta_get(META_KEY)?.is_some() {
@@ -56,7 +57,7 @@ pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
     }
     store.transaction(|tx| {
         let worlds: i64 = tx.query_row("SELECT COUNT(*) FROM worlds", [], |r| r.get(0))?;
-        if worlds > 0 {
+        if worlds > 0 || character::any_of_the_users(tx)? || crate::interop::library::any_lorebook(tx)? {
             tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, 'skipped')", [META_KEY])?;
             return Ok(None);
         }

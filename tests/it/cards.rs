@@ -73,6 +73,13 @@ fn a_cards_own_book_fires_in_chat_with_its_macros_resolved() {
     assert!(sent.contains("[Maren Vosk]: *Maren Vosk looks up.* Lock's closed."), "{sent}");
     assert!(sent.contains("Answer as the lock-keeper. Roleplay as Maren Vosk"), "the card's system prompt wraps ours:\n{sent}");
     assert!(sent.contains("Never mention the weir."), "post-history instructions: {sent}");
+    // Nothing of ours joined the user's library: no demo companion, and neither her
+    // lore nor the lore folder's README among the memories.
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let count = |sql: &str| -> i64 { store.with(|c| Ok(c.query_row(sql, [], |r| r.get(0))?)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM characters WHERE origin = 'demo'"), 0, "no demo character");
+    assert_eq!(count("SELECT count(*) FROM worlds"), 0, "no demo world");
+    assert_eq!(count("SELECT count(*) FROM memories WHERE kind = 'lore'"), 0, "no lore of a character the library lacks");
 }
 
 #[test]

@@ -153,6 +153,9 @@ fn an_imported_cards_picture_is_its_portrait_in_the_chat_the_scene_cast_and_the_
         }
         other => panic!("{other:?}"),
     }
+    // A second card, without a picture.
+    let odo = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Odo Brack", "description": "A ferryman." } });
+    lorekeeper::interop::library::import_bytes(&store, odo.to_string().as_bytes(), "odo").expect("import Odo");
     // A scene with Aster in its cast.
     let aster = store.with(|c| lorekeeper::character::resolve(c, "Aster Quell")).expect("imported").id;
     store
@@ -183,17 +186,18 @@ fn an_imported_cards_picture_is_its_portrait_in_the_chat_the_scene_cast_and_the_
     harness.run();
     step_until_shown(&mut harness, "Portrait of Aster Quell");
 
-    // Library: Aster's portrait, and the demo companion (no picture) as an initial that
-    // stays one once the engine has answered.
+    // Library: Aster's portrait, and Odo (no picture) as an initial that stays one once
+    // the engine has answered.
     show(&mut harness, PanelKind::Library);
-    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Ilse Marrow"));
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().characters().iter().any(|c| c.name == "Odo Brack"));
     harness.run();
     step_until_shown(&mut harness, "Portrait of Aster Quell");
-    step_until_shown(&mut harness, "Initial of Ilse Marrow");
+    step_until_shown(&mut harness, "Initial of Odo Brack");
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(10));
         harness.step();
     }
-    assert!(harness.query_by_label("Portrait of Ilse Marrow").is_none(), "a character without a picture keeps its initial");
-    assert!(harness.query_by_label("Initial of Ilse Marrow").is_some());
+    assert!(harness.query_by_label("Portrait of Odo Brack").is_none(), "a character without a picture keeps its initial");
+    assert!(harness.query_by_label("Initial of Odo Brack").is_some());
+    assert!(harness.state().library().characters().iter().all(|c| c.name != "Ilse Marrow"), "a library of the user's gets no demo companion");
 }

@@ -5,7 +5,7 @@ use crate::companion::records::{self, CharacterInfo, ChatState, ChatTurn, ChatUs
 use crate::companion::{CompanionConfig, CompanionError};
 use crate::context::Context;
 use crate::memory::detect::{Proximity, ProximityDetector, ProximitySignal, is_memory_intent};
-use crate::memory::{MemoryBank, MemoryError, MemoryKind, RetrievalHit, Scope, SearchFilter, SearchMode, SearchRequest};
+use crate::memory::{MemoryBank, MemoryError, MemoryKind, RetrievalHit, Scope, ScopeKind, SearchFilter, SearchMode, SearchRequest};
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -141,8 +141,12 @@ pub fn prepare(
         Ok((state, user, records::recent_turns(c, &character.id, config.history_turns, false)?))
     })?;
     let mut notes = Vec::new();
-    // Lore files are re-indexed only when their content changed (a hash check per file).
-    if let Err(e) = crate::memory::lore::index_lore(bank, &crate::paths::lore_dir()) {
+    // Lore files are re-indexed only when their content changed (a hash check per file);
+    // a character's folder only while the library holds someone of that name.
+    let slugs: HashSet<String> =
+        ctx.store.with(|c| Ok(crate::character::list(c)?.into_iter().map(|r| records::slug(&r.name)).collect()))?;
+    let ours = |scope: &Scope| scope.kind != ScopeKind::Character || scope.id.as_ref().is_some_and(|id| slugs.contains(id));
+    if let Err(e) = crate::memory::lore::index_lore_where(bank, &crate::paths::lore_dir(), ours) {
         notes.push(format!("lore not re-indexed: {e}"));
     }
     let vector = match bank.embedder().and_then(|e| Ok(e.embed_query(text)?)) {
