@@ -115,7 +115,14 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
             Ok(())
         }
         E::DemoReady { scene_id: Some(id) } => writeln!(out, "demo scene ready: {id}"),
-        E::DemoReady { scene_id: None } => writeln!(out, "this library already has its worlds; no demo added"),
+        E::DemoReady { scene_id: None } => writeln!(out, "no demo added: this library has had it, or holds worlds, characters or lorebooks of yours"),
+        E::Lore { round, lore, .. } => {
+            writeln!(out, "round {round}: {} entries fired, {} held back", lore.fired.len(), lore.held_back.len())?;
+            for line in lore.lines() {
+                writeln!(out, "  {line}")?;
+            }
+            Ok(())
+        }
         E::Snapshot { snapshot } => print_state(out, &snapshot.view),
         E::Transcript { messages, .. } => {
             for m in messages {

@@ -46,6 +46,13 @@ pub enum SceneVerb {
     Continue { scene: String },
     /// Show active characters, their states, trackers and facts.
     State { scene: String },
+    /// Show which lore entries a round fired (and why, and for whom) and which it held back.
+    Lore {
+        scene: String,
+        /// The round (default: the last).
+        #[arg(long)]
+        round: Option<u32>,
+    },
     /// List scenes.
     List,
     /// Add the demo world (once per library).
@@ -193,6 +200,10 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
                 })
             })??;
             Ok(ExitCode::SUCCESS)
+        }
+        SceneVerb::Lore { scene, round } => {
+            send(SceneCommand::Lore { scene, round })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Lore { .. }))
         }
         SceneVerb::Alternatives { scene } => {
             send(SceneCommand::Alternatives { scene })?;

@@ -86,6 +86,9 @@ pub enum SceneCommand {
     Transcript { scene: String },
     /// Report the scene's state, recent transcript and last round as [`SceneEvent::Snapshot`].
     Snapshot { scene: String },
+    /// Report which lore a round (the last one without `round`) fired and held back, as
+    /// [`SceneEvent::Lore`].
+    Lore { scene: String, round: Option<u32> },
     /// Report the candidates of `agent`'s next call as [`SceneEvent::Preview`]
     /// (`character`: a name or id for [`envelope::AgentKind::Character`]).
     Preview { scene: String, agent: envelope::AgentKind, character: Option<String> },
@@ -152,6 +155,7 @@ pub enum SceneEvent {
     Scenes { scenes: Vec<SceneSummary> },
     DemoReady { scene_id: Option<String> },
     Snapshot { snapshot: Box<preview::SceneSnapshot> },
+    Lore { scene_id: String, round: u32, lore: preview::RoundLore },
     /// Every message of a scene, oldest first.
     Transcript { scene_id: String, messages: Vec<SceneMessage> },
     Preview { preview: Box<preview::EnvelopePreview> },
@@ -173,6 +177,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
+            | SceneCommand::Lore { scene, .. }
             | SceneCommand::Transcript { scene }
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
@@ -388,6 +393,11 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             // A reader connection: a long campaign's snapshot does not hold the writer's lock.
             let snapshot = preview::snapshot(&ctx.store.reader()?, &scene)?;
             emit(SceneEvent::Snapshot { snapshot: Box::new(snapshot) });
+            Ok(())
+        }
+        SceneCommand::Lore { scene, round } => {
+            let (scene_id, round, lore) = preview::round_lore(&ctx.store.reader()?, &scene, round)?;
+            emit(SceneEvent::Lore { scene_id, round, lore });
             Ok(())
         }
         SceneCommand::Preview { scene, agent, character } => {

@@ -28,13 +28,91 @@ pub struct LastRound {
     pub director: DirectorRecord,
     pub ledgers: Vec<CallLedger>,
     pub tokens: u64,
+    /// The lore of the round, entry by entry, read from its calls' ledgers.
+    pub lore: RoundLore,
 }
 
 impl LastRound {
     fn from_record(record: RoundRecord) -> Result<Self, SceneError> {
         let director = serde_json::from_value(record.director).map_err(|e| SceneError::Invalid(format!("round {} director record: {e}", record.round)))?;
-        let ledgers = serde_json::from_value(record.ledgers).map_err(|e| SceneError::Invalid(format!("round {} ledgers: {e}", record.round)))?;
-        Ok(Self { round: record.round, input: record.input, director, ledgers, tokens: record.tokens })
+        let ledgers: Vec<CallLedger> =
+            serde_json::from_value(record.ledgers).map_err(|e| SceneError::Invalid(format!("round {} ledgers: {e}", record.round)))?;
+        let lore = RoundLore::of(&ledgers);
+        Ok(Self { round: record.round, input: record.input, director, ledgers, tokens: record.tokens, lore })
+    }
+}
+
+/// A round's lore (the last round's without `round`): the scene's id, the round, its lore.
+pub fn round_lore(conn: &Connection, scene: &str, round: Option<u32>) -> Result<(String, u32, RoundLore), SceneError> {
+    let id = records::resolve_scene(conn, scene)?;
+    let round = match round {
+        Some(n) => n,
+        None => records::load_view(conn, &id)?.rounds,
+    };
+    if round == 0 {
+        return Err(SceneError::Invalid("no round has been played in this scene yet".into()));
+    }
+    let record = records::load_round(conn, &id, round)?.ok_or_else(|| SceneError::Invalid(format!("the scene has no round {round}")))?;
+    let ledgers: Vec<CallLedger> = serde_json::from_value(record.ledgers).map_err(|e| SceneError::Invalid(format!("round {round} ledgers: {e}")))?;
+    Ok((id, round, RoundLore::of(&ledgers)))
+}
+
+/// Which lore a round's agents were given and why, entry by entry: the ledgers keep it
+/// call by call, which is how the Budgets panel shows it, but a game master asks "what
+/// fired this round, and for whom".
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RoundLore {
+    pub fired: Vec<FiredLore>,
+    /// Entries that matched but were left out of a call (over budget, a timer, …).
+    pub held_back: Vec<HeldLore>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FiredLore {
+    /// The entry and why it fired, as activation says it: `Tide (constant)`,
+    /// `Map (key "map")`, `Brother (key "bell tower" in the lore of Map)`.
+    pub entry: String,
+    /// The calls whose prompt it went into: `director`, `character Bram`, ….
+    pub given_to: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeldLore {
+    pub entry: String,
+    pub call: String,
+    pub reason: String,
+}
+
+impl RoundLore {
+    pub fn of(ledgers: &[CallLedger]) -> Self {
+        let mut out = RoundLore::default();
+        for call in ledgers {
+            let who = match &call.character {
+                Some(name) => format!("{} {name}", call.agent),
+                None => call.agent.clone(),
+            };
+            let Some(lore) = call.ledger.section(Section::Lore) else { continue };
+            for id in &lore.kept {
+                let entry = id.strip_prefix("lore ").unwrap_or(id);
+                match out.fired.iter_mut().find(|f| f.entry == entry) {
+                    Some(f) if !f.given_to.contains(&who) => f.given_to.push(who.clone()),
+                    Some(_) => {}
+                    None => out.fired.push(FiredLore { entry: entry.to_string(), given_to: vec![who.clone()] }),
+                }
+            }
+            for dropped in &lore.dropped {
+                let entry = dropped.id.strip_prefix("lore ").unwrap_or(&dropped.id).to_string();
+                out.held_back.push(HeldLore { entry, call: who.clone(), reason: dropped.reason.clone() });
+            }
+        }
+        out
+    }
+
+    /// One line per entry, as the CLI prints them and the Scene panel lists them.
+    pub fn lines(&self) -> Vec<String> {
+        let fired = self.fired.iter().map(|f| format!("{} — given to {}", f.entry, f.given_to.join(", ")));
+        let held = self.held_back.iter().map(|h| format!("{} — held back from {}: {}", h.entry, h.call, h.reason));
+        fired.chain(held).collect()
     }
 }
 

@@ -20,6 +20,7 @@ use utoipa::OpenApi;
         super::identity::socket,
         super::play::scenes,
         super::play::scene_state,
+        super::play::scene_lore,
         super::play::round,
         super::play::cancel_round,
         super::play::scene_socket,

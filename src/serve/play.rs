@@ -34,6 +34,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/api/scenes", get(scenes))
         .route("/api/scene/{scene}", get(scene_state))
+        .route("/api/scene/{scene}/lore", get(scene_lore))
         .route("/api/scene/{scene}/round", post(round))
         .route("/api/scene/{scene}/cancel", post(cancel_round))
         .route("/ws/scene/{scene}", get(scene_socket))
@@ -67,6 +68,27 @@ pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene):
     let id = scene_id(&state, &scene)?;
     let view = state.store().with(|c| crate::scene::records::load_view(c, &id)).map_err(ApiError::internal)?;
     Ok(axum::Json(serde_json::to_value(view).map_err(ApiError::internal)?))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct LoreQuery {
+    round: Option<u32>,
+}
+
+/// Which lore entries a round fired (why, and whose prompt each went into) and which it
+/// held back; the last round without `round`.
+#[utoipa::path(get, path = "/api/scene/{scene}/lore", params(("scene" = String, Path), ("round" = Option<u32>, Query)),
+    responses((status = 200, description = "the round's lore: {scene_id, round, fired: [{entry, given_to}], held_back: [{entry, call, reason}]}"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn scene_lore(
+    State(state): State<Arc<AppState>>,
+    Path(scene): Path<String>,
+    Query(query): Query<LoreQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    let reader = state.store().reader().map_err(ApiError::internal)?;
+    let (scene_id, round, lore) = crate::scene::preview::round_lore(&reader, &id, query.round).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(axum::Json(serde_json::json!({ "scene_id": scene_id, "round": round, "fired": lore.fired, "held_back": lore.held_back })))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]

@@ -109,7 +109,14 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
     use crate::scene::SceneEvent as E;
     let info = |text: String| Some((LogLevel::Info, text));
     match event {
-        E::Token { .. } | E::State { .. } | E::Scenes { .. } | E::Snapshot { .. } | E::Preview { .. } | E::Transcript { .. } | E::Alternatives { .. } => None,
+        E::Token { .. }
+        | E::State { .. }
+        | E::Scenes { .. }
+        | E::Snapshot { .. }
+        | E::Lore { .. }
+        | E::Preview { .. }
+        | E::Transcript { .. }
+        | E::Alternatives { .. } => None,
         E::DemoReady { scene_id } => scene_id.as_ref().map(|id| (LogLevel::Info, format!("demo scene added ({id})"))),
         E::SceneCreated { name, .. } => info(format!("scene: created {name}")),
         E::RoundStarted { round, input, .. } => info(match input {

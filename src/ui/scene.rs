@@ -366,6 +366,7 @@ impl ScenePanels {
                     self.characters(ui, outbox);
                     self.campaign_state(ui);
                     self.director(ui);
+                    self.round_lore(ui);
                 });
             });
             self.play_controls(ui, outbox);
@@ -380,6 +381,7 @@ impl ScenePanels {
                 self.characters(ui, outbox);
                 self.campaign_state(ui);
                 self.director(ui);
+                self.round_lore(ui);
             });
             let ui = &mut columns[1];
             self.play_controls(ui, outbox);
@@ -511,6 +513,25 @@ impl ScenePanels {
     }
 
     /// The plan waiting for the game master: who acts, in what order, with what guidance.
+    /// The lore of the last round: each entry that fired, why, and whose prompt it went
+    /// into; those that matched but were held back, and why.
+    fn round_lore(&self, ui: &mut egui::Ui) {
+        let Some(last) = self.snapshot.as_ref().and_then(|s| s.last_round.as_ref()) else { return };
+        let lore = &last.lore;
+        let title = format!("Lore — round {} ({} fired, {} held back)", last.round, lore.fired.len(), lore.held_back.len());
+        egui::CollapsingHeader::new(title).id_salt("scene_round_lore").default_open(true).show(ui, |ui| {
+            if lore.fired.is_empty() && lore.held_back.is_empty() {
+                ui.weak("No lorebook entry matched this round.");
+            }
+            for f in &lore.fired {
+                ui.label(format!("{} — given to {}", f.entry, f.given_to.iter().map(|w| super::short(w).into_owned()).collect::<Vec<_>>().join(", ")));
+            }
+            for h in &lore.held_back {
+                ui.weak(format!("{} — held back from {}: {}", h.entry, super::short(&h.call), h.reason));
+            }
+        });
+    }
+
     fn plan_review(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, scene: &str) {
         let Some(plan) = self.pending_plan.as_mut() else { return };
         let mut submitted = false;

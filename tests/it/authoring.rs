@@ -32,6 +32,18 @@ impl Cli {
     fn ok(&self, args: &[&str]) -> Vec<Value> {
         self.run(args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
     }
+
+    /// What a person reads: the command's text output (no `--json`).
+    fn text(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", self.paths.library_file.to_str().unwrap(), "--config", self.paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
 }
 
 fn card(name: &str, description: &str, personality: &str) -> Value {
@@ -185,6 +197,16 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
         .map(|k| k.as_str().unwrap().to_string())
         .collect();
     assert!(kept.iter().any(|k| k.contains("The Black Seal") && k.contains("key \"seal\"")), "{kept:?}");
+    // And `scene lore` says it entry by entry: why it fired and whose prompt it went into.
+    let lore = last_event(&cli.ok(&["scene", "lore", &scene]), "lore").clone();
+    assert_eq!(lore["round"], 1);
+    let fired = lore["lore"]["fired"].as_array().unwrap();
+    let seal = fired.iter().find(|f| f["entry"] == "The Black Seal (key \"seal\")").unwrap_or_else(|| panic!("{lore}"));
+    let given: Vec<&str> = seal["given_to"].as_array().unwrap().iter().map(|g| g.as_str().unwrap()).collect();
+    assert!(given.contains(&"director") && given.contains(&"character Bram Holloway") && given.contains(&"character Tessa Quill"), "{given:?}");
+    let text = cli.text(&["scene", "lore", &scene, "--round", "1"]);
+    assert!(text.contains("The Black Seal (key \"seal\") — given to director"), "{text}");
+    assert!(cli.run(&["scene", "lore", &scene, "--round", "7"]).unwrap_err().contains("no round 7"));
 
     // A tracker edited by hand, then the whole transcript.
     cli.ok(&["campaign", "tracker", "Ashfall", "guild_alert", "raised"]);
@@ -391,6 +413,10 @@ mod gui {
             app.scene().last_error().is_some() || app.scene().snapshot().is_some_and(|s| s.view.rounds == 1 && s.view.name == "Under the Tavern")
         });
         assert_eq!(harness.state().scene().last_error(), None);
+        // The Scene panel says which lore fired, why, and for whom.
+        settle(&mut harness);
+        assert!(harness.query_by_label_contains("Lore — round 1 (1 fired").is_some(), "the round's lore is listed");
+        assert!(harness.query_by_label_contains("The Black Seal (key \"seal\") — given to director").is_some(), "with why and for whom");
 
         // A tracker by hand, then the transcript.
         harness.get_all_by_label("Campaigns").next().unwrap().click();

@@ -302,6 +302,13 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     let mut seen = Vec::new();
     let done = until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
     assert_eq!(done["round"], 1);
+    let (status, lore) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/lore"), None, None);
+    assert_eq!(status, 200, "{lore}");
+    assert_eq!(lore["round"], 1);
+    assert!(lore["fired"].is_array() && lore["held_back"].is_array(), "{lore}");
+    let (status, missing) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/lore?round=9"), None, None);
+    assert_eq!(status, 400);
+    assert!(missing["detail"].as_str().unwrap().contains("no round 9"), "{missing}");
     assert!(seen.iter().any(|m| m["type"] == "agentStatus" && m["agent"] == "director"));
     assert!(seen.iter().any(|m| m["type"] == "agentStatus" && m["agent"] == "character" && m["status"] == "complete"));
     assert!(seen.iter().any(|m| m["type"] == "stateUpdated"));
