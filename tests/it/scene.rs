@@ -931,3 +931,26 @@ fn a_reconciliation_that_never_works_leaves_the_round_standing() {
         .collect();
     assert!(notes.iter().any(|n| n.starts_with("not applied: no valid Reconciliation after 3 attempt(s)")), "{notes:?}");
 }
+
+/// A small model's nonsense minutes (two thousand years in one round) do not move the
+/// campaign's clock; the round's ledger says why.
+#[test]
+fn a_round_reporting_more_than_a_year_leaves_the_clock_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    let rules = script["rules"].as_array_mut().unwrap();
+    let reconcile = rules.iter_mut().find(|r| r["name"] == "director pass 2").unwrap();
+    reconcile["reply"]["json"]["elapsedMinutes"] = 1_200_000_004u32.into();
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let before = view(&Store::open(&paths.library_file).unwrap(), &scene);
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { .. })), "{:?}", events.last());
+    let store = &engine.context().store;
+    let after = view(store, &scene);
+    assert_eq!(after.elapsed_minutes, before.elapsed_minutes, "the clock stands");
+    assert_eq!(after.trackers["fog"], "lifting", "the rest of the reconciliation applies");
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let reconcile = record.ledgers.as_array().unwrap().iter().find(|l| l["agent"] == "director (reconcile)").unwrap();
+    assert!(reconcile["notes"].to_string().contains("1200000004 in-fiction minutes not applied"), "{reconcile}");
+}

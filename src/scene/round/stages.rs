@@ -570,7 +570,7 @@ pub(super) fn after_characters(
         for (name, value) in &update.trackers {
             draft.trackers.insert(name.clone(), value.clone());
         }
-        draft.elapsed += u64::from(update.elapsed_minutes);
+        draft.elapsed += plausible_minutes(update.elapsed_minutes, draft.ledgers.last_mut());
         // Pass 2 reconciles against the world as it now stands.
         draft.live.trackers = draft.trackers.clone();
         draft.record.world = Some(update);
@@ -674,7 +674,7 @@ pub(super) fn reconcile(
         }
     }
     if !world_owns_trackers && pass == 2 {
-        draft.elapsed += u64::from(reconciliation.elapsed_minutes);
+        draft.elapsed += plausible_minutes(reconciliation.elapsed_minutes, draft.ledgers.last_mut());
     }
     // The next pass reconciles against the scene as this one left it.
     for member in &mut draft.live.cast {
@@ -815,4 +815,21 @@ mod tests {
         // No cast, nothing to list: the schema is left as it is.
         assert_eq!(cast_schema(schema_for::<DirectorPlan>(), &[]), schema_for::<DirectorPlan>());
     }
+}
+
+/// More in-fiction time than one round can pass: a year. A small model asked for the
+/// round's minutes sometimes writes a number like 1200000004, and a campaign's clock that
+/// jumps two thousand years is worse than one that stands still. A real time skip that
+/// long is set by hand (`campaign time`).
+pub const MAX_ROUND_MINUTES: u32 = 365 * 24 * 60;
+
+/// The minutes an agent reported, or none (said in its call's notes) past [`MAX_ROUND_MINUTES`].
+fn plausible_minutes(minutes: u32, call: Option<&mut CallLedger>) -> u64 {
+    if minutes <= MAX_ROUND_MINUTES {
+        return u64::from(minutes);
+    }
+    if let Some(call) = call {
+        call.notes.push(format!("{minutes} in-fiction minutes not applied: more than a year in one round (set a time skip by hand)"));
+    }
+    0
 }
