@@ -287,7 +287,7 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
         )));
     }
     let now = now_rfc3339();
-    let before = snapshot_before(conn, close)?;
+    let mut before = snapshot_before(conn, close)?;
     let mut number: u32 =
         conn.query_row("SELECT COALESCE(MAX(number), 0) FROM scene_messages WHERE scene_id = ?1", [&close.scene_id], |r| r.get(0))?;
     let mut written = Vec::new();
@@ -350,6 +350,14 @@ pub fn close_round(conn: &Connection, close: &RoundClose) -> Result<Vec<SceneMes
             elapsed_minutes = excluded.elapsed_minutes, updated_at = excluded.updated_at",
         params![close.campaign_id, trackers, facts, merged.elapsed_minutes as i64, now],
     )?;
+    // What the round wrote, beside what it found: undo takes back only what still reads
+    // as the round left it, so an edit by hand (or another scene's round) since stays.
+    let mut states_after = serde_json::Map::new();
+    for (character_id, state) in &close.states {
+        states_after.insert(character_id.clone(), serde_json::to_value(state).map_err(|e| corrupt("character state", e))?);
+    }
+    before["states_after"] = serde_json::Value::Object(states_after);
+    before["campaign_after"] = serde_json::json!({ "trackers": merged.trackers, "facts": merged.facts, "elapsed": merged.elapsed_minutes });
     conn.execute(
         "INSERT INTO scene_rounds(scene_id, round, input, director_json, ledgers_json, tokens, created_at, before_json)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -406,9 +414,12 @@ pub fn next_message_number(conn: &Connection, scene_id: &str) -> Result<u32, Sto
 }
 
 /// Take back the last closed round of `scene_id`: its messages go, and everything it
-/// wrote is put back exactly as it was. Returns the round and the ids of the memories
-/// its messages became (for the caller's memory write). Refused for a round the scene's
-/// summary already covers, or one closed before undo was possible.
+/// wrote is put back as it was, value by value, where it still reads as the round left
+/// it; a tracker, fact, time or character state changed since (by hand, or by another
+/// scene's round) keeps its new value, and the round's minutes are taken off the clock.
+/// Returns the round and the ids of the memories its messages became (for the caller's
+/// memory write). Refused for a round the scene's summary already covers, or one closed
+/// before undo was possible.
 pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>), StoreError> {
     let (rounds, summary_round, campaign_id): (u32, u32, String) = conn.query_row(
         "SELECT s.rounds, s.summary_round, a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1",
@@ -426,47 +437,22 @@ pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>
         params![scene_id, rounds],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    // The campaign's state is shared by its scenes and edited by hand: putting back what
-    // this round found would throw away whatever changed it since.
-    let changed_since: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM campaign_state WHERE campaign_id = ?1 AND updated_at > ?2)",
-        params![campaign_id, closed_at],
-        |r| r.get(0),
-    )?;
-    if changed_since || super::authoring::edited_since(conn, &campaign_id, &closed_at)? {
-        return Err(StoreError::Invalid(format!(
-            "round {rounds} cannot be undone: the campaign's state changed after it (another scene's round or an edit by hand)"
-        )));
-    }
     let before: serde_json::Value = match before {
         Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("round snapshot", e))?,
         None => return Err(StoreError::Invalid(format!("round {rounds} was closed before rounds could be undone"))),
     };
-    let text = |v: &serde_json::Value, key: &str| v[key].as_str().map(str::to_string);
-    for (character_id, old) in before["states"].as_object().into_iter().flatten() {
-        match (text(old, "state"), old["round"].as_i64()) {
-            (Some(state), Some(round)) => conn.execute(
-                "UPDATE scene_character_states SET state_json = ?3, round = ?4 WHERE scene_id = ?1 AND character_id = ?2",
-                params![scene_id, character_id, state, round],
-            )?,
-            _ => conn.execute("DELETE FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2", params![scene_id, character_id])?,
-        };
+    if before["campaign_after"].is_object() {
+        take_back(conn, scene_id, &campaign_id, &before)?;
+    } else {
+        restore_whole(conn, scene_id, &campaign_id, &closed_at, rounds, &before)?;
     }
-    let active = text(&before, "active").unwrap_or_else(|| "[]".into());
+    let active = before["active"].as_str().map(str::to_string).unwrap_or_else(|| "[]".into());
     conn.execute(
         "UPDATE scenes SET rounds = ?2, active_json = ?3, updated_at = ?4 WHERE id = ?1",
         params![scene_id, rounds - 1, active, now_rfc3339()],
     )?;
-    let campaign = &before["campaign"];
-    match (text(campaign, "trackers"), text(campaign, "facts"), campaign["elapsed"].as_i64()) {
-        (Some(trackers), Some(facts), Some(elapsed)) => conn.execute(
-            "UPDATE campaign_state SET trackers_json = ?2, facts_json = ?3, elapsed_minutes = ?4, updated_at = ?5 WHERE campaign_id = ?1",
-            params![campaign_id, trackers, facts, elapsed, now_rfc3339()],
-        )?,
-        _ => conn.execute("DELETE FROM campaign_state WHERE campaign_id = ?1", [&campaign_id])?,
-    };
     let lore = &before["lore"];
-    match (text(lore, "state"), lore["round"].as_i64()) {
+    match (lore["state"].as_str(), lore["round"].as_i64()) {
         (Some(state), Some(round)) => conn.execute(
             "UPDATE scene_lore_state SET state_json = ?2, round = ?3 WHERE scene_id = ?1",
             params![scene_id, state, round],
@@ -478,6 +464,129 @@ pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>
     conn.execute("DELETE FROM scene_messages WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds])?;
     conn.execute("DELETE FROM scene_rounds WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds])?;
     Ok((rounds, numbers.into_iter().map(|n| format!("scene:{scene_id}:{n}")).collect()))
+}
+
+/// `value` with what changed from `found` to `left` taken back, key by key, where
+/// `value` still holds what the round `left`: a key changed since keeps its value.
+fn take_back_keys(value: &mut serde_json::Map<String, serde_json::Value>, found: &serde_json::Value, left: &serde_json::Value) {
+    let null = serde_json::Value::Null;
+    let keys: BTreeSet<String> = found.as_object().into_iter().chain(left.as_object()).flat_map(|o| o.keys().cloned()).collect();
+    for key in keys {
+        let (was, wrote) = (found.get(&key).unwrap_or(&null), left.get(&key).unwrap_or(&null));
+        if was == wrote || value.get(&key).unwrap_or(&null) != wrote {
+            continue;
+        }
+        match was {
+            serde_json::Value::Null => value.remove(&key),
+            v => value.insert(key, v.clone()),
+        };
+    }
+}
+
+/// Undo for a round that kept what it wrote: each value the round set goes back to what
+/// it found unless it changed since; facts it added go, facts it dropped come back; its
+/// minutes come off the clock.
+fn take_back(conn: &Connection, scene_id: &str, campaign_id: &str, before: &serde_json::Value) -> Result<(), StoreError> {
+    let parse = |text: Option<&str>, what: &str| -> Result<serde_json::Value, StoreError> {
+        text.map_or(Ok(serde_json::Value::Null), |t| serde_json::from_str(t).map_err(|e| corrupt(what, e)))
+    };
+    for (character_id, wrote) in before["states_after"].as_object().into_iter().flatten() {
+        let found = &before["states"][character_id];
+        let found_state = parse(found["state"].as_str(), "character state")?;
+        let row: Option<(String, i64)> = conn
+            .query_row(
+                "SELECT state_json, round FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2",
+                params![scene_id, character_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((now_json, now_round)) = row else { continue };
+        let mut now: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&now_json).map_err(|e| corrupt("character state", e))?;
+        take_back_keys(&mut now, &found_state, wrote);
+        let now = serde_json::Value::Object(now);
+        if now == found_state || (found_state.is_null() && now.as_object().is_some_and(|o| o.values().all(serde_json::Value::is_null))) {
+            match found["round"].as_i64() {
+                Some(round) => conn.execute(
+                    "UPDATE scene_character_states SET state_json = ?3, round = ?4 WHERE scene_id = ?1 AND character_id = ?2",
+                    params![scene_id, character_id, now.to_string(), round],
+                )?,
+                None => conn.execute("DELETE FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2", params![scene_id, character_id])?,
+            };
+        } else {
+            conn.execute(
+                "UPDATE scene_character_states SET state_json = ?3, round = ?4 WHERE scene_id = ?1 AND character_id = ?2",
+                params![scene_id, character_id, now.to_string(), now_round],
+            )?;
+        }
+    }
+    let found = &before["campaign"];
+    let (found_trackers, found_facts) = (parse(found["trackers"].as_str(), "trackers")?, parse(found["facts"].as_str(), "facts")?);
+    let found_elapsed = found["elapsed"].as_u64().unwrap_or(0);
+    let left = &before["campaign_after"];
+    let row: Option<(String, String, i64)> = conn
+        .query_row("SELECT trackers_json, facts_json, elapsed_minutes FROM campaign_state WHERE campaign_id = ?1", [campaign_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    let Some((trackers, facts, elapsed)) = row else { return Ok(()) };
+    let mut trackers: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&trackers).map_err(|e| corrupt("trackers", e))?;
+    take_back_keys(&mut trackers, &found_trackers, &left["trackers"]);
+    let mut facts: Vec<String> = serde_json::from_str(&facts).map_err(|e| corrupt("facts", e))?;
+    let list = |v: &serde_json::Value| -> Vec<String> { v.as_array().into_iter().flatten().filter_map(|f| f.as_str().map(str::to_string)).collect() };
+    let (had, has) = (list(&found_facts), list(&left["facts"]));
+    facts.retain(|f| had.contains(f) || !has.contains(f));
+    for fact in had.iter().filter(|f| !has.contains(f)) {
+        if !facts.contains(fact) {
+            facts.push(fact.clone());
+        }
+    }
+    let added = left["elapsed"].as_u64().unwrap_or(0).saturating_sub(found_elapsed);
+    let elapsed = (elapsed.max(0) as u64).saturating_sub(added);
+    conn.execute(
+        "UPDATE campaign_state SET trackers_json = ?2, facts_json = ?3, elapsed_minutes = ?4, updated_at = ?5 WHERE campaign_id = ?1",
+        params![
+            campaign_id,
+            serde_json::Value::Object(trackers).to_string(),
+            serde_json::to_string(&facts).map_err(|e| corrupt("facts", e))?,
+            elapsed as i64,
+            now_rfc3339()
+        ],
+    )?;
+    Ok(())
+}
+
+/// Undo for a round closed before rounds kept what they wrote: everything goes back
+/// whole, so it is refused once anything changed the campaign's state since.
+fn restore_whole(conn: &Connection, scene_id: &str, campaign_id: &str, closed_at: &str, rounds: u32, before: &serde_json::Value) -> Result<(), StoreError> {
+    let changed_since: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM campaign_state WHERE campaign_id = ?1 AND updated_at > ?2)",
+        params![campaign_id, closed_at],
+        |r| r.get(0),
+    )?;
+    if changed_since || super::authoring::edited_since(conn, campaign_id, closed_at)? {
+        return Err(StoreError::Invalid(format!(
+            "round {rounds} cannot be undone: the campaign's state changed after it (another scene's round or an edit by hand)"
+        )));
+    }
+    let text = |v: &serde_json::Value, key: &str| v[key].as_str().map(str::to_string);
+    for (character_id, old) in before["states"].as_object().into_iter().flatten() {
+        match (text(old, "state"), old["round"].as_i64()) {
+            (Some(state), Some(round)) => conn.execute(
+                "UPDATE scene_character_states SET state_json = ?3, round = ?4 WHERE scene_id = ?1 AND character_id = ?2",
+                params![scene_id, character_id, state, round],
+            )?,
+            _ => conn.execute("DELETE FROM scene_character_states WHERE scene_id = ?1 AND character_id = ?2", params![scene_id, character_id])?,
+        };
+    }
+    let campaign = &before["campaign"];
+    match (text(campaign, "trackers"), text(campaign, "facts"), campaign["elapsed"].as_i64()) {
+        (Some(trackers), Some(facts), Some(elapsed)) => conn.execute(
+            "UPDATE campaign_state SET trackers_json = ?2, facts_json = ?3, elapsed_minutes = ?4, updated_at = ?5 WHERE campaign_id = ?1",
+            params![campaign_id, trackers, facts, elapsed, now_rfc3339()],
+        )?,
+        _ => conn.execute("DELETE FROM campaign_state WHERE campaign_id = ?1", [&campaign_id])?,
+    };
+    Ok(())
 }
 
 /// Change the text of message `number` of a scene (a transcript edit by hand).

@@ -611,7 +611,7 @@ impl ScenePanels {
             let rounds = snapshot.view.rounds;
             ui.horizontal_wrapped(|ui| {
                 if rounds > 0
-                    && ui.button("Undo last round").on_hover_text("Messages, states, trackers, facts, time, lore timers and memories back to before it").clicked()
+                    && ui.button("Undo last round").on_hover_text("Its messages and memories go; what it changed in states, trackers, facts, time and lore timers goes back, except what was edited since").clicked()
                 {
                     outbox.push(Command::Scene(SceneCommand::Undo { scene: scene.clone() }));
                 }

@@ -213,11 +213,6 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
     let state = last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
     assert_eq!(state["trackers"]["guild_alert"], "raised");
     assert_eq!(state["trackers"]["suspicion"], 1, "the round's own tracker is kept");
-    // Undoing the round now would throw the hand edit away: it is refused, and nothing moves.
-    let refused = cli.run(&["scene", "undo", &scene]).unwrap_err();
-    assert!(refused.contains("cannot be undone") && refused.contains("edit by hand"), "{refused}");
-    let state = last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
-    assert_eq!(state["trackers"]["guild_alert"], "raised");
     let out = dir.path().join("transcript.md");
     let exported = cli.ok(&["scene", "export", &scene, "--format", "markdown", "--out", out.to_str().unwrap()]);
     assert_eq!(last_event(&exported, "transcript_exported")["messages"], 4);
@@ -238,6 +233,51 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
     let tree = last_event(&cli.ok(&["world", "list"]), "tree")["tree"].clone();
     let names: Vec<&str> = tree["worlds"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["The Saltmarsh Coast"]);
+}
+
+/// Undo after edits by hand: what the round changed is taken back, what was edited since
+/// stays (and an edit put back as it was blocks nothing); the round then plays again.
+#[test]
+fn undoing_a_round_after_edits_by_hand_keeps_the_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary."));
+    let tessa = write(dir.path(), "tessa.json", &card("Tessa Quill", "A clerk who forges permits.", "Sharp."));
+    cli.ok(&["import", &bram, &tessa]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram Holloway", "Tessa Quill"]);
+    cli.ok(&["arc", "new", "The Cellar Job", "--campaign", "Ashfall"]);
+    let created = cli.ok(&["scene", "new", "Under the Tavern", "--arc", "The Cellar Job"]);
+    let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
+    cli.ok(&["campaign", "time", "Ashfall", "60"]);
+    cli.ok(&["campaign", "fact", "Ashfall", "add", "The bridge is out."]);
+    cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
+    let view = || last_event(&cli.ok(&["scene", "state", &scene]), "state")["view"].clone();
+    let mood = |view: &Value, name: &str| view["cast"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()["state"]["mood"].clone();
+    let played = view();
+    assert_eq!((played["trackers"]["suspicion"].clone(), played["elapsed_minutes"].clone()), (json!(1), json!(65)));
+    assert_eq!(mood(&played, "Bram Holloway"), "uneasy");
+
+    // By hand: a tracker set and taken away again, a new tracker, Tessa's mood, a fact.
+    cli.ok(&["campaign", "tracker", "Ashfall", "torch", "lit"]);
+    cli.ok(&["campaign", "tracker", "Ashfall", "torch", "--remove"]);
+    cli.ok(&["campaign", "tracker", "Ashfall", "guild_alert", "raised"]);
+    cli.ok(&["scene", "set-state", &scene, "Tessa Quill", "--mood", "wary"]);
+    cli.ok(&["campaign", "fact", "Ashfall", "add", "Kit owes Bram a favour."]);
+    cli.ok(&["scene", "undo", &scene]);
+    let undone = view();
+    assert_eq!(undone["rounds"], 0);
+    assert!(undone["trackers"].get("suspicion").is_none(), "the round's tracker is taken back: {undone}");
+    assert!(undone["trackers"].get("torch").is_none());
+    assert_eq!(undone["trackers"]["guild_alert"], "raised", "the edit by hand stays");
+    assert_eq!(undone["elapsed_minutes"], 60, "the round's five minutes come off the clock");
+    assert_eq!(undone["facts"], json!(["The bridge is out.", "Kit owes Bram a favour."]));
+    assert!(mood(&undone, "Bram Holloway").is_null(), "the round's mood for Bram is taken back: {undone}");
+    assert_eq!(mood(&undone, "Tessa Quill"), "wary", "the mood set by hand stays");
+    // The scene plays on from there.
+    let again = cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
+    assert_eq!(last_event(&again, "round_completed")["round"], 1);
 }
 
 #[test]
