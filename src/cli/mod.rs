@@ -184,7 +184,7 @@ pub struct SheetArgs {
     /// The greeting (`first_mes`).
     #[arg(long)]
     pub greeting: Option<String>,
-    /// An alternate greeting (repeat for more; replaces the card's list).
+    /// An alternate greeting (repeat for more; replaces the card's list; `""` alone clears it).
     #[arg(long = "alternate-greeting")]
     pub alternate_greetings: Vec<String>,
     #[arg(long)]
@@ -212,7 +212,8 @@ impl SheetArgs {
             system_prompt: self.system_prompt,
             post_history_instructions: self.post_history_instructions,
             creator_notes: self.creator_notes,
-            alternate_greetings: (!self.alternate_greetings.is_empty()).then_some(self.alternate_greetings),
+            alternate_greetings: (!self.alternate_greetings.is_empty())
+                .then(|| self.alternate_greetings.into_iter().filter(|g| !g.trim().is_empty()).collect()),
             tags: self.tags.map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_string).collect()),
         }
     }

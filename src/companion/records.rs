@@ -99,6 +99,34 @@ pub fn chat_greetings(state: &ChatState, card: &crate::character::CardText) -> (
     (all, chosen)
 }
 
+/// Keep the greetings a chat opened with as its own opening, once its first exchange is
+/// stored: editing the card afterwards changes the next chat, not this one's first
+/// message (as a SillyTavern chat file keeps it). `frozen` marks it as ours, not a file's.
+/// A chat that already has an opening (an imported file's) keeps it.
+pub fn freeze_opening(conn: &Connection, character_id: &str, name: &str, greetings: &[String], chosen: u32, at: &str) -> Result<(), StoreError> {
+    let opening = match greetings.get(chosen as usize) {
+        Some(mes) => vec![serde_json::json!({
+            "name": name, "is_user": false, "is_system": false, "send_date": at,
+            "mes": mes, "swipes": greetings, "swipe_id": chosen, "extra": {}
+        })],
+        None => Vec::new(),
+    };
+    let file = serde_json::json!({ "header": null, "opening": opening, "frozen": true });
+    conn.execute("UPDATE companion_chats SET file_json = ?2 WHERE character_id = ?1 AND file_json IS NULL", params![character_id, file.to_string()])?;
+    Ok(())
+}
+
+/// Forget a chat's kept opening (a chat with no exchange left starts from the card again).
+pub fn clear_file(conn: &Connection, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("UPDATE companion_chats SET file_json = NULL WHERE character_id = ?1", [character_id])?;
+    Ok(())
+}
+
+/// Whether a chat's opening is one [`freeze_opening`] kept (not an imported file's).
+pub fn opening_is_frozen(state: &ChatState) -> bool {
+    state.file.as_ref().and_then(|f| f.get("frozen")).and_then(serde_json::Value::as_bool).unwrap_or(false)
+}
+
 /// Attach a lorebook to this character's chat only; twice is once.
 pub fn attach_chat_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str) -> Result<(), StoreError> {
     conn.execute(

@@ -247,4 +247,19 @@ fn a_cards_sheet_is_edited_and_the_chat_and_the_export_follow() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("name"), "{}", String::from_utf8_lossy(&refused.stderr));
+    // The chat, once begun, keeps the greeting it opened with: a later edit of the card's
+    // greetings (here, clearing the alternates) is for the next chat.
+    run(&paths, &["character", "edit", "Maren", "--greeting", "Go away.", "--alternate-greeting", ""]);
+    let shown = run(&paths, &["character", "show", "Maren"]);
+    assert_eq!(shown.last().unwrap()["sheet"]["card"]["alternate_greetings"], json!([]), "\"\" alone clears the list");
+    let history = run(&paths, &["chat", "history", "--character", "Maren", "--json"]);
+    let greeting = &history.last().unwrap()[0];
+    assert_eq!((greeting["id"].as_str(), greeting["text"].as_str()), (Some("greeting"), Some("Closed.")), "{history:?}");
+    assert_eq!(greeting["swipes"], json!(["Closed.", "Back again?", "You're late."]));
+    // Deleting every exchange starts the chat again; choosing a greeting then reads the card.
+    let first = history.last().unwrap()[1]["id"].as_str().unwrap().to_string();
+    run(&paths, &["chat", "delete", "--character", "Maren", "--message", &first, "--and-after"]);
+    run(&paths, &["chat", "swipe", "--character", "Maren", "0"]);
+    let history = run(&paths, &["chat", "history", "--character", "Maren", "--json"]);
+    assert_eq!(history.last().unwrap()[0]["text"], "Go away.", "{history:?}");
 }

@@ -227,7 +227,7 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
     let _job = hold(ctx, character)?;
     let Some(mut turn) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, true))?.pop() else {
         let state = ctx.store.with(|c| records::load_state(c, &character.id))?;
-        if state.file.is_some() {
+        if state.file.is_some() && !records::opening_is_frozen(&state) {
             return Err(CompanionError::Invalid("this chat came from a chat file: its opening is the file's, not the card's greetings".into()));
         }
         let count = records::greetings(&character.card).len();
@@ -237,7 +237,13 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
                 n => format!("{}'s card has {n} greetings; there is no greeting {index}", character.name),
             }));
         }
-        ctx.store.with(|c| records::set_greeting(c, &character.id, index as u32))?;
+        // No exchange left: the chat starts again from the card's greetings as they are now.
+        ctx.store.with(|c| {
+            if records::opening_is_frozen(&state) {
+                records::clear_file(c, &character.id)?;
+            }
+            records::set_greeting(c, &character.id, index as u32)
+        })?;
         return Ok(None);
     };
     let Some(text) = turn.swipes.get(index).cloned() else {

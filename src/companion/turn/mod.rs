@@ -269,6 +269,19 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
     let write = bank.store().transaction(|tx| {
         let write = memories.write(tx)?;
         records::insert_turn(tx, &turn)?;
+        if prepared.state.turns == 0 && prepared.state.file.is_none() {
+            // Kept as it was shown: macros resolved for who the user was then.
+            let macros = crate::prompting::MacroContext {
+                char: &character.name,
+                user: &prepared.user.name,
+                persona: &prepared.user.description,
+                stable_seed: &character.id,
+                ..Default::default()
+            };
+            let (greetings, chosen) = records::chat_greetings(&prepared.state, &character.card);
+            let shown: Vec<String> = greetings.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+            records::freeze_opening(tx, &character.id, &character.name, &shown, chosen, &at)?;
+        }
         crate::memory::injections::record(tx, &agent, text, &turn.hits)?;
         Ok(write)
     })?;
