@@ -188,15 +188,14 @@ impl EntryFields {
     /// Apply the settings given to `entry`; a word that is not a setting is refused.
     fn apply(&self, entry: &mut crate::lorebook::LoreEntry) -> Result<()> {
         use crate::lorebook::{InsertionPosition, PromptRole, SelectiveLogic};
-        let list = |text: &str| text.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_string).collect::<Vec<_>>();
         if let Some(v) = &self.comment {
             entry.comment = v.clone();
         }
         if let Some(v) = &self.keys {
-            entry.keys = list(v);
+            entry.keys = crate::lorebook::split_keys(v);
         }
         if let Some(v) = &self.secondary_keys {
-            entry.secondary_keys = list(v);
+            entry.secondary_keys = crate::lorebook::split_keys(v);
             entry.selective = !entry.secondary_keys.is_empty() || entry.selective;
         }
         if let Some(v) = &self.logic {

@@ -460,9 +460,72 @@ impl CharacterFilter {
     }
 }
 
+/// Keys as a person types them in one line, comma-separated, where a key written as a
+/// regular expression (`/wyr{1,2}m/i`) keeps its commas: a key that starts with `/` runs
+/// to the next unescaped `/` followed by flags and then a comma or the end.
+pub fn split_keys(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut keys = Vec::new();
+    let mut current = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '/' && current.trim().is_empty() {
+            // A regular expression: find where it closes.
+            let mut j = i + 1;
+            let mut end = None;
+            while j < chars.len() {
+                match chars[j] {
+                    '\\' => j += 1,
+                    '/' => {
+                        let mut k = j + 1;
+                        while k < chars.len() && chars[k].is_ascii_alphabetic() {
+                            k += 1;
+                        }
+                        let mut after = k;
+                        while after < chars.len() && chars[after].is_whitespace() {
+                            after += 1;
+                        }
+                        if after == chars.len() || chars[after] == ',' {
+                            end = Some(k);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            if let Some(k) = end {
+                current = chars[i..k].iter().collect();
+                i = k;
+                continue;
+            }
+        }
+        if c == ',' {
+            keys.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+        i += 1;
+    }
+    keys.push(current);
+    keys.into_iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_keys_split_at_commas_but_not_inside_a_regular_expression() {
+        assert_eq!(split_keys("dragon, wyrm ,, "), ["dragon", "wyrm"]);
+        assert_eq!(split_keys("/wyr{1,2}m/i, drake"), ["/wyr{1,2}m/i", "drake"]);
+        assert_eq!(split_keys("drake, /a\\/b{1,3}/gi"), ["drake", "/a\\/b{1,3}/gi"]);
+        assert_eq!(split_keys("/x{2,}/"), ["/x{2,}/"]);
+        // A slash that never closes is an ordinary key.
+        assert_eq!(split_keys("/usr/bin, and/or"), ["/usr/bin", "and/or"]);
+        assert_eq!(split_keys("a/b, c"), ["a/b", "c"]);
+    }
 
     #[test]
     fn codes_round_trip_including_unknown_ones() {

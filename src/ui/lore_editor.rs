@@ -37,7 +37,7 @@ impl Draft {
 
     /// The entry the form describes.
     fn entry(&self) -> LoreEntry {
-        let list = |text: &str| text.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_string).collect();
+        let list = crate::lorebook::split_keys;
         let number = |text: &str| text.trim().parse::<u32>().ok();
         let mut entry = self.entry.clone();
         entry.keys = list(&self.keys);

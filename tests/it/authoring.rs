@@ -595,6 +595,12 @@ fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
     assert_eq!(verdicts[0]["reason"], "key \"seal\"");
     assert_eq!(verdicts[1]["fired"], false);
     assert_eq!(verdicts[1]["reason"], "no key found in the scanned text");
+    // A regular expression typed as a key keeps its commas.
+    cli.ok(&["lorebook", "entry", "edit", "river", "1", "--keys", "/wyr{1,2}m/i, sluice"]);
+    let tested = cli.ok(&["lorebook", "test", "river", "A WYRM sleeps under the gate."]);
+    let verdicts = last_event(&tested, "lore_test")["verdicts"].as_array().unwrap().clone();
+    assert_eq!(verdicts[1]["fired"], true, "{verdicts:?}");
+    assert!(verdicts[1]["reason"].as_str().unwrap().contains("/wyr{1,2}m/i"), "{verdicts:?}");
 
     // The export carries the new entry, and the untouched one exactly as it came.
     let out = dir.path().join("river-out.json");
