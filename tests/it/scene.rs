@@ -610,7 +610,18 @@ fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
         done["messages"].as_array().unwrap().iter().map(|m| m["speaker"].as_str().unwrap().to_string()).collect()
     };
     assert!(!speakers(&muted).contains(&"Marguerite Siltborne".to_string()), "{:?}", speakers(&muted));
-    let forced = run(&["scene", "round", &scene, "Let her speak.", "--force", "Marguerite Siltborne"]);
+    // Forced by a word of her name; someone not in the cast stops the round before it starts.
+    let nobody = std::process::Command::new(bin)
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "round", &scene, "Let her speak.", "--force", "Nobody Here"])
+        .output()
+        .unwrap();
+    assert_ne!(nobody.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&nobody.stderr);
+    assert!(said.contains("\"Nobody Here\" is not in this scene's cast") && said.contains("Marguerite Siltborne"), "{said}");
+    let rounds = view(&store, &scene).rounds;
+    let forced = run(&["scene", "round", &scene, "Let her speak.", "--force", "Marguerite"]);
+    assert_eq!(view(&store, &scene).rounds, rounds + 1, "only the round with a known name played");
     assert!(speakers(&forced).contains(&"Marguerite Siltborne".to_string()), "{:?}", speakers(&forced));
     run(&["scene", "unmute", &scene, "Marguerite Siltborne"]);
     assert!(!view(&store, &scene).cast.iter().any(|c| c.muted));

@@ -131,7 +131,23 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     };
     let recall = Recall::open(ctx);
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config, cancel)?;
-    draft.force = force;
+    // Who is forced to act, by the names the game master typed: each must be one of the
+    // cast (a word of a name will do), or the round does not start.
+    let mut forced = Vec::new();
+    for name in &force {
+        let exact = draft.view.member_by_name(name).map(|m| m.name.clone());
+        let member = match exact {
+            Some(name) => name,
+            None => crate::names::only(&draft.view.cast, |m| m.name.as_str(), name).map(|m| m.name.clone()).map_err(|e| {
+                let cast: Vec<&str> = draft.view.cast.iter().map(|m| m.name.as_str()).collect();
+                SceneError::Invalid(e.message(&format!("{name:?} is not in this scene's cast ({})", cast.join(", "))))
+            })?,
+        };
+        if !forced.contains(&member) {
+            forced.push(member);
+        }
+    }
+    draft.force = forced;
     draft.review = review;
     draft.bank = recall.bank().cloned();
     let round = draft.round;
