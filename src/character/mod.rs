@@ -72,22 +72,48 @@ pub fn get(conn: &Connection, id: &str) -> Result<Option<CharacterRecord>, Store
 }
 
 /// Find a character by id, by (case-insensitive) name, or by a unique prefix of a
-/// name ("ilse" for "Ilse Marrow"). Of two characters with one name, the older wins.
+/// name ("ilse" for "Ilse Marrow"). Two characters of one name (a card imported twice)
+/// are told apart by id: the error lists them, rather than one being picked silently for
+/// a chat, an edit or a delete.
 pub fn resolve(conn: &Connection, key: &str) -> Result<CharacterRecord, StoreError> {
     let key = key.trim();
-    let sql = format!(
-        "SELECT {COLUMNS} FROM characters WHERE id = ?1 OR name = ?1 COLLATE NOCASE ORDER BY (id = ?1) DESC, created_at LIMIT 1"
-    );
-    if let Some(found) = conn.query_row(&sql, [key], from_row).optional()? {
+    if let Some(found) = get(conn, key)? {
         return Ok(found);
     }
-    // The start of the name, or of a word of it ("Odile" for "Captain Odile Rask").
     let rows: Vec<(String, String)> = conn
         .prepare_cached("SELECT id, name FROM characters ORDER BY name COLLATE NOCASE, created_at")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    let (id, _) = crate::names::only(&rows, |r| &r.1, key).map_err(|e| StoreError::NotFound(e.message(&format!("character {key:?}"))))?;
-    get(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))
+    let exact: Vec<&(String, String)> = rows.iter().filter(|(_, name)| name.trim().eq_ignore_ascii_case(key)).collect();
+    let chosen = match exact.as_slice() {
+        [one] => &one.0,
+        [] => {
+            // The start of the name, or of a word of it ("Odile" for "Captain Odile Rask").
+            let found = crate::names::only(&rows, |r| &r.1, key);
+            match found {
+                Ok((id, _)) => id,
+                Err(crate::names::NoMatch::Many(_)) => {
+                    let named: Vec<&(String, String)> = rows.iter().filter(|r| crate::names::only(std::slice::from_ref(*r), |r| &r.1, key).is_ok()).collect();
+                    return Err(StoreError::NotFound(ambiguous(key, &named)));
+                }
+                Err(e) => return Err(StoreError::NotFound(e.message(&format!("character {key:?}")))),
+            }
+        }
+        many => return Err(StoreError::NotFound(ambiguous(key, many))),
+    };
+    get(conn, chosen)?.ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))
+}
+
+/// The error for a name several characters answer to: each with its id when names repeat.
+fn ambiguous(key: &str, rows: &[&(String, String)]) -> String {
+    let repeated = rows.iter().any(|(id, name)| rows.iter().any(|(other, n)| other != id && n.eq_ignore_ascii_case(name)));
+    let listed: Vec<String> = rows
+        .iter()
+        .take(6)
+        .map(|(id, name)| if repeated { format!("{name} (id {id})") } else { name.clone() })
+        .collect();
+    let give = if repeated { "give the id" } else { "give the full name" };
+    format!("character {key:?}: more than one name matches ({}); {give}", listed.join(", "))
 }
 
 /// Every character, sorted by name.

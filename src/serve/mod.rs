@@ -163,7 +163,7 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 }
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
-    let api = identity::routes().merge(play::routes()).merge(openapi::routes());
+    let api = identity::routes().merge(play::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
     let app = api.layer(axum::middleware::from_fn_with_state(state.clone(), authorise)).with_state(state);
     match cors {
         Some(origin) => app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
@@ -240,6 +240,31 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, axum::Json(ErrorBody { detail: self.detail })).into_response()
     }
+}
+
+/// Query parameters, refused like a bad body: a 400 with `{"detail"}` naming what is
+/// wrong (axum's own answer is plain text).
+pub(crate) struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Query(value)),
+            Err(rejection) => Err(ApiError::bad_request(format!("invalid query: {}", rejection.body_text()))),
+        }
+    }
+}
+
+/// A request for a path no route serves: a JSON 404 that says where the routes are.
+async fn no_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("no endpoint {method} {}; the routes are listed at /api/openapi.json", uri.path()))
+}
+
+/// A route asked with a method it does not take.
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{} does not take {method}; see /api/openapi.json", uri.path()))
 }
 
 /// A JSON body read by hand, so a malformed one is a 400 that names the field.

@@ -4,7 +4,7 @@
 //! on `WS /ws/chat/{character}`, history), memory search with its score breakdown, and
 //! importing cards and lorebooks.
 
-use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, Query, body, wait_for};
 use crate::companion::{CompanionCommand, CompanionEvent};
 use crate::engine::{Command, Event};
 use crate::interop::{InteropCommand, InteropEvent};
@@ -13,7 +13,7 @@ use crate::scene::{SceneCommand, SceneEvent};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -255,6 +255,7 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
     match outcome {
         Some(Ok(turn)) => Ok(axum::Json(turn)),
         Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
+        Some(Err(message)) if message.contains("the message is too long") => Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)),
         Some(Err(message)) => Err(ApiError::new(StatusCode::BAD_GATEWAY, message)),
         None => Err(ApiError::internal("no reply in time")),
     }
@@ -556,7 +557,14 @@ pub(super) async fn import(State(state): State<Arc<AppState>>, Query(query): Que
     })
     .await;
     let _ = std::fs::remove_dir_all(&dir);
-    report.map(axum::Json).ok_or_else(|| ApiError::internal("the import did not finish in time"))
+    let report = report.ok_or_else(|| ApiError::internal("the import did not finish in time"))?;
+    // Nothing came of it: the file was refused, which is the request's fault, not a success.
+    let created = report["created"].as_array().map_or(0, Vec::len);
+    if let Some(skipped) = report["skipped"].as_array().filter(|s| created == 0 && !s.is_empty()) {
+        let reasons: Vec<&str> = skipped.iter().filter_map(|s| s["reason"].as_str()).collect();
+        return Err(ApiError::bad_request(format!("nothing imported: {}", reasons.join("; "))));
+    }
+    Ok(axum::Json(report))
 }
 
 /// A private folder for one upload.

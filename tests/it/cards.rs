@@ -263,3 +263,43 @@ fn a_cards_sheet_is_edited_and_the_chat_and_the_export_follow() {
     let history = run(&paths, &["chat", "history", "--character", "Maren", "--json"]);
     assert_eq!(history.last().unwrap()[0]["text"], "Go away.", "{history:?}");
 }
+
+/// The same card imported twice (here a second copy with one field changed) makes two
+/// characters of one name: a name then picks neither silently, and the error gives the
+/// ids to tell them apart.
+#[test]
+fn two_characters_of_one_name_are_told_apart_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let mut config = Config::default();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    for (i, personality) in ["terse", "kind"].iter().enumerate() {
+        let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Sera Vantablack", "description": "A diver.", "personality": personality } });
+        let file = dir.path().join(format!("sera-{i}.json"));
+        std::fs::write(&file, card.to_string()).unwrap();
+        run(&paths, &["import", file.to_str().unwrap()]);
+    }
+    let attempt = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for key in ["Sera Vantablack", "sera"] {
+        let refused = attempt(&["character", "delete", key, "--yes"]);
+        assert!(!refused.status.success());
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("more than one name matches") && said.contains("(id ") && said.contains("give the id"), "{said}");
+    }
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let ids: Vec<String> = store.with(|c| Ok(lorekeeper::character::list(c)?.into_iter().map(|r| r.id).collect())).unwrap();
+    assert_eq!(ids.len(), 2, "nothing was deleted");
+    run(&paths, &["character", "delete", &ids[1], "--yes"]);
+    let left: Vec<String> = store.with(|c| Ok(lorekeeper::character::list(c)?.into_iter().map(|r| r.id).collect())).unwrap();
+    assert_eq!(left, [ids[0].clone()]);
+    // One left: the name finds it again.
+    run(&paths, &["character", "show", "Sera Vantablack"]);
+}

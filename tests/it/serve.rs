@@ -384,3 +384,45 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     let report: Value = serde_json::from_str(&imported.into_body().read_to_string().unwrap()).unwrap();
     assert!(report.to_string().contains("Petra Quill"), "{report}");
 }
+
+/// What a client gets wrong is answered as JSON with a status that says whose fault it
+/// is: a bad query, a path or method no route takes, a file that imports nothing, a
+/// message too long for the model's context.
+#[test]
+fn bad_requests_are_answered_with_json_and_the_right_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "default": "[Ilse Marrow]: Hm." }).to_string()).unwrap();
+    let paths = paths(dir.path(), &script);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    lorekeeper::companion::demo::ensure(&store).unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let detail = |v: &Value| v["detail"].as_str().unwrap_or_else(|| panic!("not a JSON error: {v}")).to_string();
+
+    for query in ["k=2", "q=tide&k=abc", "q=tide&k=-1"] {
+        let (status, body) = call(&agent, "GET", &format!("{base}/api/memory/search?{query}"), None, None);
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(detail(&body).starts_with("invalid query"), "{body}");
+    }
+    let (status, body) = call(&agent, "GET", &format!("{base}/api/nonexistent"), None, None);
+    assert_eq!(status, 404);
+    assert!(detail(&body).contains("/api/openapi.json"), "{body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scenes"), Some("{}"), None);
+    assert_eq!(status, 405);
+    assert!(detail(&body).contains("does not take POST"), "{body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/library/import?name=junk.json"), Some("not a card at all"), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(detail(&body).starts_with("nothing imported"), "{body}");
+
+    let long = json!({ "text": "The tide came in. ".repeat(12_000) }).to_string();
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(&long), None);
+    assert_eq!(status, 413, "{body}");
+    assert!(detail(&body).contains("the message is too long"), "{body}");
+    // Nothing of it was kept: the chat has no exchange.
+    let (status, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(history["turns"].as_array().map(Vec::len), Some(0), "{history}");
+}
