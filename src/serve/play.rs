@@ -423,7 +423,7 @@ pub(super) async fn chat_history(
 /// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the
 /// stored exchange.
 #[utoipa::path(get, path = "/ws/chat/{character}", params(("character" = String, Path)),
-    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed")))]
+    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone")))]
 pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, upgrade: WebSocketUpgrade) -> Response {
     let info = match character_id(&state, &character) {
         Ok(info) => info,
@@ -450,7 +450,9 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
         CompanionEvent::TurnStarted { character_id, .. }
         | CompanionEvent::Token { character_id, .. }
         | CompanionEvent::Discarded { character_id, .. }
-        | CompanionEvent::Cancelled { character_id } => Some(character_id),
+        | CompanionEvent::Cancelled { character_id }
+        | CompanionEvent::Changed { character_id, .. }
+        | CompanionEvent::Undone { character_id, .. } => Some(character_id),
         CompanionEvent::TurnCommitted { turn } => Some(&turn.character_id),
         CompanionEvent::Failed { character_id, .. } => character_id.as_deref(),
         _ => None,

@@ -334,6 +334,11 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     let (status, changed) = call(&agent, "POST", &format!("{base}/api/chat/ilse/regenerate"), None, None);
     assert_eq!(status, 200, "{changed}");
     assert_eq!(changed["action"], "regenerated", "{changed}");
+    // The socket hears the new draw stream and how it ended, as it heard the send.
+    let mut redraw_seen = Vec::new();
+    let done = until(&chat, &mut redraw_seen, |m| m["type"] == "changed");
+    assert_eq!((done["action"].as_str(), done["turn"]["id"].as_str()), (Some("regenerated"), changed["turn"]["id"].as_str()), "{done}");
+    assert!(redraw_seen.iter().any(|m| m["type"] == "token"), "{redraw_seen:?}");
     let (status, _) = call(&agent, "POST", &format!("{base}/api/chat/ilse/swipe"), Some(r#"{"index": 0}"#), None);
     assert_eq!(status, 200);
     let turn_id = changed["turn"]["id"].as_str().unwrap();
