@@ -159,7 +159,16 @@ pub struct Imported {
 pub fn import(ctx: &Context, character: &CharacterInfo, text: &str, source: &str) -> Result<Imported, CompanionError> {
     let file = chat_file::parse(text).map_err(|e| CompanionError::Invalid(format!("{source}: {e}")))?;
     let _job = hold(ctx, character)?;
-    let whole = whole_from_file(ctx, character, &file);
+    let mut whole = whole_from_file(ctx, character, &file);
+    let mut notes = file.notes.clone();
+    // Who the user played: the persona of the file's `user_name`, when the library has one.
+    if let Some(user) = file.raw["header"]["user_name"].as_str().map(str::trim).filter(|u| !u.is_empty()) {
+        let personas = ctx.store.with(crate::character::personas)?;
+        match personas.iter().find(|p| p.name.trim().eq_ignore_ascii_case(user)) {
+            Some(persona) => whole.state.persona_id = Some(persona.id.clone()),
+            None => notes.push(format!("the file's user, {user}, is no persona of this library: the chat plays as the configured name")),
+        }
+    }
     let bank = crate::memory::bank_for(ctx)?;
     let prepared = prepare_memories(&bank, ctx, character, &whole)?;
     let title = format!("before the import of {source}");
@@ -169,7 +178,7 @@ pub fn import(ctx: &Context, character: &CharacterInfo, text: &str, source: &str
         Ok((saved, write))
     })?;
     bank.publish(write);
-    Ok(Imported { exchanges: whole.turns.len(), saved, notes: file.notes })
+    Ok(Imported { exchanges: whole.turns.len(), saved, notes })
 }
 
 /// The stored turns of an imported file: times from the file where it has them

@@ -181,6 +181,21 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
     assert_eq!(doc["messages"].as_array().unwrap().len(), 5);
     assert_eq!(doc["messages"][4]["text"], "The cormorant fishes below the weir.");
+    // Our own chat file back in: the chat is played as the persona its header names.
+    run(&paths, &["persona", "use", "--none", "--chat", "Maren"]);
+    run(&paths, &["chat", "import", out.to_str().unwrap(), "--character", "Maren"]);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let plays: Option<String> = store
+        .with(|c| {
+            Ok(c.query_row(
+                "SELECT p.name FROM companion_chats h JOIN characters m ON m.id = h.character_id LEFT JOIN personas p ON p.id = h.persona_id WHERE m.name = 'Maren Vosk'",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(plays.as_deref(), Some("Tamsin"), "the file's user_name is the library's persona");
+    drop(store);
 
     // A malformed file changes nothing and says which line is wrong.
     let broken = dir.path().join("broken.jsonl");
@@ -198,7 +213,9 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     let imported = imported.last().unwrap();
     assert_eq!(imported["exchanges"], 2);
     assert!(imported["saved"].is_string());
-    assert_eq!(imported["notes"].as_array().unwrap().len(), 1, "the narrator's line is carried, and said: {imported}");
+    let notes = imported["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 2, "the narrator's line is carried, and said: {imported}");
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("Ash, is no persona")), "{imported}");
     let messages = history(&paths);
     assert_eq!(
         texts(&messages),
