@@ -31,6 +31,9 @@ pub struct SavedChat {
 struct WholeChat {
     state: ChatState,
     turns: Vec<ChatTurn>,
+    /// Its memories' pins and edits, as they were when it was put aside.
+    #[serde(default)]
+    curation: Vec<crate::memory::curate::HandCuration>,
 }
 
 /// The chats put aside for a character, newest first.
@@ -45,7 +48,9 @@ pub fn saved(conn: &Connection, character_id: &str) -> Result<Vec<SavedChat>, St
 /// Put the chat being played aside under `title` (nothing when it is empty); returns the
 /// saved chat's id.
 fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<String>, StoreError> {
-    let whole = WholeChat { state: records::load_state(tx, character_id)?, turns: records::all_turns(tx, character_id)? };
+    let turns = records::all_turns(tx, character_id)?;
+    let ids: Vec<String> = turns.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let whole = WholeChat { state: records::load_state(tx, character_id)?, curation: crate::memory::curate::curation_of(tx, &ids)?, turns };
     if whole.turns.is_empty() && whole.state.file.is_none() {
         return Ok(None);
     }
@@ -83,14 +88,23 @@ fn install(
         write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
     }
     records::replace_chat(tx, character_id, &whole.state, &whole.turns)?;
-    Ok(write.and(prepared.write(tx)?))
+    let write = write.and(prepared.write(tx)?);
+    crate::memory::curate::restore_curation(tx, &whole.curation)?;
+    Ok(write)
 }
 
 /// The memories of a whole chat, embedded before any transaction (keyword-only when
 /// there is no embedding model).
 fn prepare_memories(bank: &MemoryBank, ctx: &Context, character: &CharacterInfo, whole: &WholeChat) -> Result<crate::memory::PreparedMemories, CompanionError> {
     let user = ctx.store.with(|c| records::chat_user(c, &whole.state, &ctx.config().companion.user_name))?;
-    let items = whole.turns.iter().flat_map(|t| super::turn::memories_of(t, &character.name, &user.name)).collect();
+    let mut items: Vec<crate::memory::NewMemory> = whole.turns.iter().flat_map(|t| super::turn::memories_of(t, &character.name, &user.name)).collect();
+    // A memory edited by hand is written (and embedded) with its edited text.
+    for item in &mut items {
+        let edited = whole.curation.iter().find(|c| item.id.as_deref() == Some(c.id.as_str())).and_then(|c| c.edited.as_ref());
+        if let Some((text, _)) = edited {
+            item.text = text.clone();
+        }
+    }
     Ok(bank.prepare_or_keyword_only(items)?)
 }
 
@@ -228,7 +242,7 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
         last_at = Some(at);
     }
     state.turns = turns.len() as u32;
-    WholeChat { state, turns }
+    WholeChat { state, turns, curation: Vec::new() }
 }
 
 /// What a chat is written as.

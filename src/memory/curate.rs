@@ -22,6 +22,41 @@ pub const LORE_SIMILARITY_THRESHOLD: f32 = 0.4;
 /// Lore entry vectors kept in memory at most (a few MB).
 pub const MAX_ENTRY_VECTORS: usize = 8192;
 
+/// What a person did by hand to one memory: kept with a chat that is put aside, so the
+/// chat's pins and edits come back with it when it is played again.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HandCuration {
+    pub id: String,
+    pub pinned: bool,
+    /// The edited text and when it was edited (`None`: the text is as it was written).
+    pub edited: Option<(String, String)>,
+}
+
+/// The hand curation of those of `ids` that have any (pinned, or edited).
+pub fn curation_of(conn: &Connection, ids: &[String]) -> Result<Vec<HandCuration>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT pinned, text, edited_at FROM memories WHERE id = ?1 AND (pinned = 1 OR edited_at IS NOT NULL)")?;
+    let mut out = Vec::new();
+    for id in ids {
+        let row: Option<(bool, String, Option<String>)> = stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
+        if let Some((pinned, text, edited_at)) = row {
+            out.push(HandCuration { id: id.clone(), pinned, edited: edited_at.map(|at| (text, at)) });
+        }
+    }
+    Ok(out)
+}
+
+/// Mark memories written anew (their edited text already in them) pinned and edited as
+/// `curation` says.
+pub fn restore_curation(tx: &Connection, curation: &[HandCuration]) -> Result<(), StoreError> {
+    for c in curation {
+        tx.execute(
+            "UPDATE memories SET pinned = ?2, edited_at = ?3 WHERE id = ?1",
+            params![c.id, c.pinned as i64, c.edited.as_ref().map(|(_, at)| at.as_str())],
+        )?;
+    }
+    Ok(())
+}
+
 /// What a curation did.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Curated {

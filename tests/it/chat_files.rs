@@ -138,6 +138,18 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     assert_eq!(before_branch.len(), 5);
     assert!(search(&paths, "cormorant").contains("cormorant"));
 
+    // A memory of the first message pinned and edited by hand.
+    let first = before_branch[1]["id"].as_str().unwrap().to_string();
+    run(&paths, &["memory", "pin", &first]);
+    run(&paths, &["memory", "edit", &first, "Open the gate, please, before the tide turns."]);
+    let curated = |paths: &Paths| -> (bool, String, bool) {
+        let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+        store
+            .with(|c| Ok(c.query_row("SELECT pinned, text, edited_at IS NOT NULL FROM memories WHERE id = ?1", [&first], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?))
+            .unwrap()
+    };
+    let expected = (true, "Open the gate, please, before the tide turns.".to_string(), true);
+    assert_eq!(curated(&paths), expected);
     // Branch at the first reply: the chat goes on from there, the original is kept.
     let at = before_branch[2]["id"].as_str().unwrap();
     run(&paths, &["chat", "branch", "--character", "Maren", "--message", at]);
@@ -147,8 +159,11 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     assert_eq!(saved.len(), 1);
     assert_eq!(saved[0]["turns"], 2);
     // Switch back: the original whole, its memories again; the branch is saved instead.
+    assert_eq!(curated(&paths), expected, "the branch keeps the pin and the edit");
     run(&paths, &["chat", "open", "--character", "Maren", saved[0]["id"].as_str().unwrap()]);
     assert_eq!(texts(&history(&paths)), texts(&before_branch));
+    assert_eq!(curated(&paths), expected, "switched back, the original has its pin and edit again");
+    assert!(search(&paths, "tide turns").contains("before the tide turns"), "found by its edited words");
     assert!(search(&paths, "cormorant").contains("cormorant"));
     let saved = run(&paths, &["chat", "chats", "--character", "Maren", "--json"]).last().unwrap().as_array().unwrap().clone();
     assert_eq!(saved.iter().map(|s| s["turns"].as_u64().unwrap()).collect::<Vec<_>>(), [1]);
