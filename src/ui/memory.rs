@@ -71,10 +71,15 @@ impl MemoryPanel {
         Self { k: 20, ..Default::default() }
     }
 
-    /// Commands to send when the workbench opens (index status for the header, and what
-    /// the agents were last given).
+    /// Commands to send when the workbench opens (index status for the header, what the
+    /// agents were last given, and the newest memories, so the browser opens on the
+    /// library rather than on an empty list).
     pub fn startup() -> Vec<Command> {
-        vec![Command::Memory(MemoryCommand::Stats), Command::Memory(MemoryCommand::Injections)]
+        let mut commands = vec![Command::Memory(MemoryCommand::Stats), Command::Memory(MemoryCommand::Injections)];
+        if let Ok(request) = Self::new().request() {
+            commands.push(Command::Memory(MemoryCommand::Search { request }));
+        }
+        commands
     }
 
     pub fn tab(&self) -> MemoryTab {
@@ -116,6 +121,13 @@ impl MemoryPanel {
                         | MemoryEvent::LoreIndexed { .. }
                 ) {
                     outbox.push(Command::Memory(MemoryCommand::Stats));
+                    // Browsing the newest: new memories join the list.
+                    if !self.searching && self.searched.as_ref().is_some_and(|(q, _)| q.trim().is_empty()) && self.query.trim().is_empty() {
+                        if let Ok(request) = self.request() {
+                            self.searching = true;
+                            outbox.push(Command::Memory(MemoryCommand::Search { request }));
+                        }
+                    }
                 }
             }
             // A memory command that failed (a model not installed, a file that cannot be
@@ -131,6 +143,11 @@ impl MemoryPanel {
             }
             _ => {}
         }
+    }
+
+    /// The text of the search whose results are shown.
+    pub fn shown_query(&self) -> Option<&str> {
+        self.searched.as_ref().map(|(q, _)| q.as_str())
     }
 
     /// The text of the last search sent.
@@ -153,6 +170,9 @@ impl MemoryPanel {
 
     pub fn apply(&mut self, event: &MemoryEvent) {
         match event {
+            // Results of an older search than the last one asked (the newest list asked
+            // at start, answered after the person's own search) are not shown over it.
+            MemoryEvent::SearchResults { query, .. } if self.last_request.as_ref().is_some_and(|r| r.query != *query) => {}
             MemoryEvent::SearchResults { query, hits, elapsed_ms, .. } => {
                 self.searching = false;
                 self.hits = hits.clone();
