@@ -50,6 +50,11 @@ pub struct MemoryPanel {
     history: Vec<Injection>,
     shown: usize,
     agent: Option<String>,
+    /// The agent was picked by hand: it stays picked while it has an injection.
+    agent_by_hand: bool,
+    /// Which agents the person is working with (`scene:` or `companion:`), from what they
+    /// did last: the agent shown follows it until one is picked by hand.
+    prefer: Option<&'static str>,
     /// The last search sent, run again after a memory is curated.
     last_request: Option<SearchRequest>,
     /// The selected memory's text as the user edits it, and which memory it is for.
@@ -137,12 +142,33 @@ impl MemoryPanel {
                 self.searching = false;
                 self.status = Some(format!("{context} failed: {message}"));
             }
-            Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
-            | Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. }) => {
+            Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. }) => {
+                self.follow("scene:");
                 outbox.push(Command::Memory(MemoryCommand::Injections));
             }
+            Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. }) => {
+                self.follow("companion:");
+                outbox.push(Command::Memory(MemoryCommand::Injections));
+            }
+            // A scene open in the Scene panel: its agents are the ones to show.
+            Event::Scene(crate::scene::SceneEvent::Snapshot { .. }) if self.prefer.is_none() => self.follow("scene:"),
             _ => {}
         }
+    }
+
+    /// Show the agents of what the person did last (`scene:` or `companion:`).
+    fn follow(&mut self, prefix: &'static str) {
+        self.prefer = Some(prefix);
+        if !self.agent_by_hand {
+            self.agent = self.default_agent();
+        }
+    }
+
+    /// The most recently prompted agent of the kind the person works with, else the most
+    /// recent of all.
+    fn default_agent(&self) -> Option<String> {
+        let preferred = self.prefer.and_then(|p| self.injections.iter().find(|i| i.agent.starts_with(p)));
+        preferred.or(self.injections.first()).map(|i| i.agent.clone())
     }
 
     /// The text of the search whose results are shown.
@@ -234,7 +260,10 @@ impl MemoryPanel {
                 self.injections = injections.clone();
                 let still_there = self.agent.as_ref().is_some_and(|a| self.injections.iter().any(|i| &i.agent == a));
                 if !still_there {
-                    self.agent = self.injections.first().map(|i| i.agent.clone());
+                    self.agent_by_hand = false;
+                }
+                if !self.agent_by_hand {
+                    self.agent = self.default_agent();
                 }
             }
             _ => {}
@@ -398,6 +427,7 @@ impl MemoryPanel {
                 let text = format!("{} ({})", injection.agent, injection.hits.len());
                 if ui.selectable_label(selected, text).on_hover_text(format!("prompted at {}", injection.at)).clicked() {
                     self.agent = Some(injection.agent.clone());
+                    self.agent_by_hand = true;
                     self.history.clear();
                     self.shown = 0;
                     outbox.push(Command::Memory(MemoryCommand::InjectionHistory { agent: injection.agent.clone(), limit: 50 }));
@@ -721,11 +751,29 @@ mod tests {
         let mut panel = MemoryPanel::new();
         panel.apply(&MemoryEvent::Injections { injections: vec![injection("companion:Mira"), injection("scene:director")] });
         assert_eq!(panel.selected_agent(), Some("companion:Mira"));
+        // Picked by hand (as a click does).
         panel.agent = Some("scene:director".into());
+        panel.agent_by_hand = true;
         panel.apply(&MemoryEvent::Injections { injections: vec![injection("scene:character:Tobin"), injection("scene:director")] });
         assert_eq!(panel.selected_agent(), Some("scene:director"));
         panel.apply(&MemoryEvent::Injections { injections: vec![injection("scene:character:Tobin")] });
         assert_eq!(panel.selected_agent(), Some("scene:character:Tobin"));
+    }
+
+    #[test]
+    fn the_agent_shown_follows_what_the_person_did_last_until_one_is_picked() {
+        let mut panel = MemoryPanel::new();
+        let mut outbox = Vec::new();
+        let listed = vec![injection("companion:Mira"), injection("scene:character:Tobin"), injection("scene:director")];
+        panel.apply(&MemoryEvent::Injections { injections: listed.clone() });
+        assert_eq!(panel.selected_agent(), Some("companion:Mira"), "the most recent, knowing nothing else");
+        let round = crate::scene::SceneEvent::RoundCompleted { scene_id: "s".into(), round: 1, messages: Vec::new(), active: Vec::new(), conflicts: Vec::new(), tokens: 0 };
+        panel.observe(&Event::Scene(round), &mut outbox);
+        assert_eq!(panel.selected_agent(), Some("scene:character:Tobin"), "a round played: the scene's agents");
+        panel.agent = Some("scene:director".into());
+        panel.agent_by_hand = true;
+        panel.apply(&MemoryEvent::Injections { injections: listed });
+        assert_eq!(panel.selected_agent(), Some("scene:director"), "a pick by hand stays");
     }
 
     #[test]
