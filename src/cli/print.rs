@@ -85,6 +85,7 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::WorldDecided { decision, .. } => writeln!(out, "world: {}", serde_json::to_string(decision).unwrap_or_default()),
         E::RoundCancelled { .. } => writeln!(out, "round cancelled; nothing was saved"),
         E::MessageEdited { number, .. } => writeln!(out, "message {number} edited"),
+        E::MessageDeleted { number, .. } => writeln!(out, "message {number} deleted"),
         E::RoundUndone { round, .. } => writeln!(out, "round {round} taken back; the scene is as it was before it"),
         E::Muted { name, muted, .. } => writeln!(out, "{name} {}", if *muted { "muted: the Director cannot pick them" } else { "may act again" }),
         E::Alternatives { alternatives, .. } => {

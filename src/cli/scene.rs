@@ -57,6 +57,9 @@ pub enum SceneVerb {
     List,
     /// Add the demo world (once per library).
     Demo,
+    /// Take transcript message N out of the scene (its memory goes with it; the round's
+    /// state stays, `scene undo` takes back a whole round).
+    DeleteMessage { scene: String, number: u32 },
     /// Rename a scene or change its description or notes; or with --message N, change
     /// the text of transcript message N (its memory follows).
     Edit {
@@ -225,6 +228,10 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             let Some(text) = text else { anyhow::bail!("give the message's new text") };
             send(SceneCommand::EditMessage { scene: args.key, number, text })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::MessageEdited { .. }))
+        }
+        SceneVerb::DeleteMessage { scene, number } => {
+            send(SceneCommand::DeleteMessage { scene, number })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::MessageDeleted { .. }))
         }
         SceneVerb::Edit { args, message: None, text } => {
             if text.is_some() {

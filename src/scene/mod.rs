@@ -65,6 +65,9 @@ pub enum SceneCommand {
     UseAlternative { scene: String, id: String },
     /// Change the text of a transcript message (its memory follows).
     EditMessage { scene: String, number: u32, text: String },
+    /// Take a message out of the transcript (its memory goes; the turns after it are
+    /// embedded again without it). The round's state stays: undo takes back a round.
+    DeleteMessage { scene: String, number: u32 },
     /// Mute (or unmute) a cast member: the Director cannot pick a muted character.
     Mute { scene: String, character: String, muted: bool },
     /// Stop the round running in `scene` (an id or name); nothing of it is committed and
@@ -147,6 +150,7 @@ pub enum SceneEvent {
     /// A redo failed or was cancelled: the round it replaced is back as it was.
     RedoFailed { scene_id: String, round: u32, message: String },
     MessageEdited { scene_id: String, number: u32 },
+    MessageDeleted { scene_id: String, number: u32 },
     /// The scene's summary now covers rounds 1 to `through_round`.
     SummaryUpdated { scene_id: String, through_round: u32 },
     /// The summary could not be written; the round it followed is saved regardless.
@@ -174,6 +178,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::UseAlternative { scene, .. }
             | SceneCommand::Mute { scene, .. }
             | SceneCommand::EditMessage { scene, .. }
+            | SceneCommand::DeleteMessage { scene, .. }
             | SceneCommand::Cancel { scene }
             | SceneCommand::State { scene }
             | SceneCommand::Snapshot { scene }
@@ -365,6 +370,26 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 bank.publish(write);
             }
             emit(SceneEvent::MessageEdited { scene_id, number });
+            Ok(())
+        }
+        SceneCommand::DeleteMessage { scene, number } => {
+            let (scene_id, _job) = hold(ctx, &scene)?;
+            let memory_id = format!("scene:{scene_id}:{number}");
+            let bank = crate::memory::bank_for(ctx).ok();
+            // Embedded before the transaction: the turns after it, without it.
+            let followers = match &bank {
+                Some(bank) => bank.prepare_removal(std::slice::from_ref(&memory_id)).map_err(|e| SceneError::Invalid(e.to_string()))?,
+                None => Default::default(),
+            };
+            let write = ctx.store.transaction(|tx| {
+                records::delete_message(tx, &scene_id, number)?;
+                let (reopened, _) = crate::memory::summarise::reopen_covering(tx, std::slice::from_ref(&memory_id))?;
+                Ok(reopened.and(crate::memory::bank::remove_with_followers(tx, &memory_id, followers)?))
+            })?;
+            if let Some(bank) = bank {
+                bank.publish(write);
+            }
+            emit(SceneEvent::MessageDeleted { scene_id, number });
             Ok(())
         }
         SceneCommand::Mute { scene, character, muted } => {

@@ -602,6 +602,15 @@ pub fn edit_message(conn: &Connection, scene_id: &str, number: u32, text: &str) 
     Ok(())
 }
 
+/// Take message `number` out of a scene's transcript (the others keep their numbers).
+pub fn delete_message(conn: &Connection, scene_id: &str, number: u32) -> Result<(), StoreError> {
+    let gone = conn.execute("DELETE FROM scene_messages WHERE scene_id = ?1 AND number = ?2", params![scene_id, number])?;
+    if gone == 0 {
+        return Err(StoreError::NotFound(format!("message {number} of scene {scene_id}")));
+    }
+    Ok(())
+}
+
 /// Mute or unmute a cast member: the Director cannot pick a muted character to act.
 pub fn set_muted(conn: &Connection, scene_id: &str, character_id: &str, muted: bool) -> Result<(), StoreError> {
     let json: String = conn.query_row("SELECT muted_json FROM scenes WHERE id = ?1", [scene_id], |r| r.get(0))?;

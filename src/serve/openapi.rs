@@ -21,6 +21,7 @@ use utoipa::OpenApi;
         super::play::scenes,
         super::play::scene_state,
         super::play::scene_lore,
+        super::play::scene_message,
         super::play::round,
         super::play::cancel_round,
         super::play::scene_socket,

@@ -35,6 +35,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/scenes", get(scenes))
         .route("/api/scene/{scene}", get(scene_state))
         .route("/api/scene/{scene}/lore", get(scene_lore))
+        .route("/api/scene/{scene}/message/{number}/{action}", post(scene_message))
         .route("/api/scene/{scene}/round", post(round))
         .route("/api/scene/{scene}/cancel", post(cancel_round))
         .route("/ws/scene/{scene}", get(scene_socket))
@@ -127,6 +128,52 @@ pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<
         Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
         Some(Err(message)) => Err(ApiError::bad_request(message)),
         None => Err(ApiError::internal("the round did not start in time")),
+    }
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub(super) struct MessageBody {
+    /// The message's new text (`edit`).
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// Change a transcript message's text (`edit`, `{"text": "…"}`) or take it out (`delete`);
+/// its memory follows either way.
+#[utoipa::path(post, path = "/api/scene/{scene}/message/{number}/{action}", request_body = MessageBody,
+    params(("scene" = String, Path), ("number" = u32, Path), ("action" = String, Path, description = "edit or delete")),
+    responses((status = 200, description = "{scene_id, number, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_message(
+    State(state): State<Arc<AppState>>,
+    Path((scene, number, action)): Path<(String, u32, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Value>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    let command = match action.as_str() {
+        "edit" => {
+            let request: MessageBody = body(&bytes)?;
+            let text = request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?;
+            SceneCommand::EditMessage { scene: id.clone(), number, text }
+        }
+        "delete" => SceneCommand::DeleteMessage { scene: id.clone(), number },
+        other => return Err(ApiError::not_found(format!("no message action {other:?}: edit or delete"))),
+    };
+    let mut events = state.events.subscribe();
+    state.send(Command::Scene(command))?;
+    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::MessageEdited { scene_id, number: n } | SceneEvent::MessageDeleted { scene_id, number: n }) if *scene_id == id && *n == number => {
+            Some(Ok(()))
+        }
+        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match done {
+        Some(Ok(())) => Ok(axum::Json(json!({ "scene_id": id, "number": number, "action": action }))),
+        Some(Err(message)) if message.contains("already running") || message.contains("busy") => Err(ApiError::conflict(message)),
+        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
+        Some(Err(message)) => Err(ApiError::bad_request(message)),
+        None => Err(ApiError::internal("no answer in time")),
     }
 }
 

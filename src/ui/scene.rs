@@ -224,6 +224,7 @@ impl ScenePanels {
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
             }
             SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } | SceneEvent::MessageEdited { scene_id, .. }
+            | SceneEvent::MessageDeleted { scene_id, .. }
                 if self.is_selected(scene_id) =>
             {
                 self.live = None;
@@ -667,6 +668,10 @@ impl ScenePanels {
             if ui.button(label).on_hover_text("Scroll back through every message of the scene").clicked() {
                 outbox.push(Command::Scene(SceneCommand::Transcript { scene: scene.clone() }));
             }
+            if self.whole.is_some() && ui.button("Recent messages").on_hover_text("Back to the recent messages, to edit or delete them").clicked() {
+                self.whole = None;
+                self.search.clear();
+            }
         });
         let needle = self.search.trim().to_lowercase();
         if !needle.is_empty() || self.whole.is_some() {
@@ -687,6 +692,7 @@ impl ScenePanels {
             return;
         }
         let mut start_edit = None;
+        let mut delete = None;
         let mut save = None;
         let mut stop_edit = false;
         egui::ScrollArea::vertical().id_salt("scene_transcript").stick_to_bottom(true).show(ui, |ui| {
@@ -703,6 +709,15 @@ impl ScenePanels {
                     ui.label(RichText::new(format!("{}:", super::short(&m.speaker))).strong());
                     if !running && self.editing.is_none() && ui.small_button(format!("Edit message {}", m.number)).on_hover_text("Change its text (its memory follows)").clicked() {
                         start_edit = Some((m.number, m.content.clone()));
+                    }
+                    if !running
+                        && self.editing.is_none()
+                        && ui
+                            .small_button(format!("Delete message {}", m.number))
+                            .on_hover_text("Take it out of the transcript, and its memory with it (the round's state stays; Undo takes back a round)")
+                            .clicked()
+                    {
+                        delete = Some(m.number);
                     }
                 });
                 match self.editing.as_mut().filter(|(n, _)| *n == m.number) {
@@ -743,6 +758,9 @@ impl ScenePanels {
         });
         if let Some(request) = start_edit {
             self.editing = Some(request);
+        }
+        if let Some(number) = delete {
+            outbox.push(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number }));
         }
         if let Some((number, text)) = save {
             outbox.push(Command::Scene(SceneCommand::EditMessage { scene, number, text }));

@@ -649,6 +649,19 @@ fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
     assert_eq!(edited.content, "I knock twice and wait.");
     let memory = store.with(|c| lorekeeper::memory::records::get(c, &format!("scene:{scene}:{}", first.number))).unwrap();
     assert_eq!(memory.map(|m| m.text), Some("I knock twice and wait.".to_string()));
+    // A message taken out: gone from the transcript and from memory; the rest keep their numbers.
+    let before: Vec<u32> = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().iter().map(|m| m.number).collect();
+    run(&["scene", "delete-message", &scene, &first.number.to_string()]);
+    let after: Vec<u32> = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().iter().map(|m| m.number).collect();
+    assert_eq!(after, before[1..].to_vec());
+    assert!(store.with(|c| lorekeeper::memory::records::get(c, &format!("scene:{scene}:{}", first.number))).unwrap().is_none(), "its memory went");
+    let again = std::process::Command::new(bin)
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "delete-message", &scene, &first.number.to_string()])
+        .output()
+        .unwrap();
+    assert_ne!(again.status.code(), Some(0), "a message already gone");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not found"), "{}", String::from_utf8_lossy(&again.stderr));
 }
 
 #[test]

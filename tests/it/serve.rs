@@ -306,6 +306,15 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     assert_eq!(status, 200, "{lore}");
     assert_eq!(lore["round"], 1);
     assert!(lore["fired"].is_array() && lore["held_back"].is_array(), "{lore}");
+    // A transcript message edited, then taken out, over HTTP.
+    let (status, edited) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/message/1/edit"), Some(r#"{"text": "I hand over the letter, dripping."}"#), None);
+    assert_eq!(status, 200, "{edited}");
+    let (status, deleted) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/message/1/delete"), None, None);
+    assert_eq!((status, deleted["action"].as_str()), (200, Some("delete")), "{deleted}");
+    let (status, gone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/message/1/delete"), None, None);
+    assert_eq!(status, 404, "{gone}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/message/2/shout"), None, None);
+    assert_eq!(status, 404);
     let (status, missing) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/lore?round=9"), None, None);
     assert_eq!(status, 400);
     assert!(missing["detail"].as_str().unwrap().contains("no round 9"), "{missing}");

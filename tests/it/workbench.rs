@@ -902,6 +902,13 @@ fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
     step_until_shown(&mut harness, "Reload whole transcript");
     assert!(harness.query_by_label_contains("in the whole transcript").is_some());
     assert!(harness.query_by_label_contains("#1 · round 1").is_some());
+    // Back to the recent messages, and one of them taken out of the transcript.
+    harness.get_by_label("Recent messages").click();
+    harness.run();
+    step_until_shown(&mut harness, "Delete message 2");
+    let count = harness.state().scene().snapshot().map(|s| s.messages.len()).unwrap_or(0);
+    harness.get_by_label("Delete message 2").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.messages.len() + 1 == count && s.messages.iter().all(|m| m.number != 2)));
 }
 
 fn identity_app(dir: &Path) -> Harness<'static, WorkbenchApp> {
