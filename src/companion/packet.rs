@@ -57,6 +57,8 @@ struct Context<'a> {
     user_persona: String,
     lore_before: Vec<String>,
     lore: Vec<String>,
+    lore_examples_top: Vec<String>,
+    lore_examples_bottom: Vec<String>,
     now: String,
     since: String,
     distance: Option<String>,
@@ -65,6 +67,9 @@ struct Context<'a> {
     input: String,
     retry_note: Option<&'a str>,
 }
+
+/// Where SillyTavern puts its author's note by default: four messages from the end.
+const AUTHOR_NOTE_DEPTH: u32 = 4;
 
 fn budget(percent: f64, max: u32) -> u32 {
     if !percent.is_finite() || percent <= 0.0 {
@@ -120,12 +125,14 @@ pub fn carried(packet: &Packet, hits: &[RetrievalHit]) -> Vec<RetrievalHit> {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 11] = [
+pub(crate) const TAGS: [&str; 13] = [
     "system_directive",
     "lore_before",
-    "user_persona",
-    "example_dialogue",
     "lore",
+    "user_persona",
+    "lore_examples_top",
+    "example_dialogue",
+    "lore_examples_bottom",
     "temporal_data",
     "distance_context",
     "memory_bank",
@@ -187,15 +194,24 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let lore_items: Vec<BudgetItem> =
         input.lore.iter().map(|h| item(h.id.clone(), one_line(&resolve(&h.text)), f64::from(h.score))).collect();
     let (keep, lore_dropped) = fit(&lore_items, lore_budget, DropPolicy::MostValuableFirst);
-    // Each kept entry where its position puts it.
+    // Each kept entry where its position puts it, as SillyTavern places World Info:
+    // before or after the character, around the example dialogue, in the chat at a depth;
+    // the author's note's places (a chat here has no author's note) at its usual depth.
     let (mut lore_before, mut lore, mut lore_at_depth) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lore_examples_top, mut lore_examples_bottom) = (Vec::new(), Vec::new());
     for (item, kept) in lore_items.into_iter().zip(keep) {
         if !kept {
             continue;
         }
+        use crate::lorebook::{InsertionPosition as At, LorePlace, PromptRole};
         match input.lore_places.get(&item.id) {
-            Some(place) if place.position == crate::lorebook::InsertionPosition::BeforeCharacter => lore_before.push(item.text),
-            Some(place) if place.position == crate::lorebook::InsertionPosition::AtDepth => lore_at_depth.push((*place, item.text)),
+            Some(place) if place.position == At::BeforeCharacter => lore_before.push(item.text),
+            Some(place) if place.position == At::AtDepth => lore_at_depth.push((*place, item.text)),
+            Some(place) if place.position == At::ExamplesTop => lore_examples_top.push(item.text),
+            Some(place) if place.position == At::ExamplesBottom => lore_examples_bottom.push(item.text),
+            Some(place) if matches!(place.position, At::AuthorNoteTop | At::AuthorNoteBottom) => {
+                lore_at_depth.push((LorePlace { position: At::AtDepth, depth: AUTHOR_NOTE_DEPTH, role: PromptRole::System }, item.text))
+            }
             _ => lore.push(item.text),
         }
     }
@@ -259,6 +275,8 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         user_persona,
         lore_before,
         lore,
+        lore_examples_top,
+        lore_examples_bottom,
         now: input.now.format("%A %Y-%m-%d %H:%M UTC").to_string(),
         since: since_in_words(input.last_chat_at, input.now),
         distance: input.distance.map(|p| distance_text(p, name, user)),
@@ -479,14 +497,26 @@ mod tests {
             file: None,
         };
         let history = [turn(1, "one"), turn(2, "two"), turn(3, "three")];
-        let lore = [hit("before", "LORE-BEFORE", 2.0), hit("after", "LORE-AFTER", 2.0), hit("deep", "LORE-DEEP", 2.0)];
+        let lore = [
+            hit("before", "LORE-BEFORE", 2.0),
+            hit("after", "LORE-AFTER", 2.0),
+            hit("deep", "LORE-DEEP", 2.0),
+            hit("em-top", "LORE-EM-TOP", 2.0),
+            hit("em-bottom", "LORE-EM-BOTTOM", 2.0),
+            hit("an-top", "LORE-AN", 2.0),
+        ];
         let places = [
             ("before".to_string(), LorePlace { position: InsertionPosition::BeforeCharacter, ..Default::default() }),
             ("after".to_string(), LorePlace { position: InsertionPosition::AfterCharacter, ..Default::default() }),
             ("deep".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 2, role: PromptRole::System }),
+            ("em-top".to_string(), LorePlace { position: InsertionPosition::ExamplesTop, ..Default::default() }),
+            ("em-bottom".to_string(), LorePlace { position: InsertionPosition::ExamplesBottom, ..Default::default() }),
+            ("an-top".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, ..Default::default() }),
         ]
         .into_iter()
         .collect();
+        let mut c = c;
+        c.card.mes_example = "<START>\n{{char}}: The lock opens at dawn.".into();
         let mut given = input(&c, &[], None);
         given.history = &history;
         given.lore = &lore;
@@ -497,6 +527,12 @@ mod tests {
         assert!(at("LORE-BEFORE") < at("<assistant_persona>") && at("</assistant_persona>") < at("LORE-AFTER"), "{text}");
         // Two messages (one exchange) from the end of the history.
         assert!(at("answer two") < at("[System note]: LORE-DEEP") && at("[System note]: LORE-DEEP") < at("question three"), "{text}");
+        // After the character comes before the user's persona and the examples, as in
+        // SillyTavern's story string; the examples' own places go around them.
+        assert!(at("LORE-AFTER") < at("LORE-EM-TOP") && at("LORE-EM-TOP") < at("<example_dialogue>"), "{text}");
+        assert!(at("</example_dialogue>") < at("LORE-EM-BOTTOM"), "{text}");
+        // The author's note's places: at its usual depth, four messages from the end.
+        assert!(at("answer one") < at("[System note]: LORE-AN") && at("[System note]: LORE-AN") < at("question two"), "{text}");
     }
 
     #[test]
