@@ -402,8 +402,9 @@ pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result
             if given.iter().all(|(_, v)| v.is_none()) {
                 bail!("give the shares (--history, --lore, ...) or --reset");
             }
-            let percent = given.into_iter().map(|(s, v)| (s, v.unwrap_or(0.0))).collect();
-            AuthorCommand::SetBudgets { campaign, plan: Some(crate::prompting::BudgetPlan { percent }) }
+            // The shares given change; the others keep theirs.
+            let shares = given.into_iter().filter_map(|(s, v)| v.map(|v| (s, v))).collect();
+            AuthorCommand::SetBudgetShares { campaign, shares }
         }
     };
     author(engine, json, command)

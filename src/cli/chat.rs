@@ -137,7 +137,13 @@ pub fn chat_lorebook(engine: &EngineHandle, character: String, lorebook: String,
 }
 
 /// Wait for a message change to be stored; print it (as JSON with `json`).
+/// Wait for a message control's outcome and print it: the reply as it now stands, or
+/// with `user_side` (an edit of the user's own message) that message.
 fn changed(engine: &EngineHandle, json: bool) -> Result<()> {
+    changed_side(engine, json, false)
+}
+
+fn changed_side(engine: &EngineHandle, json: bool, user_side: bool) -> Result<()> {
     let mut out = std::io::stdout();
     let event = wait(engine, TURN_LIMIT, |e| match e {
         CompanionEvent::Token { text, .. } if !json => {
@@ -157,6 +163,7 @@ fn changed(engine: &EngineHandle, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string(&event)?);
     } else if let CompanionEvent::Changed { action, turn, deleted, .. } = event {
         match turn {
+            Some(t) if user_side => println!("{action}: {}", t.user_text),
             Some(t) => println!("\n{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
             None if action == "deleted" => println!("{action} {} exchange(s)", deleted.len()),
             None => println!("{action}"),
@@ -276,8 +283,9 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
             changed(engine, json)?;
         }
         ChatVerb::Edit { character, message, text } => {
+            let user_side = message.ends_with("-u");
             send(CompanionCommand::Edit { character, message, text })?;
-            changed(engine, json)?;
+            changed_side(engine, json, user_side)?;
         }
         ChatVerb::Delete { character, message, and_after } => {
             send(CompanionCommand::Delete { character, message, and_after })?;

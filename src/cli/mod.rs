@@ -266,6 +266,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // The reader went away (`lorekeeper … | head`): nothing is wrong, and nothing to say.
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the error and its causes, outermost first.
             let mut line = e.to_string();

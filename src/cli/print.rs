@@ -93,7 +93,11 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
                 writeln!(out, "no kept rounds")?;
             }
             for a in alternatives {
-                writeln!(out, "{}  round {}  kept {}  {}", a.id, a.round, a.saved_at, a.preview)?;
+                // One line each: the start of the round (the whole is kept; `--json` has 400 characters).
+                let line = a.preview.replace('\n', " ");
+                let short: String = line.chars().take(100).collect();
+                let more = if line.chars().count() > 100 { "…" } else { "" };
+                writeln!(out, "{}  round {}  kept {}  {short}{more}", a.id, a.round, a.saved_at)?;
             }
             Ok(())
         }
@@ -138,7 +142,8 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
             }
             Ok(())
         }
-        E::Error { message, .. } => writeln!(out, "error: {message}"),
+        // The verb waiting on it says it once, on stderr, and exits non-zero.
+        E::Error { .. } => Ok(()),
     }
 }
 

@@ -43,6 +43,9 @@ pub enum AuthorCommand {
     Override { level: Level, owner: String, character: String, fields: std::collections::BTreeMap<String, String> },
     /// Save a campaign's own section shares (`None`: the config file's again).
     SetBudgets { campaign: String, plan: Option<crate::prompting::BudgetPlan> },
+    /// Change some of a campaign's section shares; the others keep theirs (the campaign's
+    /// saved ones, else the config file's). Refused when they would add up to over 100.
+    SetBudgetShares { campaign: String, shares: std::collections::BTreeMap<crate::prompting::Section, f64> },
     /// A hand edit of the campaign's trackers, facts or time.
     EditState { campaign: String, edit: StateEdit },
     /// A hand edit of a character's state in a scene (only the fields given).
@@ -207,6 +210,28 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                 Ok((campaign, name))
             })?;
             Some(authored(if plan.is_some() { "updated budgets of" } else { "reset budgets of" }, "campaign", id, name))
+        }
+        AuthorCommand::SetBudgetShares { campaign, shares } => {
+            let defaults = ctx.config().scene.budgets;
+            let (id, name) = store.transaction(|tx| {
+                let (campaign, name) = authoring::resolve(tx, Level::Campaign, &campaign)?;
+                if let Some((section, bad)) = shares.iter().find(|(_, p)| !p.is_finite() || **p < 0.0 || **p > 100.0) {
+                    return Err(StoreError::Invalid(format!("budgets.{}: {bad} is not a share between 0 and 100", section.label())));
+                }
+                let mut plan = authoring::budgets(tx, &campaign)?.unwrap_or(defaults);
+                plan.percent.extend(shares);
+                let total: f64 = plan.percent.values().sum();
+                if total > 100.0 + 1e-6 {
+                    let listed: Vec<String> = plan.percent.iter().map(|(s, p)| format!("{} {p}", s.label())).collect();
+                    return Err(StoreError::Invalid(format!(
+                        "the shares would add up to {total}% ({}): each is a share of the context, so together at most 100",
+                        listed.join(", ")
+                    )));
+                }
+                authoring::set_budgets(tx, &campaign, Some(&plan))?;
+                Ok((campaign, name))
+            })?;
+            Some(authored("updated budgets of", "campaign", id, name))
         }
         AuthorCommand::NewPersona { name, description } => {
             if name.trim().is_empty() {

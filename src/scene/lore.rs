@@ -441,7 +441,7 @@ mod tests {
                 chat: &["A seal of green wax."],
                 budget: None,
                 kept: &[],
-                held: &[("lore E1", "secondary keys failed NotAny")],
+                held: &[("lore E1", "secondary keys failed NOT ANY (found wax)")],
             },
             Case {
                 name: "recursion: an activated entry's content fires another",

@@ -683,6 +683,10 @@ fn a_campaigns_saved_budgets_are_what_its_rounds_use() {
     let scene = last_event(&created, "scene_created")["scene_id"].as_str().unwrap().to_string();
     let refused = cli.run(&["campaign", "budgets", "Ashfall", "--history", "150"]).unwrap_err();
     assert!(refused.contains("budgets.history"), "{refused}");
+    // Shares not given keep theirs, so these would add up to 125%: refused, saying so.
+    let over = cli.run(&["campaign", "budgets", "Ashfall", "--history", "50", "--lore", "20", "--memories", "20", "--notes", "10"]).unwrap_err();
+    assert!(over.contains("add up to 125%") && over.contains("director guidance 5"), "{over}");
+    cli.ok(&["campaign", "budgets", "Ashfall", "--summaries", "0", "--director-guidance", "0", "--character-guidance", "0"]);
     cli.ok(&["campaign", "budgets", "Ashfall", "--history", "50", "--lore", "20", "--memories", "20", "--notes", "10"]);
     cli.ok(&["scene", "round", &scene, "I put the black seal on the table."]);
 

@@ -317,8 +317,20 @@ impl SkipReason {
             }
             SkipReason::Cooldown { until } => format!("cooling down until message {until}"),
             SkipReason::Delay { from } => format!("delayed until message {from}"),
-            SkipReason::SecondaryLogic { primary, logic, missing, .. } => {
-                format!("key {primary:?} matched but secondary keys failed {logic:?} (missing {})", missing.join(", "))
+            SkipReason::SecondaryLogic { primary, logic, found, missing } => {
+                // What made the logic fail: keys absent for AND, keys present for NOT.
+                let why = match logic {
+                    SelectiveLogic::NotAny | SelectiveLogic::NotAll => format!("found {}", found.join(", ")),
+                    _ => format!("missing {}", missing.join(", ")),
+                };
+                let rule = match logic {
+                    SelectiveLogic::AndAny => "AND ANY",
+                    SelectiveLogic::AndAll => "AND ALL",
+                    SelectiveLogic::NotAny => "NOT ANY",
+                    SelectiveLogic::NotAll => "NOT ALL",
+                    _ => "their rule",
+                };
+                format!("key {primary:?} matched but the secondary keys failed {rule} ({why})")
             }
             SkipReason::BadRegex { key, error } => format!("regex key {key:?} is invalid: {error}"),
             SkipReason::ExcludeRecursion { key, from } => {
