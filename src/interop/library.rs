@@ -78,7 +78,18 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
     let parsed = parse_bytes(bytes)?;
     let canonical = serde_json::to_string(&parsed.json).map_err(|e| FormatError::Json { what: "the document".into(), reason: e.to_string() })?;
     let kind_label = parsed.kind.label();
-    let warnings = parsed.warnings;
+    let mut warnings = parsed.warnings;
+    // Entries an editor would refuse are kept as they came (a round trip changes nothing),
+    // and said: a key that is not a valid regular expression never fires.
+    let book = match &parsed.document {
+        Document::Card(c) => c.card.character_book.as_ref(),
+        Document::Lorebook(b) => Some(&**b),
+    };
+    for (i, entry) in book.into_iter().flat_map(|b| b.entries.iter()).enumerate() {
+        if let Err(problem) = crate::lorebook::activation::check_entry(entry) {
+            warnings.push(format!("lore entry {i} ({}): {problem}; kept as it came, fix it in the entry editor", entry.label()));
+        }
+    }
     store.transaction(|tx| match parsed.document {
         Document::Card(parsed_card) => {
             if let Some(existing) = character::find_card(tx, &canonical)? {

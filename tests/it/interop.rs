@@ -593,3 +593,24 @@ fn the_fuzz_targets_still_build() {
         .expect("cargo runs");
     assert!(out.status.success(), "the fuzz targets do not build:\n{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A book whose entries an editor would refuse imports as it came (nothing lost), and the
+/// report says which entries and why: a key that is not a regular expression, a chance
+/// that is not a percentage.
+#[test]
+fn entries_an_editor_would_refuse_import_as_they_came_with_a_note() {
+    let (_dir, store) = library();
+    let book = json!({ "entries": {
+        "0": { "uid": 0, "key": ["/gate(/"], "keysecondary": [], "comment": "Broken gate", "content": "x", "order": 100, "position": 0, "probability": 100 },
+        "1": { "uid": 1, "key": ["tide"], "keysecondary": [], "comment": "Tide", "content": "y", "order": 100, "position": 0, "probability": 250 },
+        "2": { "uid": 2, "key": ["moon"], "keysecondary": [], "comment": "Moon", "content": "z", "order": 100, "position": 0, "probability": 100 }
+    } });
+    let outcome = library::import_bytes(&store, book.to_string().as_bytes(), "odd").unwrap();
+    let ImportOutcome::Created { items, warnings } = outcome else { panic!("{outcome:?}") };
+    assert_eq!(items.len(), 1);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("Broken gate") && warnings[0].contains("not a valid regular expression"), "{warnings:?}");
+    assert!(warnings[1].contains("Tide") && warnings[1].contains("probability: 250"), "{warnings:?}");
+    let kept = library::lorebook_names(&store.reader().unwrap()).unwrap();
+    assert_eq!(kept.len(), 1);
+}
