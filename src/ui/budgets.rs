@@ -283,7 +283,7 @@ impl BudgetsPanel {
             };
             let response = egui_plot::Plot::new("budget_section_chart_plot")
                 .height(200.0)
-                .legend(egui_plot::Legend::default())
+                .legend(super::small_legend())
                 .y_axis_label("tokens")
                 .include_y(0.0)
                 .allow_scroll(false)
@@ -356,8 +356,10 @@ impl BudgetsPanel {
                 .collect();
             egui_plot::Plot::new("budget_telemetry_plot")
                 .height(180.0)
-                .legend(egui_plot::Legend::default())
+                .legend(super::small_legend())
                 .x_axis_label("round")
+                // Rounds are whole numbers: no mark between them.
+                .x_axis_formatter(|mark, _| if mark.value.fract().abs() < 1e-9 && mark.value >= 0.0 { format!("{}", mark.value as i64) } else { String::new() })
                 .y_axis_label("tokens used")
                 .allow_scroll(false)
                 .show(ui, |plot| {

@@ -227,7 +227,11 @@ fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)>
         // Snapshots the panels asked for.
         E::Stats { .. } | E::Context { .. } | E::Injections { .. } | E::InjectionHistory { .. } => None,
         E::SearchResults { query, hits, elapsed_ms, .. } => {
-            info(format!("memory: {} hits for {query:?} in {elapsed_ms:.1} ms", hits.len()))
+            if query.trim().is_empty() {
+                info(format!("memory: the {} newest memories listed", hits.len()))
+            } else {
+                info(format!("memory: {} hits for {query:?} in {elapsed_ms:.1} ms", hits.len()))
+            }
         }
         E::Imported { summary } => info(format!(
             "memory: imported {} turns from {} ({:.0}/s)",

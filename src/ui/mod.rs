@@ -173,6 +173,12 @@ pub fn install_fallback_fonts(ctx: &egui::Context) -> Vec<&'static str> {
     used
 }
 
+/// A chart's key in small type in its top-left corner, half see-through, so a chart a few
+/// hundred points tall keeps most of its plot in view.
+pub(crate) fn small_legend() -> egui_plot::Legend {
+    egui_plot::Legend::default().text_style(egui::TextStyle::Small).position(egui_plot::Corner::LeftTop).background_alpha(0.5)
+}
+
 /// How many characters of a name a row, a button or a menu shows.
 pub const SHORT_NAME: usize = 40;
 

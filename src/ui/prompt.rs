@@ -222,8 +222,8 @@ impl PromptPanel {
                     ui.strong(title);
                     let series = &self.series;
                     let response = egui_plot::Plot::new(("prompt_chart", title))
-                        .height(150.0)
-                        .legend(egui_plot::Legend::default())
+                        .height(190.0)
+                        .legend(super::small_legend())
                         .y_axis_label(unit)
                         .include_y(0.0)
                         .allow_scroll(false)
@@ -264,7 +264,9 @@ fn first_line(call: &CallRecord) -> String {
 }
 
 fn show_call(ui: &mut egui::Ui, call: &CallRecord) {
-    ui.strong(format!("{} via {} ({})", call.model, call.profile, call.provider));
+    // The provider as the client keys it is `kind|description`: the description says it.
+    let provider = call.provider.split_once('|').map_or(call.provider.as_str(), |(_, d)| d);
+    ui.strong(format!("{} · profile {} · {provider}", call.model, call.profile));
     let sampler = serde_json::to_string(&call.request.sampler).unwrap_or_default();
     ui.weak(format!("sampler {sampler} · format {:?} · stream {}", call.request.response_format, call.request.stream));
     for (i, message) in call.request.messages.iter().enumerate() {
