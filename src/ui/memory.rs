@@ -466,23 +466,28 @@ impl MemoryPanel {
         ui.horizontal_wrapped(|ui| {
             match &self.stats {
                 Some(s) => {
+                    // A small library has no graph: every vector is compared, and that is fine.
+                    let vectors = if s.ann_indexed == 0 && !s.graph_loaded {
+                        format!("vectors: {}, each compared (no graph needed yet)", s.with_vectors)
+                    } else {
+                        format!("vectors: {} in the graph, {} newer (compared one by one)", s.ann_indexed, s.ann_pending)
+                    };
                     ui.label(format!(
-                        "{} memories ({} turns, {} summaries, {} lore) · vectors: {} indexed, {} pending{}{}{} · model {}",
+                        "{} memories ({} turns, {} summaries, {} lore) · {vectors}{}{}{} · model {}",
                         s.memories,
                         s.turns,
                         s.summaries,
                         s.lore_chunks,
-                        s.ann_indexed,
-                        s.ann_pending,
                         if s.ann_removed > 0 { format!(", {} deleted", s.ann_removed) } else { String::new() },
                         if s.without_vectors > 0 { format!(", {} not embedded", s.without_vectors) } else { String::new() },
                         if s.rebuilding { " · rebuilding" } else { "" },
                         s.model
                     ))
                     .on_hover_text(
-                        "indexed: served by the vector graph · pending: newer than the graph, scanned exactly \
-                         until the next rebuild (it starts by itself, see [memory.graph]) · deleted: still in the \
-                         graph, skipped in results · not embedded: no vector of this model yet (Rebuild index embeds them)",
+                        "in the graph: found through the vector graph · newer: added since it was built, compared \
+                         one by one until the next rebuild (it starts by itself, see [memory.graph]; a small library \
+                         needs no graph) · deleted: still in the graph, skipped in results · not embedded: no vector \
+                         of this model yet (Rebuild index embeds them)",
                     );
                 }
                 None => {

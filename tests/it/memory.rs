@@ -840,7 +840,7 @@ fn the_memory_browser_shows_the_graph_rebuilt_in_the_background() {
     // Opening the browser opens the library's memories: with these settings the graph
     // is missing, so a rebuild starts on its own and the panel reports it.
     harness.get_all_by_label("Memory").next().expect("navigation entry").click();
-    step_until_label(&mut harness, "40 indexed, 0 pending", 30);
+    step_until_label(&mut harness, "vectors: 40 in the graph, 0 newer", 30);
     assert!(harness.query_all_by_label_contains("vector graph rebuilt over 40 vectors").next().is_some());
 }
 
