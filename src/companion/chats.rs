@@ -51,7 +51,9 @@ fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<
     let turns = records::all_turns(tx, character_id)?;
     let ids: Vec<String> = turns.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
     let whole = WholeChat { state: records::load_state(tx, character_id)?, curation: crate::memory::curate::curation_of(tx, &ids)?, turns };
-    if whole.turns.is_empty() && whole.state.file.is_none() {
+    // Nothing said yet, and no imported opening: nothing worth keeping (an edited
+    // greeting alone is not a chat).
+    if whole.turns.is_empty() && (whole.state.file.is_none() || records::opening_is_frozen(&whole.state)) {
         return Ok(None);
     }
     let json = serde_json::to_string(&whole).map_err(|e| StoreError::Corrupt(format!("cannot encode a chat: {e}")))?;

@@ -347,6 +347,11 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             };
             emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
         }
+        CompanionCommand::Edit { character, message, text } if message == turn::control::GREETING => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            turn::control::edit_greeting(ctx, &info, &text)?;
+            emit(CompanionEvent::Changed { character_id: info.id.clone(), action: "edited".into(), turn: None, deleted: Vec::new() });
+        }
         CompanionCommand::Edit { character, message, text } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let turn = turn::control::edit(ctx, &info, &message, &text)?;

@@ -116,6 +116,16 @@ pub fn freeze_opening(conn: &Connection, character_id: &str, name: &str, greetin
     Ok(())
 }
 
+/// Make `file` the chat's kept opening (and header), whether or not the chat has begun.
+pub fn put_file(conn: &Connection, character_id: &str, file: &serde_json::Value) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO companion_chats(character_id, file_json) VALUES (?1, ?2) \
+         ON CONFLICT(character_id) DO UPDATE SET file_json = excluded.file_json",
+        params![character_id, file.to_string()],
+    )?;
+    Ok(())
+}
+
 /// Forget a chat's kept opening (a chat with no exchange left starts from the card again).
 pub fn clear_file(conn: &Connection, character_id: &str) -> Result<(), StoreError> {
     conn.execute("UPDATE companion_chats SET file_json = NULL WHERE character_id = ?1", [character_id])?;

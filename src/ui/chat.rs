@@ -476,7 +476,35 @@ impl ChatPanel {
     /// The greeting, and while nothing has been said yet, its swipes (the card's greetings).
     fn show_greeting(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, name: &str, greeting: &str) {
         let character = self.selected.clone().unwrap_or_default();
-        beside_portrait(ui, Some((&mut self.portraits, character.as_str(), name)), outbox, |ui, _| ui.label(super::prose::job(ui, Some(name), greeting)));
+        let id = crate::companion::turn::control::GREETING;
+        if let Some((_, draft)) = self.editing.as_mut().filter(|(m, _)| m == id) {
+            ui.horizontal(|ui| {
+                let label = ui.label(format!("Edit {}'s greeting", super::short(name)));
+                ui.add(egui::TextEdit::multiline(draft).desired_rows(2).id_salt(("chat_edit", id))).labelled_by(label.id);
+            });
+            ui.horizontal(|ui| {
+                if ui.button("Save edit").clicked() {
+                    outbox.push(Command::Companion(CompanionCommand::Edit { character: character.clone(), message: id.into(), text: draft.clone() }));
+                    self.editing_done = true;
+                }
+                if ui.button("Cancel edit").clicked() {
+                    self.editing_done = true;
+                }
+            });
+            return;
+        }
+        let busy = self.live.is_some();
+        let raw = greeting.to_string();
+        let mut edit = false;
+        beside_portrait(ui, Some((&mut self.portraits, character.as_str(), name)), outbox, |ui, _| {
+            ui.horizontal_wrapped(|ui| {
+                ui.label(super::prose::job(ui, Some(name), greeting));
+                edit = !busy && ui.small_button("Edit greeting").on_hover_text("Change how this chat opens (the card keeps its own)").clicked();
+            })
+        });
+        if edit {
+            self.edit_request = Some((id.to_string(), raw));
+        }
         let n = self.greetings.len();
         if n > 1 && self.turns.is_empty() && self.live.is_none() {
             let character = self.selected.clone().unwrap_or_default();

@@ -256,6 +256,16 @@ fn a_cards_sheet_is_edited_and_the_chat_and_the_export_follow() {
     let greeting = &history.last().unwrap()[0];
     assert_eq!((greeting["id"].as_str(), greeting["text"].as_str()), (Some("greeting"), Some("Closed.")), "{history:?}");
     assert_eq!(greeting["swipes"], json!(["Closed.", "Back again?", "You're late."]));
+    // The chat's own greeting edited: this chat opens with the new words, the card keeps its own.
+    run(&paths, &["chat", "edit", "--character", "Maren", "--message", "greeting", "Closed. Come back at dawn."]);
+    let history = run(&paths, &["chat", "history", "--character", "Maren", "--json"]);
+    assert_eq!(history.last().unwrap()[0]["text"], "Closed. Come back at dawn.");
+    let shown = run(&paths, &["character", "show", "Maren"]);
+    assert_eq!(shown.last().unwrap()["sheet"]["card"]["first_mes"], "Go away.");
+    let sent = run(&paths, &["chat", "send", "--character", "Maren", "Morning.", "--json"]);
+    let packet = sent.last().unwrap()["turn"]["packet"].to_string();
+    assert!(packet.contains("Closed. Come back at dawn."), "the edited greeting opens the history sent: {packet}");
+    let history = run(&paths, &["chat", "history", "--character", "Maren", "--json"]);
     // Deleting every exchange starts the chat again; choosing a greeting then reads the card.
     let first = history.last().unwrap()[1]["id"].as_str().unwrap().to_string();
     run(&paths, &["chat", "delete", "--character", "Maren", "--message", &first, "--and-after"]);

@@ -693,6 +693,16 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Who goes there, Tamsin?"));
     harness.run();
     step_until_shown(&mut harness, "Tamsin's picture");
+    // This chat's greeting edited (the card keeps its own).
+    harness.get_by_label("Edit greeting").click();
+    harness.run();
+    text_field(&harness, "Edit Maren Vosk's greeting").focus();
+    harness.run();
+    text_field(&harness, "Edit Maren Vosk's greeting").set_text_value_accesskit("Who goes there at this hour, Tamsin?");
+    harness.run();
+    harness.get_by_label("Save edit").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().greeting() == Some("Who goes there at this hour, Tamsin?"));
+    harness.run();
 
     // A lorebook of the library is attached to this chat.
     harness.get_by_label_contains("Lorebooks (0 attached)").click();

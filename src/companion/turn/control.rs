@@ -287,6 +287,55 @@ pub fn edit(ctx: &Context, character: &CharacterInfo, message: &str, text: &str)
     Ok(turn)
 }
 
+/// Change the greeting this chat opens with (its chosen swipe), for this chat only: the
+/// card keeps its own. The opening is kept with the chat from then on, as the first
+/// exchange keeps it.
+pub fn edit_greeting(ctx: &Context, character: &CharacterInfo, text: &str) -> Result<(), CompanionError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(CompanionError::Invalid("a greeting cannot be edited to nothing".into()));
+    }
+    let _job = hold(ctx, character)?;
+    let user_name = ctx.config().companion.user_name;
+    ctx.store.transaction(|tx| {
+        let state = records::load_state(tx, &character.id)?;
+        // An imported chat's opening: its character message changes in place.
+        if let Some(mut file) = state.file.clone().filter(|_| !records::opening_is_frozen(&state)) {
+            let opening = file.get_mut("opening").and_then(|o| o.as_array_mut());
+            let first = opening.and_then(|o| o.iter_mut().find(|m| !m["is_user"].as_bool().unwrap_or(false) && !m["is_system"].as_bool().unwrap_or(false)));
+            let Some(first) = first else {
+                return Err(crate::store::StoreError::Invalid(format!("{}'s chat opens with no greeting to edit", character.name)));
+            };
+            let chosen = first["swipe_id"].as_u64().unwrap_or(0) as usize;
+            first["mes"] = serde_json::Value::String(text.to_string());
+            if let Some(swipe) = first.get_mut("swipes").and_then(|s| s.as_array_mut()).and_then(|s| s.get_mut(chosen)) {
+                *swipe = serde_json::Value::String(text.to_string());
+            }
+            return records::put_file(tx, &character.id, &file);
+        }
+        let (greetings, chosen) = records::chat_greetings(&state, &character.card);
+        if greetings.is_empty() {
+            return Err(crate::store::StoreError::Invalid(format!("{}'s card has no greeting to edit", character.name)));
+        }
+        // The others as they were shown: macros resolved.
+        let user = records::chat_user(tx, &state, &user_name)?;
+        let macros = crate::prompting::MacroContext {
+            char: &character.name,
+            user: &user.name,
+            persona: &user.description,
+            stable_seed: &character.id,
+            ..Default::default()
+        };
+        let mut shown: Vec<String> = greetings.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
+        shown[chosen as usize] = text.to_string();
+        // The chat's row (made if it has none yet), then its opening kept anew.
+        records::set_greeting(tx, &character.id, chosen)?;
+        records::clear_file(tx, &character.id)?;
+        records::freeze_opening(tx, &character.id, &character.name, &shown, chosen, &crate::store::now_rfc3339())
+    })?;
+    Ok(())
+}
+
 /// Delete the exchange a message belongs to (a user message and its reply go
 /// together), or with `and_after` it and every later one. Returns the deleted ids.
 pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after: bool) -> Result<Vec<String>, CompanionError> {
