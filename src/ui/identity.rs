@@ -431,13 +431,15 @@ impl IdentityPanels {
         if let Some(feedback) = &current.feedback {
             ui.label(RichText::new(format!("Answers feedback: {feedback}")).italics());
         }
+        // The two columns take most of a tall window (the panel scrolls as a whole past them).
+        let tall = (ui.ctx().content_rect().height() * 0.55).max(320.0);
         ui.columns(2, |cols| {
             cols[0].strong("Narrative");
-            egui::ScrollArea::vertical().id_salt("narrative").max_height(320.0).show(&mut cols[0], |ui| {
+            egui::ScrollArea::vertical().id_salt("narrative").max_height(tall).show(&mut cols[0], |ui| {
                 ui.label(&current.narrative);
             });
             cols[1].strong("Structured");
-            egui::ScrollArea::vertical().id_salt("structured").max_height(320.0).show(&mut cols[1], |ui| {
+            egui::ScrollArea::vertical().id_salt("structured").max_height(tall).show(&mut cols[1], |ui| {
                 json_tree(ui, "structured", &current.structured);
             });
         });
