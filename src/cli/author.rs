@@ -132,7 +132,8 @@ pub enum CampaignVerb {
     /// Set the in-fiction minutes elapsed since the campaign began.
     Time { campaign: String, minutes: u64 },
     /// Save the campaign's own section shares (percent of what is left of the context
-    /// once the instructions, the turn and the reply are kept); sections not given get 0.
+    /// once the instructions, the turn and the reply are kept); the sections not named keep
+    /// theirs, and together they may not pass 100.
     /// `--reset`: the config file's `[scene.budgets]` again.
     Budgets {
         campaign: String,

@@ -346,16 +346,23 @@ fn wait<T>(engine: &EngineHandle, limit: Duration, mut pick: impl FnMut(&Compani
 fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
     let mut out = std::io::stdout();
     let mut started = false;
+    // The speaker's name is written with the first words of a reply, so a reply that
+    // fails before any leaves no half line behind.
+    let mut speaker: Option<String> = None;
     let turn = wait(engine, TURN_LIMIT, |e| {
         match e {
             CompanionEvent::TurnStarted { name, attempt, .. } if !quiet => {
-                if *attempt > 1 {
+                if *attempt > 1 && started {
                     let _ = writeln!(out);
+                    started = false;
                 }
-                let _ = write!(out, "{name}: ");
-                started = true;
+                speaker = Some(name.clone());
             }
             CompanionEvent::Token { text, .. } if !quiet => {
+                if let Some(name) = speaker.take() {
+                    let _ = write!(out, "{name}: ");
+                    started = true;
+                }
                 let _ = write!(out, "{text}");
                 let _ = out.flush();
             }
@@ -363,14 +370,23 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
                 eprintln!("\n(reply {attempt} discarded: {reason})");
             }
             CompanionEvent::Cancelled { .. } => return Some(Err(anyhow!("cancelled; nothing was saved"))),
-            CompanionEvent::TurnCommitted { turn } => return Some(Ok((**turn).clone())),
+            CompanionEvent::TurnCommitted { turn } => {
+                // A reply that came whole (from the cache) is printed whole.
+                if let Some(name) = speaker.take().filter(|_| !started) {
+                    let _ = write!(out, "{name}: {}", turn.reply);
+                    started = true;
+                }
+                return Some(Ok((**turn).clone()));
+            }
             _ => {}
         }
         None
-    })??;
+    });
+    // The line a reply was streamed on ends, whether the reply was kept or not.
     if started {
         println!();
     }
+    let turn = turn??;
     // The summarisation cycle runs after the commit; a process that left now would cut
     // it short (harmless — the turns stay unsummarised — but it would never finish).
     wait(engine, TURN_LIMIT, |e| matches!(e, CompanionEvent::Idle { .. }).then_some(()))?;

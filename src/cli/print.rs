@@ -19,6 +19,7 @@ pub(super) fn print_human(out: &mut impl Write, event: &Event) -> std::io::Resul
             if usage.reported { "" } else { " (estimated)" }
         ),
         Event::Llm(LlmEvent::ProfileTested { ok: false, .. }) => Ok(()),
+        Event::Llm(LlmEvent::ProfileTestStarted { profile }) => writeln!(out, "testing {profile}…"),
         Event::Identity(e) => print_identity(out, e),
         Event::Interop(e) => print_interop(out, e),
         Event::Scene(e) => print_scene(out, e),
@@ -55,7 +56,8 @@ fn print_identity(out: &mut impl Write, event: &crate::identity::IdentityEvent) 
         }
         E::Error { checkpoint, message, .. } => match checkpoint {
             Some(n) => writeln!(out, "  {n} failed: {message}"),
-            None => writeln!(out, "error: {message}"),
+            // The verb waiting on it says it once, on stderr.
+            None => Ok(()),
         },
     }
 }
