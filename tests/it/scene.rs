@@ -978,3 +978,28 @@ fn a_round_reporting_more_than_a_year_leaves_the_clock_alone() {
     let reconcile = record.ledgers.as_array().unwrap().iter().find(|l| l["agent"] == "director (reconcile)").unwrap();
     assert!(reconcile["notes"].to_string().contains("1200000004 in-fiction minutes not applied"), "{reconcile}");
 }
+
+/// A reviewed plan in which nobody of the cast acts is refused as the Director's own
+/// would be, naming the cast; nothing of the round is kept.
+#[test]
+fn a_reviewed_plan_naming_nobody_of_the_cast_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "round", &scene, "Knock knock.", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", serde_json::json!({ "actingCharacters": [{ "name": "Nobody Real" }] })).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("the plan was not taken") && said.contains("Nobody Real") && said.contains("Wren Talloway"), "{said}");
+    assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
+}

@@ -415,7 +415,8 @@ pub(super) fn director_plan(
     }
     // The game master reviews the plan before anyone acts: their version is the plan.
     if draft.review {
-        let reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), cancel)?;
+        let check = cast_check(&draft.view, draft.force.is_empty());
+        let reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
         if reviewed != plan {
             draft.record.proposed = Some(plan);
         }
