@@ -143,7 +143,19 @@ impl Config {
         let parse_err = |e: toml::de::Error| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() };
         let mut unknown = Vec::new();
         let deserializer = toml::Deserializer::parse(&text).map_err(parse_err)?;
-        let config: Config = serde_ignored::deserialize(deserializer, |key| unknown.push(key.to_string())).map_err(parse_err)?;
+        let mut config: Config = serde_ignored::deserialize(deserializer, |key| unknown.push(key.to_string())).map_err(parse_err)?;
+        // A file that lists profiles of its own still has the built-in ones (the embedded
+        // model, the demo script, a local server) unless it names one the same: a role
+        // mapped to `local` must not break because another profile was added by hand.
+        if !config.profiles.is_empty() {
+            for builtin in [local_model_profile(), demo_profile(), local_server_profile()] {
+                if config.profile(&builtin.name).is_none() {
+                    config.profiles.push(builtin);
+                }
+            }
+        }
+        // A role nothing asks for (`directr`) is a setting nothing reads.
+        unknown.extend(config.roles.keys().filter(|role| !ROLES.contains(&role.as_str())).map(|role| format!("roles.{role}")));
         config.validate()?;
         Ok((config, unknown))
     }
@@ -263,6 +275,21 @@ mod tests {
         full.roles.insert("director".into(), "demo".into());
         full.save(&path).unwrap();
         assert_eq!(Config::load_checked(&path).unwrap(), (full, Vec::new()));
+    }
+
+    /// A hand-written file with a profile of its own keeps the built-in ones a role may
+    /// name, and a misspelt role is named like any setting nothing reads.
+    #[test]
+    fn a_profile_of_ones_own_keeps_the_built_in_ones_and_a_misspelt_role_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let text = "default_profile = \"mock\"\n[roles]\nnarrator = \"local\"\ndirectr = \"mock\"\n\
+                    [[profile]]\nname = \"mock\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n";
+        std::fs::write(&path, text).unwrap();
+        let (config, unknown) = Config::load_checked(&path).unwrap();
+        assert_eq!(config.profile_for_role("narrator").unwrap().name, "local");
+        assert!(config.profile("demo").is_some() && config.profile("mock").is_some());
+        assert_eq!(unknown, ["roles.directr"]);
     }
 
     #[test]
