@@ -21,6 +21,10 @@ pub struct SceneConfig {
     pub telemetry_window: u32,
     /// Memories retrieved for each character's call (the memories budget cuts further).
     pub memories_per_call: usize,
+    /// The scene's newest messages not recalled as memories (two or three rounds): the
+    /// prompt's recent messages already show them, and a memory slot spent repeating one
+    /// is lost to what the character would not see otherwise.
+    pub recall_skips_newest: usize,
     /// A Narrator agent (role `narrator`) describes the scene after the characters act.
     pub narrator: bool,
     /// A World agent (role `world`) owns trackers and in-fiction time; Director pass 2
@@ -36,6 +40,7 @@ pub struct SceneConfig {
 impl Default for SceneConfig {
     fn default() -> Self {
         Self { max_director_passes: 2, history_window: 400, lore_scan_depth: 4, budgets: BudgetPlan::default(), telemetry_window: 500, memories_per_call: 8,
+            recall_skips_newest: 12,
             narrator: true,
             world_agent: false,
             summarise_every: 5,

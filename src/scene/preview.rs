@@ -269,7 +269,7 @@ pub fn preview(
     };
     // What the character would recall now (the round searches again with its plan).
     let recalled = match &member {
-        Some(m) => recall.for_character(&view.campaign_id, &m.name, &history, &guidance, scene_config.memories_per_call).hits,
+        Some(m) => recall.for_character(&view.campaign_id, &view.id, &m.name, &history, &guidance, scene_config.memories_per_call, scene_config.recall_skips_newest).hits,
         None => Vec::new(),
     };
     let (templates, template_error) = match PromptTemplates::shipped() {

@@ -62,15 +62,29 @@ impl Recall {
     }
 
     /// The campaign's memories `witness` may recall, for the moment described by the
-    /// last messages and the Director's guidance.
-    pub fn for_character(&self, campaign_id: &str, witness: &str, history: &[SceneMessage], guidance: &[String], k: usize) -> Recalled {
+    /// last messages and the Director's guidance. The newest `skip` of `history`
+    /// (messages of `scene_id`) are not recalled: the prompt's recent messages show them
+    /// as they are (`[scene] recall_skips_newest`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_character(
+        &self,
+        campaign_id: &str,
+        scene_id: &str,
+        witness: &str,
+        history: &[SceneMessage],
+        guidance: &[String],
+        k: usize,
+        skip: usize,
+    ) -> Recalled {
         let mut notes = self.notes.clone();
         let query = query_text(history, guidance);
         let Some(bank) = &self.bank else { return Recalled { query, hits: Vec::new(), notes } };
         if k == 0 || query.trim().is_empty() {
             return Recalled { query, hits: Vec::new(), notes };
         }
-        let mut request = SearchRequest::new(query.clone(), k);
+        let newest = &history[history.len().saturating_sub(skip)..];
+        let shown: std::collections::HashSet<String> = newest.iter().map(|m| format!("scene:{scene_id}:{}", m.number)).collect();
+        let mut request = SearchRequest::new(query.clone(), k + shown.len());
         request.mode = self.mode;
         request.filter = SearchFilter {
             scope: Some(Scope { kind: ScopeKind::Campaign, id: Some(campaign_id.to_string()) }),
@@ -92,6 +106,10 @@ impl Recall {
                 Vec::new()
             }
         };
+        let mut hits: Vec<RetrievalHit> = hits.into_iter().filter(|h| !shown.contains(&h.id)).take(k).collect();
+        for (i, hit) in hits.iter_mut().enumerate() {
+            hit.rank = i + 1;
+        }
         // Pinned memories the character may recall come every time, first.
         let hits = match bank.pinned(&Scope { kind: ScopeKind::Campaign, id: Some(campaign_id.to_string()) }, Some(witness)) {
             Ok(pinned) if !pinned.is_empty() => {

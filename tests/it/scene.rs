@@ -403,6 +403,11 @@ fn the_telemetry_window_counts_rounds_by_their_messages() {
 fn a_character_recalls_only_the_rounds_it_witnessed() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, scene) = setup(dir.path(), "memory-script.json");
+    // Round 1 is still in round 2's recent messages: recalled here only because skipping
+    // the newest is turned off (the next test has it on).
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.recall_skips_newest = 0;
+    config.save(&paths.config_file).unwrap();
     let engine = engine::start(paths).unwrap();
     round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
     let store = &engine.context().store;
@@ -457,6 +462,27 @@ fn a_character_recalls_only_the_rounds_it_witnessed() {
         })
         .unwrap();
     assert_eq!(round_two, 4, "user, Wren, Marguerite and the narration of round 2");
+}
+
+/// The lines the prompt's recent messages already show are not spent again as memories.
+#[test]
+fn lines_the_prompt_already_shows_are_not_recalled_as_memories() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "memory-script.json");
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
+    round(&engine, &scene, Some("Where did you say the brass key was?"));
+    let store = &engine.context().store;
+    let hits: String = store
+        .with(|c| Ok(c.query_row("SELECT hits FROM memory_injections WHERE agent = 'scene:character:Wren Talloway'", [], |r| r.get(0))?))
+        .unwrap();
+    let hits: serde_json::Value = serde_json::from_str(&hits).unwrap();
+    assert_eq!(hits.as_array().map(Vec::len), Some(0), "round 1 is in the recent messages, not recalled again: {hits}");
+    // And Wren's prompt has round 1 all the same.
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 50)).unwrap();
+    let wren = calls.iter().rev().filter(|c| c.request.messages.iter().any(|m| m.content.contains("You are playing Wren Talloway"))).last().unwrap();
+    let sent: String = wren.request.messages.iter().map(|m| m.content.as_str()).collect();
+    assert!(sent.contains("under the third step"), "{sent}");
 }
 
 #[test]

@@ -483,7 +483,15 @@ pub(super) fn characters(
         }
         guidance.push(plan.open_guidance.clone());
         let recalled =
-            recall.for_character(&draft.view.campaign_id, &member.name, &draft.history, &guidance, config.memories_per_call);
+            recall.for_character(
+                &draft.view.campaign_id,
+                &draft.view.id,
+                &member.name,
+                &draft.history,
+                &guidance,
+                config.memories_per_call,
+                config.recall_skips_newest,
+            );
         let mut lore_state = std::mem::take(&mut draft.lore_state);
         let call = CallSetup {
             live: &draft.live,
