@@ -399,6 +399,8 @@ fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
     upstream.remove(&7);
     let mut profile = assemble_profile(run, &upstream, &consolidation, final_version.usage.total() as u64)?;
     profile.metadata.regenerations = run.regenerations;
+    // Every token spent on the run, not only the versions kept.
+    profile.metadata.total_tokens = ctx.store.with(|c| records::run_tokens(c, &run.id))?;
     let profile_json = serde_json::to_string(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
     ctx.store.transaction(|tx| {
         crate::character::save_profile(tx, &run.id, &run.name, &profile_json)?;

@@ -305,6 +305,14 @@ fn version_from_row(row: &Row<'_>) -> rusqlite::Result<VersionRecord> {
     })
 }
 
+/// Every token a run's agents were billed for: all versions of every checkpoint,
+/// regenerated and rejected ones too (a version written by hand cost none).
+pub fn run_tokens(conn: &Connection, run_id: &str) -> Result<u64, StoreError> {
+    let total: i64 =
+        conn.query_row("SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM identity_versions WHERE run_id = ?1", [run_id], |r| r.get(0))?;
+    Ok(total.max(0) as u64)
+}
+
 pub fn versions(conn: &Connection, run_id: &str, number: u8) -> Result<Vec<VersionRecord>, StoreError> {
     let mut stmt = conn.prepare(&format!(
         "SELECT {VERSION_COLUMNS} FROM identity_versions WHERE run_id = ?1 AND number = ?2 ORDER BY version"

@@ -152,6 +152,13 @@ fn a_full_run_reaches_character_complete_with_every_checkpoint_valid() {
     assert!(seen.iter().any(|e| matches!(e, IdentityEvent::Token { .. })), "agents stream tokens");
 
     let view = load_view(&engine.context().store, &id).unwrap();
+    // The run's tokens are every version's, as billed.
+    let billed: u64 = view.checkpoints.iter().flat_map(|cp| cp.versions.iter()).map(|v| u64::from(v.usage.prompt_tokens) + u64::from(v.usage.completion_tokens)).sum();
+    let reported = seen.iter().find_map(|e| match e {
+        IdentityEvent::CharacterComplete { total_tokens, .. } => Some(*total_tokens),
+        _ => None,
+    });
+    assert_eq!(reported, Some(billed));
     for cp in &view.checkpoints {
         assert_eq!(cp.record.status, CheckpointStatus::Approved, "checkpoint {}", cp.record.number);
         let v = cp.versions.last().unwrap();
