@@ -278,11 +278,11 @@ fn edit_of(args: &EditArgs) -> Edit {
 
 /// Send `command` and wait for what it reports; print it; fail on the scene error.
 fn author(engine: &EngineHandle, json: bool, command: AuthorCommand) -> Result<ExitCode> {
-    let listing = matches!(command, AuthorCommand::Tree | AuthorCommand::Personas);
+    let listing = matches!(command, AuthorCommand::Tree | AuthorCommand::Personas | AuthorCommand::Budgets { .. });
     engine.send(Command::Scene(SceneCommand::Author(command)))?;
     let event = wait(engine, LIMIT, |event| match event {
         Event::Author(AuthorEvent::Tree { .. }) if listing => Some(Ok(event.clone())),
-        Event::Author(AuthorEvent::Personas { .. }) if listing => Some(Ok(event.clone())),
+        Event::Author(AuthorEvent::Personas { .. } | AuthorEvent::Budgets { .. }) if listing => Some(Ok(event.clone())),
         Event::Author(e @ (AuthorEvent::Authored { .. } | AuthorEvent::TranscriptExported { .. })) if !listing => {
             Some(Ok(Event::Author(e.clone())))
         }
@@ -299,6 +299,12 @@ fn author(engine: &EngineHandle, json: bool, command: AuthorCommand) -> Result<E
             println!("{action} {kind} {name} ({id}){gone}");
         }
         Event::Author(AuthorEvent::Tree { tree }) => print_tree(&tree),
+        Event::Author(AuthorEvent::Budgets { name, shares, own, .. }) => {
+            println!("{name}: {}", if own { "the campaign's own shares" } else { "the config file's shares ([scene.budgets])" });
+            for (section, percent) in shares {
+                println!("  {section:<28} {percent} %");
+            }
+        }
         Event::Author(AuthorEvent::Personas { personas }) => {
             for p in personas {
                 println!("{}  {}: {}", p.id, p.name, p.description);
@@ -400,8 +406,9 @@ pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result
                 (Section::DirectorGuidance, director_guidance),
                 (Section::CharacterGuidance, character_guidance),
             ];
+            // Nothing to change: say what the shares are.
             if given.iter().all(|(_, v)| v.is_none()) {
-                bail!("give the shares (--history, --lore, ...) or --reset");
+                return author(engine, json, AuthorCommand::Budgets { campaign });
             }
             // The shares given change; the others keep theirs.
             let shares = given.into_iter().filter_map(|(s, v)| v.map(|v| (s, v))).collect();

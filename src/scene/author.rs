@@ -43,6 +43,8 @@ pub enum AuthorCommand {
     Override { level: Level, owner: String, character: String, fields: std::collections::BTreeMap<String, String> },
     /// Save a campaign's own section shares (`None`: the config file's again).
     SetBudgets { campaign: String, plan: Option<crate::prompting::BudgetPlan> },
+    /// Report a campaign's section shares as [`AuthorEvent::Budgets`].
+    Budgets { campaign: String },
     /// Change some of a campaign's section shares; the others keep theirs (the campaign's
     /// saved ones, else the config file's). Refused when they would add up to over 100.
     SetBudgetShares { campaign: String, shares: std::collections::BTreeMap<crate::prompting::Section, f64> },
@@ -61,6 +63,9 @@ pub enum AuthorEvent {
     Authored { action: String, kind: String, id: String, name: String, impact: Option<Impact> },
     Tree { tree: Box<Tree> },
     Personas { personas: Vec<character::Persona> },
+    /// A campaign's section shares (percent), by section label; `own`: saved for the
+    /// campaign, else the config file's.
+    Budgets { campaign_id: String, name: String, shares: Vec<(String, f64)>, own: bool },
     TranscriptExported { scene_id: String, path: PathBuf, messages: usize },
 }
 
@@ -262,6 +267,18 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
         AuthorCommand::Personas => {
             let personas = store.with(character::personas)?;
             return Ok(vec![AuthorEvent::Personas { personas }]);
+        }
+        AuthorCommand::Budgets { campaign } => {
+            let defaults = ctx.config().scene.budgets;
+            let (campaign_id, name, saved) = store.with(|c| {
+                let (id, name) = authoring::resolve(c, Level::Campaign, &campaign)?;
+                let saved = authoring::budgets(c, &id)?;
+                Ok((id, name, saved))
+            })?;
+            let own = saved.is_some();
+            let plan = saved.unwrap_or(defaults);
+            let shares = crate::prompting::Section::ALL.iter().map(|s| (s.label().to_string(), plan.percent(*s))).collect();
+            return Ok(vec![AuthorEvent::Budgets { campaign_id, name, shares, own }]);
         }
         AuthorCommand::Attach { lorebook, level, owner: key } => {
             let (book, name) = attach_target(ctx, &lorebook)?;

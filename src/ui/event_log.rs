@@ -214,7 +214,7 @@ fn author_line(event: &crate::scene::author::AuthorEvent) -> Option<(LogLevel, S
             Some((LogLevel::Info, format!("{action} {kind} {name}{gone}")))
         }
         E::TranscriptExported { path, messages, .. } => Some((LogLevel::Info, format!("exported {messages} messages to {}", path.display()))),
-        E::Tree { .. } | E::Personas { .. } => None,
+        E::Tree { .. } | E::Personas { .. } | E::Budgets { .. } => None,
     }
 }
 

@@ -703,8 +703,14 @@ fn a_campaigns_saved_budgets_are_what_its_rounds_use() {
         assert!(shared < 8192, "{call}");
         assert!(call["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("context: 8192 tokens")), "{call}");
     }
+    // Asked with nothing to change, it says what the shares are.
+    let shown = last_event(&cli.ok(&["campaign", "budgets", "Ashfall"]), "budgets").clone();
+    assert_eq!(shown["own"], true);
+    assert!(shown["shares"].as_array().unwrap().iter().any(|s| s[0] == "history" && s[1] == 50.0), "{shown}");
+    assert!(cli.text(&["campaign", "budgets", "Ashfall"]).contains("the campaign's own shares"));
     // Reset: the config file's shares again.
     cli.ok(&["campaign", "budgets", "Ashfall", "--reset"]);
+    assert!(cli.text(&["campaign", "budgets", "Ashfall"]).contains("the config file's shares"));
     cli.ok(&["scene", "round", &scene, "I wait."]);
     let record = store.with(|c| lorekeeper::scene::records::load_round(c, &scene, 2)).unwrap().unwrap();
     let sections = record.ledgers[0]["ledger"]["sections"].as_array().unwrap().clone();
