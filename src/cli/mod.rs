@@ -231,6 +231,17 @@ pub enum ProvidersAction {
     List,
     /// Send a short request through a profile and report the reply, latency and tokens.
     Test(TestArgs),
+    /// The newest LLM calls, exactly as sent (every message), with what came back, the
+    /// tokens and the time; the workbench's Prompt panel shows the same log.
+    Calls {
+        /// How many calls, newest first.
+        #[arg(long, default_value_t = 5)]
+        limit: u32,
+        /// Only calls of agents whose name starts with this (`director`, `character`,
+        /// `companion`, `identity.`).
+        #[arg(long)]
+        agent: Option<String>,
+    },
     /// A profile's API key in the OS keyring (an environment variable that is set still wins).
     Key {
         #[command(subcommand)]
@@ -388,6 +399,7 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
         _ => None,
     })?;
     match action {
+        ProvidersAction::Calls { limit, agent } => calls(engine, limit, agent.as_deref(), json),
         ProvidersAction::List => {
             let mut out = std::io::stdout().lock();
             for p in &config.profiles {
@@ -476,3 +488,43 @@ fn read_key(profile: &str) -> Result<crate::llm::Secret> {
     Ok(key)
 }
 
+
+/// `providers calls`: the logged calls, newest first, each as sent and as answered.
+fn calls(engine: &EngineHandle, limit: u32, agent: Option<&str>, json: bool) -> Result<ExitCode> {
+    // Enough rows to find `limit` of one agent among the others.
+    let read = if agent.is_some() { limit.saturating_mul(20).min(2000) } else { limit };
+    engine.send(Command::Llm(LlmCommand::Calls { limit: read }))?;
+    let calls = drive::wait(engine, Duration::from_secs(60), |event| match event {
+        Event::Llm(LlmEvent::Calls { calls }) => Some(calls.clone()),
+        _ => None,
+    })?;
+    let chosen = calls.iter().filter(|c| agent.is_none_or(|a| c.agent.starts_with(a))).take(limit as usize);
+    let mut out = std::io::stdout().lock();
+    for call in chosen {
+        if json {
+            writeln!(out, "{}", serde_json::to_string(call)?)?;
+            continue;
+        }
+        let agent = if call.agent.is_empty() { "-" } else { call.agent.as_str() };
+        writeln!(
+            out,
+            "=== {} · {agent} · {} · profile {} · {}+{} tokens · {} ms{}",
+            call.at,
+            call.model,
+            call.profile,
+            call.prompt_tokens,
+            call.completion_tokens,
+            call.elapsed_ms,
+            if call.from_cache { " · from the cache" } else { "" }
+        )?;
+        for message in &call.request.messages {
+            writeln!(out, "--- {:?}\n{}", message.role, message.content)?;
+        }
+        match (&call.reply, &call.error) {
+            (_, Some(error)) => writeln!(out, "--- error\n{error}")?,
+            (Some(reply), None) => writeln!(out, "--- reply\n{reply}")?,
+            (None, None) => {}
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

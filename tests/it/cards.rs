@@ -73,6 +73,12 @@ fn a_cards_own_book_fires_in_chat_with_its_macros_resolved() {
     assert!(sent.contains("[Maren Vosk]: *Maren Vosk looks up.* Lock's closed."), "{sent}");
     assert!(sent.contains("Answer as the lock-keeper. Roleplay as Maren Vosk"), "the card's system prompt wraps ours:\n{sent}");
     assert!(sent.contains("Never mention the weir."), "post-history instructions: {sent}");
+    // The call as it was sent, from the command line too.
+    let logged = run(&paths, &["providers", "calls", "--limit", "1", "--agent", "companion"]);
+    assert_eq!(logged.len(), 1);
+    assert_eq!(logged[0]["agent"], "companion");
+    assert!(logged[0]["request"]["messages"].to_string().contains("one silver fish-coin per hull"), "{}", logged[0]);
+    assert_eq!(logged[0]["reply"], "[Maren Vosk]: The lamp is lit, as always.");
     // Nothing of ours joined the user's library: no demo companion, and neither her
     // lore nor the lore folder's README among the memories.
     let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
