@@ -12,7 +12,8 @@ pub enum PathsError {
     NoHome,
 }
 
-/// Where the config, the library and the logs live.
+/// Where the config, the library and the logs live (the logs beside a library named on
+/// the command line, else under the XDG data dir).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Paths {
     pub config_file: PathBuf,
@@ -25,6 +26,9 @@ impl Paths {
     pub fn resolve(library: Option<PathBuf>, config: Option<PathBuf>) -> Result<Self, PathsError> {
         let dirs = directories::ProjectDirs::from("", "", "lorekeeper");
         let data_dir = || dirs.as_ref().map(|d| d.data_dir().to_path_buf()).ok_or(PathsError::NoHome);
+        // A library named on the command line keeps its logs beside it, so a library in a
+        // folder of its own (a test, a portable copy) writes nothing anywhere else.
+        let own_logs = library.as_ref().map(|p| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).join("logs"));
         let library_file = match library {
             Some(p) => p,
             None => data_dir()?.join("library.sqlite"),
@@ -33,9 +37,10 @@ impl Paths {
             Some(p) => p,
             None => dirs.as_ref().map(|d| d.config_dir().join("config.toml")).ok_or(PathsError::NoHome)?,
         };
-        let log_dir = match &dirs {
-            Some(d) => d.data_local_dir().join("logs"),
-            None => library_file.parent().unwrap_or(Path::new(".")).join("logs"),
+        let log_dir = match (own_logs, &dirs) {
+            (Some(beside), _) => beside,
+            (None, Some(d)) => d.data_local_dir().join("logs"),
+            (None, None) => library_file.parent().unwrap_or(Path::new(".")).join("logs"),
         };
         Ok(Self { config_file, library_file, log_dir })
     }
@@ -136,5 +141,13 @@ mod tests {
         assert_eq!(read_bounded(&big, 4096).unwrap().len(), 4096);
         assert!(matches!(read_bounded(&dir.path().join("missing"), 10), Err(ReadError::Io { .. })));
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_library_named_on_the_command_line_keeps_its_logs_beside_it() {
+        let named = Paths::resolve(Some(PathBuf::from("/srv/campaigns/lib.sqlite")), Some(PathBuf::from("/etc/lk.toml"))).unwrap();
+        assert_eq!(named.log_dir, PathBuf::from("/srv/campaigns/logs"));
+        let bare = Paths::resolve(Some(PathBuf::from("lib.sqlite")), None).unwrap();
+        assert_eq!(bare.log_dir, PathBuf::from("./logs"));
     }
 }

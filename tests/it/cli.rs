@@ -16,7 +16,8 @@ const KEY_VAR: &str = "LOREKEEPER_CLI_TEST_KEY";
 fn lorekeeper(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lorekeeper"));
     cmd.arg("--library").arg(dir.join("library.sqlite")).arg("--config").arg(dir.join("config.toml"));
-    // Logs go under the data dir: point it into the test folder.
+    // Logs go beside the library named here; the data dir points into the test folder too,
+    // so a log written there by mistake would be found by the key checks.
     cmd.env("XDG_DATA_HOME", dir.join("data")).env("LOREKEEPER_LOG", "trace").env(KEY_VAR, KEY);
     cmd
 }
@@ -94,6 +95,8 @@ fn a_key_from_the_environment_is_used_and_never_written_anywhere() {
     every_file(dir.path(), &mut files);
     assert!(files.iter().any(|(p, _)| p.ends_with("library.sqlite")));
     assert!(files.iter().any(|(p, _)| p.contains("lorekeeper.log")), "a log file was written: {:?}", files.iter().map(|f| &f.0).collect::<Vec<_>>());
+    let logs = dir.path().join("logs");
+    assert!(files.iter().filter(|(p, _)| p.contains("lorekeeper.log")).all(|(p, _)| Path::new(p).starts_with(&logs)), "logs beside the library only");
     // At trace level too, and in the forms a wire dump writes: 16-byte rows of spaced
     // hex beside their text, and base64.
     for (path, bytes) in &files {
@@ -156,7 +159,7 @@ fn credentials_in_a_base_url_are_never_shown_or_stored() {
     let tested = lorekeeper(dir.path()).args(["--json", "providers", "test", "--profile", "pasted"]).output().unwrap();
     let listed = lorekeeper(dir.path()).args(["providers", "list"]).output().unwrap();
     let mut files = Vec::new();
-    every_file(&dir.path().join("data"), &mut files);
+    every_file(&dir.path().join("logs"), &mut files);
     files.push(("library".into(), std::fs::read(dir.path().join("library.sqlite")).unwrap()));
     if let Ok(wal) = std::fs::read(dir.path().join("library.sqlite-wal")) {
         files.push(("library WAL".into(), wal));
