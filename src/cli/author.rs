@@ -290,52 +290,53 @@ fn author(engine: &EngineHandle, json: bool, command: AuthorCommand) -> Result<E
         _ => None,
     })??;
     if json {
-        println!("{}", serde_json::to_string(&event)?);
+        outln!("{}", serde_json::to_string(&event)?);
         return Ok(ExitCode::SUCCESS);
     }
     match event {
         Event::Author(AuthorEvent::Authored { action, kind, id, name, impact }) => {
             let gone = impact.filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
-            println!("{action} {kind} {name} ({id}){gone}");
+            outln!("{action} {kind} {name} ({id}){gone}");
         }
-        Event::Author(AuthorEvent::Tree { tree }) => print_tree(&tree),
+        Event::Author(AuthorEvent::Tree { tree }) => print_tree(&tree)?,
         Event::Author(AuthorEvent::Budgets { name, shares, own, .. }) => {
-            println!("{name}: {}", if own { "the campaign's own shares" } else { "the config file's shares ([scene.budgets])" });
+            outln!("{name}: {}", if own { "the campaign's own shares" } else { "the config file's shares ([scene.budgets])" });
             for (section, percent) in shares {
-                println!("  {section:<28} {percent} %");
+                outln!("  {section:<28} {percent} %");
             }
         }
         Event::Author(AuthorEvent::Personas { personas }) => {
             for p in personas {
-                println!("{}  {}: {}", p.id, p.name, p.description);
+                outln!("{}  {}: {}", p.id, p.name, p.description);
             }
         }
         Event::Author(AuthorEvent::TranscriptExported { path, messages, .. }) => {
-            println!("wrote {messages} messages to {}", path.display());
+            outln!("wrote {messages} messages to {}", path.display());
         }
         _ => {}
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_tree(tree: &Tree) {
+fn print_tree(tree: &Tree) -> Result<()> {
     let books = |books: &[(String, String)]| {
         if books.is_empty() { String::new() } else { format!("  lore: {}", books.iter().map(|b| b.1.as_str()).collect::<Vec<_>>().join(", ")) }
     };
     for w in &tree.worlds {
-        println!("world {} ({}){}", w.name, w.id, books(&w.lorebooks));
+        outln!("world {} ({}){}", w.name, w.id, books(&w.lorebooks));
         for c in &w.campaigns {
             let persona = c.persona.as_ref().map(|p| format!("  persona: {}", p.name)).unwrap_or_default();
             let cast = if c.cast.is_empty() { String::new() } else { format!("  cast: {}", c.cast.iter().map(|c| c.1.as_str()).collect::<Vec<_>>().join(", ")) };
-            println!("  campaign {} ({}){persona}{cast}{}", c.name, c.id, books(&c.lorebooks));
+            outln!("  campaign {} ({}){persona}{cast}{}", c.name, c.id, books(&c.lorebooks));
             for a in &c.arcs {
-                println!("    arc {} ({})", a.name, a.id);
+                outln!("    arc {} ({})", a.name, a.id);
                 for s in &a.scenes {
-                    println!("      scene {} ({}), {} rounds", s.name, s.id, s.rounds);
+                    outln!("      scene {} ({}), {} rounds", s.name, s.id, s.rounds);
                 }
             }
         }
     }
+    Ok(())
 }
 
 pub fn world(engine: &EngineHandle, verb: WorldVerb, json: bool) -> Result<ExitCode> {

@@ -160,13 +160,13 @@ fn changed_side(engine: &EngineHandle, json: bool, user_side: bool) -> Result<()
         _ => None,
     })??;
     if json {
-        println!("{}", serde_json::to_string(&event)?);
+        outln!("{}", serde_json::to_string(&event)?);
     } else if let CompanionEvent::Changed { action, turn, deleted, .. } = event {
         match turn {
-            Some(t) if user_side => println!("{action}: {}", t.user_text),
-            Some(t) => println!("\n{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
-            None if action == "deleted" => println!("{action} {} exchange(s)", deleted.len()),
-            None => println!("{action}"),
+            Some(t) if user_side => outln!("{action}: {}", t.user_text),
+            Some(t) => outln!("\n{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
+            None if action == "deleted" => outln!("{action} {} exchange(s)", deleted.len()),
+            None => outln!("{action}"),
         }
     }
     Ok(())
@@ -187,7 +187,7 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
             let turn = wait_turn(engine, json)?;
             if json {
                 let out = serde_json::json!({ "turn": turn, "hits": turn.hits });
-                println!("{}", serde_json::to_string(&out)?);
+                outln!("{}", serde_json::to_string(&out)?);
             }
         }
         ChatVerb::Repl { character } => repl(engine, &character)?,
@@ -201,12 +201,12 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
             })?;
             if json {
                 let messages = crate::companion::turn::control::messages(&turns, Some((&greetings, chosen)));
-                println!("{}", serde_json::to_string(&messages)?);
+                outln!("{}", serde_json::to_string(&messages)?);
             } else {
                 if let Some(greeting) = greeting.filter(|_| turns.first().is_none_or(|t| t.seq <= 1)) {
-                    println!("{name}: {greeting}");
+                    outln!("{name}: {greeting}");
                 }
-                print_history(&user, &name, &turns);
+                print_history(&user, &name, &turns)?;
             }
         }
         ChatVerb::Regenerate { character } => {
@@ -228,12 +228,12 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 _ => None,
             })?;
             if json {
-                println!("{}", serde_json::to_string(&saved)?);
+                outln!("{}", serde_json::to_string(&saved)?);
             } else if saved.is_empty() {
-                println!("no saved chats");
+                outln!("no saved chats");
             } else {
                 for c in saved {
-                    println!("{}  {}  ({} exchanges, saved {})", c.id, c.title, c.turns, c.saved_at);
+                    outln!("{}  {}  ({} exchanges, saved {})", c.id, c.title, c.turns, c.saved_at);
                 }
             }
         }
@@ -245,14 +245,14 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 _ => None,
             })?;
             if json {
-                println!("{}", serde_json::to_string(&imported)?);
+                outln!("{}", serde_json::to_string(&imported)?);
             } else {
-                println!("imported {} exchange(s) from {}", imported.exchanges, file.display());
+                outln!("imported {} exchange(s) from {}", imported.exchanges, file.display());
                 if let Some(saved) = &imported.saved {
-                    println!("the chat it replaced is saved as {saved} (`chat open`)");
+                    outln!("the chat it replaced is saved as {saved} (`chat open`)");
                 }
                 for note in &imported.notes {
-                    println!("note: {note}");
+                    outln!("note: {note}");
                 }
             }
         }
@@ -269,9 +269,9 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 _ => None,
             })?;
             if json {
-                println!("{}", serde_json::json!({ "path": path, "bytes": bytes }));
+                outln!("{}", serde_json::json!({ "path": path, "bytes": bytes }));
             } else {
-                println!("wrote {} ({bytes} bytes)", path.display());
+                outln!("wrote {} ({bytes} bytes)", path.display());
             }
         }
         ChatVerb::Continue { character } => {
@@ -298,11 +298,11 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 _ => None,
             })?;
             if json {
-                println!("{}", serde_json::to_string(&characters)?);
+                outln!("{}", serde_json::to_string(&characters)?);
             } else {
                 for c in characters {
                     let last = c.last_chat_at.as_deref().unwrap_or("never");
-                    println!("{}  {}  ({}, {} exchanges, last chat {last})", c.id, c.name, c.origin, c.turns);
+                    outln!("{}  {}  ({}, {} exchanges, last chat {last})", c.id, c.name, c.origin, c.turns);
                 }
             }
         }
@@ -313,9 +313,9 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 _ => None,
             })?;
             match (json, undone) {
-                (true, id) => println!("{}", serde_json::json!({ "undone": id })),
-                (false, Some(id)) => println!("took back exchange {id}"),
-                (false, None) => println!("nothing to take back"),
+                (true, id) => outln!("{}", serde_json::json!({ "undone": id })),
+                (false, Some(id)) => outln!("took back exchange {id}"),
+                (false, None) => outln!("nothing to take back"),
             }
         }
     }
@@ -384,7 +384,7 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
     });
     // The line a reply was streamed on ends, whether the reply was kept or not.
     if started {
-        println!();
+        outln!();
     }
     let turn = turn??;
     // The summarisation cycle runs after the commit; a process that left now would cut
@@ -393,11 +393,12 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
     Ok(turn)
 }
 
-fn print_history(user: &str, name: &str, turns: &[ChatTurn]) {
+fn print_history(user: &str, name: &str, turns: &[ChatTurn]) -> Result<()> {
     for t in turns {
-        println!("[{}] {user}: {}", t.at, t.user_text);
-        println!("[{}] {name}: {}", t.at, t.reply);
+        outln!("[{}] {user}: {}", t.at, t.user_text);
+        outln!("[{}] {name}: {}", t.at, t.reply);
     }
+    Ok(())
 }
 
 fn repl(engine: &EngineHandle, character: &str) -> Result<()> {
@@ -421,7 +422,7 @@ fn repl(engine: &EngineHandle, character: &str) -> Result<()> {
                     CompanionEvent::History { name, turns, user, .. } => Some((name.clone(), turns.clone(), user.name.clone())),
                     _ => None,
                 })?;
-                print_history(&user, &name, &turns);
+                print_history(&user, &name, &turns)?;
             }
             _ => {
                 send(CompanionCommand::Send { character: character.to_string(), text: text.to_string(), now: None })?;

@@ -153,7 +153,7 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                 _ => None,
             })??;
             if !json {
-                println!("checkpoint {checkpoint}: your edit is version {version}, awaiting approval");
+                outln!("checkpoint {checkpoint}: your edit is version {version}, awaiting approval");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -169,12 +169,12 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                 _ => None,
             })??;
             if json {
-                println!("{}", serde_json::to_string(&view)?);
+                outln!("{}", serde_json::to_string(&view)?);
             } else {
-                println!("{} ({}) {} — mode {}, {} regenerations", view.run.name, view.run.id, status_word(&view), view.run.mode.label(), view.run.regenerations);
+                outln!("{} ({}) {} — mode {}, {} regenerations", view.run.name, view.run.id, status_word(&view), view.run.mode.label(), view.run.regenerations);
                 for cp in &view.checkpoints {
                     let tokens: u32 = cp.versions.iter().map(|v| v.usage.total()).sum();
-                    println!(
+                    outln!(
                         "  {} {:<22} wave {}  {:<18} v{}  {} tokens",
                         cp.record.number,
                         cp.record.agent.name(),
@@ -196,9 +196,9 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             })??;
             for r in runs {
                 if json {
-                    println!("{}", serde_json::json!({"id": r.id, "name": r.name, "mode": r.mode, "status": r.status, "created_at": r.created_at}));
+                    outln!("{}", serde_json::json!({"id": r.id, "name": r.name, "mode": r.mode, "status": r.status, "created_at": r.created_at}));
                 } else {
-                    println!("{}  {:<24} {:?}  {}", r.id, r.name, r.status, r.created_at);
+                    outln!("{}  {:<24} {:?}  {}", r.id, r.name, r.status, r.created_at);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -221,9 +221,9 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                 _ => None,
             })??;
             if json {
-                println!("{}", serde_json::json!({"exported": dir}));
+                outln!("{}", serde_json::json!({"exported": dir}));
             } else {
-                println!("exported to {}", dir.display());
+                outln!("exported to {}", dir.display());
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -2,6 +2,15 @@
 //! events as JSON lines with `--json` (human text otherwise), and exits non-zero with a
 //! one-line reason on stderr when it fails.
 
+/// `println!` that returns a failed write (the reader went away: `| head`) as an error,
+/// which `main` ends quietly on, where `println!` would panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)?
+    }};
+}
+
 mod author;
 mod bench;
 mod chat;
@@ -368,14 +377,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 None => paths,
             };
             crate::ui::screenshot(paths, crate::ui::ScreenshotOptions { out: out.clone(), layout, panel, width, height, frames })?;
-            println!("{}", out.display());
+            outln!("{}", out.display());
             Ok(ExitCode::SUCCESS)
         }
         Some(Verb::Serve { addr, token, cors }) => {
             let engine = start(paths)?;
             let server = crate::serve::start(engine, crate::serve::ServeOptions { addr, token, cors })?;
             // One line a script can read the address from (the port may have been 0).
-            println!("listening on http://{}", server.addr);
+            outln!("listening on http://{}", server.addr);
             server.wait()?;
             Ok(ExitCode::SUCCESS)
         }
@@ -461,9 +470,9 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
                 bail!("profile {profile:?}: {problem}");
             }
             if json {
-                println!("{}", serde_json::json!({ "profile": profile, "source": source }));
+                outln!("{}", serde_json::json!({ "profile": profile, "source": source }));
             } else {
-                println!("{profile}: {}", source.line());
+                outln!("{profile}: {}", source.line());
             }
             Ok(ExitCode::SUCCESS)
         }

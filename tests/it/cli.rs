@@ -313,3 +313,21 @@ fn the_screenshot_command_writes_the_window_as_a_png() {
     assert!(!wrong.status.success());
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("no panel named \"Kitchen\""));
 }
+
+/// `lorekeeper … | head -1`: the reader goes away before everything is printed. Every
+/// verb ends quietly with success, where `println!` used to panic (exit 101).
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["providers", "list"][..], &["--json", "world", "list"], &["persona", "list"]] {
+        for _ in 0..3 {
+            let mut child = lorekeeper(dir.path()).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+            // Close the reading end at once: the first line written meets a closed pipe.
+            drop(child.stdout.take());
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        }
+    }
+}
