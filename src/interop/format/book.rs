@@ -80,7 +80,10 @@ fn without_entries(mut value: Value) -> Value {
 pub fn decode_entry(value: Value, path: &str) -> Result<LoreEntry, FormatError> {
     let source = value.clone();
     let mut f = Fields::new(value, path)?;
-    let mut ext = Fields::new(Value::Object(f.object_or_empty("extensions")?), f.child("extensions"))?;
+    let extensions = f.object_or_empty("extensions")?;
+    // Fields only SillyTavern's card export writes (camel-case among snake-case).
+    let written_by_sillytavern = extensions.contains_key("selectiveLogic") || extensions.contains_key("useProbability");
+    let mut ext = Fields::new(Value::Object(extensions), f.child("extensions"))?;
     let mut e = LoreEntry {
         keys: f.strings_or_empty("keys")?,
         content: f.string_or_empty("content")?,
@@ -141,6 +144,14 @@ pub fn decode_entry(value: Value, path: &str) -> Result<LoreEntry, FormatError> 
     e.add_memo = ext.bool("add_memo")?.unwrap_or(!e.comment.is_empty());
     e.extensions = ext.rest();
     e.extra = f.rest();
+    if e.use_regex && written_by_sillytavern {
+        // SillyTavern writes `use_regex: true` on every entry it exports ("ST keys are
+        // always regex") and ignores the field when it reads a card: its keys are plain
+        // text unless written `/pattern/flags`. Read as a regex, "C++" or "who?" would
+        // fire on any "c" or "whoever". The field is kept for the card's export.
+        e.use_regex = false;
+        e.extra.insert("use_regex".into(), json!(true));
+    }
     e.source = Some(SourceDocument { format: SourceFormat::CharacterBook, json: source });
     Ok(e)
 }
@@ -372,6 +383,19 @@ mod tests {
         e.sticky = Some(2);
         let out = encode_entry(&e, BookFlavor::V2);
         assert_eq!(out, json!({"keys": "a, b", "content": "x", "extensions": {"sticky": 2}, "enabled": 1, "insertion_order": "7"}));
+    }
+
+    #[test]
+    fn sillytaverns_use_regex_marker_keeps_plain_keys_plain_and_is_written_back() {
+        // As SillyTavern's card export writes every entry.
+        let st = json!({"keys": ["C++", "who?"], "content": "x", "use_regex": true, "enabled": true, "insertion_order": 1,
+            "extensions": {"selectiveLogic": 0, "useProbability": true, "display_index": 0}});
+        let e = decode_entry(st.clone(), "e").unwrap();
+        assert!(!e.use_regex, "SillyTavern matches these keys as text");
+        assert_eq!(encode_entry(&e, BookFlavor::V2)["use_regex"], json!(true));
+        // Another tool's entry that asks for regular expressions gets them.
+        let other = json!({"keys": ["gr[ae]y"], "content": "x", "use_regex": true, "enabled": true, "insertion_order": 1, "extensions": {}});
+        assert!(decode_entry(other, "e").unwrap().use_regex);
     }
 
     #[test]
