@@ -31,9 +31,23 @@ pub struct SavedChat {
 struct WholeChat {
     state: ChatState,
     turns: Vec<ChatTurn>,
-    /// Its memories' pins and edits, as they were when it was put aside.
+    /// Its memories' pins, edits and deletions, as they were when it was put aside.
     #[serde(default)]
     curation: Vec<crate::memory::curate::HandCuration>,
+    /// The summaries over its turns (written again with it, pins and edits kept).
+    #[serde(default)]
+    summaries: Vec<crate::memory::curate::KeptSummary>,
+}
+
+/// The ids of the memories a chat's turns were stored as, in order (`{turn}-u` and
+/// `{turn}-r`; none for a message with no words, which is never stored).
+fn memory_ids(turns: &[ChatTurn]) -> Vec<String> {
+    turns
+        .iter()
+        .flat_map(|t| [(format!("{}-u", t.id), &t.user_text), (format!("{}-r", t.id), &t.reply)])
+        .filter(|(_, text)| !text.trim().is_empty())
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// The chats put aside for a character, newest first.
@@ -49,8 +63,13 @@ pub fn saved(conn: &Connection, character_id: &str) -> Result<Vec<SavedChat>, St
 /// saved chat's id.
 fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<String>, StoreError> {
     let turns = records::all_turns(tx, character_id)?;
-    let ids: Vec<String> = turns.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
-    let whole = WholeChat { state: records::load_state(tx, character_id)?, curation: crate::memory::curate::curation_of(tx, &ids)?, turns };
+    let ids = memory_ids(&turns);
+    let whole = WholeChat {
+        state: records::load_state(tx, character_id)?,
+        curation: crate::memory::curate::curation_of(tx, &ids)?,
+        summaries: crate::memory::curate::summaries_over(tx, &ids)?,
+        turns,
+    };
     // Nothing said yet, and no imported opening: nothing worth keeping (an edited
     // greeting alone is not a chat).
     if whole.turns.is_empty() && (whole.state.file.is_none() || records::opening_is_frozen(&whole.state)) {
@@ -92,6 +111,7 @@ fn install(
     records::replace_chat(tx, character_id, &whole.state, &whole.turns)?;
     let write = write.and(prepared.write(tx)?);
     crate::memory::curate::restore_curation(tx, &whole.curation)?;
+    crate::memory::curate::restore_summaries(tx, &memory_ids(&whole.turns), &whole.summaries)?;
     Ok(write)
 }
 
@@ -99,14 +119,22 @@ fn install(
 /// there is no embedding model).
 fn prepare_memories(bank: &MemoryBank, ctx: &Context, character: &CharacterInfo, whole: &WholeChat) -> Result<crate::memory::PreparedMemories, CompanionError> {
     let user = ctx.store.with(|c| records::chat_user(c, &whole.state, &ctx.config().companion.user_name))?;
-    let mut items: Vec<crate::memory::NewMemory> = whole.turns.iter().flat_map(|t| super::turn::memories_of(t, &character.name, &user.name)).collect();
+    let curated = |item: &crate::memory::NewMemory| whole.curation.iter().find(|c| item.id.as_deref() == Some(c.id.as_str()));
+    let mut items: Vec<crate::memory::NewMemory> = whole
+        .turns
+        .iter()
+        .flat_map(|t| super::turn::memories_of(t, &character.name, &user.name))
+        // A memory deleted by hand stays deleted.
+        .filter(|item| !curated(item).is_some_and(|c| c.deleted))
+        .collect();
     // A memory edited by hand is written (and embedded) with its edited text.
     for item in &mut items {
-        let edited = whole.curation.iter().find(|c| item.id.as_deref() == Some(c.id.as_str())).and_then(|c| c.edited.as_ref());
-        if let Some((text, _)) = edited {
-            item.text = text.clone();
+        if let Some((text, _)) = curated(item).and_then(|c| c.edited.clone()) {
+            item.text = text;
         }
     }
+    let scope = crate::memory::Scope::character(character.id.clone());
+    items.extend(whole.summaries.iter().map(|k| k.memory(scope.clone())));
     Ok(bank.prepare_or_keyword_only(items)?)
 }
 
@@ -244,7 +272,7 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
         last_at = Some(at);
     }
     state.turns = turns.len() as u32;
-    WholeChat { state, turns, curation: Vec::new() }
+    WholeChat { state, turns, curation: Vec::new(), summaries: Vec::new() }
 }
 
 /// What a chat is written as.

@@ -30,25 +30,105 @@ pub struct HandCuration {
     pub pinned: bool,
     /// The edited text and when it was edited (`None`: the text is as it was written).
     pub edited: Option<(String, String)>,
+    /// Deleted by hand: the chat's message stays, its memory is not written again.
+    #[serde(default)]
+    pub deleted: bool,
 }
 
-/// The hand curation of those of `ids` that have any (pinned, or edited).
+/// The hand curation of those of `ids` that have any: pinned, edited, or deleted (every
+/// id given is one its writer stored, so one that is gone was deleted by hand).
 pub fn curation_of(conn: &Connection, ids: &[String]) -> Result<Vec<HandCuration>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT pinned, text, edited_at FROM memories WHERE id = ?1 AND (pinned = 1 OR edited_at IS NOT NULL)")?;
+    let mut stmt = conn.prepare_cached("SELECT pinned, text, edited_at FROM memories WHERE id = ?1")?;
     let mut out = Vec::new();
     for id in ids {
         let row: Option<(bool, String, Option<String>)> = stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
-        if let Some((pinned, text, edited_at)) = row {
-            out.push(HandCuration { id: id.clone(), pinned, edited: edited_at.map(|at| (text, at)) });
+        match row {
+            None => out.push(HandCuration { id: id.clone(), pinned: false, edited: None, deleted: true }),
+            Some((pinned, text, edited_at)) if pinned || edited_at.is_some() => {
+                out.push(HandCuration { id: id.clone(), pinned, edited: edited_at.map(|at| (text, at)), deleted: false })
+            }
+            Some(_) => {}
         }
     }
     Ok(out)
 }
 
+/// A summary over some of a chat's turns, kept with the chat when it is put aside: the
+/// summariser's work, and the user's pin or edit of it, come back with the chat.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KeptSummary {
+    pub id: String,
+    pub text: String,
+    /// The first and last memory it covers (its source, `turns FIRST..LAST`).
+    pub first: String,
+    pub last: String,
+    pub session: Option<String>,
+    pub time: Option<String>,
+    pub witnesses: Vec<String>,
+    pub pinned: bool,
+    pub edited_at: Option<String>,
+}
+
+impl KeptSummary {
+    /// The summary as a memory to write again in `scope`.
+    pub fn memory(&self, scope: Scope) -> records::NewMemory {
+        records::NewMemory {
+            id: Some(self.id.clone()),
+            kind: records::MemoryKind::Summary,
+            scope,
+            speaker: None,
+            text: self.text.clone(),
+            session: self.session.clone(),
+            fiction_time: None,
+            time: self.time.clone(),
+            witnesses: self.witnesses.clone(),
+            source: Some(format!("turns {}..{}", self.first, self.last)),
+            content_hash: None,
+        }
+    }
+}
+
+/// The summaries whose whole range lies among `ids` (a chat's memories, in order).
+pub fn summaries_over(conn: &Connection, ids: &[String]) -> Result<Vec<KeptSummary>, StoreError> {
+    let known: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let mut stmt = conn.prepare_cached(
+        "SELECT rowid, id, text, source, session, time, pinned, edited_at FROM memories WHERE kind = 'summary' AND source LIKE 'turns %' ORDER BY seq",
+    )?;
+    type Row = (i64, String, String, String, Option<String>, Option<String>, bool, Option<String>);
+    let rows: Vec<Row> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut witnesses = conn.prepare_cached("SELECT witness FROM memory_witnesses WHERE memory_rowid = ?1 ORDER BY witness")?;
+    let mut out = Vec::new();
+    for (rowid, id, text, source, session, time, pinned, edited_at) in rows {
+        let Some((first, last)) = source.strip_prefix("turns ").and_then(|r| r.split_once("..")) else { continue };
+        if !known.contains(first) || !known.contains(last) {
+            continue;
+        }
+        let witnesses: Vec<String> = witnesses.query_map([rowid], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        out.push(KeptSummary { id, text, first: first.into(), last: last.into(), session, time, witnesses, pinned, edited_at });
+    }
+    Ok(out)
+}
+
+/// After a chat's memories (`ids`, in order) and its `kept` summaries are written again:
+/// the turns each summary covers are marked summarised, and its pin and edit restored.
+pub fn restore_summaries(tx: &Connection, ids: &[String], kept: &[KeptSummary]) -> Result<(), StoreError> {
+    let position = |id: &str| ids.iter().position(|i| i == id);
+    for k in kept {
+        tx.execute("UPDATE memories SET pinned = ?2, edited_at = ?3 WHERE id = ?1", params![k.id, k.pinned as i64, k.edited_at])?;
+        let (Some(from), Some(to)) = (position(&k.first), position(&k.last)) else { continue };
+        for id in ids.get(from..=to).unwrap_or_default() {
+            tx.execute("UPDATE memories SET summarised = 1 WHERE id = ?1 AND kind = 'turn'", [id])?;
+        }
+    }
+    Ok(())
+}
+
 /// Mark memories written anew (their edited text already in them) pinned and edited as
 /// `curation` says.
 pub fn restore_curation(tx: &Connection, curation: &[HandCuration]) -> Result<(), StoreError> {
-    for c in curation {
+    for c in curation.iter().filter(|c| !c.deleted) {
         tx.execute(
             "UPDATE memories SET pinned = ?2, edited_at = ?3 WHERE id = ?1",
             params![c.id, c.pinned as i64, c.edited.as_ref().map(|(_, at)| at.as_str())],

@@ -93,7 +93,9 @@ pub fn summarise_if_due(
         content_hash: None,
     };
     let covered: Vec<i64> = turns.iter().map(|t| t.rowid).collect();
-    let prepared = bank.prepare(vec![summary])?;
+    // Without the embedding model the summary is still kept, for keyword search, as
+    // the turns it covers are.
+    let prepared = bank.prepare_or_keyword_only(vec![summary])?;
     let write = bank.store().transaction(|tx| {
         let write = prepared.write(tx)?;
         let mut mark = tx.prepare_cached("UPDATE memories SET summarised = 1 WHERE rowid = ?1 AND summarised = 0")?;

@@ -250,3 +250,84 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     let edited = std::fs::read_to_string(&again).unwrap();
     assert_eq!(edited, ST_FILE.replace("Everything here rusts, Ash. Even patience.", "Everything here rusts, Ash."));
 }
+
+/// What the user did to a chat's memories by hand stays done when the chat is put aside
+/// and played again: a deleted memory is not written back, a summary (pinned and edited)
+/// comes back with the turns it covers, and a message whose memory is deleted can still
+/// be edited and swiped.
+#[test]
+fn a_chat_played_again_keeps_its_deleted_memories_deleted_and_its_summaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({
+            "rules": [
+                { "when": { "user_contains": "And the eels?\n</user_input>" }, "reply": "[Maren Vosk]: Eels run thick after rain." },
+                { "when": { "user_contains": "heron nest?\n</user_input>" }, "reply": "[Maren Vosk]: The heron nests past the second weir." }
+            ],
+            "default": "[Maren Vosk]: Summary: Tamsin asked about the river birds and the eels."
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.memory.summary_every = 1;
+    config.save(&paths.config_file).unwrap();
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
+        "first_mes": "Lock's closed.", "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
+        "tags": [], "creator": "", "character_version": "1", "extensions": {} } });
+    let file = dir.path().join("maren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    run(&paths, &["chat", "send", "--character", "Maren", "Where does the heron nest?"]);
+    run(&paths, &["chat", "send", "--character", "Maren", "And the eels?"]);
+    let messages = history(&paths);
+    let (heron_reply, eel_reply) = (messages[2]["id"].as_str().unwrap().to_string(), messages[4]["id"].as_str().unwrap().to_string());
+
+    let memories = |paths: &Paths| -> Vec<(String, String, bool, bool, bool)> {
+        let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+        store
+            .with(|c| {
+                let mut stmt = c.prepare("SELECT id, kind, pinned, edited_at IS NOT NULL, summarised FROM memories ORDER BY seq")?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .unwrap()
+    };
+    let summary = memories(&paths).into_iter().find(|m| m.1 == "summary").unwrap_or_else(|| {
+        let out = command(&paths, &["chat", "send", "--character", "Maren", "x"]);
+        panic!("a summary: {:?} {} {}", memories(&paths), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    }).0;
+    run(&paths, &["memory", "edit", &summary, "Tamsin asked where the heron nests; Maren said past the second weir."]);
+    run(&paths, &["memory", "pin", &summary]);
+    run(&paths, &["memory", "delete", &eel_reply]);
+    let before = memories(&paths);
+    assert!(!before.iter().any(|m| m.0 == eel_reply));
+
+    // Branch at the first reply, then play the original again.
+    run(&paths, &["chat", "branch", "--character", "Maren", "--message", &heron_reply]);
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren", "--json"]).last().unwrap().as_array().unwrap().clone();
+    run(&paths, &["chat", "open", "--character", "Maren", saved[0]["id"].as_str().unwrap()]);
+    let after = memories(&paths);
+    assert!(!after.iter().any(|m| m.0 == eel_reply), "the deleted memory stays deleted: {after:?}");
+    assert!(!search(&paths, "thick after rain").contains("thick after rain"));
+    let kept = after.iter().find(|m| m.0 == summary).unwrap_or_else(|| panic!("the summary came back: {after:?}"));
+    assert!(kept.2 && kept.3, "pinned and edited: {kept:?}");
+    assert!(search(&paths, "second weir").contains("Maren said past the second weir"), "its edited text");
+    let covered: Vec<_> = after.iter().filter(|m| m.1 == "turn" && m.4).map(|m| m.0.clone()).collect();
+    let before_covered: Vec<_> = before.iter().filter(|m| m.1 == "turn" && m.4).map(|m| m.0.clone()).collect();
+    assert_eq!(covered, before_covered, "the turns it covers are summarised again, and no others");
+
+    // The message whose memory was deleted is still the chat's to edit and swipe.
+    run(&paths, &["chat", "edit", "--character", "Maren", "--message", &eel_reply, "Eels, and plenty."]);
+    assert_eq!(history(&paths)[4]["text"], "Eels, and plenty.");
+    assert!(!memories(&paths).iter().any(|m| m.0 == eel_reply), "editing the message does not bring its memory back");
+    run(&paths, &["chat", "regenerate", "--character", "Maren"]);
+    assert_eq!(history(&paths)[4]["text"], "Eels run thick after rain.");
+}

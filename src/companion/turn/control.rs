@@ -206,9 +206,18 @@ fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: (String, String), inject
     // One message at a time: the turns after it are embedded again with the context it
     // will have, read from the store as it is now.
     let (id, text) = changed;
-    let edit = bank.prepare_edit(&id, &text)?;
+    // A message whose memory the user deleted (`memory delete`, `memory forget`) is still
+    // the chat's to edit, redraw or swipe; its memory stays deleted.
+    let remembered = bank.store().with(|c| crate::memory::records::get(c, &id))?.is_some();
+    let edit = if remembered { Some(bank.prepare_edit(&id, &text)?) } else { None };
     let writes = bank.store().transaction(|tx| {
         records::update_turn(tx, turn)?;
+        let Some(edit) = edit else {
+            if let Some(injection) = injection {
+                crate::memory::injections::record(tx, &injection.agent, &injection.query, &turn.hits)?;
+            }
+            return Ok(crate::memory::MemoryWrite::default());
+        };
         let (reopened, _) = crate::memory::summarise::reopen_covering(tx, std::slice::from_ref(&id))?;
         let write = reopened.and(edit.write(tx)?);
         if let Some(injection) = injection {
