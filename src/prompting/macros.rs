@@ -6,7 +6,8 @@
 //! `{{roll:2d6+1}}`, `{{// comment}}`, `{{trim}}`, `{{newline}}`, and the legacy
 //! `<USER>` / `<BOT>`.
 //!
-//! Names are matched case-insensitively; a macro we do not know stays as written, so a
+//! A macro may hold macros (`{{random::{{user}}'s friend::{{user}}'s cousin}}`); the
+//! inner ones are expanded first. Names are matched case-insensitively; a macro we do not know stays as written, so a
 //! user's own `{{placeholders}}` reach the model untouched. Expansion is bounded: the
 //! fields a macro inserts (a description that says `{{char}}`) are expanded again, at
 //! most [`MAX_DEPTH`] levels deep, so a field that names itself cannot loop; a list or
@@ -114,11 +115,27 @@ impl Run<'_, '_> {
         while let Some(start) = rest.find("{{") {
             out.push_str(&rest[..start]);
             let after = &rest[start + 2..];
-            let Some(end) = after.find("}}") else {
-                out.push_str(&rest[start..]);
-                return out;
+            // A macro may hold macros (`{{random::{{user}}'s friend::{{user}}'s cousin}}`):
+            // the inner ones are expanded first, as SillyTavern does. Without a matching
+            // close for every open, the first `}}` ends the macro.
+            let (end, nested) = match matching_close(after) {
+                Some(end) => (end, after[..end].contains("{{")),
+                None => match after.find("}}") {
+                    Some(end) => (end, false),
+                    None => {
+                        out.push_str(&rest[start..]);
+                        return out;
+                    }
+                },
             };
-            let body = &after[..end];
+            let written = &after[..end];
+            let inner;
+            let body = if nested {
+                inner = self.expand(written, depth);
+                inner.as_str()
+            } else {
+                written
+            };
             match self.one(body, depth) {
                 Some(value) => out.push_str(&value),
                 None => {
@@ -238,6 +255,36 @@ impl Run<'_, '_> {
     }
 }
 
+/// Macros inside one macro, at most (deeper text is left to the first `}}` rule).
+const MAX_NESTING: usize = 8;
+
+/// Where the `}}` that closes a macro opened just before `text` is, counting the `{{`
+/// and `}}` of macros inside it; `None` when it is never closed or nests too deep.
+fn matching_close(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let (mut open, mut i) = (1usize, 0usize);
+    while i + 1 < bytes.len() {
+        match (bytes[i], bytes[i + 1]) {
+            (b'{', b'{') => {
+                open += 1;
+                if open > MAX_NESTING {
+                    return None;
+                }
+                i += 2;
+            }
+            (b'}', b'}') => {
+                open -= 1;
+                if open == 0 {
+                    return Some(i);
+                }
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 fn stable_hash(seed: &str, body: &str, n: u64) -> u64 {
     // FNV-1a: stable across runs and builds, unlike the standard library's hasher.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -313,6 +360,11 @@ mod tests {
             ("{{random::only one}}", "only one"),
             ("{{pick:a\\, b}}", "a, b"),
             ("unclosed {{char", "unclosed {{char"),
+            ("{{random::{{user}}'s oldest friend}}", "Kit's oldest friend"),
+            ("{{random::Hello {{user}}!::Hello {{user}}!}}", "Hello Kit!"),
+            ("{{roll:{{roll:d1}}d1+1}}", "2"),
+            ("{{mine::{{char}}}} stays", "{{mine::Seraphina}} stays"),
+            ("{{random::a {{b}}", "a {{b"),
         ];
         let mut failures = Vec::new();
         for (input, want) in cases {
