@@ -161,6 +161,11 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         stable_seed: &input.character.id,
         random_seed: Some(input.now.timestamp() as u64),
         now: Some(input.now.with_timezone(&chrono::Local)),
+        // `{{idle_duration}}`: since the user last wrote, as the temporal block says.
+        idle: input
+            .last_chat_at
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .and_then(|last| (input.now - last.with_timezone(&Utc)).to_std().ok()),
         ..Default::default()
     };
     let mut notes = input.notes;
@@ -420,14 +425,14 @@ mod tests {
         let config = CompanionConfig::default();
         let mut c = character();
         c.sheet[0].1 = "{{char}} binds books for {{user}} in <BOT>'s harbour town.{{// not sent}}".into();
-        c.sheet.push(("scenario".into(), "{{user}} brings {{char}} a torn atlas.".into()));
+        c.sheet.push(("scenario".into(), "{{user}} brings {{char}} a torn atlas after {{idle_duration}} away.".into()));
         let lore = [hit("l1", "{{char}}'s workshop smells of glue.", 0.9)];
         let mut with_lore = input(&c, &[], None);
         with_lore.lore = &lore;
         let packet = assemble(&templates, &config, with_lore).unwrap();
         let text = packet.text();
         assert!(text.contains("Ilse Marrow binds books for User in Ilse Marrow's harbour town."), "{text}");
-        assert!(text.contains("User brings Ilse Marrow a torn atlas."), "{text}");
+        assert!(text.contains("User brings Ilse Marrow a torn atlas after 3 hours away."), "the idle time since the last chat: {text}");
         assert!(text.contains("Ilse Marrow's workshop smells of glue."), "{text}");
         assert!(!text.contains("{{") && !text.contains("not sent"), "{text}");
     }

@@ -303,7 +303,9 @@ fn idle_words(idle: Option<Duration>) -> String {
         0 => "just now".into(),
         1..=59 => plural(minutes, "minute"),
         60..=1439 => plural(minutes / 60, "hour"),
-        _ => plural(minutes / 1440, "day"),
+        1440..=43_199 => plural(minutes / 1440, "day"),
+        43_200..=525_599 => plural(minutes / 43_200, "month"),
+        _ => plural(minutes / 525_600, "year"),
     }
 }
 
