@@ -233,6 +233,20 @@ pub struct CardText {
     pub post_history_instructions: String,
     pub creator_notes: String,
     pub tags: Vec<String>,
+    /// SillyTavern's Character's Note (`extensions.depth_prompt`): sent in the chat at
+    /// its depth, as its role, every message.
+    #[serde(default)]
+    pub depth_prompt: Option<DepthPrompt>,
+}
+
+/// A note a card puts into the chat at a depth (`extensions.depth_prompt`).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct DepthPrompt {
+    pub prompt: String,
+    /// Messages from the end of the chat (SillyTavern's default is 4).
+    pub depth: u32,
+    /// `system`, `user` or `assistant`.
+    pub role: String,
 }
 
 /// The card text of a character imported from a card (V1 fields at the top, V2/V3
@@ -254,6 +268,17 @@ pub fn card_text(record: &CharacterRecord) -> CardText {
         post_history_instructions: text("post_history_instructions"),
         creator_notes: text("creator_notes"),
         tags: list("tags"),
+        depth_prompt: data.get("extensions").and_then(|e| e.get("depth_prompt")).and_then(|d| {
+            let prompt = d.get("prompt").and_then(|v| v.as_str()).map(str::trim).filter(|p| !p.is_empty())?;
+            // Depth and role as SillyTavern reads them: a number (default 4), and one of
+            // three roles (anything else is the system's).
+            let depth = d.get("depth").and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))).unwrap_or(4);
+            let role = match d.get("role").and_then(|v| v.as_str()).map(str::trim) {
+                Some(r @ ("user" | "assistant")) => r.to_string(),
+                _ => "system".to_string(),
+            };
+            Some(DepthPrompt { prompt: prompt.to_string(), depth: depth.min(10_000) as u32, role })
+        }),
     }
 }
 

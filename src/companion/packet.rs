@@ -202,7 +202,9 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // Each kept entry where its position puts it, as SillyTavern places World Info:
     // before or after the character, around the example dialogue, in the chat at a depth;
     // the author's note's places (a chat here has no author's note) at its usual depth.
-    let (mut lore_before, mut lore, mut lore_at_depth) = (Vec::new(), Vec::new(), Vec::new());
+    // (place, order among one depth, text): at one depth the author's note's top entries
+    // come before its bottom ones, as around SillyTavern's note.
+    let (mut lore_before, mut lore, mut lore_at_depth) = (Vec::new(), Vec::new(), Vec::<(crate::lorebook::LorePlace, u8, String)>::new());
     let (mut lore_examples_top, mut lore_examples_bottom) = (Vec::new(), Vec::new());
     for (item, kept) in lore_items.into_iter().zip(keep) {
         if !kept {
@@ -211,11 +213,12 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         use crate::lorebook::{InsertionPosition as At, LorePlace, PromptRole};
         match input.lore_places.get(&item.id) {
             Some(place) if place.position == At::BeforeCharacter => lore_before.push(item.text),
-            Some(place) if place.position == At::AtDepth => lore_at_depth.push((*place, item.text)),
+            Some(place) if place.position == At::AtDepth => lore_at_depth.push((*place, 1, item.text)),
             Some(place) if place.position == At::ExamplesTop => lore_examples_top.push(item.text),
             Some(place) if place.position == At::ExamplesBottom => lore_examples_bottom.push(item.text),
             Some(place) if matches!(place.position, At::AuthorNoteTop | At::AuthorNoteBottom) => {
-                lore_at_depth.push((LorePlace { position: At::AtDepth, depth: AUTHOR_NOTE_DEPTH, role: PromptRole::System }, item.text))
+                let order = if place.position == At::AuthorNoteTop { 0 } else { 2 };
+                lore_at_depth.push((LorePlace { position: At::AtDepth, depth: AUTHOR_NOTE_DEPTH, role: PromptRole::System }, order, item.text))
             }
             _ => lore.push(item.text),
         }
@@ -244,23 +247,53 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // history reaches back to the first exchange (and the first to go when it is cut).
     let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
     let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
-    let history_items = greeting
-        .map(|g| item("greeting".into(), format!("[{name}]: {g}"), 0.0))
+    // Each item is one exchange (or the greeting), cut or kept whole; its messages one line each.
+    let history_messages: Vec<(String, Vec<String>)> = greeting
+        .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))
         .into_iter()
-        .chain(input.history.iter().map(|t| item(t.id.clone(), format!("[{user}]: {}\n[{name}]: {}", t.user_text.trim(), t.reply.trim()), 0.0)))
+        .chain(input.history.iter().map(|t| {
+            (t.id.clone(), vec![format!("[{user}]: {}", t.user_text.trim()), format!("[{name}]: {}", t.reply.trim())])
+        }))
         .collect();
-    let (mut history, history_dropped) = fitted(history_items, history_budget, DropPolicy::KeepNewestContiguous);
-    // Entries at depth N go N messages from the end of the history (an exchange is two
-    // messages), said as their role; deepest first so each counts from the end as sent.
-    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth));
-    for (place, text) in lore_at_depth {
-        let at = history.len().saturating_sub(place.depth.div_ceil(2) as usize);
-        let who = match place.role {
-            crate::lorebook::PromptRole::User => user.to_string(),
-            crate::lorebook::PromptRole::Assistant => name.to_string(),
-            _ => "System note".to_string(),
+    let history_items: Vec<BudgetItem> = history_messages.iter().map(|(id, lines)| item(id.clone(), lines.join("\n"), 0.0)).collect();
+    let (keep, history_dropped) = fit(&history_items, history_budget, DropPolicy::KeepNewestContiguous);
+    let mut history: Vec<String> =
+        history_messages.into_iter().zip(keep).filter(|(_, k)| *k).flat_map(|((_, lines), _)| lines).collect();
+    // The card's Character's Note goes in at its depth like a lore entry.
+    if let Some(note) = &card.depth_prompt {
+        let role = match note.role.as_str() {
+            "user" => crate::lorebook::PromptRole::User,
+            "assistant" => crate::lorebook::PromptRole::Assistant,
+            _ => crate::lorebook::PromptRole::System,
         };
-        history.insert(at, format!("[{who}]: {text}"));
+        let place = crate::lorebook::LorePlace { position: crate::lorebook::InsertionPosition::AtDepth, depth: note.depth, role };
+        lore_at_depth.push((place, 1, resolve(&note.prompt)));
+    }
+    // Depth N puts an entry N messages from the end of the chat as sent, the user's new
+    // message (its own block, after the history) being the last: so N - 1 history
+    // messages follow it (depth 0 can go no later than the history's end). Said as its
+    // role; at one depth in the order they came.
+    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth).then(a.1.cmp(&b.1)));
+    let mut placed: Vec<(usize, String)> = lore_at_depth
+        .into_iter()
+        .map(|(place, _, text)| {
+            let at = history.len().saturating_sub(place.depth.saturating_sub(1) as usize);
+            let who = match place.role {
+                crate::lorebook::PromptRole::User => user.to_string(),
+                crate::lorebook::PromptRole::Assistant => name.to_string(),
+                _ => "System note".to_string(),
+            };
+            (at, format!("[{who}]: {text}"))
+        })
+        .collect();
+    // Inserted from the last place back, each group in its order, so no insertion moves another.
+    placed.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut i = 0;
+    while i < placed.len() {
+        let at = placed[i].0;
+        let group: Vec<String> = placed[i..].iter().take_while(|p| p.0 == at).map(|p| p.1.clone()).collect();
+        i += group.len();
+        history.splice(at..at, group);
     }
 
     // The user's words are never cut: an over-long message is sent whole and the block
@@ -508,6 +541,7 @@ mod tests {
             hit("deep", "LORE-DEEP", 2.0),
             hit("em-top", "LORE-EM-TOP", 2.0),
             hit("em-bottom", "LORE-EM-BOTTOM", 2.0),
+            hit("an-bottom", "LORE-AN-BOTTOM", 2.0),
             hit("an-top", "LORE-AN", 2.0),
         ];
         let places = [
@@ -517,11 +551,14 @@ mod tests {
             ("em-top".to_string(), LorePlace { position: InsertionPosition::ExamplesTop, ..Default::default() }),
             ("em-bottom".to_string(), LorePlace { position: InsertionPosition::ExamplesBottom, ..Default::default() }),
             ("an-top".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, ..Default::default() }),
+            ("an-bottom".to_string(), LorePlace { position: InsertionPosition::AuthorNoteBottom, ..Default::default() }),
         ]
         .into_iter()
         .collect();
         let mut c = c;
         c.card.mes_example = "<START>\n{{char}}: The lock opens at dawn.".into();
+        c.card.depth_prompt =
+            Some(crate::character::DepthPrompt { prompt: "{{char}} NOTE-AT-ONE".into(), depth: 1, role: "assistant".into() });
         let mut given = input(&c, &[], None);
         given.history = &history;
         given.lore = &lore;
@@ -530,14 +567,19 @@ mod tests {
         let text = packet.text();
         let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
         assert!(at("LORE-BEFORE") < at("<assistant_persona>") && at("</assistant_persona>") < at("LORE-AFTER"), "{text}");
-        // Two messages (one exchange) from the end of the history.
-        assert!(at("answer two") < at("[System note]: LORE-DEEP") && at("[System note]: LORE-DEEP") < at("question three"), "{text}");
+        // Depth 2: two messages follow it in the chat as sent, the last reply and the new message.
+        assert!(at("question three") < at("[System note]: LORE-DEEP") && at("[System note]: LORE-DEEP") < at("answer three"), "{text}");
+        // The card's Character's Note at its depth (1: before the new message), as its role.
+        assert!(at("answer three") < at("[Ilse Marrow]: Ilse Marrow NOTE-AT-ONE") && at("NOTE-AT-ONE") < at("</chat_history>"), "{text}");
         // After the character comes before the user's persona and the examples, as in
         // SillyTavern's story string; the examples' own places go around them.
         assert!(at("LORE-AFTER") < at("LORE-EM-TOP") && at("LORE-EM-TOP") < at("<example_dialogue>"), "{text}");
         assert!(at("</example_dialogue>") < at("LORE-EM-BOTTOM"), "{text}");
-        // The author's note's places: at its usual depth, four messages from the end.
-        assert!(at("answer one") < at("[System note]: LORE-AN") && at("[System note]: LORE-AN") < at("question two"), "{text}");
+        // The author's note's places: at its usual depth, four messages from the end, its
+        // top entries before its bottom ones.
+        assert!(at("question two") < at("[System note]: LORE-AN\n") && at("[System note]: LORE-AN\n") < at("answer two"), "{text}");
+        assert!(at("[System note]: LORE-AN\n") < at("[System note]: LORE-AN-BOTTOM"), "{text}");
+        assert!(at("[System note]: LORE-AN-BOTTOM") < at("answer two"), "{text}");
     }
 
     #[test]

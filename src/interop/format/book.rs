@@ -34,6 +34,16 @@ pub fn decode_character_book(value: Value, path: &str) -> Result<Lorebook, Forma
         .enumerate()
         .map(|(i, e)| decode_entry(e, &f.child(&format!("entries[{i}]"))))
         .collect::<Result<_, _>>()?;
+    if exported_by_sillytavern(&book.entries) {
+        // SillyTavern writes `use_regex: true` on every entry of a card's book ("ST keys
+        // are always regex") and ignores the field when it reads a card: its keys are
+        // plain text unless written `/pattern/flags`. Read as regular expressions, "C++"
+        // or "who?" would fire on any "c" or on "whoever". The field is kept for export.
+        for e in &mut book.entries {
+            e.use_regex = false;
+            e.extra.insert("use_regex".into(), json!(true));
+        }
+    }
     book.extra = f.rest();
     book.source = Some(SourceDocument { format: SourceFormat::CharacterBook, json: without_entries(source) });
     Ok(book)
@@ -76,14 +86,20 @@ fn without_entries(mut value: Value) -> Value {
     value
 }
 
+/// Whether a book is SillyTavern's card export: every entry says `use_regex: true` and
+/// carries an extension field SillyTavern names in camel case.
+fn exported_by_sillytavern(entries: &[LoreEntry]) -> bool {
+    let st_written = |e: &LoreEntry| {
+        e.source.as_ref().and_then(|s| s.json.get("extensions")).is_some_and(|x| x.get("selectiveLogic").is_some() || x.get("useProbability").is_some())
+    };
+    !entries.is_empty() && entries.iter().all(|e| e.use_regex && st_written(e))
+}
+
 /// Read one `character_book` entry.
 pub fn decode_entry(value: Value, path: &str) -> Result<LoreEntry, FormatError> {
     let source = value.clone();
     let mut f = Fields::new(value, path)?;
-    let extensions = f.object_or_empty("extensions")?;
-    // Fields only SillyTavern's card export writes (camel-case among snake-case).
-    let written_by_sillytavern = extensions.contains_key("selectiveLogic") || extensions.contains_key("useProbability");
-    let mut ext = Fields::new(Value::Object(extensions), f.child("extensions"))?;
+    let mut ext = Fields::new(Value::Object(f.object_or_empty("extensions")?), f.child("extensions"))?;
     let mut e = LoreEntry {
         keys: f.strings_or_empty("keys")?,
         content: f.string_or_empty("content")?,
@@ -144,14 +160,6 @@ pub fn decode_entry(value: Value, path: &str) -> Result<LoreEntry, FormatError> 
     e.add_memo = ext.bool("add_memo")?.unwrap_or(!e.comment.is_empty());
     e.extensions = ext.rest();
     e.extra = f.rest();
-    if e.use_regex && written_by_sillytavern {
-        // SillyTavern writes `use_regex: true` on every entry it exports ("ST keys are
-        // always regex") and ignores the field when it reads a card: its keys are plain
-        // text unless written `/pattern/flags`. Read as a regex, "C++" or "who?" would
-        // fire on any "c" or "whoever". The field is kept for the card's export.
-        e.use_regex = false;
-        e.extra.insert("use_regex".into(), json!(true));
-    }
     e.source = Some(SourceDocument { format: SourceFormat::CharacterBook, json: source });
     Ok(e)
 }
@@ -390,12 +398,17 @@ mod tests {
         // As SillyTavern's card export writes every entry.
         let st = json!({"keys": ["C++", "who?"], "content": "x", "use_regex": true, "enabled": true, "insertion_order": 1,
             "extensions": {"selectiveLogic": 0, "useProbability": true, "display_index": 0}});
-        let e = decode_entry(st.clone(), "e").unwrap();
+        let book = decode_character_book(json!({"entries": [st.clone(), st]}), "").unwrap();
+        let e = &book.entries[0];
         assert!(!e.use_regex, "SillyTavern matches these keys as text");
-        assert_eq!(encode_entry(&e, BookFlavor::V2)["use_regex"], json!(true));
-        // Another tool's entry that asks for regular expressions gets them.
+        assert_eq!(encode_entry(e, BookFlavor::V2)["use_regex"], json!(true));
+        // Another tool's entry that asks for regular expressions gets them, and so does
+        // one entry of our own export among others that do not.
         let other = json!({"keys": ["gr[ae]y"], "content": "x", "use_regex": true, "enabled": true, "insertion_order": 1, "extensions": {}});
-        assert!(decode_entry(other, "e").unwrap().use_regex);
+        assert!(decode_character_book(json!({"entries": [other]}), "").unwrap().entries[0].use_regex);
+        let ours = |regex: bool| json!({"keys": ["gr[ae]y"], "content": "x", "use_regex": regex, "enabled": true, "insertion_order": 1,
+            "extensions": {"selectiveLogic": 0, "useProbability": true}});
+        assert!(decode_character_book(json!({"entries": [ours(true), ours(false)]}), "").unwrap().entries[0].use_regex);
     }
 
     #[test]
