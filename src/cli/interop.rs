@@ -282,7 +282,11 @@ pub fn entry(engine: &EngineHandle, verb: EntryVerb, json: bool) -> Result<ExitC
         }
         EntryVerb::Edit { lorebook, index, fields } => {
             // Read quietly, change only what was given, save (and print what was saved).
-            let current = entries_after(engine, true, InteropCommand::Entries { lorebook: lorebook.clone() }).map(|e| e.get(index).cloned());
+            engine.send(Command::Interop(InteropCommand::Entries { lorebook: lorebook.clone() }))?;
+            let current = super::drive::wait(engine, TIMEOUT, |event| match event {
+                Event::Interop(InteropEvent::Entries { entries, .. }) => Some(entries.get(index).cloned()),
+                _ => None,
+            });
             let Some(mut entry) = current? else { anyhow::bail!("{lorebook:?} has no entry at index {index} (see `lorebook entry list`)") };
             fields.apply(&mut entry)?;
             entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: Some(index), entry: Box::new(entry) })?;

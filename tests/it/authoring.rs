@@ -576,7 +576,10 @@ fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
     let refused = cli.run(&["lorebook", "entry", "edit", "river", "1", "--keys", "/gate(/"]).unwrap_err();
     assert!(refused.contains("keys") && refused.contains("regular expression"), "{refused}");
     let edited = cli.ok(&["lorebook", "entry", "edit", "river", "1", "--position", "at-depth", "--depth", "2", "--role", "user", "--sticky", "3"]);
+    assert_eq!(edited.iter().filter(|e| e["event"] == "entries").count(), 1, "only the book as saved: {edited:?}");
     let gate = &entries(&edited)[1];
+    let said = cli.text(&["lorebook", "entry", "edit", "river", "1", "--sticky", "3"]);
+    assert!(!said.contains("{\"event\""), "a person reads words, not the book as JSON: {said}");
     // SillyTavern's codes: position 4 is "at depth", role 1 is "user".
     assert_eq!((gate["position"].as_u64(), gate["depth"].as_u64(), gate["role"].as_u64(), gate["sticky"].as_u64()), (Some(4), Some(2), Some(1), Some(3)), "{gate}");
     assert_eq!(gate["content"], "The gate opens at dawn.", "settings not given are kept");
