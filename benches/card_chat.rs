@@ -104,6 +104,7 @@ fn main() {
                                 swipes: vec![reply],
                                 swipe: 0,
                                 file: None,
+                                user_name: None,
                             },
                         )?;
                     }

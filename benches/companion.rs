@@ -119,6 +119,7 @@ fn library(n: usize) -> Library {
                             swipes: Vec::new(),
                             swipe: 0,
                             file: None,
+                            user_name: None,
                         },
                     )?;
                 }

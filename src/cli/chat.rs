@@ -395,7 +395,7 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
 
 fn print_history(user: &str, name: &str, turns: &[ChatTurn]) -> Result<()> {
     for t in turns {
-        outln!("[{}] {user}: {}", t.at, t.user_text);
+        outln!("[{}] {}: {}", t.at, t.user_or(user), t.user_text);
         outln!("[{}] {name}: {}", t.at, t.reply);
     }
     Ok(())

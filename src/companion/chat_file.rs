@@ -219,6 +219,8 @@ pub fn send_date(value: &Value) -> Option<String> {
 /// the text Lorekeeper holds now, or new objects.
 pub struct ExportExchange<'a> {
     pub user_text: &'a str,
+    /// The name the user wrote it under (`None`: the chat's).
+    pub user_name: Option<&'a str>,
     pub reply: &'a str,
     pub swipes: &'a [String],
     pub swipe: u32,
@@ -261,7 +263,7 @@ pub fn render(chat: &ExportChat<'_>) -> String {
     for e in &chat.exchanges {
         let stored = |key: &str| e.raw.and_then(|r| r.get(key)).filter(|v| v.is_object()).cloned();
         let mut user = stored("user")
-            .unwrap_or_else(|| json!({ "name": chat.user_name, "is_user": true, "is_system": false, "send_date": e.at, "mes": "", "extra": {} }));
+            .unwrap_or_else(|| json!({ "name": e.user_name.unwrap_or(chat.user_name), "is_user": true, "is_system": false, "send_date": e.at, "mes": "", "extra": {} }));
         user["mes"] = Value::String(e.user_text.to_string());
         lines.push(user);
         let mut reply = stored("reply").unwrap_or_else(|| {
@@ -323,7 +325,7 @@ mod tests {
         let exchanges = file
             .exchanges
             .iter()
-            .map(|e| ExportExchange { user_text: &e.user_text, reply: &e.reply, swipes: &e.swipes, swipe: e.swipe, at: "", raw: Some(&e.raw) })
+            .map(|e| ExportExchange { user_text: &e.user_text, user_name: None, reply: &e.reply, swipes: &e.swipes, swipe: e.swipe, at: "", raw: Some(&e.raw) })
             .collect();
         let out = render(&ExportChat {
             user_name: "Tamsin",
@@ -346,7 +348,7 @@ mod tests {
             raw: None,
             greeting: Some((&greetings, 1)),
             created: "2026-11-23T10:00:00Z",
-            exchanges: vec![ExportExchange { user_text: "Open?", reply: "Yes.", swipes: &swipes, swipe: 1, at: "2026-11-23T10:01:00Z", raw: None }],
+            exchanges: vec![ExportExchange { user_text: "Open?", user_name: None, reply: "Yes.", swipes: &swipes, swipe: 1, at: "2026-11-23T10:01:00Z", raw: None }],
         });
         let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 4);

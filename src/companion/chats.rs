@@ -267,6 +267,8 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
             elapsed_ms: 0,
             swipes: e.swipes.clone(),
             swipe: e.swipe,
+            // The name the file gives the user's message (each message carries its own).
+            user_name: e.raw.get("user").and_then(|u| u.get("name")).and_then(|n| n.as_str()).map(str::to_string),
             file: Some(e.raw.clone()),
         });
         last_at = Some(at);
@@ -355,7 +357,15 @@ pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, Compan
         created: &created,
         exchanges: turns
             .iter()
-            .map(|t| ExportExchange { user_text: &t.user_text, reply: &t.reply, swipes: &t.swipes, swipe: t.swipe, at: &t.at, raw: t.file.as_ref() })
+            .map(|t| ExportExchange {
+                user_text: &t.user_text,
+                user_name: t.user_name.as_deref(),
+                reply: &t.reply,
+                swipes: &t.swipes,
+                swipe: t.swipe,
+                at: &t.at,
+                raw: t.file.as_ref(),
+            })
             .collect(),
     };
     Ok(chat_file::render(&chat))

@@ -153,4 +153,15 @@ pub struct ChatTurn {
     /// The chat-file objects an imported exchange came from (see `chat_file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<serde_json::Value>,
+    /// The name the user went by when they wrote this message (`None`: the chat's
+    /// persona, for exchanges stored before names were kept per message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_name: Option<String>,
+}
+
+impl ChatTurn {
+    /// Who wrote this exchange's message: its own name, else the chat's `persona`.
+    pub fn user_or<'a>(&'a self, persona: &'a str) -> &'a str {
+        self.user_name.as_deref().filter(|n| !n.trim().is_empty()).unwrap_or(persona)
+    }
 }

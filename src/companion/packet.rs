@@ -252,7 +252,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))
         .into_iter()
         .chain(input.history.iter().map(|t| {
-            (t.id.clone(), vec![format!("[{user}]: {}", t.user_text.trim()), format!("[{name}]: {}", t.reply.trim())])
+            (t.id.clone(), vec![format!("[{}]: {}", t.user_or(user), t.user_text.trim()), format!("[{name}]: {}", t.reply.trim())])
         }))
         .collect();
     let history_items: Vec<BudgetItem> = history_messages.iter().map(|(id, lines)| item(id.clone(), lines.join("\n"), 0.0)).collect();
@@ -533,6 +533,7 @@ mod tests {
             swipes: Vec::new(),
             swipe: 0,
             file: None,
+            user_name: None,
         };
         let history = [turn(1, "one"), turn(2, "two"), turn(3, "three")];
         let lore = [

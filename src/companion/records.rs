@@ -192,7 +192,7 @@ pub fn chat_user(conn: &Connection, state: &ChatState, fallback: &str) -> Result
 }
 
 const TURN_COLUMNS: &str = "id, character_id, seq, session, user_text, reply, at, user_memory_id, reply_memory_id, proximity, \
-     packet_json, hits_json, attempts, prompt_tokens, completion_tokens, from_cache, elapsed_ms, swipes_json, swipe, file_json";
+     packet_json, hits_json, attempts, prompt_tokens, completion_tokens, from_cache, elapsed_ms, swipes_json, swipe, file_json, user_name";
 
 fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, String)> {
     Ok((
@@ -221,6 +221,7 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, S
             },
             swipe: r.get(18)?,
             file: r.get::<_, Option<String>>(19)?.and_then(|j| serde_json::from_str(&j).ok()),
+            user_name: r.get(20)?,
         },
         r.get(10)?,
         r.get(11)?,
@@ -298,7 +299,7 @@ pub fn delete_turn(conn: &Connection, character_id: &str, turn_id: &str) -> Resu
 /// Write a finished exchange and the chat's new state (inside the commit transaction).
 pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError> {
     conn.execute(
-        &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"),
+        &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
         params![
             turn.id,
             turn.character_id,
@@ -320,6 +321,7 @@ pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
             to_json(&if turn.swipes.is_empty() { vec![turn.reply.clone()] } else { turn.swipes.clone() })?,
             turn.swipe,
             turn.file.as_ref().map(|f| f.to_string()),
+            turn.user_name,
         ],
     )?;
     conn.execute(

@@ -346,7 +346,7 @@ impl ChatPanel {
         let character = self.selected.clone().unwrap_or_default();
         for (i, t) in self.turns.iter().enumerate() {
             for (message, speaker, text, strong) in
-                [(format!("{}-u", t.id), user.to_string(), &t.user_text, true), (format!("{}-r", t.id), name.to_string(), &t.reply, false)]
+                [(format!("{}-u", t.id), t.user_or(user).to_string(), &t.user_text, true), (format!("{}-r", t.id), name.to_string(), &t.reply, false)]
             {
                 if let Some((_, draft)) = self.editing.as_mut().filter(|(m, _)| *m == message) {
                     ui.horizontal(|ui| {
@@ -639,7 +639,7 @@ impl ChatPanel {
             let found: Vec<String> = self
                 .turns
                 .iter()
-                .flat_map(|t| [(t.seq, user, &t.user_text), (t.seq, name.as_str(), &t.reply)])
+                .flat_map(|t| [(t.seq, t.user_or(user), &t.user_text), (t.seq, name.as_str(), &t.reply)])
                 .filter(|(_, _, text)| text.to_lowercase().contains(&needle))
                 .map(|(seq, who, text)| format!("#{seq} · {who}: {}", text.replace('\n', " ")))
                 .collect();

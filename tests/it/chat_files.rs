@@ -331,3 +331,47 @@ fn a_chat_played_again_keeps_its_deleted_memories_deleted_and_its_summaries() {
     run(&paths, &["chat", "regenerate", "--character", "Maren"]);
     assert_eq!(history(&paths)[4]["text"], "Eels run thick after rain.");
 }
+
+/// A persona switched mid-chat names the messages written after it; the ones before
+/// keep the name they were written under, in the prompt, in memory and in the export.
+#[test]
+fn switching_persona_does_not_rename_what_was_already_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "rules": [], "default": "[Maren Vosk]: Hm." }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
+        "first_mes": "", "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
+        "tags": [], "creator": "", "character_version": "1", "extensions": {} } });
+    let file = dir.path().join("maren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    run(&paths, &["persona", "new", "Tamsin"]);
+    run(&paths, &["persona", "use", "Tamsin", "--chat", "Maren"]);
+    run(&paths, &["chat", "send", "--character", "Maren", "First, as Tamsin."]);
+    run(&paths, &["persona", "new", "Pat"]);
+    run(&paths, &["persona", "use", "Pat", "--chat", "Maren"]);
+    let sent = run(&paths, &["chat", "send", "--character", "Maren", "Then, as Pat.", "--json"]);
+    let packet = sent.last().unwrap()["turn"]["packet"]["messages"][1]["content"].as_str().unwrap().to_string();
+    assert!(packet.contains("[Tamsin]: First, as Tamsin."), "{packet}");
+    let out = dir.path().join("maren.jsonl");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", out.to_str().unwrap()]);
+    let lines: Vec<Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let users: Vec<&str> = lines.iter().filter(|l| l["is_user"] == true).map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(users, ["Tamsin", "Pat"], "{lines:?}");
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let speakers: Vec<String> = store
+        .with(|c| {
+            let mut stmt = c.prepare("SELECT speaker FROM memories WHERE kind = 'turn' AND speaker != 'Maren Vosk' ORDER BY seq")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<Result<Vec<String>, _>>()?)
+        })
+        .unwrap();
+    assert_eq!(speakers, ["Tamsin", "Pat"]);
+}

@@ -270,6 +270,7 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         swipes: vec![reply],
         swipe: 0,
         file: None,
+        user_name: Some(prepared.user.name.clone()),
     };
     let items = memories_of(&turn, &character.name, &prepared.user.name);
     let agent = format!("companion:{}", character.name);
@@ -310,11 +311,11 @@ pub(crate) fn memories_of(turn: &ChatTurn, name: &str, user: &str) -> Vec<NewMem
         session: Some(turn.session.clone()),
         fiction_time: None,
         time: Some(turn.at.clone()),
-        witnesses: vec![name.to_string(), user.to_string()],
+        witnesses: vec![name.to_string(), turn.user_or(user).to_string()],
         source: Some(format!("chat:{}", turn.id)),
         content_hash: None,
     };
-    [memory("u", user, &turn.user_text), memory("r", name, &turn.reply)].into_iter().filter(|m| !m.text.trim().is_empty()).collect()
+    [memory("u", turn.user_or(user), &turn.user_text), memory("r", name, &turn.reply)].into_iter().filter(|m| !m.text.trim().is_empty()).collect()
 }
 
 /// The summarisation cycle after a committed turn. A failure only postpones it: the
