@@ -486,6 +486,16 @@ fn a_pinned_memory_is_in_every_packet_of_its_character() {
     memory(lorekeeper::memory::MemoryCommand::Pin { id: "pin-1".into(), pinned: false });
     let after = committed(&send(&engine, "The gulls are loud today.", None));
     assert!(!bank(&after).contains("green lamp"), "unpinned: left out again");
+    // A recent message, still in the history: pinned alone it is read there; pinned with
+    // its memory edited, the edited words are sent too.
+    let recent = format!("{}-u", after.id);
+    memory(lorekeeper::memory::MemoryCommand::Pin { id: recent.clone(), pinned: true });
+    let plain = committed(&send(&engine, "Tea?", None));
+    assert!(!bank(&plain).contains("gulls"), "read in the history, not twice: {:?}", plain.packet.block("memory_bank"));
+    assert!(plain.packet.notes.iter().any(|n| n.contains("still in the chat history")), "{:?}", plain.packet.notes);
+    memory(lorekeeper::memory::MemoryCommand::Edit { id: recent, text: "The gulls were loud the day the user's sister left.".into() });
+    let edited = committed(&send(&engine, "More tea?", None));
+    assert!(bank(&edited).contains("the day the user's sister left"), "{:?}", edited.packet.block("memory_bank"));
 }
 
 /// A World Info entry flagged `vectorized` fires in chat when the message is close to it

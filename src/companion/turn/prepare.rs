@@ -112,9 +112,15 @@ pub fn retrieve(
     // Pinned memories come every time, first, whatever the message asks.
     let pinned = bank.pinned(&Scope::character(character.id.clone()), None)?;
     if !pinned.is_empty() {
-        notes.push(format!("memory bank: {} pinned", pinned.len()));
-        memories.retain(|m| !pinned.iter().any(|p| p.id == m.id));
-        memories = pinned.into_iter().filter(|p| !skip.contains(&p.id)).chain(memories).collect();
+        // A pinned message still in the recent history is read there, unless the user
+        // edited its memory: then the edited words are what it should remember.
+        let (sent, in_history): (Vec<RetrievalHit>, Vec<RetrievalHit>) = pinned.into_iter().partition(|p| p.edited || !skip.contains(&p.id));
+        notes.push(match in_history.len() {
+            0 => format!("memory bank: {} pinned", sent.len()),
+            n => format!("memory bank: {} pinned ({n} more pinned, unedited and still in the chat history)", sent.len()),
+        });
+        memories.retain(|m| !sent.iter().chain(&in_history).any(|p| p.id == m.id));
+        memories = sent.into_iter().chain(memories).collect();
         for (i, hit) in memories.iter_mut().enumerate() {
             hit.rank = i + 1;
         }
