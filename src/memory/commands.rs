@@ -97,6 +97,13 @@ const MAX_IMPORT_BYTES: u64 = 1 << 30;
 
 /// Parse an import file fully before writing anything: a bad line changes nothing.
 pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
+    read_import_resolving(path, &|id| Ok(id.to_string()))
+}
+
+/// [`read_import`], with each `character:KEY` scope's key turned into the character's
+/// id by `character` (a name is what a person writes; memories are kept by id, so a
+/// name left as it is would belong to nobody). A key it cannot resolve fails its line.
+pub fn read_import_resolving(path: &Path, character: &dyn Fn(&str) -> Result<String, String>) -> Result<Vec<NewMemory>, MemoryError> {
     let shown = path.display().to_string();
     let text = crate::paths::read_text_bounded(path, MAX_IMPORT_BYTES).map_err(|e| MemoryError::Read { path: shown.clone(), message: e.to_string() })?;
     let mut out = Vec::new();
@@ -109,10 +116,15 @@ pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
         if l.id.trim().is_empty() || l.text.trim().is_empty() {
             return Err(bad("`id` and `text` must not be empty".into()));
         }
-        let scope = match &l.scope {
+        let mut scope = match &l.scope {
             Some(s) => Scope::parse(s).ok_or_else(|| bad(format!("unknown scope {s:?} (world, campaign:ID, character:ID)")))?,
             None => Scope::world(),
         };
+        if scope.kind == ScopeKind::Character
+            && let Some(key) = scope.id.take()
+        {
+            scope.id = Some(character(&key).map_err(|e| bad(format!("scope {:?}: {e}", format!("character:{key}"))))?);
+        }
         let kind = match &l.kind {
             Some(k) => MemoryKind::parse(k).ok_or_else(|| bad(format!("unknown kind {k:?} (turn, summary, lore)")))?,
             None => MemoryKind::Turn,
@@ -138,10 +150,20 @@ pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
 pub fn import_file(
     bank: &MemoryBank,
     path: &Path,
+    progress: impl FnMut(usize, usize),
+) -> Result<ImportSummary, MemoryError> {
+    import_file_resolving(bank, path, &|id| Ok(id.to_string()), progress)
+}
+
+/// [`import_file`] with character scopes resolved (see [`read_import_resolving`]).
+pub fn import_file_resolving(
+    bank: &MemoryBank,
+    path: &Path,
+    character: &dyn Fn(&str) -> Result<String, String>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ImportSummary, MemoryError> {
     let started = Instant::now();
-    let items = read_import(path)?;
+    let items = read_import_resolving(path, character)?;
     let total = items.len();
     let sessions = items.iter().filter_map(|m| m.session.as_deref()).collect::<std::collections::HashSet<_>>().len();
     progress(0, total);
@@ -260,7 +282,8 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
     match command {
         MemoryCommand::Import { path } => {
             let mut last = Instant::now();
-            let summary = import_file(&bank, &path, |done, total| {
+            let character = |key: &str| ctx.store.with(|c| crate::character::resolve(c, key)).map(|c| c.id).map_err(|e| e.to_string());
+            let summary = import_file_resolving(&bank, &path, &character, |done, total| {
                 // At most ~10 progress events a second, plus the first and the last.
                 if done == 0 || done == total || last.elapsed().as_millis() >= 100 {
                     last = Instant::now();

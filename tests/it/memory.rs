@@ -1083,3 +1083,32 @@ fn after_an_edit_or_a_delete_the_next_turns_vectors_are_those_of_the_conversatio
         assert!(top[0].1 > 0.9999, "{id}: the vector list holds its new vector ({top:?})");
     }
 }
+
+/// An import line may name its character ("character:Wren Ashdown", as a person writes
+/// it): the memory is kept under the character's id, so the character recalls it; a
+/// name that is no character stops the import at that line, and nothing is written.
+#[test]
+fn an_import_names_its_character_and_a_wrong_name_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Wren Ashdown", "description": "A lighthouse keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "", "character_version": "1", "extensions": {} } });
+    let file = dir.path().join("wren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    assert!(lorekeeper(&dir, &["import", file.to_str().unwrap()]).status.success());
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(&turns, r#"{"id":"p1","speaker":"user","text":"We counted eleven puffins on the north stack.","scope":"character:Wren Ashdown"}"#).unwrap();
+    let imported = lorekeeper(&dir, &["memory", "import", turns.to_str().unwrap()]);
+    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let found = lorekeeper(&dir, &["memory", "search", "puffins", "--scope", "character:Wren Ashdown", "--json"]);
+    assert!(String::from_utf8_lossy(&found.stdout).contains("eleven puffins"), "{}", String::from_utf8_lossy(&found.stdout));
+
+    let wrong = dir.path().join("wrong.jsonl");
+    std::fs::write(&wrong, "{\"id\":\"p2\",\"speaker\":\"user\",\"text\":\"Gannets too.\",\"scope\":\"character:Wren Ashdown\"}\n{\"id\":\"p3\",\"speaker\":\"user\",\"text\":\"And terns.\",\"scope\":\"character:nobody-at-all\"}\n").unwrap();
+    let refused = lorekeeper(&dir, &["memory", "import", wrong.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("line 2") && said.contains("nobody-at-all"), "{said}");
+    let none = lorekeeper(&dir, &["memory", "search", "gannets", "--json"]);
+    assert!(!String::from_utf8_lossy(&none.stdout).contains("Gannets"), "nothing of the refused file was written");
+}
