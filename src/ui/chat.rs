@@ -768,9 +768,9 @@ impl ChatPanel {
             for hit in &view.hits {
                 ui.horizontal(|ui| {
                     ui.label(format!("#{}", hit.rank));
-                    score_bar(ui, "fused", hit.score, best);
-                    score_bar(ui, "keyword", hit.keyword_score.unwrap_or(0.0), 20.0);
-                    score_bar(ui, "vector", hit.vector_score.unwrap_or(0.0), 1.0);
+                    score_bar(ui, "fused", Some(hit.score), best);
+                    score_bar(ui, "keyword", hit.keyword_score, 20.0);
+                    score_bar(ui, "vector", hit.vector_score, 1.0);
                     if ui.small_button("Open").on_hover_text("Show in the memory browser").clicked() {
                         open = Some(hit.id.clone());
                     }
@@ -808,9 +808,19 @@ fn history(character_id: &str) -> Command {
     Command::Companion(CompanionCommand::History { character: character_id.to_string(), limit: HISTORY_LIMIT })
 }
 
-fn score_bar(ui: &mut egui::Ui, label: &str, value: f32, scale: f32) {
-    let fraction = if scale > 0.0 { (value / scale).clamp(0.0, 1.0) } else { 0.0 };
-    ui.add(egui::ProgressBar::new(fraction).desired_width(60.0).text(format!("{label} {value:.2}")));
+/// The score's name beside a bar that holds only its number, so neither is cut off at
+/// the bar's width; "–" when that list did not return the memory (a pinned memory).
+fn score_bar(ui: &mut egui::Ui, label: &str, value: Option<f32>, scale: f32) {
+    ui.weak(label);
+    match value {
+        Some(value) => {
+            let fraction = if scale > 0.0 { (value / scale).clamp(0.0, 1.0) } else { 0.0 };
+            ui.add(egui::ProgressBar::new(fraction).desired_width(56.0).text(format!("{value:.2}"))).on_hover_text(format!("{label} score {value:.4}"));
+        }
+        None => {
+            ui.label("–").on_hover_text(format!("not in the {label} results"));
+        }
+    }
 }
 
 impl super::Panel for ChatPanel {

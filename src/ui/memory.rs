@@ -685,7 +685,9 @@ fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Opt
                         hit.time.as_deref().unwrap_or("no time")
                     ));
                 });
-                row.col(|ui| score_bar(ui, Some(hit.score), max_fused, "fused"));
+                // The newest memories (no query) were not scored: no bar claims they were.
+                let scored = hit.keyword_score.is_some() || hit.vector_score.is_some() || hit.score > 0.0;
+                row.col(|ui| score_bar(ui, scored.then_some(hit.score), max_fused, "fused"));
                 row.col(|ui| score_bar(ui, hit.keyword_score, max_kw, "keyword"));
                 row.col(|ui| score_bar(ui, hit.vector_score, 1.0, "vector"));
                 row.col(|ui| {
