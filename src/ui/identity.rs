@@ -38,6 +38,12 @@ pub struct IdentityPanels {
     wanted: Option<String>,
     /// The feedback field, whose Ctrl+Enter keys are the inspector's own.
     feedback_id: Option<egui::Id>,
+    /// Checkpoints (run, number) whose agent this process runs: seen start, not yet end.
+    /// A checkpoint the store says is working but that is not here runs in another
+    /// process (the CLI, a server), whose events never reach this one.
+    here: std::collections::BTreeSet<(String, u8)>,
+    /// When the selected run's state was last read because another process works on it.
+    polled: Option<std::time::Instant>,
 }
 
 struct SeedForm {
@@ -79,6 +85,34 @@ impl IdentityPanels {
         self.view.as_ref()
     }
 
+    /// Agents of the selected run working in this process (quitting would stop them).
+    pub fn working_here(&self) -> usize {
+        let Some(view) = &self.view else { return 0 };
+        view.checkpoints.iter().filter(|c| c.record.status.is_working() && self.here.contains(&(view.run.id.clone(), c.record.number))).count()
+    }
+
+    /// While the selected run has agents working in another process, its state is read
+    /// again every two seconds (that process's events never reach this one); returns
+    /// when to look next, for the window to wake.
+    pub fn poll_elsewhere(&mut self, outbox: &mut Vec<Command>) -> Option<std::time::Duration> {
+        const EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+        let view = self.view.as_ref()?;
+        let elsewhere = view.checkpoints.iter().any(|c| c.record.status.is_working() && !self.here.contains(&(view.run.id.clone(), c.record.number)));
+        if !elsewhere {
+            self.polled = None;
+            return None;
+        }
+        let id = view.run.id.clone();
+        match self.polled {
+            Some(at) if at.elapsed() < EVERY => Some(EVERY - at.elapsed()),
+            _ => {
+                self.polled = Some(std::time::Instant::now());
+                self.refresh(&id, outbox);
+                Some(EVERY)
+            }
+        }
+    }
+
     pub fn selected(&self) -> Option<&str> {
         self.selected.as_deref()
     }
@@ -89,6 +123,21 @@ impl IdentityPanels {
     }
 
     pub fn apply(&mut self, event: &IdentityEvent, outbox: &mut Vec<Command>) {
+        match event {
+            IdentityEvent::AgentStarted { character_id, checkpoint, .. } => {
+                self.here.insert((character_id.clone(), *checkpoint));
+            }
+            IdentityEvent::CheckpointReady { character_id, checkpoint_number, .. } => {
+                self.here.remove(&(character_id.clone(), *checkpoint_number));
+            }
+            IdentityEvent::Error { character_id, checkpoint: Some(n), .. } | IdentityEvent::Cancelled { character_id, checkpoint: n } => {
+                self.here.remove(&(character_id.clone(), *n));
+            }
+            IdentityEvent::Idle { character_id, .. } | IdentityEvent::CharacterComplete { character_id, .. } => {
+                self.here.retain(|(run, _)| run != character_id);
+            }
+            _ => {}
+        }
         match event {
             IdentityEvent::Runs { runs } => {
                 self.runs = runs.clone();

@@ -429,13 +429,19 @@ impl WorkbenchApp {
         if self.panels.chat.live().is_some() {
             work.push("a chat reply".to_string());
         }
+        // Only agents this process runs: one the CLI or a server runs goes on without us.
         if let Some(view) = self.panels.identity.view() {
-            let agents = view.checkpoints.iter().filter(|c| c.record.status.is_working()).count();
+            let agents = self.panels.identity.working_here();
             if agents > 0 {
                 work.push(format!("{agents} identity agent(s) of {}", view.run.name));
             }
         }
         (!work.is_empty()).then(|| work.join(", "))
+    }
+
+    /// Close without the close guard's question (the screenshot verb, done capturing).
+    pub fn quit_without_asking(&mut self) {
+        self.quit_anyway = true;
     }
 
     /// Whether the close guard is showing.
@@ -680,6 +686,13 @@ impl eframe::App for WorkbenchApp {
             });
         }
         self.shortcuts(ui);
+        let mut polls = Vec::new();
+        if let Some(next) = self.panels.identity.poll_elsewhere(&mut polls) {
+            ui.ctx().request_repaint_after(next);
+        }
+        for command in polls {
+            self.send(command);
+        }
         let dropped: Vec<std::path::PathBuf> = ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).collect());
         if !dropped.is_empty() {
             self.show_panel(PanelKind::Library);

@@ -56,6 +56,8 @@ impl eframe::App for Capture {
             if let Ok(mut slot) = self.result.lock() {
                 *slot = Some(written);
             }
+            // Captured: nothing of ours is left to lose, whatever a panel shows as running.
+            self.app.quit_without_asking();
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
             return;
         }

@@ -1301,3 +1301,34 @@ fn a_long_name_stays_in_its_column_of_the_library() {
     let books = harness.get_by_label_contains("Lorebooks (").rect();
     assert!(row.right() < books.left() && button.right() <= books.left(), "{row:?} {button:?} reach the lorebooks at {books:?}");
 }
+
+/// Another process (the CLI, a server) works on the run the Waves panel shows: its
+/// events never reach this window, so the panel reads the run again while it works, and
+/// quitting does not claim to stop work that is not this window's.
+#[test]
+fn a_run_another_process_works_on_is_followed_and_does_not_hold_the_window_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = identity_app(dir.path());
+    start_identity(&mut harness, false);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
+    });
+    let run = harness.state().identity().view().unwrap().run.id.clone();
+    // As another process leaves it: checkpoint 1 regenerating, written to the library.
+    let store = lorekeeper::store::Store::open(&dir.path().join("library.sqlite")).unwrap();
+    let set = |status: &str| {
+        store
+            .with(|c| Ok(c.execute("UPDATE identity_checkpoints SET status = ?1 WHERE run_id = ?2 AND number = 1", rusqlite::params![status, run])?))
+            .unwrap();
+    };
+    set("running");
+    // Something in this window asks for the run again (here: opening the checkpoint).
+    harness.state().engine().send(lorekeeper::engine::Command::Identity(lorekeeper::identity::IdentityCommand::Snapshot { character_id: run.clone() })).unwrap();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.is_working()));
+    assert_eq!(harness.state().running_work(), None, "another process's agent is not this window's to stop");
+    // The other process finishes: no event arrives, the panel reads it anyway.
+    set("awaiting_approval");
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
+    });
+}
