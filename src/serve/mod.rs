@@ -9,6 +9,7 @@
 //! and then every request carries it.
 
 mod identity;
+mod memory;
 pub mod openapi;
 mod play;
 
@@ -163,7 +164,7 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 }
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
-    let api = identity::routes().merge(play::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
+    let api = identity::routes().merge(play::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
     let app = api.layer(axum::middleware::from_fn_with_state(state.clone(), authorise)).with_state(state);
     match cors {
         Some(origin) => app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {

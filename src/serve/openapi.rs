@@ -34,6 +34,10 @@ use utoipa::OpenApi;
         super::play::memory_search,
         super::play::memory_models,
         super::play::memory_use_model,
+        super::memory::pin,
+        super::memory::edit,
+        super::memory::remove,
+        super::memory::forget,
         super::play::import,
     ),
     components(schemas(super::ErrorBody))

@@ -376,6 +376,29 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
         }
     }
 
+    // Curation, as in the memory browser: pin, edit (found by its new words, not its
+    // old), delete; a memory or session that is not there is a 404, a typo a 400.
+    let id = hits.iter().find(|h| h["text"].as_str().is_some_and(|t| t.contains("kettle"))).unwrap()["id"].as_str().unwrap().to_string();
+    let (status, pinned) = call(&agent, "POST", &format!("{base}/api/memory/{id}/pin"), None, None);
+    assert_eq!((status, pinned["action"].as_str()), (200, Some("pinned")), "{pinned}");
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/memory/{id}/edit"), Some(r#"{"txt": "x"}"#), None);
+    assert_eq!(status, 400, "{typo}");
+    let (status, edited) = call(&agent, "POST", &format!("{base}/api/memory/{id}/edit"), Some(r#"{"text": "The samovar hissed all night."}"#), None);
+    assert_eq!((status, edited["action"].as_str()), (200, Some("edited")), "{edited}");
+    let (_, found) = call(&agent, "GET", &format!("{base}/api/memory/search?q=samovar&k=5"), None, None);
+    let hit = found["hits"].as_array().unwrap().iter().find(|h| h["id"] == id.as_str()).cloned().unwrap_or_else(|| panic!("{found}"));
+    assert_eq!((hit["pinned"].as_bool(), hit["edited"].as_bool()), (Some(true), Some(true)), "{hit}");
+    let (_, old) = call(&agent, "GET", &format!("{base}/api/memory/search?q=kettle&k=20"), None, None);
+    assert!(!old["hits"].as_array().unwrap().iter().any(|h| h["id"] == id.as_str() && h["text"].as_str().is_some_and(|t| t.contains("kettle"))), "{old}");
+    let deleted = agent.delete(&format!("{base}/api/memory/{id}")).call().unwrap();
+    assert_eq!(deleted.status().as_u16(), 200);
+    let (_, gone) = call(&agent, "GET", &format!("{base}/api/memory/search?q=samovar&k=5"), None, None);
+    assert!(!gone["hits"].as_array().unwrap().iter().any(|h| h["id"] == id.as_str()), "{gone}");
+    let again = agent.delete(&format!("{base}/api/memory/{id}")).call().unwrap();
+    assert_eq!(again.status().as_u16(), 404);
+    let (status, missing) = call(&agent, "POST", &format!("{base}/api/memory/forget"), Some(r#"{"session": "no-such-session"}"#), None);
+    assert_eq!(status, 404, "{missing}");
+
     let (status, models) = call(&agent, "GET", &format!("{base}/api/memory/model"), None, None);
     assert_eq!(status, 200, "{models}");
     assert_eq!(models["in_use"], "all-MiniLM-L6-v2/model.onnx");

@@ -1,0 +1,108 @@
+//! Memory curation over HTTP, as in the workbench's memory browser and the CLI: pin a
+//! memory (its character is given it every time, within budget), change its text (one
+//! transaction: text, keyword index, vector), delete it, or forget a whole session.
+//! Each answers with what was done (`action`, `ids`) once it is committed.
+
+use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use crate::engine::{Command, Event};
+use crate::memory::{MemoryCommand, MemoryEvent};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A curation is one transaction (an edit embeds one text first).
+const LIMIT: Duration = Duration::from_secs(60);
+
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/memory/forget", post(forget))
+        .route("/api/memory/{id}", delete(remove))
+        .route("/api/memory/{id}/pin", post(pin))
+        .route("/api/memory/{id}/edit", post(edit))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PinBody {
+    #[serde(default = "yes")]
+    pinned: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditBody {
+    text: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForgetBody {
+    session: String,
+}
+
+/// Send `command` and wait for its outcome: the curation, or the engine's error for it
+/// (404 when the memory or session does not exist).
+async fn curate(state: &AppState, command: MemoryCommand, what: &'static str, key: String) -> Result<axum::Json<Value>, ApiError> {
+    let mut events = state.events.subscribe();
+    state.send(Command::Memory(command))?;
+    let outcome = wait_for(&mut events, LIMIT, |event| match event {
+        Event::Memory(MemoryEvent::Curated { curated }) if curated.ids.contains(&key) || what == "memory forget" => Some(Ok(json!(curated))),
+        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == what && message.contains(key.as_str()) => {
+            Some(Err(message.clone()))
+        }
+        _ => None,
+    })
+    .await
+    .unwrap_or_else(|| Err("no answer in time".into()));
+    outcome.map(axum::Json).map_err(|message| {
+        if message.contains("not found") { ApiError::not_found(message) } else { ApiError::new(StatusCode::BAD_REQUEST, message) }
+    })
+}
+
+/// Pin a memory (`{"pinned": false}` unpins it).
+#[utoipa::path(post, path = "/api/memory/{id}/pin", params(("id" = String, Path)),
+    request_body(content = String, description = "{\"pinned\": true} (the default with an empty body)", content_type = "application/json"),
+    responses((status = 200, description = "{\"action\": \"pinned\", \"ids\": [...]}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn pin(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: PinBody = if bytes.iter().all(u8::is_ascii_whitespace) { PinBody { pinned: true } } else { body(&bytes)? };
+    curate(&state, MemoryCommand::Pin { id: id.clone(), pinned: request.pinned }, "memory pin", id).await
+}
+
+/// Give a memory a new text: embedded, then text, keyword index and vector replaced in
+/// one transaction; the memory is marked as edited.
+#[utoipa::path(post, path = "/api/memory/{id}/edit", params(("id" = String, Path)),
+    request_body(content = String, description = "{\"text\": \"...\"}", content_type = "application/json"),
+    responses((status = 200, description = "{\"action\": \"edited\", \"ids\": [...]}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn edit(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: EditBody = body(&bytes)?;
+    if request.text.trim().is_empty() {
+        return Err(ApiError::bad_request("`text` is empty: delete the memory instead"));
+    }
+    curate(&state, MemoryCommand::Edit { id: id.clone(), text: request.text }, "memory edit", id).await
+}
+
+/// Delete a memory (its keyword row and vector go with it).
+#[utoipa::path(delete, path = "/api/memory/{id}", params(("id" = String, Path)),
+    responses((status = 200, description = "{\"action\": \"deleted\", \"ids\": [...]}"), (status = 404, body = ErrorBody)))]
+pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    curate(&state, MemoryCommand::Delete { id: id.clone() }, "memory delete", id).await
+}
+
+/// Delete every memory of a session.
+#[utoipa::path(post, path = "/api/memory/forget", request_body(content = String, description = "{\"session\": \"...\"}", content_type = "application/json"),
+    responses((status = 200, description = "{\"action\": \"forgot\", \"ids\": [...]}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn forget(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: ForgetBody = body(&bytes)?;
+    let session = request.session.clone();
+    curate(&state, MemoryCommand::ForgetSession { session: request.session }, "memory forget", session).await
+}
