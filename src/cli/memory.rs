@@ -206,6 +206,9 @@ fn import(engine: &EngineHandle, file: PathBuf, json: bool, out: &mut impl Write
             "imported {} turns from {} session(s) in {} ms ({:.0}/s)",
             summary.imported, summary.sessions, summary.elapsed_ms, summary.per_second
         )?;
+        for key in &summary.unknown_characters {
+            writeln!(out, "note: no character of this library is called or has the id {key:?}; its memories are kept under that id")?;
+        }
     }
     Ok(())
 }

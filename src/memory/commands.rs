@@ -70,6 +70,10 @@ pub struct ImportSummary {
     pub sessions: usize,
     pub elapsed_ms: u64,
     pub per_second: f64,
+    /// `character:KEY` scopes that name no character of the library: kept as written
+    /// (a character imported later with that id will have them), and said.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_characters: Vec<String>,
 }
 
 /// One line of an import file.
@@ -97,16 +101,23 @@ const MAX_IMPORT_BYTES: u64 = 1 << 30;
 
 /// Parse an import file fully before writing anything: a bad line changes nothing.
 pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
-    read_import_resolving(path, &|id| Ok(id.to_string()))
+    read_import_resolving(path, &|id| Ok(Some(id.to_string()))).map(|(items, _)| items)
 }
+
+/// Turns a `character:KEY` scope's key into the character's id: `Ok(None)` when no
+/// character has that name or id, `Err` when the key cannot be used (two of that name).
+pub type CharacterKey<'a> = &'a dyn Fn(&str) -> Result<Option<String>, String>;
 
 /// [`read_import`], with each `character:KEY` scope's key turned into the character's
 /// id by `character` (a name is what a person writes; memories are kept by id, so a
-/// name left as it is would belong to nobody). A key it cannot resolve fails its line.
-pub fn read_import_resolving(path: &Path, character: &dyn Fn(&str) -> Result<String, String>) -> Result<Vec<NewMemory>, MemoryError> {
+/// name left as it is would belong to nobody). A key that names no character is kept as
+/// written and returned; one that cannot be used (two characters of that name) fails
+/// its line.
+pub fn read_import_resolving(path: &Path, character: CharacterKey<'_>) -> Result<(Vec<NewMemory>, Vec<String>), MemoryError> {
     let shown = path.display().to_string();
     let text = crate::paths::read_text_bounded(path, MAX_IMPORT_BYTES).map_err(|e| MemoryError::Read { path: shown.clone(), message: e.to_string() })?;
     let mut out = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -123,7 +134,15 @@ pub fn read_import_resolving(path: &Path, character: &dyn Fn(&str) -> Result<Str
         if scope.kind == ScopeKind::Character
             && let Some(key) = scope.id.take()
         {
-            scope.id = Some(character(&key).map_err(|e| bad(format!("scope {:?}: {e}", format!("character:{key}"))))?);
+            scope.id = match character(&key).map_err(|e| bad(format!("scope {:?}: {e}", format!("character:{key}"))))? {
+                Some(id) => Some(id),
+                None => {
+                    if !unknown.contains(&key) {
+                        unknown.push(key.clone());
+                    }
+                    Some(key)
+                }
+            };
         }
         let kind = match &l.kind {
             Some(k) => MemoryKind::parse(k).ok_or_else(|| bad(format!("unknown kind {k:?} (turn, summary, lore)")))?,
@@ -143,7 +162,7 @@ pub fn read_import_resolving(path: &Path, character: &dyn Fn(&str) -> Result<Str
             content_hash: None,
         });
     }
-    Ok(out)
+    Ok((out, unknown))
 }
 
 /// Import `path` into `bank` in batches, reporting progress after each.
@@ -152,18 +171,18 @@ pub fn import_file(
     path: &Path,
     progress: impl FnMut(usize, usize),
 ) -> Result<ImportSummary, MemoryError> {
-    import_file_resolving(bank, path, &|id| Ok(id.to_string()), progress)
+    import_file_resolving(bank, path, &|id| Ok(Some(id.to_string())), progress)
 }
 
 /// [`import_file`] with character scopes resolved (see [`read_import_resolving`]).
 pub fn import_file_resolving(
     bank: &MemoryBank,
     path: &Path,
-    character: &dyn Fn(&str) -> Result<String, String>,
+    character: CharacterKey<'_>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ImportSummary, MemoryError> {
     let started = Instant::now();
-    let items = read_import_resolving(path, character)?;
+    let (items, unknown_characters) = read_import_resolving(path, character)?;
     let total = items.len();
     let sessions = items.iter().filter_map(|m| m.session.as_deref()).collect::<std::collections::HashSet<_>>().len();
     progress(0, total);
@@ -180,6 +199,7 @@ pub fn import_file_resolving(
         sessions,
         elapsed_ms: elapsed.as_millis() as u64,
         per_second: total as f64 / elapsed.as_secs_f64().max(1e-9),
+        unknown_characters,
     })
 }
 
@@ -282,7 +302,25 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
     match command {
         MemoryCommand::Import { path } => {
             let mut last = Instant::now();
-            let character = |key: &str| ctx.store.with(|c| crate::character::resolve(c, key)).map(|c| c.id).map_err(|e| e.to_string());
+            // By id, or by the whole name (a file's scope is written once and read for
+            // good: no guessing from part of a name).
+            let character = |key: &str| -> Result<Option<String>, String> {
+                let key = key.trim();
+                let all = ctx.store.with(crate::character::list).map_err(|e| e.to_string())?;
+                if all.iter().any(|c| c.id == key) {
+                    return Ok(Some(key.to_string()));
+                }
+                let named: Vec<&crate::character::CharacterRecord> = all.iter().filter(|c| c.name.trim().eq_ignore_ascii_case(key)).collect();
+                match named.as_slice() {
+                    [] => Ok(None),
+                    [one] => Ok(Some(one.id.clone())),
+                    many => Err(format!(
+                        "{} characters are called {key:?}; use an id: {}",
+                        many.len(),
+                        many.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", ")
+                    )),
+                }
+            };
             let summary = import_file_resolving(&bank, &path, &character, |done, total| {
                 // At most ~10 progress events a second, plus the first and the last.
                 if done == 0 || done == total || last.elapsed().as_millis() >= 100 {

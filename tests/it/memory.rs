@@ -1085,10 +1085,11 @@ fn after_an_edit_or_a_delete_the_next_turns_vectors_are_those_of_the_conversatio
 }
 
 /// An import line may name its character ("character:Wren Ashdown", as a person writes
-/// it): the memory is kept under the character's id, so the character recalls it; a
-/// name that is no character stops the import at that line, and nothing is written.
+/// it): the memory is kept under the character's id, so the character recalls it. A key
+/// that is no character is kept as written and said; a name two characters share stops
+/// the import at its line, and nothing is written.
 #[test]
-fn an_import_names_its_character_and_a_wrong_name_is_refused_with_its_line() {
+fn an_import_names_its_character_and_a_wrong_name_is_said() {
     let dir = tempfile::tempdir().unwrap();
     let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
         "name": "Wren Ashdown", "description": "A lighthouse keeper.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
@@ -1097,18 +1098,31 @@ fn an_import_names_its_character_and_a_wrong_name_is_refused_with_its_line() {
     std::fs::write(&file, card.to_string()).unwrap();
     assert!(lorekeeper(&dir, &["import", file.to_str().unwrap()]).status.success());
     let turns = dir.path().join("turns.jsonl");
-    std::fs::write(&turns, r#"{"id":"p1","speaker":"user","text":"We counted eleven puffins on the north stack.","scope":"character:Wren Ashdown"}"#).unwrap();
+    std::fs::write(
+        &turns,
+        "{\"id\":\"p1\",\"speaker\":\"user\",\"text\":\"We counted eleven puffins on the north stack.\",\"scope\":\"character:Wren Ashdown\"}\n\
+         {\"id\":\"p2\",\"speaker\":\"user\",\"text\":\"And terns.\",\"scope\":\"character:nobody-at-all\"}\n",
+    )
+    .unwrap();
     let imported = lorekeeper(&dir, &["memory", "import", turns.to_str().unwrap()]);
     assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let said = String::from_utf8_lossy(&imported.stdout);
+    assert!(said.contains("nobody-at-all") && said.contains("no character"), "{said}");
     let found = lorekeeper(&dir, &["memory", "search", "puffins", "--scope", "character:Wren Ashdown", "--json"]);
     assert!(String::from_utf8_lossy(&found.stdout).contains("eleven puffins"), "{}", String::from_utf8_lossy(&found.stdout));
 
-    let wrong = dir.path().join("wrong.jsonl");
-    std::fs::write(&wrong, "{\"id\":\"p2\",\"speaker\":\"user\",\"text\":\"Gannets too.\",\"scope\":\"character:Wren Ashdown\"}\n{\"id\":\"p3\",\"speaker\":\"user\",\"text\":\"And terns.\",\"scope\":\"character:nobody-at-all\"}\n").unwrap();
-    let refused = lorekeeper(&dir, &["memory", "import", wrong.to_str().unwrap()]);
+    // A second Wren Ashdown (another card of that name): the name no longer says which.
+    let mut other = card.clone();
+    other["data"]["description"] = serde_json::json!("A different keeper of a different light.");
+    let file = dir.path().join("wren-2.json");
+    std::fs::write(&file, other.to_string()).unwrap();
+    assert!(lorekeeper(&dir, &["import", file.to_str().unwrap()]).status.success());
+    let again = dir.path().join("again.jsonl");
+    std::fs::write(&again, "{\"id\":\"p3\",\"speaker\":\"user\",\"text\":\"Gannets too.\",\"scope\":\"world\"}\n{\"id\":\"p4\",\"speaker\":\"user\",\"text\":\"Kittiwakes.\",\"scope\":\"character:Wren Ashdown\"}\n").unwrap();
+    let refused = lorekeeper(&dir, &["memory", "import", again.to_str().unwrap()]);
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(said.contains("line 2") && said.contains("nobody-at-all"), "{said}");
+    assert!(said.contains("line 2") && said.contains("Wren Ashdown"), "{said}");
     let none = lorekeeper(&dir, &["memory", "search", "gannets", "--json"]);
     assert!(!String::from_utf8_lossy(&none.stdout).contains("Gannets"), "nothing of the refused file was written");
 }
