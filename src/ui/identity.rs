@@ -265,8 +265,9 @@ impl IdentityPanels {
             tokens
         ));
         let mut open = None;
-        egui::Grid::new("waves_grid").num_columns(7).striped(true).spacing([14.0, 4.0]).show(ui, |ui| {
-            for h in ["#", "Agent", "Wave", "State", "Version", "Tokens", "Time"] {
+        // The state next to the agent, where a narrow tile still shows it; the rest scrolls.
+        egui::ScrollArea::horizontal().id_salt("waves_grid_scroll").show(ui, |ui| egui::Grid::new("waves_grid").num_columns(7).striped(true).spacing([14.0, 4.0]).show(ui, |ui| {
+            for h in ["#", "Agent", "State", "Wave", "Version", "Tokens", "Time"] {
                 ui.strong(h);
             }
             ui.end_row();
@@ -276,8 +277,8 @@ impl IdentityPanels {
                 if ui.link(cp.record.agent.title()).clicked() {
                     open = Some(cp.record.number);
                 }
-                ui.label(cp.record.wave.to_string());
                 status_chip(ui, cp.record.status);
+                ui.label(cp.record.wave.to_string());
                 ui.label(if cp.record.current_version == 0 { "—".to_string() } else { format!("v{}", cp.record.current_version) });
                 ui.label(current.map(|v| usage_text(v)).unwrap_or_default());
                 ui.label(current.map(|v| format!("{:.1}s", v.wall_ms as f64 / 1000.0)).unwrap_or_default());
@@ -290,7 +291,7 @@ impl IdentityPanels {
                     }
                 }
             }
-        });
+        }));
         if let Some(n) = open {
             self.inspect = n;
         }
@@ -547,7 +548,8 @@ impl IdentityPanels {
         let status = cp.record.status;
         let id = run_id.to_string();
         let n = cp.record.number;
-        ui.horizontal(|ui| {
+        // Wrapped, so a narrow tile keeps every control on screen.
+        ui.horizontal_wrapped(|ui| {
             status_chip(ui, status);
             let can_approve = status == CheckpointStatus::AwaitingApproval;
             // With panels side by side, Ctrl+Enter typed into another panel's field (the
@@ -578,10 +580,11 @@ impl IdentityPanels {
             }
         });
         let can_reject = matches!(status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed);
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("Feedback");
+            let width = (ui.available_width() - 200.0).clamp(160.0, 460.0);
             let field = ui
-                .add(egui::TextEdit::singleline(&mut self.feedback).desired_width(460.0).hint_text("what should change"))
+                .add(egui::TextEdit::singleline(&mut self.feedback).desired_width(width).hint_text("what should change"))
                 .labelled_by(label.id);
             self.feedback_id = Some(field.id);
             let focus = ui.ctx().memory(|m| m.focused());

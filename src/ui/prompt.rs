@@ -78,6 +78,11 @@ impl CallSeries {
             agents[slot].tokens.push([x, (call.prompt_tokens as f64) + (call.completion_tokens as f64)]);
         }
         agents.sort_by(|a, b| a.agent.cmp(&b.agent));
+        // In time order whatever order the log gave (calls of several processes interleave).
+        for a in &mut agents {
+            a.latency_ms.sort_by(|p, q| p[0].total_cmp(&q[0]));
+            a.tokens.sort_by(|p, q| p[0].total_cmp(&q[0]));
+        }
         Self { origin, agents }
     }
 
@@ -223,7 +228,6 @@ impl PromptPanel {
                     let series = &self.series;
                     let response = egui_plot::Plot::new(("prompt_chart", title))
                         .height(190.0)
-                        .legend(super::small_legend())
                         .y_axis_label(unit)
                         .include_y(0.0)
                         .allow_scroll(false)
@@ -235,16 +239,23 @@ impl PromptPanel {
                             egui_plot::HoverPosition::Elsewhere { .. } => None,
                         })
                         .show(ui, |plot| {
-                            // One colour per agent for its line and its points, the same in both charts.
+                            // One colour per agent, the same in both charts; a point per call
+                            // (lines joined calls across idle hours and smeared into bands).
                             for (i, agent) in series.agents.iter().enumerate() {
                                 let colour = PALETTE[i % PALETTE.len()];
-                                let points = values(agent).to_vec();
-                                plot.line(egui_plot::Line::new(agent.agent.clone(), points.clone()).color(colour));
-                                plot.points(egui_plot::Points::new(agent.agent.clone(), points).radius(3.0).color(colour));
+                                plot.points(egui_plot::Points::new(agent.agent.clone(), values(agent).to_vec()).radius(3.0).color(colour));
                             }
                         })
                         .response;
                     response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, format!("{title} chart")));
+                }
+            });
+            // One key for both charts, below them: a dozen agents in a legend inside the
+            // plot covered a third of it.
+            ui.horizontal_wrapped(|ui| {
+                for (i, agent) in self.series.agents.iter().enumerate() {
+                    ui.colored_label(PALETTE[i % PALETTE.len()], "●");
+                    ui.small(&agent.agent);
                 }
             });
         });
