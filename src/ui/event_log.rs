@@ -8,6 +8,9 @@ const KEEP: usize = 1000;
 #[derive(Default)]
 pub struct EventLog {
     lines: VecDeque<(LogLevel, String)>,
+    /// Identity runs' names by id, so a line says whose checkpoint it was (several runs
+    /// can wait at once: "checkpoint 1 approved" alone named nobody).
+    runs: std::collections::HashMap<String, String>,
 }
 
 /// Longest line kept, in characters.
@@ -267,7 +270,24 @@ impl EventLog {
             // Every event says what happened in one plain line; snapshots a panel asked
             // for and streamed tokens get none (the panels show them).
             Event::Llm(e) => llm_line(e),
-            Event::Identity(e) => identity_line(e),
+            Event::Identity(e) => {
+                use crate::identity::IdentityEvent as E;
+                match e {
+                    E::Runs { runs } => self.runs.extend(runs.iter().map(|r| (r.id.clone(), r.name.clone()))),
+                    E::RunStarted { character_id, name, .. } => {
+                        self.runs.insert(character_id.clone(), name.clone());
+                    }
+                    E::Snapshot { view } => {
+                        self.runs.insert(view.run.id.clone(), view.run.name.clone());
+                    }
+                    _ => {}
+                }
+                let whose = e.character_id().and_then(|id| self.runs.get(id));
+                identity_line(e).map(|(level, line)| match (whose, line.strip_prefix("identity: ")) {
+                    (Some(name), Some(rest)) if !matches!(e, E::RunStarted { .. }) => (level, format!("identity: {name}: {rest}")),
+                    _ => (level, line),
+                })
+            }
             Event::Companion(e) => companion_line(e),
             Event::Memory(e) => memory_line(e),
             Event::Scene(e) => scene_line(e),
@@ -353,6 +373,18 @@ mod tests {
                 "providers: configuration saved",
             ]
         );
+    }
+
+    /// With several runs waiting, each identity line names its run.
+    #[test]
+    fn identity_lines_name_their_run() {
+        use crate::identity::IdentityEvent as E;
+        let mut log = EventLog::default();
+        log.record(&Event::Identity(E::RunStarted { character_id: "a".into(), name: "Wren Abernethy".into(), mode: crate::identity::schema::Mode::Fast }));
+        log.record(&Event::Identity(E::CheckpointApproved { character_id: "a".into(), checkpoint_number: 1 }));
+        log.record(&Event::Identity(E::Idle { character_id: "b".into(), awaiting_approval: vec![2], stale: Vec::new(), failed: Vec::new() }));
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines[1..], ["identity: Wren Abernethy: checkpoint 1 approved", "identity: waiting for you — awaiting approval: 2"]);
     }
 
     #[test]
