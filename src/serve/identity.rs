@@ -280,13 +280,33 @@ async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
     if send_state(&state, &id, &mut socket).await.is_err() {
         return;
     }
+    // Work on this run in another process (the CLI approving, a second server) sends no
+    // event here: every two seconds the run is read again and what changed is said in
+    // the predecessor's messages. An event of ours is said as it comes, and what it
+    // changed becomes the known standing, so the next read does not say it again.
+    let mut known = load(&state, &id).ok().map(|v| standing(&v));
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
+            _ = tick.tick() => {
+                let Ok(view) = load(&state, &id) else { continue };
+                let now = standing(&view);
+                for message in moved_elsewhere(known.as_ref(), &now, &view) {
+                    if socket.send(Message::Text(message.to_string().into())).await.is_err() {
+                        return;
+                    }
+                }
+                known = Some(now);
+            }
             event = events.recv() => match event {
                 Ok(event) => {
                     let Event::Identity(event) = &*event else { continue };
                     if event.character_id() != Some(id.as_str()) {
                         continue;
+                    }
+                    if !matches!(event, IdentityEvent::Token { .. }) {
+                        known = load(&state, &id).ok().map(|v| standing(&v)).or(known);
                     }
                     for message in seed_messages(event) {
                         if socket.send(Message::Text(message.to_string().into())).await.is_err() {
@@ -316,6 +336,49 @@ async fn send_state(state: &AppState, id: &str, socket: &mut WebSocket) -> Resul
         socket.send(Message::Text(message.to_string().into())).await?;
     }
     Ok(())
+}
+
+/// Each checkpoint's status and version, and whether the run is complete: what a read
+/// of the run is compared by.
+#[derive(Debug, Clone, PartialEq)]
+struct Standing {
+    checkpoints: Vec<(u8, CheckpointStatus, u32)>,
+    complete: bool,
+}
+
+fn standing(view: &RunView) -> Standing {
+    Standing {
+        checkpoints: view.checkpoints.iter().map(|c| (c.record.number, c.record.status, c.record.current_version)).collect(),
+        complete: view.run.status == RunStatus::Completed,
+    }
+}
+
+/// What changed between two reads of a run, as the messages its events would have sent.
+fn moved_elsewhere(before: Option<&Standing>, now: &Standing, view: &RunView) -> Vec<Value> {
+    let Some(before) = before else { return Vec::new() };
+    if before == now {
+        return Vec::new();
+    }
+    let mut out = vec![json!({ "type": "state", "metadata": metadata(view) })];
+    for (cp, &(number, status, version)) in view.checkpoints.iter().zip(&now.checkpoints) {
+        if before.checkpoints.iter().any(|&(n, s, v)| n == number && s == status && v == version) {
+            continue;
+        }
+        match status {
+            CheckpointStatus::AwaitingApproval => out.push(checkpoint_ready(number, cp.record.agent)),
+            CheckpointStatus::Approved => out.push(json!({ "type": "checkpoint_approved", "checkpoint_number": number })),
+            CheckpointStatus::Running | CheckpointStatus::Regenerating => {
+                out.push(json!({ "type": "agent_started", "checkpoint_number": number, "agent": cp.record.agent.name(), "version": version + 1 }))
+            }
+            CheckpointStatus::Stale => out.push(json!({ "type": "checkpoint_stale", "checkpoint_number": number })),
+            CheckpointStatus::Failed => out.push(json!({ "type": "checkpoint_failed", "checkpoint_number": number })),
+            _ => {}
+        }
+    }
+    if now.complete && !before.complete {
+        out.push(json!({ "type": "character_complete", "character_id": view.run.id, "message": "All agents completed. Character profile ready." }));
+    }
+    out
 }
 
 /// Where a run stands, as messages: ours (`state`, the metadata), then the predecessor's

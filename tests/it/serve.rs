@@ -463,3 +463,46 @@ fn bad_requests_are_answered_with_json_and_the_right_status() {
     assert_eq!(status, 200);
     assert_eq!(history["turns"].as_array().map(Vec::len), Some(0), "{history}");
 }
+
+/// The CLI approves the run a WebSocket client follows on the server: that process's
+/// events never reach the server, yet the client hears the approvals and the next
+/// wave's checkpoints, in the predecessor's messages.
+#[test]
+fn a_websocket_hears_what_another_process_does_to_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let start = json!({
+        "characters": [{ "name": "Mira Voss", "role": "lighthouse keeper", "concept": "A keeper who guards the sea she fears." }],
+        "storyline": { "premise": "A shipwreck on the reef." },
+        "mode": "fast"
+    });
+    let (status, started) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{started}");
+    let id = started["character_id"].as_str().unwrap().to_string();
+    let ws = listen(&format!("ws://{}/ws/character/{id}", server.addr));
+    let mut seen = Vec::new();
+    for n in [1, 2] {
+        if !seen.iter().any(ready(n)) {
+            until(&ws, &mut seen, ready(n));
+        }
+    }
+    for n in ["1", "2"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "identity", "approve", &id, n])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    until(&ws, &mut seen, |m| m["type"] == "checkpoint_approved" && m["checkpoint_number"] == 1);
+    for n in [3, 4, 5] {
+        if !seen.iter().any(ready(n)) {
+            until(&ws, &mut seen, ready(n));
+        }
+    }
+    let ready_fields: BTreeSet<&str> = seen.iter().find(|m| ready(3)(m)).unwrap().as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(ready_fields, seed_fields("checkpoint_ready").unwrap());
+}
