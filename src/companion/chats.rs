@@ -34,6 +34,9 @@ struct WholeChat {
     /// Its memories' pins and edits, as they were when it was put aside.
     #[serde(default)]
     curation: Vec<crate::memory::curate::HandCuration>,
+    /// Its lore timers (sticky, cooldown), so a chat played again goes on where it was.
+    #[serde(default)]
+    lore_timers: crate::lorebook::activation::ActivationState,
 }
 
 /// The chats put aside for a character, newest first.
@@ -50,7 +53,12 @@ pub fn saved(conn: &Connection, character_id: &str) -> Result<Vec<SavedChat>, St
 fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<String>, StoreError> {
     let turns = records::all_turns(tx, character_id)?;
     let ids: Vec<String> = turns.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
-    let whole = WholeChat { state: records::load_state(tx, character_id)?, curation: crate::memory::curate::curation_of(tx, &ids)?, turns };
+    let whole = WholeChat {
+        state: records::load_state(tx, character_id)?,
+        curation: crate::memory::curate::curation_of(tx, &ids)?,
+        lore_timers: super::lore::load_state(tx, character_id, u64::MAX)?,
+        turns,
+    };
     // Nothing said yet, and no imported opening: nothing worth keeping (an edited
     // greeting alone is not a chat).
     if whole.turns.is_empty() && (whole.state.file.is_none() || records::opening_is_frozen(&whole.state)) {
@@ -92,6 +100,7 @@ fn install(
     records::replace_chat(tx, character_id, &whole.state, &whole.turns)?;
     let write = write.and(prepared.write(tx)?);
     crate::memory::curate::restore_curation(tx, &whole.curation)?;
+    super::lore::save_state(tx, character_id, &whole.lore_timers)?;
     Ok(write)
 }
 
@@ -244,7 +253,7 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
         last_at = Some(at);
     }
     state.turns = turns.len() as u32;
-    WholeChat { state, turns, curation: Vec::new() }
+    WholeChat { state, turns, curation: Vec::new(), lore_timers: Default::default() }
 }
 
 /// What a chat is written as.
