@@ -130,7 +130,10 @@ fn main() {
                 Ok((state, user, history, books))
             })
             .expect("state");
-        let fired = lorekeeper::companion::lore::activate_for_turn(&books, &character, &user.name, &history, text, 4096, None, None);
+        let number = lorekeeper::companion::lore::message_number(history.last().map_or(1, |t| t.seq + 1));
+        let turn_text = lorekeeper::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number: number };
+        let mut timers = lorekeeper::lorebook::activation::ActivationState::default();
+        let fired = lorekeeper::companion::lore::activate_for_turn(&books, &character, &turn_text, &mut timers, 4096, None, None);
         let (opening, chosen) = records::chat_greetings(&state, &character.card);
         let packet = packet::assemble(
             &templates,

@@ -201,8 +201,7 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
                 writeln!(out, "{what} entry {n} of {name:?}")?;
             }
             for (n, e) in entries.iter().enumerate() {
-                let state = if !e.enabled { "disabled" } else if e.constant { "constant" } else { "keyed" };
-                writeln!(out, "{n:>3}. {}  [{}]  {state}, order {}, {:?}", e.label(), e.keys.join(", "), e.insertion_order, e.position)?;
+                writeln!(out, "{n:>3}. {}  [{}]  {}, order {}, {:?}", e.label(), e.keys.join(", "), e.strategy(), e.insertion_order, e.position)?;
             }
             Ok(())
         }

@@ -37,6 +37,9 @@ struct WholeChat {
     /// The summaries over its turns (written again with it, pins and edits kept).
     #[serde(default)]
     summaries: Vec<crate::memory::curate::KeptSummary>,
+    /// Its lore timers (sticky, cooldown), so a chat played again goes on where it was.
+    #[serde(default)]
+    lore_timers: crate::lorebook::activation::ActivationState,
 }
 
 /// The ids of the memories a chat's turns were stored as, in order (`{turn}-u` and
@@ -68,6 +71,7 @@ fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<
         state: records::load_state(tx, character_id)?,
         curation: crate::memory::curate::curation_of(tx, &ids)?,
         summaries: crate::memory::curate::summaries_over(tx, &ids)?,
+        lore_timers: super::lore::load_state(tx, character_id, u64::MAX)?,
         turns,
     };
     // Nothing said yet, and no imported opening: nothing worth keeping (an edited
@@ -112,6 +116,7 @@ fn install(
     let write = write.and(prepared.write(tx)?);
     crate::memory::curate::restore_curation(tx, &whole.curation)?;
     crate::memory::curate::restore_summaries(tx, &memory_ids(&whole.turns), &whole.summaries)?;
+    super::lore::save_state(tx, character_id, &whole.lore_timers)?;
     Ok(write)
 }
 
@@ -274,7 +279,7 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
         last_at = Some(at);
     }
     state.turns = turns.len() as u32;
-    WholeChat { state, turns, curation: Vec::new(), summaries: Vec::new() }
+    WholeChat { state, turns, curation: Vec::new(), summaries: Vec::new(), lore_timers: Default::default() }
 }
 
 /// What a chat is written as.

@@ -2,15 +2,21 @@
 //! own `character_book` among them) are activated by the recent conversation with the
 //! same engine the scenes use, and each fired entry says why it fired.
 //!
-//! Timed effects (sticky, cooldown, delay) count messages of this chat, but are not yet
-//! kept between turns: each turn starts from a fresh activation state.
+//! Timed effects (sticky, cooldown, delay) count the messages of this chat as SillyTavern
+//! counts its chat's length (the greeting is message 1, exchange `n`'s user message is
+//! message `2n`), and the timers are kept per chat (`companion_lore_state`, migration
+//! 0029) by the transaction that stores the exchange. A redraw of the last reply is the
+//! same message again: the timers that exchange set are dropped and set anew, so a swipe
+//! never advances them twice (SillyTavern drops an effect whose chat did not advance).
 
 use super::records::{CharacterInfo, ChatTurn};
 use crate::lorebook::Lorebook;
-use crate::lorebook::activation::{ActivationOptions, ActivationState, CharacterRef, Outcome, ScanInput, activate, book_entries};
+use crate::lorebook::activation::{
+    self, ActivationOptions, ActivationState, CharacterRef, Outcome, ScanEntry, ScanInput, Trigger, activate,
+};
 use crate::memory::{MemoryKind, RetrievalHit, Scope};
 use crate::store::StoreError;
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension, params};
 
 /// Messages scanned for keys when the book does not say (SillyTavern's default is 2;
 /// an exchange here is two messages).
@@ -67,13 +73,57 @@ pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Loreb
     Ok(out)
 }
 
-/// Activate `books` on the conversation so far and the user's new message.
+/// The number of exchange `seq`'s user message in SillyTavern's count (its chat length
+/// when that message is answered): the greeting is message 1.
+pub fn message_number(seq: u32) -> u64 {
+    2 * u64::from(seq)
+}
+
+/// The chat's lore timers as they stood before message `message_number`: timers set at
+/// that message or later belong to a draw being redone (a swipe, a regeneration) or to
+/// exchanges since deleted, and are dropped.
+pub fn load_state(conn: &Connection, character_id: &str, message_number: u64) -> Result<ActivationState, StoreError> {
+    let json: Option<String> = conn
+        .query_row("SELECT state_json FROM companion_lore_state WHERE character_id = ?1", [character_id], |r| r.get(0))
+        .optional()?;
+    let mut state: ActivationState = match json {
+        Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("chat lore timers: {e}")))?,
+        None => ActivationState::default(),
+    };
+    state.timers.retain(|_, t| t.fired_at < message_number);
+    Ok(state)
+}
+
+/// Keep the chat's lore timers (called by the transaction that stores the exchange).
+pub fn save_state(conn: &Connection, character_id: &str, state: &ActivationState) -> Result<(), StoreError> {
+    let json = serde_json::to_string(state).map_err(|e| StoreError::Corrupt(format!("chat lore timers: {e}")))?;
+    conn.execute(
+        "INSERT INTO companion_lore_state(character_id, state_json) VALUES (?1, ?2)
+         ON CONFLICT(character_id) DO UPDATE SET state_json = excluded.state_json",
+        params![character_id, json],
+    )?;
+    Ok(())
+}
+
+/// The conversation one turn's lore is activated on.
+pub struct TurnText<'a> {
+    /// The user's name in this chat.
+    pub user: &'a str,
+    /// The exchanges before this one, oldest first.
+    pub history: &'a [ChatTurn],
+    /// The user's new message.
+    pub input: &'a str,
+    /// This message's number ([`message_number`]): timers count in it.
+    pub message_number: u64,
+}
+
+/// Activate `books` on the conversation so far and the user's new message, advancing the
+/// chat's timers in `state`. Each entry activates with its own book's settings.
 pub fn activate_for_turn(
     books: &[(String, Lorebook)],
     character: &CharacterInfo,
-    user: &str,
-    history: &[ChatTurn],
-    input: &str,
+    text: &TurnText<'_>,
+    state: &mut ActivationState,
     token_budget: u32,
     cancel: Option<&std::sync::atomic::AtomicBool>,
     similarity: Option<&dyn Fn(&[&str]) -> Vec<f32>>,
@@ -81,7 +131,14 @@ pub fn activate_for_turn(
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
     }
-    let entries: Vec<_> = books.iter().flat_map(|(id, book)| book_entries(id, book)).collect();
+    let TurnText { user, history, input, message_number } = *text;
+    let settled: Vec<(&str, usize, std::borrow::Cow<'_, crate::lorebook::LoreEntry>)> = books
+        .iter()
+        .flat_map(|(id, book)| {
+            book.entries.iter().enumerate().map(move |(index, entry)| (id.as_str(), index, activation::with_book_settings(book, entry)))
+        })
+        .collect();
+    let entries: Vec<ScanEntry<'_>> = settled.iter().map(|(book, index, entry)| ScanEntry { book, index: *index, entry }).collect();
     let mut messages: Vec<String> = Vec::new();
     for turn in history {
         messages.push(format!("{user}: {}", turn.user_text));
@@ -101,22 +158,49 @@ pub fn activate_for_turn(
     let scan = ScanInput {
         similar,
         messages: messages.iter().map(String::as_str).collect(),
-        message_number: messages.len() as u64,
+        message_number,
         character_description: field("description"),
         character_personality: field("personality"),
         scenario: field("scenario"),
         character: Some(CharacterRef { name: &character.name, tags: character.card.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
     };
-    let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(token_budget), cancel, ..Default::default() };
-    if let Some((_, first)) = books.first() {
-        options = options.with_book(first);
-    }
+    // Books' own scan depth and recursion are their entries' (above); the smallest
+    // budget a book sets applies to all, as in scenes.
+    let budget = activation::smallest_book_budget(books.iter().map(|(_, b)| b)).map_or(token_budget, |b| b.min(token_budget));
+    let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(budget), cancel, ..Default::default() };
     // Rolls (probability, groups) are the same for the same chat and message.
     options.seed = character.id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
         ^ scan.message_number;
-    let report = activate(&entries, &scan, &mut ActivationState::default(), &options);
+    // Macros in keys stand for this chat's names, as in the packet.
+    let macros = crate::prompting::MacroContext {
+        char: &character.name,
+        user,
+        description: field("description").unwrap_or(""),
+        personality: field("personality").unwrap_or(""),
+        scenario: field("scenario").unwrap_or(""),
+        last_message: input,
+        stable_seed: &character.id,
+        random_seed: Some(options.seed),
+        ..Default::default()
+    };
+    let expand = |key: &str| crate::prompting::expand(key, &macros).text;
+    options.macros = Some(&expand);
+    let report = activate(&entries, &scan, state, &options);
     let label = |i: usize| entries.get(i).map(|e| e.entry.label()).unwrap_or_default();
+    // What the packet's lore budget keeps first: SillyTavern's budget order, sticky
+    // entries then the highest insertion order (the hits stay in insertion order).
+    let mut by_worth: Vec<usize> = (0..report.activated.len()).collect();
+    by_worth.sort_by_key(|&k| {
+        let a = &report.activated[k];
+        let sticky = matches!(report.outcomes.get(a.index), Some(Outcome::Activated { trigger: Trigger::Sticky { .. }, .. }));
+        let priority = entries.get(a.index).and_then(|e| e.entry.priority).unwrap_or(0);
+        (!sticky, std::cmp::Reverse(a.insertion_order), std::cmp::Reverse(priority), a.index)
+    });
+    let mut worth = vec![0usize; report.activated.len()];
+    for (place, k) in by_worth.into_iter().enumerate() {
+        worth[k] = place;
+    }
     let mut out = ChatLore::default();
     for (rank, activated) in report.activated.iter().enumerate() {
         let Some(entry) = entries.get(activated.index) else { continue };
@@ -135,7 +219,7 @@ pub fn activate_for_turn(
             text: content,
             speaker: None,
             // World Info is placed by its own order: keep it ahead of retrieved lore.
-            score: 2.0 - rank as f32 / 1000.0,
+            score: 2.0 - worth[rank] as f32 / 1000.0,
             keyword_score: None,
             vector_score: None,
             rank: rank + 1,
@@ -150,4 +234,126 @@ pub fn activate_for_turn(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lorebook::{EntryId, LoreEntry};
+
+    fn entry(id: i64, keys: &str, content: &str, change: impl FnOnce(&mut LoreEntry)) -> LoreEntry {
+        let mut e = LoreEntry {
+            id: Some(EntryId::Number(id)),
+            comment: format!("E{id}"),
+            keys: keys.split('|').filter(|k| !k.is_empty()).map(str::to_string).collect(),
+            content: content.to_string(),
+            enabled: true,
+            ..Default::default()
+        };
+        change(&mut e);
+        e
+    }
+
+    fn character() -> CharacterInfo {
+        CharacterInfo { id: "c1".into(), name: "Ilse".into(), sheet: Vec::new(), card: Default::default() }
+    }
+
+    /// The fired entries' names for one message, and the timers after it.
+    fn turn(books: &[(String, Lorebook)], input: &str, number: u64, state: &mut ActivationState) -> Vec<String> {
+        let text = TurnText { user: "Ada", history: &[], input, message_number: number };
+        let lore = activate_for_turn(books, &character(), &text, state, 4096, None, None);
+        lore.hits.iter().map(|h| h.id.clone()).collect()
+    }
+
+    #[test]
+    fn the_highest_order_entry_is_worth_most_to_the_packet_budget() {
+        let book = Lorebook {
+            entries: vec![
+                entry(1, "quay", "low", |e| e.insertion_order = 1),
+                entry(2, "quay", "high", |e| e.insertion_order = 900),
+                entry(3, "quay", "middle", |e| e.insertion_order = 50),
+            ],
+            ..Default::default()
+        };
+        let text = TurnText { user: "Ada", history: &[], input: "the quay", message_number: 2 };
+        let lore = activate_for_turn(&[("b".into(), book)], &character(), &text, &mut ActivationState::default(), 4096, None, None);
+        // Hits stay in insertion order (ascending), but are worth most by descending order.
+        let by_id: Vec<(&str, f32)> = lore.hits.iter().map(|h| (h.text.as_str(), h.score)).collect();
+        assert_eq!(by_id.iter().map(|(t, _)| *t).collect::<Vec<_>>(), ["low", "middle", "high"]);
+        assert!(by_id[2].1 > by_id[1].1 && by_id[1].1 > by_id[0].1, "{by_id:?}");
+    }
+
+    #[test]
+    fn each_entry_matches_with_its_own_book_s_settings() {
+        let first = Lorebook { entries: vec![entry(1, "fog", "The fog brings voices.", |_| {}), entry(2, "voices", "v", |_| {})], ..Default::default() };
+        let flat = Lorebook {
+            recursive_scanning: Some(false),
+            scan_depth: Some(1),
+            entries: vec![entry(3, "oar", "The oar is carved from a mast.", |_| {}), entry(4, "mast", "m", |_| {}), entry(5, "rope", "r", |_| {})],
+            ..Default::default()
+        };
+        let books = [("first".to_string(), first), ("flat".to_string(), flat)];
+        let history = [ChatTurn {
+            id: "t1".into(),
+            character_id: "c1".into(),
+            seq: 1,
+            session: "s".into(),
+            user_text: "A rope.".into(),
+            reply: "Yes.".into(),
+            at: String::new(),
+            user_memory_id: None,
+            reply_memory_id: None,
+            proximity: crate::memory::detect::Proximity::Remote,
+            packet: Default::default(),
+            hits: Vec::new(),
+            attempts: 1,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            from_cache: false,
+            elapsed_ms: 0,
+            swipes: Vec::new(),
+            swipe: 0,
+            file: None,
+            user_name: None,
+        }];
+        let text = TurnText { user: "Ada", history: &history, input: "An oar in the fog.", message_number: 4 };
+        let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
+        let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
+        fired.sort_unstable();
+        // The first book recurses; the second does not, and scans only the last message.
+        assert_eq!(fired, ["The fog brings voices.", "The oar is carved from a mast.", "v"]);
+    }
+
+    #[test]
+    fn the_smallest_book_budget_applies() {
+        let book = |budget: Option<u32>, content: &str| Lorebook { token_budget: budget, entries: vec![entry(1, "quay", content, |_| {})], ..Default::default() };
+        let books = [("a".to_string(), book(None, "short")), ("b".to_string(), book(Some(20), &"word ".repeat(40)))];
+        let mut state = ActivationState::default();
+        assert_eq!(turn(&books, "the quay", 2, &mut state).len(), 1, "book b's 20 tokens hold the short entry, not its own");
+    }
+
+    #[test]
+    fn char_and_user_in_keys_are_this_chat_s_names() {
+        let book = Lorebook { entries: vec![entry(1, "{{char}}", "c", |_| {}), entry(2, "{{user}}", "u", |_| {}), entry(3, "{{char}}'s oar", "o", |_| {})], ..Default::default() };
+        let books = [("b".to_string(), book)];
+        let fired = turn(&books, "Ada hands Ilse the oar.", 2, &mut ActivationState::default());
+        assert_eq!(fired.len(), 2, "{fired:?}");
+        assert!(fired[0].contains("E1") && fired[1].contains("E2"), "{fired:?}");
+    }
+
+    #[test]
+    fn sticky_and_cooldown_count_chat_messages() {
+        let book = Lorebook {
+            entries: vec![entry(1, "bell", "b", |e| e.sticky = Some(3)), entry(2, "horn", "h", |e| e.cooldown = Some(4))],
+            ..Default::default()
+        };
+        let books = [("b".to_string(), book)];
+        let mut state = ActivationState::default();
+        assert_eq!(turn(&books, "bell and horn", message_number(1), &mut state).len(), 2);
+        let second = turn(&books, "the horn again", message_number(2), &mut state);
+        assert_eq!(second.len(), 1);
+        assert!(second[0].contains("sticky since message 2, until 5"), "{second:?}");
+        assert!(turn(&books, "horn", message_number(3), &mut state).is_empty(), "bell unstuck, horn cooling down until 6");
+        assert_eq!(turn(&books, "horn", message_number(4), &mut state).len(), 1);
+    }
 }

@@ -300,6 +300,22 @@ impl LoreEntry {
         let keys = self.keys.join(", ");
         if keys.is_empty() { "(no keys)".to_string() } else { keys }
     }
+
+    /// How the entry fires, as SillyTavern's strategy shows it: `constant`, `vectorized`
+    /// (by meaning, keys or not), `keyed`, or `no keys` for one that can never fire.
+    pub fn strategy(&self) -> &'static str {
+        if !self.enabled {
+            "disabled"
+        } else if self.constant {
+            "constant"
+        } else if self.vectorized {
+            "vectorized"
+        } else if self.keys.iter().all(|k| k.trim().is_empty()) {
+            "no keys"
+        } else {
+            "keyed"
+        }
+    }
 }
 
 /// How secondary keys combine with a primary match (SillyTavern `selectiveLogic`).
@@ -525,6 +541,26 @@ mod tests {
         // A slash that never closes is an ordinary key.
         assert_eq!(split_keys("/usr/bin, and/or"), ["/usr/bin", "and/or"]);
         assert_eq!(split_keys("a/b, c"), ["a/b", "c"]);
+    }
+
+    #[test]
+    fn the_strategy_names_a_vectorized_keyless_entry_as_such() {
+        let entry = |change: fn(&mut LoreEntry)| {
+            let mut e = LoreEntry { enabled: true, keys: vec!["gate".into()], ..Default::default() };
+            change(&mut e);
+            e.strategy()
+        };
+        assert_eq!(entry(|_| {}), "keyed");
+        assert_eq!(entry(|e| e.constant = true), "constant");
+        assert_eq!(entry(|e| e.enabled = false), "disabled");
+        assert_eq!(entry(|e| e.keys.clear()), "no keys");
+        assert_eq!(
+            entry(|e| {
+                e.keys.clear();
+                e.vectorized = true;
+            }),
+            "vectorized"
+        );
     }
 
     #[test]

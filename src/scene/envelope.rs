@@ -224,6 +224,12 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
     let mut sections = candidates(input, &mut notes);
     let mut lore_held_back = Vec::new();
     let mut lore_places = BTreeMap::new();
+    // Notes and lore are the user's and the cards' own text: their macros are resolved
+    // for this call (character sheets were resolved per character in `candidates`), and
+    // so are the macros in lore keys.
+    let persona = Persona::of(input.view);
+    let speaker = call_character(input);
+    let ctx = macro_context(input, &persona, &speaker, None);
     if let Some(lore) = input.lore.filter(|l| !l.is_empty()) {
         let mut present: Vec<Section> = sections.iter().filter(|(_, items)| !items.is_empty()).map(|(s, _)| *s).collect();
         present.push(Section::Lore);
@@ -242,6 +248,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
                 seed: input.seed,
                 cancel: input.cancel,
                 bank: input.bank,
+                macros: Some(&ctx),
             },
             lore_state,
         );
@@ -249,11 +256,6 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
         lore_held_back = activation.held_back;
         lore_places = activation.places;
     }
-    // Notes and lore are the user's and the cards' own text: their macros are resolved
-    // for this call (character sheets were resolved per character in `candidates`).
-    let persona = Persona::of(input.view);
-    let speaker = call_character(input);
-    let ctx = macro_context(input, &persona, &speaker, None);
     for section in [Section::Notes, Section::Lore] {
         for item in sections.get_mut(&section).into_iter().flatten() {
             if item.text.contains("{{") || item.text.contains('<') {

@@ -29,15 +29,13 @@ use std::sync::{Arc, Mutex};
 pub struct PreparedLore {
     /// `(lorebook id, revision)` per book, in scan order: what this was built from.
     pub books: Vec<(String, i64)>,
-    /// Enabled entries of every book, book after book. An entry without its own scan
-    /// depth has its book's.
+    /// Enabled entries of every book, book after book, each with its book's settings
+    /// ([`activation::with_book_settings`]: scan depth, recursion off).
     pub entries: Vec<LoreEntry>,
     /// Per entry: its book (index into `books`) and its ordinal in that book, which
     /// keys its timers (stable when other entries are switched off).
     slots: Vec<(usize, usize)>,
     index: KeyIndex,
-    /// Recursion is off if any book turns it off.
-    recursive: bool,
     /// The smallest budget a book sets for itself.
     book_budget: Option<u32>,
     /// The deepest scan depth an entry asks for.
@@ -60,22 +58,16 @@ impl PreparedLore {
             entries: Vec::new(),
             slots: Vec::new(),
             index: KeyIndex::build(std::iter::empty(), &index_options()),
-            recursive: true,
             book_budget: None,
             deepest: 0,
         };
         for (book_index, (id, revision, book, entries)) in books.into_iter().enumerate() {
             out.books.push((id, revision));
-            if book.recursive_scanning == Some(false) {
-                out.recursive = false;
-            }
-            if let Some(budget) = book.token_budget.filter(|b| *b > 0) {
+            if let Some(budget) = activation::smallest_book_budget([&book]) {
                 out.book_budget = Some(out.book_budget.map_or(budget, |b: u32| b.min(budget)));
             }
-            for (ordinal, mut entry) in entries {
-                if entry.scan_depth.is_none() {
-                    entry.scan_depth = book.scan_depth;
-                }
+            for (ordinal, entry) in entries {
+                let entry = activation::with_book_settings(&book, &entry).into_owned();
                 out.deepest = out.deepest.max(entry.scan_depth.unwrap_or(0));
                 out.entries.push(entry);
                 out.slots.push((book_index, ordinal));
@@ -182,6 +174,8 @@ pub struct LoreCall<'a> {
     /// The memory bank, whose embedder measures how close `vectorized` entries are to
     /// the recent messages (`None`: such entries fire by their keys only).
     pub bank: Option<&'a crate::memory::MemoryBank>,
+    /// What macros in keys stand for in this call (`None`: keys match as written).
+    pub macros: Option<&'a crate::prompting::MacroContext<'a>>,
 }
 
 /// Activated lore as budget items, and the entries that matched but were held back.
@@ -229,13 +223,14 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    let expand = call.macros.map(|ctx| move |key: &str| crate::prompting::expand(key, ctx).text);
     let options = ActivationOptions {
         scan_depth: call.scan_depth,
-        recursive: lore.recursive,
         token_budget: budget,
         count_tokens: &count,
         seed: call.seed,
         cancel: call.cancel,
+        macros: expand.as_ref().map(|f| f as &dyn Fn(&str) -> String),
         ..index_options()
     };
     let deepest = call.scan_depth.max(lore.deepest) as usize;
@@ -397,7 +392,7 @@ mod tests {
             tags,
         };
         let fired = |m: &CastMember| {
-            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None };
+            let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None, macros: None };
             activate(&lore, &call, &mut ActivationState::default()).items.len()
         };
         assert_eq!(fired(&member(vec!["clerk".into(), "smuggler".into()])), 1);
@@ -534,6 +529,7 @@ mod tests {
                 seed: 7,
                 cancel: None,
                 bank: None,
+                macros: None,
             };
             let out = activate(&lore, &call, &mut ActivationState::default());
             let kept: Vec<&str> = out.items.iter().map(|i| i.id.as_str()).collect();
@@ -545,6 +541,35 @@ mod tests {
                 assert!(reason.contains(want_reason), "{}: {reason:?} should say {want_reason:?}", case.name);
             }
         }
+    }
+
+    /// A book that turns recursion off keeps it off for its own entries only: another
+    /// book's entries still fire each other.
+    #[test]
+    fn recursion_off_in_one_book_leaves_the_others_recursive() {
+        let flat = Lorebook { recursive_scanning: Some(false), ..Default::default() };
+        let lore = PreparedLore::build(vec![
+            ("flat".into(), 1, flat, vec![(0, entry(1, "oar", "The oar is carved from a mast.")), (1, entry(2, "mast", "m"))]),
+            ("deep".into(), 1, Lorebook::default(), vec![(0, entry(3, "fog", "The fog brings voices.")), (1, entry(4, "voices", "v"))]),
+        ]);
+        let chat = messages(&["An oar in the fog."]);
+        let call = LoreCall {
+            messages: &chat,
+            message_number: 2,
+            character: None,
+            persona: None,
+            scenario: None,
+            scan_depth: 2,
+            budget: None,
+            seed: 7,
+            cancel: None,
+            bank: None,
+            macros: None,
+        };
+        let out = activate(&lore, &call, &mut ActivationState::default());
+        let mut kept: Vec<&str> = out.items.iter().map(|i| i.id.as_str()).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["lore E1 (key \"oar\")", "lore E3 (key \"fog\")", "lore E4 (key \"voices\" in the lore of \"E3\")"]);
     }
 
     #[test]
@@ -570,6 +595,7 @@ mod tests {
                 seed: 0,
                 cancel: None,
                 bank: None,
+                macros: None,
             };
             let out = activate(&lore, &call, state);
             (out.items.iter().map(|i| i.id.clone()).collect::<Vec<_>>(), out.held_back.iter().map(|d| d.reason.clone()).collect::<Vec<_>>())

@@ -37,6 +37,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0026_memory_curation", include_str!("migrations/0026_memory_curation.sql")),
     ("0027_llm_call_agents", include_str!("migrations/0027_llm_call_agents.sql")),
     ("0028_memory_vector_journal", include_str!("migrations/0028_memory_vector_journal.sql")),
+    ("0029_companion_lore_timers", include_str!("migrations/0029_companion_lore_timers.sql")),
     ("0030_companion_turn_user_name", include_str!("migrations/0030_companion_turn_user_name.sql")),
 ];
 

@@ -591,3 +591,64 @@ fn a_memory_search_is_scoped_to_a_character_by_name() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found: character \"Nobody\""), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// World Info timers carry across a chat's messages as in SillyTavern: a sticky entry
+/// stays in for its messages after the one that fired it, a cooling-down entry is held
+/// back though its key is there, and a redrawn reply is the same message again — the
+/// timers its first draw set are set anew, not advanced twice nor left behind.
+#[test]
+fn sticky_and_cooldown_lore_carry_across_chat_messages_but_not_across_a_redraw() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Listen.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let book = json!({ "entries": {
+        "0": { "uid": 0, "key": ["bell"], "content": "The harbour bell warns of storms.", "comment": "Bell", "sticky": 3 },
+        "1": { "uid": 1, "key": ["horn"], "content": "The horn calls the boats home.", "comment": "Horn", "cooldown": 4 }
+    } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "harbour-timers").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine
+        .send(Command::Companion(CompanionCommand::ChatLorebook { character: ILSE.into(), lorebook: "harbour-timers".into(), attach: true, to_character: false }))
+        .unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Changed { .. } | CompanionEvent::Failed { .. }));
+    let fired = |turn: &ChatTurn| -> Vec<String> { turn.packet.notes.iter().filter(|n| n.starts_with("lore fired")).cloned().collect() };
+    let changed = |engine: &EngineHandle| -> ChatTurn {
+        match until(engine, |e| matches!(e, CompanionEvent::Changed { .. } | CompanionEvent::Failed { .. })).pop() {
+            Some(CompanionEvent::Changed { turn: Some(turn), .. }) => *turn,
+            other => panic!("expected a changed turn, got {other:#?}"),
+        }
+    };
+
+    // Message 2 (the greeting is message 1): both fire by their keys.
+    let first = fired(&committed(&send(&engine, "Do you hear the bell and the horn?", None)));
+    assert_eq!(first.len(), 2, "{first:?}");
+    // Message 4: the bell sticks without its key; the horn cools down though named.
+    let second = committed(&send(&engine, "Only the horn now.", None));
+    assert_eq!(fired(&second), ["lore fired: Bell (sticky since message 2, until 5)"], "{:?}", second.packet.notes);
+    // The same message drawn again: the same lore, the timers where they were.
+    engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into() })).unwrap();
+    let redrawn = changed(&engine);
+    assert_eq!(fired(&redrawn), ["lore fired: Bell (sticky since message 2, until 5)"], "{:?}", redrawn.packet.notes);
+    // Message 6: the bell's three messages are over, the horn still cools down.
+    let third = committed(&send(&engine, "The horn again.", None));
+    assert!(fired(&third).is_empty(), "{:?}", third.packet.notes);
+    // Message 8: the horn fires again.
+    let fourth = committed(&send(&engine, "And the horn once more.", None));
+    assert_eq!(fired(&fourth).len(), 1, "{:?}", fourth.packet.notes);
+    assert!(fired(&fourth)[0].contains("Horn"));
+
+    // Message 10 fires the bell; the message is edited to leave it out and its reply
+    // drawn again: the bell set by the thrown-away draw does not stick at message 12.
+    let fifth = committed(&send(&engine, "The bell!", None));
+    assert!(fired(&fifth)[0].contains("Bell"), "{:?}", fifth.packet.notes);
+    engine
+        .send(Command::Companion(CompanionCommand::Edit { character: ILSE.into(), message: format!("{}-u", fifth.id), text: "A calm night.".into() }))
+        .unwrap();
+    changed(&engine);
+    engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into() })).unwrap();
+    assert!(fired(&changed(&engine)).is_empty());
+    let sixth = committed(&send(&engine, "Still calm.", None));
+    assert!(fired(&sixth).is_empty(), "{:?}", sixth.packet.notes);
+}

@@ -1313,6 +1313,10 @@ fn a_run_another_process_works_on_is_followed_and_does_not_hold_the_window_open(
     run_until(&mut harness, Duration::from_secs(20), |app| {
         app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
     });
+    // This window's own agents done (their last events drained).
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.running_work().is_none() && app.identity().view().is_some_and(|v| v.checkpoints.iter().all(|c| !c.record.status.is_working()))
+    });
     let run = harness.state().identity().view().unwrap().run.id.clone();
     // As another process leaves it: checkpoint 1 regenerating, written to the library.
     let store = lorekeeper::store::Store::open(&dir.path().join("library.sqlite")).unwrap();

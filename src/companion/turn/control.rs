@@ -112,9 +112,7 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
-    let mut prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text, cancel)?;
-    // The exchange being redrawn is not its own history.
-    prepared.history.retain(|t| t.id != last.id);
+    let prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text, Some(&last), cancel)?;
     let now = chrono::DateTime::parse_from_rfc3339(&last.at).map(|t| t.with_timezone(&chrono::Utc)).unwrap_or_else(|_| chrono::Utc::now());
     let continuing = match mode {
         Redraw::Swipe => None,
@@ -128,7 +126,11 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
             Draw::Accepted(accepted) => {
                 // The memories this draw was given, recorded as the companion's last injection.
                 let hits = crate::companion::packet::carried(&accepted.packet, &draft.prepared.memories);
-                let injection = Injection { agent: format!("companion:{}", character.name), query: draft.text.to_string() };
+                let injection = Injection {
+                    agent: format!("companion:{}", character.name),
+                    query: draft.text.to_string(),
+                    lore_state: draft.prepared.lore_state.clone(),
+                };
                 let mut last = last;
                 last.hits = hits;
                 let turn = match mode {
@@ -193,10 +195,12 @@ fn joined(so_far: &str, more: &str) -> String {
     format!("{so_far}{glue}{more}")
 }
 
-/// A new draw's memory injection: which agent was given `turn.hits`, for what query.
+/// A new draw's memory injection: which agent was given `turn.hits`, for what query;
+/// and the chat's lore timers after the draw (the redrawn message set them anew).
 struct Injection {
     agent: String,
     query: String,
+    lore_state: crate::lorebook::activation::ActivationState,
 }
 
 /// Store `turn` as it now is, with the memory named in `changed` given its new text
@@ -222,6 +226,7 @@ fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: (String, String), inject
         let write = reopened.and(edit.write(tx)?);
         if let Some(injection) = injection {
             crate::memory::injections::record(tx, &injection.agent, &injection.query, &turn.hits)?;
+            crate::companion::lore::save_state(tx, &turn.character_id, &injection.lore_state)?;
         }
         Ok(write)
     })?;

@@ -98,7 +98,7 @@ pub fn send(
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
-    let prepared = prepare(ctx, &bank, character, &config.companion, text, cancel)?;
+    let prepared = prepare(ctx, &bank, character, &config.companion, text, None, cancel)?;
     let draft = TurnDraft { character, config: config.companion, text, now, prepared, continuing: None };
 
     let attempts = draft.config.max_attempts.max(1);
@@ -279,6 +279,7 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
     let write = bank.store().transaction(|tx| {
         let write = memories.write(tx)?;
         records::insert_turn(tx, &turn)?;
+        crate::companion::lore::save_state(tx, &character.id, &prepared.lore_state)?;
         if prepared.state.turns == 0 && prepared.state.file.is_none() {
             // Kept as it was shown: macros resolved for who the user was then.
             let macros = crate::prompting::MacroContext {

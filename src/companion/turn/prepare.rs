@@ -25,6 +25,8 @@ pub struct Prepared {
     pub proximity: Proximity,
     pub proximity_changed: bool,
     pub notes: Vec<String>,
+    /// The chat's lore timers after this message's activation, stored with the exchange.
+    pub lore_state: crate::lorebook::activation::ActivationState,
 }
 
 /// Anchor vectors embedded once per process and embedding model.
@@ -132,20 +134,32 @@ pub fn retrieve(
 const WORLD_INFO_TOKENS: u32 = 4096;
 
 /// Everything before the first LLM call: state, history, lore indexing, the message's
-/// embedding, proximity and retrieval.
+/// embedding, proximity and retrieval. `redo` is the last exchange when its reply is
+/// drawn again: it is not its own history, and its message keeps its number.
 pub fn prepare(
     ctx: &Context,
     bank: &MemoryBank,
     character: &CharacterInfo,
     config: &CompanionConfig,
     text: &str,
+    redo: Option<&ChatTurn>,
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
-    let (state, user, history) = ctx.store.with(|c| {
+    let (state, user, recent, message_number, mut lore_state) = ctx.store.with(|c| {
         let state = records::load_state(c, &character.id)?;
         let user = records::chat_user(c, &state, &config.user_name)?;
-        Ok((state, user, records::recent_turns(c, &character.id, config.history_turns, false)?))
+        let recent = records::recent_turns(c, &character.id, config.history_turns, false)?;
+        let seq = match redo {
+            Some(turn) => turn.seq,
+            None => recent.last().map(|t| t.seq).unwrap_or(0).max(state.turns) + 1,
+        };
+        let number = crate::companion::lore::message_number(seq);
+        let lore_state = crate::companion::lore::load_state(c, &character.id, number)?;
+        Ok((state, user, recent, number, lore_state))
     })?;
+    // The exchange being redrawn is not its own history (retrieval still leaves its
+    // memories out, so the redraw is not handed the reply it replaces).
+    let history: Vec<ChatTurn> = recent.iter().filter(|t| redo.is_none_or(|r| r.id != t.id)).cloned().collect();
     let mut notes = Vec::new();
     // Lore files are re-indexed only when their content changed (a hash check per file);
     // a character's folder only while the library holds someone of that name.
@@ -189,7 +203,7 @@ pub fn prepare(
         },
         None => (state.proximity, false),
     };
-    let (retrieved, memories) = retrieve(bank, character, config, text, vector.as_deref(), &history, &mut notes)?;
+    let (retrieved, memories) = retrieve(bank, character, config, text, vector.as_deref(), &recent, &mut notes)?;
     // The character's lorebooks (its card's book among them) fire on the conversation,
     // ahead of the lore retrieved from files; the packet's lore budget cuts both.
     let books = ctx.store.with(|c| crate::companion::lore::books(c, &character.id))?;
@@ -201,12 +215,12 @@ pub fn prepare(
             vec![0.0; texts.len()]
         })
     };
+    let turn_text = crate::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number };
     let fired = crate::companion::lore::activate_for_turn(
         &books,
         character,
-        &user.name,
-        &history,
-        text,
+        &turn_text,
+        &mut lore_state,
         WORLD_INFO_TOKENS,
         Some(cancel.flag()),
         Some(&similarity),
@@ -215,5 +229,5 @@ pub fn prepare(
     notes.extend(fired.notes);
     let lore_places = fired.places;
     let lore = fired.hits.into_iter().chain(retrieved).collect();
-    Ok(Prepared { state, user, history, lore, lore_places, memories, proximity, proximity_changed, notes })
+    Ok(Prepared { state, user, history, lore, lore_places, memories, proximity, proximity_changed, notes, lore_state })
 }

@@ -42,6 +42,69 @@ pub(super) enum Key {
     Invalid(String),
     /// A blank key, which matches nothing.
     Empty,
+    /// A key with macros (`{{char}}`, `<USER>`): its text depends on the call, so it is
+    /// resolved per activation ([`KeyIndex::macro_keys`] at `slot`), as SillyTavern
+    /// substitutes macros in every key before matching.
+    Macro { slot: u32 },
+    /// A resolved macro key's literal text, searched directly (such keys are rare).
+    Text { needle: String, case_sensitive: bool, whole_word: bool },
+}
+
+/// A key whose macros are resolved per call, with its entry's matching settings.
+#[derive(Debug)]
+pub(super) struct MacroKey {
+    pub raw: String,
+    pub case_sensitive: bool,
+    pub whole_words: bool,
+    pub use_regex: bool,
+}
+
+/// Whether `raw` holds a macro to resolve before matching.
+fn has_macro(raw: &str) -> bool {
+    (raw.contains("{{") && raw.contains("}}")) || raw.contains("<USER>") || raw.contains("<BOT>")
+}
+
+impl MacroKey {
+    /// This key for one call: macros expanded (`None`: left as written), then compiled
+    /// as any key is (a `/regex/`, or literal text).
+    pub fn resolve(&self, macros: Option<&dyn Fn(&str) -> String>) -> Key {
+        let text = match macros {
+            Some(expand) => expand(&self.raw),
+            None => self.raw.clone(),
+        };
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Key::Empty;
+        }
+        match parse_slash_regex(trimmed) {
+            Some((pattern, flags)) => compile_regex(pattern, flags.contains('i'), flags.contains('s'), flags.contains('m')),
+            None if self.use_regex => compile_regex(trimmed, !self.case_sensitive, false, false),
+            None => Key::Text {
+                needle: if self.case_sensitive { trimmed.to_string() } else { trimmed.to_lowercase() },
+                case_sensitive: self.case_sensitive,
+                whole_word: self.whole_words && !trimmed.contains(char::is_whitespace),
+            },
+        }
+    }
+}
+
+/// Whether a resolved macro key's text occurs in `text` (as a whole word if asked).
+pub(super) fn text_has(text: &str, needle: &str, case_sensitive: bool, whole_word: bool) -> bool {
+    let lowered;
+    let hay = if case_sensitive {
+        text
+    } else {
+        lowered = text.to_lowercase();
+        &lowered
+    };
+    if !whole_word {
+        return hay.contains(needle);
+    }
+    hay.match_indices(needle).any(|(at, found)| {
+        let before = hay[..at].chars().next_back();
+        let after = hay[at + found.len()..].chars().next();
+        !before.is_some_and(is_word_char) && !after.is_some_and(is_word_char)
+    })
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +118,8 @@ pub(super) struct EntryKeys {
 #[derive(Debug)]
 pub struct KeyIndex {
     pub(super) entries: Vec<EntryKeys>,
+    /// Keys with macros, resolved per call (see [`Key::Macro`]).
+    pub(super) macro_keys: Vec<MacroKey>,
     sensitive: Option<AhoCorasick>,
     insensitive: Option<AhoCorasick>,
     pub(super) pattern_counts: [usize; 2],
@@ -68,6 +133,7 @@ impl KeyIndex {
         let mut ids: [HashMap<String, u32>; 2] = [HashMap::new(), HashMap::new()];
         let mut compiled = Vec::new();
         let mut regexes = 0usize;
+        let mut macro_keys = Vec::new();
         for entry in entries {
             let case_sensitive = entry.case_sensitive.unwrap_or(options.case_sensitive);
             let whole_words = entry.match_whole_words.unwrap_or(options.match_whole_words);
@@ -75,6 +141,10 @@ impl KeyIndex {
                 let trimmed = raw.trim();
                 if trimmed.is_empty() {
                     return Key::Empty;
+                }
+                if has_macro(trimmed) {
+                    macro_keys.push(MacroKey { raw: trimmed.to_string(), case_sensitive, whole_words, use_regex: entry.use_regex });
+                    return Key::Macro { slot: (macro_keys.len() - 1) as u32 };
                 }
                 let regex = match parse_slash_regex(trimmed) {
                     Some((pattern, flags)) => Some((pattern, flags.contains('i'), flags.contains('s'), flags.contains('m'))),
@@ -115,6 +185,7 @@ impl KeyIndex {
             insensitive: automaton(&patterns[1]),
             pattern_counts: [patterns[0].len(), patterns[1].len()],
             entries: compiled,
+            macro_keys,
             defaults: (options.case_sensitive, options.match_whole_words),
         }
     }

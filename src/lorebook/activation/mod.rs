@@ -13,7 +13,10 @@
 //!
 //! Where we knowingly differ from SillyTavern: sticky and cooldown count exactly N
 //! messages after the firing one; whole-word matching treats every Unicode letter as a
-//! word character; `@@activate` / `@@dont_activate` are the only V3 decorators honoured.
+//! word character; `@@activate` / `@@dont_activate` are the only V3 decorators honoured;
+//! delay-until-recursion levels are those of entries that could fire (not disabled ones),
+//! and with recursion off no level is ever opened; books may set their own scan depth,
+//! recursion and budget ([`with_book_settings`]), which SillyTavern's books cannot.
 
 mod matcher;
 mod run;
@@ -116,6 +119,11 @@ pub struct ActivationOptions<'a> {
     /// Set when the call this activation is for was cancelled: entries not checked by
     /// then are skipped and say so, so a cancel never waits on a slow book.
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Expands the macros of a key (`{{char}}`, `{{user}}`, ...) for this call, as
+    /// SillyTavern substitutes them in every key before matching (`None`: keys match as
+    /// written). A function, so activation needs no macro engine of its own (the caller
+    /// has `prompting::expand`, the fuzz build mounts activation alone).
+    pub macros: Option<&'a dyn Fn(&str) -> String>,
 }
 
 /// How long one activation's key checks may run by default: far more than any sane book
@@ -137,6 +145,7 @@ impl Default for ActivationOptions<'_> {
             group_scoring: false,
             time_budget: Some(DEFAULT_TIME_BUDGET),
             cancel: None,
+            macros: None,
         }
     }
 }
@@ -170,6 +179,32 @@ impl ActivationOptions<'_> {
         }
         self
     }
+}
+
+/// `entry` as it activates beside other books' entries, with its own book's settings
+/// (as `lorebook test` applies a lone book's): the book's scan depth where the entry sets
+/// none, and, when the book turns recursion off, its entries neither fire from other
+/// lore nor fire other lore by their content. Borrowed when the book changes nothing.
+pub fn with_book_settings<'a>(book: &Lorebook, entry: &'a LoreEntry) -> std::borrow::Cow<'a, LoreEntry> {
+    let depth = entry.scan_depth.is_none() && book.scan_depth.is_some();
+    let flat = book.recursive_scanning == Some(false) && !(entry.exclude_recursion && entry.prevent_recursion);
+    if !depth && !flat {
+        return std::borrow::Cow::Borrowed(entry);
+    }
+    let mut entry = entry.clone();
+    if depth {
+        entry.scan_depth = book.scan_depth;
+    }
+    if flat {
+        entry.exclude_recursion = true;
+        entry.prevent_recursion = true;
+    }
+    std::borrow::Cow::Owned(entry)
+}
+
+/// The smallest lore budget any of `books` sets for itself (`None`: none sets one).
+pub fn smallest_book_budget<'a>(books: impl IntoIterator<Item = &'a Lorebook>) -> Option<u32> {
+    books.into_iter().filter_map(|b| b.token_budget.filter(|t| *t > 0)).min()
 }
 
 /// A tokenizer-free estimate (about four characters per token) for when the model's

@@ -1,7 +1,7 @@
 //! One activation: the checks before scanning, the scan passes (first scan, then
 //! recursion), inclusion groups, probability, the budget and the timers.
 
-use super::matcher::{Found, Key, KeyIndex};
+use super::matcher::{self, Found, Key, KeyIndex};
 use super::{
     ActivatedEntry, ActivationOptions, ActivationReport, ActivationState, EntryTimer, GroupPick, Outcome, ScanEntry,
     ScanInput, SelectiveLogic, SkipReason, Source, Trigger,
@@ -20,7 +20,9 @@ struct Extra<'r> {
 enum Pre {
     Skip(SkipReason),
     Fire(Trigger),
-    Keys,
+    /// Check the keys; when they match, the entry is held back for this reason (a
+    /// delay), so only an entry that would have fired is said to be delayed.
+    Keys(Option<SkipReason>),
 }
 
 enum Eval {
@@ -50,6 +52,8 @@ pub(super) struct Run<'r> {
     recursion: Found,
     recursion_from: Vec<usize>,
     recursion_texts: Vec<&'r str>,
+    /// The index's macro keys resolved for this call, by slot.
+    resolved: Vec<Key>,
     outcomes: Vec<Option<Outcome>>,
 }
 
@@ -102,6 +106,7 @@ impl<'r> Run<'r> {
             recursion: index.empty_found(),
             recursion_from: Vec::new(),
             recursion_texts: Vec::new(),
+            resolved: index.macro_keys.iter().map(|k| k.resolve(options.macros)).collect(),
             outcomes: vec![None; entries.len()],
         }
     }
@@ -113,6 +118,7 @@ impl<'r> Run<'r> {
         let forced: HashSet<usize> = self.input.forced.iter().copied().collect();
 
         let mut fire: Vec<Option<Trigger>> = vec![None; self.entries.len()];
+        let mut held: Vec<Option<SkipReason>> = vec![None; self.entries.len()];
         let mut pending = Vec::new();
         for i in 0..self.entries.len() {
             match self.precheck(i, forced.contains(&i), state) {
@@ -121,7 +127,10 @@ impl<'r> Run<'r> {
                     fire[i] = Some(trigger);
                     pending.push(i);
                 }
-                Pre::Keys => pending.push(i),
+                Pre::Keys(hold) => {
+                    held[i] = hold;
+                    pending.push(i);
+                }
             }
         }
 
@@ -129,7 +138,15 @@ impl<'r> Run<'r> {
         let mut winners: HashMap<String, usize> = HashMap::new();
         let budget = self.options.token_budget;
         let (mut used, mut overflowed) = (0u32, false);
-        let (mut pass, mut level) = (0u32, 0u32);
+        // Delay-until-recursion levels, as SillyTavern opens them: the lowest is open from
+        // the first recursion pass on; each further one only when a pass adds nothing new.
+        // A lone level therefore needs real recursion (an entry fired by the scan).
+        let mut levels: Vec<u32> =
+            pending.iter().map(|&i| self.entries[i].entry.delay_until_recursion).filter(|&l| l > 0).collect();
+        levels.sort_unstable();
+        levels.dedup();
+        levels.reverse();
+        let (mut pass, mut level) = (0u32, levels.pop().unwrap_or(0));
         let started = std::time::Instant::now();
         loop {
             let mut matched = Vec::new();
@@ -164,10 +181,16 @@ impl<'r> Run<'r> {
                     && let Some((_, similarity)) = self.input.similar.iter().find(|(p, _)| *p == i)
                 {
                     let similarity = (similarity.clamp(0.0, 1.0) * 1000.0).round() as u16;
-                    matched.push(Candidate { index: i, trigger: Trigger::Vector { similarity }, score: 1 });
+                    match held[i].take() {
+                        Some(skip) => self.outcomes[i] = Some(Outcome::Skipped { skip }),
+                        None => matched.push(Candidate { index: i, trigger: Trigger::Vector { similarity }, score: 1 }),
+                    }
                     continue;
                 }
                 match self.evaluate(i, pass) {
+                    Eval::Matched { .. } if held[i].is_some() => {
+                        self.outcomes[i] = held[i].take().map(|skip| Outcome::Skipped { skip });
+                    }
                     Eval::Matched { key, source, score } => {
                         let trigger = Trigger::Key { key: e.keys[key].clone(), source };
                         matched.push(Candidate { index: i, trigger, score });
@@ -179,7 +202,7 @@ impl<'r> Run<'r> {
                 }
             }
             pending = still;
-            matched.sort_by_key(|c| priority_key(c.index, self.entries[c.index].entry));
+            matched.sort_by_key(|c| priority_key(c, self.entries[c.index].entry));
             let matched = self.inclusion_groups(matched, &winners);
 
             let mut new_sources = false;
@@ -224,16 +247,9 @@ impl<'r> Run<'r> {
             if !self.options.recursive || overflowed || pass >= self.options.max_recursion_steps {
                 break;
             }
-            if new_sources {
-                level = level.max(1);
-            } else {
-                // Nothing new to scan: entries delayed to a deeper level get their pass.
-                let next = pending
-                    .iter()
-                    .map(|&i| self.entries[i].entry.delay_until_recursion)
-                    .filter(|&l| l > level)
-                    .min();
-                match next {
+            if !new_sources {
+                // Nothing new to scan: the next delay level (if any) gets a pass.
+                match levels.pop() {
                     Some(next) => level = next,
                     None => break,
                 }
@@ -277,28 +293,31 @@ impl<'r> Run<'r> {
                 return Pre::Skip(SkipReason::Cooldown { until: t.cooldown_until });
             }
         }
-        if let Some(from) = e.delay.filter(|&d| u64::from(d) > now) {
-            return Pre::Skip(SkipReason::Delay { from: u64::from(from) });
-        }
+        // Delayed: held back, but said so only if it would otherwise fire.
+        let delayed = e.delay.filter(|&d| u64::from(d) > now).map(|from| SkipReason::Delay { from: u64::from(from) });
+        let fire = |trigger: Trigger| match &delayed {
+            Some(reason) => Pre::Skip(reason.clone()),
+            None => Pre::Fire(trigger),
+        };
         if e.content.starts_with("@@") {
             let (decorators, _) = e.decorators();
             if decorators.iter().any(|d| d.name == "dont_activate") {
                 return Pre::Skip(SkipReason::DecoratorDontActivate);
             }
             if decorators.iter().any(|d| d.name == "activate") {
-                return Pre::Fire(Trigger::Decorator);
+                return fire(Trigger::Decorator);
             }
         }
         if e.constant {
-            return Pre::Fire(Trigger::Constant);
+            return fire(Trigger::Constant);
         }
         if e.vectorized && self.input.similar.iter().any(|(p, _)| *p == i) {
-            return Pre::Keys;
+            return Pre::Keys(delayed);
         }
         if self.index.entries[i].primary.iter().all(|k| matches!(k, Key::Empty)) {
             return Pre::Skip(SkipReason::NoKeys);
         }
-        Pre::Keys
+        Pre::Keys(delayed)
     }
 
     /// Primary keys, then secondary keys with the entry's selective logic.
@@ -308,7 +327,9 @@ impl<'r> Run<'r> {
         let keys = &index.entries[i];
         let depth = e.scan_depth.unwrap_or(self.options.scan_depth);
         let recursion = pass > 0 && !e.exclude_recursion;
-        let scoring = e.use_group_scoring.unwrap_or(self.options.group_scoring) && !e.group.trim().is_empty();
+        // Every key of a group member counts: group scoring compares members by them (an
+        // unscored member's count still sets the best score, as in SillyTavern).
+        let scoring = !e.group.trim().is_empty();
 
         let (mut first, mut bad, mut score) = (None, None, 0usize);
         for (k, key) in keys.primary.iter().enumerate() {
@@ -376,6 +397,30 @@ impl<'r> Run<'r> {
     fn locate(&mut self, key: &Key, e: &LoreEntry, depth: u32, recursion: bool) -> Result<Option<Source>, String> {
         match key {
             Key::Empty => Ok(None),
+            Key::Macro { slot } => {
+                let resolved = std::mem::take(&mut self.resolved);
+                let found = match resolved.get(*slot as usize) {
+                    Some(key) => self.locate(key, e, depth, recursion),
+                    None => Ok(None),
+                };
+                self.resolved = resolved;
+                found
+            }
+            Key::Text { needle, case_sensitive, whole_word } => {
+                let has = |text: &str| matcher::text_has(text, needle, *case_sensitive, *whole_word);
+                if self.input.messages.iter().rev().take(depth as usize).any(|m| has(m)) {
+                    return Ok(Some(Source::Chat));
+                }
+                for extra in &self.extras {
+                    if source_enabled(extra.source, &e.match_sources) && has(extra.text) {
+                        return Ok(Some(extra.source));
+                    }
+                }
+                if recursion && let Some(n) = self.recursion_texts.iter().position(|t| has(t)) {
+                    return Ok(Some(Source::Recursion { from: self.recursion_from[n] }));
+                }
+                Ok(None)
+            }
             Key::Invalid(error) => Err(error.clone()),
             Key::Plain { case, pattern, whole_word } => {
                 let (case, pattern, whole_word) = (*case, *pattern, *whole_word);
@@ -460,15 +505,15 @@ impl<'r> Run<'r> {
                 lose(&members, sticky.index, GroupPick::Sticky, &mut self.outcomes);
                 continue;
             }
-            let scoring = members
-                .iter()
-                .any(|m| self.entries[m.index].entry.use_group_scoring.unwrap_or(self.options.group_scoring));
-            if scoring {
+            // Scoring removes only the members that use it and matched fewer keys than the
+            // best member; members without it stay in the pick, as in SillyTavern.
+            let scored = |m: &Candidate| self.entries[m.index].entry.use_group_scoring.unwrap_or(self.options.group_scoring);
+            if members.iter().any(|m| scored(m)) {
                 let best = members.iter().map(|m| m.score).max().unwrap_or(0);
                 if let Some(top) = members.iter().find(|m| m.score == best).map(|m| m.index) {
-                    let low: Vec<&Candidate> = members.iter().copied().filter(|m| m.score < best).collect();
+                    let low: Vec<&Candidate> = members.iter().copied().filter(|m| scored(m) && m.score < best).collect();
                     lose(&low, top, GroupPick::Score, &mut self.outcomes);
-                    members.retain(|m| m.score == best);
+                    members.retain(|m| !(scored(m) && m.score < best));
                 }
                 if members.len() < 2 {
                     continue;
@@ -530,10 +575,11 @@ impl<'r> Run<'r> {
     }
 }
 
-/// Budget priority: constant entries first, then higher insertion order, then higher
-/// card priority, then the order given.
-fn priority_key(index: usize, e: &LoreEntry) -> (bool, i64, i64, usize) {
-    (!e.constant, -e.insertion_order, -e.priority.unwrap_or(0), index)
+/// Budget priority, as SillyTavern spends its budget: sticky entries first, then higher
+/// insertion order, then higher card priority, then the order given. Constant entries
+/// get no precedence: a low-order constant is the first to go when lore overflows.
+fn priority_key(c: &Candidate, e: &LoreEntry) -> (bool, i64, i64, usize) {
+    (!matches!(c.trigger, Trigger::Sticky { .. }), -e.insertion_order, -e.priority.unwrap_or(0), c.index)
 }
 
 fn source_enabled(source: Source, sources: &MatchSources) -> bool {

@@ -289,6 +289,60 @@ fn recursion_exclude_prevent_and_delay() {
     ]);
 }
 
+/// SillyTavern opens the lowest delay level with the first recursion pass and stops when
+/// a pass adds nothing: a delayed entry never fires without real recursion.
+#[test]
+fn delay_until_recursion_waits_for_real_recursion() {
+    let lone = [with(e(1, "moon", "x"), |x| x.delay_until_recursion = 1), e(2, "star", "x")];
+    check(&lone, &["the moon rises"], &ActivationOptions::default(), &["recursion level 1", "no match"]);
+    // With recursion, the lowest level (here 2) is open from the first recursion pass.
+    let deep = [with(e(1, "moon", "x"), |x| x.delay_until_recursion = 2), e(2, "star", "the moon")];
+    check(&deep, &["a star"], &ActivationOptions::default(), &["key moon from 2 (pass 1)", "key star"]);
+    // Two levels: the second opens once a pass adds nothing, even without recursion, and
+    // then every entry delayed up to it may fire (as in SillyTavern).
+    let two = [
+        with(e(1, "moon", "x"), |x| x.delay_until_recursion = 1),
+        with(e(2, "moon", "x"), |x| x.delay_until_recursion = 2),
+    ];
+    check(&two, &["the moon"], &ActivationOptions::default(), &["key moon (pass 1)", "key moon (pass 1)"]);
+}
+
+/// SillyTavern substitutes macros in every key before matching: `{{char}}` and
+/// `{{user}}` find the names of this call, in the chat and in recursion.
+#[test]
+fn macros_in_keys_stand_for_the_call_s_names() {
+    let entries = [
+        e(1, "{{char}}", "x"),
+        e(2, "{{user}}", "x"),
+        with(e(3, "<BOT>'s ship", "x"), |x| x.match_whole_words = Some(true)),
+        e(4, "/{{user}}\\s+waves/", "x"),
+        with(e(5, "gate", "x"), |x| {
+            x.selective = true;
+            x.secondary_keys = vec!["{{char}}".into()];
+        }),
+        with(e(6, "gate", "x"), |x| {
+            x.selective = true;
+            x.secondary_keys = vec!["{{user}}'s ship".into()];
+        }),
+    ];
+    let macros = crate::prompting::MacroContext { char: "Wren", user: "Ada", ..Default::default() };
+    let expand = |key: &str| crate::prompting::expand(key, &macros).text;
+    let o = ActivationOptions { macros: Some(&expand), ..Default::default() };
+    check(&entries, &["Ada waves at wren's ship by the gate"], &o, &[
+        "key {{char}}",
+        "key {{user}}",
+        "key <BOT>'s ship",
+        "key /{{user}}\\s+waves/",
+        "key gate",
+        "secondary after gate found [] missing [{{user}}'s ship]",
+    ]);
+    // Recursion: the name in another entry's content.
+    let chain = [e(1, "gate", "Wren opens it."), e(2, "{{char}}", "x")];
+    check(&chain, &["the gate"], &o, &["key gate", "key {{char}} from 1 (pass 1)"]);
+    // Without names the macro stays as written and does not match the text.
+    check(&chain, &["the gate"], &ActivationOptions::default(), &["key gate", "no match"]);
+}
+
 #[test]
 fn probability_rolls_are_seeded_and_respect_use_probability() {
     let entries = [
@@ -350,6 +404,23 @@ fn inclusion_groups_override_weight_score_and_earlier_pass() {
     let o = ActivationOptions { group_scoring: true, ..Default::default() };
     check(&scored, &["the gate and the tower"], &o, &["group guards to 2 by Score", "key gate", "group guards to 2 by Score"]);
 
+    // Mixed flags: only scored members below the best score drop out; a member without
+    // scoring stays in the weighted pick (here the only one with weight).
+    let mixed = [
+        member(1, 1, |x| x.use_group_scoring = Some(false)),
+        member(2, 1, |x| {
+            x.keys.push("tower".into());
+            x.use_group_scoring = Some(true);
+            x.group_weight = 0;
+        }),
+        member(3, 1, |x| x.use_group_scoring = Some(true)),
+    ];
+    check(&mixed, &["the gate and the tower"], &ActivationOptions::default(), &[
+        "key gate",
+        "group guards to 1 by Weighted",
+        "group guards to 2 by Score",
+    ]);
+
     // A member fired by recursion loses to the member that fired in the first pass.
     let passes = [member(1, 1, |x| x.content = "a tower".into()), with(member(2, 100, |_| {}), |x| x.keys = vec!["tower".into()])];
     check(&passes, &["the gate"], &ActivationOptions::default(), &["key gate", "group guards to 1 by EarlierPass"]);
@@ -396,7 +467,14 @@ fn sticky_cooldown_and_delay_count_messages() {
         "key storm",
     ]);
     let delayed = with(e(1, "storm", "x"), |x| x.delay = Some(5));
-    assert_eq!(timeline(delayed, &[(3, "storm"), (4, "storm"), (5, "storm")]), ["delay until 5", "delay until 5", "key storm"]);
+    assert_eq!(timeline(delayed.clone(), &[(3, "storm"), (4, "storm"), (5, "storm")]), ["delay until 5", "delay until 5", "key storm"]);
+    // Only an entry that would have fired is said to be delayed.
+    assert_eq!(timeline(delayed, &[(3, "calm")]), ["no match"]);
+    let constant = with(e(1, "", "x"), |x| {
+        x.constant = true;
+        x.delay = Some(2);
+    });
+    assert_eq!(timeline(constant, &[(1, "calm"), (2, "calm")]), ["delay until 2", "constant"]);
     // Rewinding the chat (a lower message number) forgets timers set later.
     let rewound = with(e(1, "storm", "x"), |x| x.cooldown = Some(5));
     assert_eq!(timeline(rewound, &[(10, "storm"), (11, "storm"), (9, "storm"), (10, "storm")]), [
@@ -420,7 +498,7 @@ fn sticky_cooldown_and_delay_count_messages() {
 }
 
 #[test]
-fn budget_keeps_constants_then_highest_order() {
+fn budget_keeps_sticky_then_highest_order_constants_included() {
     let entries = [
         with(e(1, "", "one two three"), |x| {
             x.constant = true;
@@ -432,14 +510,30 @@ fn budget_keeps_constants_then_highest_order() {
             x.insertion_order = 10;
             x.ignore_budget = true;
         }),
-        with(e(5, "gate", "one"), |x| x.insertion_order = 5),
+        with(e(5, "gate", "one"), |x| x.insertion_order = 0),
     ];
     let o = ActivationOptions { token_budget: Some(8), count_tokens: &words, ..Default::default() };
     let input = ScanInput { messages: vec!["gate"], message_number: 1, ..Default::default() };
     let (report, got) = run_with(&entries, &input, &mut ActivationState::default(), &o);
-    // Entry 5 would fit, but SillyTavern stops budgeted entries once the budget overflows.
-    assert_eq!(got, ["constant", "key gate", "budget 3+7>8", "key gate", "budget 1+7>8"]);
+    // Order 100 (4 tokens), then 50 (3): the order-1 constant no longer fits. Entry 5 would
+    // fit, but SillyTavern stops budgeted entries once the budget overflows.
+    assert_eq!(got, ["budget 3+7>8", "key gate", "key gate", "key gate", "budget 1+7>8"]);
     assert_eq!(report.tokens_used, 7);
+
+    // A sticky entry is budgeted before any other, whatever its order.
+    let entries = [
+        with(e(1, "gate", "one two three four five"), |x| {
+            x.insertion_order = 1;
+            x.sticky = Some(3);
+        }),
+        with(e(2, "gate", "one two three four"), |x| x.insertion_order = 100),
+    ];
+    let mut state = ActivationState::default();
+    let first = ScanInput { messages: vec!["gate"], message_number: 1, ..Default::default() };
+    let big = ActivationOptions { token_budget: Some(100), count_tokens: &words, ..Default::default() };
+    assert_eq!(run_with(&entries, &first, &mut state, &big).1, ["key gate", "key gate"]);
+    let later = ScanInput { messages: vec!["gate"], message_number: 2, ..Default::default() };
+    assert_eq!(run_with(&entries, &later, &mut state, &o).1, ["sticky", "budget 4+5>8"]);
 }
 
 #[test]
