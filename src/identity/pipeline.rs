@@ -182,7 +182,7 @@ fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Opti
             }
             Err(e) => {
                 // The predecessor's words, and the run marked failed until a re-run.
-                let message = format!("Character development failed: {e}");
+                let message = format!("{FAILED_PREFIX}{e}");
                 let _ = ctx.store.transaction(|tx| {
                     records::set_status(tx, &run.id, number, CheckpointStatus::Failed, Some(&message))?;
                     records::finish_run(tx, &run.id, RunStatus::Failed, Some(&message))
@@ -469,7 +469,15 @@ pub fn reject(ctx: &Arc<Context>, run_id: &str, number: u8, feedback: &str) -> R
     let run = ctx.store.transaction(|tx| {
         records::set_status(tx, run_id, number, CheckpointStatus::Regenerating, None)?;
         records::set_pending_feedback(tx, run_id, number, Some(feedback))?;
-        records::bump_regenerations(tx, run_id)?;
+        if cp.status == CheckpointStatus::Failed {
+            // A failed checkpoint tried again with feedback is a retry, as `rerun` is: the
+            // run is in progress again. It is no regeneration (the predecessor counted an
+            // output sent back with feedback, and a failed draw left no output to send
+            // back; a failed regeneration was counted when its version was rejected).
+            reopen_unless_failed(tx, run_id)?;
+        } else {
+            records::bump_regenerations(tx, run_id)?;
+        }
         records::load_run(tx, run_id)
     })?;
     emit(
@@ -514,6 +522,23 @@ pub fn reopen(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<Vec<u8>, I
     Ok(stale)
 }
 
+/// The predecessor's words for a failed run, which start a failed checkpoint's error.
+const FAILED_PREFIX: &str = "Character development failed: ";
+
+/// A failed run is in progress again once none of its checkpoints is failed any more
+/// (the caller just set the one being tried again running or queued).
+fn reopen_unless_failed(tx: &rusqlite::Connection, run_id: &str) -> Result<(), crate::store::StoreError> {
+    let run = records::load_run(tx, run_id)?;
+    // A cancelled checkpoint waits as failed too, but never failed the run.
+    let still_failed = records::checkpoints(tx, run_id)?
+        .iter()
+        .any(|c| c.status == CheckpointStatus::Failed && c.error.as_deref().is_some_and(|e| e.starts_with(FAILED_PREFIX)));
+    if run.status == RunStatus::Failed && !still_failed {
+        records::reopen_run(tx, run_id)?;
+    }
+    Ok(())
+}
+
 /// Re-run a stale or failed checkpoint as it is (no feedback).
 pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), IdentityError> {
     {
@@ -525,7 +550,7 @@ pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), Identit
         ctx.store.transaction(|tx| {
             records::set_status(tx, run_id, number, CheckpointStatus::Queued, None)?;
             // A failed run is in progress again once its checkpoint runs again.
-            records::reopen_run(tx, run_id)
+            reopen_unless_failed(tx, run_id)
         })?;
     }
     advance(ctx, run_id);

@@ -546,3 +546,65 @@ fn the_game_master_edits_a_checkpoint_before_approving_it_and_a_broken_edit_is_r
     assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
     assert_eq!(load_view(&store, &id).unwrap().checkpoints[0].record.status, CheckpointStatus::Approved);
 }
+
+/// Point the "script" profile back at the shipped script (the server fixed).
+fn fix_script(engine: &EngineHandle) {
+    let fixed = ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(data("script.json")),
+        ..Default::default()
+    };
+    engine
+        .send(Command::Llm(lorekeeper::engine::LlmCommand::SaveProfile { profile: fixed, previous_name: Some("script".into()) }))
+        .unwrap();
+}
+
+/// A failed checkpoint sent back with feedback is tried again like a re-run: the run is
+/// in progress again (not failed through every later wave), and the retry is no
+/// regeneration (there was no output to send back).
+#[test]
+fn a_failed_checkpoint_retried_with_feedback_puts_the_run_back_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = paths_with_first_rule(
+        dir.path(),
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" },
+            "reply": { "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } } }),
+    );
+    let engine = engine::start(failing).unwrap();
+    let id = start(&engine, false);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Idle { failed, .. } if failed.contains(&1)));
+    assert_eq!(load_view(&engine.context().store, &id).unwrap().run.status, lorekeeper::identity::records::RunStatus::Failed);
+    fix_script(&engine);
+    send(&engine, IdentityCommand::Reject { character_id: id.clone(), checkpoint: 1, feedback: "Try again, and make her afraid of deep water.".into() });
+    let ready = wait_for(&engine, &mut seen, |e| {
+        matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 1, .. } | IdentityEvent::Error { checkpoint: Some(1), .. })
+    });
+    assert!(matches!(ready, IdentityEvent::CheckpointReady { .. }), "{ready:?}");
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::InProgress);
+    assert_eq!(view.run.error, None);
+    assert_eq!(view.run.regenerations, 0, "retrying a failed checkpoint is not a regeneration");
+    assert_eq!(lorekeeper::identity::export::metadata(&view).status, "in_progress");
+    // A real regeneration (an output sent back) still counts.
+    send(&engine, IdentityCommand::Reject { character_id: id.clone(), checkpoint: 1, feedback: "Less brooding.".into() });
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 1, version: 2, .. }));
+    assert_eq!(load_view(&engine.context().store, &id).unwrap().run.regenerations, 1);
+    // The command line says so too, in words.
+    let p = paths(dir.path(), "script.json");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let list = cli(&["identity", "list"]);
+    assert!(list.contains(&id) && list.contains(" in progress ") && !list.contains("InProgress"), "{list}");
+    assert!(cli(&["identity", "status", &id]).contains("in progress"));
+}
