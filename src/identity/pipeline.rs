@@ -243,14 +243,44 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         call,
         base: profile.kind == crate::llm::ProviderKind::Local,
     };
-    let (narrative, mut structured, attempts, usage) = match agent {
-        Agent::Personality => asking.ask::<PersonalityOutput>()?,
-        Agent::BackstoryMotivation => asking.ask::<BackstoryOutput>()?,
-        Agent::VoiceDialogue => asking.ask::<VoiceOutput>()?,
-        Agent::PhysicalDescription => asking.ask::<PhysicalOutput>()?,
-        Agent::StoryArc => asking.ask::<StoryArcOutput>()?,
-        Agent::Relationships => asking.ask::<RelationshipsOutput>()?,
-        Agent::FinalConsolidation => asking.ask::<ConsolidationOutput>()?,
+    let asked = match agent {
+        Agent::Personality => asking.ask::<PersonalityOutput>(),
+        Agent::BackstoryMotivation => asking.ask::<BackstoryOutput>(),
+        Agent::VoiceDialogue => asking.ask::<VoiceOutput>(),
+        Agent::PhysicalDescription => asking.ask::<PhysicalOutput>(),
+        Agent::StoryArc => asking.ask::<StoryArcOutput>(),
+        Agent::Relationships => asking.ask::<RelationshipsOutput>(),
+        Agent::FinalConsolidation => asking.ask::<ConsolidationOutput>(),
+    };
+    let (narrative, mut structured, attempts, usage) = match asked {
+        Ok(asked) => asked,
+        Err(IdentityError::Agent { message, attempts })
+            if !cancel.is_cancelled() && attempts.as_array().is_some_and(|a| !a.is_empty()) =>
+        {
+            // A failed draw that got replies is kept as a version that is never put up for
+            // approval: its refused replies stay for the inspector, and the tokens billed
+            // for them count in the run's total. (A call that got no reply left nothing.)
+            let spent: Vec<crate::llm::structured::StructuredAttempt> = serde_json::from_value(attempts.clone()).unwrap_or_default();
+            let record = VersionRecord {
+                number,
+                version,
+                narrative: String::new(),
+                structured: serde_json::Value::Null,
+                attempts: attempts.clone(),
+                prompt,
+                feedback: feedback.map(str::to_string),
+                based_on: knowledge.iter().map(|(n, v)| (*n, v.version)).collect(),
+                usage: crate::llm::structured::total_usage(&spent),
+                wall_ms: started.elapsed().as_millis() as u64,
+                started_at,
+                created_at: now_rfc3339(),
+            };
+            if let Err(e) = ctx.store.with(|c| records::insert_failed_version(c, &run.id, &record)) {
+                tracing::warn!(run = %run.id, checkpoint = number, error = %e, "could not keep the failed draw");
+            }
+            return Err(IdentityError::Agent { message, attempts });
+        }
+        Err(e) => return Err(e),
     };
     if agent == Agent::FinalConsolidation {
         // Checkpoint 7 shows the whole profile the user is about to accept.

@@ -608,3 +608,44 @@ fn a_failed_checkpoint_retried_with_feedback_puts_the_run_back_in_progress() {
     assert!(list.contains(&id) && list.contains(" in progress ") && !list.contains("InProgress"), "{list}");
     assert!(cli(&["identity", "status", &id]).contains("in progress"));
 }
+
+/// An agent whose every attempt is refused fails its checkpoint, but the draw is kept: its
+/// raw replies for the inspector, and its tokens in the run's total.
+#[test]
+fn a_failed_draw_keeps_its_refused_replies_and_its_tokens_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = serde_json::json!({ "narrative": "...", "structured": { "core_traits": ["string"] } });
+    let paths = paths_with_first_rule(
+        dir.path(),
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": refused.to_string() } }),
+    );
+    let engine = engine::start(paths).unwrap();
+    let id = start(&engine, true);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Idle { failed, .. } if failed.contains(&1)));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let personality = &view.checkpoints[0];
+    assert_eq!(personality.record.status, CheckpointStatus::Failed);
+    assert_eq!(personality.record.current_version, 0, "a failed draw is never put up for approval");
+    assert_eq!(personality.versions.len(), 1, "the failed draw is kept");
+    let failed = &personality.versions[0];
+    assert!(failed.is_failed());
+    let attempts = failed.attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{}", failed.attempts);
+    assert!(attempts.iter().all(|a| a["raw"].as_str().unwrap().contains("core_traits") && !a["failure"].is_null()));
+    let failed_tokens = u64::from(failed.usage.total());
+    assert!(failed_tokens > 0);
+    // Fixed and re-run: the run completes, and its total counts the failed draw too.
+    fix_script(&engine);
+    send(&engine, IdentityCommand::Rerun { character_id: id.clone(), checkpoint: 1 });
+    let done = wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CharacterComplete { .. }));
+    let IdentityEvent::CharacterComplete { total_tokens, .. } = done else { unreachable!() };
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let personality = &view.checkpoints[0];
+    assert_eq!(personality.record.current_version, 2);
+    assert!(!personality.versions[1].is_failed());
+    let kept: u64 = view.checkpoints.iter().flat_map(|c| &c.versions).filter(|v| !v.is_failed()).map(|v| u64::from(v.usage.total())).sum();
+    assert_eq!(total_tokens, kept + failed_tokens);
+    let profile = lorekeeper::identity::export::stored_profile(&engine.context().store, &id).unwrap().unwrap();
+    assert_eq!(profile["metadata"]["total_tokens"], total_tokens);
+}
