@@ -114,6 +114,12 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
             to_start.push((cp.agent, cp.pending_feedback.clone(), cp.status));
         }
     }
+    // Stored as running before the wave is announced, so a reader of the store (a
+    // WebSocket that connects just then) sees the wave started whenever it missed the event.
+    for (agent, _, status) in &to_start {
+        let next = if *status == CheckpointStatus::Regenerating { *status } else { CheckpointStatus::Running };
+        ctx.store.with(|c| records::set_status(c, run_id, agent.number(), next, None))?;
+    }
     if fresh_wave && !to_start.is_empty() {
         emit(
             ctx,
@@ -124,9 +130,7 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
             },
         );
     }
-    for (agent, feedback, status) in to_start {
-        let next = if status == CheckpointStatus::Regenerating { status } else { CheckpointStatus::Running };
-        ctx.store.with(|c| records::set_status(c, run_id, agent.number(), next, None))?;
+    for (agent, feedback, _) in to_start {
         spawn_agent(ctx, &run, agent, feedback);
     }
     // Nothing running for this run any more: the user has the next move.
