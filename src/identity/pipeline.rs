@@ -435,7 +435,16 @@ fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
     profile.metadata.regenerations = run.regenerations;
     // Every token spent on the run, not only the versions kept.
     profile.metadata.total_tokens = ctx.store.with(|c| records::run_tokens(c, &run.id))?;
-    let profile_json = serde_json::to_string(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    // The agents' narratives are kept with the character (for its card and its chat
+    // sheet, `character::profile`); the seed's profile is served without them.
+    let mut stored = serde_json::to_value(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    let narratives: serde_json::Map<String, serde_json::Value> = upstream
+        .values()
+        .filter(|v| !v.narrative.trim().is_empty())
+        .filter_map(|v| Agent::from_number(v.number).map(|a| (a.name().to_string(), serde_json::Value::String(v.narrative.clone()))))
+        .collect();
+    stored[super::export::NARRATIVES] = serde_json::Value::Object(narratives);
+    let profile_json = serde_json::to_string(&stored).map_err(|e| IdentityError::Invalid(e.to_string()))?;
     ctx.store.transaction(|tx| {
         crate::character::save_profile(tx, &run.id, &run.name, &profile_json)?;
         records::finish_run(tx, &run.id, RunStatus::Completed, None)

@@ -649,3 +649,52 @@ fn a_failed_draw_keeps_its_refused_replies_and_its_tokens_count() {
     let profile = lorekeeper::identity::export::stored_profile(&engine.context().store, &id).unwrap().unwrap();
     assert_eq!(profile["metadata"]["total_tokens"], total_tokens);
 }
+
+/// A developed character exported as a card is one a SillyTavern user can play: a
+/// greeting of its own, the agents' narratives as its prose, every section with its own
+/// separators; the seed's final profile stays exactly the seed's; the card imports back
+/// and exports the same.
+#[test]
+fn a_developed_character_exports_as_a_card_with_its_narratives_and_a_greeting() {
+    use lorekeeper::interop::library::{self, CardFormat, ImportOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine::start(paths(dir.path(), "script.json")).unwrap();
+    let id = start(&engine, true);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CharacterComplete { .. }));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let narrative = |n: usize| view.checkpoints[n - 1].versions.last().unwrap().narrative.clone();
+    let store = &engine.context().store;
+    let exported = library::export_character(&store.reader().unwrap(), &id, CardFormat::CardV2, false).unwrap();
+    let card: serde_json::Value = serde_json::from_slice(&exported.bytes).unwrap();
+    let data = &card["data"];
+    let description = data["description"].as_str().unwrap();
+    let scenario = data["scenario"].as_str().unwrap();
+    let first_mes = data["first_mes"].as_str().unwrap();
+    assert!(description.contains(narrative(1).trim()), "the personality narrative: {description}");
+    assert!(description.contains(narrative(2).trim()) && description.contains(narrative(4).trim()), "{description}");
+    assert!(data["personality"].as_str().unwrap().contains(narrative(3).trim()));
+    assert!(scenario.contains(narrative(5).trim()) && scenario.contains(narrative(6).trim()), "{scenario}");
+    let profile = &data["extensions"]["lorekeeper"]["profile"];
+    let scene = profile["narrative_arc"]["scene_presence"][0].as_str().unwrap();
+    assert!(scenario.contains(&format!("Appears in: {scene}")), "{scenario}");
+    let evolution = profile["relationships"][0]["evolution"].as_str().unwrap();
+    assert!(scenario.contains(&format!("over the story, {evolution}")), "{scenario}");
+    // The greeting: set in a scene of theirs, a habit of theirs, a line in their voice.
+    let mut scene_words = scene.chars();
+    let scene_opening: String = scene_words.next().unwrap().to_uppercase().chain(scene_words).collect();
+    assert!(first_mes.starts_with(&format!("*{scene_opening}.")), "{first_mes}");
+    let habit = profile["physical_presence"]["mannerisms"][0].as_str().unwrap();
+    assert!(first_mes.contains(habit.trim_end_matches('.')), "{first_mes}");
+    let line = profile["voice"]["sample_dialogue"]["confident"].as_str().unwrap();
+    assert!(first_mes.ends_with(&format!("\"{}\"", line.trim().trim_matches('"'))), "{first_mes}");
+    // The seed's final profile has no field of ours.
+    let seed_profile = lorekeeper::identity::export::stored_profile(store, &id).unwrap().unwrap();
+    assert!(seed_profile.get("narratives").is_none());
+    assert_eq!(profile["narratives"]["personality"], narrative(1));
+    // Imported back, it is a card character that exports the same card.
+    let ImportOutcome::Created { items, .. } = library::import_bytes(store, &exported.bytes, "card").unwrap() else { panic!("not imported") };
+    let again = library::export_character(&store.reader().unwrap(), &items[0].id, CardFormat::CardV2, false).unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&again.bytes).unwrap();
+    assert_eq!(again, card);
+}
