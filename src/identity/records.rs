@@ -209,6 +209,12 @@ pub fn list_runs(conn: &Connection) -> Result<Vec<RunRecord>, StoreError> {
     Ok(out)
 }
 
+/// Whether the library holds any identity run, finished or not: a library with one is
+/// the user's (see `scene::demo::ensure`).
+pub fn any_run(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM identity_runs)", [], |r| r.get(0))?)
+}
+
 pub fn checkpoints(conn: &Connection, run_id: &str) -> Result<Vec<CheckpointRecord>, StoreError> {
     let mut stmt = conn.prepare(
         "SELECT number, status, current_version, pending_feedback, error, updated_at
