@@ -8,6 +8,10 @@
 //! under `extensions.lorekeeper.profile`, so nothing is lost. Why here and not in
 //! interop: the sheet needs the mapping, and a character must not reach up into the
 //! file formats.
+//!
+//! The agents' narratives (kept beside the profile under `narratives`, by agent name)
+//! are the prose a reader meets first; the structured fields follow as a compact sheet,
+//! one labelled line each, lists joined so they still read as lists.
 
 use serde_json::{Value, json};
 
@@ -18,6 +22,9 @@ pub struct ProfileText {
     pub description: String,
     pub personality: String,
     pub scenario: String,
+    /// A greeting in the character's own voice, set in a scene they appear in, built
+    /// from their material (empty when the profile has none of it).
+    pub first_mes: String,
     pub mes_example: String,
     pub tags: Vec<String>,
     pub creator_notes: String,
@@ -37,6 +44,7 @@ pub fn profile_text(profile: &Value, fallback_name: &str) -> ProfileText {
         description: description(profile),
         personality: personality(profile),
         scenario: scenario(profile),
+        first_mes: greeting(profile),
         mes_example: examples(profile),
         tags: [text(profile, &["overview", "role"]), text(profile, &["narrative_arc", "arc_type"])].into_iter().flatten().collect(),
         creator_notes: match mode {
@@ -76,7 +84,7 @@ fn objects<'a>(value: &'a Value, path: &[&str]) -> Vec<&'a Value> {
     }
 }
 
-/// Append `label: text` as its own paragraph when there is text.
+/// Append `label: text` as its own line (or paragraph) when there is text.
 fn para(out: &mut Vec<String>, label: &str, body: Option<String>) {
     if let Some(body) = body.filter(|b| !b.trim().is_empty()) {
         out.push(if label.is_empty() { body } else { format!("{label}: {body}") });
@@ -87,12 +95,31 @@ fn joined(items: Vec<String>, sep: &str) -> Option<String> {
     if items.is_empty() { None } else { Some(items.join(sep)) }
 }
 
+/// The narrative an agent wrote for this character, if the profile keeps it.
+fn narrative(p: &Value, agent: &str) -> Option<String> {
+    text(p, &["narratives", agent])
+}
+
+/// Prose paragraphs first, then the labelled lines, a blank line between the two.
+fn sections(prose: Vec<String>, lines: Vec<String>) -> String {
+    let mut blocks = prose;
+    if !lines.is_empty() {
+        blocks.push(lines.join("\n"));
+    }
+    blocks.join("\n\n")
+}
+
 fn description(p: &Value) -> String {
+    let mut prose = Vec::new();
+    para(&mut prose, "", text(p, &["overview", "one_line"]));
+    for agent in ["personality", "physical_description", "backstory_motivation"] {
+        para(&mut prose, "", narrative(p, agent));
+    }
     let mut out = Vec::new();
-    para(&mut out, "", text(p, &["overview", "one_line"]));
     para(&mut out, "Role", text(p, &["overview", "role"]));
-    let physical = ["body_language", "movement_style"].iter().filter_map(|k| text(p, &["physical_presence", k])).collect::<Vec<_>>();
-    para(&mut out, "Presence", joined(physical, " "));
+    para(&mut out, "Look", text(p, &["visual", "style_notes"]));
+    para(&mut out, "Bearing", text(p, &["physical_presence", "body_language"]));
+    para(&mut out, "Movement", text(p, &["physical_presence", "movement_style"]));
     para(&mut out, "Mannerisms", joined(list(p, &["physical_presence", "mannerisms"]), "; "));
     para(&mut out, "Physical quirks", joined(list(p, &["physical_presence", "physical_quirks"]), "; "));
     let timeline: Vec<String> = objects(p, &["backstory_motivation", "timeline"])
@@ -120,7 +147,7 @@ fn description(p: &Value) -> String {
     para(&mut out, "Wants", text(p, &["backstory_motivation", "goals", "surface"]));
     para(&mut out, "Needs", text(p, &["backstory_motivation", "goals", "deep"]));
     para(&mut out, "Secrets", joined(list(p, &["psychology", "secrets"]), "; "));
-    out.join("\n\n")
+    sections(prose, out)
 }
 
 fn personality(p: &Value) -> String {
@@ -143,10 +170,17 @@ fn personality(p: &Value) -> String {
     para(&mut out, "Speech", text(p, &["voice", "speech_pattern"]));
     para(&mut out, "Vocabulary", text(p, &["voice", "vocabulary"]));
     para(&mut out, "Verbal tics", joined(list(p, &["voice", "verbal_tics"]), "; "));
-    out.join("\n")
+    // How the voice carries the personality, after the summary it explains.
+    let mut blocks = vec![out.join("\n")];
+    blocks.extend(narrative(p, "voice_dialogue"));
+    blocks.retain(|b| !b.is_empty());
+    blocks.join("\n\n")
 }
 
 fn scenario(p: &Value) -> String {
+    let mut prose = Vec::new();
+    para(&mut prose, "", narrative(p, "story_arc"));
+    para(&mut prose, "", narrative(p, "relationships"));
     let mut out = Vec::new();
     let role = text(p, &["narrative_arc", "role"]);
     let arc = text(p, &["narrative_arc", "arc_type"]);
@@ -164,18 +198,78 @@ fn scenario(p: &Value) -> String {
             })
         })
         .collect();
-    para(&mut out, "Arc", joined(beats, " "));
+    para(&mut out, "Arc", joined(beats, "; "));
+    para(&mut out, "Appears in", joined(list(p, &["narrative_arc", "scene_presence"]), "; "));
     let relationships: Vec<String> = objects(p, &["relationships"])
         .into_iter()
         .filter_map(|r| {
             let other = text(r, &["character"])?;
             let kind = text(r, &["type"]).map(|t| format!(" ({t})")).unwrap_or_default();
             let dynamic = text(r, &["dynamic"]).map(|d| format!(": {d}")).unwrap_or_default();
-            Some(format!("{other}{kind}{dynamic}"))
+            let evolution = text(r, &["evolution"]).map(|e| format!("; over the story, {e}")).unwrap_or_default();
+            Some(format!("- {other}{kind}{dynamic}{evolution}"))
         })
         .collect();
-    para(&mut out, "Relationships", joined(relationships, "; "));
-    out.join("\n")
+    if !relationships.is_empty() {
+        out.push(format!("Relationships:\n{}", relationships.join("\n")));
+    }
+    sections(prose, out)
+}
+
+/// The first sentence of `text` (up to its first full stop, question or exclamation mark
+/// followed by a space), when it is short enough to open a scene.
+fn first_sentence(text: &str) -> Option<String> {
+    let text = text.trim();
+    let end = text
+        .char_indices()
+        .find(|(i, c)| matches!(c, '.' | '!' | '?') && text[i + c.len_utf8()..].starts_with(char::is_whitespace))
+        .map_or(text.len(), |(i, c)| i + c.len_utf8());
+    let sentence = text[..end].trim();
+    (!sentence.is_empty() && sentence.chars().count() <= 280).then(|| sentence.to_string())
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// A greeting from the character's own material: a scene they appear in, how they carry
+/// themselves there (the physical narrative's opening, else their bearing), a habit of
+/// theirs as `{{user}}` arrives, and a line of their own (the confident sample, else the
+/// first one they have).
+fn greeting(p: &Value) -> String {
+    let name = text(p, &["name"]).or_else(|| text(p, &["overview", "name"])).unwrap_or_else(|| "{{char}}".into());
+    let first_name = name.split_whitespace().next().unwrap_or(&name).to_string();
+    let mut narration = Vec::new();
+    if let Some(scene) = list(p, &["narrative_arc", "scene_presence"]).into_iter().next() {
+        narration.push(format!("{}.", capitalised(scene.trim_end_matches('.'))));
+    }
+    let presence = narrative(p, "physical_description")
+        .and_then(|n| first_sentence(&n))
+        .or_else(|| text(p, &["physical_presence", "body_language"]).map(|b| format!("{name} waits, {}.", b.trim_end_matches('.'))));
+    narration.extend(presence);
+    match list(p, &["physical_presence", "mannerisms"]).into_iter().next() {
+        Some(habit) => narration.push(format!("{first_name} {} and looks up as {{{{user}}}} comes near.", habit.trim_end_matches('.'))),
+        None if !narration.is_empty() => narration.push(format!("{first_name} looks up as {{{{user}}}} comes near.")),
+        None => {}
+    }
+    let samples = get(p, &["voice", "sample_dialogue"]);
+    let line = ["confident", "sarcastic", "vulnerable", "stressed"]
+        .iter()
+        .find_map(|state| samples.and_then(|s| text(s, &[*state])))
+        .or_else(|| match samples {
+            Some(Value::Object(all)) => all.values().filter_map(Value::as_str).map(str::trim).find(|l| !l.is_empty()).map(String::from),
+            _ => None,
+        });
+    let mut out = Vec::new();
+    if !narration.is_empty() {
+        out.push(format!("*{}*", narration.join(" ")));
+    }
+    if let Some(line) = line {
+        let line = line.trim_matches('"');
+        out.push(format!("\"{line}\""));
+    }
+    out.join("\n\n")
 }
 
 /// The voice samples as example dialogue, one `<START>` block per emotional state.
@@ -234,10 +328,57 @@ mod tests {
         assert_eq!(text.tags, ["cartographer", "growth"]);
     }
 
+    /// What a SillyTavern user reads: the narratives, every section with its own
+    /// separators, and a greeting of the character's own.
+    #[test]
+    fn a_developed_profile_reads_well_as_a_card() {
+        let mut profile = sample_profile();
+        profile["visual"]["style_notes"] = json!("ink-blue coat, lamplit archive, sepia palette");
+        profile["narratives"] = json!({
+            "personality": "Mira Vell measures everything, herself most of all.",
+            "physical_description": "Mira Vell stands at the chart table as if it were a ship's wheel. Her hands never rest.",
+            "backstory_motivation": "The flood took the town she had mapped twice.",
+            "voice_dialogue": "She talks in bearings and distances.",
+            "story_arc": "Mira guides the expedition she swore she would never join.",
+            "relationships": "Mira keeps people at the length of a good map."
+        });
+        let text = profile_text(&profile, "fallback");
+        let d = &text.description;
+        assert!(d.starts_with("A mapmaker who charts what others forget.\n\nMira Vell measures everything"), "{d}");
+        for want in ["The flood took the town", "Her hands never rest.", "Look: ink-blue coat", "Bearing: leans over tables\nMovement: quick and precise"] {
+            assert!(d.contains(want), "missing {want:?} in {d}");
+        }
+        assert!(text.personality.ends_with("\n\nShe talks in bearings and distances."), "{}", text.personality);
+        let sc = &text.scenario;
+        for want in ["Mira guides the expedition", "Mira keeps people at the length", "Arc: Act 1: refuses the journey", "Appears in: the archive", "- Tomas (rival): trades barbs and maps; over the story, grudging trust"] {
+            assert!(sc.contains(want), "missing {want:?} in {sc}");
+        }
+        assert_eq!(
+            text.first_mes,
+            "*The archive. Mira Vell stands at the chart table as if it were a ship's wheel. Mira taps her compass and looks up as {{user}} comes near.*\n\n\"North is wherever I say, {{user}}.\""
+        );
+    }
+
+    /// Without narratives the greeting is still the character's own: the scene, their
+    /// bearing, a habit, a line.
+    #[test]
+    fn the_greeting_is_built_from_the_structured_material_alone() {
+        let mut profile = sample_profile();
+        profile["narrative_arc"]["transformation_beats"] = json!([{"act": 1, "beat": "refuses"}, {"act": 2, "beat": "relents"}]);
+        let text = profile_text(&profile, "fallback");
+        assert_eq!(
+            text.first_mes,
+            "*The archive. Mira Vell waits, leans over tables. Mira taps her compass and looks up as {{user}} comes near.*\n\n\"North is wherever I say, {{user}}.\""
+        );
+        assert!(text.scenario.contains("Arc: Act 1: refuses; Act 2: relents"), "{}", text.scenario);
+        assert!(!text.description.contains("tables quick"), "{}", text.description);
+    }
+
     #[test]
     fn an_empty_profile_still_reads() {
         let text = profile_text(&json!({}), "Nameless");
         assert_eq!(text.name, "Nameless");
         assert!(text.description.is_empty());
+        assert!(text.first_mes.is_empty());
     }
 }

@@ -198,7 +198,7 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                 if json {
                     outln!("{}", serde_json::json!({"id": r.id, "name": r.name, "mode": r.mode, "status": r.status, "created_at": r.created_at}));
                 } else {
-                    outln!("{}  {:<24} {:?}  {}", r.id, r.name, r.status, r.created_at);
+                    outln!("{}  {:<24} {:<11}  {}", r.id, r.name, run_status_word(r.status), r.created_at);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -231,7 +231,12 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
 }
 
 fn status_word(view: &crate::identity::RunView) -> &'static str {
-    match view.run.status {
+    run_status_word(view.run.status)
+}
+
+/// A run's status as a person says it.
+fn run_status_word(status: crate::identity::records::RunStatus) -> &'static str {
+    match status {
         crate::identity::records::RunStatus::InProgress => "in progress",
         crate::identity::records::RunStatus::Completed => "completed",
         crate::identity::records::RunStatus::Failed => "failed",

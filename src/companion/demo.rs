@@ -17,7 +17,8 @@ pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
         return Ok(None);
     }
     store.transaction(|tx| {
-        if crate::character::any_of_the_users(tx)? {
+        // A library holding the user's own identity runs is theirs too.
+        if crate::character::any_of_the_users(tx)? || crate::identity::records::any_run(tx)? {
             tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, 'skipped')", [META_KEY])?;
             return Ok(None);
         }

@@ -164,11 +164,22 @@ pub fn checkpoint_document(cp: &super::CheckpointView) -> Option<CheckpointDocum
     })
 }
 
-/// The final profile stored for a completed character, if any.
+/// Where the stored profile keeps the agents' narratives (checkpoints 1–6, by agent
+/// name), beside the seed's fields: the card export and the chat sheet read them.
+pub const NARRATIVES: &str = "narratives";
+
+/// The final profile stored for a completed character, if any, as the predecessor's
+/// `final_profile.json` (without the narratives kept beside it).
 pub fn stored_profile(store: &Store, character_id: &str) -> Result<Option<Value>, IdentityError> {
     let record = store.with(|c| crate::character::get(c, character_id))?;
     match record.and_then(|r| r.profile_json) {
-        Some(t) => serde_json::from_str(&t).map(Some).map_err(|e| IdentityError::Store(StoreError::Corrupt(e.to_string()))),
+        Some(t) => {
+            let mut profile: Value = serde_json::from_str(&t).map_err(|e| IdentityError::Store(StoreError::Corrupt(e.to_string())))?;
+            if let Some(fields) = profile.as_object_mut() {
+                fields.remove(NARRATIVES);
+            }
+            Ok(Some(profile))
+        }
         None => Ok(None),
     }
 }

@@ -114,6 +114,12 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
             to_start.push((cp.agent, cp.pending_feedback.clone(), cp.status));
         }
     }
+    // Stored as running before the wave is announced, so a reader of the store (a
+    // WebSocket that connects just then) sees the wave started whenever it missed the event.
+    for (agent, _, status) in &to_start {
+        let next = if *status == CheckpointStatus::Regenerating { *status } else { CheckpointStatus::Running };
+        ctx.store.with(|c| records::set_status(c, run_id, agent.number(), next, None))?;
+    }
     if fresh_wave && !to_start.is_empty() {
         emit(
             ctx,
@@ -124,9 +130,7 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
             },
         );
     }
-    for (agent, feedback, status) in to_start {
-        let next = if status == CheckpointStatus::Regenerating { status } else { CheckpointStatus::Running };
-        ctx.store.with(|c| records::set_status(c, run_id, agent.number(), next, None))?;
+    for (agent, feedback, _) in to_start {
         spawn_agent(ctx, &run, agent, feedback);
     }
     // Nothing running for this run any more: the user has the next move.
@@ -182,7 +186,7 @@ fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Opti
             }
             Err(e) => {
                 // The predecessor's words, and the run marked failed until a re-run.
-                let message = format!("Character development failed: {e}");
+                let message = format!("{FAILED_PREFIX}{e}");
                 let _ = ctx.store.transaction(|tx| {
                     records::set_status(tx, &run.id, number, CheckpointStatus::Failed, Some(&message))?;
                     records::finish_run(tx, &run.id, RunStatus::Failed, Some(&message))
@@ -243,14 +247,44 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         call,
         base: profile.kind == crate::llm::ProviderKind::Local,
     };
-    let (narrative, mut structured, attempts, usage) = match agent {
-        Agent::Personality => asking.ask::<PersonalityOutput>()?,
-        Agent::BackstoryMotivation => asking.ask::<BackstoryOutput>()?,
-        Agent::VoiceDialogue => asking.ask::<VoiceOutput>()?,
-        Agent::PhysicalDescription => asking.ask::<PhysicalOutput>()?,
-        Agent::StoryArc => asking.ask::<StoryArcOutput>()?,
-        Agent::Relationships => asking.ask::<RelationshipsOutput>()?,
-        Agent::FinalConsolidation => asking.ask::<ConsolidationOutput>()?,
+    let asked = match agent {
+        Agent::Personality => asking.ask::<PersonalityOutput>(),
+        Agent::BackstoryMotivation => asking.ask::<BackstoryOutput>(),
+        Agent::VoiceDialogue => asking.ask::<VoiceOutput>(),
+        Agent::PhysicalDescription => asking.ask::<PhysicalOutput>(),
+        Agent::StoryArc => asking.ask::<StoryArcOutput>(),
+        Agent::Relationships => asking.ask::<RelationshipsOutput>(),
+        Agent::FinalConsolidation => asking.ask::<ConsolidationOutput>(),
+    };
+    let (narrative, mut structured, attempts, usage) = match asked {
+        Ok(asked) => asked,
+        Err(IdentityError::Agent { message, attempts })
+            if !cancel.is_cancelled() && attempts.as_array().is_some_and(|a| !a.is_empty()) =>
+        {
+            // A failed draw that got replies is kept as a version that is never put up for
+            // approval: its refused replies stay for the inspector, and the tokens billed
+            // for them count in the run's total. (A call that got no reply left nothing.)
+            let spent: Vec<crate::llm::structured::StructuredAttempt> = serde_json::from_value(attempts.clone()).unwrap_or_default();
+            let record = VersionRecord {
+                number,
+                version,
+                narrative: String::new(),
+                structured: serde_json::Value::Null,
+                attempts: attempts.clone(),
+                prompt,
+                feedback: feedback.map(str::to_string),
+                based_on: knowledge.iter().map(|(n, v)| (*n, v.version)).collect(),
+                usage: crate::llm::structured::total_usage(&spent),
+                wall_ms: started.elapsed().as_millis() as u64,
+                started_at,
+                created_at: now_rfc3339(),
+            };
+            if let Err(e) = ctx.store.with(|c| records::insert_failed_version(c, &run.id, &record)) {
+                tracing::warn!(run = %run.id, checkpoint = number, error = %e, "could not keep the failed draw");
+            }
+            return Err(IdentityError::Agent { message, attempts });
+        }
+        Err(e) => return Err(e),
     };
     if agent == Agent::FinalConsolidation {
         // Checkpoint 7 shows the whole profile the user is about to accept.
@@ -401,7 +435,16 @@ fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
     profile.metadata.regenerations = run.regenerations;
     // Every token spent on the run, not only the versions kept.
     profile.metadata.total_tokens = ctx.store.with(|c| records::run_tokens(c, &run.id))?;
-    let profile_json = serde_json::to_string(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    // The agents' narratives are kept with the character (for its card and its chat
+    // sheet, `character::profile`); the seed's profile is served without them.
+    let mut stored = serde_json::to_value(&profile).map_err(|e| IdentityError::Invalid(e.to_string()))?;
+    let narratives: serde_json::Map<String, serde_json::Value> = upstream
+        .values()
+        .filter(|v| !v.narrative.trim().is_empty())
+        .filter_map(|v| Agent::from_number(v.number).map(|a| (a.name().to_string(), serde_json::Value::String(v.narrative.clone()))))
+        .collect();
+    stored[super::export::NARRATIVES] = serde_json::Value::Object(narratives);
+    let profile_json = serde_json::to_string(&stored).map_err(|e| IdentityError::Invalid(e.to_string()))?;
     ctx.store.transaction(|tx| {
         crate::character::save_profile(tx, &run.id, &run.name, &profile_json)?;
         records::finish_run(tx, &run.id, RunStatus::Completed, None)
@@ -469,7 +512,15 @@ pub fn reject(ctx: &Arc<Context>, run_id: &str, number: u8, feedback: &str) -> R
     let run = ctx.store.transaction(|tx| {
         records::set_status(tx, run_id, number, CheckpointStatus::Regenerating, None)?;
         records::set_pending_feedback(tx, run_id, number, Some(feedback))?;
-        records::bump_regenerations(tx, run_id)?;
+        if cp.status == CheckpointStatus::Failed {
+            // A failed checkpoint tried again with feedback is a retry, as `rerun` is: the
+            // run is in progress again. It is no regeneration (the predecessor counted an
+            // output sent back with feedback, and a failed draw left no output to send
+            // back; a failed regeneration was counted when its version was rejected).
+            reopen_unless_failed(tx, run_id)?;
+        } else {
+            records::bump_regenerations(tx, run_id)?;
+        }
         records::load_run(tx, run_id)
     })?;
     emit(
@@ -514,6 +565,23 @@ pub fn reopen(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<Vec<u8>, I
     Ok(stale)
 }
 
+/// The predecessor's words for a failed run, which start a failed checkpoint's error.
+const FAILED_PREFIX: &str = "Character development failed: ";
+
+/// A failed run is in progress again once none of its checkpoints is failed any more
+/// (the caller just set the one being tried again running or queued).
+fn reopen_unless_failed(tx: &rusqlite::Connection, run_id: &str) -> Result<(), crate::store::StoreError> {
+    let run = records::load_run(tx, run_id)?;
+    // A cancelled checkpoint waits as failed too, but never failed the run.
+    let still_failed = records::checkpoints(tx, run_id)?
+        .iter()
+        .any(|c| c.status == CheckpointStatus::Failed && c.error.as_deref().is_some_and(|e| e.starts_with(FAILED_PREFIX)));
+    if run.status == RunStatus::Failed && !still_failed {
+        records::reopen_run(tx, run_id)?;
+    }
+    Ok(())
+}
+
 /// Re-run a stale or failed checkpoint as it is (no feedback).
 pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), IdentityError> {
     {
@@ -525,7 +593,7 @@ pub fn rerun(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), Identit
         ctx.store.transaction(|tx| {
             records::set_status(tx, run_id, number, CheckpointStatus::Queued, None)?;
             // A failed run is in progress again once its checkpoint runs again.
-            records::reopen_run(tx, run_id)
+            reopen_unless_failed(tx, run_id)
         })?;
     }
     advance(ctx, run_id);

@@ -121,6 +121,14 @@ pub struct VersionRecord {
     pub created_at: String,
 }
 
+impl VersionRecord {
+    /// A draw whose attempts were all refused: kept for its attempts and tokens, with no
+    /// output (`structured` is null), never put up for approval.
+    pub fn is_failed(&self) -> bool {
+        self.structured.is_null()
+    }
+}
+
 fn json_col<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
     let text: String = row.get(index)?;
     serde_json::from_str(&text)
@@ -201,6 +209,12 @@ pub fn list_runs(conn: &Connection) -> Result<Vec<RunRecord>, StoreError> {
     Ok(out)
 }
 
+/// Whether the library holds any identity run, finished or not: a library with one is
+/// the user's (see `scene::demo::ensure`).
+pub fn any_run(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM identity_runs)", [], |r| r.get(0))?)
+}
+
 pub fn checkpoints(conn: &Connection, run_id: &str) -> Result<Vec<CheckpointRecord>, StoreError> {
     let mut stmt = conn.prepare(
         "SELECT number, status, current_version, pending_feedback, error, updated_at
@@ -254,6 +268,22 @@ pub fn set_pending_feedback(conn: &Connection, run_id: &str, number: u8, feedbac
 /// Store a new version and put it up for approval (the caller's transaction makes the
 /// two one step).
 pub fn insert_version(conn: &Connection, run_id: &str, v: &VersionRecord) -> Result<(), StoreError> {
+    insert_row(conn, run_id, v)?;
+    conn.execute(
+        "UPDATE identity_checkpoints SET current_version = ?3, status = 'awaiting_approval', pending_feedback = NULL,
+             error = NULL, updated_at = ?4 WHERE run_id = ?1 AND number = ?2",
+        params![run_id, v.number, v.version, v.created_at],
+    )?;
+    Ok(())
+}
+
+/// Keep a failed draw (its refused attempts and the tokens they cost) as a version that
+/// is never current: the checkpoint keeps whatever version it showed before.
+pub fn insert_failed_version(conn: &Connection, run_id: &str, v: &VersionRecord) -> Result<(), StoreError> {
+    insert_row(conn, run_id, v)
+}
+
+fn insert_row(conn: &Connection, run_id: &str, v: &VersionRecord) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO identity_versions (run_id, number, version, narrative, structured_json, attempts_json, prompt_json,
             feedback, based_on_json, prompt_tokens, completion_tokens, usage_reported, wall_ms, started_at, created_at)
@@ -275,11 +305,6 @@ pub fn insert_version(conn: &Connection, run_id: &str, v: &VersionRecord) -> Res
             v.started_at,
             v.created_at
         ],
-    )?;
-    conn.execute(
-        "UPDATE identity_checkpoints SET current_version = ?3, status = 'awaiting_approval', pending_feedback = NULL,
-             error = NULL, updated_at = ?4 WHERE run_id = ?1 AND number = ?2",
-        params![run_id, v.number, v.version, v.created_at],
     )?;
     Ok(())
 }

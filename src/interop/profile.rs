@@ -15,6 +15,7 @@ pub fn card_from_profile(profile: &Value, fallback_name: &str) -> CharacterCard 
         description: text.description,
         personality: text.personality,
         scenario: text.scenario,
+        first_mes: text.first_mes,
         mes_example: text.mes_example,
         tags: text.tags,
         creator: "Lorekeeper".into(),

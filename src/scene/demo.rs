@@ -49,7 +49,8 @@ const CHARACTERS: [DemoCharacter; 3] = [
 ];
 
 /// Add the demo if this library has never had it and holds nothing of the user's: no
-/// world, no character of theirs, no lorebook.
+/// world, no character of theirs, no lorebook, no identity run (a character being
+/// developed has no character row until it completes, yet the library is the user's).
 /// Returns the demo scene's id when it was added now.
 pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
     if store.meta_get(META_KEY)?.is_some() {
@@ -57,7 +58,11 @@ pub fn ensure(store: &Store) -> Result<Option<String>, StoreError> {
     }
     store.transaction(|tx| {
         let worlds: i64 = tx.query_row("SELECT COUNT(*) FROM worlds", [], |r| r.get(0))?;
-        if worlds > 0 || character::any_of_the_users(tx)? || crate::interop::library::any_lorebook(tx)? {
+        if worlds > 0
+            || character::any_of_the_users(tx)?
+            || crate::interop::library::any_lorebook(tx)?
+            || crate::identity::records::any_run(tx)?
+        {
             tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, 'skipped')", [META_KEY])?;
             return Ok(None);
         }
@@ -202,5 +207,34 @@ mod tests {
         let lore = store.with(|c| crate::scene::lore::campaign_lore(c, &view.campaign_id)).unwrap();
         assert_eq!(lore.entries.len(), 4);
         assert_eq!(view.trackers["lamp_oil_hours"], 6);
+    }
+
+    /// A library that holds only identity runs (one character still being developed,
+    /// no character row yet) is the user's: no demo world is added to it.
+    #[test]
+    fn a_library_with_only_an_identity_run_gets_no_demo() {
+        use crate::identity::records::{RunRecord, RunStatus, insert_run};
+        use crate::identity::schema::{CharacterSeed, Mode};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let seed = CharacterSeed::parse(r#"{"name": "Oona Marrow", "role": "keeper", "concept": "Keeps the light and a secret."}"#).unwrap();
+        let run = RunRecord {
+            id: "run-1".into(),
+            name: seed.name.clone(),
+            mode: Mode::Fast,
+            seed,
+            profile: None,
+            auto_approve: false,
+            status: RunStatus::InProgress,
+            regenerations: 0,
+            created_at: now_rfc3339(),
+            completed_at: None,
+            error: None,
+        };
+        store.transaction(|tx| insert_run(tx, &run)).unwrap();
+        assert_eq!(ensure(&store).unwrap(), None);
+        let worlds: i64 = store.with(|c| Ok(c.query_row("SELECT COUNT(*) FROM worlds", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(worlds, 0);
+        assert_eq!(crate::companion::demo::ensure(&store).unwrap(), None, "nor the demo companion");
     }
 }

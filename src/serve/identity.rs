@@ -96,9 +96,13 @@ fn seed_from(body: &StartBody) -> Result<CharacterSeed, ApiError> {
     if name.is_empty() {
         return Err(ApiError::bad_request("invalid body: `characters[0].name` is missing"));
     }
-    let mut concept = text(first, &["concept", "description", "summary", "core_concept", "background"]);
+    // As a seed file without one is refused: the concept is what every agent develops.
+    let concept = text(first, &["concept", "description", "summary", "core_concept", "background"]);
     if concept.is_empty() {
-        concept = first.to_string();
+        return Err(ApiError::bad_request(
+            "invalid body: `characters[0].concept` is missing or empty; the character developed needs a concept \
+             (read from `concept`, `description`, `summary`, `core_concept` or `background`)",
+        ));
     }
     let others = body.characters[1..]
         .iter()
@@ -277,8 +281,25 @@ pub(super) async fn socket(State(state): State<Arc<AppState>>, Path(id): Path<St
 async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
     // Subscribe before reading the state, so nothing falls between the two.
     let mut events = state.events.subscribe();
-    if send_state(&state, &id, &mut socket).await.is_err() {
-        return;
+    let Ok(replayed) = send_state(&state, &id, &mut socket).await else { return };
+    // What was emitted while the state was read is already in it: a wave or an agent
+    // that started just then is not announced twice.
+    let mut replayed: Vec<String> = replayed.iter().map(Value::to_string).collect();
+    while let Ok(event) = events.try_recv() {
+        let Event::Identity(event) = &*event else { continue };
+        if event.character_id() != Some(id.as_str()) {
+            continue;
+        }
+        for message in seed_messages(event) {
+            let text = message.to_string();
+            if let Some(i) = replayed.iter().position(|r| *r == text) {
+                replayed.swap_remove(i);
+                continue;
+            }
+            if socket.send(Message::Text(text.into())).await.is_err() {
+                return;
+            }
+        }
     }
     // Work on this run in another process (the CLI approving, a second server) sends no
     // event here: every two seconds the run is read again and what changed is said in
@@ -330,12 +351,14 @@ async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
     }
 }
 
-async fn send_state(state: &AppState, id: &str, socket: &mut WebSocket) -> Result<(), axum::Error> {
-    let Ok(view) = load(state, id) else { return Ok(()) };
-    for message in state_messages(&view) {
+/// Send where the run stands; the messages sent.
+async fn send_state(state: &AppState, id: &str, socket: &mut WebSocket) -> Result<Vec<Value>, axum::Error> {
+    let Ok(view) = load(state, id) else { return Ok(Vec::new()) };
+    let messages = state_messages(&view);
+    for message in &messages {
         socket.send(Message::Text(message.to_string().into())).await?;
     }
-    Ok(())
+    Ok(messages)
 }
 
 /// Each checkpoint's status and version, and whether the run is complete: what a read
@@ -382,13 +405,34 @@ fn moved_elsewhere(before: Option<&Standing>, now: &Standing, view: &RunView) ->
 }
 
 /// Where a run stands, as messages: ours (`state`, the metadata), then the predecessor's
-/// for what waits on the user.
+/// as its connection flow has them: the current wave's `wave_started`, the agents still
+/// working (`agent_started`), a `checkpoint_ready` for what waits on the user, the
+/// `error` of a failed run, `character_complete` for a finished one.
 fn state_messages(view: &RunView) -> Vec<Value> {
     let mut out = vec![json!({ "type": "state", "metadata": metadata(view) })];
+    if view.run.status != RunStatus::Completed {
+        let wave = view.checkpoints.iter().find(|c| c.record.status != CheckpointStatus::Approved).map(|c| c.record.wave);
+        if let Some(wave) = wave {
+            let in_wave = view.checkpoints.iter().filter(|c| c.record.wave == wave);
+            // As `advance` announced it: every agent of the wave, once one has started.
+            if in_wave.clone().any(|c| c.record.status != CheckpointStatus::Queued) {
+                let agents: Vec<&str> = in_wave.map(|c| c.record.agent.name()).collect();
+                out.push(json!({ "type": "wave_started", "wave": wave, "agents": agents }));
+            }
+        }
+        for cp in view.checkpoints.iter().filter(|c| c.record.status.is_working()) {
+            let version = cp.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1;
+            out.push(json!({ "type": "agent_started", "checkpoint_number": cp.record.number, "agent": cp.record.agent.name(), "version": version }));
+        }
+    }
     for cp in &view.checkpoints {
         if cp.record.status == CheckpointStatus::AwaitingApproval {
             out.push(checkpoint_ready(cp.record.number, cp.record.agent));
         }
+    }
+    if view.run.status == RunStatus::Failed {
+        let message = view.run.error.clone().unwrap_or_else(|| "Character development failed".into());
+        out.push(json!({ "type": "error", "message": message }));
     }
     if view.run.status == RunStatus::Completed {
         out.push(json!({ "type": "character_complete", "character_id": view.run.id, "message": "All agents completed. Character profile ready." }));

@@ -458,6 +458,17 @@ impl IdentityPanels {
         if let Some(error) = &cp.record.error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
+        // The draw that failed, refused replies and all (it is never the current version).
+        if let Some(failed) = cp.versions.iter().rev().find(|v| v.is_failed() && v.version > cp.record.current_version) {
+            ui.label(format!(
+                "Failed draw (version {}) — {} — {:.1}s — {}",
+                failed.version,
+                usage_text(failed),
+                failed.wall_ms as f64 / 1000.0,
+                failed.created_at
+            ));
+            attempts(ui, failed);
+        }
         let Some(current) = current_version(cp) else {
             match self.live.get(&cp.record.number) {
                 Some(live) if cp.record.status.is_working() => {
@@ -693,11 +704,10 @@ fn json_tree(ui: &mut egui::Ui, key: &str, value: &serde_json::Value) {
 fn attempts(ui: &mut egui::Ui, v: &VersionRecord) {
     let Some(list) = v.attempts.as_array() else { return };
     let title = format!("Attempts ({}) — raw replies, repairs and schema errors", list.len());
-    egui::CollapsingHeader::new(title).default_open(list.len() > 1).show(ui, |ui| {
+    egui::CollapsingHeader::new(title).id_salt(("attempts", v.version)).default_open(list.len() > 1 || v.is_failed()).show(ui, |ui| {
         for a in list {
             let number = a["number"].as_u64().unwrap_or(0);
-            let failure = a.get("failure").filter(|f| !f.is_null()).map(|f| f.to_string());
-            ui.strong(format!("Attempt {number}: {}", failure.as_deref().unwrap_or("accepted")));
+            ui.strong(format!("Attempt {number}: {}", attempt_outcome(a)));
             if let Some(repairs) = a["repairs"].as_array().filter(|r| !r.is_empty()) {
                 ui.label(format!("Repairs: {}", repairs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")));
             }
@@ -706,14 +716,34 @@ fn attempts(ui: &mut egui::Ui, v: &VersionRecord) {
                     ui.colored_label(ui.visuals().warn_fg_color, format!("{}: {}", e["path"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")));
                 }
             }
-            egui::CollapsingHeader::new("raw reply").id_salt(("raw", number)).show(ui, |ui| {
+            egui::CollapsingHeader::new("raw reply").id_salt(("raw", v.version, number)).show(ui, |ui| {
                 ui.label(RichText::new(a["raw"].as_str().unwrap_or_default()).monospace());
             });
         }
     });
 }
 
+/// What became of one attempt, in words: "accepted", or why it was refused.
+fn attempt_outcome(attempt: &serde_json::Value) -> String {
+    let Some(failure) = attempt.get("failure").filter(|f| !f.is_null()) else { return "accepted".into() };
+    let errors = attempt["errors"].as_array().map_or(0, Vec::len);
+    let why = serde_json::from_value::<crate::llm::structured::AttemptFailure>(failure.clone())
+        .map(|f| f.to_string())
+        .unwrap_or_else(|_| failure["kind"].as_str().unwrap_or("not accepted").replace('_', " "));
+    match errors {
+        0 => format!("refused: {why}"),
+        1 => format!("refused: {why} (1 problem below)"),
+        n => format!("refused: {why} ({n} problems below)"),
+    }
+}
+
 fn version_text(v: &VersionRecord) -> String {
+    if v.is_failed() {
+        let outcomes: Vec<String> = v.attempts.as_array().map_or_else(Vec::new, |list| {
+            list.iter().map(|a| format!("attempt {}: {}", a["number"].as_u64().unwrap_or(0), attempt_outcome(a))).collect()
+        });
+        return format!("(a failed draw: no output)\n{}", outcomes.join("\n"));
+    }
     format!("{}\n\n{}", v.narrative, serde_json::to_string_pretty(&v.structured).unwrap_or_default())
 }
 
@@ -791,5 +821,19 @@ impl super::Panel for IdentityPanels {
                 egui::ScrollArea::vertical().show(ui, |ui| self.show_waves(ui, outbox));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempts_outcome_reads_as_words() {
+        let invalid = serde_json::json!({"number": 1, "failure": {"kind": "invalid"}, "errors": [{"path": "/a", "message": "x"}, {"path": "/b", "message": "y"}]});
+        assert_eq!(attempt_outcome(&invalid), "refused: does not match the schema (2 problems below)");
+        let unparseable = serde_json::json!({"number": 2, "failure": {"kind": "unparseable", "message": "EOF at line 1"}, "errors": []});
+        assert_eq!(attempt_outcome(&unparseable), "refused: not JSON: EOF at line 1");
+        assert_eq!(attempt_outcome(&serde_json::json!({"number": 3, "failure": null})), "accepted");
     }
 }

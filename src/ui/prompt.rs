@@ -4,6 +4,7 @@
 //! them, each agent's latency and tokens per call over time.
 
 use crate::engine::{Command, LlmCommand};
+use crate::llm::ResponseFormat;
 use crate::llm::calls::CallRecord;
 use egui::RichText;
 
@@ -274,12 +275,35 @@ fn first_line(call: &CallRecord) -> String {
     out
 }
 
+/// The response format asked for, as a person reads it: the schema by its name (the
+/// schema itself is shown pretty-printed below the line).
+pub fn format_words(format: &ResponseFormat) -> String {
+    match format {
+        ResponseFormat::Text => "text".into(),
+        ResponseFormat::Json => "JSON object".into(),
+        ResponseFormat::JsonSchema { name, .. } => format!("JSON schema \"{name}\""),
+        ResponseFormat::JsonObjectSchema { .. } => "JSON object, schema alongside".into(),
+    }
+}
+
+fn format_schema(format: &ResponseFormat) -> Option<&serde_json::Value> {
+    match format {
+        ResponseFormat::JsonSchema { schema, .. } | ResponseFormat::JsonObjectSchema { schema } => Some(schema),
+        ResponseFormat::Text | ResponseFormat::Json => None,
+    }
+}
+
 fn show_call(ui: &mut egui::Ui, call: &CallRecord) {
     // The provider as the client keys it is `kind|description`: the description says it.
     let provider = call.provider.split_once('|').map_or(call.provider.as_str(), |(_, d)| d);
     ui.strong(format!("{} · profile {} · {provider}", call.model, call.profile));
     let sampler = serde_json::to_string(&call.request.sampler).unwrap_or_default();
-    ui.weak(format!("sampler {sampler} · format {:?} · stream {}", call.request.response_format, call.request.stream));
+    ui.weak(format!("sampler {sampler} · format {} · stream {}", format_words(&call.request.response_format), call.request.stream));
+    if let Some(schema) = format_schema(&call.request.response_format) {
+        egui::CollapsingHeader::new("Response schema").id_salt(("prompt_schema", call.id)).default_open(false).show(ui, |ui| {
+            ui.label(RichText::new(serde_json::to_string_pretty(schema).unwrap_or_default()).monospace());
+        });
+    }
     for (i, message) in call.request.messages.iter().enumerate() {
         egui::CollapsingHeader::new(format!("{:?} message ({} chars)", message.role, message.content.chars().count()))
             .id_salt(("prompt_message", call.id, i))
@@ -315,5 +339,20 @@ impl super::Panel for PromptPanel {
     fn show(&mut self, kind: super::PanelKind, ui: &mut egui::Ui, outbox: &mut Vec<crate::engine::Command>) {
         let _ = kind;
         PromptPanel::show(self, ui, outbox);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_response_format_is_named_in_words_with_its_schema_apart() {
+        let schema = serde_json::json!({"type": "object", "properties": {"narrative": {"type": "string"}}});
+        let format = ResponseFormat::JsonSchema { name: "AgentOutput_PersonalityOutput".into(), schema: schema.clone() };
+        assert_eq!(format_words(&format), "JSON schema \"AgentOutput_PersonalityOutput\"");
+        assert_eq!(format_schema(&format), Some(&schema));
+        assert_eq!(format_words(&ResponseFormat::Text), "text");
+        assert_eq!(format_schema(&ResponseFormat::Json), None);
     }
 }

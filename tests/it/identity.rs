@@ -546,3 +546,155 @@ fn the_game_master_edits_a_checkpoint_before_approving_it_and_a_broken_edit_is_r
     assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
     assert_eq!(load_view(&store, &id).unwrap().checkpoints[0].record.status, CheckpointStatus::Approved);
 }
+
+/// Point the "script" profile back at the shipped script (the server fixed).
+fn fix_script(engine: &EngineHandle) {
+    let fixed = ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "identity-script".into(),
+        path: Some(data("script.json")),
+        ..Default::default()
+    };
+    engine
+        .send(Command::Llm(lorekeeper::engine::LlmCommand::SaveProfile { profile: fixed, previous_name: Some("script".into()) }))
+        .unwrap();
+}
+
+/// A failed checkpoint sent back with feedback is tried again like a re-run: the run is
+/// in progress again (not failed through every later wave), and the retry is no
+/// regeneration (there was no output to send back).
+#[test]
+fn a_failed_checkpoint_retried_with_feedback_puts_the_run_back_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = paths_with_first_rule(
+        dir.path(),
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" },
+            "reply": { "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } } }),
+    );
+    let engine = engine::start(failing).unwrap();
+    let id = start(&engine, false);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Idle { failed, .. } if failed.contains(&1)));
+    assert_eq!(load_view(&engine.context().store, &id).unwrap().run.status, lorekeeper::identity::records::RunStatus::Failed);
+    fix_script(&engine);
+    send(&engine, IdentityCommand::Reject { character_id: id.clone(), checkpoint: 1, feedback: "Try again, and make her afraid of deep water.".into() });
+    let ready = wait_for(&engine, &mut seen, |e| {
+        matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 1, .. } | IdentityEvent::Error { checkpoint: Some(1), .. })
+    });
+    assert!(matches!(ready, IdentityEvent::CheckpointReady { .. }), "{ready:?}");
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.run.status, lorekeeper::identity::records::RunStatus::InProgress);
+    assert_eq!(view.run.error, None);
+    assert_eq!(view.run.regenerations, 0, "retrying a failed checkpoint is not a regeneration");
+    assert_eq!(lorekeeper::identity::export::metadata(&view).status, "in_progress");
+    // A real regeneration (an output sent back) still counts.
+    send(&engine, IdentityCommand::Reject { character_id: id.clone(), checkpoint: 1, feedback: "Less brooding.".into() });
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CheckpointReady { checkpoint_number: 1, version: 2, .. }));
+    assert_eq!(load_view(&engine.context().store, &id).unwrap().run.regenerations, 1);
+    // The command line says so too, in words.
+    let p = paths(dir.path(), "script.json");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let list = cli(&["identity", "list"]);
+    assert!(list.contains(&id) && list.contains(" in progress ") && !list.contains("InProgress"), "{list}");
+    assert!(cli(&["identity", "status", &id]).contains("in progress"));
+}
+
+/// An agent whose every attempt is refused fails its checkpoint, but the draw is kept: its
+/// raw replies for the inspector, and its tokens in the run's total.
+#[test]
+fn a_failed_draw_keeps_its_refused_replies_and_its_tokens_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = serde_json::json!({ "narrative": "...", "structured": { "core_traits": ["string"] } });
+    let paths = paths_with_first_rule(
+        dir.path(),
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": refused.to_string() } }),
+    );
+    let engine = engine::start(paths).unwrap();
+    let id = start(&engine, true);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Idle { failed, .. } if failed.contains(&1)));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let personality = &view.checkpoints[0];
+    assert_eq!(personality.record.status, CheckpointStatus::Failed);
+    assert_eq!(personality.record.current_version, 0, "a failed draw is never put up for approval");
+    assert_eq!(personality.versions.len(), 1, "the failed draw is kept");
+    let failed = &personality.versions[0];
+    assert!(failed.is_failed());
+    let attempts = failed.attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{}", failed.attempts);
+    assert!(attempts.iter().all(|a| a["raw"].as_str().unwrap().contains("core_traits") && !a["failure"].is_null()));
+    let failed_tokens = u64::from(failed.usage.total());
+    assert!(failed_tokens > 0);
+    // Fixed and re-run: the run completes, and its total counts the failed draw too.
+    fix_script(&engine);
+    send(&engine, IdentityCommand::Rerun { character_id: id.clone(), checkpoint: 1 });
+    let done = wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CharacterComplete { .. }));
+    let IdentityEvent::CharacterComplete { total_tokens, .. } = done else { unreachable!() };
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let personality = &view.checkpoints[0];
+    assert_eq!(personality.record.current_version, 2);
+    assert!(!personality.versions[1].is_failed());
+    let kept: u64 = view.checkpoints.iter().flat_map(|c| &c.versions).filter(|v| !v.is_failed()).map(|v| u64::from(v.usage.total())).sum();
+    assert_eq!(total_tokens, kept + failed_tokens);
+    let profile = lorekeeper::identity::export::stored_profile(&engine.context().store, &id).unwrap().unwrap();
+    assert_eq!(profile["metadata"]["total_tokens"], total_tokens);
+}
+
+/// A developed character exported as a card is one a SillyTavern user can play: a
+/// greeting of its own, the agents' narratives as its prose, every section with its own
+/// separators; the seed's final profile stays exactly the seed's; the card imports back
+/// and exports the same.
+#[test]
+fn a_developed_character_exports_as_a_card_with_its_narratives_and_a_greeting() {
+    use lorekeeper::interop::library::{self, CardFormat, ImportOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine::start(paths(dir.path(), "script.json")).unwrap();
+    let id = start(&engine, true);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::CharacterComplete { .. }));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    let narrative = |n: usize| view.checkpoints[n - 1].versions.last().unwrap().narrative.clone();
+    let store = &engine.context().store;
+    let exported = library::export_character(&store.reader().unwrap(), &id, CardFormat::CardV2, false).unwrap();
+    let card: serde_json::Value = serde_json::from_slice(&exported.bytes).unwrap();
+    let data = &card["data"];
+    let description = data["description"].as_str().unwrap();
+    let scenario = data["scenario"].as_str().unwrap();
+    let first_mes = data["first_mes"].as_str().unwrap();
+    assert!(description.contains(narrative(1).trim()), "the personality narrative: {description}");
+    assert!(description.contains(narrative(2).trim()) && description.contains(narrative(4).trim()), "{description}");
+    assert!(data["personality"].as_str().unwrap().contains(narrative(3).trim()));
+    assert!(scenario.contains(narrative(5).trim()) && scenario.contains(narrative(6).trim()), "{scenario}");
+    let profile = &data["extensions"]["lorekeeper"]["profile"];
+    let scene = profile["narrative_arc"]["scene_presence"][0].as_str().unwrap();
+    assert!(scenario.contains(&format!("Appears in: {scene}")), "{scenario}");
+    let evolution = profile["relationships"][0]["evolution"].as_str().unwrap();
+    assert!(scenario.contains(&format!("over the story, {evolution}")), "{scenario}");
+    // The greeting: set in a scene of theirs, a habit of theirs, a line in their voice.
+    let mut scene_words = scene.chars();
+    let scene_opening: String = scene_words.next().unwrap().to_uppercase().chain(scene_words).collect();
+    assert!(first_mes.starts_with(&format!("*{scene_opening}.")), "{first_mes}");
+    let habit = profile["physical_presence"]["mannerisms"][0].as_str().unwrap();
+    assert!(first_mes.contains(habit.trim_end_matches('.')), "{first_mes}");
+    let line = profile["voice"]["sample_dialogue"]["confident"].as_str().unwrap();
+    assert!(first_mes.ends_with(&format!("\"{}\"", line.trim().trim_matches('"'))), "{first_mes}");
+    // The seed's final profile has no field of ours.
+    let seed_profile = lorekeeper::identity::export::stored_profile(store, &id).unwrap().unwrap();
+    assert!(seed_profile.get("narratives").is_none());
+    assert_eq!(profile["narratives"]["personality"], narrative(1));
+    // Imported back, it is a card character that exports the same card.
+    let ImportOutcome::Created { items, .. } = library::import_bytes(store, &exported.bytes, "card").unwrap() else { panic!("not imported") };
+    let again = library::export_character(&store.reader().unwrap(), &items[0].id, CardFormat::CardV2, false).unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&again.bytes).unwrap();
+    assert_eq!(again, card);
+}

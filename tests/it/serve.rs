@@ -506,3 +506,72 @@ fn a_websocket_hears_what_another_process_does_to_its_run() {
     let ready_fields: BTreeSet<&str> = seen.iter().find(|m| ready(3)(m)).unwrap().as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(ready_fields, seed_fields("checkpoint_ready").unwrap());
 }
+
+/// A start body whose character has no concept is refused with the field named (as the
+/// CLI refuses a seed without one), and nothing is started.
+#[test]
+fn a_start_without_a_concept_is_refused_with_the_field_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    for character in [json!({ "name": "Mira Voss", "role": "keeper" }), json!({ "name": "Mira Voss", "role": "keeper", "concept": "  " })] {
+        let start = json!({ "characters": [character], "storyline": {}, "mode": "fast" });
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+        assert_eq!(status, 400, "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("characters[0].concept"), "{body}");
+    }
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let runs: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM identity_runs", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(runs, 0, "nothing was started");
+    // An entry agent's `description` is read as the concept.
+    let start = json!({ "characters": [{ "name": "Mira Voss", "description": "Guards the sea she fears." }], "mode": "fast" });
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A client that connects right after the start, while wave 1's agents still run, is told
+/// what the predecessor's connection flow promises: wave 1 started (once), and which
+/// agents are running, before the first checkpoint.
+#[test]
+fn a_websocket_opened_after_the_start_hears_wave_one_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: Value = serde_json::from_str(&std::fs::read_to_string(data("identity/script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        let system = rule["when"]["system_contains"].as_str().unwrap_or_default();
+        if system == "Personality specialist" || system == "Backstory & Motivation specialist" {
+            for key in ["reply", "replies"] {
+                match rule.get_mut(key) {
+                    Some(Value::Array(replies)) => replies.iter_mut().for_each(|r| r["delay_ms"] = json!(1500)),
+                    Some(reply @ Value::Object(_)) => reply["delay_ms"] = json!(1500),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let slow = dir.path().join("slow.json");
+    std::fs::write(&slow, script.to_string()).unwrap();
+    let paths = paths(dir.path(), &slow);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let start = json!({ "characters": [{ "name": "Mira Voss", "role": "keeper", "concept": "A keeper who guards the sea she fears." }], "mode": "fast" });
+    let (status, started) = call(&http(), "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{started}");
+    let id = started["character_id"].as_str().unwrap().to_string();
+    // Connected once the agents run (they take 1.5 s): their start was before this client.
+    std::thread::sleep(Duration::from_millis(400));
+    let ws = listen(&format!("ws://{}/ws/character/{id}", server.addr));
+    let mut seen = Vec::new();
+    until(&ws, &mut seen, |m| m["type"] == "checkpoint_ready");
+    let kinds: Vec<&str> = seen.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let waves: Vec<&Value> = seen.iter().filter(|m| m["type"] == "wave_started").collect();
+    assert_eq!(waves.len(), 1, "wave 1 is announced once: {kinds:?}");
+    assert_eq!(*waves[0], json!({ "type": "wave_started", "wave": 1, "agents": ["personality", "backstory_motivation"] }));
+    let running: BTreeSet<u64> = seen.iter().filter(|m| m["type"] == "agent_started").map(|m| m["checkpoint_number"].as_u64().unwrap()).collect();
+    assert_eq!(running, [1, 2].into(), "{kinds:?}");
+    let first = seen.iter().find(|m| m["type"] == "agent_started").unwrap();
+    assert_eq!(first.as_object().unwrap().keys().map(String::as_str).collect::<BTreeSet<_>>(), ["agent", "checkpoint_number", "type", "version"].into());
+    assert_eq!(first["version"], 1);
+    assert!(kinds.iter().position(|k| *k == "wave_started") < kinds.iter().position(|k| *k == "checkpoint_ready"), "{kinds:?}");
+}
