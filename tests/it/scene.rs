@@ -1029,3 +1029,28 @@ fn a_reviewed_plan_naming_nobody_of_the_cast_is_refused() {
     assert!(said.contains("the plan was not taken") && said.contains("Nobody Real") && said.contains("Wren Talloway"), "{said}");
     assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
 }
+
+/// A reviewed plan that names someone who is not in the cast beside a real actor is
+/// refused, naming them, rather than played with them silently left out.
+#[test]
+fn a_reviewed_plan_naming_a_stranger_beside_the_cast_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "round", &scene, "Knock knock.", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", serde_json::json!({ "actingCharacters": [{ "name": "Wren Talloway" }, { "name": "Ghost Person" }] })).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("the plan was not taken") && said.contains("\"Ghost Person\"") && said.contains("not in this scene's cast"), "{said}");
+    assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
+}
