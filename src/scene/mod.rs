@@ -248,6 +248,25 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
     Ok(())
 }
 
+/// Write the scene's summary again through `through_round` from the transcript as it now
+/// reads, after an edit forgot it (`through_round` 0: it did not). Called while the scene
+/// is held, so the next round's prompts get the new summary; should the summariser fail,
+/// those rounds are shown as they are (within the history's budget) and the next round
+/// that closes summarises them again.
+fn summarise_again(ctx: &Context, scene_id: &str, through_round: u32) {
+    if through_round == 0 {
+        return;
+    }
+    match summary::summarise(ctx, scene_id, through_round, &CancelToken::new()) {
+        Ok(Some(through_round)) => ctx.emit(SceneEvent::SummaryUpdated { scene_id: scene_id.to_string(), through_round }),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(scene = %scene_id, error = %e, "scene summary not written again after an edit");
+            ctx.emit(SceneEvent::SummaryFailed { scene_id: scene_id.to_string(), message: e.to_string() });
+        }
+    }
+}
+
 fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(e);
     match command {
@@ -349,7 +368,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             Ok(())
         }
         SceneCommand::EditMessage { scene, number, text } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let memory_id = format!("scene:{scene_id}:{number}");
             let bank = crate::memory::bank_for(ctx).ok();
             let exists = ctx.store.with(|c| Ok(crate::memory::records::get(c, &memory_id)?.is_some()))?;
@@ -359,21 +378,25 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 (None, true) => Some(crate::memory::PreparedEdit::text_only(&memory_id, &text)),
                 (_, false) => None,
             };
-            let write = ctx.store.transaction(|tx| {
-                records::edit_message(tx, &scene_id, number, &text)?;
-                match edit {
-                    Some(edit) => edit.write(tx),
-                    None => Ok(crate::memory::MemoryWrite::default()),
-                }
+            let (forgotten, write) = ctx.store.transaction(|tx| {
+                let forgotten = records::edit_message(tx, &scene_id, number, &text)?;
+                let write = match edit {
+                    Some(edit) => edit.write(tx)?,
+                    None => crate::memory::MemoryWrite::default(),
+                };
+                Ok((forgotten, write))
             })?;
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            summarise_again(ctx, &scene_id, forgotten);
+            // Free before anyone hears of it: a front door may act on the scene at once.
+            drop(job);
             emit(SceneEvent::MessageEdited { scene_id, number });
             Ok(())
         }
         SceneCommand::DeleteMessage { scene, number } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let memory_id = format!("scene:{scene_id}:{number}");
             let bank = crate::memory::bank_for(ctx).ok();
             // Embedded before the transaction: the turns after it, without it.
@@ -381,14 +404,16 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 Some(bank) => bank.prepare_removal(std::slice::from_ref(&memory_id)).map_err(|e| SceneError::Invalid(e.to_string()))?,
                 None => Default::default(),
             };
-            let write = ctx.store.transaction(|tx| {
-                records::delete_message(tx, &scene_id, number)?;
+            let (forgotten, write) = ctx.store.transaction(|tx| {
+                let forgotten = records::delete_message(tx, &scene_id, number)?;
                 let (reopened, _) = crate::memory::summarise::reopen_covering(tx, std::slice::from_ref(&memory_id))?;
-                Ok(reopened.and(crate::memory::bank::remove_with_followers(tx, &memory_id, followers)?))
+                Ok((forgotten, reopened.and(crate::memory::bank::remove_with_followers(tx, &memory_id, followers)?)))
             })?;
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            summarise_again(ctx, &scene_id, forgotten);
+            drop(job);
             emit(SceneEvent::MessageDeleted { scene_id, number });
             Ok(())
         }

@@ -1054,3 +1054,60 @@ fn a_reviewed_plan_naming_a_stranger_beside_the_cast_is_refused() {
     assert!(said.contains("the plan was not taken") && said.contains("\"Ghost Person\"") && said.contains("not in this scene's cast"), "{said}");
     assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
 }
+
+/// A message the scene's summary told, edited or taken out, is not told again: the
+/// summary is written again from the transcript as it now reads before anything else
+/// runs on the scene, and the arc's later scenes carry that one.
+#[test]
+fn an_edited_or_deleted_message_leaves_the_scene_summary() {
+    use lorekeeper::prompting::Section;
+    use lorekeeper::scene::envelope::AgentKind;
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    let rules = script["rules"].as_array_mut().unwrap();
+    let summariser = "You keep the running summary of a roleplay scene";
+    rules.insert(0, serde_json::json!({ "when": { "system_contains": summariser, "any_contains": "OLDSECRET" }, "reply": "Juno said the password is OLDSECRET." }));
+    rules.insert(1, serde_json::json!({ "when": { "system_contains": summariser }, "reply": "Juno spoke of a password." }));
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.summarise_every = 2;
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("The password is OLDSECRET."));
+    round(&engine, &scene, Some("Say it back to me."));
+    collect(&engine, |e| matches!(e, SceneEvent::SummaryUpdated { .. }));
+    let store = &engine.context().store;
+    let summary = || store.with(|c| Ok(lorekeeper::scene::summary::current(c, &scene).unwrap())).unwrap();
+    assert_eq!(summary(), ("Juno said the password is OLDSECRET.".to_string(), 1));
+    let number = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().iter().find(|m| m.content.contains("OLDSECRET")).unwrap().number;
+
+    engine
+        .send(Command::Scene(SceneCommand::EditMessage { scene: scene.clone(), number, text: "The password is NEWSECRET.".into() }))
+        .unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::MessageEdited { .. }));
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { through_round: 1, .. })), "{events:?}");
+    assert_eq!(summary(), ("Juno spoke of a password.".to_string(), 1), "written again from the edited transcript");
+    let conn = store.reader().unwrap();
+    let preview = lorekeeper::scene::preview::preview(&conn, &engine.context().config(), &scene, AgentKind::Director, None, &lorekeeper::scene::recall::Recall::none()).unwrap();
+    let told: Vec<&str> = preview.candidates[&Section::Summaries].iter().map(|i| i.text.as_str()).collect();
+    assert!(told.iter().all(|t| !t.contains("OLDSECRET")) && told.iter().any(|t| t.contains("spoke of a password")), "{told:?}");
+
+    // Put the secret back (the summary follows), then take the message out.
+    engine.send(Command::Scene(SceneCommand::EditMessage { scene: scene.clone(), number, text: "The password is OLDSECRET.".into() })).unwrap();
+    collect(&engine, |e| matches!(e, SceneEvent::MessageEdited { .. }));
+    assert!(summary().0.contains("OLDSECRET"));
+    engine.send(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::MessageDeleted { .. }));
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { through_round: 1, .. })), "{events:?}");
+    assert_eq!(summary(), ("Juno spoke of a password.".to_string(), 1));
+
+    // A later scene of the arc is told the earlier scene's summary as it now reads.
+    let arc: String = store.with(|c| Ok(c.query_row("SELECT arc_id FROM scenes WHERE id = ?1", [&scene], |r| r.get(0))?)).unwrap();
+    engine
+        .send(Command::Scene(SceneCommand::New { arc, name: "The Jetty".into(), description: String::new(), notes: String::new(), cast: Vec::new(), active: None }))
+        .unwrap();
+    let created = collect(&engine, |e| matches!(e, SceneEvent::SceneCreated { .. }));
+    let Some(SceneEvent::SceneCreated { scene_id: later, .. }) = created.last() else { unreachable!() };
+    let notes = store.with(|c| records::load_notes(c, later)).unwrap();
+    assert_eq!(notes.earlier_scenes.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
+}
