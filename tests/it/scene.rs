@@ -1111,3 +1111,40 @@ fn an_edited_or_deleted_message_leaves_the_scene_summary() {
     let notes = store.with(|c| records::load_notes(c, later)).unwrap();
     assert_eq!(notes.earlier_scenes.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
 }
+
+/// A character renamed (its sheet, or an override in its campaign) keeps the scene
+/// memories it witnessed, and nobody later given the old name inherits them.
+#[test]
+fn a_renamed_character_keeps_what_it_witnessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "memory-script.json");
+    let engine = engine::start(paths.clone()).unwrap();
+    round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
+    let campaign = view(&engine.context().store, &scene).campaign_id;
+    drop(engine);
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cli(&["character", "edit", "Wren Talloway", "--name", "Wren Halloway"]);
+    cli(&["campaign", "override", &campaign, "Ossian Vale", "--name", "Old Ossian"]);
+    // Someone new takes the old name.
+    let card = dir.path().join("impostor.json");
+    std::fs::write(&card, serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Wren Talloway", "description": "Someone else." } }).to_string()).unwrap();
+    cli(&["import", card.to_str().unwrap()]);
+
+    let engine = engine::start(paths).unwrap();
+    let recall = lorekeeper::scene::recall::Recall::open(engine.context());
+    let recalled = |witness: &str| -> Vec<String> {
+        let guidance = ["Where is the brass key?".to_string()];
+        recall.for_character(&campaign, &scene, witness, &[], &guidance, 10, 0).hits.into_iter().map(|h| h.text).collect()
+    };
+    assert!(recalled("Wren Halloway").iter().any(|t| t.contains("brass key")), "{:?}", recalled("Wren Halloway"));
+    assert!(recalled("Old Ossian").iter().any(|t| t.contains("brass key")), "the override's name: {:?}", recalled("Old Ossian"));
+    assert_eq!(recalled("Wren Talloway"), Vec::<String>::new(), "the new Wren Talloway was never there");
+    assert_eq!(recalled("Ossian Vale"), Vec::<String>::new());
+}
