@@ -4,7 +4,7 @@
 //! on `WS /ws/chat/{character}`, history), memory search with its score breakdown, and
 //! importing cards and lorebooks.
 
-use super::{ApiError, AppState, ErrorBody, Query, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, Path, Query, Upgrade, body, wait_for};
 use crate::companion::{CompanionCommand, CompanionEvent};
 use crate::engine::{Command, Event};
 use crate::interop::{InteropCommand, InteropEvent};
@@ -12,8 +12,8 @@ use crate::memory::{MemoryCommand, MemoryEvent, SearchRequest};
 use crate::scene::{SceneCommand, SceneEvent};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::ws::{Message, WebSocket};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -72,6 +72,7 @@ pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene):
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct LoreQuery {
     round: Option<u32>,
 }
@@ -93,6 +94,7 @@ pub(super) async fn scene_lore(
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RoundBody {
     /// The game master's message; none to let the scene continue.
     #[serde(default)]
@@ -132,6 +134,7 @@ pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct MessageBody {
     /// The message's new text (`edit`).
     #[serde(default)]
@@ -148,15 +151,20 @@ pub(super) async fn scene_message(
     Path((scene, number, action)): Path<(String, u32, String)>,
     bytes: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let id = scene_id(&state, &scene)?;
-    let command = match action.as_str() {
+    // The request is read before the scene is looked up: a bad body is the client's
+    // mistake whichever scene it names.
+    let text = match action.as_str() {
         "edit" => {
             let request: MessageBody = body(&bytes)?;
-            let text = request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?;
-            SceneCommand::EditMessage { scene: id.clone(), number, text }
+            Some(request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?)
         }
-        "delete" => SceneCommand::DeleteMessage { scene: id.clone(), number },
+        "delete" => None,
         other => return Err(ApiError::not_found(format!("no message action {other:?}: edit or delete"))),
+    };
+    let id = scene_id(&state, &scene)?;
+    let command = match text {
+        Some(text) => SceneCommand::EditMessage { scene: id.clone(), number, text },
+        None => SceneCommand::DeleteMessage { scene: id.clone(), number },
     };
     let mut events = state.events.subscribe();
     state.send(Command::Scene(command))?;
@@ -189,7 +197,7 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
 /// A scene's live events, as the scene predecessor's socket named them.
 #[utoipa::path(get, path = "/ws/scene/{scene}", params(("scene" = String, Path)),
     responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
-pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
         Ok(id) => upgrade.on_upgrade(move |socket| relay(state, socket, move |event| scene_messages(&id, event))).into_response(),
         Err(e) => e.into_response(),
@@ -275,6 +283,7 @@ fn character_id(state: &AppState, character: &str) -> Result<crate::character::C
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct SendBody {
     text: String,
 }
@@ -312,6 +321,7 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 /// `{"message": "ID-u|ID-r", "text": "…"}`, `delete` `{"message": "…", "and_after": bool}`;
 /// `regenerate`, `continue` and `undo` take nothing.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ControlBody {
     #[serde(default)]
     index: Option<usize>,
@@ -370,6 +380,7 @@ pub(super) async fn chat_control(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct FormatQuery {
     #[serde(default)]
     format: Option<String>,
@@ -435,6 +446,7 @@ pub(super) async fn export_lorebook(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct HistoryQuery {
     #[serde(default = "hundred")]
     limit: u32,
@@ -471,7 +483,7 @@ pub(super) async fn chat_history(
 /// stored exchange.
 #[utoipa::path(get, path = "/ws/chat/{character}", params(("character" = String, Path)),
     responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone")))]
-pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     let info = match character_id(&state, &character) {
         Ok(info) => info,
         Err(e) => return e.into_response(),
@@ -507,6 +519,7 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct SearchQuery {
     q: String,
     #[serde(default = "ten")]
@@ -554,6 +567,7 @@ pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ModelBody {
     name: String,
 }
@@ -579,6 +593,7 @@ pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: 
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ImportQuery {
     /// The file's name (its kind is read from its content; the name names what it makes).
     #[serde(default)]

@@ -431,6 +431,32 @@ fn bad_requests_are_answered_with_json_and_the_right_status() {
     assert_eq!(status, 400, "{body}");
     assert!(detail(&body).starts_with("nothing imported"), "{body}");
 
+    // A field the body does not take is refused by name, not ignored (a round played
+    // without the game master's message), and so is a query parameter.
+    for (url, sent, field) in [
+        ("/api/scene/anything/round", r#"{"text": "I knock."}"#, "`text`"),
+        ("/api/scene/anything/round", r#"{"input": "I knock.", "forse": ["Wren"]}"#, "`forse`"),
+        ("/api/scene/anything/message/1/edit", r#"{"txt": "Fixed."}"#, "`txt`"),
+        ("/api/chat/ilse/send", r#"{"text": "Hello.", "now": "tomorrow"}"#, "`now`"),
+        ("/api/chat/ilse/swipe", r#"{"index": 0, "idx": 1}"#, "`idx`"),
+    ] {
+        let (status, body) = call(&agent, "POST", &format!("{base}{url}"), Some(sent), None);
+        assert_eq!(status, 400, "{url} {sent}: {body}");
+        assert!(detail(&body).contains("unknown field") && detail(&body).contains(field), "{body}");
+    }
+    let (status, body) = call(&agent, "GET", &format!("{base}/api/memory/search?q=tide&kk=2"), None, None);
+    assert_eq!(status, 400, "{body}");
+    assert!(detail(&body).contains("kk"), "{body}");
+    // A path parameter of the wrong kind, and a socket asked without its handshake.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/anything/message/abc/edit"), Some(r#"{"text": "x"}"#), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(detail(&body).starts_with("invalid path"), "{body}");
+    for socket in ["/ws/scene/anything", "/ws/chat/ilse", "/ws/character/anyone"] {
+        let (status, body) = call(&agent, "GET", &format!("{base}{socket}"), None, None);
+        assert!((400..500).contains(&status), "{socket}: {status} {body}");
+        assert!(detail(&body).contains("WebSocket"), "{socket}: {body}");
+    }
+
     let long = json!({ "text": "The tide came in. ".repeat(12_000) }).to_string();
     let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(&long), None);
     assert_eq!(status, 413, "{body}");
