@@ -70,6 +70,9 @@ pub enum SceneCommand {
     DeleteMessage { scene: String, number: u32 },
     /// Mute (or unmute) a cast member: the Director cannot pick a muted character.
     Mute { scene: String, character: String, muted: bool },
+    /// Add a character to a scene's cast (absent: the Director brings them in), or take
+    /// one out (`add` false). Refused while a round runs on the scene.
+    Cast { scene: String, character: String, add: bool },
     /// Stop the round running in `scene` (an id or name); nothing of it is committed and
     /// the round ends with [`SceneEvent::RoundCancelled`].
     Cancel { scene: String },
@@ -143,6 +146,11 @@ pub enum SceneEvent {
     /// Round `round` was taken back; the scene is as it was before it.
     RoundUndone { scene_id: String, round: u32 },
     Muted { scene_id: String, name: String, muted: bool },
+    /// `name` joined the scene's cast (absent until the Director brings them in) or left it.
+    CastChanged { scene_id: String, character_id: String, name: String, added: bool },
+    /// A cancel was asked for; `running` says whether a round was running (in this
+    /// process or another on the same library) to be stopped.
+    CancelRequested { scene_id: String, running: bool },
     /// The rounds kept by redos, newest round first.
     Alternatives { scene_id: String, alternatives: Vec<alternatives::Alternative> },
     /// A kept round is played again as round `round`; `kept` is the round it replaced.
@@ -177,6 +185,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::Alternatives { scene }
             | SceneCommand::UseAlternative { scene, .. }
             | SceneCommand::Mute { scene, .. }
+            | SceneCommand::Cast { scene, .. }
             | SceneCommand::EditMessage { scene, .. }
             | SceneCommand::DeleteMessage { scene, .. }
             | SceneCommand::Cancel { scene }
@@ -286,10 +295,12 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
         }
         SceneCommand::Cancel { scene } => {
             let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
-            if !round::cancel(ctx, &scene_id) {
+            let running = round::cancel(ctx, &scene_id);
+            if !running {
                 // Finished meanwhile: its round_completed tells the rest.
                 tracing::debug!(scene = %scene_id, "cancel: no round running");
             }
+            emit(SceneEvent::CancelRequested { scene_id, running });
             Ok(())
         }
         SceneCommand::State { scene } => {
@@ -329,7 +340,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
         }),
         SceneCommand::Author(command) => author::handle(ctx, command),
         SceneCommand::Undo { scene } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let bank = crate::memory::bank_for(ctx).ok();
             let (round, write) = ctx.store.transaction(|tx| {
                 let (round, memory_ids) = records::undo_round(tx, &scene_id)?;
@@ -340,6 +351,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            drop(job);
             emit(SceneEvent::RoundUndone { scene_id, round });
             Ok(())
         }
@@ -429,6 +441,25 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 Ok((scene_id, character.name))
             })?;
             emit(SceneEvent::Muted { scene_id, name, muted });
+            Ok(())
+        }
+        SceneCommand::Cast { scene, character, add } => {
+            let (scene_id, job) = hold(ctx, &scene)?;
+            let (character_id, name) = ctx.store.transaction(|tx| {
+                let character = crate::character::resolve(tx, &character)?;
+                let view = records::load_view(tx, &scene_id)?;
+                let member = view.cast.iter().find(|c| c.id == character.id);
+                match (add, member) {
+                    (true, Some(member)) => return Err(crate::store::StoreError::Invalid(format!("{} is already in the scene's cast", member.name))),
+                    (false, None) => return Err(crate::store::StoreError::Invalid(format!("{} is not in the scene's cast", character.name))),
+                    (true, None) => records::add_to_cast(tx, &scene_id, &character.id)?,
+                    (false, Some(_)) => records::remove_from_cast(tx, &scene_id, &character.id)?,
+                }
+                let name = records::load_view(tx, &scene_id)?.cast.into_iter().find(|c| c.id == character.id).map_or(character.name, |c| c.name);
+                Ok((character.id, name))
+            })?;
+            drop(job);
+            emit(SceneEvent::CastChanged { scene_id, character_id, name, added: add });
             Ok(())
         }
         SceneCommand::Transcript { scene } => {

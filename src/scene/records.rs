@@ -644,6 +644,32 @@ pub fn set_muted(conn: &Connection, scene_id: &str, character_id: &str, muted: b
     Ok(())
 }
 
+/// Add a character to a scene's cast, absent: the Director brings them in when the
+/// story wants them.
+pub fn add_to_cast(conn: &Connection, scene_id: &str, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("INSERT OR IGNORE INTO scene_cast(scene_id, character_id) VALUES (?1, ?2)", params![scene_id, character_id])?;
+    conn.execute("UPDATE scenes SET updated_at = ?2 WHERE id = ?1", params![scene_id, now_rfc3339()])?;
+    Ok(())
+}
+
+/// Take a character out of a scene's cast (and so out of who is present and who is
+/// muted). Its state in the scene and what it said stay: added again, it is as it was.
+pub fn remove_from_cast(conn: &Connection, scene_id: &str, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM scene_cast WHERE scene_id = ?1 AND character_id = ?2", params![scene_id, character_id])?;
+    let (active, muted): (String, String) =
+        conn.query_row("SELECT active_json, muted_json FROM scenes WHERE id = ?1", [scene_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let without = |json: &str, what: &str| -> Result<String, StoreError> {
+        let mut set: BTreeSet<String> = serde_json::from_str(json).map_err(|e| corrupt(what, e))?;
+        set.remove(character_id);
+        serde_json::to_string(&set).map_err(|e| corrupt(what, e))
+    };
+    conn.execute(
+        "UPDATE scenes SET active_json = ?2, muted_json = ?3, updated_at = ?4 WHERE id = ?1",
+        params![scene_id, without(&active, "scene active set")?, without(&muted, "scene muted set")?, now_rfc3339()],
+    )?;
+    Ok(())
+}
+
 /// A new scene in `arc_id` with `cast` (character ids), `active` a subset of it.
 pub fn create_scene(
     conn: &Connection,

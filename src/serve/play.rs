@@ -35,7 +35,10 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/scenes", get(scenes))
         .route("/api/scene/{scene}", get(scene_state))
         .route("/api/scene/{scene}/lore", get(scene_lore))
+        .route("/api/scene/{scene}/messages", get(scene_transcript))
         .route("/api/scene/{scene}/message/{number}/{action}", post(scene_message))
+        .route("/api/scene/{scene}/cast/{action}", post(scene_cast))
+        .route("/api/scene/{scene}/undo", post(scene_undo))
         .route("/api/scene/{scene}/round", post(round))
         .route("/api/scene/{scene}/cancel", post(cancel_round))
         .route("/ws/scene/{scene}", get(scene_socket))
@@ -91,6 +94,122 @@ pub(super) async fn scene_lore(
     let reader = state.store().reader().map_err(ApiError::internal)?;
     let (scene_id, round, lore) = crate::scene::preview::round_lore(&reader, &id, query.round).map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(axum::Json(serde_json::json!({ "scene_id": scene_id, "round": round, "fired": lore.fired, "held_back": lore.held_back })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MessagesQuery {
+    /// Only the messages after this number (what a client has not seen yet).
+    #[serde(default)]
+    after: u32,
+}
+
+/// One line of a scene's transcript.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct TranscriptMessage {
+    /// The message's number in the scene (numbers are kept when one is deleted).
+    number: u32,
+    round: u32,
+    /// `user`, `character` or `narrator`.
+    kind: String,
+    speaker: String,
+    character_id: Option<String>,
+    content: String,
+}
+
+/// A scene's transcript, oldest first: every message with its number (what
+/// `…/message/{number}/edit|delete` take), round and speaker.
+#[utoipa::path(get, path = "/api/scene/{scene}/messages", params(("scene" = String, Path), ("after" = Option<u32>, Query, description = "only messages numbered after this")),
+    responses((status = 200, body = Vec<TranscriptMessage>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn scene_transcript(
+    State(state): State<Arc<AppState>>,
+    Path(scene): Path<String>,
+    Query(query): Query<MessagesQuery>,
+) -> Result<axum::Json<Vec<TranscriptMessage>>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    // A reader connection: a long transcript does not hold the writer's lock.
+    let reader = state.store().reader().map_err(ApiError::internal)?;
+    let messages = crate::scene::records::recent_messages(&reader, &id, u32::MAX).map_err(ApiError::internal)?;
+    Ok(axum::Json(
+        messages
+            .into_iter()
+            .filter(|m| m.number > query.after)
+            .map(|m| TranscriptMessage {
+                number: m.number,
+                round: m.round,
+                kind: serde_json::to_value(m.kind).ok().and_then(|k| k.as_str().map(str::to_string)).unwrap_or_default(),
+                speaker: m.speaker,
+                character_id: m.character_id,
+                content: m.content,
+            })
+            .collect(),
+    ))
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CastBody {
+    /// The character, by id or name.
+    character: String,
+}
+
+/// Add a character to a scene's cast (`add`: absent until the Director brings them in)
+/// or take one out (`remove`). Refused (409) while a round runs on the scene.
+#[utoipa::path(post, path = "/api/scene/{scene}/cast/{action}", request_body = CastBody,
+    params(("scene" = String, Path), ("action" = String, Path, description = "add or remove")),
+    responses((status = 200, description = "{scene_id, character_id, name, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_cast(
+    State(state): State<Arc<AppState>>,
+    Path((scene, action)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Value>, ApiError> {
+    let add = match action.as_str() {
+        "add" => true,
+        "remove" => false,
+        other => return Err(ApiError::not_found(format!("no cast action {other:?}: add or remove"))),
+    };
+    let request: CastBody = body(&bytes)?;
+    let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Scene(SceneCommand::Cast { scene: id.clone(), character: request.character, add }))?;
+    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) if *scene_id == id => {
+            Some(Ok(json!({ "scene_id": scene_id, "character_id": character_id, "name": name, "action": action })))
+        }
+        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    answer(done)
+}
+
+/// Take back the scene's last round exactly (messages, states, trackers, facts, time,
+/// lore timers, memories).
+#[utoipa::path(post, path = "/api/scene/{scene}/undo", params(("scene" = String, Path)),
+    responses((status = 200, description = "{scene_id, round}: the round taken back"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Scene(SceneCommand::Undo { scene: id.clone() }))?;
+    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) if *scene_id == id => Some(Ok(json!({ "scene_id": scene_id, "round": round }))),
+        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    answer(done)
+}
+
+/// A scene command's outcome as an answer: busy is 409, an unknown name 404, the rest
+/// of the refusals 400.
+fn answer(done: Option<Result<Value, String>>) -> Result<axum::Json<Value>, ApiError> {
+    match done {
+        Some(Ok(value)) => Ok(axum::Json(value)),
+        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
+        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
+        Some(Err(message)) => Err(ApiError::bad_request(message)),
+        None => Err(ApiError::internal("no answer in time")),
+    }
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -187,11 +306,18 @@ pub(super) async fn scene_message(
 
 /// Stop the round running in a scene; nothing of it is kept.
 #[utoipa::path(post, path = "/api/scene/{scene}/cancel", params(("scene" = String, Path)),
-    responses((status = 200, description = "asked to stop"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "{scene_id, status}: cancelling, or idle when no round was running"), (status = 404, body = ErrorBody)))]
 pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
     state.send(Command::Scene(SceneCommand::Cancel { scene: id.clone() }))?;
-    Ok(axum::Json(json!({ "scene_id": id, "status": "cancelling" })))
+    let running = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::CancelRequested { scene_id, running }) if *scene_id == id => Some(*running),
+        _ => None,
+    })
+    .await;
+    // `idle`: no round was running here or in another process on the library.
+    Ok(axum::Json(json!({ "scene_id": id, "status": if running == Some(false) { "idle" } else { "cancelling" } })))
 }
 
 /// A scene's live events, as the scene predecessor's socket named them.

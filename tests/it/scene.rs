@@ -1030,31 +1030,6 @@ fn a_reviewed_plan_naming_nobody_of_the_cast_is_refused() {
     assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
 }
 
-/// A reviewed plan that names someone who is not in the cast beside a real actor is
-/// refused, naming them, rather than played with them silently left out.
-#[test]
-fn a_reviewed_plan_naming_a_stranger_beside_the_cast_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let (paths, scene) = setup(dir.path(), "script.json");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
-        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
-        .args(["scene", "round", &scene, "Knock knock.", "--review"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", serde_json::json!({ "actingCharacters": [{ "name": "Wren Talloway" }, { "name": "Ghost Person" }] })).unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{said}");
-    assert!(said.contains("the plan was not taken") && said.contains("\"Ghost Person\"") && said.contains("not in this scene's cast"), "{said}");
-    assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
-}
-
 /// A message the scene's summary told, edited or taken out, is not told again: the
 /// summary is written again from the transcript as it now reads before anything else
 /// runs on the scene, and the arc's later scenes carry that one.
@@ -1112,6 +1087,31 @@ fn an_edited_or_deleted_message_leaves_the_scene_summary() {
     assert_eq!(notes.earlier_scenes.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
 }
 
+/// A reviewed plan that names someone who is not in the cast beside a real actor is
+/// refused, naming them, rather than played with them silently left out.
+#[test]
+fn a_reviewed_plan_naming_a_stranger_beside_the_cast_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "round", &scene, "Knock knock.", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", serde_json::json!({ "actingCharacters": [{ "name": "Wren Talloway" }, { "name": "Ghost Person" }] })).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("the plan was not taken") && said.contains("\"Ghost Person\"") && said.contains("not in this scene's cast"), "{said}");
+    assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
+}
+
 /// A character renamed (its sheet, or an override in its campaign) keeps the scene
 /// memories it witnessed, and nobody later given the old name inherits them.
 #[test]
@@ -1147,4 +1147,81 @@ fn a_renamed_character_keeps_what_it_witnessed() {
     assert!(recalled("Old Ossian").iter().any(|t| t.contains("brass key")), "the override's name: {:?}", recalled("Old Ossian"));
     assert_eq!(recalled("Wren Talloway"), Vec::<String>::new(), "the new Wren Talloway was never there");
     assert_eq!(recalled("Ossian Vale"), Vec::<String>::new());
+}
+
+/// A character joins a running scene's cast (absent, for the Director to bring in) and
+/// leaves it again, from the command line.
+#[test]
+fn a_character_joins_and_leaves_a_running_scenes_cast() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let card = dir.path().join("petra.json");
+    std::fs::write(&card, serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Petra Quill", "description": "A cartographer of drowned coasts." } }).to_string()).unwrap();
+    assert!(cli(&["import", card.to_str().unwrap()]).status.success());
+    let out = cli(&["scene", "cast", "add", &scene, "Petra"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Petra Quill joined"), "{}", String::from_utf8_lossy(&out.stdout));
+    let store = Store::open(&paths.library_file).unwrap();
+    let petra = view(&store, &scene).cast.into_iter().find(|c| c.name == "Petra Quill").expect("in the cast");
+    assert!(!petra.active, "absent until the Director brings her in");
+    let again = cli(&["scene", "cast", "add", &scene, "Petra"]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already in the scene's cast"));
+
+    // The Director is told of her as one of the cast it may bring in.
+    let engine = engine::start(paths.clone()).unwrap();
+    round(&engine, &scene, Some("Someone knocks below."));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 50)).unwrap();
+    let director = calls.iter().find(|c| c.request.messages.iter().any(|m| m.content.contains("which characters act, in what order"))).unwrap();
+    assert!(director.request.messages.iter().any(|m| m.content.contains("Petra Quill")), "the Director knows of her");
+    drop(engine);
+
+    let out = cli(&["scene", "cast", "remove", &scene, "Petra Quill"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(view(&store, &scene).cast.iter().all(|c| c.name != "Petra Quill"));
+    let gone = cli(&["scene", "cast", "remove", &scene, "Petra Quill"]);
+    assert!(!gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains("not in the scene's cast"));
+}
+
+/// `scene cancel` stops a round another process is playing; nothing of it is saved.
+#[test]
+fn scene_cancel_stops_a_round_running_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "You are playing" }, "reply": { "text": "I take my time answering, word by slow word, as the fog rolls in.", "chunk_chars": 4, "chunk_delay_ms": 400 } }),
+    );
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let args = ["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()];
+    let player = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .args(["scene", "round", &scene, "Tell me slowly."])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The round holds its lease in the library while it plays.
+    let store = Store::open(&paths.library_file).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.with(|c| Ok(c.query_row("SELECT count(*) FROM job_leases WHERE kind = 'round'", [], |r| r.get::<_, i64>(0))?)).unwrap() == 0 {
+        assert!(Instant::now() < deadline, "the round never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let cancel = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "cancel", &scene]).output().unwrap();
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
+    assert!(String::from_utf8_lossy(&cancel.stdout).contains("asked to stop"), "{}", String::from_utf8_lossy(&cancel.stdout));
+    let out = player.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("cancelled"), "{said}");
+    assert_eq!(view(&store, &scene).rounds, 0, "nothing of the round was kept");
+    let idle = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "cancel", &scene]).output().unwrap();
+    assert!(String::from_utf8_lossy(&idle.stdout).contains("no round is running"), "{}", String::from_utf8_lossy(&idle.stdout));
 }

@@ -326,6 +326,38 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     assert_eq!(state["rounds"], 1);
     let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene"), None, None);
     assert_eq!(status, 404);
+    // The transcript as it now reads: message 1 was taken out above.
+    let (status, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    assert_eq!(status, 200, "{messages}");
+    let messages = messages.as_array().unwrap().clone();
+    assert!(!messages.is_empty() && messages.iter().all(|m| m["round"] == 1 && m["number"].as_u64() > Some(1)), "{messages:?}");
+    assert!(messages.iter().any(|m| m["kind"] == "character" && m["speaker"] == "Wren Talloway" && m["content"].is_string()), "{messages:?}");
+    let last = messages.last().unwrap()["number"].as_u64().unwrap();
+    let (_, newer) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages?after={}", last - 1), None, None);
+    assert_eq!(newer.as_array().map(Vec::len), Some(1), "{newer}");
+    // Someone joins the cast, absent, and leaves it again.
+    let (status, joined) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/add"), Some(r#"{"character": "Ilse Marrow"}"#), None);
+    assert_eq!((status, joined["name"].as_str()), (200, Some("Ilse Marrow")), "{joined}");
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert!(state["cast"].as_array().unwrap().iter().any(|c| c["name"] == "Ilse Marrow" && c["active"] == false), "{state}");
+    let (status, twice) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/add"), Some(r#"{"character": "Ilse Marrow"}"#), None);
+    assert_eq!(status, 400, "{twice}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/remove"), Some(r#"{"character": "Ilse"}"#), None);
+    assert_eq!(status, 200);
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/add"), Some(r#"{"character": "Nobody At All"}"#), None);
+    assert_eq!(status, 404);
+    // The round taken back over HTTP; a second undo has nothing to take.
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), None, None);
+    assert_eq!((status, undone["round"].as_u64()), (200, Some(1)), "{undone}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), None, None);
+    assert_eq!(status, 400);
+    let (status, idle) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cancel"), None, None);
+    assert_eq!((status, idle["status"].as_str()), (200, Some("idle")), "{idle}");
+    let document = lorekeeper::serve::openapi::document();
+    let paths: Vec<&String> = document.paths.paths.keys().collect();
+    for path in ["/api/scene/{scene}/messages", "/api/scene/{scene}/cast/{action}", "/api/scene/{scene}/undo"] {
+        assert!(document.paths.paths.contains_key(path), "{path} is documented: {paths:?}");
+    }
 
     let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
     std::thread::sleep(Duration::from_millis(200));
