@@ -90,6 +90,10 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::MessageDeleted { number, .. } => writeln!(out, "message {number} deleted"),
         E::RoundUndone { round, .. } => writeln!(out, "round {round} taken back; the scene is as it was before it"),
         E::Muted { name, muted, .. } => writeln!(out, "{name} {}", if *muted { "muted: the Director cannot pick them" } else { "may act again" }),
+        E::CastChanged { name, added: true, .. } => writeln!(out, "{name} joined the scene's cast (absent until the Director brings them in)"),
+        E::CastChanged { name, added: false, .. } => writeln!(out, "{name} left the scene's cast"),
+        E::CancelRequested { running: true, .. } => writeln!(out, "the running round was asked to stop; nothing of it is saved"),
+        E::CancelRequested { running: false, .. } => writeln!(out, "no round is running in this scene"),
         E::Alternatives { alternatives, .. } => {
             if alternatives.is_empty() {
                 writeln!(out, "no kept rounds")?;

@@ -41,6 +41,14 @@ pub enum SceneVerb {
     UseAlternative { scene: String, id: String },
     /// Keep a character from being picked to act.
     Mute { scene: String, character: String },
+    /// Add a character to a running scene's cast, or take one out.
+    Cast {
+        #[command(subcommand)]
+        verb: CastVerb,
+    },
+    /// Stop the round running in a scene, in this process or another on the same
+    /// library (the GUI, `serve`, another `scene round`); nothing of it is saved.
+    Cancel { scene: String },
     Unmute { scene: String, character: String },
     /// Play a round without a user message.
     Continue { scene: String },
@@ -82,6 +90,16 @@ pub enum SceneVerb {
     },
     /// Change a character's state in a scene by hand.
     SetState(super::author::SetStateArgs),
+}
+
+/// `scene cast add|remove SCENE CHARACTER`.
+#[derive(Debug, Subcommand)]
+pub enum CastVerb {
+    /// Add a character (by id or name) to the scene's cast; absent until the Director
+    /// (or `--force`) brings them in.
+    Add { scene: String, character: String },
+    /// Take a character out of the scene's cast; what it said stays in the transcript.
+    Remove { scene: String, character: String },
 }
 
 #[derive(Debug, Args)]
@@ -134,6 +152,17 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         })??;
         Ok(ExitCode::SUCCESS)
     };
+    // A round ends saved, or cancelled (here or from another process: `scene cancel`).
+    let play = || -> Result<ExitCode> {
+        drive(engine, json, ROUND_LIMIT, |event| {
+            is_error(event).or_else(|| match event {
+                Event::Scene(SceneEvent::RoundCompleted { .. }) => Some(Ok(())),
+                Event::Scene(SceneEvent::RoundCancelled { .. }) => Some(Err(anyhow!("the round was cancelled; nothing was saved"))),
+                _ => None,
+            })
+        })??;
+        Ok(ExitCode::SUCCESS)
+    };
     match verb {
         SceneVerb::New(args) => {
             send(SceneCommand::New {
@@ -148,7 +177,7 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         }
         SceneVerb::Round { scene, text, force, review: false } => {
             send(SceneCommand::Round { scene, input: Some(text), force, review: false })?;
-            wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
+            play()
         }
         SceneVerb::Round { scene, text, force, review: true } => {
             send(SceneCommand::Round { scene, input: Some(text), force, review: true })?;
@@ -173,7 +202,7 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         }
         SceneVerb::Continue { scene } => {
             send(SceneCommand::Round { scene, input: None, force: Vec::new(), review: false })?;
-            wait(ROUND_LIMIT, |e| matches!(e, SceneEvent::RoundCompleted { .. }))
+            play()
         }
         SceneVerb::State { scene } => {
             send(SceneCommand::State { scene })?;
@@ -215,6 +244,18 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         SceneVerb::UseAlternative { scene, id } => {
             send(SceneCommand::UseAlternative { scene, id })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Alternatives { .. }))
+        }
+        SceneVerb::Cast { verb } => {
+            let (scene, character, add) = match verb {
+                CastVerb::Add { scene, character } => (scene, character, true),
+                CastVerb::Remove { scene, character } => (scene, character, false),
+            };
+            send(SceneCommand::Cast { scene, character, add })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::CastChanged { .. }))
+        }
+        SceneVerb::Cancel { scene } => {
+            send(SceneCommand::Cancel { scene })?;
+            wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::CancelRequested { .. }))
         }
         SceneVerb::Mute { scene, character } => {
             send(SceneCommand::Mute { scene, character, muted: true })?;

@@ -237,7 +237,10 @@ fn run(ctx: &Context, command: InteropCommand) {
         InteropCommand::EditSheet { character, edit } => {
             let result = ctx.store.transaction(|tx| {
                 let record = crate::character::resolve(tx, &character)?;
-                crate::character::edit_sheet(tx, &record.id, &edit)
+                let edited = crate::character::edit_sheet(tx, &record.id, &edit)?;
+                // What it witnessed under its old name is its own under the new one.
+                crate::memory::records::rename_witness(tx, None, &record.name, &edited.name)?;
+                Ok(edited)
             });
             match result {
                 Ok(record) => {

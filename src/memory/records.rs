@@ -235,6 +235,31 @@ pub(crate) fn insert_replacing(conn: &Connection, items: &[NewMemory]) -> Result
     Ok(Inserted { rowids, ids, replaced })
 }
 
+/// Rename a witness: what `from` witnessed or said (in `scope` only, or everywhere with
+/// `None`) is witnessed or said by `to` instead (a speaker recalls what it said). A
+/// character that changes its name keeps what it saw, and someone later given the old
+/// name does not inherit it. Returns how many witness and speaker rows changed.
+pub fn rename_witness(conn: &Connection, scope: Option<&Scope>, from: &str, to: &str) -> Result<usize, StoreError> {
+    let (from, to) = (from.trim(), to.trim());
+    if from.is_empty() || to.is_empty() || from == to {
+        return Ok(0);
+    }
+    let within = if scope.is_some() { "AND memory_rowid IN (SELECT rowid FROM memories WHERE scope = ?3 AND scope_id IS ?4)" } else { "AND ?3 IS ?3 AND ?4 IS ?4" };
+    let (kind, id) = scope.map_or((None, None), |s| (Some(s.kind.as_str()), s.id.clone()));
+    // Renamed where the memory does not already have `to`; the rest (it does) go.
+    let renamed = conn.execute(
+        &format!("UPDATE OR IGNORE memory_witnesses SET witness = ?2 WHERE witness = ?1 COLLATE NOCASE {within}"),
+        params![from, to, kind, id],
+    )?;
+    let dropped = conn.execute(
+        &format!("DELETE FROM memory_witnesses WHERE witness = ?1 COLLATE NOCASE AND witness != ?2 {within}"),
+        params![from, to, kind, id],
+    )?;
+    let own = if scope.is_some() { "AND scope = ?3 AND scope_id IS ?4" } else { "AND ?3 IS ?3 AND ?4 IS ?4" };
+    let spoken = conn.execute(&format!("UPDATE memories SET speaker = ?2 WHERE speaker = ?1 COLLATE NOCASE {own}"), params![from, to, kind, id])?;
+    Ok(renamed + dropped + spoken)
+}
+
 /// Tell `witness` about a memory (they now recall it too).
 pub fn add_witness(conn: &Connection, memory_id: &str, witness: &str) -> Result<(), StoreError> {
     let changed = conn.execute(

@@ -189,7 +189,9 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
             let (name, id) = store.transaction(|tx| {
                 let (owner, _) = authoring::resolve(tx, level, &owner)?;
                 let record = character::resolve(tx, &key)?;
+                let before = super::recall::names_by_campaign(tx, &record.id, scope, &owner)?;
                 character::set_override(tx, &record.id, scope, &owner, &fields)?;
+                super::recall::follow_renames(tx, &record.id, &before)?;
                 Ok((record.name, record.id))
             })?;
             Some(authored("overrode", "character", id, name))

@@ -70,6 +70,9 @@ pub enum SceneCommand {
     DeleteMessage { scene: String, number: u32 },
     /// Mute (or unmute) a cast member: the Director cannot pick a muted character.
     Mute { scene: String, character: String, muted: bool },
+    /// Add a character to a scene's cast (absent: the Director brings them in), or take
+    /// one out (`add` false). Refused while a round runs on the scene.
+    Cast { scene: String, character: String, add: bool },
     /// Stop the round running in `scene` (an id or name); nothing of it is committed and
     /// the round ends with [`SceneEvent::RoundCancelled`].
     Cancel { scene: String },
@@ -143,6 +146,11 @@ pub enum SceneEvent {
     /// Round `round` was taken back; the scene is as it was before it.
     RoundUndone { scene_id: String, round: u32 },
     Muted { scene_id: String, name: String, muted: bool },
+    /// `name` joined the scene's cast (absent until the Director brings them in) or left it.
+    CastChanged { scene_id: String, character_id: String, name: String, added: bool },
+    /// A cancel was asked for; `running` says whether a round was running (in this
+    /// process or another on the same library) to be stopped.
+    CancelRequested { scene_id: String, running: bool },
     /// The rounds kept by redos, newest round first.
     Alternatives { scene_id: String, alternatives: Vec<alternatives::Alternative> },
     /// A kept round is played again as round `round`; `kept` is the round it replaced.
@@ -177,6 +185,7 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::Alternatives { scene }
             | SceneCommand::UseAlternative { scene, .. }
             | SceneCommand::Mute { scene, .. }
+            | SceneCommand::Cast { scene, .. }
             | SceneCommand::EditMessage { scene, .. }
             | SceneCommand::DeleteMessage { scene, .. }
             | SceneCommand::Cancel { scene }
@@ -248,6 +257,25 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
     Ok(())
 }
 
+/// Write the scene's summary again through `through_round` from the transcript as it now
+/// reads, after an edit forgot it (`through_round` 0: it did not). Called while the scene
+/// is held, so the next round's prompts get the new summary; should the summariser fail,
+/// those rounds are shown as they are (within the history's budget) and the next round
+/// that closes summarises them again.
+fn summarise_again(ctx: &Context, scene_id: &str, through_round: u32) {
+    if through_round == 0 {
+        return;
+    }
+    match summary::summarise(ctx, scene_id, through_round, &CancelToken::new()) {
+        Ok(Some(through_round)) => ctx.emit(SceneEvent::SummaryUpdated { scene_id: scene_id.to_string(), through_round }),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(scene = %scene_id, error = %e, "scene summary not written again after an edit");
+            ctx.emit(SceneEvent::SummaryFailed { scene_id: scene_id.to_string(), message: e.to_string() });
+        }
+    }
+}
+
 fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| ctx.emit(e);
     match command {
@@ -267,10 +295,12 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
         }
         SceneCommand::Cancel { scene } => {
             let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
-            if !round::cancel(ctx, &scene_id) {
+            let running = round::cancel(ctx, &scene_id);
+            if !running {
                 // Finished meanwhile: its round_completed tells the rest.
                 tracing::debug!(scene = %scene_id, "cancel: no round running");
             }
+            emit(SceneEvent::CancelRequested { scene_id, running });
             Ok(())
         }
         SceneCommand::State { scene } => {
@@ -310,7 +340,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
         }),
         SceneCommand::Author(command) => author::handle(ctx, command),
         SceneCommand::Undo { scene } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let bank = crate::memory::bank_for(ctx).ok();
             let (round, write) = ctx.store.transaction(|tx| {
                 let (round, memory_ids) = records::undo_round(tx, &scene_id)?;
@@ -321,6 +351,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            drop(job);
             emit(SceneEvent::RoundUndone { scene_id, round });
             Ok(())
         }
@@ -349,7 +380,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
             Ok(())
         }
         SceneCommand::EditMessage { scene, number, text } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let memory_id = format!("scene:{scene_id}:{number}");
             let bank = crate::memory::bank_for(ctx).ok();
             let exists = ctx.store.with(|c| Ok(crate::memory::records::get(c, &memory_id)?.is_some()))?;
@@ -359,21 +390,25 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 (None, true) => Some(crate::memory::PreparedEdit::text_only(&memory_id, &text)),
                 (_, false) => None,
             };
-            let write = ctx.store.transaction(|tx| {
-                records::edit_message(tx, &scene_id, number, &text)?;
-                match edit {
-                    Some(edit) => edit.write(tx),
-                    None => Ok(crate::memory::MemoryWrite::default()),
-                }
+            let (forgotten, write) = ctx.store.transaction(|tx| {
+                let forgotten = records::edit_message(tx, &scene_id, number, &text)?;
+                let write = match edit {
+                    Some(edit) => edit.write(tx)?,
+                    None => crate::memory::MemoryWrite::default(),
+                };
+                Ok((forgotten, write))
             })?;
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            summarise_again(ctx, &scene_id, forgotten);
+            // Free before anyone hears of it: a front door may act on the scene at once.
+            drop(job);
             emit(SceneEvent::MessageEdited { scene_id, number });
             Ok(())
         }
         SceneCommand::DeleteMessage { scene, number } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let memory_id = format!("scene:{scene_id}:{number}");
             let bank = crate::memory::bank_for(ctx).ok();
             // Embedded before the transaction: the turns after it, without it.
@@ -381,14 +416,16 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 Some(bank) => bank.prepare_removal(std::slice::from_ref(&memory_id)).map_err(|e| SceneError::Invalid(e.to_string()))?,
                 None => Default::default(),
             };
-            let write = ctx.store.transaction(|tx| {
-                records::delete_message(tx, &scene_id, number)?;
+            let (forgotten, write) = ctx.store.transaction(|tx| {
+                let forgotten = records::delete_message(tx, &scene_id, number)?;
                 let (reopened, _) = crate::memory::summarise::reopen_covering(tx, std::slice::from_ref(&memory_id))?;
-                Ok(reopened.and(crate::memory::bank::remove_with_followers(tx, &memory_id, followers)?))
+                Ok((forgotten, reopened.and(crate::memory::bank::remove_with_followers(tx, &memory_id, followers)?)))
             })?;
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            summarise_again(ctx, &scene_id, forgotten);
+            drop(job);
             emit(SceneEvent::MessageDeleted { scene_id, number });
             Ok(())
         }
@@ -404,6 +441,25 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneErr
                 Ok((scene_id, character.name))
             })?;
             emit(SceneEvent::Muted { scene_id, name, muted });
+            Ok(())
+        }
+        SceneCommand::Cast { scene, character, add } => {
+            let (scene_id, job) = hold(ctx, &scene)?;
+            let (character_id, name) = ctx.store.transaction(|tx| {
+                let character = crate::character::resolve(tx, &character)?;
+                let view = records::load_view(tx, &scene_id)?;
+                let member = view.cast.iter().find(|c| c.id == character.id);
+                match (add, member) {
+                    (true, Some(member)) => return Err(crate::store::StoreError::Invalid(format!("{} is already in the scene's cast", member.name))),
+                    (false, None) => return Err(crate::store::StoreError::Invalid(format!("{} is not in the scene's cast", character.name))),
+                    (true, None) => records::add_to_cast(tx, &scene_id, &character.id)?,
+                    (false, Some(_)) => records::remove_from_cast(tx, &scene_id, &character.id)?,
+                }
+                let name = records::load_view(tx, &scene_id)?.cast.into_iter().find(|c| c.id == character.id).map_or(character.name, |c| c.name);
+                Ok((character.id, name))
+            })?;
+            drop(job);
+            emit(SceneEvent::CastChanged { scene_id, character_id, name, added: add });
             Ok(())
         }
         SceneCommand::Transcript { scene } => {

@@ -181,3 +181,36 @@ fn query_text(history: &[SceneMessage], guidance: &[String]) -> String {
     parts.extend(guidance.iter().filter(|g| !g.trim().is_empty()).cloned());
     parts.join("\n")
 }
+
+/// The name `character_id` goes by in each campaign an override of `scope` (`world` or
+/// `campaign`) on `owner` reaches: its scene memories are witnessed under that name.
+pub fn names_by_campaign(conn: &rusqlite::Connection, character_id: &str, scope: &str, owner: &str) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+    let sql = if scope == "world" {
+        "SELECT id, world_id FROM campaigns WHERE world_id = ?1"
+    } else {
+        "SELECT id, world_id FROM campaigns WHERE id = ?1"
+    };
+    let campaigns: Vec<(String, String)> = conn.prepare(sql)?.query_map([owner], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    let mut names = Vec::new();
+    for (campaign, world) in campaigns {
+        if let Some(placed) = crate::character::placed(conn, character_id, &world, &campaign)? {
+            names.push((campaign, placed.name));
+        }
+    }
+    Ok(names)
+}
+
+/// After an override changed what `character_id` is called in some campaigns (`before`,
+/// from [`names_by_campaign`]), what it witnessed there under the old name is witnessed
+/// under the new one: recall filters on the name, and a rename must not cost the memories.
+pub fn follow_renames(conn: &rusqlite::Connection, character_id: &str, before: &[(String, String)]) -> Result<(), crate::store::StoreError> {
+    for (campaign, old) in before {
+        let world: String = conn.query_row("SELECT world_id FROM campaigns WHERE id = ?1", [campaign], |r| r.get(0))?;
+        let Some(now) = crate::character::placed(conn, character_id, &world, campaign)? else { continue };
+        if now.name != *old {
+            let scope = Scope { kind: ScopeKind::Campaign, id: Some(campaign.clone()) };
+            crate::memory::records::rename_witness(conn, Some(&scope), old, &now.name)?;
+        }
+    }
+    Ok(())
+}

@@ -589,26 +589,45 @@ fn restore_whole(conn: &Connection, scene_id: &str, campaign_id: &str, closed_at
     Ok(())
 }
 
-/// Change the text of message `number` of a scene (a transcript edit by hand).
-pub fn edit_message(conn: &Connection, scene_id: &str, number: u32, text: &str) -> Result<(), StoreError> {
+/// The round of message `number` of a scene.
+fn round_of_message(conn: &Connection, scene_id: &str, number: u32) -> Result<u32, StoreError> {
+    conn.query_row("SELECT round FROM scene_messages WHERE scene_id = ?1 AND number = ?2", params![scene_id, number], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("message {number} of scene {scene_id}")))
+}
+
+/// Forget the scene's summary when round `round` is one it covers: it was written from
+/// the transcript as it read before, and would go on telling every agent (and the later
+/// scenes of the arc) what was edited or taken out. Those rounds are shown as they now
+/// read until the summary is written again. Returns the last round the forgotten
+/// summary covered, 0 when it did not cover `round`.
+fn forget_summary_covering(conn: &Connection, scene_id: &str, round: u32) -> Result<u32, StoreError> {
+    let covered: u32 = conn.query_row("SELECT summary_round FROM scenes WHERE id = ?1", [scene_id], |r| r.get(0))?;
+    if round == 0 || round > covered {
+        return Ok(0);
+    }
+    conn.execute("UPDATE scenes SET summary = '', summary_round = 0 WHERE id = ?1", [scene_id])?;
+    Ok(covered)
+}
+
+/// Change the text of message `number` of a scene (a transcript edit by hand). Returns
+/// the last round of the scene's summary when the summary told the message and was
+/// forgotten (0 otherwise): the caller writes it again.
+pub fn edit_message(conn: &Connection, scene_id: &str, number: u32, text: &str) -> Result<u32, StoreError> {
     if text.trim().is_empty() {
         return Err(StoreError::Invalid("a message cannot be edited to nothing".into()));
     }
-    let changed =
-        conn.execute("UPDATE scene_messages SET content = ?3 WHERE scene_id = ?1 AND number = ?2", params![scene_id, number, text.trim()])?;
-    if changed == 0 {
-        return Err(StoreError::NotFound(format!("message {number} of scene {scene_id}")));
-    }
-    Ok(())
+    let round = round_of_message(conn, scene_id, number)?;
+    conn.execute("UPDATE scene_messages SET content = ?3 WHERE scene_id = ?1 AND number = ?2", params![scene_id, number, text.trim()])?;
+    forget_summary_covering(conn, scene_id, round)
 }
 
 /// Take message `number` out of a scene's transcript (the others keep their numbers).
-pub fn delete_message(conn: &Connection, scene_id: &str, number: u32) -> Result<(), StoreError> {
-    let gone = conn.execute("DELETE FROM scene_messages WHERE scene_id = ?1 AND number = ?2", params![scene_id, number])?;
-    if gone == 0 {
-        return Err(StoreError::NotFound(format!("message {number} of scene {scene_id}")));
-    }
-    Ok(())
+/// Returns what [`edit_message`] does.
+pub fn delete_message(conn: &Connection, scene_id: &str, number: u32) -> Result<u32, StoreError> {
+    let round = round_of_message(conn, scene_id, number)?;
+    conn.execute("DELETE FROM scene_messages WHERE scene_id = ?1 AND number = ?2", params![scene_id, number])?;
+    forget_summary_covering(conn, scene_id, round)
 }
 
 /// Mute or unmute a cast member: the Director cannot pick a muted character to act.
@@ -622,6 +641,32 @@ pub fn set_muted(conn: &Connection, scene_id: &str, character_id: &str, muted: b
     }
     let json = serde_json::to_string(&set).map_err(|e| corrupt("muted set", e))?;
     conn.execute("UPDATE scenes SET muted_json = ?2 WHERE id = ?1", params![scene_id, json])?;
+    Ok(())
+}
+
+/// Add a character to a scene's cast, absent: the Director brings them in when the
+/// story wants them.
+pub fn add_to_cast(conn: &Connection, scene_id: &str, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("INSERT OR IGNORE INTO scene_cast(scene_id, character_id) VALUES (?1, ?2)", params![scene_id, character_id])?;
+    conn.execute("UPDATE scenes SET updated_at = ?2 WHERE id = ?1", params![scene_id, now_rfc3339()])?;
+    Ok(())
+}
+
+/// Take a character out of a scene's cast (and so out of who is present and who is
+/// muted). Its state in the scene and what it said stay: added again, it is as it was.
+pub fn remove_from_cast(conn: &Connection, scene_id: &str, character_id: &str) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM scene_cast WHERE scene_id = ?1 AND character_id = ?2", params![scene_id, character_id])?;
+    let (active, muted): (String, String) =
+        conn.query_row("SELECT active_json, muted_json FROM scenes WHERE id = ?1", [scene_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let without = |json: &str, what: &str| -> Result<String, StoreError> {
+        let mut set: BTreeSet<String> = serde_json::from_str(json).map_err(|e| corrupt(what, e))?;
+        set.remove(character_id);
+        serde_json::to_string(&set).map_err(|e| corrupt(what, e))
+    };
+    conn.execute(
+        "UPDATE scenes SET active_json = ?2, muted_json = ?3, updated_at = ?4 WHERE id = ?1",
+        params![scene_id, without(&active, "scene active set")?, without(&muted, "scene muted set")?, now_rfc3339()],
+    )?;
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! `character_complete`, `error`) field for field. What the GUI needs besides (tokens,
 //! versions, approvals) goes out as further types a seed client ignores.
 
-use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, Path, Upgrade, body, wait_for};
 use crate::engine::{Command, Event};
 use crate::identity::export::{CheckpointDocument, SeedMetadata, checkpoint_document, metadata};
 use crate::identity::records::{CheckpointStatus, RunStatus};
@@ -12,8 +12,8 @@ use crate::identity::schema::{CharacterSeed, Mode, OtherCharacter};
 use crate::identity::{IdentityCommand, IdentityError, IdentityEvent, RunView};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::ws::{Message, WebSocket};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
@@ -271,7 +271,7 @@ async fn done(state: &AppState, command: Command, id: &str, is_done: impl Fn(&Id
 /// it is done), so it never misses a checkpoint.
 #[utoipa::path(get, path = "/ws/character/{character_id}", params(("character_id" = String, Path)),
     responses((status = 101, description = "WebSocket: the predecessor's messages"), (status = 404, body = ErrorBody)))]
-pub(super) async fn socket(State(state): State<Arc<AppState>>, Path(id): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+pub(super) async fn socket(State(state): State<Arc<AppState>>, Path(id): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     if let Err(e) = load(&state, &id) {
         return e.into_response();
     }

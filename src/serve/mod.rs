@@ -258,6 +258,39 @@ impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for
     }
 }
 
+/// Path parameters, refused like a bad query: a 400 with `{"detail"}` naming the
+/// parameter and what it should be (axum's own answer is plain text).
+pub(crate) struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> axum::extract::FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(rejection) => Err(ApiError::new(rejection.status(), format!("invalid path: {}", rejection.body_text()))),
+        }
+    }
+}
+
+/// A WebSocket upgrade; a socket route asked without one answers `{"detail"}` with the
+/// status axum chose (426, 405, 400) instead of plain text.
+pub(crate) struct Upgrade(pub axum::extract::ws::WebSocketUpgrade);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Upgrade {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::ws::WebSocketUpgrade::from_request_parts(parts, state).await {
+            Ok(upgrade) => Ok(Upgrade(upgrade)),
+            Err(rejection) => Err(ApiError::new(
+                rejection.status(),
+                format!("{}: this route is a WebSocket (GET with an Upgrade: websocket handshake)", rejection.body_text()),
+            )),
+        }
+    }
+}
+
 /// A request for a path no route serves: a JSON 404 that says where the routes are.
 async fn no_route(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!("no endpoint {method} {}; the routes are listed at /api/openapi.json", uri.path()))

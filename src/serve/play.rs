@@ -4,7 +4,7 @@
 //! on `WS /ws/chat/{character}`, history), memory search with its score breakdown, and
 //! importing cards and lorebooks.
 
-use super::{ApiError, AppState, ErrorBody, Query, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, Path, Query, Upgrade, body, wait_for};
 use crate::companion::{CompanionCommand, CompanionEvent};
 use crate::engine::{Command, Event};
 use crate::interop::{InteropCommand, InteropEvent};
@@ -12,8 +12,8 @@ use crate::memory::{MemoryCommand, MemoryEvent, SearchRequest};
 use crate::scene::{SceneCommand, SceneEvent};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::ws::{Message, WebSocket};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,7 +35,10 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/scenes", get(scenes))
         .route("/api/scene/{scene}", get(scene_state))
         .route("/api/scene/{scene}/lore", get(scene_lore))
+        .route("/api/scene/{scene}/messages", get(scene_transcript))
         .route("/api/scene/{scene}/message/{number}/{action}", post(scene_message))
+        .route("/api/scene/{scene}/cast/{action}", post(scene_cast))
+        .route("/api/scene/{scene}/undo", post(scene_undo))
         .route("/api/scene/{scene}/round", post(round))
         .route("/api/scene/{scene}/cancel", post(cancel_round))
         .route("/ws/scene/{scene}", get(scene_socket))
@@ -72,6 +75,7 @@ pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene):
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct LoreQuery {
     round: Option<u32>,
 }
@@ -92,7 +96,124 @@ pub(super) async fn scene_lore(
     Ok(axum::Json(serde_json::json!({ "scene_id": scene_id, "round": round, "fired": lore.fired, "held_back": lore.held_back })))
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MessagesQuery {
+    /// Only the messages after this number (what a client has not seen yet).
+    #[serde(default)]
+    after: u32,
+}
+
+/// One line of a scene's transcript.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct TranscriptMessage {
+    /// The message's number in the scene (numbers are kept when one is deleted).
+    number: u32,
+    round: u32,
+    /// `user`, `character` or `narrator`.
+    kind: String,
+    speaker: String,
+    character_id: Option<String>,
+    content: String,
+}
+
+/// A scene's transcript, oldest first: every message with its number (what
+/// `…/message/{number}/edit|delete` take), round and speaker.
+#[utoipa::path(get, path = "/api/scene/{scene}/messages", params(("scene" = String, Path), ("after" = Option<u32>, Query, description = "only messages numbered after this")),
+    responses((status = 200, body = Vec<TranscriptMessage>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn scene_transcript(
+    State(state): State<Arc<AppState>>,
+    Path(scene): Path<String>,
+    Query(query): Query<MessagesQuery>,
+) -> Result<axum::Json<Vec<TranscriptMessage>>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    // A reader connection: a long transcript does not hold the writer's lock.
+    let reader = state.store().reader().map_err(ApiError::internal)?;
+    let messages = crate::scene::records::recent_messages(&reader, &id, u32::MAX).map_err(ApiError::internal)?;
+    Ok(axum::Json(
+        messages
+            .into_iter()
+            .filter(|m| m.number > query.after)
+            .map(|m| TranscriptMessage {
+                number: m.number,
+                round: m.round,
+                kind: serde_json::to_value(m.kind).ok().and_then(|k| k.as_str().map(str::to_string)).unwrap_or_default(),
+                speaker: m.speaker,
+                character_id: m.character_id,
+                content: m.content,
+            })
+            .collect(),
+    ))
+}
+
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CastBody {
+    /// The character, by id or name.
+    character: String,
+}
+
+/// Add a character to a scene's cast (`add`: absent until the Director brings them in)
+/// or take one out (`remove`). Refused (409) while a round runs on the scene.
+#[utoipa::path(post, path = "/api/scene/{scene}/cast/{action}", request_body = CastBody,
+    params(("scene" = String, Path), ("action" = String, Path, description = "add or remove")),
+    responses((status = 200, description = "{scene_id, character_id, name, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_cast(
+    State(state): State<Arc<AppState>>,
+    Path((scene, action)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Value>, ApiError> {
+    let add = match action.as_str() {
+        "add" => true,
+        "remove" => false,
+        other => return Err(ApiError::not_found(format!("no cast action {other:?}: add or remove"))),
+    };
+    let request: CastBody = body(&bytes)?;
+    let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Scene(SceneCommand::Cast { scene: id.clone(), character: request.character, add }))?;
+    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) if *scene_id == id => {
+            Some(Ok(json!({ "scene_id": scene_id, "character_id": character_id, "name": name, "action": action })))
+        }
+        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    answer(done)
+}
+
+/// Take back the scene's last round exactly (messages, states, trackers, facts, time,
+/// lore timers, memories).
+#[utoipa::path(post, path = "/api/scene/{scene}/undo", params(("scene" = String, Path)),
+    responses((status = 200, description = "{scene_id, round}: the round taken back"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Scene(SceneCommand::Undo { scene: id.clone() }))?;
+    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) if *scene_id == id => Some(Ok(json!({ "scene_id": scene_id, "round": round }))),
+        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    answer(done)
+}
+
+/// A scene command's outcome as an answer: busy is 409, an unknown name 404, the rest
+/// of the refusals 400.
+fn answer(done: Option<Result<Value, String>>) -> Result<axum::Json<Value>, ApiError> {
+    match done {
+        Some(Ok(value)) => Ok(axum::Json(value)),
+        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
+        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
+        Some(Err(message)) => Err(ApiError::bad_request(message)),
+        None => Err(ApiError::internal("no answer in time")),
+    }
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RoundBody {
     /// The game master's message; none to let the scene continue.
     #[serde(default)]
@@ -132,6 +253,7 @@ pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct MessageBody {
     /// The message's new text (`edit`).
     #[serde(default)]
@@ -148,15 +270,20 @@ pub(super) async fn scene_message(
     Path((scene, number, action)): Path<(String, u32, String)>,
     bytes: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let id = scene_id(&state, &scene)?;
-    let command = match action.as_str() {
+    // The request is read before the scene is looked up: a bad body is the client's
+    // mistake whichever scene it names.
+    let text = match action.as_str() {
         "edit" => {
             let request: MessageBody = body(&bytes)?;
-            let text = request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?;
-            SceneCommand::EditMessage { scene: id.clone(), number, text }
+            Some(request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?)
         }
-        "delete" => SceneCommand::DeleteMessage { scene: id.clone(), number },
+        "delete" => None,
         other => return Err(ApiError::not_found(format!("no message action {other:?}: edit or delete"))),
+    };
+    let id = scene_id(&state, &scene)?;
+    let command = match text {
+        Some(text) => SceneCommand::EditMessage { scene: id.clone(), number, text },
+        None => SceneCommand::DeleteMessage { scene: id.clone(), number },
     };
     let mut events = state.events.subscribe();
     state.send(Command::Scene(command))?;
@@ -179,17 +306,24 @@ pub(super) async fn scene_message(
 
 /// Stop the round running in a scene; nothing of it is kept.
 #[utoipa::path(post, path = "/api/scene/{scene}/cancel", params(("scene" = String, Path)),
-    responses((status = 200, description = "asked to stop"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "{scene_id, status}: cancelling, or idle when no round was running"), (status = 404, body = ErrorBody)))]
 pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
+    let mut events = state.events.subscribe();
     state.send(Command::Scene(SceneCommand::Cancel { scene: id.clone() }))?;
-    Ok(axum::Json(json!({ "scene_id": id, "status": "cancelling" })))
+    let running = wait_for(&mut events, QUICK_LIMIT, |event| match event {
+        Event::Scene(SceneEvent::CancelRequested { scene_id, running }) if *scene_id == id => Some(*running),
+        _ => None,
+    })
+    .await;
+    // `idle`: no round was running here or in another process on the library.
+    Ok(axum::Json(json!({ "scene_id": id, "status": if running == Some(false) { "idle" } else { "cancelling" } })))
 }
 
 /// A scene's live events, as the scene predecessor's socket named them.
 #[utoipa::path(get, path = "/ws/scene/{scene}", params(("scene" = String, Path)),
     responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
-pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
         Ok(id) => upgrade.on_upgrade(move |socket| relay(state, socket, move |event| scene_messages(&id, event))).into_response(),
         Err(e) => e.into_response(),
@@ -275,6 +409,7 @@ fn character_id(state: &AppState, character: &str) -> Result<crate::character::C
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct SendBody {
     text: String,
 }
@@ -312,6 +447,7 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 /// `{"message": "ID-u|ID-r", "text": "…"}`, `delete` `{"message": "…", "and_after": bool}`;
 /// `regenerate`, `continue` and `undo` take nothing.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ControlBody {
     #[serde(default)]
     index: Option<usize>,
@@ -370,6 +506,7 @@ pub(super) async fn chat_control(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct FormatQuery {
     #[serde(default)]
     format: Option<String>,
@@ -435,6 +572,7 @@ pub(super) async fn export_lorebook(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct HistoryQuery {
     #[serde(default = "hundred")]
     limit: u32,
@@ -471,7 +609,7 @@ pub(super) async fn chat_history(
 /// stored exchange.
 #[utoipa::path(get, path = "/ws/chat/{character}", params(("character" = String, Path)),
     responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone")))]
-pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, upgrade: WebSocketUpgrade) -> Response {
+pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     let info = match character_id(&state, &character) {
         Ok(info) => info,
         Err(e) => return e.into_response(),
@@ -507,6 +645,7 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct SearchQuery {
     q: String,
     #[serde(default = "ten")]
@@ -554,6 +693,7 @@ pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ModelBody {
     name: String,
 }
@@ -579,6 +719,7 @@ pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: 
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ImportQuery {
     /// The file's name (its kind is read from its content; the name names what it makes).
     #[serde(default)]

@@ -147,6 +147,8 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
         E::RoundCancelled { .. } => Some((LogLevel::Warn, "scene: round cancelled, nothing saved".into())),
         E::RoundUndone { round, .. } => info(format!("scene: round {round} taken back")),
         E::Muted { name, muted, .. } => info(format!("scene: {name} {}", if *muted { "muted" } else { "unmuted" })),
+        E::CastChanged { name, added, .. } => info(format!("scene: {name} {}", if *added { "joined the cast" } else { "left the cast" })),
+        E::CancelRequested { running, .. } => info(if *running { "scene: cancel asked".to_string() } else { "scene: no round to cancel".to_string() }),
         E::AlternativeChosen { round, .. } => info(format!("scene: a kept version of round {round} is back")),
         E::RedoFailed { round, message, .. } => Some((LogLevel::Error, format!("scene: redo of round {round} failed, the round is back as it was: {message}"))),
         E::MessageEdited { number, .. } => info(format!("scene: message {number} edited")),

@@ -64,6 +64,8 @@ pub struct ScenePanels {
     wanted: Option<String>,
     /// The cast's portraits.
     portraits: super::portrait::Portraits,
+    /// A character (by name) to bring into the scene's cast or take out of it.
+    cast_change: String,
 }
 
 impl ScenePanels {
@@ -225,6 +227,7 @@ impl ScenePanels {
             }
             SceneEvent::RoundUndone { scene_id, .. } | SceneEvent::Muted { scene_id, .. } | SceneEvent::MessageEdited { scene_id, .. }
             | SceneEvent::MessageDeleted { scene_id, .. }
+            | SceneEvent::CastChanged { scene_id, .. }
                 if self.is_selected(scene_id) =>
             {
                 self.live = None;
@@ -634,6 +637,23 @@ impl ScenePanels {
                     let label = if *muted { format!("Unmute {}", super::short(name)) } else { format!("Mute {}", super::short(name)) };
                     if ui.small_button(label).clicked() {
                         outbox.push(Command::Scene(SceneCommand::Mute { scene: scene.clone(), character: name.clone(), muted: !muted }));
+                    }
+                }
+            });
+            // Someone of the library joins the scene (absent until the Director brings
+            // them in), or a cast member leaves it.
+            ui.horizontal_wrapped(|ui| {
+                let label = ui.label("Cast change");
+                ui.add(egui::TextEdit::singleline(&mut self.cast_change).hint_text("a character's name").desired_width(180.0).id_salt("scene_cast_change"))
+                    .labelled_by(label.id);
+                let named = !self.cast_change.trim().is_empty();
+                for (text, add, hover) in [
+                    ("Add to cast", true, "Bring this character into the scene's cast, absent until the Director (or 'acts') brings them in"),
+                    ("Remove from cast", false, "Take this character out of the scene's cast; what they said stays"),
+                ] {
+                    if ui.add_enabled(named, egui::Button::new(text)).on_hover_text(hover).clicked() {
+                        let character = std::mem::take(&mut self.cast_change).trim().to_string();
+                        outbox.push(Command::Scene(SceneCommand::Cast { scene: scene.clone(), character, add }));
                     }
                 }
             });

@@ -1029,3 +1029,199 @@ fn a_reviewed_plan_naming_nobody_of_the_cast_is_refused() {
     assert!(said.contains("the plan was not taken") && said.contains("Nobody Real") && said.contains("Wren Talloway"), "{said}");
     assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
 }
+
+/// A message the scene's summary told, edited or taken out, is not told again: the
+/// summary is written again from the transcript as it now reads before anything else
+/// runs on the scene, and the arc's later scenes carry that one.
+#[test]
+fn an_edited_or_deleted_message_leaves_the_scene_summary() {
+    use lorekeeper::prompting::Section;
+    use lorekeeper::scene::envelope::AgentKind;
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    let rules = script["rules"].as_array_mut().unwrap();
+    let summariser = "You keep the running summary of a roleplay scene";
+    rules.insert(0, serde_json::json!({ "when": { "system_contains": summariser, "any_contains": "OLDSECRET" }, "reply": "Juno said the password is OLDSECRET." }));
+    rules.insert(1, serde_json::json!({ "when": { "system_contains": summariser }, "reply": "Juno spoke of a password." }));
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.summarise_every = 2;
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("The password is OLDSECRET."));
+    round(&engine, &scene, Some("Say it back to me."));
+    collect(&engine, |e| matches!(e, SceneEvent::SummaryUpdated { .. }));
+    let store = &engine.context().store;
+    let summary = || store.with(|c| Ok(lorekeeper::scene::summary::current(c, &scene).unwrap())).unwrap();
+    assert_eq!(summary(), ("Juno said the password is OLDSECRET.".to_string(), 1));
+    let number = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap().iter().find(|m| m.content.contains("OLDSECRET")).unwrap().number;
+
+    engine
+        .send(Command::Scene(SceneCommand::EditMessage { scene: scene.clone(), number, text: "The password is NEWSECRET.".into() }))
+        .unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::MessageEdited { .. }));
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { through_round: 1, .. })), "{events:?}");
+    assert_eq!(summary(), ("Juno spoke of a password.".to_string(), 1), "written again from the edited transcript");
+    let conn = store.reader().unwrap();
+    let preview = lorekeeper::scene::preview::preview(&conn, &engine.context().config(), &scene, AgentKind::Director, None, &lorekeeper::scene::recall::Recall::none()).unwrap();
+    let told: Vec<&str> = preview.candidates[&Section::Summaries].iter().map(|i| i.text.as_str()).collect();
+    assert!(told.iter().all(|t| !t.contains("OLDSECRET")) && told.iter().any(|t| t.contains("spoke of a password")), "{told:?}");
+
+    // Put the secret back (the summary follows), then take the message out.
+    engine.send(Command::Scene(SceneCommand::EditMessage { scene: scene.clone(), number, text: "The password is OLDSECRET.".into() })).unwrap();
+    collect(&engine, |e| matches!(e, SceneEvent::MessageEdited { .. }));
+    assert!(summary().0.contains("OLDSECRET"));
+    engine.send(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number })).unwrap();
+    let events = collect(&engine, |e| matches!(e, SceneEvent::MessageDeleted { .. }));
+    assert!(events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { through_round: 1, .. })), "{events:?}");
+    assert_eq!(summary(), ("Juno spoke of a password.".to_string(), 1));
+
+    // A later scene of the arc is told the earlier scene's summary as it now reads.
+    let arc: String = store.with(|c| Ok(c.query_row("SELECT arc_id FROM scenes WHERE id = ?1", [&scene], |r| r.get(0))?)).unwrap();
+    engine
+        .send(Command::Scene(SceneCommand::New { arc, name: "The Jetty".into(), description: String::new(), notes: String::new(), cast: Vec::new(), active: None }))
+        .unwrap();
+    let created = collect(&engine, |e| matches!(e, SceneEvent::SceneCreated { .. }));
+    let Some(SceneEvent::SceneCreated { scene_id: later, .. }) = created.last() else { unreachable!() };
+    let notes = store.with(|c| records::load_notes(c, later)).unwrap();
+    assert_eq!(notes.earlier_scenes.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
+}
+
+/// A reviewed plan that names someone who is not in the cast beside a real actor is
+/// refused, naming them, rather than played with them silently left out.
+#[test]
+fn a_reviewed_plan_naming_a_stranger_beside_the_cast_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "round", &scene, "Knock knock.", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", serde_json::json!({ "actingCharacters": [{ "name": "Wren Talloway" }, { "name": "Ghost Person" }] })).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("the plan was not taken") && said.contains("\"Ghost Person\"") && said.contains("not in this scene's cast"), "{said}");
+    assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "nothing of the round was kept");
+}
+
+/// A character renamed (its sheet, or an override in its campaign) keeps the scene
+/// memories it witnessed, and nobody later given the old name inherits them.
+#[test]
+fn a_renamed_character_keeps_what_it_witnessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "memory-script.json");
+    let engine = engine::start(paths.clone()).unwrap();
+    round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
+    let campaign = view(&engine.context().store, &scene).campaign_id;
+    drop(engine);
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cli(&["character", "edit", "Wren Talloway", "--name", "Wren Halloway"]);
+    cli(&["campaign", "override", &campaign, "Ossian Vale", "--name", "Old Ossian"]);
+    // Someone new takes the old name.
+    let card = dir.path().join("impostor.json");
+    std::fs::write(&card, serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Wren Talloway", "description": "Someone else." } }).to_string()).unwrap();
+    cli(&["import", card.to_str().unwrap()]);
+
+    let engine = engine::start(paths).unwrap();
+    let recall = lorekeeper::scene::recall::Recall::open(engine.context());
+    let recalled = |witness: &str| -> Vec<String> {
+        let guidance = ["Where is the brass key?".to_string()];
+        recall.for_character(&campaign, &scene, witness, &[], &guidance, 10, 0).hits.into_iter().map(|h| h.text).collect()
+    };
+    assert!(recalled("Wren Halloway").iter().any(|t| t.contains("brass key")), "{:?}", recalled("Wren Halloway"));
+    assert!(recalled("Old Ossian").iter().any(|t| t.contains("brass key")), "the override's name: {:?}", recalled("Old Ossian"));
+    assert_eq!(recalled("Wren Talloway"), Vec::<String>::new(), "the new Wren Talloway was never there");
+    assert_eq!(recalled("Ossian Vale"), Vec::<String>::new());
+}
+
+/// A character joins a running scene's cast (absent, for the Director to bring in) and
+/// leaves it again, from the command line.
+#[test]
+fn a_character_joins_and_leaves_a_running_scenes_cast() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let card = dir.path().join("petra.json");
+    std::fs::write(&card, serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Petra Quill", "description": "A cartographer of drowned coasts." } }).to_string()).unwrap();
+    assert!(cli(&["import", card.to_str().unwrap()]).status.success());
+    let out = cli(&["scene", "cast", "add", &scene, "Petra"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Petra Quill joined"), "{}", String::from_utf8_lossy(&out.stdout));
+    let store = Store::open(&paths.library_file).unwrap();
+    let petra = view(&store, &scene).cast.into_iter().find(|c| c.name == "Petra Quill").expect("in the cast");
+    assert!(!petra.active, "absent until the Director brings her in");
+    let again = cli(&["scene", "cast", "add", &scene, "Petra"]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already in the scene's cast"));
+
+    // The Director is told of her as one of the cast it may bring in.
+    let engine = engine::start(paths.clone()).unwrap();
+    round(&engine, &scene, Some("Someone knocks below."));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 50)).unwrap();
+    let director = calls.iter().find(|c| c.request.messages.iter().any(|m| m.content.contains("which characters act, in what order"))).unwrap();
+    assert!(director.request.messages.iter().any(|m| m.content.contains("Petra Quill")), "the Director knows of her");
+    drop(engine);
+
+    let out = cli(&["scene", "cast", "remove", &scene, "Petra Quill"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(view(&store, &scene).cast.iter().all(|c| c.name != "Petra Quill"));
+    let gone = cli(&["scene", "cast", "remove", &scene, "Petra Quill"]);
+    assert!(!gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains("not in the scene's cast"));
+}
+
+/// `scene cancel` stops a round another process is playing; nothing of it is saved.
+#[test]
+fn scene_cancel_stops_a_round_running_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "You are playing" }, "reply": { "text": "I take my time answering, word by slow word, as the fog rolls in.", "chunk_chars": 4, "chunk_delay_ms": 400 } }),
+    );
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let args = ["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()];
+    let player = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .args(["scene", "round", &scene, "Tell me slowly."])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The round holds its lease in the library while it plays.
+    let store = Store::open(&paths.library_file).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.with(|c| Ok(c.query_row("SELECT count(*) FROM job_leases WHERE kind = 'round'", [], |r| r.get::<_, i64>(0))?)).unwrap() == 0 {
+        assert!(Instant::now() < deadline, "the round never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let cancel = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "cancel", &scene]).output().unwrap();
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
+    assert!(String::from_utf8_lossy(&cancel.stdout).contains("asked to stop"), "{}", String::from_utf8_lossy(&cancel.stdout));
+    let out = player.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("cancelled"), "{said}");
+    assert_eq!(view(&store, &scene).rounds, 0, "nothing of the round was kept");
+    let idle = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "cancel", &scene]).output().unwrap();
+    assert!(String::from_utf8_lossy(&idle.stdout).contains("no round is running"), "{}", String::from_utf8_lossy(&idle.stdout));
+}

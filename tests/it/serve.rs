@@ -326,6 +326,38 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     assert_eq!(state["rounds"], 1);
     let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene"), None, None);
     assert_eq!(status, 404);
+    // The transcript as it now reads: message 1 was taken out above.
+    let (status, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    assert_eq!(status, 200, "{messages}");
+    let messages = messages.as_array().unwrap().clone();
+    assert!(!messages.is_empty() && messages.iter().all(|m| m["round"] == 1 && m["number"].as_u64() > Some(1)), "{messages:?}");
+    assert!(messages.iter().any(|m| m["kind"] == "character" && m["speaker"] == "Wren Talloway" && m["content"].is_string()), "{messages:?}");
+    let last = messages.last().unwrap()["number"].as_u64().unwrap();
+    let (_, newer) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages?after={}", last - 1), None, None);
+    assert_eq!(newer.as_array().map(Vec::len), Some(1), "{newer}");
+    // Someone joins the cast, absent, and leaves it again.
+    let (status, joined) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/add"), Some(r#"{"character": "Ilse Marrow"}"#), None);
+    assert_eq!((status, joined["name"].as_str()), (200, Some("Ilse Marrow")), "{joined}");
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert!(state["cast"].as_array().unwrap().iter().any(|c| c["name"] == "Ilse Marrow" && c["active"] == false), "{state}");
+    let (status, twice) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/add"), Some(r#"{"character": "Ilse Marrow"}"#), None);
+    assert_eq!(status, 400, "{twice}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/remove"), Some(r#"{"character": "Ilse"}"#), None);
+    assert_eq!(status, 200);
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cast/add"), Some(r#"{"character": "Nobody At All"}"#), None);
+    assert_eq!(status, 404);
+    // The round taken back over HTTP; a second undo has nothing to take.
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), None, None);
+    assert_eq!((status, undone["round"].as_u64()), (200, Some(1)), "{undone}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), None, None);
+    assert_eq!(status, 400);
+    let (status, idle) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cancel"), None, None);
+    assert_eq!((status, idle["status"].as_str()), (200, Some("idle")), "{idle}");
+    let document = lorekeeper::serve::openapi::document();
+    let paths: Vec<&String> = document.paths.paths.keys().collect();
+    for path in ["/api/scene/{scene}/messages", "/api/scene/{scene}/cast/{action}", "/api/scene/{scene}/undo"] {
+        assert!(document.paths.paths.contains_key(path), "{path} is documented: {paths:?}");
+    }
 
     let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
     std::thread::sleep(Duration::from_millis(200));
@@ -453,6 +485,32 @@ fn bad_requests_are_answered_with_json_and_the_right_status() {
     let (status, body) = call(&agent, "POST", &format!("{base}/api/library/import?name=junk.json"), Some("not a card at all"), None);
     assert_eq!(status, 400, "{body}");
     assert!(detail(&body).starts_with("nothing imported"), "{body}");
+
+    // A field the body does not take is refused by name, not ignored (a round played
+    // without the game master's message), and so is a query parameter.
+    for (url, sent, field) in [
+        ("/api/scene/anything/round", r#"{"text": "I knock."}"#, "`text`"),
+        ("/api/scene/anything/round", r#"{"input": "I knock.", "forse": ["Wren"]}"#, "`forse`"),
+        ("/api/scene/anything/message/1/edit", r#"{"txt": "Fixed."}"#, "`txt`"),
+        ("/api/chat/ilse/send", r#"{"text": "Hello.", "now": "tomorrow"}"#, "`now`"),
+        ("/api/chat/ilse/swipe", r#"{"index": 0, "idx": 1}"#, "`idx`"),
+    ] {
+        let (status, body) = call(&agent, "POST", &format!("{base}{url}"), Some(sent), None);
+        assert_eq!(status, 400, "{url} {sent}: {body}");
+        assert!(detail(&body).contains("unknown field") && detail(&body).contains(field), "{body}");
+    }
+    let (status, body) = call(&agent, "GET", &format!("{base}/api/memory/search?q=tide&kk=2"), None, None);
+    assert_eq!(status, 400, "{body}");
+    assert!(detail(&body).contains("kk"), "{body}");
+    // A path parameter of the wrong kind, and a socket asked without its handshake.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/anything/message/abc/edit"), Some(r#"{"text": "x"}"#), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(detail(&body).starts_with("invalid path"), "{body}");
+    for socket in ["/ws/scene/anything", "/ws/chat/ilse", "/ws/character/anyone"] {
+        let (status, body) = call(&agent, "GET", &format!("{base}{socket}"), None, None);
+        assert!((400..500).contains(&status), "{socket}: {status} {body}");
+        assert!(detail(&body).contains("WebSocket"), "{socket}: {body}");
+    }
 
     let long = json!({ "text": "The tide came in. ".repeat(12_000) }).to_string();
     let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(&long), None);

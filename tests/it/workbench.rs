@@ -139,6 +139,40 @@ fn wait_for_first_round(harness: &mut Harness<'_, WorkbenchApp>) {
     harness.run();
 }
 
+/// The Scene panel brings a character of the library into the open scene's cast
+/// (absent) and takes them out again.
+#[test]
+fn the_scene_panel_adds_a_character_to_the_cast_and_takes_them_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let scene = lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo").expect("a new library gets the demo");
+    lorekeeper::companion::demo::ensure(&engine.context().store).expect("demo companion");
+    let mut harness = harness(engine, 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    let has_ilse = |app: &WorkbenchApp| app.scene().snapshot().and_then(|s| s.view.cast.iter().find(|c| c.name == "Ilse Marrow").map(|c| c.active));
+    assert_eq!(has_ilse(harness.state()), None);
+    text_field(&harness, "Cast change").click();
+    harness.run();
+    text_field(&harness, "Cast change").type_text("Ilse");
+    harness.run();
+    harness.get_by_label("Add to cast").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| has_ilse(app).is_some());
+    assert_eq!(has_ilse(harness.state()), Some(false), "in the cast, absent until the Director brings her in");
+    assert_eq!(harness.state().scene().last_error(), None);
+    harness.run();
+    text_field(&harness, "Cast change").click();
+    harness.run();
+    text_field(&harness, "Cast change").type_text("Ilse Marrow");
+    harness.run();
+    harness.get_by_label("Remove from cast").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.id == scene && s.view.cast.iter().all(|c| c.name != "Ilse Marrow")));
+}
+
 /// A plain V2 card for Maren Vosk, a lock-keeper.
 fn maren_card() -> serde_json::Value {
     serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {

@@ -357,6 +357,55 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
     })
 }
 
+/// The check of a plan the game master sends back: `base` (the Director's own), and no
+/// name anywhere in it that is not one of the cast. A stray name the Director makes up is
+/// only ignored, but one a person typed is a slip (a typo, someone not yet in the scene)
+/// that would silently drop that character from the round.
+fn reviewed_check(view: &SceneView, base: ContentCheck) -> ContentCheck {
+    let cast: Vec<(String, String)> = view.cast.iter().map(|m| (m.id.clone(), m.name.clone())).collect();
+    Arc::new(move |value: &serde_json::Value| {
+        let mut problems = base(value);
+        let known = |name: &str| cast.iter().any(|(id, n)| n.eq_ignore_ascii_case(name.trim()) || id == name.trim());
+        let names = cast.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(", ");
+        let field = |camel: &str, snake: &str| value.get(camel).or_else(|| value.get(snake)).cloned();
+        let mut said = Vec::new();
+        for (camel, snake) in [("actingCharacters", "acting_characters"), ("activations", "activations"), ("deactivations", "deactivations")] {
+            let listed: Vec<String> = field(camel, snake)
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|item| item.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string())
+                .collect();
+            let strangers: Vec<String> = listed.iter().filter(|n| !known(n)).map(|n| format!("{n:?}")).collect();
+            if !strangers.is_empty() {
+                said.push((format!("/{camel}"), strangers));
+            }
+        }
+        if let Some(serde_json::Value::Object(updates)) = field("stateUpdates", "state_updates") {
+            let strangers: Vec<String> = updates.keys().filter(|k| !known(k)).map(|n| format!("{n:?}")).collect();
+            if !strangers.is_empty() {
+                said.push(("/stateUpdates".to_string(), strangers));
+            }
+        }
+        for (path, strangers) in said {
+            // The base check may already have said so for this part of the plan.
+            if problems.iter().any(|p| p.path == path) {
+                continue;
+            }
+            problems.push(crate::llm::structured::SchemaError {
+                path,
+                message: format!(
+                    "names {}, who {} not in this scene's cast; the cast is {names} (`scene cast add` brings someone in)",
+                    strangers.join(", "),
+                    if strangers.len() == 1 { "is" } else { "are" }
+                ),
+                schema_path: "content/cast".into(),
+            });
+        }
+        problems
+    })
+}
+
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
 pub(super) fn director_plan(
     ctx: &Context,
@@ -415,7 +464,7 @@ pub(super) fn director_plan(
     }
     // The game master reviews the plan before anyone acts: their version is the plan.
     if draft.review {
-        let check = cast_check(&draft.view, draft.force.is_empty());
+        let check = reviewed_check(&draft.view, cast_check(&draft.view, draft.force.is_empty()));
         let reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
         if reviewed != plan {
             draft.record.proposed = Some(plan);
