@@ -681,9 +681,10 @@ impl ScenePanels {
         let Some(scene) = self.selected.clone() else { return };
         let Some(snapshot) = &self.snapshot else { return };
         let running = self.live.as_ref().is_some_and(|l| !l.completed);
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("Search transcript");
-            ui.add(egui::TextEdit::singleline(&mut self.search).desired_width(220.0).id_salt("scene_search")).labelled_by(label.id);
+            let width = (ui.available_width() - 160.0).clamp(120.0, 220.0);
+            ui.add(egui::TextEdit::singleline(&mut self.search).desired_width(width).id_salt("scene_search")).labelled_by(label.id);
             let label = if self.whole.is_some() { "Reload whole transcript" } else { "Whole transcript" };
             if ui.button(label).on_hover_text("Scroll back through every message of the scene").clicked() {
                 outbox.push(Command::Scene(SceneCommand::Transcript { scene: scene.clone() }));
