@@ -285,16 +285,18 @@ impl<'r> Run<'r> {
         }
         let now = self.input.message_number;
         let timer = if state.timers.is_empty() { None } else { state.timers.get(&se.timer_key()) };
+        let mut cooling = None;
         if let Some(t) = timer {
             if t.fired_at < now && now <= t.sticky_until {
                 return Pre::Fire(Trigger::Sticky { fired_at: t.fired_at, until: t.sticky_until });
             }
             if t.sticky_until < now && now <= t.cooldown_until {
-                return Pre::Skip(SkipReason::Cooldown { until: t.cooldown_until });
+                cooling = Some(SkipReason::Cooldown { until: t.cooldown_until });
             }
         }
-        // Delayed: held back, but said so only if it would otherwise fire.
-        let delayed = e.delay.filter(|&d| u64::from(d) > now).map(|from| SkipReason::Delay { from: u64::from(from) });
+        // Cooling down or delayed: held back, but said so only if it would otherwise fire
+        // (an entry whose key is not in the text is "no key found", whatever its timers).
+        let delayed = cooling.or_else(|| e.delay.filter(|&d| u64::from(d) > now).map(|from| SkipReason::Delay { from: u64::from(from) }));
         let fire = |trigger: Trigger| match &delayed {
             Some(reason) => Pre::Skip(reason.clone()),
             None => Pre::Fire(trigger),

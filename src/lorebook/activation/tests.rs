@@ -456,6 +456,9 @@ fn sticky_cooldown_and_delay_count_messages() {
         "cooldown until 12",
         "key storm",
     ]);
+    // Only an entry that would have fired is said to be cooling down.
+    let cooling = with(e(1, "storm", "x"), |x| x.cooldown = Some(2));
+    assert_eq!(timeline(cooling, &[(10, "storm"), (11, "calm")]), ["key storm", "no match"]);
     let both = with(e(1, "storm", "x"), |x| {
         x.sticky = Some(1);
         x.cooldown = Some(1);
