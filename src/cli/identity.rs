@@ -55,6 +55,18 @@ pub enum IdentityVerb {
         #[arg(long)]
         checkpoint: Option<u8>,
     },
+    /// Compare two versions of a checkpoint, line by line (default: the current version
+    /// against the one before it).
+    Diff {
+        id: String,
+        checkpoint: u8,
+        /// The older version (default: the one before --to).
+        #[arg(long)]
+        from: Option<u32>,
+        /// The newer version (default: the current one).
+        #[arg(long)]
+        to: Option<u32>,
+    },
     /// Continue a run interrupted by a crash or a quit.
     Resume { id: String },
     /// List runs.
@@ -183,6 +195,49 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                         cp.record.current_version,
                         tokens
                     );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        IdentityVerb::Diff { id, checkpoint, from, to } => {
+            send(IdentityCommand::Snapshot { character_id: id })?;
+            let view = wait(engine, QUICK_LIMIT, |event| match event {
+                Event::Identity(IdentityEvent::Snapshot { view }) => Some(Ok(view.clone())),
+                Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
+                _ => None,
+            })??;
+            let cp = view
+                .checkpoints
+                .iter()
+                .find(|c| c.record.number == checkpoint)
+                .ok_or_else(|| anyhow!("{} has no checkpoint {checkpoint} (1 to {})", view.run.name, view.checkpoints.len()))?;
+            let newest = cp.versions.iter().map(|v| v.version).max().ok_or_else(|| anyhow!("checkpoint {checkpoint} has no version yet"))?;
+            let to = to.unwrap_or(if cp.record.current_version > 0 { cp.record.current_version } else { newest });
+            let from = from.unwrap_or(to.saturating_sub(1));
+            let find = |n: u32| {
+                cp.versions.iter().find(|v| v.version == n).ok_or_else(|| {
+                    let have: Vec<String> = cp.versions.iter().map(|v| v.version.to_string()).collect();
+                    anyhow!("checkpoint {checkpoint} has no version {n} (it has {})", have.join(", "))
+                })
+            };
+            let (old, new) = (find(from)?, find(to)?);
+            let (old_text, new_text) = (old.as_text(), new.as_text());
+            let diff = similar::TextDiff::from_lines(&old_text, &new_text);
+            if json {
+                let changes: Vec<serde_json::Value> = diff
+                    .iter_all_changes()
+                    .map(|c| serde_json::json!({ "tag": format!("{:?}", c.tag()).to_lowercase(), "line": c.value().trim_end_matches('\n') }))
+                    .collect();
+                outln!("{}", serde_json::json!({ "checkpoint": checkpoint, "from": from, "to": to, "changes": changes }));
+            } else {
+                outln!("checkpoint {checkpoint} ({}), version {from} → {to}", cp.record.agent.title());
+                for change in diff.iter_all_changes() {
+                    let sign = match change.tag() {
+                        similar::ChangeTag::Delete => '-',
+                        similar::ChangeTag::Insert => '+',
+                        similar::ChangeTag::Equal => ' ',
+                    };
+                    outln!("{sign} {}", change.value().trim_end_matches('\n'));
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -127,6 +127,33 @@ impl VersionRecord {
     pub fn is_failed(&self) -> bool {
         self.structured.is_null()
     }
+
+    /// The version as one text to read or compare (the inspector's diff, `identity
+    /// diff`): its narrative and its fields as JSON, or, for a failed draw, why each
+    /// attempt was refused.
+    pub fn as_text(&self) -> String {
+        if self.is_failed() {
+            let outcomes: Vec<String> = self.attempts.as_array().map_or_else(Vec::new, |list| {
+                list.iter().map(|a| format!("attempt {}: {}", a["number"].as_u64().unwrap_or(0), attempt_outcome(a))).collect()
+            });
+            return format!("(a failed draw: no output)\n{}", outcomes.join("\n"));
+        }
+        format!("{}\n\n{}", self.narrative, serde_json::to_string_pretty(&self.structured).unwrap_or_default())
+    }
+}
+
+/// One attempt's outcome in words: accepted, or refused and why.
+pub fn attempt_outcome(attempt: &serde_json::Value) -> String {
+    let Some(failure) = attempt.get("failure").filter(|f| !f.is_null()) else { return "accepted".into() };
+    let errors = attempt["errors"].as_array().map_or(0, Vec::len);
+    let why = serde_json::from_value::<crate::llm::structured::AttemptFailure>(failure.clone())
+        .map(|f| f.to_string())
+        .unwrap_or_else(|_| failure["kind"].as_str().unwrap_or("not accepted").replace('_', " "));
+    match errors {
+        0 => format!("refused: {why}"),
+        1 => format!("refused: {why} (1 problem below)"),
+        n => format!("refused: {why} ({n} problems below)"),
+    }
 }
 
 fn json_col<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {

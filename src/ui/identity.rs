@@ -630,7 +630,7 @@ impl IdentityPanels {
             self.compare = Some((a, b));
             let find = |n: u32| cp.versions.iter().find(|v| v.version == n);
             if let (Some(va), Some(vb)) = (find(a), find(b)) {
-                diff_view(ui, &version_text(va), &version_text(vb));
+                diff_view(ui, &va.as_text(), &vb.as_text());
             }
         });
     }
@@ -707,7 +707,7 @@ fn attempts(ui: &mut egui::Ui, v: &VersionRecord) {
     egui::CollapsingHeader::new(title).id_salt(("attempts", v.version)).default_open(list.len() > 1 || v.is_failed()).show(ui, |ui| {
         for a in list {
             let number = a["number"].as_u64().unwrap_or(0);
-            ui.strong(format!("Attempt {number}: {}", attempt_outcome(a)));
+            ui.strong(format!("Attempt {number}: {}", crate::identity::records::attempt_outcome(a)));
             if let Some(repairs) = a["repairs"].as_array().filter(|r| !r.is_empty()) {
                 ui.label(format!("Repairs: {}", repairs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")));
             }
@@ -724,29 +724,6 @@ fn attempts(ui: &mut egui::Ui, v: &VersionRecord) {
 }
 
 /// What became of one attempt, in words: "accepted", or why it was refused.
-fn attempt_outcome(attempt: &serde_json::Value) -> String {
-    let Some(failure) = attempt.get("failure").filter(|f| !f.is_null()) else { return "accepted".into() };
-    let errors = attempt["errors"].as_array().map_or(0, Vec::len);
-    let why = serde_json::from_value::<crate::llm::structured::AttemptFailure>(failure.clone())
-        .map(|f| f.to_string())
-        .unwrap_or_else(|_| failure["kind"].as_str().unwrap_or("not accepted").replace('_', " "));
-    match errors {
-        0 => format!("refused: {why}"),
-        1 => format!("refused: {why} (1 problem below)"),
-        n => format!("refused: {why} ({n} problems below)"),
-    }
-}
-
-fn version_text(v: &VersionRecord) -> String {
-    if v.is_failed() {
-        let outcomes: Vec<String> = v.attempts.as_array().map_or_else(Vec::new, |list| {
-            list.iter().map(|a| format!("attempt {}: {}", a["number"].as_u64().unwrap_or(0), attempt_outcome(a))).collect()
-        });
-        return format!("(a failed draw: no output)\n{}", outcomes.join("\n"));
-    }
-    format!("{}\n\n{}", v.narrative, serde_json::to_string_pretty(&v.structured).unwrap_or_default())
-}
-
 fn diff_view(ui: &mut egui::Ui, old: &str, new: &str) {
     let diff = similar::TextDiff::from_lines(old, new);
     egui::ScrollArea::vertical().id_salt("diff").max_height(260.0).show(ui, |ui| {
@@ -831,9 +808,9 @@ mod tests {
     #[test]
     fn an_attempts_outcome_reads_as_words() {
         let invalid = serde_json::json!({"number": 1, "failure": {"kind": "invalid"}, "errors": [{"path": "/a", "message": "x"}, {"path": "/b", "message": "y"}]});
-        assert_eq!(attempt_outcome(&invalid), "refused: does not match the schema (2 problems below)");
+        assert_eq!(crate::identity::records::attempt_outcome(&invalid), "refused: does not match the schema (2 problems below)");
         let unparseable = serde_json::json!({"number": 2, "failure": {"kind": "unparseable", "message": "EOF at line 1"}, "errors": []});
-        assert_eq!(attempt_outcome(&unparseable), "refused: not JSON: EOF at line 1");
-        assert_eq!(attempt_outcome(&serde_json::json!({"number": 3, "failure": null})), "accepted");
+        assert_eq!(crate::identity::records::attempt_outcome(&unparseable), "refused: not JSON: EOF at line 1");
+        assert_eq!(crate::identity::records::attempt_outcome(&serde_json::json!({"number": 3, "failure": null})), "accepted");
     }
 }

@@ -536,6 +536,20 @@ fn the_game_master_edits_a_checkpoint_before_approving_it_and_a_broken_edit_is_r
     let view = load_view(&store, &id).unwrap();
     let cp = &view.checkpoints[0];
     assert_eq!((cp.record.current_version, cp.record.status), (2, CheckpointStatus::AwaitingApproval));
+    // What the edit changed, line by line: the current version against the one before.
+    let diff = cli(&["identity", "diff", &id, "1"]);
+    assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stderr));
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).unwrap();
+    assert_eq!((diff["from"].as_u64(), diff["to"].as_u64()), (Some(1), Some(2)));
+    let changed = |tag: &str| -> Vec<String> {
+        diff["changes"].as_array().unwrap().iter().filter(|c| c["tag"] == tag).map(|c| c["line"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(changed("insert").iter().any(|l| l.contains("Mira hides fear under cheer.")), "{diff}");
+    assert!(changed("insert").iter().any(|l| l.contains("brittle cheer")), "{diff}");
+    assert!(!changed("delete").is_empty(), "{diff}");
+    let missing = cli(&["identity", "diff", &id, "1", "--from", "7"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no version 7 (it has 1, 2)"), "{}", String::from_utf8_lossy(&missing.stderr));
     let mine = &cp.versions[1];
     assert_eq!(mine.structured["emotional_baseline"], "brittle cheer");
     assert_eq!(mine.narrative, "Mira hides fear under cheer.");
