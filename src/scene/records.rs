@@ -163,9 +163,29 @@ pub fn recent_messages(conn: &Connection, scene_id: &str, limit: u32) -> Result<
     let rows: Vec<(u32, u32, String, Option<String>, String, String)> = stmt
         .query_map(params![scene_id, limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
         .collect::<Result<_, _>>()?;
+    // A character's lines carry the name it goes by now in this scene's campaign: after a
+    // rename (its memories follow it) one prompt must not call it by two names.
+    let place: Option<(String, String)> = conn
+        .query_row(
+            "SELECT c.world_id, c.id FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id WHERE s.id = ?1",
+            [scene_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let mut names: std::collections::HashMap<String, Option<String>> = std::collections::HashMap::new();
     let mut out = Vec::with_capacity(rows.len());
     for (number, round, kind, character_id, speaker, content) in rows.into_iter().rev() {
         let kind = MessageKind::parse(&kind).ok_or_else(|| corrupt("message kind", &kind))?;
+        let mut speaker = speaker;
+        if let (Some(id), Some((world, campaign))) = (&character_id, &place) {
+            if !names.contains_key(id) {
+                let now = crate::character::placed(conn, id, world, campaign)?.map(|p| p.name);
+                names.insert(id.clone(), now);
+            }
+            if let Some(Some(now)) = names.get(id) {
+                speaker.clone_from(now);
+            }
+        }
         out.push(SceneMessage { number, round, kind, character_id, speaker, content });
     }
     Ok(out)

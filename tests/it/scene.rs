@@ -1147,6 +1147,13 @@ fn a_renamed_character_keeps_what_it_witnessed() {
     assert!(recalled("Old Ossian").iter().any(|t| t.contains("brass key")), "the override's name: {:?}", recalled("Old Ossian"));
     assert_eq!(recalled("Wren Talloway"), Vec::<String>::new(), "the new Wren Talloway was never there");
     assert_eq!(recalled("Ossian Vale"), Vec::<String>::new());
+    // The transcript the agents, the summariser and the export read calls each of them by
+    // the name they go by now: one prompt never names one person twice.
+    let transcript = engine.context().store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, u32::MAX)).unwrap();
+    let speakers: Vec<&str> = transcript.iter().filter(|m| m.character_id.is_some()).map(|m| m.speaker.as_str()).collect();
+    assert!(!speakers.is_empty());
+    assert!(speakers.iter().all(|s| *s != "Wren Talloway" && *s != "Ossian Vale"), "{speakers:?}");
+    assert!(speakers.iter().any(|s| *s == "Wren Halloway" || *s == "Old Ossian"), "{speakers:?}");
 }
 
 /// A character joins a running scene's cast (absent, for the Director to bring in) and
