@@ -9,6 +9,7 @@
 use super::chat_file::{self, ChatFile, ExportChat, ExportExchange};
 use super::records::{self, CharacterInfo, ChatState, ChatTurn};
 use super::turn::control::hold;
+use super::turn::memory_ids;
 use super::CompanionError;
 use crate::context::Context;
 use crate::memory::MemoryBank;
@@ -42,16 +43,6 @@ struct WholeChat {
     lore_timers: crate::lorebook::activation::ActivationState,
 }
 
-/// The ids of the memories a chat's turns were stored as, in order (`{turn}-u` and
-/// `{turn}-r`; none for a message with no words, which is never stored).
-fn memory_ids(turns: &[ChatTurn]) -> Vec<String> {
-    turns
-        .iter()
-        .flat_map(|t| [(format!("{}-u", t.id), &t.user_text), (format!("{}-r", t.id), &t.reply)])
-        .filter(|(_, text)| !text.trim().is_empty())
-        .map(|(id, _)| id)
-        .collect()
-}
 
 /// The chats put aside for a character, newest first.
 pub fn saved(conn: &Connection, character_id: &str) -> Result<Vec<SavedChat>, StoreError> {
@@ -107,7 +98,7 @@ fn install(
     prepared: crate::memory::PreparedMemories,
 ) -> Result<crate::memory::MemoryWrite, StoreError> {
     let current = records::all_turns(tx, character_id)?;
-    let ids: Vec<String> = current.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let ids = memory_ids(&current);
     let (mut write, _) = crate::memory::summarise::reopen_covering(tx, &ids)?;
     for t in &current {
         write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
@@ -158,7 +149,7 @@ pub fn branch(ctx: &Context, character: &CharacterInfo, message: &str) -> Result
     };
     let doomed: Vec<&ChatTurn> = turns.iter().filter(|t| at.is_none_or(|seq| t.seq > seq)).collect();
     let bank = crate::memory::bank_for(ctx)?;
-    let memory_ids: Vec<String> = doomed.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let memory_ids = memory_ids(doomed.iter().copied());
     let title = format!("before the branch at {message}");
     let (saved, write) = bank.store().transaction(|tx| {
         let saved = put_aside(tx, &character.id, &title)?

@@ -358,7 +358,7 @@ pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after
     let all = ctx.store.with(|c| records::all_turns(c, &character.id))?;
     let doomed: Vec<ChatTurn> = all.into_iter().filter(|t| t.id == turn.id || (and_after && t.seq > turn.seq)).collect();
     let bank = crate::memory::bank_for(ctx)?;
-    let memory_ids: Vec<String> = doomed.iter().flat_map(|t| [format!("{}-u", t.id), format!("{}-r", t.id)]).collect();
+    let memory_ids = super::memory_ids(&doomed);
     // The messages after a deleted exchange mixed its text into their vectors.
     let followers = bank.prepare_removal(&memory_ids)?;
     let write = bank.store().transaction(|tx| {

@@ -319,6 +319,17 @@ pub(crate) fn memories_of(turn: &ChatTurn, name: &str, user: &str) -> Vec<NewMem
     [memory("u", turn.user_or(user), &turn.user_text), memory("r", name, &turn.reply)].into_iter().filter(|m| !m.text.trim().is_empty()).collect()
 }
 
+/// The ids of the memories exchanges were stored as, in order (`{turn}-u` and
+/// `{turn}-r`; none for a message with no words, which [`memories_of`] never stores).
+pub(crate) fn memory_ids<'t>(turns: impl IntoIterator<Item = &'t ChatTurn>) -> Vec<String> {
+    turns
+        .into_iter()
+        .flat_map(|t| [(format!("{}-u", t.id), &t.user_text), (format!("{}-r", t.id), &t.reply)])
+        .filter(|(_, text)| !text.trim().is_empty())
+        .map(|(id, _)| id)
+        .collect()
+}
+
 /// The summarisation cycle after a committed turn. A failure only postpones it: the
 /// unsummarised turns stay in the store and the next turn tries again. It runs after
 /// the turn has let go of the character, so the next message need not wait for it.
