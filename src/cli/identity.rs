@@ -174,12 +174,7 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             follow(engine, json, Some(id))
         }
         IdentityVerb::Status { id } => {
-            send(IdentityCommand::Snapshot { character_id: id })?;
-            let view = wait(engine, QUICK_LIMIT, |event| match event {
-                Event::Identity(IdentityEvent::Snapshot { view }) => Some(Ok(view.clone())),
-                Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
-                _ => None,
-            })??;
+            let view = snapshot(engine, id)?;
             if json {
                 outln!("{}", serde_json::to_string(&view)?);
             } else {
@@ -200,12 +195,7 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             Ok(ExitCode::SUCCESS)
         }
         IdentityVerb::Diff { id, checkpoint, from, to } => {
-            send(IdentityCommand::Snapshot { character_id: id })?;
-            let view = wait(engine, QUICK_LIMIT, |event| match event {
-                Event::Identity(IdentityEvent::Snapshot { view }) => Some(Ok(view.clone())),
-                Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
-                _ => None,
-            })??;
+            let view = snapshot(engine, id)?;
             let cp = view
                 .checkpoints
                 .iter()
@@ -283,6 +273,16 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A run as stored: its checkpoints and every version.
+fn snapshot(engine: &EngineHandle, id: String) -> Result<Box<crate::identity::RunView>> {
+    engine.send(Command::Identity(IdentityCommand::Snapshot { character_id: id })).map_err(|e| anyhow!(e))?;
+    wait(engine, QUICK_LIMIT, |event| match event {
+        Event::Identity(IdentityEvent::Snapshot { view }) => Some(Ok(view.clone())),
+        Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(anyhow!("{message}"))),
+        _ => None,
+    })?
 }
 
 fn status_word(view: &crate::identity::RunView) -> &'static str {
