@@ -45,6 +45,12 @@ pub enum ChatVerb {
         #[arg(long, default_value_t = 1000)]
         limit: u32,
     },
+    /// Print the chat's variables (what a card's `{{setvar}}` macros keep) and the
+    /// library's globals.
+    Variables {
+        #[arg(long)]
+        character: String,
+    },
     /// List characters with their chat progress.
     List,
     /// Take back the last exchange.
@@ -207,6 +213,25 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                     outln!("{name}: {greeting}");
                 }
                 print_history(&user, &name, &turns)?;
+            }
+        }
+        ChatVerb::Variables { character } => {
+            send(CompanionCommand::History { character, limit: 1 })?;
+            let (local, global) = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::History { variables, global_variables, .. } => Some((variables.clone(), global_variables.clone())),
+                _ => None,
+            })?;
+            if json {
+                outln!("{}", serde_json::json!({ "variables": local, "global": global }));
+            } else if local.is_empty() && global.is_empty() {
+                outln!("no variables");
+            } else {
+                for (name, value) in &local {
+                    outln!("{name} = {value}");
+                }
+                for (name, value) in &global {
+                    outln!("{name} = {value}  (global)");
+                }
             }
         }
         ChatVerb::Regenerate { character } => {

@@ -239,15 +239,45 @@ pub struct ExportChat<'a> {
     pub greeting: Option<(&'a [String], u32)>,
     pub created: &'a str,
     pub exchanges: Vec<ExportExchange<'a>>,
+    /// The chat variables as they stand (`chat_metadata.variables`, where SillyTavern
+    /// keeps them).
+    pub variables: &'a std::collections::BTreeMap<String, String>,
+}
+
+/// The chat variables a file's header keeps (`chat_metadata.variables`): text as text,
+/// numbers and other values as their JSON.
+pub fn variables(file: &ChatFile) -> std::collections::BTreeMap<String, String> {
+    let Some(vars) = file.raw["header"]["chat_metadata"]["variables"].as_object() else { return Default::default() };
+    vars.iter()
+        .filter(|(name, _)| !name.trim().is_empty())
+        .take(crate::prompting::macros::MAX_VARIABLES)
+        .map(|(name, v)| (name.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+        .collect()
 }
 
 /// Write a chat as a SillyTavern chat file.
 pub fn render(chat: &ExportChat<'_>) -> String {
     let mut lines: Vec<Value> = Vec::new();
     let stored_header = chat.raw.and_then(|r| r.get("header")).filter(|h| h.is_object()).cloned();
-    lines.push(stored_header.unwrap_or_else(|| {
+    let mut header = stored_header.unwrap_or_else(|| {
         json!({ "user_name": chat.user_name, "character_name": chat.character_name, "create_date": chat.created, "chat_metadata": {} })
-    }));
+    });
+    if !chat.variables.is_empty() {
+        if !header.get("chat_metadata").is_some_and(Value::is_object) {
+            header["chat_metadata"] = json!({});
+        }
+        // A number stays a number (SillyTavern's `incvar` keeps one), text stays text.
+        let values: serde_json::Map<String, Value> = chat
+            .variables
+            .iter()
+            .map(|(name, v)| {
+                let number = serde_json::from_str::<serde_json::Number>(v).ok().filter(|n| n.to_string() == *v);
+                (name.clone(), number.map_or_else(|| json!(v), Value::Number))
+            })
+            .collect();
+        header["chat_metadata"]["variables"] = Value::Object(values);
+    }
+    lines.push(header);
     match chat.raw.and_then(|r| r.get("opening")).and_then(Value::as_array) {
         Some(opening) => lines.extend(opening.iter().cloned()),
         None => {
@@ -334,6 +364,7 @@ mod tests {
             greeting: None,
             created: "",
             exchanges,
+            variables: &Default::default(),
         });
         assert_eq!(out, FILE, "the same objects, in the same order, with the same keys");
     }
@@ -349,6 +380,7 @@ mod tests {
             greeting: Some((&greetings, 1)),
             created: "2026-11-23T10:00:00Z",
             exchanges: vec![ExportExchange { user_text: "Open?", user_name: None, reply: "Yes.", swipes: &swipes, swipe: 1, at: "2026-11-23T10:01:00Z", raw: None }],
+            variables: &Default::default(),
         });
         let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 4);

@@ -41,6 +41,9 @@ struct WholeChat {
     /// Its lore timers (sticky, cooldown), so a chat played again goes on where it was.
     #[serde(default)]
     lore_timers: crate::lorebook::activation::ActivationState,
+    /// Its chat variables (`{{setvar}}`), each with the messages that set it.
+    #[serde(default)]
+    variables: super::variables::ChatVariables,
 }
 
 
@@ -63,6 +66,7 @@ fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<
         curation: crate::memory::curate::curation_of(tx, &ids)?,
         summaries: crate::memory::curate::summaries_over(tx, &ids)?,
         lore_timers: super::lore::load_state(tx, character_id, u64::MAX)?,
+        variables: super::variables::load(tx, character_id)?,
         turns,
     };
     // Nothing said yet, and no imported opening: nothing worth keeping (an edited
@@ -108,6 +112,7 @@ fn install(
     crate::memory::curate::restore_curation(tx, &whole.curation)?;
     crate::memory::curate::restore_summaries(tx, &memory_ids(&whole.turns), &whole.summaries)?;
     super::lore::save_state(tx, character_id, &whole.lore_timers)?;
+    super::variables::save(tx, character_id, &whole.variables)?;
     Ok(write)
 }
 
@@ -159,6 +164,8 @@ pub fn branch(ctx: &Context, character: &CharacterInfo, message: &str) -> Result
             write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
             records::delete_turn(tx, &character.id, &t.id)?;
         }
+        // What the cut messages set goes with them.
+        super::variables::forget_from(tx, &character.id, super::lore::message_number(at.map_or(1, |seq| seq + 1)))?;
         Ok((saved, write))
     })?;
     bank.publish(write);
@@ -270,7 +277,10 @@ fn whole_from_file(ctx: &Context, character: &CharacterInfo, file: &ChatFile) ->
         last_at = Some(at);
     }
     state.turns = turns.len() as u32;
-    WholeChat { state, turns, curation: Vec::new(), summaries: Vec::new(), lore_timers: Default::default() }
+    // The file's variables hold from its start on: which message set each is not said.
+    let mut variables = super::variables::ChatVariables::default();
+    variables.record(1, &chat_file::variables(file));
+    WholeChat { state, turns, curation: Vec::new(), summaries: Vec::new(), lore_timers: Default::default(), variables }
 }
 
 /// What a chat is written as.
@@ -313,6 +323,8 @@ pub fn export_as(ctx: &Context, character: &CharacterInfo, format: ChatFormat) -
 /// A chat read whole for an export: its state, exchanges, who the user is, and its
 /// greetings with the user's name in them.
 struct Exportable {
+    /// The chat variables as they stand now.
+    variables: std::collections::BTreeMap<String, String>,
     state: ChatState,
     turns: Vec<ChatTurn>,
     user: records::ChatUser,
@@ -322,10 +334,11 @@ struct Exportable {
 
 impl Exportable {
     fn load(ctx: &Context, character: &CharacterInfo) -> Result<Self, CompanionError> {
-        let (state, turns, user) = ctx.store.with(|c| {
+        let (state, turns, user, variables) = ctx.store.with(|c| {
             let state = records::load_state(c, &character.id)?;
             let user = records::chat_user(c, &state, &ctx.config().companion.user_name)?;
-            Ok((state, records::all_turns(c, &character.id)?, user))
+            let variables = super::variables::load(c, &character.id)?.before(u64::MAX);
+            Ok((state, records::all_turns(c, &character.id)?, user, variables))
         })?;
         let macros = crate::prompting::MacroContext {
             char: &character.name,
@@ -336,13 +349,13 @@ impl Exportable {
         };
         let (opening, chosen) = records::chat_greetings(&state, &character.card);
         let greetings = opening.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
-        Ok(Self { state, turns, user, greetings, chosen })
+        Ok(Self { state, turns, user, greetings, chosen, variables })
     }
 }
 
 /// The chat being played as a SillyTavern chat file.
 pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, CompanionError> {
-    let Exportable { state, turns, user, greetings, chosen } = Exportable::load(ctx, character)?;
+    let Exportable { state, turns, user, greetings, chosen, variables } = Exportable::load(ctx, character)?;
     let from_the_start = turns.first().is_none_or(|t| t.seq <= 1);
     let created = turns.first().map(|t| t.at.clone()).unwrap_or_else(crate::store::now_rfc3339);
     let chat = ExportChat {
@@ -363,6 +376,7 @@ pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, Compan
                 raw: t.file.as_ref(),
             })
             .collect(),
+        variables: &variables,
     };
     Ok(chat_file::render(&chat))
 }

@@ -115,6 +115,9 @@ pub struct TurnText<'a> {
     pub input: &'a str,
     /// This message's number ([`message_number`]): timers count in it.
     pub message_number: u64,
+    /// The chat variables before this message, for `{{getvar}}` in keys (what a key's
+    /// macros would set is not kept: only the packet's macros change variables).
+    pub variables: Option<&'a crate::prompting::macros::Variables>,
 }
 
 /// Activate `books` on the conversation so far and the user's new message, advancing the
@@ -131,7 +134,7 @@ pub fn activate_for_turn(
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
     }
-    let TurnText { user, history, input, message_number } = *text;
+    let TurnText { user, history, input, message_number, variables } = *text;
     let settled: Vec<(&str, usize, std::borrow::Cow<'_, crate::lorebook::LoreEntry>)> = books
         .iter()
         .flat_map(|(id, book)| {
@@ -172,7 +175,8 @@ pub fn activate_for_turn(
     // Rolls (probability, groups) are the same for the same chat and message.
     options.seed = character.id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
         ^ scan.message_number;
-    // Macros in keys stand for this chat's names, as in the packet.
+    // Macros in keys stand for this chat's names and values, as in the packet.
+    let variables = std::cell::RefCell::new(variables.cloned().unwrap_or_default());
     let macros = crate::prompting::MacroContext {
         char: &character.name,
         user,
@@ -182,6 +186,7 @@ pub fn activate_for_turn(
         last_message: input,
         stable_seed: &character.id,
         random_seed: Some(options.seed),
+        variables: Some(&variables),
         ..Default::default()
     };
     let expand = |key: &str| crate::prompting::expand(key, &macros).text;
@@ -260,7 +265,7 @@ mod tests {
 
     /// The fired entries' names for one message, and the timers after it.
     fn turn(books: &[(String, Lorebook)], input: &str, number: u64, state: &mut ActivationState) -> Vec<String> {
-        let text = TurnText { user: "Ada", history: &[], input, message_number: number };
+        let text = TurnText { user: "Ada", history: &[], input, message_number: number, variables: None };
         let lore = activate_for_turn(books, &character(), &text, state, 4096, None, None);
         lore.hits.iter().map(|h| h.id.clone()).collect()
     }
@@ -275,7 +280,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = TurnText { user: "Ada", history: &[], input: "the quay", message_number: 2 };
+        let text = TurnText { user: "Ada", history: &[], input: "the quay", message_number: 2, variables: None };
         let lore = activate_for_turn(&[("b".into(), book)], &character(), &text, &mut ActivationState::default(), 4096, None, None);
         // Hits stay in insertion order (ascending), but are worth most by descending order.
         let by_id: Vec<(&str, f32)> = lore.hits.iter().map(|h| (h.text.as_str(), h.score)).collect();
@@ -316,7 +321,7 @@ mod tests {
             file: None,
             user_name: None,
         }];
-        let text = TurnText { user: "Ada", history: &history, input: "An oar in the fog.", message_number: 4 };
+        let text = TurnText { user: "Ada", history: &history, input: "An oar in the fog.", message_number: 4, variables: None };
         let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
         let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
         fired.sort_unstable();

@@ -14,6 +14,7 @@ pub mod model;
 pub mod packet;
 pub mod records;
 pub mod turn;
+pub mod variables;
 
 use crate::context::Context;
 use crate::llm::CancelToken;
@@ -107,6 +108,12 @@ pub enum CompanionEvent {
         /// The card creator's notes, for the user to read; never sent to a model.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         creator_notes: String,
+        /// The chat's variables (`{{setvar}}`) as they stand, and the library's globals
+        /// (`{{setglobalvar}}`).
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        variables: std::collections::BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        global_variables: std::collections::BTreeMap<String, String>,
     },
     /// The packet of the attempt about to be sent, exactly as it will be sent.
     TurnStarted { character_id: String, name: String, input: String, attempt: u32, packet: Box<Packet>, hits: Vec<RetrievalHit> },
@@ -217,11 +224,15 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
                 user.image_png = crate::character::persona_image(&reader, id)?.map(Arc::new);
             }
             let personas = crate::character::personas(&reader)?;
+            let vars = variables::for_message(&reader, &info.id, u64::MAX)?;
+            // The greeting shows the values as they stand; showing it changes none.
+            let shown_vars = std::cell::RefCell::new(vars.clone());
             let macros = crate::prompting::MacroContext {
                 char: &info.name,
                 user: &user.name,
                 persona: &user.description,
                 stable_seed: &info.id,
+                variables: Some(&shown_vars),
                 ..Default::default()
             };
             let (opening, greeting_swipe) = records::chat_greetings(&state, &info.card);
@@ -240,6 +251,8 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
                 personas,
                 books,
                 creator_notes,
+                variables: vars.local,
+                global_variables: vars.global,
             });
         }
         CompanionCommand::Send { character, text, now } => {

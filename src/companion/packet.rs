@@ -44,6 +44,9 @@ pub struct PacketInput<'a> {
     /// is being continued.
     pub retry_note: Option<&'a str>,
     pub notes: Vec<String>,
+    /// The chat variables the card's and lore's macros read and change (`None`: each
+    /// text has its own).
+    pub variables: Option<&'a std::cell::RefCell<crate::prompting::macros::Variables>>,
 }
 
 #[derive(Serialize)]
@@ -166,6 +169,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
             .last_chat_at
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .and_then(|last| (input.now - last.with_timezone(&Utc)).to_std().ok()),
+        variables: input.variables,
         ..Default::default()
     };
     let mut notes = input.notes;
@@ -174,6 +178,9 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         notes.extend(out.notes);
         out.text
     };
+    // World Info is filled in first, as SillyTavern builds it before the prompt: a
+    // `{{setvar}}` in an entry is read by the card's text.
+    let lore_texts: Vec<String> = input.lore.iter().map(|h| resolve(&h.text)).collect();
     let card = &input.character.card;
     // The card's own system prompt replaces ours; `{{original}}` in it is ours.
     let default_directive = format!(
@@ -197,7 +204,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
 
     let lore_budget = budget(b.lore, max);
     let lore_items: Vec<BudgetItem> =
-        input.lore.iter().map(|h| item(h.id.clone(), one_line(&resolve(&h.text)), f64::from(h.score))).collect();
+        input.lore.iter().zip(lore_texts).map(|(h, text)| item(h.id.clone(), one_line(&text), f64::from(h.score))).collect();
     let (keep, lore_dropped) = fit(&lore_items, lore_budget, DropPolicy::MostValuableFirst);
     // Each kept entry where its position puts it, as SillyTavern places World Info:
     // before or after the character, around the example dialogue, in the chat at a depth;
@@ -426,6 +433,7 @@ mod tests {
             max_context_tokens: 4096,
             retry_note: None,
             notes: Vec::new(),
+            variables: None,
         }
     }
 

@@ -3,8 +3,10 @@
 //! `{{scenario}}`, `{{mesExamples}}`, `{{original}}`, `{{time}}`, `{{date}}`,
 //! `{{weekday}}`, `{{idle_duration}}`, `{{lastMessage}}`, `{{random:a,b}}` (or
 //! `{{random::a::b}}`), `{{pick:a,b}}` (the same choice every time in one chat),
-//! `{{roll:2d6+1}}`, `{{// comment}}`, `{{trim}}`, `{{newline}}`, and the legacy
-//! `<USER>` / `<BOT>`.
+//! `{{roll:2d6+1}}`, `{{// comment}}`, `{{trim}}`, `{{newline}}`, the legacy
+//! `<USER>` / `<BOT>`, and the chat variables: `{{setvar::name::value}}`,
+//! `{{getvar::name}}`, `{{addvar::name::value}}`, `{{incvar::name}}`, `{{decvar::name}}`
+//! and their `…globalvar` twins, which cards use to keep score across messages.
 //!
 //! A macro may hold macros (`{{random::{{user}}'s friend::{{user}}'s cousin}}`); the
 //! inner ones are expanded first. Names are matched case-insensitively; a macro we do not know stays as written, so a
@@ -15,6 +17,8 @@
 //! [`MAX_OUTPUT`] bytes. Each cut is said in `notes`, for the ledger.
 
 use chrono::{DateTime, Local};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Levels of macro-in-macro expansion (a card field inserted by a macro is expanded
@@ -27,6 +31,18 @@ pub const MAX_CHOICES: usize = 1000;
 /// Dice of one `{{roll}}`, and sides of one die.
 pub const MAX_DICE: u64 = 1000;
 pub const MAX_SIDES: u64 = 1_000_000;
+/// Variables one scope (a chat, or the library's globals) holds, and the longest value.
+pub const MAX_VARIABLES: usize = 1000;
+pub const MAX_VARIABLE_BYTES: usize = 64 * 1024;
+
+/// The variables `{{setvar}}` and its kin read and write: the chat's own (`local`) and
+/// the library's (`global`). Names are kept as written; values are text, numbers when
+/// `addvar`/`incvar` can read them as numbers (as SillyTavern keeps them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Variables {
+    pub local: BTreeMap<String, String>,
+    pub global: BTreeMap<String, String>,
+}
 
 /// What the macros of one prompt are filled with.
 #[derive(Debug, Clone, Default)]
@@ -53,6 +69,10 @@ pub struct MacroContext<'a> {
     pub stable_seed: &'a str,
     /// Seeds `{{random}}` and `{{roll}}` (`None`: from the clock).
     pub random_seed: Option<u64>,
+    /// The variables `{{setvar}}` and kin act on, shared by every text of one prompt so
+    /// a value set in the card is read in the lore (`None`: each text has its own, thrown
+    /// away after it).
+    pub variables: Option<&'a RefCell<Variables>>,
 }
 
 /// The expanded text, and what was cut to keep it bounded.
@@ -67,7 +87,7 @@ pub fn expand(text: &str, ctx: &MacroContext<'_>) -> Expanded {
     let seed = ctx.random_seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
     });
-    let mut run = Run { ctx, rng: fastrand::Rng::with_seed(seed), notes: Vec::new(), picks: 0 };
+    let mut run = Run { ctx, rng: fastrand::Rng::with_seed(seed), notes: Vec::new(), picks: 0, scratch: RefCell::default() };
     let legacy = text.replace("<USER>", "{{user}}").replace("<BOT>", "{{char}}");
     let mut out = run.expand(&legacy, 0);
     if out.len() > MAX_OUTPUT {
@@ -106,6 +126,8 @@ struct Run<'c, 'a> {
     notes: Vec<String>,
     /// `{{pick}}`s met so far: the n-th pick of a text chooses the same each time.
     picks: u64,
+    /// The variables when the context lends none.
+    scratch: RefCell<Variables>,
 }
 
 impl Run<'_, '_> {
@@ -207,8 +229,49 @@ impl Run<'_, '_> {
                 }
             }
             ("roll", Some(formula)) => self.roll(formula)?,
+            (var, Some(args)) if VARIABLE_MACROS.contains(&var) => self.variable(var, args)?,
             _ => return None,
         })
+    }
+
+    /// One variable macro (`setvar`, `getglobalvar`, …) with its `::`-separated
+    /// arguments; `None` when its arguments are not the ones it takes.
+    fn variable(&mut self, macro_name: &str, args: &str) -> Option<String> {
+        let args = args.strip_prefix(':')?;
+        let (global, op) = match macro_name.strip_suffix("globalvar") {
+            Some(op) => (true, op),
+            None => (false, macro_name.strip_suffix("var")?),
+        };
+        let (name, value) = match args.split_once("::") {
+            Some((name, value)) => (name.trim(), Some(value)),
+            None => (args.trim(), None),
+        };
+        if name.is_empty() {
+            return None;
+        }
+        let cell = self.ctx.variables.unwrap_or(&self.scratch);
+        let mut vars = cell.borrow_mut();
+        let scope = if global { &mut vars.global } else { &mut vars.local };
+        let current = scope.get(name).cloned().unwrap_or_default();
+        let new = match (op, value) {
+            ("get", None) => return Some(current),
+            ("set", Some(value)) => value.to_string(),
+            ("add", Some(value)) => add(&current, value),
+            ("inc", None) => add(&current, "1"),
+            ("dec", None) => add(&current, "-1"),
+            _ => return None,
+        };
+        let (within, mut note) = bounded(new, MAX_VARIABLE_BYTES);
+        if !scope.contains_key(name) && scope.len() >= MAX_VARIABLES {
+            note = Some(format!("no room for variable {name:?}: {MAX_VARIABLES} are kept at most"));
+        } else {
+            scope.insert(name.to_string(), within.clone());
+        }
+        if let Some(note) = note {
+            self.notes.push(note);
+        }
+        // `incvar` and `decvar` say the new value; `setvar` and `addvar` say nothing.
+        Some(if matches!(op, "inc" | "dec") { within } else { String::new() })
     }
 
     /// The items of a `random`/`pick` list: `::`-separated when it has `::`, else
@@ -253,6 +316,36 @@ impl Run<'_, '_> {
         }
         Some(total.to_string())
     }
+}
+
+/// The chat-variable macros, local and global.
+const VARIABLE_MACROS: &[&str] =
+    &["setvar", "getvar", "addvar", "incvar", "decvar", "setglobalvar", "getglobalvar", "addglobalvar", "incglobalvar", "decglobalvar"];
+
+/// `addvar`: a sum when both sides read as numbers (an unset variable is 0), else the
+/// text appended, as SillyTavern adds.
+fn add(current: &str, value: &str) -> String {
+    let number = |s: &str| if s.trim().is_empty() { Some(0.0) } else { s.trim().parse::<f64>().ok().filter(|n| n.is_finite()) };
+    match (number(current), value.trim().parse::<f64>().ok().filter(|n| n.is_finite())) {
+        (Some(a), Some(b)) => {
+            let sum = a + b;
+            if sum.fract() == 0.0 && sum.abs() < 1e15 { format!("{}", sum as i64) } else { format!("{sum}") }
+        }
+        _ => format!("{current}{value}"),
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, and a note when it was.
+fn bounded(mut text: String, max: usize) -> (String, Option<String>) {
+    if text.len() <= max {
+        return (text, None);
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    (text, Some(format!("a variable's value was cut at {max} bytes")))
 }
 
 /// Macros inside one macro, at most (deeper text is left to the first `}}` rule).
@@ -329,6 +422,7 @@ mod tests {
             now: Local.with_ymd_and_hms(2026, 11, 23, 15, 7, 0).single(),
             stable_seed: "chat-1",
             random_seed: Some(7),
+            variables: None,
         }
     }
 
@@ -395,6 +489,34 @@ mod tests {
             expand("{{pick:oak,ash,elm,yew}}", &MacroContext { stable_seed: &id, ..ctx() }).text != picks[0]
         });
         assert!(other, "another chat can pick otherwise");
+    }
+
+    #[test]
+    fn variables_are_set_read_and_counted_as_sillytavern_does() {
+        let vars = RefCell::new(Variables::default());
+        let with = MacroContext { variables: Some(&vars), ..ctx() };
+        let said = |text: &str| expand(text, &with).text;
+        assert_eq!(said("{{setvar::mood::wary}}mood: {{getvar::mood}}"), "mood: wary");
+        assert_eq!(said("unset: [{{getvar::nothing}}]"), "unset: []");
+        assert_eq!(said("{{incvar::visits}} {{incvar::visits}} {{decvar::visits}}"), "1 2 1");
+        assert_eq!(said("{{addvar::visits::2.5}}{{getvar::visits}}"), "3.5");
+        assert_eq!(said("{{addvar::mood:: and tired}}{{getvar::mood}}"), "wary and tired");
+        assert_eq!(said("{{setglobalvar::day::Tuesday}}{{getglobalvar::day}} / {{getvar::day}}"), "Tuesday / ");
+        // Another text of the same prompt reads what the first one set.
+        assert_eq!(said("{{char}} feels {{getvar::mood}}"), "Seraphina feels wary and tired");
+        assert_eq!(vars.borrow().local.get("visits").map(String::as_str), Some("3.5"));
+        assert_eq!(vars.borrow().global.get("day").map(String::as_str), Some("Tuesday"));
+        // A value made of macros is stored expanded; a malformed one stays as written.
+        assert_eq!(said("{{setvar::met::{{user}}}}{{getvar::met}}"), "Kit");
+        assert_eq!(said("{{setvar:mood:calm}} {{getvar::mood}}"), "{{setvar:mood:calm}} wary and tired");
+        assert_eq!(said("{{getvar::}}"), "{{getvar::}}");
+        // Without a store lent by the caller, a text still has variables of its own.
+        assert_eq!(expand("{{setvar::x::5}}{{incvar::x}}", &ctx()).text, "6");
+        assert_eq!(expand("[{{getvar::x}}]", &ctx()).text, "[]");
+        // A value too long is cut, and said.
+        let out = expand(&format!("{{{{setvar::big::{}}}}}", "x".repeat(MAX_VARIABLE_BYTES + 10)), &with);
+        assert_eq!(vars.borrow().local["big"].len(), MAX_VARIABLE_BYTES);
+        assert!(out.notes.iter().any(|n| n.contains("cut at")), "{:?}", out.notes);
     }
 
     #[test]

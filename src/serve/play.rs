@@ -584,7 +584,7 @@ fn hundred() -> u32 {
 
 /// A chat's exchanges, oldest first, with the greeting and who the user plays.
 #[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
-    responses((status = 200, description = "the chat"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "the chat, with its variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
 pub(super) async fn chat_history(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,

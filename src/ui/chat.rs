@@ -51,6 +51,9 @@ pub struct ChatPanel {
     /// The library's lorebooks, with where each fires for this chat.
     books: Vec<crate::companion::ChatBook>,
     creator_notes: String,
+    /// The chat's variables (`{{setvar}}`) and the library's globals, as they stand.
+    variables: std::collections::BTreeMap<String, String>,
+    global_variables: std::collections::BTreeMap<String, String>,
     /// The chats put aside for the selected character, and the chat-file path field.
     saved: Vec<crate::companion::chats::SavedChat>,
     file_path: String,
@@ -159,9 +162,22 @@ impl ChatPanel {
                 }
             }
             CompanionEvent::DemoReady { character_id: Some(_) } => outbox.push(Command::Companion(CompanionCommand::List)),
-            CompanionEvent::History { character_id, turns, greeting, greetings, greeting_swipe, user, personas, books, creator_notes, .. }
-                if self.is_selected(character_id) =>
-            {
+            CompanionEvent::History {
+                character_id,
+                turns,
+                greeting,
+                greetings,
+                greeting_swipe,
+                user,
+                personas,
+                books,
+                creator_notes,
+                variables,
+                global_variables,
+                ..
+            } if self.is_selected(character_id) => {
+                self.variables = variables.clone();
+                self.global_variables = global_variables.clone();
                 self.books = books.clone();
                 self.turns = turns.clone();
                 self.greeting = greeting.clone();
@@ -202,6 +218,8 @@ impl ChatPanel {
                     view.committed = true;
                 }
                 outbox.push(Command::Companion(CompanionCommand::List));
+                // The card's macros may have changed the chat's variables.
+                outbox.push(history(&turn.character_id));
             }
             CompanionEvent::Cancelled { character_id } if self.is_selected(character_id) => {
                 self.restore_input();
@@ -295,6 +313,8 @@ impl ChatPanel {
                 self.greetings.clear();
                 self.user = None;
                 self.creator_notes.clear();
+                self.variables.clear();
+                self.global_variables.clear();
                 self.packet = None;
                 self.live = None;
                 self.saved.clear();
@@ -607,6 +627,25 @@ impl ChatPanel {
         });
     }
 
+    /// The variables the card's macros keep (`{{setvar}}`), so a score or a mood the
+    /// prompt reads can be seen; only when there are any.
+    fn show_variables(&self, ui: &mut egui::Ui) {
+        let count = self.variables.len() + self.global_variables.len();
+        if count == 0 {
+            return;
+        }
+        egui::CollapsingHeader::new(format!("Variables ({count})")).id_salt("chat_variables").show(ui, |ui| {
+            let rows = self.variables.iter().map(|(k, v)| (k, v, "")).chain(self.global_variables.iter().map(|(k, v)| (k, v, " (global)")));
+            egui::Grid::new("chat_variables_grid").num_columns(2).striped(true).show(ui, |ui| {
+                for (name, value, scope) in rows {
+                    ui.label(format!("{name}{scope}"));
+                    ui.add(egui::Label::new(value.as_str()).wrap());
+                    ui.end_row();
+                }
+            });
+        });
+    }
+
     fn show_conversation(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_else(|| "You".into());
         let user = user.as_str();
@@ -624,6 +663,7 @@ impl ChatPanel {
                 ui.label(self.creator_notes.trim());
             });
         }
+        self.show_variables(ui);
         ui.horizontal(|ui| {
             let label = ui.label("Search chat");
             ui.add(egui::TextEdit::singleline(&mut self.search).desired_width(220.0).id_salt("chat_search")).labelled_by(label.id);

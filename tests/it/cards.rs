@@ -319,3 +319,59 @@ fn two_characters_of_one_name_are_told_apart_by_id() {
     // One left: the name finds it again.
     run(&paths, &["character", "show", "Sera Vantablack"]);
 }
+
+/// A card that keeps score with chat variables, as SillyTavern cards do: `{{incvar}}` in
+/// its post-history instructions counts the user's messages, `{{setvar}}` in its lore
+/// entry remembers a mood, and `{{getvar}}` reads both back. A redrawn reply counts
+/// once, an undo takes its count back, and the chat file carries the values.
+#[test]
+fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "default": "[Odile Brask]: Mm." }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Odile Brask", "description": "{{char}} runs a night ferry.", "personality": "dry", "first_mes": "Fare's two coppers.",
+        "post_history_instructions": "Visit {{incvar::visits}}. {{char}} is {{getvar::mood}}{{getglobalvar::weather}}.",
+        "character_book": { "entries": [
+            { "keys": ["storm"], "content": "{{setvar::mood::uneasy}}{{setglobalvar::weather:: in the rain}}The river rises in storms.", "enabled": true, "insertion_order": 10 }
+        ] }
+    } });
+    let file = dir.path().join("odile.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    let packet_of = |out: &[Value]| out.last().unwrap()["turn"]["packet"].to_string();
+    let first = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Evening.", "--json"]));
+    assert!(first.contains("Visit 1. Odile Brask is ."), "{first}");
+    let second = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "A storm is coming.", "--json"]));
+    assert!(second.contains("Visit 2. Odile Brask is uneasy in the rain."), "the lore's setvar is read by the instructions after it: {second}");
+    assert!(second.contains("The river rises in storms.") && !second.contains("setvar"), "{second}");
+    // Drawn again twice: the same message, counted once.
+    run(&paths, &["chat", "regenerate", "--character", "Odile"]);
+    run(&paths, &["chat", "regenerate", "--character", "Odile"]);
+    let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
+    assert_eq!(vars.last().unwrap(), &json!({ "variables": { "visits": "2", "mood": "uneasy" }, "global": { "weather": " in the rain" } }));
+    let third = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Calm now.", "--json"]));
+    assert!(third.contains("Visit 3. Odile Brask is uneasy in the rain."), "{third}");
+    // Taken back: its count goes with it, and the next message is visit 3 again.
+    run(&paths, &["chat", "undo", "--character", "Odile"]);
+    let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
+    assert_eq!(vars.last().unwrap()["variables"]["visits"], "2");
+    // The chat file keeps them where SillyTavern does, a count as a number.
+    let out = dir.path().join("odile.jsonl");
+    run(&paths, &["chat", "export", "--character", "Odile", "--out", out.to_str().unwrap()]);
+    let exported = std::fs::read_to_string(&out).unwrap();
+    let header: Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
+    assert_eq!(header["chat_metadata"]["variables"], json!({ "visits": 2, "mood": "uneasy" }), "{header}");
+    // A file's variables come in with it: the imported chat goes on counting from them.
+    let edited = exported.replacen("\"visits\":2", "\"visits\":40", 1);
+    std::fs::write(&out, edited).unwrap();
+    run(&paths, &["chat", "import", out.to_str().unwrap(), "--character", "Odile"]);
+    let next = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Back again.", "--json"]));
+    assert!(next.contains("Visit 41."), "{next}");
+}

@@ -130,6 +130,8 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
                     agent: format!("companion:{}", character.name),
                     query: draft.text.to_string(),
                     lore_state: draft.prepared.lore_state.clone(),
+                    message_number: draft.prepared.message_number,
+                    variables: (draft.prepared.variables.clone(), accepted.variables.clone()),
                 };
                 let mut last = last;
                 last.hits = hits;
@@ -196,11 +198,25 @@ fn joined(so_far: &str, more: &str) -> String {
 }
 
 /// A new draw's memory injection: which agent was given `turn.hits`, for what query;
-/// and the chat's lore timers after the draw (the redrawn message set them anew).
+/// and the chat's lore timers and variables after the draw (the redrawn message set them
+/// anew).
 struct Injection {
     agent: String,
     query: String,
     lore_state: crate::lorebook::activation::ActivationState,
+    message_number: u64,
+    /// The variables before the message, and as the draw left them.
+    variables: (crate::prompting::macros::Variables, crate::prompting::macros::Variables),
+}
+
+impl Injection {
+    /// Record the injection, and keep the timers and variables the draw left.
+    fn keep(&self, tx: &rusqlite::Connection, turn: &ChatTurn) -> Result<(), crate::store::StoreError> {
+        crate::memory::injections::record(tx, &self.agent, &self.query, &turn.hits)?;
+        crate::companion::lore::save_state(tx, &turn.character_id, &self.lore_state)?;
+        let (started, after) = &self.variables;
+        crate::companion::variables::keep(tx, &turn.character_id, self.message_number, started, after)
+    }
 }
 
 /// Store `turn` as it now is, with the memory named in `changed` given its new text
@@ -216,19 +232,14 @@ fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: (String, String), inject
     let edit = if remembered { Some(bank.prepare_edit(&id, &text)?) } else { None };
     let writes = bank.store().transaction(|tx| {
         records::update_turn(tx, turn)?;
+        if let Some(injection) = injection {
+            injection.keep(tx, turn)?;
+        }
         let Some(edit) = edit else {
-            if let Some(injection) = injection {
-                crate::memory::injections::record(tx, &injection.agent, &injection.query, &turn.hits)?;
-            }
             return Ok(crate::memory::MemoryWrite::default());
         };
         let (reopened, _) = crate::memory::summarise::reopen_covering(tx, std::slice::from_ref(&id))?;
-        let write = reopened.and(edit.write(tx)?);
-        if let Some(injection) = injection {
-            crate::memory::injections::record(tx, &injection.agent, &injection.query, &turn.hits)?;
-            crate::companion::lore::save_state(tx, &turn.character_id, &injection.lore_state)?;
-        }
-        Ok(write)
+        Ok(reopened.and(edit.write(tx)?))
     })?;
     bank.publish(writes);
     Ok(())
@@ -356,6 +367,8 @@ pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after
     let _job = hold(ctx, character)?;
     let (turn, _) = find(ctx, character, message)?;
     let all = ctx.store.with(|c| records::all_turns(c, &character.id))?;
+    // Taken back to the end of the chat: what those messages set goes with them.
+    let to_the_end = and_after || all.iter().all(|t| t.seq <= turn.seq);
     let doomed: Vec<ChatTurn> = all.into_iter().filter(|t| t.id == turn.id || (and_after && t.seq > turn.seq)).collect();
     let bank = crate::memory::bank_for(ctx)?;
     let memory_ids = super::memory_ids(&doomed);
@@ -366,6 +379,9 @@ pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after
         for t in &doomed {
             write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
             records::delete_turn(tx, &character.id, &t.id)?;
+        }
+        if to_the_end {
+            crate::companion::variables::forget_from(tx, &character.id, crate::companion::lore::message_number(turn.seq))?;
         }
         Ok(write.and(followers.write(tx)?))
     })?;

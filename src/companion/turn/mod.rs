@@ -68,6 +68,8 @@ struct Accepted {
     packet: Packet,
     attempt: u32,
     completion: Completion,
+    /// The chat variables as this draw's prompt left them.
+    variables: crate::prompting::macros::Variables,
 }
 
 /// What one draw came to: a reply to commit, or the reason it was thrown away.
@@ -145,6 +147,8 @@ fn draw(
         (a, b) => a.or(b),
     };
     let (opening, chosen) = records::chat_greetings(&prepared.state, &character.card);
+    // Every draw starts from the variables before this message; the accepted one's stay.
+    let variables = std::cell::RefCell::new(prepared.variables.clone());
     let packet = packet::assemble(
         &agent.templates,
         &draft.config,
@@ -164,8 +168,10 @@ fn draw(
             max_context_tokens: agent.profile.max_context_tokens,
             retry_note: retry_note.as_deref(),
             notes: prepared.notes.clone(),
+            variables: Some(&variables),
         },
     )?;
+    let variables = variables.into_inner();
     // The user's words are never cut, so a message that alone fills most of the model's
     // context cannot be answered: say so, rather than let the provider refuse the prompt.
     let input_tokens = packet.block("user_input").map(|b| b.tokens).unwrap_or(0);
@@ -235,7 +241,7 @@ fn draw(
         return Err(LlmError::Cancelled.into());
     }
     Ok(match judge(&completion, name, user, &copies) {
-        Ok(reply) => Draw::Accepted(Accepted { reply, packet, attempt, completion }),
+        Ok(reply) => Draw::Accepted(Accepted { reply, packet, attempt, completion, variables }),
         Err(reason) => Draw::Discarded(reason),
     })
 }
@@ -244,7 +250,7 @@ fn draw(
 /// bank carried — one transaction.
 fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Result<ChatTurn, CompanionError> {
     let TurnDraft { character, config: cc, text, now, prepared, .. } = draft;
-    let Accepted { reply, packet, attempt: attempts, completion } = accepted;
+    let Accepted { reply, packet, attempt: attempts, completion, variables } = accepted;
     let (text, now) = (*text, *now);
     let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let session = session_for(&prepared.state, &character.id, now, cc.session_gap_minutes);
@@ -280,6 +286,7 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         let write = memories.write(tx)?;
         records::insert_turn(tx, &turn)?;
         crate::companion::lore::save_state(tx, &character.id, &prepared.lore_state)?;
+        crate::companion::variables::keep(tx, &character.id, prepared.message_number, &prepared.variables, &variables)?;
         if prepared.state.turns == 0 && prepared.state.file.is_none() {
             // Kept as it was shown: macros resolved for who the user was then.
             let macros = crate::prompting::MacroContext {
@@ -384,6 +391,7 @@ pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, 
         }
         let write = crate::memory::remove_source(tx, &format!("chat:{}", last.id))?;
         records::delete_last(tx, &character.id)?;
+        crate::companion::variables::forget_from(tx, &character.id, crate::companion::lore::message_number(last.seq))?;
         Ok(Some((last.id, write)))
     })?;
     Ok(taken.map(|(id, write)| {

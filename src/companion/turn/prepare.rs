@@ -27,6 +27,11 @@ pub struct Prepared {
     pub notes: Vec<String>,
     /// The chat's lore timers after this message's activation, stored with the exchange.
     pub lore_state: crate::lorebook::activation::ActivationState,
+    /// This message's number in the chat (the lore timers' and variables' count).
+    pub message_number: u64,
+    /// The chat variables as they stood before this message: each draw's macros start
+    /// from them, and the accepted draw's are stored with the exchange.
+    pub variables: crate::prompting::macros::Variables,
 }
 
 /// Anchor vectors embedded once per process and embedding model.
@@ -145,7 +150,7 @@ pub fn prepare(
     redo: Option<&ChatTurn>,
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
-    let (state, user, recent, message_number, mut lore_state) = ctx.store.with(|c| {
+    let (state, user, recent, message_number, mut lore_state, variables) = ctx.store.with(|c| {
         let state = records::load_state(c, &character.id)?;
         let user = records::chat_user(c, &state, &config.user_name)?;
         let recent = records::recent_turns(c, &character.id, config.history_turns, false)?;
@@ -155,7 +160,8 @@ pub fn prepare(
         };
         let number = crate::companion::lore::message_number(seq);
         let lore_state = crate::companion::lore::load_state(c, &character.id, number)?;
-        Ok((state, user, recent, number, lore_state))
+        let variables = crate::companion::variables::for_message(c, &character.id, number)?;
+        Ok((state, user, recent, number, lore_state, variables))
     })?;
     // The exchange being redrawn is not its own history (retrieval still leaves its
     // memories out, so the redraw is not handed the reply it replaces).
@@ -215,7 +221,8 @@ pub fn prepare(
             vec![0.0; texts.len()]
         })
     };
-    let turn_text = crate::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number };
+    let turn_text =
+        crate::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number, variables: Some(&variables) };
     let fired = crate::companion::lore::activate_for_turn(
         &books,
         character,
@@ -229,5 +236,18 @@ pub fn prepare(
     notes.extend(fired.notes);
     let lore_places = fired.places;
     let lore = fired.hits.into_iter().chain(retrieved).collect();
-    Ok(Prepared { state, user, history, lore, lore_places, memories, proximity, proximity_changed, notes, lore_state })
+    Ok(Prepared {
+        state,
+        user,
+        history,
+        lore,
+        lore_places,
+        memories,
+        proximity,
+        proximity_changed,
+        notes,
+        lore_state,
+        message_number,
+        variables,
+    })
 }
