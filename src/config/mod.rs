@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 mod companion;
 mod memory;
 mod scene;
+mod write;
 
 pub use companion::{CompanionConfig, PacketBudgets};
 pub use memory::{EmbeddingConfig, Fusion, GraphConfig, MemoryConfig, Pooling, RetrievalConfig};
@@ -147,12 +148,18 @@ impl Config {
         // A file that lists profiles of its own still has the built-in ones (the embedded
         // model, the demo script, a local server) unless it names one the same: a role
         // mapped to `local` must not break because another profile was added by hand.
+        // They come first, in the defaults' order (the file's own version of one, if it
+        // has one), then the file's others in its order: a saved config, which leaves the
+        // unchanged built-ins out, reads back in the same order.
         if !config.profiles.is_empty() {
-            for builtin in [local_model_profile(), demo_profile(), local_server_profile()] {
-                if config.profile(&builtin.name).is_none() {
-                    config.profiles.push(builtin);
-                }
-            }
+            let mut ordered: Vec<ProviderProfile> = [local_model_profile(), demo_profile(), local_server_profile()]
+                .into_iter()
+                .map(|builtin| config.profile(&builtin.name).cloned().unwrap_or(builtin))
+                .collect();
+            let builtin = |name: &str| ordered.iter().any(|o| o.name == name);
+            let others: Vec<ProviderProfile> = config.profiles.iter().filter(|p| !builtin(&p.name)).cloned().collect();
+            ordered.extend(others);
+            config.profiles = ordered;
         }
         // A role nothing asks for (`directr`) is a setting nothing reads.
         unknown.extend(config.roles.keys().filter(|role| !ROLES.contains(&role.as_str())).map(|role| format!("roles.{role}")));
@@ -164,14 +171,28 @@ impl Config {
     /// A key written into the file itself gets its own advice: it is never read from
     /// there, and its value is never repeated.
     pub fn unknown_key_warnings(path: &Path, unknown: &[String]) -> Vec<String> {
+        const SECRETS: &[&str] =
+            &["key", "api_key", "apikey", "api-key", "secret", "api_secret", "token", "api_token", "access_token", "auth_token", "bearer", "password"];
+        let known = known_keys();
         unknown
             .iter()
             .map(|key| {
                 let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
-                let why = if last.contains("key") || last.contains("token") || last.contains("secret") {
-                    "a key is never read from the config file: name its environment variable in `api_key_env`, or keep it in the OS keyring with `providers key set` or the Providers panel"
+                // The setting meant: a known name at the same place a typo or two away.
+                let place = key.rsplit_once('.').map(|(p, _)| generic_path(p)).unwrap_or_default();
+                let meant = known
+                    .iter()
+                    .filter(|(p, _)| *p == place)
+                    .map(|(_, name)| (strsim::damerau_levenshtein(&last, name), name))
+                    .filter(|(d, name)| *d <= 2.max(name.len() / 5) && *d > 0)
+                    .min()
+                    .map(|(_, name)| name.clone());
+                let why = if let Some(name) = meant {
+                    format!("did you mean `{name}`?")
+                } else if SECRETS.contains(&last.as_str()) {
+                    "a key is never read from the config file: name its environment variable in `api_key_env`, or keep it in the OS keyring with `providers key set` or the Providers panel".into()
                 } else {
-                    "misspelt, or no longer used"
+                    "misspelt, or no longer used".into()
                 };
                 format!("{}: unknown setting `{key}` ignored ({why})", path.display())
             })
@@ -179,9 +200,16 @@ impl Config {
     }
 
     /// Write atomically (temp file, then rename) so a crash never leaves half a config.
+    /// The file's own text is kept where nothing changed: its comments, its order and any
+    /// setting we do not read (`write`).
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
         self.validate()?;
-        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let current = match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
+        };
+        let text = write::merged(self, current.as_deref()).map_err(ConfigError::Invalid)?;
         let write_err = |source| ConfigError::Write { path: path.to_path_buf(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(write_err)?;
@@ -234,6 +262,50 @@ impl Config {
     }
 }
 
+/// `profile.3.sampler` → `profile.sampler`: where a setting sits, whichever profile.
+fn generic_path(path: &str) -> String {
+    path.split('.').filter(|part| part.parse::<usize>().is_err()).collect::<Vec<_>>().join(".")
+}
+
+/// Every setting's (place, name) the config file can hold, from the defaults written out.
+fn known_keys() -> Vec<(String, String)> {
+    fn walk(value: &toml::Value, place: &str, out: &mut Vec<(String, String)>) {
+        match value {
+            toml::Value::Table(table) => {
+                for (name, inner) in table {
+                    out.push((place.to_string(), name.clone()));
+                    walk(inner, &if place.is_empty() { name.clone() } else { format!("{place}.{name}") }, out);
+                }
+            }
+            toml::Value::Array(items) => items.iter().for_each(|item| walk(item, place, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let mut defaults = toml::Value::try_from(Config::default()).unwrap_or(toml::Value::Table(Default::default()));
+    // Settings that are unset by default are settings all the same.
+    if let Some(profile) = defaults.get_mut("profile").and_then(|p| p.as_array_mut()).and_then(|a| a.first_mut()) {
+        let sampler = crate::llm::SamplerSettings {
+            temperature: Some(0.0),
+            top_p: Some(0.0),
+            top_k: Some(0),
+            max_tokens: Some(0),
+            seed: Some(0),
+            presence_penalty: Some(0.0),
+            frequency_penalty: Some(0.0),
+            ..Default::default()
+        };
+        let full = ProviderProfile { base_url: Some(String::new()), api_key_env: Some(String::new()), sampler, ..ProviderProfile::default() };
+        if let Ok(full) = toml::Value::try_from(full) {
+            *profile = full;
+        }
+    }
+    walk(&defaults, "", &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,7 +342,15 @@ mod tests {
         let lines = Config::unknown_key_warnings(&path, &unknown);
         assert_eq!(unknown, ["profile.0.api_key"]);
         assert!(lines[0].contains("never read from the config file") && !lines[0].contains("sk-secret"), "{lines:?}");
+        // A typo of a setting is pointed to the setting, not to where keys live.
+        std::fs::write(&path, "[[profile]]\nname = \"demo\"\nmodel = \"m\"\nmax_context_token = 4096\n[profile.sampler]\nmax_token = 300\n[scene]\nbogus_key = 1\n").unwrap();
+        let (_, unknown) = Config::load_checked(&path).unwrap();
+        let lines = Config::unknown_key_warnings(&path, &unknown);
+        assert!(lines.iter().any(|l| l.contains("`profile.0.max_context_token` ignored (did you mean `max_context_tokens`?)")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("`profile.0.sampler.max_token` ignored (did you mean `max_tokens`?)")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("`scene.bogus_key` ignored (misspelt, or no longer used)")), "{lines:?}");
         // Everything a saved config writes is read back: no false alarms.
+        std::fs::remove_file(&path).unwrap();
         let mut full = Config::default();
         full.roles.insert("director".into(), "demo".into());
         full.save(&path).unwrap();

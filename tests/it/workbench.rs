@@ -1299,7 +1299,7 @@ fn a_setting_nothing_reads_is_named_in_the_event_log() {
     let mut config = Config::default();
     config.default_profile = "demo".into();
     config.save(&paths.config_file).unwrap();
-    let text = std::fs::read_to_string(&paths.config_file).unwrap().replace("[memory.graph]\n", "[memory.graph]\nrebuild_after = 5000\n");
+    let text = std::fs::read_to_string(&paths.config_file).unwrap() + "\n[memory.graph]\nrebuild_after = 5000\n";
     std::fs::write(&paths.config_file, text).unwrap();
     let engine = engine::start(paths).expect("engine starts");
     assert_eq!(engine.context().config().default_profile, "demo");
