@@ -181,15 +181,19 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
                 outln!("{} ({}) {} — mode {}, {} regenerations", view.run.name, view.run.id, status_word(&view), view.run.mode.label(), view.run.regenerations);
                 for cp in &view.checkpoints {
                     let tokens: u32 = cp.versions.iter().map(|v| v.usage.total()).sum();
+                    let status = if cp.interrupted { format!("interrupted ({})", cp.record.status.as_str()) } else { cp.record.status.as_str().to_string() };
                     outln!(
                         "  {} {:<22} wave {}  {:<18} v{}  {} tokens",
                         cp.record.number,
                         cp.record.agent.name(),
                         cp.record.wave,
-                        cp.record.status.as_str(),
+                        status,
                         cp.record.current_version,
                         tokens
                     );
+                }
+                if view.checkpoints.iter().any(|c| c.interrupted) {
+                    outln!("the process running this run stopped before it finished: `identity resume {}` runs the interrupted checkpoints again", view.run.id);
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -72,6 +72,17 @@ pub struct CheckpointView {
     #[serde(flatten)]
     pub record: CheckpointRecord,
     pub versions: Vec<VersionRecord>,
+    /// Stored as working, but no process runs it (the one that did stopped): `identity
+    /// resume` runs it again. Known only where the view was read with [`mark_interrupted`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+}
+
+/// Say which of `view`'s working checkpoints no process runs any more.
+pub fn mark_interrupted(ctx: &Context, view: &mut RunView) {
+    for cp in &mut view.checkpoints {
+        cp.interrupted = cp.record.status.is_working() && !pipeline::is_running(ctx, &view.run.id, cp.record.number);
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -144,7 +155,7 @@ pub fn load_view(store: &crate::store::Store, character_id: &str) -> Result<RunV
         let mut checkpoints = Vec::new();
         for record in records::checkpoints(c, character_id)? {
             let versions = records::versions(c, character_id, record.number)?;
-            checkpoints.push(CheckpointView { record, versions });
+            checkpoints.push(CheckpointView { record, versions, interrupted: false });
         }
         Ok(RunView { run, checkpoints })
     })?)
@@ -219,7 +230,8 @@ fn run_command(ctx: &Arc<Context>, command: IdentityCommand) -> Result<(), Ident
             Ok(())
         }
         IdentityCommand::Snapshot { character_id } => {
-            let view = load_view(&ctx.store, &character_id)?;
+            let mut view = load_view(&ctx.store, &character_id)?;
+            mark_interrupted(ctx, &mut view);
             ctx.emit(IdentityEvent::Snapshot { view: Box::new(view) });
             Ok(())
         }

@@ -32,7 +32,7 @@ fn job(run_id: &str, number: u8) -> JobKey {
     JobKey::new("checkpoint", format!("{run_id}#{number}"))
 }
 
-fn is_running(ctx: &Context, run_id: &str, number: u8) -> bool {
+pub(super) fn is_running(ctx: &Context, run_id: &str, number: u8) -> bool {
     ctx.jobs.is_running(&job(run_id, number))
 }
 
@@ -468,11 +468,21 @@ fn checkpoint(ctx: &Context, run_id: &str, number: u8) -> Result<CheckpointRecor
         .ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number} (checkpoints are 1–7)")))
 }
 
+/// What approving or rejecting a checkpoint whose agent died with its process is told.
+fn interrupted(run_id: &str, number: u8) -> IdentityError {
+    IdentityError::Invalid(format!(
+        "checkpoint {number} was interrupted: the process running it stopped before it finished; `identity resume {run_id}` (or opening the workbench) runs it again"
+    ))
+}
+
 /// Approve the current version of a checkpoint awaiting approval.
 pub fn approve(ctx: &Arc<Context>, run_id: &str, number: u8) -> Result<(), IdentityError> {
     let wave_done = {
         let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
         let cp = checkpoint(ctx, run_id, number)?;
+        if cp.status.is_working() && !is_running(ctx, run_id, number) {
+            return Err(interrupted(run_id, number));
+        }
         if cp.status != CheckpointStatus::AwaitingApproval {
             return Err(IdentityError::Invalid(format!(
                 "checkpoint {number} is {}, not awaiting approval",
@@ -506,6 +516,9 @@ pub fn reject(ctx: &Arc<Context>, run_id: &str, number: u8, feedback: &str) -> R
     }
     let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
     let cp = checkpoint(ctx, run_id, number)?;
+    if cp.status.is_working() && !is_running(ctx, run_id, number) {
+        return Err(interrupted(run_id, number));
+    }
     if !matches!(cp.status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed) {
         return Err(IdentityError::Invalid(format!("checkpoint {number} is {} and cannot be rejected", cp.status.as_str())));
     }

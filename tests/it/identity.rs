@@ -393,6 +393,23 @@ fn a_killed_process_resumes_without_losing_approved_checkpoints() {
     assert_eq!(before.checkpoints[1].record.status, CheckpointStatus::Approved);
     assert!(before.checkpoints[2].record.status.is_working());
     drop(store);
+    // Before the resume, the run says what happened and what to do, and approving the
+    // checkpoint its dead process was running says the same.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let status = cli(&["identity", "status", &id]);
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(said.contains("interrupted (running)") && said.contains(&format!("`identity resume {id}`")), "{said}");
+    let refused = cli(&["identity", "approve", &id, "3"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("checkpoint 3 was interrupted") && err.contains("identity resume"), "{err}");
 
     let out = std::process::Command::new(bin)
         .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap(), "--json"])
