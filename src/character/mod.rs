@@ -173,8 +173,9 @@ pub fn save_profile(conn: &Connection, id: &str, name: &str, profile_json: &str)
 /// Sheet fields a card contributes to prompts.
 const CARD_FIELDS: [&str; 4] = ["description", "personality", "scenario", "summary"];
 
-/// The sheet of a base character: its card's fields, else its identity profile's
-/// top-level text fields.
+/// The sheet of a base character: its card's fields, else its identity profile read
+/// through the mapping the card export uses (the profile is nested: its top-level text
+/// is only metadata — id, dates, version — which no agent should be handed).
 pub fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeMap<String, String> {
     let mut sheet = BTreeMap::new();
     let text_fields = |value: &serde_json::Value, sheet: &mut BTreeMap<String, String>, only: Option<&[&str]>| {
@@ -194,7 +195,12 @@ pub fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeM
         let data = card.get("data").unwrap_or(&card);
         text_fields(data, &mut sheet, Some(&CARD_FIELDS));
     } else if let Some(profile) = profile_json.and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()) {
-        text_fields(&profile, &mut sheet, None);
+        let card = profile::profile_text(&profile, "");
+        for (key, value) in [("description", card.description), ("personality", card.personality), ("scenario", card.scenario)] {
+            if !value.trim().is_empty() {
+                sheet.insert(key.to_string(), value);
+            }
+        }
     }
     sheet
 }
@@ -203,18 +209,7 @@ pub fn base_sheet(card_json: Option<&str>, profile_json: Option<&str>) -> BTreeM
 /// first, then the rest by name. A character developed by the identity pipeline has a
 /// nested profile and no card: it is read through the same mapping the card export uses.
 pub fn chat_sheet(record: &CharacterRecord) -> Vec<(String, String)> {
-    let mut sheet = base_sheet(record.card_json.as_deref(), record.profile_json.as_deref());
-    if record.card_json.is_none()
-        && let Some(profile) = record.profile_json.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
-    {
-        let card = profile::profile_text(&profile, &record.name);
-        sheet.clear();
-        for (key, value) in [("description", card.description), ("personality", card.personality), ("scenario", card.scenario)] {
-            if !value.trim().is_empty() {
-                sheet.insert(key.to_string(), value);
-            }
-        }
-    }
+    let sheet = base_sheet(record.card_json.as_deref(), record.profile_json.as_deref());
     let mut fields: Vec<(String, String)> =
         CARD_FIELDS.iter().filter_map(|k| sheet.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
     fields.extend(sheet.into_iter().filter(|(k, _)| !CARD_FIELDS.contains(&k.as_str())));
@@ -650,6 +645,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("lib.sqlite")).unwrap();
         (dir, store)
+    }
+
+    /// A character the identity pipeline built reaches a scene with its profile as prose
+    /// (what its agents wrote), never as the profile's metadata.
+    #[test]
+    fn a_developed_character_is_placed_with_its_profile_not_its_metadata() {
+        let (_dir, store) = store();
+        let profile = profile::sample_profile().to_string();
+        store
+            .with(|c| {
+                insert(c, NewCharacter { id: Some("m1"), name: "Mira Vell", origin: Origin::Identity, card_json: None, profile_json: Some(&profile) })?;
+                let placed = placed(c, "m1", "w", "c")?.unwrap();
+                let text: String = placed.sheet.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+                assert!(text.contains("meticulous") && text.contains("cartographer"), "{text}");
+                for metadata in ["completed_at", "character_id", "2026-01-02", "version"] {
+                    assert!(!text.contains(metadata), "{metadata} in {text}");
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]
