@@ -173,6 +173,16 @@ impl BudgetsPanel {
     }
 
     fn target_picker(&mut self, ui: &mut egui::Ui, scene: &str, active: &[String], outbox: &mut Vec<Command>) {
+        // A character chosen in another scene, or gone from this one's cast: the preview
+        // would wait for ever on a call nobody can make. The first present one instead.
+        if let PreviewTarget::Character(Some(name)) = &self.target
+            && !active.is_empty()
+            && !active.contains(name)
+        {
+            self.target = PreviewTarget::Character(active.first().cloned());
+            self.preview = None;
+            outbox.push(self.target.command(scene));
+        }
         ui.horizontal(|ui| {
             ui.label("Next call of");
             let before = self.target.clone();

@@ -378,6 +378,45 @@ fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().preview().is_some_and(|p| !p.campaign_plan));
 }
 
+/// The Budgets panel previews a character's next call; when that character leaves the
+/// scene, the preview moves to one who is there instead of waiting for ever (and the
+/// Scene panel shows no error about the character that left).
+#[test]
+fn the_budget_preview_of_a_character_who_left_the_scene_moves_to_one_who_is_there() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1400.0);
+    harness.run();
+    nav(&harness, "Budgets").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().budgets().prompt().is_some());
+    harness.run();
+    harness.get_by_label("a character").click();
+    let previewed = |app: &WorkbenchApp| app.scene().budgets().preview().and_then(|p| p.character.as_ref().map(|c| c.name.clone()));
+    run_until(&mut harness, Duration::from_secs(20), |app| previewed(app).is_some());
+    harness.run();
+    let active: Vec<String> =
+        harness.state().scene().snapshot().expect("snapshot").view.active().map(|c| c.name.clone()).collect();
+    let chosen = active.last().expect("someone is present").clone();
+    harness.get_by_role_and_label(egui::accesskit::Role::ComboBox, "Character").click();
+    harness.run();
+    harness.get_by_label(&chosen).click();
+    run_until(&mut harness, Duration::from_secs(20), |app| previewed(app).as_deref() == Some(chosen.as_str()));
+    // The character leaves the scene.
+    nav(&harness, "Scene").click();
+    harness.run();
+    text_field(&harness, "Cast change").click();
+    harness.run();
+    text_field(&harness, "Cast change").type_text(&chosen);
+    harness.run();
+    harness.get_by_label("Remove from cast").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().snapshot().is_some_and(|s| s.view.id == scene && s.view.cast.iter().all(|c| c.name != chosen))
+    });
+    nav(&harness, "Budgets").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| previewed(app).is_some_and(|name| name != chosen));
+    harness.run();
+    assert_eq!(harness.state().scene().last_error(), None);
+}
+
 #[test]
 fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() {
     let dir = tempfile::tempdir().expect("tempdir");
