@@ -60,6 +60,9 @@ pub struct MemoryPanel {
     /// The selected memory's text as the user edits it, and which memory it is for.
     edit_text: String,
     edit_for: Option<String>,
+    /// A curation was done: the edit field is filled again from the context that follows
+    /// it (not from the one still shown, which holds the text from before).
+    refill_edit: bool,
     /// A memory was opened from the injections tile: bring the browser into view.
     reveal: bool,
     /// An embedding model picked in the menu, waiting for the user to confirm the switch
@@ -207,6 +210,9 @@ impl MemoryPanel {
             MemoryEvent::Stats { stats } => self.stats = Some(stats.clone()),
             MemoryEvent::Context { id, memories } if self.selected.as_deref() == Some(id) => {
                 self.context = memories.clone();
+                if std::mem::take(&mut self.refill_edit) {
+                    self.edit_for = None;
+                }
             }
             MemoryEvent::ImportProgress { done, total } => {
                 self.work = Some(Work::Embedding { what: "importing", done: *done, total: *total });
@@ -250,7 +256,7 @@ impl MemoryPanel {
                     self.selected = None;
                     self.context.clear();
                 }
-                self.edit_for = None;
+                self.refill_edit = true;
             }
             MemoryEvent::InjectionHistory { agent, injections } if self.agent.as_deref() == Some(agent.as_str()) => {
                 self.history = injections.clone();

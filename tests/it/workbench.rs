@@ -1207,8 +1207,11 @@ fn a_memory_is_pinned_edited_and_deleted_in_the_memory_browser() {
     harness.run();
     harness.get_by_label("Save text").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.memory().hits().iter().any(|h| h.id == "m1" && h.edited && h.text == new));
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().selected_memory().is_some_and(|m| m.text == new));
     harness.run();
     assert!(harness.query_by_label_contains("(edited)").is_some(), "the list marks the edit");
+    // The field keeps the new words: a second Save would not write the old ones back.
+    assert_eq!(text_field(&harness, "Memory text").value().as_deref(), Some(new));
     harness.get_by_label("Delete memory").click();
     run_until(&mut harness, Duration::from_secs(20), |app| !app.memory().hits().iter().any(|h| h.id == "m1") && app.memory().selected_memory().is_none());
 }
