@@ -17,6 +17,9 @@ pub struct LiveReply {
     pub text: String,
     /// Earlier draws of this turn that were thrown away, with the reason.
     pub discarded: Vec<String>,
+    /// The user typed `input` into the message box for this turn (not a regenerate or a
+    /// continue of a message already kept): a failed turn gives it back to the box.
+    pub typed: bool,
 }
 
 /// The packet shown beside the chat: the last one sent (live while a turn runs).
@@ -26,6 +29,8 @@ pub struct PacketView {
     pub hits: Vec<RetrievalHit>,
     pub attempt: u32,
     pub committed: bool,
+    /// The turn this packet was for ended without a reply kept (failed or cancelled).
+    pub abandoned: bool,
 }
 
 #[derive(Default)]
@@ -189,7 +194,7 @@ impl ChatPanel {
                 if self.packet.is_none()
                     && let Some(last) = turns.last()
                 {
-                    self.packet = Some(PacketView { packet: last.packet.clone(), hits: last.hits.clone(), attempt: last.attempts, committed: true });
+                    self.packet = Some(PacketView { packet: last.packet.clone(), hits: last.hits.clone(), attempt: last.attempts, committed: true, abandoned: false });
                 }
             }
             CompanionEvent::TurnStarted { character_id, input, attempt, packet, hits, .. } if self.is_selected(character_id) => {
@@ -197,7 +202,7 @@ impl ChatPanel {
                 live.input = input.clone();
                 live.attempt = *attempt;
                 live.text.clear();
-                self.packet = Some(PacketView { packet: (**packet).clone(), hits: hits.clone(), attempt: *attempt, committed: false });
+                self.packet = Some(PacketView { packet: (**packet).clone(), hits: hits.clone(), attempt: *attempt, committed: false, abandoned: false });
             }
             CompanionEvent::Token { character_id, attempt, text } if self.is_selected(character_id) => {
                 if let Some(live) = self.live.as_mut().filter(|l| l.attempt == *attempt) {
@@ -276,7 +281,11 @@ impl ChatPanel {
 
     /// A turn that stored nothing gives the user their words back to edit or resend.
     fn restore_input(&mut self) {
+        if let Some(view) = self.packet.as_mut().filter(|v| !v.committed) {
+            view.abandoned = true;
+        }
         if let Some(live) = self.live.take()
+            && live.typed
             && self.input.trim().is_empty()
         {
             self.input = live.input;
@@ -744,7 +753,7 @@ impl ChatPanel {
                 let text = std::mem::take(&mut self.input).trim().to_string();
                 self.error = None;
                 self.notice = None;
-                self.live = Some(LiveReply { input: text.clone(), ..Default::default() });
+                self.live = Some(LiveReply { input: text.clone(), typed: true, ..Default::default() });
                 outbox.push(Command::Companion(CompanionCommand::Send { character: id, text, now: None }));
             }
             // Esc stops the reply being written, as the button does.
@@ -777,7 +786,13 @@ impl ChatPanel {
                 view.packet.tokens,
                 view.packet.max_context_tokens,
                 view.attempt,
-                if view.committed { "committed" } else { "sending" }
+                if view.committed {
+                    "committed"
+                } else if view.abandoned {
+                    "ended: no reply was kept"
+                } else {
+                    "sending"
+                }
             ));
         });
         for note in &view.packet.notes {

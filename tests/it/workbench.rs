@@ -595,6 +595,49 @@ fn sending_a_chat_message_streams_the_reply_and_updates_the_packet_view() {
     assert!(harness.query_all_by_label_contains("I'm back in town").next().is_some());
 }
 
+/// A regenerate that fails leaves the message box as it was (it used to fill it with the
+/// last message the user had already sent, one Send from a duplicate), and the packet
+/// beside the chat says no reply was kept instead of "sending" for ever.
+#[test]
+fn a_failed_regenerate_leaves_the_message_box_empty_and_the_packet_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("script.json");
+    let fail = serde_json::json!({ "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } });
+    std::fs::write(&script, serde_json::json!({ "default": "[Ilse Marrow]: Sit, then." }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(lorekeeper::llm::ProviderProfile {
+        name: "script".into(),
+        kind: lorekeeper::llm::ProviderKind::Scripted,
+        model: "s".into(),
+        path: Some(script.clone()),
+        ..Default::default()
+    });
+    config.default_profile = "script".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Evening, Ilse.");
+    harness.run();
+    harness.get_by_label("Send").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().turns().len() == 1 || app.chat().error().is_some());
+    harness.run();
+    assert_eq!(harness.state().chat().error(), None);
+    // The provider breaks down (the script is read again for each turn).
+    std::fs::write(&script, serde_json::json!({ "default": fail }).to_string()).unwrap();
+    harness.get_by_label("Regenerate").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().error().is_some());
+    harness.run();
+    assert!(harness.state().chat().error().is_some_and(|e| e.contains("overloaded")), "{:?}", harness.state().chat().error());
+    assert_eq!(text_field(&harness, "Message").value().as_deref(), Some(""), "the box is left as it was");
+    let view = harness.state().chat().packet().expect("packet view");
+    assert!(!view.committed && view.abandoned);
+    assert!(harness.query_by_label_contains("no reply was kept").is_some());
+}
+
 fn view_messages(harness: &Harness<'_, WorkbenchApp>) -> Vec<lorekeeper::llm::ChatMessage> {
     harness.state().chat().packet().expect("packet").packet.messages.clone()
 }
