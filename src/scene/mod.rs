@@ -128,7 +128,7 @@ pub enum SceneEvent {
     Token { scene_id: String, round: u32, character_id: String, text: String },
     /// What streamed for this character (or `"narrator"`) since it started is thrown
     /// away and drawn again: it was empty or copied its prompt (`reason`).
-    Redrawn { scene_id: String, round: u32, character_id: String, reason: String },
+    Redrawn { scene_id: String, round: u32, character_id: String, name: String, reason: String },
     CharacterFinished { scene_id: String, round: u32, character_id: String, name: String, content: String, delta: CharacterState },
     /// The round is committed: its messages as numbered in the store.
     RoundCompleted {

@@ -99,7 +99,8 @@ pub(super) fn narrate(
     let on_token = move |text: &str| {
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() })
     };
-    let completion = super::prose::draw(at.ctx, &narrator.0, request, (at.scene_id, at.round, "narrator"), at.cancel, &on_token)?;
+    let who = super::prose::Speaker { scene_id: at.scene_id, round: at.round, character_id: "narrator", name: "the narrator" };
+    let completion = super::prose::draw(at.ctx, &narrator.0, request, who, at.cancel, &on_token)?;
     let content = completion.text.trim().to_string();
     emit(SceneEvent::NarratorFinished { scene_id: at.scene_id.to_string(), round: at.round, content: content.clone() });
     let ledger = CallLedger {

@@ -6,7 +6,7 @@
 //! with the reason, up to [`MAX_DRAWS`] times in all; the last draw stands if every one
 //! failed, so a weak model still moves the scene rather than stopping it.
 
-use super::SceneEvent;
+use super::{SceneError, SceneEvent};
 use crate::context::Context;
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, Completion, LlmClient, LlmError, Role, Usage};
 use crate::prompting::echo::CopyGuard;
@@ -22,22 +22,36 @@ pub fn fault(text: &str, copies: &CopyGuard) -> Option<String> {
     copies.reason(text)
 }
 
+/// Who a prose draw speaks for: the scene and round, and the character (or `narrator`).
+pub(crate) struct Speaker<'a> {
+    pub scene_id: &'a str,
+    pub round: u32,
+    pub character_id: &'a str,
+    pub name: &'a str,
+}
+
 /// Stream `request` (its tokens to `on_token`) until a draw passes [`fault`]. Returns the
 /// accepted completion with the usage of every draw added up.
 pub(crate) fn draw(
     ctx: &Context,
     client: &LlmClient,
     mut request: ChatRequest,
-    who: (&str, u32, &str),
+    who: Speaker<'_>,
     cancel: &CancelToken,
     on_token: &(dyn Fn(&str) + Send + Sync),
-) -> Result<Completion, LlmError> {
-    let (scene_id, round, character_id) = who;
+) -> Result<Completion, SceneError> {
+    let Speaker { scene_id, round, character_id, name } = who;
+    // A failure names who failed (a cancel stays a cancel, which the round reports as such).
+    let failed = |e: LlmError| match e {
+        LlmError::Cancelled => SceneError::Llm(e),
+        e if character_id == "narrator" => SceneError::Agent { agent: "narrator".into(), message: e.to_string() },
+        e => SceneError::Agent { agent: format!("character {name}"), message: e.to_string() },
+    };
     let copies = CopyGuard::new(request.messages.iter().map(|m| m.content.as_str()));
     let mut spent = Usage { prompt_tokens: 0, completion_tokens: 0, reported: true };
     let mut number = 1;
     loop {
-        let mut completion = client.complete(&request, CallContext::with_tokens(cancel, on_token))?;
+        let mut completion = client.complete(&request, CallContext::with_tokens(cancel, on_token)).map_err(failed)?;
         spent = Usage {
             prompt_tokens: spent.prompt_tokens.saturating_add(completion.usage.prompt_tokens),
             completion_tokens: spent.completion_tokens.saturating_add(completion.usage.completion_tokens),
@@ -52,6 +66,7 @@ pub(crate) fn draw(
             scene_id: scene_id.to_string(),
             round,
             character_id: character_id.to_string(),
+            name: name.to_string(),
             reason: reason.clone(),
         });
         let note = format!("\n\nYour previous reply was discarded because {reason}. Write it again in your own words.");

@@ -346,8 +346,8 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
         SceneEvent::Token { scene_id, character_id, text, .. } if mine(scene_id) => {
             vec![json!({ "type": "token", "sceneId": scene_id, "characterId": character_id, "text": text })]
         }
-        SceneEvent::Redrawn { scene_id, round, character_id, reason } if mine(scene_id) => {
-            vec![json!({ "type": "redrawn", "sceneId": scene_id, "round": round, "characterId": character_id, "reason": reason })]
+        SceneEvent::Redrawn { scene_id, round, character_id, name, reason } if mine(scene_id) => {
+            vec![json!({ "type": "redrawn", "sceneId": scene_id, "round": round, "characterId": character_id, "name": name, "reason": reason })]
         }
         SceneEvent::CharacterFinished { scene_id, round, character_id, name, content, delta } if mine(scene_id) => vec![
             json!({ "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "character", "characterId": character_id, "name": name, "status": "complete", "content": content }),

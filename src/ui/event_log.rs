@@ -58,6 +58,7 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
             LogLevel::Info,
             match turn {
                 Some(t) => format!("chat: exchange {} {action} (swipe {} of {})", t.seq, t.swipe + 1, t.swipes.len()),
+                None if deleted.is_empty() => format!("chat: {action}"),
                 None => format!("chat: {action} {} exchange(s)", deleted.len()),
             },
         )),
@@ -136,7 +137,7 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
             format!("scene: {name} finished ({})", fields.join(", "))
         }),
         E::NarratorStarted { .. } => info("scene: the narrator is writing".into()),
-        E::Redrawn { character_id, reason, .. } => Some((LogLevel::Warn, format!("scene: a reply of {character_id} was drawn again: {reason}"))),
+        E::Redrawn { name, reason, .. } => Some((LogLevel::Warn, format!("scene: a reply of {name} was drawn again: {reason}"))),
         E::NarratorFinished { .. } => info("scene: the narrator finished".into()),
         E::RoundCompleted { round, messages, conflicts, tokens, .. } => info(format!(
             "scene: round {round} saved: {} messages, {tokens} tokens{}",

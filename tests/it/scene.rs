@@ -1232,3 +1232,32 @@ fn scene_cancel_stops_a_round_running_in_another_process() {
     let idle = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "cancel", &scene]).output().unwrap();
     assert!(String::from_utf8_lossy(&idle.stdout).contains("no round is running"), "{}", String::from_utf8_lossy(&idle.stdout));
 }
+
+/// A character's provider failing mid-round is reported with who failed (it used to be
+/// only "the provider answered HTTP 400", as if the Director had), and the round keeps
+/// nothing.
+#[test]
+fn a_character_whose_call_fails_is_named_and_the_round_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if ["Marguerite", "Ossian", "Wren"].contains(&rule["name"].as_str().unwrap_or("")) {
+            rule["reply"] = serde_json::json!({ "fail": { "kind": "http", "status": 400, "message": "internal boom" } });
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    engine.send(Command::Scene(SceneCommand::Round { scene: scene.clone(), input: Some("I knock.".into()), force: Vec::new(), review: false })).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Scene(SceneEvent::Error { message, .. })) => break message,
+            Ok(Event::Scene(SceneEvent::RoundCompleted { .. })) => panic!("the round completed"),
+            Ok(_) => {}
+            Err(e) => panic!("no error in time: {e}"),
+        }
+    };
+    let named = ["Marguerite Siltborne", "Ossian Vale", "Wren Talloway"].iter().any(|n| message.starts_with(&format!("the character {n} failed: ")));
+    assert!(named && message.contains("internal boom"), "{message}");
+    assert_eq!(view(&engine.context().store, &scene).rounds, 0);
+}

@@ -260,7 +260,8 @@ fn character_turn(
     let on_token = move |text: &str| {
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: id.clone(), text: text.to_string() })
     };
-    let completion = crate::scene::prose::draw(ctx, &agents.character.0, request, (scene_id, round, &member.id), cancel, &on_token)?;
+    let who = crate::scene::prose::Speaker { scene_id, round, character_id: &member.id, name: &member.name };
+    let completion = crate::scene::prose::draw(ctx, &agents.character.0, request, who, cancel, &on_token)?;
     Ok((completion.text, completion.usage, envelope.ledger, envelope.notes))
 }
 
