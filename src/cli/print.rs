@@ -116,6 +116,7 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
             writeln!(out, "{}", serde_json::to_string(plan).unwrap_or_default())
         }
         E::RedoFailed { round, message, .. } => writeln!(out, "the redo failed ({message}); round {round} is back as it was"),
+        E::SummaryStarted { through_round, .. } => writeln!(out, "summarising rounds 1 to {through_round}…"),
         E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
         E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),
         E::State { view } => print_state(out, view),

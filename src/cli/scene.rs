@@ -152,11 +152,18 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
         })??;
         Ok(ExitCode::SUCCESS)
     };
-    // A round ends saved, or cancelled (here or from another process: `scene cancel`).
+    // A round ends saved, or cancelled (here or from another process: `scene cancel`);
+    // a summary that follows it is waited for, so its outcome is printed too.
     let play = || -> Result<ExitCode> {
+        let mut summary_follows = false;
         drive(engine, json, ROUND_LIMIT, |event| {
             is_error(event).or_else(|| match event {
-                Event::Scene(SceneEvent::RoundCompleted { .. }) => Some(Ok(())),
+                Event::Scene(SceneEvent::SummaryStarted { .. }) => {
+                    summary_follows = true;
+                    None
+                }
+                Event::Scene(SceneEvent::RoundCompleted { .. }) if !summary_follows => Some(Ok(())),
+                Event::Scene(SceneEvent::SummaryUpdated { .. } | SceneEvent::SummaryFailed { .. }) if summary_follows => Some(Ok(())),
                 Event::Scene(SceneEvent::RoundCancelled { .. }) => Some(Err(anyhow!("the round was cancelled; nothing was saved"))),
                 _ => None,
             })

@@ -159,6 +159,10 @@ pub enum SceneEvent {
     RedoFailed { scene_id: String, round: u32, message: String },
     MessageEdited { scene_id: String, number: u32 },
     MessageDeleted { scene_id: String, number: u32 },
+    /// The round about to be reported complete is followed by a summary of rounds 1 to
+    /// `through_round`: [`SceneEvent::SummaryUpdated`] or [`SceneEvent::SummaryFailed`]
+    /// comes after it (a front door that waits for the summary knows to).
+    SummaryStarted { scene_id: String, through_round: u32 },
     /// The scene's summary now covers rounds 1 to `through_round`.
     SummaryUpdated { scene_id: String, through_round: u32 },
     /// The summary could not be written; the round it followed is saved regardless.

@@ -154,6 +154,7 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
         E::RedoFailed { round, message, .. } => Some((LogLevel::Error, format!("scene: redo of round {round} failed, the round is back as it was: {message}"))),
         E::MessageEdited { number, .. } => info(format!("scene: message {number} edited")),
         E::MessageDeleted { number, .. } => info(format!("scene: message {number} deleted")),
+        E::SummaryStarted { .. } => None,
         E::SummaryUpdated { through_round, .. } => info(format!("scene: summary now covers rounds 1–{through_round}")),
         E::SummaryFailed { message, .. } => Some((LogLevel::Warn, format!("scene: summary not written: {message}"))),
         E::Error { message, .. } => Some((LogLevel::Error, format!("scene: {message}"))),

@@ -1261,3 +1261,34 @@ fn a_character_whose_call_fails_is_named_and_the_round_keeps_nothing() {
     assert!(named && message.contains("internal boom"), "{message}");
     assert_eq!(view(&engine.context().store, &scene).rounds, 0);
 }
+
+/// `scene round` waits for the summary its round sets off and says how it went: a failed
+/// summary used to go unsaid (the command stopped listening at the round's end).
+#[test]
+fn scene_round_on_the_command_line_says_when_the_summary_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "summariser" {
+            rule["reply"] = serde_json::json!({ "fail": { "kind": "http", "status": 400, "message": "the summariser is down" } });
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.summarise_every = 2;
+    config.save(&paths.config_file).unwrap();
+    let round = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(["scene", "round", &scene, "I knock."])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = round();
+    assert!(!first.contains("summar"), "no summary after round 1: {first}");
+    let second = round();
+    assert!(second.contains("scene summary not updated") && second.contains("the summariser is down"), "{second}");
+}

@@ -170,6 +170,10 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     // round may run while the summariser writes: it reads the summary as it was, and
     // the summary's compare-and-set keeps either order consistent.
     drop(job);
+    let summary_due = super::summary::due(round, summary_round, config.summarise_every);
+    if summary_due {
+        ctx.emit(SceneEvent::SummaryStarted { scene_id: scene_id.clone(), through_round: round - 1 });
+    }
     ctx.emit(SceneEvent::RoundCompleted {
         scene_id: scene_id.clone(),
         round,
@@ -178,10 +182,11 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
         conflicts: closed.conflicts,
         tokens: closed.tokens,
     });
-    if super::summary::due(round, summary_round, config.summarise_every) {
+    if summary_due {
         match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {
             Ok(Some(through_round)) => ctx.emit(SceneEvent::SummaryUpdated { scene_id, through_round }),
-            Ok(None) => {}
+            // Nothing new to cover, or another run covered it: it covers them all the same.
+            Ok(None) => ctx.emit(SceneEvent::SummaryUpdated { scene_id, through_round: round - 1 }),
             Err(e) => {
                 tracing::warn!(scene = %scene_id, error = %e, "scene summary failed");
                 ctx.emit(SceneEvent::SummaryFailed { scene_id, message: e.to_string() });
