@@ -207,6 +207,8 @@ fn routes(sink: &EventSink) -> EventRoutes {
 }
 
 fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<Context>, commands: Receiver<Command>) {
+    // A redo a dead process left half done is finished first (its round put back).
+    crate::scene::recover_redos(&context);
     while let Ok(command) = commands.recv() {
         tracing::debug!(?command, "command");
         match command {

@@ -258,6 +258,20 @@ pub fn choose(
     Ok((chosen.round, put, write))
 }
 
+/// Mark kept round `id` as set aside by a redo still playing (in the set-aside's
+/// transaction), or (`false`) the redo as over.
+pub fn mark_redo(conn: &Connection, id: &str, pending: bool) -> Result<(), StoreError> {
+    conn.execute("UPDATE scene_round_alternatives SET redo_pending = ?2 WHERE id = ?1", params![id, pending])?;
+    Ok(())
+}
+
+/// Kept rounds whose redo never finished: (scene, kept round's id, its round number).
+pub fn pending_redos(conn: &Connection) -> Result<Vec<(String, String, u32)>, StoreError> {
+    let mut stmt = conn.prepare("SELECT scene_id, id, round FROM scene_round_alternatives WHERE redo_pending = 1")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// Put a kept round back after a redo failed: the scene is as it was before the redo.
 pub fn restore(conn: &Connection, scene_id: &str, id: &str, memories: crate::memory::PreparedMemories) -> Result<MemoryWrite, StoreError> {
     let kept = take(conn, scene_id, id)?;

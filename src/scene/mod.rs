@@ -229,36 +229,87 @@ fn kept_memories(ctx: &Context, recall: &recall::Recall, scene_id: &str, id: &st
 }
 
 /// Redo the last round: keep it, take it back, and play it again from its input. When
-/// the new round fails or is cancelled, the kept round is put back as it was.
+/// the new round fails or is cancelled, the kept round is put back as it was. The scene
+/// is held from the set-aside to the end, and the kept round is marked as a redo's until
+/// then: should the process die in between, the next engine on the library puts it back
+/// ([`recover_redos`]).
 fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
     let recall = recall::Recall::open(ctx);
-    let (scene_id, kept, kept_id) = {
-        let (scene_id, _job) = hold(ctx, scene)?;
-        let (kept, id, write) = ctx.store.transaction(|tx| alternatives::set_aside(tx, &scene_id))?;
-        if let Some(bank) = recall.bank() {
-            bank.publish(write);
-        }
-        (scene_id, kept, id)
-    };
-    ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
     let cancel = CancelToken::new();
-    let outcome = round::run(ctx, &scene_id, kept.input.clone(), Vec::new(), false, &cancel);
+    let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene))?;
+    let job = ctx.jobs.try_start(round::job(&scene_id), &cancel).ok_or_else(|| SceneError::Busy(scene_id.clone()))?;
+    let (kept, kept_id, write) = ctx.store.transaction(|tx| {
+        let (kept, id, write) = alternatives::set_aside(tx, &scene_id)?;
+        alternatives::mark_redo(tx, &id, true)?;
+        Ok((kept, id, write))
+    })?;
+    if let Some(bank) = recall.bank() {
+        bank.publish(write);
+    }
+    ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
+    let outcome = round::run_held(ctx, Some(job), &scene_id, kept.input.clone(), Vec::new(), false, &cancel);
     let failure = match outcome {
         Ok(_) => None,
         Err(_) if cancel.is_cancelled() => Some("cancelled".to_string()),
         Err(e) => Some(e.to_string()),
     };
-    if let Some(message) = failure {
-        let memories = kept_memories(ctx, &recall, &scene_id, &kept_id)?;
-        let write = ctx.store.transaction(|tx| alternatives::restore(tx, &scene_id, &kept_id, memories))?;
-        if let Some(bank) = recall.bank() {
-            bank.publish(write);
+    match failure {
+        Some(message) => {
+            put_back(ctx, &recall, &scene_id, &kept_id)?;
+            ctx.emit(SceneEvent::RedoFailed { scene_id: scene_id.clone(), round: kept.round, message });
         }
-        ctx.emit(SceneEvent::RedoFailed { scene_id: scene_id.clone(), round: kept.round, message });
+        None => ctx.store.with(|c| alternatives::mark_redo(c, &kept_id, false))?,
     }
     let alternatives = ctx.store.with(|c| alternatives::list(c, &scene_id))?;
     ctx.emit(SceneEvent::Alternatives { scene_id, alternatives });
     Ok(())
+}
+
+/// Close kept round `kept_id` again as the scene's last round.
+fn put_back(ctx: &Context, recall: &recall::Recall, scene_id: &str, kept_id: &str) -> Result<(), SceneError> {
+    let memories = kept_memories(ctx, recall, scene_id, kept_id)?;
+    let write = ctx.store.transaction(|tx| alternatives::restore(tx, scene_id, kept_id, memories))?;
+    if let Some(bank) = recall.bank() {
+        bank.publish(write);
+    }
+    Ok(())
+}
+
+/// Redos a dead process left unfinished: the kept round goes back where it was, unless
+/// the new round was committed before the process died (then the redo is simply over).
+/// A scene another live process is playing is left to it. Run when the engine starts.
+pub fn recover_redos(ctx: &Arc<Context>) {
+    let pending = match ctx.store.with(alternatives::pending_redos) {
+        Ok(pending) => pending,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for unfinished redos");
+            return;
+        }
+    };
+    for (scene_id, kept_id, round) in pending {
+        let Some(_job) = ctx.jobs.try_start(round::job(&scene_id), &CancelToken::new()) else { continue };
+        let recovered = (|| -> Result<bool, SceneError> {
+            let rounds: u32 = ctx.store.with(|c| Ok(records::load_view(c, &scene_id)?.rounds))?;
+            if rounds >= round {
+                ctx.store.with(|c| alternatives::mark_redo(c, &kept_id, false))?;
+                return Ok(false);
+            }
+            put_back(ctx, &recall::Recall::open(ctx), &scene_id, &kept_id)?;
+            Ok(true)
+        })();
+        match recovered {
+            Ok(true) => {
+                tracing::info!(scene = %scene_id, round, "put back the round an interrupted redo had set aside");
+                ctx.emit(SceneEvent::RedoFailed {
+                    scene_id,
+                    round,
+                    message: "the process playing the redo stopped before it finished".into(),
+                });
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(scene = %scene_id, error = %e, "could not put back the round of an interrupted redo"),
+        }
+    }
 }
 
 /// Write the scene's summary again through `through_round` from the transcript as it now

@@ -291,6 +291,62 @@ fn a_process_killed_mid_round_leaves_no_partial_round() {
     assert_eq!((*round, messages[0].number), (1, 1));
 }
 
+/// A redo whose process is killed while the new round plays loses nothing: the next
+/// engine on the library puts the round it had set aside back, messages, memories and all.
+#[test]
+fn a_process_killed_mid_redo_gets_its_round_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    {
+        let engine = engine::start(paths.clone()).unwrap();
+        round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    }
+    let (before, messages_before) = {
+        let store = Store::open(&paths.library_file).unwrap();
+        (view(&store, &scene), store.with(|c| records::recent_messages(c, &scene, 100)).unwrap())
+    };
+    assert_eq!(before.rounds, 1);
+    write_config(&paths, "slow-script.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+        .args(["scene", "redo", &scene])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let stdout = child.stdout.take().unwrap();
+    let mut streamed = false;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["event"] == "token" {
+            streamed = true;
+            break;
+        }
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(streamed, "killed while the redo's round streamed");
+    assert_eq!(view(&Store::open(&paths.library_file).unwrap(), &scene).rounds, 0, "the dead redo had taken the round back");
+    // The next process to open the library finds the round back in place.
+    write_config(&paths, "script.json");
+    let engine = engine::start(paths.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let message = loop {
+        match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Scene(SceneEvent::RedoFailed { message, .. })) => break message,
+            Ok(_) => {}
+            Err(e) => panic!("no word of the redo: {e}"),
+        }
+    };
+    assert!(message.contains("stopped before it finished"), "{message}");
+    let store = &engine.context().store;
+    assert_eq!(view(store, &scene), before);
+    assert_eq!(store.with(|c| records::recent_messages(c, &scene, 100)).unwrap(), messages_before);
+    // And the scene plays on from it.
+    let events = round(&engine, &scene, Some("And then?"));
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { round: 2, .. })), "{:?}", events.last());
+}
+
 #[test]
 fn the_cli_creates_a_scene_and_reports_state_as_json() {
     let dir = tempfile::tempdir().unwrap();

@@ -113,9 +113,24 @@ const MAX_DIRECTOR_PASSES: u32 = 8;
 /// With `review`, the round pauses after Director pass 1 until the game master sends the
 /// plan back ([`submit_plan`]), edited or not.
 pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, review: bool, cancel: &CancelToken) -> Result<u32, SceneError> {
+    run_held(ctx, None, scene_id, input, force, review, cancel)
+}
+
+/// [`run`], with the scene's job already `held` by the caller (a redo, which must not
+/// let another round in between taking the last round back and playing it again).
+pub(crate) fn run_held(
+    ctx: &Arc<Context>,
+    held: Option<crate::context::Job>,
+    scene_id: &str,
+    input: Option<String>,
+    force: Vec<String>,
+    review: bool,
+    cancel: &CancelToken,
+) -> Result<u32, SceneError> {
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
-    let Some(job) = ctx.jobs.try_start(job(&scene_id), cancel) else {
-        return Err(SceneError::Busy(scene_id));
+    let job = match held {
+        Some(job) => job,
+        None => ctx.jobs.try_start(job(&scene_id), cancel).ok_or_else(|| SceneError::Busy(scene_id.clone()))?,
     };
     let mut config: SceneConfig = ctx.config().scene;
     // The campaign's own shares, when the game master saved some, over the config file's.
