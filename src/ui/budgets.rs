@@ -183,7 +183,7 @@ impl BudgetsPanel {
             self.preview = None;
             outbox.push(self.target.command(scene));
         }
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label("Next call of");
             let before = self.target.clone();
             ui.radio_value(&mut self.target, PreviewTarget::Director, "the Director");

@@ -160,28 +160,44 @@ impl CampaignsPanel {
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         ui.heading("Campaigns");
         super::status_line(ui, &self.status);
-        ui.horizontal_top(|ui| {
-            ui.vertical(|ui| {
-                ui.set_width(300.0);
-                self.show_tree(ui, outbox);
+        // Side by side when the tile is wide; in a narrow one the tree stands above the
+        // settings, so the settings' buttons are not pushed off the tile's edge.
+        if ui.available_width() >= 640.0 {
+            ui.horizontal_top(|ui| {
+                ui.vertical(|ui| {
+                    ui.set_width(300.0);
+                    self.show_tree(ui, outbox);
+                });
+                ui.separator();
+                ui.vertical(|ui| {
+                    egui::ScrollArea::vertical().id_salt("campaigns_detail").show(ui, |ui| self.show_detail(ui, outbox));
+                });
             });
+        } else {
+            let tree_height = (ui.available_height() * 0.4).max(120.0);
+            ui.allocate_ui(egui::vec2(ui.available_width(), tree_height), |ui| self.show_tree(ui, outbox));
             ui.separator();
-            ui.vertical(|ui| {
-                egui::ScrollArea::vertical().id_salt("campaigns_detail").show(ui, |ui| self.show_detail(ui, outbox));
-            });
-        });
+            egui::ScrollArea::vertical().id_salt("campaigns_detail").show(ui, |ui| self.show_detail(ui, outbox));
+        }
+    }
+
+    /// A name field whose button (or Enter) makes the thing named.
+    fn name_field(ui: &mut egui::Ui, label: &str, text: &mut String, width: f32, salt: &str, button: &str) -> bool {
+        ui.horizontal_wrapped(|ui| {
+            let l = ui.label(label);
+            let field = ui.add(egui::TextEdit::singleline(text).desired_width(width).id_salt(salt)).labelled_by(l.id);
+            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            let ready = !text.trim().is_empty();
+            (ui.add_enabled(ready, egui::Button::new(button)).clicked() || entered) && ready
+        })
+        .inner
     }
 
     fn show_tree(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
-        ui.horizontal(|ui| {
-            let label = ui.label("New world");
-            ui.add(egui::TextEdit::singleline(&mut self.drafts.world_name).desired_width(140.0).id_salt("campaigns_world_name"))
-                .labelled_by(label.id);
-            if ui.add_enabled(!self.drafts.world_name.trim().is_empty(), egui::Button::new("Create world")).clicked() {
-                let name = std::mem::take(&mut self.drafts.world_name);
-                outbox.push(author(AuthorCommand::NewWorld { name, description: String::new(), notes: String::new() }));
-            }
-        });
+        if Self::name_field(ui, "New world", &mut self.drafts.world_name, 140.0, "campaigns_world_name", "Create world") {
+            let name = std::mem::take(&mut self.drafts.world_name).trim().to_string();
+            outbox.push(author(AuthorCommand::NewWorld { name, description: String::new(), notes: String::new() }));
+        }
         if self.tree.worlds.is_empty() {
             ui.label("No worlds yet: create one to start a campaign.");
         }
@@ -321,14 +337,9 @@ impl CampaignsPanel {
     }
 
     fn child_form(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, label: &str, button: &str, make: impl FnOnce(String) -> Command) {
-        ui.horizontal(|ui| {
-            let l = ui.label(label);
-            ui.add(egui::TextEdit::singleline(&mut self.drafts.child_name).desired_width(180.0).id_salt("campaigns_child_name"))
-                .labelled_by(l.id);
-            if ui.add_enabled(!self.drafts.child_name.trim().is_empty(), egui::Button::new(button)).clicked() {
-                outbox.push(make(std::mem::take(&mut self.drafts.child_name)));
-            }
-        });
+        if Self::name_field(ui, label, &mut self.drafts.child_name, 180.0, "campaigns_child_name", button) {
+            outbox.push(make(std::mem::take(&mut self.drafts.child_name).trim().to_string()));
+        }
     }
 
     fn lore_form(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, level: LoreLevel, owner: &str) {
@@ -386,7 +397,7 @@ impl CampaignsPanel {
                 outbox.push(author(AuthorCommand::UsePersona { campaign: id.to_string(), persona: None }));
             }
         });
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             text_inline(ui, "Persona name", &mut self.drafts.persona_name, 120.0);
             text_inline(ui, "Persona description", &mut self.drafts.persona_description, 220.0);
             if ui.add_enabled(!self.drafts.persona_name.trim().is_empty(), egui::Button::new("Create persona")).clicked() {
@@ -454,7 +465,7 @@ impl CampaignsPanel {
                 }
             });
         }
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             text_inline(ui, "Tracker", &mut self.drafts.tracker_name, 120.0);
             text_inline(ui, "Value", &mut self.drafts.tracker_value, 120.0);
             if ui.add_enabled(!self.drafts.tracker_name.trim().is_empty(), egui::Button::new("Set tracker")).clicked() {
@@ -472,7 +483,7 @@ impl CampaignsPanel {
                 }
             });
         }
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             text_inline(ui, "Fact", &mut self.drafts.fact, 260.0);
             if ui.add_enabled(!self.drafts.fact.trim().is_empty(), egui::Button::new("Add fact")).clicked() {
                 let fact = std::mem::take(&mut self.drafts.fact);

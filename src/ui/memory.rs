@@ -643,7 +643,8 @@ impl MemoryPanel {
 }
 
 /// Hits with their three scores as bars (virtualised: only visible rows are laid out);
-/// returns the id whose "Context" button was clicked.
+/// returns the id whose row (or its "Context" button, first so a narrow tile still shows
+/// it) was clicked.
 fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Option<&str>) -> Option<String> {
     use egui_extras::{Column, TableBuilder};
     let max_kw = hits.iter().filter_map(|h| h.keyword_score).fold(0f32, f32::max);
@@ -653,15 +654,16 @@ fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Opt
         .id_salt(salt)
         .striped(true)
         .resizable(true)
+        .sense(egui::Sense::click())
         .column(Column::exact(36.0))
+        .column(Column::exact(64.0))
         .column(Column::initial(70.0))
         .column(Column::remainder().at_least(240.0).clip(true))
         .column(Column::exact(110.0))
         .column(Column::exact(110.0))
         .column(Column::exact(110.0))
-        .column(Column::exact(64.0))
         .header(22.0, |mut header| {
-            for title in ["#", "Speaker", "Memory", "Fused", "Keyword", "Vector", ""] {
+            for title in ["#", "", "Speaker", "Memory", "Fused", "Keyword", "Vector"] {
                 header.col(|ui| {
                     ui.strong(title);
                 });
@@ -673,6 +675,11 @@ fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Opt
                 row.set_selected(selected == Some(hit.id.as_str()));
                 row.col(|ui| {
                     ui.label(hit.rank.to_string());
+                });
+                row.col(|ui| {
+                    if ui.small_button("Context").on_hover_text("Show the turns around this memory").clicked() {
+                        open = Some(hit.id.clone());
+                    }
                 });
                 row.col(|ui| {
                     ui.label(hit.speaker.as_deref().unwrap_or(hit.kind.as_str()));
@@ -696,11 +703,9 @@ fn hit_table(ui: &mut egui::Ui, salt: &str, hits: &[RetrievalHit], selected: Opt
                 row.col(|ui| score_bar(ui, scored.then_some(hit.score), max_fused, "fused"));
                 row.col(|ui| score_bar(ui, hit.keyword_score, max_kw, "keyword"));
                 row.col(|ui| score_bar(ui, hit.vector_score, 1.0, "vector"));
-                row.col(|ui| {
-                    if ui.small_button("Context").on_hover_text("Show the turns around this memory").clicked() {
-                        open = Some(hit.id.clone());
-                    }
-                });
+                if row.response().clicked() {
+                    open = Some(hit.id.clone());
+                }
             });
         });
     open

@@ -129,7 +129,7 @@ impl PromptPanel {
             self.refresh(outbox);
         }
         ui.heading("Prompt");
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label(format!("The newest {} LLM calls, exactly as sent.", self.calls.len()));
             if ui.button("Refresh").clicked() {
                 self.refresh(outbox);

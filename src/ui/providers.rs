@@ -88,7 +88,7 @@ impl ServerSection {
     fn show(&mut self, ui: &mut egui::Ui) {
         ui.strong("Server");
         ui.label("Serve this library over HTTP and WebSocket (the identity API, scenes, chat, memory).");
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let running = self.running.is_some();
             let label = ui.label("Address");
             ui.add_enabled(!running, egui::TextEdit::singleline(&mut self.addr).desired_width(160.0).id_salt("server_addr")).labelled_by(label.id);
@@ -378,7 +378,7 @@ impl ProvidersPanel {
         }
         let label = ui.label("API key");
         ui.vertical(|ui| {
-            ui.horizontal(|ui| {
+            ui.horizontal_wrapped(|ui| {
                 let field = ui
                     .add(
                         egui::TextEdit::singleline(&mut self.keys.typed)

@@ -173,6 +173,37 @@ fn the_scene_panel_adds_a_character_to_the_cast_and_takes_them_out() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.id == scene && s.view.cast.iter().all(|c| c.name != "Ilse Marrow")));
 }
 
+/// In a narrow window the Campaigns panel puts the tree above the settings, so the
+/// settings' buttons stay on screen, and a name typed into "New campaign" is made with
+/// Enter as with the button.
+#[test]
+fn a_campaign_is_made_in_a_narrow_window_with_enter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo");
+    let width = 560.0;
+    let mut harness =
+        Harness::builder().with_max_steps(MAX_STEPS).with_size([width, 900.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    nav(&harness, "Campaigns").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.campaigns().tree().worlds.is_empty());
+    harness.run();
+    harness.get_by_label("Settings of world The Saltmarsh Coast").click();
+    harness.run();
+    let button = harness.get_by_label("Create campaign").rect();
+    assert!(button.max.x <= width, "the button is on screen: {button:?}");
+    text_field(&harness, "New campaign").click();
+    harness.run();
+    text_field(&harness, "New campaign").type_text("Harbour Nights");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.campaigns().tree().worlds.iter().flat_map(|w| &w.campaigns).any(|c| c.name == "Harbour Nights")
+    });
+}
+
 /// A plain V2 card for Maren Vosk, a lock-keeper.
 fn maren_card() -> serde_json::Value {
     serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
