@@ -18,7 +18,9 @@ use super::model::{CastMember, STATE_FIELDS, SceneMessage, SceneView};
 use super::records::SceneNotes;
 use super::lore::{LoreCall, LorePlace, PreparedLore};
 use crate::lorebook::{InsertionPosition, PromptRole};
+use crate::llm::structured::{StructuredOptions, schema_instruction};
 use crate::llm::tokens::estimate;
+use crate::llm::ResponseFormat;
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
 use crate::prompting::macros::{MacroContext, expand};
@@ -126,39 +128,80 @@ pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInpu
     envelope
 }
 
-/// Tokens kept for the reply when the profile does not cap it (`max_tokens` unset): a
-/// quarter of the context, at most this.
-pub const DEFAULT_REPLY_TOKENS: u32 = 1024;
+/// What a call adds to the envelope's prompt and asks back, planned before the section
+/// shares apply so the prompt as sent plus the reply's cap fit the model's context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+pub struct ReplyPlan {
+    /// The reply's `max_tokens`: sent with the request (see [`ReplyPlan::apply`]).
+    pub tokens: u32,
+    /// What the structured-output layer adds to the system prompt: the JSON Schema's
+    /// text, a few thousand characters for the Director's plan.
+    pub appended: u32,
+}
 
-/// The reply's share of the context: the profile's `max_tokens`, or a default.
-pub fn reply_reserve(profile: &crate::llm::ProviderProfile) -> u32 {
-    profile.sampler.max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS.min(profile.max_context_tokens / 4)).min(profile.max_context_tokens)
+impl ReplyPlan {
+    /// A prose reply (a character, the Narrator).
+    pub fn prose(profile: &crate::llm::ProviderProfile) -> Self {
+        Self { tokens: reply_reserve(profile, &ResponseFormat::Text), appended: 0 }
+    }
+
+    /// A structured reply of `schema`, asked with `options` (whose `schema_in_prompt`
+    /// says whether the schema's text joins the prompt).
+    pub fn structured(profile: &crate::llm::ProviderProfile, schema: &serde_json::Value, options: &StructuredOptions) -> Self {
+        let format = ResponseFormat::JsonSchema { name: String::new(), schema: schema.clone() };
+        let appended = schema_instruction(schema, options).map_or(0, |text| estimate(&format!("\n\n{text}")));
+        Self { tokens: reply_reserve(profile, &format), appended }
+    }
+
+    /// Put the planned cap on the request. The embedded model sizes its reply from the
+    /// grammar it decodes under, so it is left to do that unless the profile caps it.
+    pub fn apply(&self, profile: &crate::llm::ProviderProfile, request: &mut crate::llm::ChatRequest) {
+        if profile.kind != crate::llm::ProviderKind::Local || profile.sampler.max_tokens.is_some() {
+            request.sampler.max_tokens = Some(self.tokens);
+        }
+    }
+}
+
+/// The reply's share of the context: the profile's `max_tokens` when it sets one (the
+/// budget plans for it, whatever it costs the sections), else the client's default cap
+/// for the format held to a quarter of the context.
+pub fn reply_reserve(profile: &crate::llm::ProviderProfile, format: &ResponseFormat) -> u32 {
+    crate::llm::client::planned_reply_cap(profile, format)
+}
+
+/// Estimated tokens of `prompt` as sent: both messages with their framing, plus what
+/// the structured layer appends.
+pub fn prompt_tokens(prompt: &RenderedPrompt, reply: ReplyPlan) -> u32 {
+    let messages = [crate::llm::ChatMessage::system(prompt.system.clone()), crate::llm::ChatMessage::user(prompt.user.clone())];
+    crate::llm::tokens::estimate_messages(&messages).saturating_add(reply.appended)
 }
 
 /// What one call keeps off the top before the section shares apply: the template's own
-/// instructions (the prompt rendered with every section empty), the turn, and the reply.
+/// instructions (the prompt rendered with every section empty), the turn, what the
+/// structured layer appends, and the reply.
 pub fn reserve(
     templates: &PromptTemplates,
     agent: AgentKind,
     character: Option<&CastMember>,
     turn: &str,
-    reply_tokens: u32,
+    reply: ReplyPlan,
 ) -> Result<u32, TemplateError> {
     let empty = Envelope {
         kept: BTreeMap::new(),
-        ledger: BudgetLedger { max_context_tokens: 0, sections: Vec::new() },
+        ledger: BudgetLedger::default(),
         notes: Vec::new(),
         lore_places: BTreeMap::new(),
     };
     let bare = render(templates, agent, &empty, character, turn)?;
-    Ok(estimate(&bare.system).saturating_add(estimate(&bare.user)).saturating_add(reply_tokens))
+    Ok(prompt_tokens(&bare, reply).saturating_add(reply.tokens))
 }
 
 /// Assemble and render one call so that its prompt plus the reply's `max_tokens` fit
-/// the model's context: the instructions, the turn and the reply are reserved first,
-/// the section shares apply to the rest, and should the rendered prompt still not fit
-/// (each item's own markup), the sections are fitted again into less. Lore timers
-/// advance once, for the envelope that is sent.
+/// the model's context: the instructions, the turn, the schema's text and the reply are
+/// reserved first, the section shares apply to the rest, and should the rendered prompt
+/// still not fit (each item's own markup), the sections are fitted again into less.
+/// Lore timers advance once, for the envelope that is sent. The ledger counts the whole
+/// prompt as sent (`prompt_tokens`) and the reply's cap.
 #[allow(clippy::too_many_arguments)]
 pub fn assemble_for_call(
     templates: &PromptTemplates,
@@ -167,28 +210,51 @@ pub fn assemble_for_call(
     turn: &str,
     plan: &BudgetPlan,
     profile: &crate::llm::ProviderProfile,
+    reply: &mut ReplyPlan,
     input: &EnvelopeInput<'_>,
     lore_state: &mut ActivationState,
 ) -> Result<(Envelope, RenderedPrompt), TemplateError> {
     let max = profile.max_context_tokens;
-    let reply = reply_reserve(profile);
-    let reserved = reserve(templates, agent, character, turn, reply)?;
+    let mut reserved = reserve(templates, agent, character, turn, *reply)?;
+    // The instructions, the turn and the schema leave less than the reply's cap: the
+    // reply gets what is left (the client never sends less than its floor), rather than
+    // a request the server must refuse.
+    let mut shrunk = None;
+    if reserved > max {
+        let fixed = reserved - reply.tokens;
+        let tokens = max.saturating_sub(fixed).max(crate::llm::client::MIN_REPLY_CAP.min(reply.tokens));
+        shrunk = Some(reply.tokens);
+        reply.tokens = tokens;
+        reserved = fixed + tokens;
+    }
+    let reply = *reply;
     let mut budget = max.saturating_sub(reserved);
+    let finish = |mut envelope: Envelope, prompt: &RenderedPrompt| {
+        envelope.ledger.prompt_tokens = prompt_tokens(prompt, reply);
+        envelope.ledger.reply_tokens = reply.tokens;
+        envelope.ledger.context_tokens = max;
+        envelope
+    };
     for _ in 0..4 {
         let mut state = lore_state.clone();
         let mut envelope = assemble(plan, budget, input, &mut state);
         let prompt = render(templates, agent, &envelope, character, turn)?;
-        let total = estimate(&prompt.system).saturating_add(estimate(&prompt.user)).saturating_add(reply);
+        let total = prompt_tokens(&prompt, reply).saturating_add(reply.tokens);
         if total <= max || budget == 0 {
+            let schema = if reply.appended > 0 { format!(" ({} of them the reply's JSON Schema)", reply.appended) } else { String::new() };
             envelope.notes.push(format!(
-                "context: {max} tokens; {} kept for the instructions and the turn, {reply} for the reply; the sections shared {budget}",
-                reserved.saturating_sub(reply)
+                "context: {max} tokens; {} kept for the instructions and the turn{schema}, {} for the reply; the sections shared {budget}",
+                reserved.saturating_sub(reply.tokens),
+                reply.tokens
             ));
+            if let Some(asked) = shrunk {
+                envelope.notes.push(format!("the reply's cap was cut from {asked} to {} tokens: the instructions, the turn and the schema leave no more", reply.tokens));
+            }
             if total > max {
                 envelope.notes.push(format!("the instructions and the turn alone need {total} tokens with the reply: more than the context holds"));
             }
             *lore_state = state;
-            return Ok((envelope, prompt));
+            return Ok((finish(envelope, &prompt), prompt));
         }
         budget = budget.saturating_sub(total - max + 16);
     }
@@ -198,7 +264,7 @@ pub fn assemble_for_call(
     envelope.notes.push("context: the sections were left out to keep the prompt within the context".into());
     let prompt = render(templates, agent, &envelope, character, turn)?;
     *lore_state = state;
-    Ok((envelope, prompt))
+    Ok((finish(envelope, &prompt), prompt))
 }
 
 /// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
@@ -675,10 +741,10 @@ mod tests {
             })
             .collect();
         let member = view.active().next().expect("someone is present").clone();
-        for (max, reply) in [(2048u32, Some(512u32)), (8192, Some(1024)), (131_072, Some(4096)), (8192, None)] {
+        for (max, reply_tokens) in [(2048u32, Some(512u32)), (8192, Some(1024)), (131_072, Some(4096)), (8192, None), (4096, None), (1500, None)] {
             let profile = crate::llm::ProviderProfile {
                 max_context_tokens: max,
-                sampler: crate::llm::SamplerSettings { max_tokens: reply, ..Default::default() },
+                sampler: crate::llm::SamplerSettings { max_tokens: reply_tokens, ..Default::default() },
                 ..Default::default()
             };
             for (agent, character) in [(AgentKind::Director, None), (AgentKind::Character, Some(&member))] {
@@ -697,19 +763,40 @@ mod tests {
                     cancel: None,
                     bank: None,
                 };
-                let turn = match agent {
-                    AgentKind::Director => director_turn(1000, Some("I light the lamp.")),
-                    _ => character_turn(&member.name),
+                let (turn, mut reply) = match agent {
+                    AgentKind::Director => {
+                        let (schema, options) = crate::scene::round::director_schema::<crate::scene::model::DirectorPlan>(&profile, &view);
+                        (director_turn(1000, Some("I light the lamp.")), ReplyPlan::structured(&profile, &schema, &options))
+                    }
+                    _ => (character_turn(&member.name), ReplyPlan::prose(&profile)),
                 };
                 let mut state = ActivationState::default();
                 let (envelope, prompt) =
-                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &input, &mut state).unwrap();
-                let sent = estimate(&prompt.system) + estimate(&prompt.user);
-                let reserved = reply_reserve(&profile);
-                assert!(sent + reserved <= max, "{agent:?} at {max}: {sent} sent + {reserved} for the reply > {max}");
+                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &mut reply, &input, &mut state).unwrap();
+                // The request as the structured layer sends it: the schema's text joins the system prompt.
+                let mut system = prompt.system.clone();
+                if agent == AgentKind::Director {
+                    let (schema, options) = crate::scene::round::director_schema::<crate::scene::model::DirectorPlan>(&profile, &view);
+                    system = format!("{}\n\n{}", system.trim_end(), schema_instruction(&schema, &options).unwrap());
+                    assert!(reply.appended > 500, "the schema is counted: {reply:?}");
+                }
+                let sent = crate::llm::tokens::estimate_messages(&[crate::llm::ChatMessage::system(system), crate::llm::ChatMessage::user(prompt.user.clone())]);
+                assert!(sent + reply.tokens <= max, "{agent:?} at {max}: {sent} sent + {} for the reply > {max}", reply.tokens);
+                assert_eq!(envelope.ledger.prompt_tokens, prompt_tokens(&prompt, reply), "the ledger counts the whole prompt");
+                assert!(envelope.ledger.prompt_tokens + 2 >= sent, "{} counted, {sent} sent", envelope.ledger.prompt_tokens);
+                // Without a cap of its own the reply takes at most a quarter of the context;
+                // a cap the profile sets is kept whole unless the instructions leave less.
+                assert!(reply.tokens <= reply_tokens.unwrap_or(max / 4), "{reply:?}");
+                if max >= 2048 {
+                    assert_eq!(Some(reply.tokens), reply_tokens.or(Some(reply.tokens)), "the profile's cap is planned for");
+                }
                 let history_used = envelope.ledger.sections.iter().find(|s| s.section == Section::History).map_or(0, |s| s.used);
                 // The room left is used: at 128k far more history goes than at 2k.
-                assert!(history_used > max / 8, "{agent:?} at {max}: only {history_used} tokens of history");
+                let shared = envelope.ledger.max_context_tokens;
+                // (At 1,500 the Director's instructions and schema leave nothing to share.)
+                if max >= 2048 || agent == AgentKind::Character {
+                    assert!(history_used > shared / 8 && shared > max / 20, "{agent:?} at {max}: only {history_used} tokens of history of {shared}");
+                }
                 assert!(envelope.notes.iter().any(|n| n.starts_with(&format!("context: {max} tokens"))), "{:?}", envelope.notes);
             }
         }

@@ -1232,3 +1232,62 @@ fn scene_cancel_stops_a_round_running_in_another_process() {
     let idle = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "cancel", &scene]).output().unwrap();
     assert!(String::from_utf8_lossy(&idle.stdout).contains("no round is running"), "{}", String::from_utf8_lossy(&idle.stdout));
 }
+
+/// With a small context and no `max_tokens` on the profile, every call of a round (the
+/// Director's plan with its JSON Schema in the prompt, its re-ask, the characters, the
+/// Narrator, the World agent, the reconciliation) asks for a prompt plus a reply cap
+/// that fit the context: a vLLM-style server refuses anything more. The ledger counts
+/// the whole prompt, schema included.
+#[test]
+fn every_call_of_a_round_fits_prompt_and_reply_in_the_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    // The first plan names nobody real: its re-ask carries the reply and the errors too.
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            let original = rule["reply"].take();
+            rule["replies"] = serde_json::json!([{"json": {"actingCharacters": [{"name": "state_update"}]}}, original]);
+            rule.as_object_mut().unwrap().remove("reply");
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let max = 2048u32;
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.profiles.iter_mut().for_each(|p| p.max_context_tokens = max);
+    config.scene.world_agent = true;
+    config.save(&paths.config_file).unwrap();
+    // Plenty of everything the sections can hold: the budget, not the material, decides.
+    let facts: Vec<String> = (0..300).map(|i| format!("Fact {i}: the harbour bell number {i} rang at dusk and nobody answered it.")).collect();
+    Store::open(&paths.library_file)
+        .unwrap()
+        .with(|c| {
+            c.execute("UPDATE campaign_state SET facts_json = ?1", [serde_json::to_string(&facts).unwrap()])?;
+            Ok(())
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let store = &engine.context().store;
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let agents: Vec<&str> = calls.iter().map(|c| c.agent.as_str()).collect();
+    assert!(agents.iter().filter(|a| **a == "director").count() >= 3, "plan, its re-ask, reconcile: {agents:?}");
+    assert!(agents.contains(&"world") && agents.contains(&"character"), "{agents:?}");
+    for call in &calls {
+        let prompt = lorekeeper::llm::tokens::estimate_messages(&call.request.messages);
+        let reply = call.request.sampler.max_tokens.expect("every call carries a reply cap");
+        assert!(prompt + reply <= max, "{}: {prompt} prompt + {reply} reply > {max}", call.agent);
+        // The mock server of the long campaign counted a quarter of the characters.
+        let chars: usize = call.request.messages.iter().map(|m| m.content.len()).sum();
+        assert!(chars as u32 / 4 + reply <= max, "{}: {chars} characters + {reply}", call.agent);
+    }
+    // The Director's ledger counts the prompt as sent, its JSON Schema included.
+    let director = calls.iter().rev().find(|c| c.agent == "director").unwrap();
+    assert!(director.request.messages[0].content.contains("<json_schema>"));
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let ledger = &record.ledgers.as_array().unwrap()[0]["ledger"];
+    let sent = lorekeeper::llm::tokens::estimate_messages(&director.request.messages) as u64;
+    let counted = ledger["prompt_tokens"].as_u64().unwrap();
+    assert!(counted + 4 >= sent && counted <= sent + 4, "counted {counted}, sent {sent}");
+    assert_eq!(ledger["context_tokens"].as_u64(), Some(u64::from(max)));
+    assert_eq!(ledger["reply_tokens"].as_u64(), director.request.sampler.max_tokens.map(u64::from));
+}

@@ -16,6 +16,7 @@ mod review;
 mod stages;
 
 pub use review::submit as submit_plan;
+pub(crate) use stages::director_schema;
 
 use super::envelope::{self, AgentKind, EnvelopeInput};
 use super::model::{ActingCharacter, CastMember, CharacterState, STATE_FIELDS, SceneMessage, SceneView, StateUpdate};
@@ -230,6 +231,7 @@ fn character_turn(
         name: member.name.clone(),
     });
     let turn = envelope::character_turn(&member.name);
+    let mut reply = envelope::ReplyPlan::prose(&agents.character.1);
     let (envelope, prompt) = envelope::assemble_for_call(
         &agents.templates,
         AgentKind::Character,
@@ -237,6 +239,7 @@ fn character_turn(
         &turn,
         &config.budgets,
         &agents.character.1,
+        &mut reply,
         &EnvelopeInput {
             agent: AgentKind::Character,
             view: call.live,
@@ -254,7 +257,8 @@ fn character_turn(
         },
         lore_state,
     )?;
-    let request = request_for(&agents.character.1, prompt.system, prompt.user, true);
+    let mut request = request_for(&agents.character.1, prompt.system, prompt.user, true);
+    reply.apply(&agents.character.1, &mut request);
     let sink = ctx.clone();
     let (scene, id) = (scene_id.to_string(), member.id.clone());
     let on_token = move |text: &str| {

@@ -159,33 +159,48 @@ fn cancelled(cancel: &CancelToken) -> Result<(), SceneError> {
     if cancel.is_cancelled() { Err(SceneError::Llm(LlmError::Cancelled)) } else { Ok(()) }
 }
 
+/// The schema and options of a Director call (either pass) for `view`'s cast. The
+/// embedded model decodes under the schema's grammar: with the cast written in, it
+/// cannot name anyone else, and the schema's text stays out of its prompt (a small
+/// model would only copy it into the values). Other servers keep the plain schema, so a
+/// stray unknown name beside real ones is only ignored (and recorded), as it always was.
+pub(crate) fn director_schema<T: schemars::JsonSchema>(profile: &crate::llm::ProviderProfile, view: &SceneView) -> (serde_json::Value, StructuredOptions) {
+    let mut options = StructuredOptions::default();
+    // The type's doc comment (notes on the wire format for whoever reads the code),
+    // its title and draft say nothing to the model and cost a small context dearly.
+    let mut full = schema_for::<T>();
+    if let Some(top) = full.as_object_mut() {
+        for key in ["description", "title", "$schema"] {
+            top.remove(key);
+        }
+    }
+    let schema = if profile.kind == crate::llm::ProviderKind::Local {
+        let cast: Vec<Member<'_>> = view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
+        options.schema_in_prompt = false;
+        small_model_schema(cast_schema(full, &cast))
+    } else {
+        full
+    };
+    (schema, options)
+}
+
 /// One structured call of the Director (either pass): send the rendered envelope, ask for `T`
-/// (validated, repaired, re-asked), and keep the call's ledger and tokens in the draft.
+/// (validated, repaired, re-asked) under the schema and reply cap the envelope was
+/// planned with, and keep the call's ledger and tokens in the draft.
+#[allow(clippy::too_many_arguments)]
 fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     agents: &Agents,
     name: &str,
-    envelope: envelope::Envelope,
-    prompt: envelope::RenderedPrompt,
+    (envelope, prompt): (envelope::Envelope, envelope::RenderedPrompt),
+    (schema, mut options, reply): (serde_json::Value, StructuredOptions, envelope::ReplyPlan),
     draft: &mut RoundDraft,
     check: ContentCheck,
     settle_without: bool,
     cancel: &CancelToken,
 ) -> Result<Option<T>, SceneError> {
-    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
-    let mut options = StructuredOptions::default();
+    let mut request = request_for(&agents.director.1, prompt.system, prompt.user, false);
+    reply.apply(&agents.director.1, &mut request);
     options.content.checks.push(check);
-    // The embedded model decodes under the schema's grammar: with the cast written in,
-    // it cannot name anyone else. Other servers keep the plain schema, so a stray
-    // unknown name beside real ones is only ignored (and recorded), as it always was.
-    let cast: Vec<Member<'_>> = draft.view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
-    let schema = if agents.director.1.kind == crate::llm::ProviderKind::Local {
-        // The grammar holds the shape; the schema's text in the prompt would only be
-        // copied into the values by a small model.
-        options.schema_in_prompt = false;
-        small_model_schema(cast_schema(schema_for::<T>(), &cast))
-    } else {
-        schema_for::<T>()
-    };
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     let mut notes = envelope.notes;
@@ -415,6 +430,8 @@ pub(super) fn director_plan(
     cancel: &CancelToken,
 ) -> Result<DirectorPlan, SceneError> {
     let turn = envelope::director_turn(draft.round, draft.input.as_deref());
+    let (schema, options) = director_schema::<DirectorPlan>(&agents.director.1, &draft.view);
+    let mut reply = envelope::ReplyPlan::structured(&agents.director.1, &schema, &options);
     let mut lore_state = std::mem::take(&mut draft.lore_state);
     let fitted = envelope::assemble_for_call(
         &agents.templates,
@@ -423,13 +440,15 @@ pub(super) fn director_plan(
         &turn,
         &config.budgets,
         &agents.director.1,
+        &mut reply,
         &draft.envelope_input(AgentKind::Director, &draft.view, config, Vec::new()),
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let (envelope, prompt) = fitted?;
+    let fitted = fitted?;
     let check = cast_check(&draft.view, draft.force.is_empty());
-    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, check, false, cancel)?.unwrap_or_default();
+    let plan: DirectorPlan =
+        director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
@@ -676,6 +695,8 @@ pub(super) fn reconcile(
 ) -> Result<bool, SceneError> {
     let mut lore_state = std::mem::take(&mut draft.lore_state);
     let turn = envelope::reconcile_turn(draft.round);
+    let (schema, options) = director_schema::<Reconciliation>(&agents.director.1, &draft.view);
+    let mut reply = envelope::ReplyPlan::structured(&agents.director.1, &schema, &options);
     let fitted = envelope::assemble_for_call(
         &agents.templates,
         AgentKind::Reconcile,
@@ -683,13 +704,15 @@ pub(super) fn reconcile(
         &turn,
         &config.budgets,
         &agents.director.1,
+        &mut reply,
         &draft.envelope_input(AgentKind::Reconcile, &draft.live, config, vec![plan.open_guidance.clone()]),
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let (envelope, prompt) = fitted?;
+    let fitted = fitted?;
+    let check = cast_check(&draft.view, false);
     let Some(reconciliation) =
-        director_call::<Reconciliation>(agents, "director (reconcile)", envelope, prompt, draft, cast_check(&draft.view, false), true, cancel)?
+        director_call::<Reconciliation>(agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
     else {
         return Ok(false);
     };
