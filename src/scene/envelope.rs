@@ -471,7 +471,15 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
         if input.agent == AgentKind::Character && !own && !member.active {
             continue;
         }
-        let mut text = format!("{}{}", member.name, if member.active { " (in the scene)" } else { " (not in the scene)" });
+        // The game master's mute: the Director and everyone planning with it are told who
+        // cannot be picked to act; a character need not know.
+        let place = match (member.active, member.muted && input.agent != AgentKind::Character) {
+            (true, false) => " (in the scene)",
+            (true, true) => " (in the scene; muted by the game master: cannot act)",
+            (false, false) => " (not in the scene)",
+            (false, true) => " (not in the scene; muted by the game master: cannot act)",
+        };
+        let mut text = format!("{}{place}", member.name);
         if own || input.agent != AgentKind::Character {
             text.push('\n');
             // A card's `{{char}}` is the card's own character, whoever the call is for.
@@ -793,8 +801,9 @@ mod tests {
                 let history_used = envelope.ledger.sections.iter().find(|s| s.section == Section::History).map_or(0, |s| s.used);
                 // The room left is used: at 128k far more history goes than at 2k.
                 let shared = envelope.ledger.max_context_tokens;
-                // (At 1,500 the Director's instructions and schema leave nothing to share.)
-                if max >= 2048 || agent == AgentKind::Character {
+                // (At 2,048 and less the Director's instructions and schema leave the
+                // sections a few hundred tokens, less than one of these long messages.)
+                if max > 2048 || agent == AgentKind::Character {
                     assert!(history_used > shared / 8 && shared > max / 20, "{agent:?} at {max}: only {history_used} tokens of history of {shared}");
                 }
                 assert!(envelope.notes.iter().any(|n| n.starts_with(&format!("context: {max} tokens"))), "{:?}", envelope.notes);

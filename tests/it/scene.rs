@@ -1291,3 +1291,37 @@ fn every_call_of_a_round_fits_prompt_and_reply_in_the_context() {
     assert_eq!(ledger["context_tokens"].as_u64(), Some(u64::from(max)));
     assert_eq!(ledger["reply_tokens"].as_u64(), director.request.sampler.max_tokens.map(u64::from));
 }
+
+/// A muted character is marked so in the Director's prompt, and when the Director names
+/// only them, the correction offers only those who can act; the round then plays.
+#[test]
+fn the_director_is_told_who_is_muted_and_corrected_toward_who_can_act() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            rule.as_object_mut().unwrap().remove("reply");
+            rule["replies"] = serde_json::json!([
+                {"json": {"actingCharacters": [{"name": "Ossian Vale", "guidance": "Check the boat."}]}},
+                {"json": {"actingCharacters": [{"name": "Wren Talloway", "guidance": "Read the letter."}]}}
+            ]);
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    engine.send(Command::Scene(SceneCommand::Mute { scene: scene.clone(), character: "Ossian Vale".into(), muted: true })).unwrap();
+    collect(&engine, |e| matches!(e, SceneEvent::Muted { .. }));
+    let events = round(&engine, &scene, Some("Someone should check the boat."));
+    let acted: Vec<&str> = events.iter().filter_map(|e| if let SceneEvent::CharacterStarted { name, .. } = e { Some(name.as_str()) } else { None }).collect();
+    assert_eq!(acted, ["Wren Talloway"]);
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let plans: Vec<_> = calls.iter().rev().filter(|c| c.agent == "director" && c.request.messages[0].content.contains("which characters act")).collect();
+    assert_eq!(plans.len(), 2, "the plan and its re-ask");
+    let system = &plans[0].request.messages[0].content;
+    assert!(system.contains("Ossian Vale (in the scene; muted by the game master: cannot act)"), "{system}");
+    assert!(system.contains("Wren Talloway (in the scene)\n"), "{system}");
+    let correction = &plans[1].request.messages.last().unwrap().content;
+    let line = correction.lines().find(|l| l.contains("/actingCharacters")).expect("the cast error");
+    assert!(line.contains("who can act: Wren Talloway (or bring in one of Marguerite Siltborne with activations)"), "{line}");
+    assert!(!line.contains("Ossian"), "a muted character is not offered: {line}");
+}

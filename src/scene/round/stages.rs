@@ -330,6 +330,14 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
     Arc::new(move |value: &serde_json::Value| {
         let known = |name: &str| cast.iter().any(|(n, _, _)| n.eq_ignore_ascii_case(name.trim()));
         let names = cast.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+        // Who the correction offers: only those who can act (muted characters cannot).
+        let who = |present: bool| cast.iter().filter(|(_, a, m)| *a == present && !m).map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+        let (present, absent) = (who(true), who(false));
+        let choose = match (present.is_empty(), absent.is_empty()) {
+            (false, true) => format!("name at least one of the characters in this scene who can act: {present}"),
+            (false, false) => format!("name at least one of the characters in this scene who can act: {present} (or bring in one of {absent} with activations)"),
+            _ => format!("nobody who can act is in the scene: bring in one of {absent} with activations and name them"),
+        };
         let field = |camel: &str, snake: &str| value.get(camel).or_else(|| value.get(snake)).cloned();
         let listed = |camel: &str, snake: &str| -> Vec<String> {
             field(camel, snake)
@@ -354,7 +362,7 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
             let named = if acting.iter().all(|n| known(n)) && !acting.is_empty() { "names only characters who are absent or muted".into() } else { named };
             problems.push(crate::llm::structured::SchemaError {
                 path: "/actingCharacters".into(),
-                message: format!("{named}, so nobody would act; name at least one of the characters in this scene: {names} (bring one in with activations if none is present)"),
+                message: format!("{named}, so nobody would act; {choose}"),
                 schema_path: "content/cast".into(),
             });
         }
