@@ -10,7 +10,8 @@
 //!   [`super::lore`]); the activation's budget is the lore section's allocation, and
 //!   entries held back (budget, probability, groups, timers) are in the ledger;
 //! - memories: what the acting character witnessed, retrieved by the round;
-//! - notes: world / campaign / arc / scene notes, persona, trackers and facts;
+//! - notes: world / campaign / arc / scene notes, persona, trackers, facts and the
+//!   campaign's in-fiction time in words;
 //! - director guidance: the Director's words for the acting character;
 //! - character guidance: character sheets and their current states.
 
@@ -450,6 +451,12 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
         let trackers: Vec<String> = input.view.trackers.iter().map(|(k, v)| format!("{k} = {v}")).collect();
         notes.push(item("trackers", format!("Trackers: {}", trackers.join("; ")), 7.0));
     }
+    // The campaign's clock, in words: the World agent reports the minutes a round took
+    // and everyone else should know whether it is the first evening or the third week.
+    if input.view.elapsed_minutes > 0 {
+        let time = format!("Time in the story: {} since the campaign began", said_duration(input.view.elapsed_minutes));
+        notes.push(item("in-fiction time", time, 6.5));
+    }
     for (i, fact) in input.view.facts.iter().enumerate() {
         notes.push(item(format!("fact {}", i + 1), format!("Fact: {fact}"), 4.0 + i as f64 / 1000.0));
     }
@@ -498,6 +505,31 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
     }
     candidates.insert(Section::CharacterGuidance, sheets);
     candidates
+}
+
+/// `minutes` as a person says it: "1 day, 9 hours and 20 minutes", "3 weeks and 2 days".
+/// Years and weeks are counted when they fit; the two or three largest units are said.
+pub fn said_duration(minutes: u64) -> String {
+    if minutes == 0 {
+        return "no time".into();
+    }
+    let units = [("year", 365 * 24 * 60), ("week", 7 * 24 * 60), ("day", 24 * 60), ("hour", 60), ("minute", 1)];
+    let mut left = minutes;
+    let mut parts = Vec::new();
+    for (name, size) in units {
+        let n = left / size;
+        left %= size;
+        if n > 0 {
+            parts.push(format!("{n} {name}{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    // A long campaign is told in its large units: "2 years, 3 weeks and 1 day".
+    parts.truncate(3);
+    match parts.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "no time".into(),
+    }
 }
 
 fn capitalise(text: &str) -> String {
@@ -809,6 +841,16 @@ mod tests {
                 assert!(envelope.notes.iter().any(|n| n.starts_with(&format!("context: {max} tokens"))), "{:?}", envelope.notes);
             }
         }
+    }
+
+    #[test]
+    fn in_fiction_time_is_said_in_words() {
+        assert_eq!(said_duration(2000), "1 day, 9 hours and 20 minutes");
+        assert_eq!(said_duration(1), "1 minute");
+        assert_eq!(said_duration(120), "2 hours");
+        assert_eq!(said_duration(61), "1 hour and 1 minute");
+        assert_eq!(said_duration(23 * 24 * 60 + 5), "3 weeks, 2 days and 5 minutes");
+        assert_eq!(said_duration(2 * 365 * 24 * 60 + 24 * 60 + 7), "2 years, 1 day and 7 minutes");
     }
 
     /// A card's sheet whose macro had to be limited says so in the call's notes, naming

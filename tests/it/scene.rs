@@ -1325,3 +1325,34 @@ fn the_director_is_told_who_is_muted_and_corrected_toward_who_can_act() {
     assert!(line.contains("who can act: Wren Talloway (or bring in one of Marguerite Siltborne with activations)"), "{line}");
     assert!(!line.contains("Ossian"), "a muted character is not offered: {line}");
 }
+
+/// The campaign's clock reaches every agent of a round, in words: the Director, the
+/// characters, the Narrator, the World agent (asked how many minutes passed) and the
+/// reconciliation.
+#[test]
+fn every_agent_is_told_the_in_fiction_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.world_agent = true;
+    config.save(&paths.config_file).unwrap();
+    // As `campaign time <campaign> 2000` leaves it.
+    Store::open(&paths.library_file)
+        .unwrap()
+        .with(|c| {
+            c.execute("UPDATE campaign_state SET elapsed_minutes = 2000", [])?;
+            Ok(())
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("How long have we been here?"));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let mut agents: Vec<&str> = calls.iter().map(|c| c.agent.as_str()).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    assert_eq!(agents, ["character", "director", "narrator", "world"]);
+    for call in &calls {
+        let system = &call.request.messages[0].content;
+        assert!(system.contains("Time in the story: 1 day, 9 hours and 20 minutes since the campaign began"), "{}: {system}", call.agent);
+    }
+}
