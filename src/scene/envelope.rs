@@ -496,7 +496,12 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
             text.push_str(&expanded.text);
             macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
         }
-        let state = state_line(member);
+        // What others can see of a character (where it is, how it looks and seems, what
+        // it is doing) is told to everyone; what it means to do only to itself and to
+        // those who plan the round (the Director, the World agent). The Narrator's words
+        // become what every character present witnessed, so it sees no one's intentions.
+        let private = own || !matches!(input.agent, AgentKind::Character | AgentKind::Narrator);
+        let state = state_line(member, private);
         if !state.is_empty() {
             text.push_str(&format!("\nState: {state}"));
         }
@@ -537,9 +542,14 @@ fn capitalise(text: &str) -> String {
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
-fn state_line(member: &CastMember) -> String {
+/// The state fields only a character itself (and the round's planners) may read.
+pub const PRIVATE_STATE_FIELDS: [&str; 1] = ["intentions"];
+
+/// `member`'s state as a prompt line; the private fields only with `private`.
+fn state_line(member: &CastMember, private: bool) -> String {
     STATE_FIELDS
         .iter()
+        .filter(|f| private || !PRIVATE_STATE_FIELDS.contains(f))
         .filter_map(|f| member.state.get(f).map(|v| format!("{f}: {v}")))
         .collect::<Vec<_>>()
         .join("; ")

@@ -1356,3 +1356,46 @@ fn every_agent_is_told_the_in_fiction_time() {
         assert!(system.contains("Time in the story: 1 day, 9 hours and 20 minutes since the campaign began"), "{}: {system}", call.agent);
     }
 }
+
+/// A character reads its own intentions but never another's; what others can see
+/// (location, mood, clothing, activity) is told to everyone present. The Director reads
+/// every intention; the Narrator, whose words everyone witnesses, none.
+#[test]
+fn a_character_never_reads_another_characters_intentions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.max_director_passes = 1;
+    config.save(&paths.config_file).unwrap();
+    let store = Store::open(&paths.library_file).unwrap();
+    let before = view(&store, &scene);
+    for (name, state) in [
+        ("Wren Talloway", r#"{"intentions": "INTENT-WREN keep the light", "mood": "MOOD-WREN"}"#),
+        ("Ossian Vale", r#"{"intentions": "INTENT-OSSIAN betray the keeper", "location": "LOC-OSSIAN"}"#),
+    ] {
+        let id = before.member_by_name(name).unwrap().id.clone();
+        store
+            .with(|c| {
+                c.execute("INSERT OR REPLACE INTO scene_character_states(scene_id, character_id, state_json, round) VALUES (?1, ?2, ?3, 0)", [&scene, &id, &state.to_string()])?;
+                Ok(())
+            })
+            .unwrap();
+    }
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let prompt_of = |needle: &str| -> &str {
+        &calls.iter().find(|c| c.request.messages[0].content.contains(needle)).unwrap_or_else(|| panic!("no call with {needle}")).request.messages[0].content
+    };
+    let wren = prompt_of("You are playing Wren Talloway");
+    assert!(wren.contains("INTENT-WREN") && wren.contains("MOOD-WREN"), "its own state: {wren}");
+    assert!(!wren.contains("INTENT-OSSIAN"), "another's intentions: {wren}");
+    assert!(wren.contains("LOC-OSSIAN"), "what others can see stays: {wren}");
+    let ossian = prompt_of("You are playing Ossian Vale");
+    assert!(ossian.contains("INTENT-OSSIAN") && !ossian.contains("INTENT-WREN"), "{ossian}");
+    assert!(ossian.contains("MOOD-WREN"), "{ossian}");
+    let director = prompt_of("which characters act");
+    assert!(director.contains("INTENT-WREN") && director.contains("INTENT-OSSIAN"), "{director}");
+    let narrator = prompt_of("You are the narrator of");
+    assert!(!narrator.contains("INTENT-") && narrator.contains("LOC-OSSIAN"), "{narrator}");
+}
