@@ -104,6 +104,10 @@ pub struct Envelope {
     /// Where each kept lore item goes in the prompt (by id; missing: with the lore list).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub lore_places: BTreeMap<String, LorePlace>,
+    /// The cast by name for the agents that pick who acts (see [`roster`]): outside the
+    /// budgets, so no cut makes a present character unpickable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roster: Vec<String>,
 }
 
 /// Every candidate of one call, and the lore held back before the budgets.
@@ -126,7 +130,33 @@ pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInpu
     let mut envelope = fit(plan, max_context_tokens, &gathered.sections, &gathered.lore_held_back);
     envelope.notes = gathered.notes;
     envelope.lore_places = gathered.lore_places;
+    envelope.roster = roster(input.agent, input.view);
     envelope
+}
+
+/// Every cast member's name, present ones first, for the Director's two passes (none
+/// for other agents): the character sheets are budgeted and a tight context drops
+/// some, but whoever is in the scene must stay nameable. Muted ones are marked.
+pub fn roster(agent: AgentKind, view: &SceneView) -> Vec<String> {
+    if !matches!(agent, AgentKind::Director | AgentKind::Reconcile) {
+        return Vec::new();
+    }
+    let names = |present: bool| -> Vec<String> {
+        view.cast
+            .iter()
+            .filter(|m| m.active == present)
+            .map(|m| if m.muted { format!("{} (muted: cannot act)", m.name) } else { m.name.clone() })
+            .collect()
+    };
+    let (present, absent) = (names(true), names(false));
+    let mut lines = Vec::new();
+    if !present.is_empty() {
+        lines.push(format!("In the scene: {}", present.join(", ")));
+    }
+    if !absent.is_empty() {
+        lines.push(format!("Not in the scene: {}", absent.join(", ")));
+    }
+    lines
 }
 
 /// What a call adds to the envelope's prompt and asks back, planned before the section
@@ -186,12 +216,14 @@ pub fn reserve(
     character: Option<&CastMember>,
     turn: &str,
     reply: ReplyPlan,
+    roster: &[String],
 ) -> Result<u32, TemplateError> {
     let empty = Envelope {
         kept: BTreeMap::new(),
         ledger: BudgetLedger::default(),
         notes: Vec::new(),
         lore_places: BTreeMap::new(),
+        roster: roster.to_vec(),
     };
     let bare = render(templates, agent, &empty, character, turn)?;
     Ok(prompt_tokens(&bare, reply).saturating_add(reply.tokens))
@@ -216,7 +248,7 @@ pub fn assemble_for_call(
     lore_state: &mut ActivationState,
 ) -> Result<(Envelope, RenderedPrompt), TemplateError> {
     let max = profile.max_context_tokens;
-    let mut reserved = reserve(templates, agent, character, turn, *reply)?;
+    let mut reserved = reserve(templates, agent, character, turn, *reply, &roster(agent, input.view))?;
     // The instructions, the turn and the schema leave less than the reply's cap: the
     // reply gets what is left (the client never sends less than its floor), rather than
     // a request the server must refuse.
@@ -280,7 +312,7 @@ pub fn fit(
     if let Some(section) = ledger.sections.iter_mut().find(|s| s.section == Section::Lore) {
         section.dropped.extend(lore_held_back.iter().cloned());
     }
-    Envelope { kept, ledger, notes: Vec::new(), lore_places: BTreeMap::new() }
+    Envelope { kept, ledger, notes: Vec::new(), lore_places: BTreeMap::new(), roster: Vec::new() }
 }
 
 /// [`candidates`] plus activated lore. Lore activation gets the tokens the lore section
@@ -644,6 +676,7 @@ pub fn render(
         "director_guidance": text(Section::DirectorGuidance),
         "characters": text(Section::CharacterGuidance),
         "state_fields": STATE_FIELDS,
+        "roster": envelope.roster,
         "turn": turn,
     });
     Ok(RenderedPrompt { system: templates.render(agent.template(), &context)?, user: turn.to_string() })
@@ -735,7 +768,7 @@ mod tests {
         .into_iter()
         .map(|(id, p)| (id.to_string(), p))
         .collect();
-        let envelope = Envelope { kept, ledger: BudgetLedger::default(), notes: Vec::new(), lore_places };
+        let envelope = Envelope { kept, ledger: BudgetLedger::default(), notes: Vec::new(), lore_places, roster: Vec::new() };
         let prompt = render(&templates, AgentKind::Director, &envelope, None, "turn").unwrap().system;
         let at = |needle: &str| prompt.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{prompt}"));
         assert!(at("LORE-TOP") < at("The lamp room is cold.") && at("The lamp room is cold.") < at("LORE-BOTTOM"), "{prompt}");
@@ -849,6 +882,54 @@ mod tests {
                     assert!(history_used > shared / 8 && shared > max / 20, "{agent:?} at {max}: only {history_used} tokens of history of {shared}");
                 }
                 assert!(envelope.notes.iter().any(|n| n.starts_with(&format!("context: {max} tokens"))), "{:?}", envelope.notes);
+            }
+        }
+    }
+
+    /// However tight the context, the Director can name everyone present: the sheets
+    /// are cut by the budget, the names are not.
+    #[test]
+    fn a_tight_budget_never_removes_a_present_characters_name_from_the_director() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (mut view, notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
+        for member in &mut view.cast {
+            member.active = true;
+            member.sheet.insert("description".into(), format!("{} keeps the harbour's oldest secrets. ", member.name).repeat(40));
+        }
+        view.cast[1].muted = true;
+        let history: Vec<SceneMessage> = Vec::new();
+        for max in [1500u32, 2048, 4096] {
+            for agent in [AgentKind::Director, AgentKind::Reconcile] {
+                let profile = crate::llm::ProviderProfile { max_context_tokens: max, ..Default::default() };
+                let input = EnvelopeInput {
+                    agent,
+                    view: &view,
+                    notes: &notes,
+                    history: &history,
+                    lore: None,
+                    memories: &[],
+                    character: None,
+                    director_guidance: Vec::new(),
+                    lore_scan_depth: 2,
+                    message_number: 1,
+                    seed: 7,
+                    cancel: None,
+                    bank: None,
+                };
+                let mut reply = ReplyPlan::prose(&profile);
+                let (envelope, prompt) =
+                    assemble_for_call(&templates, agent, None, "Round 1.", &config.budgets, &profile, &mut reply, &input, &mut Default::default()).unwrap();
+                let sheets = envelope.ledger.section(Section::CharacterGuidance).unwrap();
+                assert!(!sheets.dropped.is_empty(), "the budget cut sheets at {max}");
+                let roster = prompt.system.split("## Cast\n").nth(1).expect("a cast list").split("\n\n").next().unwrap();
+                for member in &view.cast {
+                    assert!(roster.contains(&member.name), "{agent:?} at {max}: {} is not named:\n{}", member.name, prompt.system);
+                }
+                assert!(roster.contains(&format!("{} (muted: cannot act)", view.cast[1].name)), "{roster}");
             }
         }
     }

@@ -173,6 +173,8 @@ pub struct EnvelopePreview {
     pub reply_tokens: u32,
     /// The reply's cap and what a structured call appends to the prompt (its schema).
     pub reply: envelope::ReplyPlan,
+    /// The cast by name, outside the budgets (the Director's passes).
+    pub roster: Vec<String>,
     /// Lore among them is activated for the configured plan: a slider move re-fits
     /// what activated but does not activate more.
     pub candidates: BTreeMap<Section, Vec<BudgetItem>>,
@@ -198,6 +200,7 @@ impl EnvelopePreview {
     pub fn fit(&self, plan: &BudgetPlan, max_context_tokens: u32) -> Envelope {
         let mut envelope = envelope::fit(plan, max_context_tokens.saturating_sub(self.reserved_tokens), &self.candidates, &self.lore_held_back);
         envelope.lore_places = self.lore_places.clone();
+        envelope.roster = self.roster.clone();
         envelope
     }
 
@@ -302,7 +305,7 @@ pub fn preview(
     };
     let reply_tokens = reply.tokens;
     let reserved_tokens = match &templates {
-        Some(t) => envelope::reserve(&t.0, agent, member.as_ref(), &turn, reply)?,
+        Some(t) => envelope::reserve(&t.0, agent, member.as_ref(), &turn, reply, &envelope::roster(agent, &view))?,
         None => reply_tokens + reply.appended,
     };
     let gathered = envelope::gather(
@@ -336,6 +339,7 @@ pub fn preview(
         reserved_tokens,
         reply_tokens,
         reply,
+        roster: envelope::roster(agent, &view),
         candidates: gathered.sections,
         lore_held_back: gathered.lore_held_back,
         lore_places: gathered.lore_places,
