@@ -419,21 +419,34 @@ fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
 pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> BTreeMap<Section, Vec<BudgetItem>> {
     let mut candidates: BTreeMap<Section, Vec<BudgetItem>> = BTreeMap::new();
 
-    // Rounds the scene summary covers are told by the summary, not repeated verbatim.
+    // Rounds the scene summary covers are told by the summary, not repeated verbatim;
+    // the last closed round always is (a scene summarised to its end when a later scene
+    // started, then played again, keeps where it stopped).
+    let covered = input.notes.summary_round.min(input.view.rounds.saturating_sub(1));
     let history = input
         .history
         .iter()
-        .filter(|m| m.round > input.notes.summary_round)
+        .filter(|m| m.round > covered)
         .map(|m| item(format!("message {}", m.number), format!("{}: {}", m.speaker, m.content), 0.0))
         .collect();
     candidates.insert(Section::History, history);
 
+    // Oldest first in the prompt; when the budget is short the oldest go first, and an
+    // earlier arc's scenes (told briefly) before any of this arc's.
     let mut summaries: Vec<BudgetItem> = input
         .notes
         .earlier_scenes
         .iter()
         .enumerate()
-        .map(|(i, (name, summary))| item(format!("scene summary {name}"), format!("Earlier scene \"{name}\": {summary}"), i as f64))
+        .map(|(i, earlier)| {
+            let name = &earlier.scene;
+            if earlier.same_arc {
+                item(format!("scene summary {name}"), format!("Earlier scene \"{name}\": {}", earlier.summary.trim()), 1000.0 + i as f64)
+            } else {
+                let text = format!("Earlier, in arc \"{}\", scene \"{name}\": {}", earlier.arc, brief(&earlier.summary, EARLIER_ARC_CHARS));
+                item(format!("scene summary {} / {name}", earlier.arc), text, i as f64)
+            }
+        })
         .collect();
     if !input.notes.scene_summary.trim().is_empty() {
         let through = input.notes.summary_round;
@@ -542,6 +555,28 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
     }
     candidates.insert(Section::CharacterGuidance, sheets);
     candidates
+}
+
+/// How much of an earlier arc's scene summary a later arc is told.
+const EARLIER_ARC_CHARS: usize = 480;
+
+/// `text` cut to whole sentences within `max` characters (at least its first sentence,
+/// clipped, when that alone is longer), so an earlier arc's scene costs little.
+fn brief(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut end = 0;
+    for (i, c) in text.char_indices().take(max) {
+        if matches!(c, '.' | '!' | '?') {
+            end = i + c.len_utf8();
+        }
+    }
+    if end == 0 {
+        return crate::llm::structured::clip(text, max);
+    }
+    format!("{} …", &text[..end])
 }
 
 /// `minutes` as a person says it: "1 day, 9 hours and 20 minutes", "3 weeks and 2 days".
@@ -932,6 +967,14 @@ mod tests {
                 assert!(roster.contains(&format!("{} (muted: cannot act)", view.cast[1].name)), "{roster}");
             }
         }
+    }
+
+    #[test]
+    fn an_earlier_arcs_scene_is_told_in_whole_sentences() {
+        let summary = "Juno came up the stair. She gave Wren a letter. Wren read it twice and refused.";
+        assert_eq!(brief(summary, 200), summary);
+        assert_eq!(brief(summary, 50), "Juno came up the stair. She gave Wren a letter. …");
+        assert_eq!(brief("No full stop anywhere in this long line", 10), "No full st…");
     }
 
     #[test]

@@ -1084,7 +1084,7 @@ fn an_edited_or_deleted_message_leaves_the_scene_summary() {
     let created = collect(&engine, |e| matches!(e, SceneEvent::SceneCreated { .. }));
     let Some(SceneEvent::SceneCreated { scene_id: later, .. }) = created.last() else { unreachable!() };
     let notes = store.with(|c| records::load_notes(c, later)).unwrap();
-    assert_eq!(notes.earlier_scenes.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
+    assert_eq!(notes.earlier_scenes.iter().map(|e| e.summary.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
 }
 
 /// A reviewed plan that names someone who is not in the cast beside a real actor is
@@ -1398,4 +1398,47 @@ fn a_character_never_reads_another_characters_intentions() {
     assert!(director.contains("INTENT-WREN") && director.contains("INTENT-OSSIAN"), "{director}");
     let narrator = prompt_of("You are the narrator of");
     assert!(!narrator.contains("INTENT-") && narrator.contains("LOC-OSSIAN"), "{narrator}");
+}
+
+/// The story carries across arcs, to the end of each scene: a scene played for fewer
+/// rounds than the summary interval is summarised through its last round when a later
+/// scene (here the first of a new arc) plays, and that scene's Director is told it;
+/// the earlier scene, played again, still reads its last round verbatim.
+#[test]
+fn a_new_arc_is_told_how_the_earlier_scenes_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, first) = setup(dir.path(), "script.json");
+    let store = Store::open(&paths.library_file).unwrap();
+    let before = view(&store, &first);
+    let cast: Vec<String> = before.cast.iter().map(|m| m.id.clone()).collect();
+    let active: Vec<String> = before.active().map(|m| m.id.clone()).collect();
+    let later = store
+        .transaction(|tx| {
+            let arc = lorekeeper::scene::authoring::create_arc(tx, &before.campaign_id, "The Second Tide", "")?;
+            records::create_scene(tx, &arc, "The Reef", "", &cast, &active)
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &first, Some("MARK-R1 I hand the keeper the sealed letter."));
+    round(&engine, &first, Some("MARK-R2 The bell rings twice."));
+    let store = &engine.context().store;
+    assert_eq!(store.with(|c| Ok(lorekeeper::scene::summary::current(c, &first).unwrap())).unwrap().1, 0, "five rounds per summary: none yet");
+
+    let events = round(&engine, &later, Some("Where were we?"));
+    assert!(
+        events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { scene_id, through_round: 2 } if *scene_id == first)),
+        "the first scene was summarised through its last round: {events:?}"
+    );
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let summariser = calls.iter().find(|c| c.agent == "summariser").expect("the summariser ran");
+    assert!(summariser.request.messages[0].content.contains("MARK-R2"), "the last round is folded in");
+    let director = &calls.iter().find(|c| c.agent == "director" && c.request.messages.last().unwrap().content.contains("Where were we?")).unwrap().request.messages[0].content;
+    let told = director.split("## Story so far\n").nth(1).expect("a story so far").split("\n## ").next().unwrap();
+    assert!(told.contains("Earlier, in arc \"") && told.contains("Juno brought a sealed letter"), "{told}");
+
+    // Played again, the first scene still shows its last round's words.
+    round(&engine, &first, Some("MARK-R3 Back at the lamp room."));
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let director = &calls.iter().find(|c| c.agent == "director" && c.request.messages.last().unwrap().content.contains("MARK-R3")).unwrap().request.messages[0].content;
+    assert!(director.contains("MARK-R2 The bell rings twice."), "{director}");
 }

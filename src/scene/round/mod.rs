@@ -131,6 +131,9 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
         templates: PromptTemplates::shipped()?,
     };
     let recall = Recall::open(ctx);
+    // How the campaign's earlier scenes ended reaches this one: their unsummarised last
+    // rounds are folded in first (once each; a failure only leaves a summary as it was).
+    super::summary::catch_up_earlier(ctx, &scene_id, cancel);
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config, cancel)?;
     // Who is forced to act, by the names the game master typed: each must be one of the
     // cast (a word of a name will do), or the round does not start.
