@@ -437,6 +437,9 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
         .notes
         .earlier_scenes
         .iter()
+        // A character is told only the scenes it was cast in: the others happened
+        // where it was not.
+        .filter(|earlier| input.character.is_none_or(|c| earlier.cast.contains(&c.id)))
         .enumerate()
         .map(|(i, earlier)| {
             let name = &earlier.scene;

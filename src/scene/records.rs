@@ -42,6 +42,10 @@ pub struct EarlierScene {
     /// Whether it belongs to the arc of the scene being played (told in full; an earlier
     /// arc's scenes are told briefly and go first when the budget is short).
     pub same_arc: bool,
+    /// Its cast (character ids): only they are told it; the Director's passes and the
+    /// Narrator and World agent hear every earlier scene.
+    #[serde(default)]
+    pub cast: Vec<String>,
 }
 
 /// The SQL condition "scene `s` was created before the scene `param` names" (creation
@@ -68,15 +72,24 @@ pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, Store
     // Every earlier scene of the campaign, whichever arc: the first scene of a new arc
     // is told the story so far.
     let mut stmt = conn.prepare(&format!(
-        "SELECT a.name, s.name, s.summary, s.arc_id = ?1 FROM scenes s JOIN arcs a ON a.id = s.arc_id
+        "SELECT a.name, s.name, s.summary, s.arc_id = ?1,
+                (SELECT json_group_array(sc.character_id) FROM scene_cast sc WHERE sc.scene_id = s.id)
+         FROM scenes s JOIN arcs a ON a.id = s.arc_id
          WHERE a.campaign_id = (SELECT a2.campaign_id FROM arcs a2 WHERE a2.id = ?1) AND s.id != ?2 AND s.summary != ''
            AND {}
          ORDER BY s.created_at, s.rowid",
         created_before("?2")
     ))?;
-    let earlier_scenes = stmt
-        .query_map(params![arc_id, scene_id], |r| Ok(EarlierScene { arc: r.get(0)?, scene: r.get(1)?, summary: r.get(2)?, same_arc: r.get(3)? }))?
+    let rows: Vec<(EarlierScene, String)> = stmt
+        .query_map(params![arc_id, scene_id], |r| {
+            Ok((EarlierScene { arc: r.get(0)?, scene: r.get(1)?, summary: r.get(2)?, same_arc: r.get(3)?, cast: Vec::new() }, r.get(4)?))
+        })?
         .collect::<Result<_, _>>()?;
+    let mut earlier_scenes = Vec::with_capacity(rows.len());
+    for (mut earlier, cast) in rows {
+        earlier.cast = serde_json::from_str(&cast).map_err(|e| corrupt("earlier scene cast", e))?;
+        earlier_scenes.push(earlier);
+    }
     Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary, summary_round })
 }
 

@@ -1442,3 +1442,33 @@ fn a_new_arc_is_told_how_the_earlier_scenes_ended() {
     let director = &calls.iter().find(|c| c.agent == "director" && c.request.messages.last().unwrap().content.contains("MARK-R3")).unwrap().request.messages[0].content;
     assert!(director.contains("MARK-R2 The bell rings twice."), "{director}");
 }
+
+/// An earlier scene's summary is told to the characters of its cast, not to one who was
+/// never in it or was taken out of it; the Director hears it all.
+#[test]
+fn an_earlier_scenes_summary_reaches_only_its_cast() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, first) = setup(dir.path(), "script.json");
+    let store = Store::open(&paths.library_file).unwrap();
+    let before = view(&store, &first);
+    let cast: Vec<String> = before.cast.iter().map(|m| m.id.clone()).collect();
+    let active: Vec<String> = before.active().map(|m| m.id.clone()).collect();
+    let ossian = before.member_by_name("Ossian Vale").unwrap().id.clone();
+    let arc: String = store.with(|c| Ok(c.query_row("SELECT arc_id FROM scenes WHERE id = ?1", [&first], |r| r.get(0))?)).unwrap();
+    let later = store
+        .transaction(|tx| {
+            tx.execute("UPDATE scenes SET summary = 'SUMMARY-FIRST: the letter was read aloud.' WHERE id = ?1", [&first])?;
+            records::remove_from_cast(tx, &first, &ossian)?;
+            records::create_scene(tx, &arc, "The Jetty", "", &cast, &active)
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &later, Some("I hand the keeper the sealed letter."));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let prompt_of = |needle: &str| -> &str {
+        &calls.iter().find(|c| c.request.messages[0].content.contains(needle)).unwrap_or_else(|| panic!("no call with {needle}")).request.messages[0].content
+    };
+    assert!(prompt_of("You are playing Wren Talloway").contains("SUMMARY-FIRST"), "Wren was in the first scene's cast");
+    assert!(!prompt_of("You are playing Ossian Vale").contains("SUMMARY-FIRST"), "Ossian was taken out of it");
+    assert!(prompt_of("which characters act").contains("SUMMARY-FIRST"), "the Director hears every scene");
+}
