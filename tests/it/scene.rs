@@ -1472,3 +1472,47 @@ fn an_earlier_scenes_summary_reaches_only_its_cast() {
     assert!(!prompt_of("You are playing Ossian Vale").contains("SUMMARY-FIRST"), "Ossian was taken out of it");
     assert!(prompt_of("which characters act").contains("SUMMARY-FIRST"), "the Director hears every scene");
 }
+
+/// A scene's JSON export carries the hand edits made in it: its characters' states in
+/// that scene, and the campaign's state edited before one of its rounds; not another
+/// scene's.
+#[test]
+fn a_scene_export_carries_only_the_state_edits_made_in_it() {
+    use lorekeeper::scene::authoring::{StateEdit, edit_state};
+    use lorekeeper::scene::transcript::{TranscriptFormat, render};
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, first) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    let store = &engine.context().store;
+    let before = view(store, &first);
+    let (campaign, wren) = (before.campaign_id.clone(), before.member_by_name("Wren Talloway").unwrap().id.clone());
+    let cast: Vec<String> = before.cast.iter().map(|m| m.id.clone()).collect();
+    let edit = |edit: StateEdit| store.transaction(|tx| edit_state(tx, &campaign, &edit)).unwrap();
+    let pause = || std::thread::sleep(Duration::from_millis(5));
+
+    round(&engine, &first, Some("I hand the keeper the sealed letter."));
+    pause();
+    edit(StateEdit::Tracker { name: "EDIT-DURING-FIRST".into(), value: Some(serde_json::json!(1)) });
+    pause();
+    round(&engine, &first, Some("The bell rings."));
+    pause();
+    edit(StateEdit::Elapsed { minutes: 600 });
+    let arc: String = store.with(|c| Ok(c.query_row("SELECT arc_id FROM scenes WHERE id = ?1", [&first], |r| r.get(0))?)).unwrap();
+    let later = store.transaction(|tx| records::create_scene(tx, &arc, "The Jetty", "", &cast, &cast)).unwrap();
+    let mood = serde_json::from_value(serde_json::json!({"mood": "EDIT-IN-LATER"})).unwrap();
+    edit(StateEdit::Character { scene_id: later.clone(), character_id: wren, state: mood });
+    pause();
+    round(&engine, &later, Some("At the jetty."));
+
+    let exported = |scene: &str| -> String {
+        let (text, _) = store.with(|c| render(c, scene, TranscriptFormat::Json)).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        value["state_edits"].to_string()
+    };
+    let (first_edits, later_edits) = (exported(&first), exported(&later));
+    assert!(first_edits.contains("EDIT-DURING-FIRST"), "{first_edits}");
+    assert!(!first_edits.contains("EDIT-IN-LATER") && !first_edits.contains("\"minutes\":600"), "{first_edits}");
+    // The time skip made between the scenes came before the later scene's round.
+    assert!(later_edits.contains("EDIT-IN-LATER") && later_edits.contains("\"minutes\":600"), "{later_edits}");
+    assert!(!later_edits.contains("EDIT-DURING-FIRST"), "{later_edits}");
+}
