@@ -963,7 +963,7 @@ mod tests {
                     assemble_for_call(&templates, agent, None, "Round 1.", &config.budgets, &profile, &mut reply, &input, &mut Default::default()).unwrap();
                 let sheets = envelope.ledger.section(Section::CharacterGuidance).unwrap();
                 assert!(!sheets.dropped.is_empty(), "the budget cut sheets at {max}");
-                let roster = prompt.system.split("## Cast\n").nth(1).expect("a cast list").split("\n\n").next().unwrap();
+                let roster = prompt.system.split("## Characters\n").nth(1).expect("a cast list").split("\n\n").next().unwrap();
                 for member in &view.cast {
                     assert!(roster.contains(&member.name), "{agent:?} at {max}: {} is not named:\n{}", member.name, prompt.system);
                 }
