@@ -160,10 +160,15 @@ impl BudgetsPanel {
         }
         let configured = (preview.plan.clone(), preview.max_context_tokens);
         let (reserved, reply, saved) = (preview.reserved_tokens, preview.reply_tokens, preview.campaign_plan);
+        let appended = preview.reply.appended;
         egui::ScrollArea::vertical().id_salt("budgets_scroll").show(ui, |ui| {
             self.sliders(ui, configured);
+            let schema = match appended {
+                0 => String::new(),
+                n => format!(" ({n} of them the reply's JSON Schema)"),
+            };
             ui.weak(format!(
-                "Kept off the top before the shares apply: {} tokens for the instructions and the turn, {reply} for the reply.",
+                "Kept off the top before the shares apply: {} tokens for the instructions and the turn{schema}, {reply} for the reply.",
                 reserved.saturating_sub(reply)
             ));
             self.save_controls(ui, campaign, saved, outbox);
