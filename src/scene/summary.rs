@@ -101,8 +101,11 @@ pub fn catch_up_earlier(ctx: &Context, scene_id: &str, cancel: &CancelToken) {
             Ok(Some(through_round)) => ctx.emit(super::SceneEvent::SummaryUpdated { scene_id: earlier, through_round }),
             Ok(None) => {}
             Err(e) => {
+                // The summariser is failing: the rest wait for the next round rather
+                // than each delay this one.
                 tracing::warn!(scene = %earlier, error = %e, "earlier scene summary failed");
                 ctx.emit(super::SceneEvent::SummaryFailed { scene_id: earlier, message: e.to_string() });
+                return;
             }
         }
     }
