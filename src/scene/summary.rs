@@ -86,6 +86,10 @@ pub fn summarise(ctx: &Context, scene_id: &str, through_round: u32, cancel: &Can
 /// scene's round starts, on the round's own thread (never the UI's); each scene is
 /// caught up once, and a failure leaves that scene's summary as it was and says so.
 pub fn catch_up_earlier(ctx: &Context, scene_id: &str, cancel: &CancelToken) {
+    // Summaries turned off (`summarise_every = 0`): none is written, at the end either.
+    if ctx.config().scene.summarise_every == 0 {
+        return;
+    }
     let stale = match ctx.store.with(|c| records::earlier_unsummarised(c, scene_id)) {
         Ok(stale) => stale,
         Err(e) => {
