@@ -144,6 +144,16 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         }
         E::Preview { preview } => {
             let envelope = preview.fit(&preview.plan, preview.max_context_tokens);
+            if let Ok(prompt) = preview.render(&envelope) {
+                let sent = preview.prompt_tokens(&prompt);
+                writeln!(
+                    out,
+                    "  prompt as sent about {sent} tokens ({} of them the sections) + reply cap {} of a {}-token context",
+                    envelope.ledger.used(),
+                    preview.reply_tokens,
+                    preview.max_context_tokens
+                )?;
+            }
             for s in &envelope.ledger.sections {
                 writeln!(out, "  {:<20} {:>6} of {:>6} tokens, {} dropped", s.section.label(), s.used, s.allocated, s.dropped.len())?;
             }

@@ -20,6 +20,9 @@ pub struct Packet {
     /// Estimated prompt tokens of all messages.
     pub tokens: u32,
     pub max_context_tokens: u32,
+    /// The reply's cap the packet was planned with (sent as `max_tokens`).
+    #[serde(default)]
+    pub reply_tokens: u32,
 }
 
 impl Packet {

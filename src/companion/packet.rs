@@ -40,6 +40,9 @@ pub struct PacketInput<'a> {
     /// Memories for the memory bank; empty when memory is not relevant to this turn.
     pub memories: &'a [RetrievalHit],
     pub max_context_tokens: u32,
+    /// The reply's cap, kept off the top: the blocks' percentages apply to the rest, so
+    /// the packet plus the reply fit the context.
+    pub reply_tokens: u32,
     /// Said in the trigger: why a previous draw was discarded, or that the last reply
     /// is being continued.
     pub retry_note: Option<&'a str>,
@@ -146,7 +149,8 @@ pub(crate) const TAGS: [&str; 13] = [
 
 /// Build the packet for one turn.
 pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: PacketInput<'_>) -> Result<Packet, TemplateError> {
-    let max = input.max_context_tokens;
+    // The blocks share what the reply leaves; the packet still reports the whole context.
+    let max = input.max_context_tokens.saturating_sub(input.reply_tokens);
     let b = &config.budgets;
     let name = input.character.name.as_str();
     let user = input.user_name;
@@ -353,7 +357,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
     notes.extend(directive_notes);
     notes.extend(examples_note);
-    Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: max })
+    Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: input.max_context_tokens, reply_tokens: input.reply_tokens })
 }
 
 /// `<tag>...</tag>` in `text`, tags included.
@@ -431,6 +435,7 @@ mod tests {
             lore_places: &NO_PLACES,
             memories,
             max_context_tokens: 4096,
+            reply_tokens: 0,
             retry_note: None,
             notes: Vec::new(),
             variables: None,
@@ -629,6 +634,54 @@ mod tests {
         assert_eq!(carried(&packet, &hits).iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["high"]);
         let without = assemble(&templates, &config, input(&c, &[], None)).unwrap();
         assert!(carried(&without, &hits).is_empty(), "no memory bank, no memory injected");
+    }
+
+    /// The reply's cap is kept off the top before the blocks take their shares: a full
+    /// packet plus the cap the call sends fit the context, even a cap the profile sets.
+    #[test]
+    fn a_full_packet_leaves_room_for_the_reply() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        c.sheet.push(("scenario".into(), "The lighthouse keeps its own counsel. ".repeat(200)));
+        let line = "The fog rolled in over the harbour while the bell rang twice for the drowned. ";
+        let history: Vec<ChatTurn> = (0..200u32)
+            .map(|i| ChatTurn {
+                id: format!("t{i}"),
+                character_id: "c1".into(),
+                seq: i + 1,
+                session: "s".into(),
+                user_text: line.repeat(3),
+                reply: line.repeat(4),
+                at: String::new(),
+                user_memory_id: None,
+                reply_memory_id: None,
+                proximity: Proximity::Remote,
+                packet: Default::default(),
+                hits: Vec::new(),
+                attempts: 1,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                from_cache: false,
+                elapsed_ms: 0,
+                swipes: Vec::new(),
+                swipe: 0,
+                file: None,
+                user_name: None,
+            })
+            .collect();
+        let long = line.repeat(8);
+        let hits: Vec<RetrievalHit> = (0..30).map(|i| hit(&format!("m{i}"), &long, 0.9 - i as f32 / 100.0)).collect();
+        for (max, reply) in [(1500u32, 375u32), (4096, 1024), (4096, 2000), (8192, 600)] {
+            let mut given = input(&c, &hits, None);
+            given.history = &history;
+            given.max_context_tokens = max;
+            given.reply_tokens = reply;
+            let packet = assemble(&templates, &config, given).unwrap();
+            assert!(packet.tokens + reply <= max, "at {max}: {} packet + {reply} reply", packet.tokens);
+            assert!(packet.tokens > (max - reply) / 3, "at {max}: the room is used ({})", packet.tokens);
+            assert_eq!((packet.max_context_tokens, packet.reply_tokens), (max, reply));
+        }
     }
 
     /// The whole packet exactly as sent, block by block: a change to a template or to

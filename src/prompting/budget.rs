@@ -152,8 +152,24 @@ pub struct SectionLedger {
 /// The budget ledger of one agent call.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct BudgetLedger {
+    /// The tokens the sections shared: the context less what the call kept off the top.
     pub max_context_tokens: u32,
     pub sections: Vec<SectionLedger>,
+    /// The whole prompt as sent, estimated: the instructions, the turn, the sections'
+    /// items with their markup, and what a structured call appends (its JSON Schema).
+    /// 0 where the caller did not count it (and in ledgers stored before it was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prompt_tokens: u32,
+    /// The reply's `max_tokens` the call was planned with.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reply_tokens: u32,
+    /// The model's whole context, which prompt and reply share.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub context_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl BudgetLedger {
@@ -177,7 +193,7 @@ pub fn enforce(
         Section::ALL.into_iter().filter(|s| candidates.get(s).is_some_and(|items| !items.is_empty())).collect();
     let allocation = allocate(plan, max_context_tokens, &present);
     let mut kept_out = BTreeMap::new();
-    let mut ledger = BudgetLedger { max_context_tokens, sections: Vec::new() };
+    let mut ledger = BudgetLedger { max_context_tokens, sections: Vec::new(), ..Default::default() };
     for section in Section::ALL {
         let items = candidates.get(&section).map(Vec::as_slice).unwrap_or_default();
         let allocated = allocation.get(&section).copied().unwrap_or(0);

@@ -607,6 +607,29 @@ pub fn state_edits(conn: &Connection, campaign_id: &str) -> Result<Vec<(String, 
         .collect()
 }
 
+/// The hand edits that belong to one scene, oldest first: those of its characters'
+/// states in it, and those of the campaign's state (trackers, facts, time) whose next
+/// round was played in it — the round the edit came before (one made after the
+/// campaign's last round, that round's scene). Each campaign edit so belongs to exactly
+/// one scene once any round is played.
+pub fn state_edits_of_scene(conn: &Connection, scene_id: &str) -> Result<Vec<(String, StateEdit)>, StoreError> {
+    let rounds_of_campaign = "FROM scene_rounds r JOIN scenes rs ON rs.id = r.scene_id JOIN arcs ra ON ra.id = rs.arc_id
+                              WHERE ra.campaign_id = e.campaign_id";
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT e.created_at, e.edit_json FROM state_edits e
+         WHERE e.campaign_id = (SELECT a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1)
+           AND (e.scene_id = ?1
+                OR (e.scene_id IS NULL AND ?1 = COALESCE(
+                    (SELECT r.scene_id {rounds_of_campaign} AND r.created_at >= e.created_at ORDER BY r.created_at, r.rowid LIMIT 1),
+                    (SELECT r.scene_id {rounds_of_campaign} ORDER BY r.created_at DESC, r.rowid DESC LIMIT 1))))
+         ORDER BY e.created_at, e.rowid"
+    ))?;
+    let rows: Vec<(String, String)> = stmt.query_map([scene_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(at, json)| Ok((at, serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("state edit: {e}")))?)))
+        .collect()
+}
+
 /// The campaign a scene belongs to.
 pub fn campaign_of_scene(conn: &Connection, scene_id: &str) -> Result<String, StoreError> {
     conn.query_row("SELECT a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1", [scene_id], |r| r.get(0))

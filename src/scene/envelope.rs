@@ -10,7 +10,8 @@
 //!   [`super::lore`]); the activation's budget is the lore section's allocation, and
 //!   entries held back (budget, probability, groups, timers) are in the ledger;
 //! - memories: what the acting character witnessed, retrieved by the round;
-//! - notes: world / campaign / arc / scene notes, persona, trackers and facts;
+//! - notes: world / campaign / arc / scene notes, persona, trackers, facts and the
+//!   campaign's in-fiction time in words;
 //! - director guidance: the Director's words for the acting character;
 //! - character guidance: character sheets and their current states.
 
@@ -18,7 +19,9 @@ use super::model::{CastMember, STATE_FIELDS, SceneMessage, SceneView};
 use super::records::SceneNotes;
 use super::lore::{LoreCall, LorePlace, PreparedLore};
 use crate::lorebook::{InsertionPosition, PromptRole};
+use crate::llm::structured::{StructuredOptions, schema_instruction};
 use crate::llm::tokens::estimate;
+use crate::llm::ResponseFormat;
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
 use crate::prompting::macros::{MacroContext, expand};
@@ -101,6 +104,10 @@ pub struct Envelope {
     /// Where each kept lore item goes in the prompt (by id; missing: with the lore list).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub lore_places: BTreeMap<String, LorePlace>,
+    /// The cast by name for the agents that pick who acts (see [`roster`]): outside the
+    /// budgets, so no cut makes a present character unpickable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roster: Vec<String>,
 }
 
 /// Every candidate of one call, and the lore held back before the budgets.
@@ -123,42 +130,111 @@ pub fn assemble(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInpu
     let mut envelope = fit(plan, max_context_tokens, &gathered.sections, &gathered.lore_held_back);
     envelope.notes = gathered.notes;
     envelope.lore_places = gathered.lore_places;
+    envelope.roster = roster(input.agent, input.view);
     envelope
 }
 
-/// Tokens kept for the reply when the profile does not cap it (`max_tokens` unset): a
-/// quarter of the context, at most this.
-pub const DEFAULT_REPLY_TOKENS: u32 = 1024;
+/// Every cast member's name, present ones first, for the Director's two passes (none
+/// for other agents): the character sheets are budgeted and a tight context drops
+/// some, but whoever is in the scene must stay nameable. Muted ones are marked.
+pub fn roster(agent: AgentKind, view: &SceneView) -> Vec<String> {
+    if !matches!(agent, AgentKind::Director | AgentKind::Reconcile) {
+        return Vec::new();
+    }
+    let names = |present: bool| -> Vec<String> {
+        view.cast
+            .iter()
+            .filter(|m| m.active == present)
+            .map(|m| if m.muted { format!("{} (muted: cannot act)", m.name) } else { m.name.clone() })
+            .collect()
+    };
+    let (present, absent) = (names(true), names(false));
+    let mut lines = Vec::new();
+    if !present.is_empty() {
+        lines.push(format!("In the scene: {}", present.join(", ")));
+    }
+    if !absent.is_empty() {
+        lines.push(format!("Not in the scene: {}", absent.join(", ")));
+    }
+    lines
+}
 
-/// The reply's share of the context: the profile's `max_tokens`, or a default.
-pub fn reply_reserve(profile: &crate::llm::ProviderProfile) -> u32 {
-    profile.sampler.max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS.min(profile.max_context_tokens / 4)).min(profile.max_context_tokens)
+/// What a call adds to the envelope's prompt and asks back, planned before the section
+/// shares apply so the prompt as sent plus the reply's cap fit the model's context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+pub struct ReplyPlan {
+    /// The reply's `max_tokens`: sent with the request (see [`ReplyPlan::apply`]).
+    pub tokens: u32,
+    /// What the structured-output layer adds to the system prompt: the JSON Schema's
+    /// text, a few thousand characters for the Director's plan.
+    pub appended: u32,
+}
+
+impl ReplyPlan {
+    /// A prose reply (a character, the Narrator).
+    pub fn prose(profile: &crate::llm::ProviderProfile) -> Self {
+        Self { tokens: reply_reserve(profile, &ResponseFormat::Text), appended: 0 }
+    }
+
+    /// A structured reply of `schema`, asked with `options` (whose `schema_in_prompt`
+    /// says whether the schema's text joins the prompt).
+    pub fn structured(profile: &crate::llm::ProviderProfile, schema: &serde_json::Value, options: &StructuredOptions) -> Self {
+        let format = ResponseFormat::JsonSchema { name: String::new(), schema: schema.clone() };
+        let appended = schema_instruction(schema, options).map_or(0, |text| estimate(&format!("\n\n{text}")));
+        Self { tokens: reply_reserve(profile, &format), appended }
+    }
+
+    /// Put the planned cap on the request. The embedded model sizes its reply from the
+    /// grammar it decodes under, so it is left to do that unless the profile caps it.
+    pub fn apply(&self, profile: &crate::llm::ProviderProfile, request: &mut crate::llm::ChatRequest) {
+        if profile.kind != crate::llm::ProviderKind::Local || profile.sampler.max_tokens.is_some() {
+            request.sampler.max_tokens = Some(self.tokens);
+        }
+    }
+}
+
+/// The reply's share of the context: the profile's `max_tokens` when it sets one (the
+/// budget plans for it, whatever it costs the sections), else the client's default cap
+/// for the format held to a quarter of the context.
+pub fn reply_reserve(profile: &crate::llm::ProviderProfile, format: &ResponseFormat) -> u32 {
+    crate::llm::client::planned_reply_cap(profile, format)
+}
+
+/// Estimated tokens of `prompt` as sent: both messages with their framing, plus what
+/// the structured layer appends.
+pub fn prompt_tokens(prompt: &RenderedPrompt, reply: ReplyPlan) -> u32 {
+    let messages = [crate::llm::ChatMessage::system(prompt.system.clone()), crate::llm::ChatMessage::user(prompt.user.clone())];
+    crate::llm::tokens::estimate_messages(&messages).saturating_add(reply.appended)
 }
 
 /// What one call keeps off the top before the section shares apply: the template's own
-/// instructions (the prompt rendered with every section empty), the turn, and the reply.
+/// instructions (the prompt rendered with every section empty), the turn, what the
+/// structured layer appends, and the reply.
 pub fn reserve(
     templates: &PromptTemplates,
     agent: AgentKind,
     character: Option<&CastMember>,
     turn: &str,
-    reply_tokens: u32,
+    reply: ReplyPlan,
+    roster: &[String],
 ) -> Result<u32, TemplateError> {
     let empty = Envelope {
         kept: BTreeMap::new(),
-        ledger: BudgetLedger { max_context_tokens: 0, sections: Vec::new() },
+        ledger: BudgetLedger::default(),
         notes: Vec::new(),
         lore_places: BTreeMap::new(),
+        roster: roster.to_vec(),
     };
     let bare = render(templates, agent, &empty, character, turn)?;
-    Ok(estimate(&bare.system).saturating_add(estimate(&bare.user)).saturating_add(reply_tokens))
+    Ok(prompt_tokens(&bare, reply).saturating_add(reply.tokens))
 }
 
 /// Assemble and render one call so that its prompt plus the reply's `max_tokens` fit
-/// the model's context: the instructions, the turn and the reply are reserved first,
-/// the section shares apply to the rest, and should the rendered prompt still not fit
-/// (each item's own markup), the sections are fitted again into less. Lore timers
-/// advance once, for the envelope that is sent.
+/// the model's context: the instructions, the turn, the schema's text and the reply are
+/// reserved first, the section shares apply to the rest, and should the rendered prompt
+/// still not fit (each item's own markup), the sections are fitted again into less.
+/// Lore timers advance once, for the envelope that is sent. The ledger counts the whole
+/// prompt as sent (`prompt_tokens`) and the reply's cap.
 #[allow(clippy::too_many_arguments)]
 pub fn assemble_for_call(
     templates: &PromptTemplates,
@@ -167,28 +243,51 @@ pub fn assemble_for_call(
     turn: &str,
     plan: &BudgetPlan,
     profile: &crate::llm::ProviderProfile,
+    reply: &mut ReplyPlan,
     input: &EnvelopeInput<'_>,
     lore_state: &mut ActivationState,
 ) -> Result<(Envelope, RenderedPrompt), TemplateError> {
     let max = profile.max_context_tokens;
-    let reply = reply_reserve(profile);
-    let reserved = reserve(templates, agent, character, turn, reply)?;
+    let mut reserved = reserve(templates, agent, character, turn, *reply, &roster(agent, input.view))?;
+    // The instructions, the turn and the schema leave less than the reply's cap: the
+    // reply gets what is left (the client never sends less than its floor), rather than
+    // a request the server must refuse.
+    let mut shrunk = None;
+    if reserved > max {
+        let fixed = reserved - reply.tokens;
+        let tokens = max.saturating_sub(fixed).max(crate::llm::client::MIN_REPLY_CAP.min(reply.tokens));
+        shrunk = Some(reply.tokens);
+        reply.tokens = tokens;
+        reserved = fixed + tokens;
+    }
+    let reply = *reply;
     let mut budget = max.saturating_sub(reserved);
+    let finish = |mut envelope: Envelope, prompt: &RenderedPrompt| {
+        envelope.ledger.prompt_tokens = prompt_tokens(prompt, reply);
+        envelope.ledger.reply_tokens = reply.tokens;
+        envelope.ledger.context_tokens = max;
+        envelope
+    };
     for _ in 0..4 {
         let mut state = lore_state.clone();
         let mut envelope = assemble(plan, budget, input, &mut state);
         let prompt = render(templates, agent, &envelope, character, turn)?;
-        let total = estimate(&prompt.system).saturating_add(estimate(&prompt.user)).saturating_add(reply);
+        let total = prompt_tokens(&prompt, reply).saturating_add(reply.tokens);
         if total <= max || budget == 0 {
+            let schema = if reply.appended > 0 { format!(" ({} of them the reply's JSON Schema)", reply.appended) } else { String::new() };
             envelope.notes.push(format!(
-                "context: {max} tokens; {} kept for the instructions and the turn, {reply} for the reply; the sections shared {budget}",
-                reserved.saturating_sub(reply)
+                "context: {max} tokens; {} kept for the instructions and the turn{schema}, {} for the reply; the sections shared {budget}",
+                reserved.saturating_sub(reply.tokens),
+                reply.tokens
             ));
+            if let Some(asked) = shrunk {
+                envelope.notes.push(format!("the reply's cap was cut from {asked} to {} tokens: the instructions, the turn and the schema leave no more", reply.tokens));
+            }
             if total > max {
                 envelope.notes.push(format!("the instructions and the turn alone need {total} tokens with the reply: more than the context holds"));
             }
             *lore_state = state;
-            return Ok((envelope, prompt));
+            return Ok((finish(envelope, &prompt), prompt));
         }
         budget = budget.saturating_sub(total - max + 16);
     }
@@ -198,7 +297,7 @@ pub fn assemble_for_call(
     envelope.notes.push("context: the sections were left out to keep the prompt within the context".into());
     let prompt = render(templates, agent, &envelope, character, turn)?;
     *lore_state = state;
-    Ok((envelope, prompt))
+    Ok((finish(envelope, &prompt), prompt))
 }
 
 /// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
@@ -213,7 +312,7 @@ pub fn fit(
     if let Some(section) = ledger.sections.iter_mut().find(|s| s.section == Section::Lore) {
         section.dropped.extend(lore_held_back.iter().cloned());
     }
-    Envelope { kept, ledger, notes: Vec::new(), lore_places: BTreeMap::new() }
+    Envelope { kept, ledger, notes: Vec::new(), lore_places: BTreeMap::new(), roster: Vec::new() }
 }
 
 /// [`candidates`] plus activated lore. Lore activation gets the tokens the lore section
@@ -320,21 +419,37 @@ fn item(id: impl Into<String>, text: String, value: f64) -> BudgetItem {
 pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> BTreeMap<Section, Vec<BudgetItem>> {
     let mut candidates: BTreeMap<Section, Vec<BudgetItem>> = BTreeMap::new();
 
-    // Rounds the scene summary covers are told by the summary, not repeated verbatim.
+    // Rounds the scene summary covers are told by the summary, not repeated verbatim;
+    // the last closed round always is (a scene summarised to its end when a later scene
+    // started, then played again, keeps where it stopped).
+    let covered = input.notes.summary_round.min(input.view.rounds.saturating_sub(1));
     let history = input
         .history
         .iter()
-        .filter(|m| m.round > input.notes.summary_round)
+        .filter(|m| m.round > covered)
         .map(|m| item(format!("message {}", m.number), format!("{}: {}", m.speaker, m.content), 0.0))
         .collect();
     candidates.insert(Section::History, history);
 
+    // Oldest first in the prompt; when the budget is short the oldest go first, and an
+    // earlier arc's scenes (told briefly) before any of this arc's.
     let mut summaries: Vec<BudgetItem> = input
         .notes
         .earlier_scenes
         .iter()
+        // A character is told only the scenes it was cast in: the others happened
+        // where it was not.
+        .filter(|earlier| input.character.is_none_or(|c| earlier.cast.contains(&c.id)))
         .enumerate()
-        .map(|(i, (name, summary))| item(format!("scene summary {name}"), format!("Earlier scene \"{name}\": {summary}"), i as f64))
+        .map(|(i, earlier)| {
+            let name = &earlier.scene;
+            if earlier.same_arc {
+                item(format!("scene summary {name}"), format!("Earlier scene \"{name}\": {}", earlier.summary.trim()), 1000.0 + i as f64)
+            } else {
+                let text = format!("Earlier, in arc \"{}\", scene \"{name}\": {}", earlier.arc, brief(&earlier.summary, EARLIER_ARC_CHARS));
+                item(format!("scene summary {} / {name}", earlier.arc), text, i as f64)
+            }
+        })
         .collect();
     if !input.notes.scene_summary.trim().is_empty() {
         let through = input.notes.summary_round;
@@ -384,6 +499,12 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
         let trackers: Vec<String> = input.view.trackers.iter().map(|(k, v)| format!("{k} = {v}")).collect();
         notes.push(item("trackers", format!("Trackers: {}", trackers.join("; ")), 7.0));
     }
+    // The campaign's clock, in words: the World agent reports the minutes a round took
+    // and everyone else should know whether it is the first evening or the third week.
+    if input.view.elapsed_minutes > 0 {
+        let time = format!("Time in the story: {} since the campaign began", said_duration(input.view.elapsed_minutes));
+        notes.push(item("in-fiction time", time, 6.5));
+    }
     for (i, fact) in input.view.facts.iter().enumerate() {
         notes.push(item(format!("fact {}", i + 1), format!("Fact: {fact}"), 4.0 + i as f64 / 1000.0));
     }
@@ -405,7 +526,15 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
         if input.agent == AgentKind::Character && !own && !member.active {
             continue;
         }
-        let mut text = format!("{}{}", member.name, if member.active { " (in the scene)" } else { " (not in the scene)" });
+        // The game master's mute: the Director and everyone planning with it are told who
+        // cannot be picked to act; a character need not know.
+        let place = match (member.active, member.muted && input.agent != AgentKind::Character) {
+            (true, false) => " (in the scene)",
+            (true, true) => " (in the scene; muted by the game master: cannot act)",
+            (false, false) => " (not in the scene)",
+            (false, true) => " (not in the scene; muted by the game master: cannot act)",
+        };
+        let mut text = format!("{}{place}", member.name);
         if own || input.agent != AgentKind::Character {
             text.push('\n');
             // A card's `{{char}}` is the card's own character, whoever the call is for.
@@ -415,7 +544,12 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
             text.push_str(&expanded.text);
             macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
         }
-        let state = state_line(member);
+        // What others can see of a character (where it is, how it looks and seems, what
+        // it is doing) is told to everyone; what it means to do only to itself and to
+        // those who plan the round (the Director, the World agent). The Narrator's words
+        // become what every character present witnessed, so it sees no one's intentions.
+        let private = own || !matches!(input.agent, AgentKind::Character | AgentKind::Narrator);
+        let state = state_line(member, private);
         if !state.is_empty() {
             text.push_str(&format!("\nState: {state}"));
         }
@@ -426,14 +560,66 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
     candidates
 }
 
+/// How much of an earlier arc's scene summary a later arc is told.
+const EARLIER_ARC_CHARS: usize = 480;
+
+/// `text` cut to whole sentences within `max` characters (at least its first sentence,
+/// clipped, when that alone is longer), so an earlier arc's scene costs little.
+fn brief(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut end = 0;
+    for (i, c) in text.char_indices().take(max) {
+        if matches!(c, '.' | '!' | '?') {
+            end = i + c.len_utf8();
+        }
+    }
+    if end == 0 {
+        return crate::llm::structured::clip(text, max);
+    }
+    format!("{} …", &text[..end])
+}
+
+/// `minutes` as a person says it: "1 day, 9 hours and 20 minutes", "3 weeks and 2 days".
+/// Years and weeks are counted when they fit; the two or three largest units are said.
+pub fn said_duration(minutes: u64) -> String {
+    if minutes == 0 {
+        return "no time".into();
+    }
+    let units = [("year", 365 * 24 * 60), ("week", 7 * 24 * 60), ("day", 24 * 60), ("hour", 60), ("minute", 1)];
+    let mut left = minutes;
+    let mut parts = Vec::new();
+    for (name, size) in units {
+        let n = left / size;
+        left %= size;
+        if n > 0 {
+            parts.push(format!("{n} {name}{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    // A long campaign is told in its large units: "2 years, 3 weeks and 1 day".
+    parts.truncate(3);
+    match parts.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "no time".into(),
+    }
+}
+
 fn capitalise(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
-fn state_line(member: &CastMember) -> String {
+/// The state fields only a character itself (and the round's planners) may read.
+pub const PRIVATE_STATE_FIELDS: [&str; 1] = ["intentions"];
+
+/// `member`'s state as a prompt line; the private fields only with `private`.
+fn state_line(member: &CastMember, private: bool) -> String {
     STATE_FIELDS
         .iter()
+        .filter(|f| private || !PRIVATE_STATE_FIELDS.contains(f))
         .filter_map(|f| member.state.get(f).map(|v| format!("{f}: {v}")))
         .collect::<Vec<_>>()
         .join("; ")
@@ -528,6 +714,7 @@ pub fn render(
         "director_guidance": text(Section::DirectorGuidance),
         "characters": text(Section::CharacterGuidance),
         "state_fields": STATE_FIELDS,
+        "roster": envelope.roster,
         "turn": turn,
     });
     Ok(RenderedPrompt { system: templates.render(agent.template(), &context)?, user: turn.to_string() })
@@ -619,7 +806,7 @@ mod tests {
         .into_iter()
         .map(|(id, p)| (id.to_string(), p))
         .collect();
-        let envelope = Envelope { kept, ledger: BudgetLedger::default(), notes: Vec::new(), lore_places };
+        let envelope = Envelope { kept, ledger: BudgetLedger::default(), notes: Vec::new(), lore_places, roster: Vec::new() };
         let prompt = render(&templates, AgentKind::Director, &envelope, None, "turn").unwrap().system;
         let at = |needle: &str| prompt.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{prompt}"));
         assert!(at("LORE-TOP") < at("The lamp room is cold.") && at("The lamp room is cold.") < at("LORE-BOTTOM"), "{prompt}");
@@ -675,10 +862,10 @@ mod tests {
             })
             .collect();
         let member = view.active().next().expect("someone is present").clone();
-        for (max, reply) in [(2048u32, Some(512u32)), (8192, Some(1024)), (131_072, Some(4096)), (8192, None)] {
+        for (max, reply_tokens) in [(2048u32, Some(512u32)), (8192, Some(1024)), (131_072, Some(4096)), (8192, None), (4096, None), (1500, None)] {
             let profile = crate::llm::ProviderProfile {
                 max_context_tokens: max,
-                sampler: crate::llm::SamplerSettings { max_tokens: reply, ..Default::default() },
+                sampler: crate::llm::SamplerSettings { max_tokens: reply_tokens, ..Default::default() },
                 ..Default::default()
             };
             for (agent, character) in [(AgentKind::Director, None), (AgentKind::Character, Some(&member))] {
@@ -697,22 +884,110 @@ mod tests {
                     cancel: None,
                     bank: None,
                 };
-                let turn = match agent {
-                    AgentKind::Director => director_turn(1000, Some("I light the lamp.")),
-                    _ => character_turn(&member.name),
+                let (turn, mut reply) = match agent {
+                    AgentKind::Director => {
+                        let (schema, options) = crate::scene::round::director_schema::<crate::scene::model::DirectorPlan>(&profile, &view);
+                        (director_turn(1000, Some("I light the lamp.")), ReplyPlan::structured(&profile, &schema, &options))
+                    }
+                    _ => (character_turn(&member.name), ReplyPlan::prose(&profile)),
                 };
                 let mut state = ActivationState::default();
                 let (envelope, prompt) =
-                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &input, &mut state).unwrap();
-                let sent = estimate(&prompt.system) + estimate(&prompt.user);
-                let reserved = reply_reserve(&profile);
-                assert!(sent + reserved <= max, "{agent:?} at {max}: {sent} sent + {reserved} for the reply > {max}");
+                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &mut reply, &input, &mut state).unwrap();
+                // The request as the structured layer sends it: the schema's text joins the system prompt.
+                let mut system = prompt.system.clone();
+                if agent == AgentKind::Director {
+                    let (schema, options) = crate::scene::round::director_schema::<crate::scene::model::DirectorPlan>(&profile, &view);
+                    system = format!("{}\n\n{}", system.trim_end(), schema_instruction(&schema, &options).unwrap());
+                    assert!(reply.appended > 500, "the schema is counted: {reply:?}");
+                }
+                let sent = crate::llm::tokens::estimate_messages(&[crate::llm::ChatMessage::system(system), crate::llm::ChatMessage::user(prompt.user.clone())]);
+                assert!(sent + reply.tokens <= max, "{agent:?} at {max}: {sent} sent + {} for the reply > {max}", reply.tokens);
+                assert_eq!(envelope.ledger.prompt_tokens, prompt_tokens(&prompt, reply), "the ledger counts the whole prompt");
+                assert!(envelope.ledger.prompt_tokens + 2 >= sent, "{} counted, {sent} sent", envelope.ledger.prompt_tokens);
+                // Without a cap of its own the reply takes at most a quarter of the context;
+                // a cap the profile sets is kept whole unless the instructions leave less.
+                assert!(reply.tokens <= reply_tokens.unwrap_or(max / 4), "{reply:?}");
+                if max >= 2048 {
+                    assert_eq!(Some(reply.tokens), reply_tokens.or(Some(reply.tokens)), "the profile's cap is planned for");
+                }
                 let history_used = envelope.ledger.sections.iter().find(|s| s.section == Section::History).map_or(0, |s| s.used);
                 // The room left is used: at 128k far more history goes than at 2k.
-                assert!(history_used > max / 8, "{agent:?} at {max}: only {history_used} tokens of history");
+                let shared = envelope.ledger.max_context_tokens;
+                // (At 2,048 and less the Director's instructions and schema leave the
+                // sections a few hundred tokens, less than one of these long messages.)
+                if max > 2048 || agent == AgentKind::Character {
+                    assert!(history_used > shared / 8 && shared > max / 20, "{agent:?} at {max}: only {history_used} tokens of history of {shared}");
+                }
                 assert!(envelope.notes.iter().any(|n| n.starts_with(&format!("context: {max} tokens"))), "{:?}", envelope.notes);
             }
         }
+    }
+
+    /// However tight the context, the Director can name everyone present: the sheets
+    /// are cut by the budget, the names are not.
+    #[test]
+    fn a_tight_budget_never_removes_a_present_characters_name_from_the_director() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (mut view, notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
+        for member in &mut view.cast {
+            member.active = true;
+            member.sheet.insert("description".into(), format!("{} keeps the harbour's oldest secrets. ", member.name).repeat(40));
+        }
+        view.cast[1].muted = true;
+        let history: Vec<SceneMessage> = Vec::new();
+        for max in [1500u32, 2048, 4096] {
+            for agent in [AgentKind::Director, AgentKind::Reconcile] {
+                let profile = crate::llm::ProviderProfile { max_context_tokens: max, ..Default::default() };
+                let input = EnvelopeInput {
+                    agent,
+                    view: &view,
+                    notes: &notes,
+                    history: &history,
+                    lore: None,
+                    memories: &[],
+                    character: None,
+                    director_guidance: Vec::new(),
+                    lore_scan_depth: 2,
+                    message_number: 1,
+                    seed: 7,
+                    cancel: None,
+                    bank: None,
+                };
+                let mut reply = ReplyPlan::prose(&profile);
+                let (envelope, prompt) =
+                    assemble_for_call(&templates, agent, None, "Round 1.", &config.budgets, &profile, &mut reply, &input, &mut Default::default()).unwrap();
+                let sheets = envelope.ledger.section(Section::CharacterGuidance).unwrap();
+                assert!(!sheets.dropped.is_empty(), "the budget cut sheets at {max}");
+                let roster = prompt.system.split("## Characters\n").nth(1).expect("a cast list").split("\n\n").next().unwrap();
+                for member in &view.cast {
+                    assert!(roster.contains(&member.name), "{agent:?} at {max}: {} is not named:\n{}", member.name, prompt.system);
+                }
+                assert!(roster.contains(&format!("{} (muted: cannot act)", view.cast[1].name)), "{roster}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_earlier_arcs_scene_is_told_in_whole_sentences() {
+        let summary = "Juno came up the stair. She gave Wren a letter. Wren read it twice and refused.";
+        assert_eq!(brief(summary, 200), summary);
+        assert_eq!(brief(summary, 50), "Juno came up the stair. She gave Wren a letter. …");
+        assert_eq!(brief("No full stop anywhere in this long line", 10), "No full st…");
+    }
+
+    #[test]
+    fn in_fiction_time_is_said_in_words() {
+        assert_eq!(said_duration(2000), "1 day, 9 hours and 20 minutes");
+        assert_eq!(said_duration(1), "1 minute");
+        assert_eq!(said_duration(120), "2 hours");
+        assert_eq!(said_duration(61), "1 hour and 1 minute");
+        assert_eq!(said_duration(23 * 24 * 60 + 5), "3 weeks, 2 days and 5 minutes");
+        assert_eq!(said_duration(2 * 365 * 24 * 60 + 24 * 60 + 7), "2 years, 1 day and 7 minutes");
     }
 
     /// A card's sheet whose macro had to be limited says so in the call's notes, naming

@@ -11,7 +11,7 @@ use super::records::SceneNotes;
 use super::model::CallLedger;
 use super::SceneError;
 use crate::context::Context;
-use crate::llm::structured::{StructuredOptions, complete_structured};
+use crate::llm::structured::{StructuredOptions, complete_structured, schema_for};
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, LlmClient, ProviderProfile};
 use crate::lorebook::activation::ActivationState;
 use crate::prompting::PromptTemplates;
@@ -42,6 +42,7 @@ impl AfterCharacters<'_> {
         agent: AgentKind,
         turn: &str,
         profile: &ProviderProfile,
+        reply: &mut envelope::ReplyPlan,
         lore_state: &mut ActivationState,
     ) -> Result<(envelope::Envelope, envelope::RenderedPrompt), crate::prompting::TemplateError> {
         envelope::assemble_for_call(
@@ -51,6 +52,7 @@ impl AfterCharacters<'_> {
             turn,
             &self.config.budgets,
             profile,
+            reply,
             &EnvelopeInput {
                 agent,
                 view: self.live,
@@ -92,8 +94,10 @@ pub(super) fn narrate(
     at.cancelled()?;
     let emit = |e: SceneEvent| at.ctx.emit(e);
     emit(SceneEvent::NarratorStarted { scene_id: at.scene_id.to_string(), round: at.round });
-    let (envelope, prompt) = at.envelope(AgentKind::Narrator, &envelope::narrator_turn(at.round), &narrator.1, lore_state)?;
-    let request = AfterCharacters::request(&narrator.1, prompt.system, prompt.user, true);
+    let mut reply = envelope::ReplyPlan::prose(&narrator.1);
+    let (envelope, prompt) = at.envelope(AgentKind::Narrator, &envelope::narrator_turn(at.round), &narrator.1, &mut reply, lore_state)?;
+    let mut request = AfterCharacters::request(&narrator.1, prompt.system, prompt.user, true);
+    reply.apply(&narrator.1, &mut request);
     let sink = at.ctx.clone();
     let (scene, round) = (at.scene_id.to_string(), at.round);
     let on_token = move |text: &str| {
@@ -121,9 +125,12 @@ pub(super) fn world(
     lore_state: &mut ActivationState,
 ) -> Result<(WorldUpdate, CallLedger), SceneError> {
     at.cancelled()?;
-    let (envelope, prompt) = at.envelope(AgentKind::World, &envelope::world_turn(at.round), &world.1, lore_state)?;
-    let request = AfterCharacters::request(&world.1, prompt.system, prompt.user, false);
-    let output = complete_structured::<WorldUpdate>(&world.0, request, &StructuredOptions::default(), CallContext::new(at.cancel))
+    let options = StructuredOptions::default();
+    let mut reply = envelope::ReplyPlan::structured(&world.1, &schema_for::<WorldUpdate>(), &options);
+    let (envelope, prompt) = at.envelope(AgentKind::World, &envelope::world_turn(at.round), &world.1, &mut reply, lore_state)?;
+    let mut request = AfterCharacters::request(&world.1, prompt.system, prompt.user, false);
+    reply.apply(&world.1, &mut request);
+    let output = complete_structured::<WorldUpdate>(&world.0, request, &options, CallContext::new(at.cancel))
         .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
     at.ctx.emit(SceneEvent::WorldDecided { scene_id: at.scene_id.to_string(), round: at.round, decision: Box::new(output.value.clone()) });
     let ledger = CallLedger {

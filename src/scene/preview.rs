@@ -171,6 +171,10 @@ pub struct EnvelopePreview {
     /// reply (`reply_tokens` of it).
     pub reserved_tokens: u32,
     pub reply_tokens: u32,
+    /// The reply's cap and what a structured call appends to the prompt (its schema).
+    pub reply: envelope::ReplyPlan,
+    /// The cast by name, outside the budgets (the Director's passes).
+    pub roster: Vec<String>,
     /// Lore among them is activated for the configured plan: a slider move re-fits
     /// what activated but does not activate more.
     pub candidates: BTreeMap<Section, Vec<BudgetItem>>,
@@ -196,7 +200,14 @@ impl EnvelopePreview {
     pub fn fit(&self, plan: &BudgetPlan, max_context_tokens: u32) -> Envelope {
         let mut envelope = envelope::fit(plan, max_context_tokens.saturating_sub(self.reserved_tokens), &self.candidates, &self.lore_held_back);
         envelope.lore_places = self.lore_places.clone();
+        envelope.roster = self.roster.clone();
         envelope
+    }
+
+    /// The whole prompt as the round would send it, estimated: `prompt` (from
+    /// [`Self::render`]) and the schema text a structured call appends.
+    pub fn prompt_tokens(&self, prompt: &RenderedPrompt) -> u32 {
+        envelope::prompt_tokens(prompt, self.reply)
     }
 
     /// The prompt exactly as the round would send it for `envelope`.
@@ -277,10 +288,25 @@ pub fn preview(
         Err(e) => (None, Some(e.to_string())),
     };
     // What the round keeps off the top before the shares apply (as `assemble_for_call`).
-    let reply_tokens = envelope::reply_reserve(&profile);
+    let reply = match agent {
+        AgentKind::Director => {
+            let (schema, options) = super::round::director_schema::<super::model::DirectorPlan>(&profile, &view);
+            envelope::ReplyPlan::structured(&profile, &schema, &options)
+        }
+        AgentKind::Reconcile => {
+            let (schema, options) = super::round::director_schema::<super::model::Reconciliation>(&profile, &view);
+            envelope::ReplyPlan::structured(&profile, &schema, &options)
+        }
+        AgentKind::World => {
+            let schema = crate::llm::structured::schema_for::<super::model::WorldUpdate>();
+            envelope::ReplyPlan::structured(&profile, &schema, &Default::default())
+        }
+        AgentKind::Character | AgentKind::Narrator => envelope::ReplyPlan::prose(&profile),
+    };
+    let reply_tokens = reply.tokens;
     let reserved_tokens = match &templates {
-        Some(t) => envelope::reserve(&t.0, agent, member.as_ref(), &turn, reply_tokens)?,
-        None => reply_tokens,
+        Some(t) => envelope::reserve(&t.0, agent, member.as_ref(), &turn, reply, &envelope::roster(agent, &view))?,
+        None => reply_tokens + reply.appended,
     };
     let gathered = envelope::gather(
         &scene_config.budgets,
@@ -312,6 +338,8 @@ pub fn preview(
         max_context_tokens,
         reserved_tokens,
         reply_tokens,
+        reply,
+        roster: envelope::roster(agent, &view),
         candidates: gathered.sections,
         lore_held_back: gathered.lore_held_back,
         lore_places: gathered.lore_places,

@@ -24,17 +24,42 @@ pub struct SceneNotes {
     pub campaign: String,
     pub arc: String,
     pub scene: String,
-    /// Summaries of earlier scenes of the same arc, oldest first.
-    pub earlier_scenes: Vec<(String, String)>,
+    /// Summaries of the campaign's earlier scenes (this arc's and earlier arcs'), oldest
+    /// first.
+    pub earlier_scenes: Vec<EarlierScene>,
     pub scene_summary: String,
     /// The last round `scene_summary` covers (0: none); history starts after it.
     #[serde(default)]
     pub summary_round: u32,
 }
 
+/// One earlier scene of the campaign as a later scene is told it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EarlierScene {
+    pub arc: String,
+    pub scene: String,
+    pub summary: String,
+    /// Whether it belongs to the arc of the scene being played (told in full; an earlier
+    /// arc's scenes are told briefly and go first when the budget is short).
+    pub same_arc: bool,
+    /// Its cast (character ids): only they are told it; the Director's passes and the
+    /// Narrator and World agent hear every earlier scene.
+    #[serde(default)]
+    pub cast: Vec<String>,
+}
+
+/// The SQL condition "scene `s` was created before the scene `param` names" (creation
+/// times tie within a second; the row order breaks the tie).
+fn created_before(param: &str) -> String {
+    format!(
+        "(s.created_at < (SELECT created_at FROM scenes WHERE id = {param})
+         OR (s.created_at = (SELECT created_at FROM scenes WHERE id = {param}) AND s.rowid < (SELECT rowid FROM scenes WHERE id = {param})))"
+    )
+}
+
 pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, StoreError> {
     type NotesRow = (String, String, String, String, String, String, String, u32);
-    let (world, campaign, arc, scene, arc_id, summary, created, summary_round): NotesRow =
+    let (world, campaign, arc, scene, arc_id, summary, _created, summary_round): NotesRow =
         conn.query_row(
             "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.created_at, s.summary_round
              FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
@@ -44,12 +69,43 @@ pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, Store
         )
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
-    let mut stmt = conn.prepare(
-        "SELECT name, summary FROM scenes WHERE arc_id = ?1 AND id != ?2 AND created_at <= ?3 AND summary != ''
-         ORDER BY created_at",
-    )?;
-    let earlier_scenes = stmt.query_map(params![arc_id, scene_id, created], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    // Every earlier scene of the campaign, whichever arc: the first scene of a new arc
+    // is told the story so far.
+    let mut stmt = conn.prepare(&format!(
+        "SELECT a.name, s.name, s.summary, s.arc_id = ?1,
+                (SELECT json_group_array(sc.character_id) FROM scene_cast sc WHERE sc.scene_id = s.id)
+         FROM scenes s JOIN arcs a ON a.id = s.arc_id
+         WHERE a.campaign_id = (SELECT a2.campaign_id FROM arcs a2 WHERE a2.id = ?1) AND s.id != ?2 AND s.summary != ''
+           AND {}
+         ORDER BY s.created_at, s.rowid",
+        created_before("?2")
+    ))?;
+    let rows: Vec<(EarlierScene, String)> = stmt
+        .query_map(params![arc_id, scene_id], |r| {
+            Ok((EarlierScene { arc: r.get(0)?, scene: r.get(1)?, summary: r.get(2)?, same_arc: r.get(3)?, cast: Vec::new() }, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut earlier_scenes = Vec::with_capacity(rows.len());
+    for (mut earlier, cast) in rows {
+        earlier.cast = serde_json::from_str(&cast).map_err(|e| corrupt("earlier scene cast", e))?;
+        earlier_scenes.push(earlier);
+    }
     Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary, summary_round })
+}
+
+/// The campaign's scenes created before `scene_id` whose running summary stops short of
+/// their last round, with that round: a scene is summarised every few rounds, never at
+/// its end, so its last rounds reach no later scene until they are folded in.
+pub fn earlier_unsummarised(conn: &Connection, scene_id: &str) -> Result<Vec<(String, u32)>, StoreError> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT s.id, s.rounds FROM scenes s JOIN arcs a ON a.id = s.arc_id
+         WHERE a.campaign_id = (SELECT a2.campaign_id FROM scenes s2 JOIN arcs a2 ON a2.id = s2.arc_id WHERE s2.id = ?1)
+           AND s.id != ?1 AND s.rounds > s.summary_round AND {}
+         ORDER BY s.created_at, s.rowid",
+        created_before("?1")
+    ))?;
+    let rows = stmt.query_map(params![scene_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
 /// The scene with its cast (overrides applied), states and campaign state.

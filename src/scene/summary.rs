@@ -3,7 +3,9 @@
 //! history then starts after the rounds the summary covers.
 //!
 //! It runs after the round has committed, in its own transaction, so a failed or slow
-//! summary never costs the round. The write is a compare-and-set on the round the
+//! summary never costs the round. A scene's last rounds, which no periodic summary
+//! covers, are folded in when a later scene of the campaign plays its next round
+//! ([`catch_up_earlier`]). The write is a compare-and-set on the round the
 //! summary covered before, so running it twice (or in two processes) changes nothing
 //! the second time.
 
@@ -76,6 +78,41 @@ pub fn summarise(ctx: &Context, scene_id: &str, through_round: u32, cancel: &Can
         )?)
     })?;
     Ok((changed == 1).then_some(through_round))
+}
+
+/// Fold the last rounds of the campaign's earlier scenes, those their running summary
+/// stops short of, into their summaries, so a later scene is told how each one ended
+/// (a scene is summarised every few rounds, never at its end). Called as a later
+/// scene's round starts, on the round's own thread (never the UI's); each scene is
+/// caught up once, and a failure leaves that scene's summary as it was and says so.
+pub fn catch_up_earlier(ctx: &Context, scene_id: &str, cancel: &CancelToken) {
+    // Summaries turned off (`summarise_every = 0`): none is written, at the end either.
+    if ctx.config().scene.summarise_every == 0 {
+        return;
+    }
+    let stale = match ctx.store.with(|c| records::earlier_unsummarised(c, scene_id)) {
+        Ok(stale) => stale,
+        Err(e) => {
+            tracing::warn!(scene = %scene_id, error = %e, "could not read the earlier scenes' summaries");
+            return;
+        }
+    };
+    for (earlier, rounds) in stale {
+        if cancel.is_cancelled() {
+            return;
+        }
+        match summarise(ctx, &earlier, rounds, cancel) {
+            Ok(Some(through_round)) => ctx.emit(super::SceneEvent::SummaryUpdated { scene_id: earlier, through_round }),
+            Ok(None) => {}
+            Err(e) => {
+                // The summariser is failing: the rest wait for the next round rather
+                // than each delay this one.
+                tracing::warn!(scene = %earlier, error = %e, "earlier scene summary failed");
+                ctx.emit(super::SceneEvent::SummaryFailed { scene_id: earlier, message: e.to_string() });
+                return;
+            }
+        }
+    }
 }
 
 /// The summary and the round it covers, for tests and the CLI.

@@ -1,6 +1,6 @@
 //! A scene's whole transcript as a file a person reads (Markdown) or a script reads
-//! (JSON): every message in order, grouped by round, with the hand edits of the
-//! campaign's state between them.
+//! (JSON): every message in order, grouped by round, with the hand edits made in the
+//! scene (its characters' states, and the campaign's state while it was played).
 
 use serde::Serialize;
 use super::model::{MessageKind, SceneMessage};
@@ -20,7 +20,7 @@ pub enum TranscriptFormat {
 pub fn render(conn: &Connection, scene_id: &str, format: TranscriptFormat) -> Result<(String, usize), StoreError> {
     let view = records::load_view(conn, scene_id)?;
     let messages = records::recent_messages(conn, scene_id, u32::MAX)?;
-    let edits = authoring::state_edits(conn, &view.campaign_id)?;
+    let edits = authoring::state_edits_of_scene(conn, scene_id)?;
     let text = match format {
         TranscriptFormat::Json => {
             let value = serde_json::json!({

@@ -25,6 +25,8 @@ struct Fitted {
     envelope: Envelope,
     /// The system prompt, or why it could not be rendered.
     prompt: Result<String, String>,
+    /// The whole prompt as sent, estimated (the schema a structured call appends included).
+    prompt_tokens: Option<u32>,
 }
 
 pub struct BudgetsPanel {
@@ -141,8 +143,10 @@ impl BudgetsPanel {
             return;
         }
         let envelope = preview.fit(plan, self.max_context_tokens);
-        let prompt = preview.render(&envelope).map(|p| p.system).map_err(|e| e.to_string());
-        self.fitted = Some(Fitted { plan: plan.clone(), max_context_tokens: self.max_context_tokens, envelope, prompt });
+        let rendered = preview.render(&envelope);
+        let prompt_tokens = rendered.as_ref().ok().map(|p| preview.prompt_tokens(p));
+        let prompt = rendered.map(|p| p.system).map_err(|e| e.to_string());
+        self.fitted = Some(Fitted { plan: plan.clone(), max_context_tokens: self.max_context_tokens, envelope, prompt, prompt_tokens });
     }
 
     pub fn show(&mut self, ui: &mut egui::Ui, scene: &str, campaign: Option<&str>, active: &[String], outbox: &mut Vec<Command>) {
@@ -156,10 +160,15 @@ impl BudgetsPanel {
         }
         let configured = (preview.plan.clone(), preview.max_context_tokens);
         let (reserved, reply, saved) = (preview.reserved_tokens, preview.reply_tokens, preview.campaign_plan);
+        let appended = preview.reply.appended;
         egui::ScrollArea::vertical().id_salt("budgets_scroll").show(ui, |ui| {
             self.sliders(ui, configured);
+            let schema = match appended {
+                0 => String::new(),
+                n => format!(" ({n} of them the reply's JSON Schema)"),
+            };
             ui.weak(format!(
-                "Kept off the top before the shares apply: {} tokens for the instructions and the turn, {reply} for the reply.",
+                "Kept off the top before the shares apply: {} tokens for the instructions and the turn{schema}, {reply} for the reply.",
                 reserved.saturating_sub(reply)
             ));
             self.save_controls(ui, campaign, saved, outbox);
@@ -255,7 +264,18 @@ impl BudgetsPanel {
     fn allocation(&self, ui: &mut egui::Ui) {
         let Some(fitted) = &self.fitted else { return };
         ui.add_space(6.0);
-        ui.strong(format!("Next call — {} of {} tokens used", fitted.envelope.ledger.used(), fitted.max_context_tokens));
+        let used = fitted.envelope.ledger.used();
+        match (fitted.prompt_tokens, &self.preview) {
+            // The whole prompt as sent, schema included, and the reply's cap: what the
+            // server checks against its context.
+            (Some(prompt), Some(preview)) => ui.strong(format!(
+                "Next call — prompt {prompt} tokens ({used} of them the sections) + reply {} = {} of {} tokens",
+                preview.reply_tokens,
+                prompt + preview.reply_tokens,
+                fitted.max_context_tokens
+            )),
+            _ => ui.strong(format!("Next call — {used} of {} tokens used by the sections", fitted.max_context_tokens)),
+        };
         ledger_grid(ui, "budget_allocation", &fitted.envelope.ledger);
     }
 
@@ -398,6 +418,9 @@ impl BudgetsPanel {
                 let mut text = system.as_str();
                 ui.add(egui::TextEdit::multiline(&mut text).font(egui::TextStyle::Monospace).desired_width(f32::INFINITY))
                     .labelled_by(label.id);
+                if preview.reply.appended > 0 {
+                    ui.weak(format!("…then the reply's JSON Schema, about {} tokens, which the call adds to the system prompt.", preview.reply.appended));
+                }
                 ui.label("User:");
                 ui.label(RichText::new(&preview.turn).monospace());
             }
@@ -416,6 +439,12 @@ fn section_title(section: Section) -> String {
 
 /// A ledger as a table, with the dropped items and their reasons beneath.
 fn ledger_grid(ui: &mut egui::Ui, id: &str, ledger: &BudgetLedger) {
+    if ledger.prompt_tokens > 0 {
+        ui.label(format!(
+            "Prompt as sent about {} tokens + reply cap {} of a {}-token context",
+            ledger.prompt_tokens, ledger.reply_tokens, ledger.context_tokens
+        ));
+    }
     egui::Grid::new(id).striped(true).num_columns(6).show(ui, |ui| {
         for h in ["Section", "%", "Allocated", "Used", "Kept", "Dropped"] {
             ui.strong(h);

@@ -1140,7 +1140,7 @@ fn an_edited_or_deleted_message_leaves_the_scene_summary() {
     let created = collect(&engine, |e| matches!(e, SceneEvent::SceneCreated { .. }));
     let Some(SceneEvent::SceneCreated { scene_id: later, .. }) = created.last() else { unreachable!() };
     let notes = store.with(|c| records::load_notes(c, later)).unwrap();
-    assert_eq!(notes.earlier_scenes.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
+    assert_eq!(notes.earlier_scenes.iter().map(|e| e.summary.as_str()).collect::<Vec<_>>(), ["Juno spoke of a password."]);
 }
 
 /// A reviewed plan that names someone who is not in the cast beside a real actor is
@@ -1347,4 +1347,288 @@ fn scene_round_on_the_command_line_says_when_the_summary_failed() {
     assert!(!first.contains("summar"), "no summary after round 1: {first}");
     let second = round();
     assert!(second.contains("scene summary not updated") && second.contains("the summariser is down"), "{second}");
+}
+
+/// With a small context and no `max_tokens` on the profile, every call of a round (the
+/// Director's plan with its JSON Schema in the prompt, its re-ask, the characters, the
+/// Narrator, the World agent, the reconciliation) asks for a prompt plus a reply cap
+/// that fit the context: a vLLM-style server refuses anything more. The ledger counts
+/// the whole prompt, schema included.
+#[test]
+fn every_call_of_a_round_fits_prompt_and_reply_in_the_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    // The first plan names nobody real: its re-ask carries the reply and the errors too.
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            let original = rule["reply"].take();
+            rule["replies"] = serde_json::json!([{"json": {"actingCharacters": [{"name": "state_update"}]}}, original]);
+            rule.as_object_mut().unwrap().remove("reply");
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let max = 2048u32;
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.profiles.iter_mut().for_each(|p| p.max_context_tokens = max);
+    config.scene.world_agent = true;
+    config.save(&paths.config_file).unwrap();
+    // Plenty of everything the sections can hold: the budget, not the material, decides.
+    let facts: Vec<String> = (0..300).map(|i| format!("Fact {i}: the harbour bell number {i} rang at dusk and nobody answered it.")).collect();
+    Store::open(&paths.library_file)
+        .unwrap()
+        .with(|c| {
+            c.execute("UPDATE campaign_state SET facts_json = ?1", [serde_json::to_string(&facts).unwrap()])?;
+            Ok(())
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let store = &engine.context().store;
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let agents: Vec<&str> = calls.iter().map(|c| c.agent.as_str()).collect();
+    assert!(agents.iter().filter(|a| **a == "director").count() >= 3, "plan, its re-ask, reconcile: {agents:?}");
+    assert!(agents.contains(&"world") && agents.contains(&"character"), "{agents:?}");
+    for call in &calls {
+        let prompt = lorekeeper::llm::tokens::estimate_messages(&call.request.messages);
+        let reply = call.request.sampler.max_tokens.expect("every call carries a reply cap");
+        assert!(prompt + reply <= max, "{}: {prompt} prompt + {reply} reply > {max}", call.agent);
+        // The mock server of the long campaign counted a quarter of the characters.
+        let chars: usize = call.request.messages.iter().map(|m| m.content.len()).sum();
+        assert!(chars as u32 / 4 + reply <= max, "{}: {chars} characters + {reply}", call.agent);
+    }
+    // The Director's ledger counts the prompt as sent, its JSON Schema included.
+    let director = calls.iter().rev().find(|c| c.agent == "director").unwrap();
+    assert!(director.request.messages[0].content.contains("<json_schema>"));
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let ledger = &record.ledgers.as_array().unwrap()[0]["ledger"];
+    let sent = lorekeeper::llm::tokens::estimate_messages(&director.request.messages) as u64;
+    let counted = ledger["prompt_tokens"].as_u64().unwrap();
+    assert!(counted + 4 >= sent && counted <= sent + 4, "counted {counted}, sent {sent}");
+    assert_eq!(ledger["context_tokens"].as_u64(), Some(u64::from(max)));
+    assert_eq!(ledger["reply_tokens"].as_u64(), director.request.sampler.max_tokens.map(u64::from));
+}
+
+/// A muted character is marked so in the Director's prompt, and when the Director names
+/// only them, the correction offers only those who can act; the round then plays.
+#[test]
+fn the_director_is_told_who_is_muted_and_corrected_toward_who_can_act() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            rule.as_object_mut().unwrap().remove("reply");
+            rule["replies"] = serde_json::json!([
+                {"json": {"actingCharacters": [{"name": "Ossian Vale", "guidance": "Check the boat."}]}},
+                {"json": {"actingCharacters": [{"name": "Wren Talloway", "guidance": "Read the letter."}]}}
+            ]);
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    engine.send(Command::Scene(SceneCommand::Mute { scene: scene.clone(), character: "Ossian Vale".into(), muted: true })).unwrap();
+    collect(&engine, |e| matches!(e, SceneEvent::Muted { .. }));
+    let events = round(&engine, &scene, Some("Someone should check the boat."));
+    let acted: Vec<&str> = events.iter().filter_map(|e| if let SceneEvent::CharacterStarted { name, .. } = e { Some(name.as_str()) } else { None }).collect();
+    assert_eq!(acted, ["Wren Talloway"]);
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let plans: Vec<_> = calls.iter().rev().filter(|c| c.agent == "director" && c.request.messages[0].content.contains("which characters act")).collect();
+    assert_eq!(plans.len(), 2, "the plan and its re-ask");
+    let system = &plans[0].request.messages[0].content;
+    assert!(system.contains("Ossian Vale (in the scene; muted by the game master: cannot act)"), "{system}");
+    assert!(system.contains("Wren Talloway (in the scene)\n"), "{system}");
+    let correction = &plans[1].request.messages.last().unwrap().content;
+    let line = correction.lines().find(|l| l.contains("/actingCharacters")).expect("the cast error");
+    assert!(line.contains("who can act: Wren Talloway (or bring in one of Marguerite Siltborne with activations)"), "{line}");
+    assert!(!line.contains("Ossian"), "a muted character is not offered: {line}");
+}
+
+/// The campaign's clock reaches every agent of a round, in words: the Director, the
+/// characters, the Narrator, the World agent (asked how many minutes passed) and the
+/// reconciliation.
+#[test]
+fn every_agent_is_told_the_in_fiction_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.world_agent = true;
+    config.save(&paths.config_file).unwrap();
+    // As `campaign time <campaign> 2000` leaves it.
+    Store::open(&paths.library_file)
+        .unwrap()
+        .with(|c| {
+            c.execute("UPDATE campaign_state SET elapsed_minutes = 2000", [])?;
+            Ok(())
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("How long have we been here?"));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let mut agents: Vec<&str> = calls.iter().map(|c| c.agent.as_str()).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    assert_eq!(agents, ["character", "director", "narrator", "world"]);
+    for call in &calls {
+        let system = &call.request.messages[0].content;
+        assert!(system.contains("Time in the story: 1 day, 9 hours and 20 minutes since the campaign began"), "{}: {system}", call.agent);
+    }
+}
+
+/// A character reads its own intentions but never another's; what others can see
+/// (location, mood, clothing, activity) is told to everyone present. The Director reads
+/// every intention; the Narrator, whose words everyone witnesses, none.
+#[test]
+fn a_character_never_reads_another_characters_intentions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.max_director_passes = 1;
+    config.save(&paths.config_file).unwrap();
+    let store = Store::open(&paths.library_file).unwrap();
+    let before = view(&store, &scene);
+    for (name, state) in [
+        ("Wren Talloway", r#"{"intentions": "INTENT-WREN keep the light", "mood": "MOOD-WREN"}"#),
+        ("Ossian Vale", r#"{"intentions": "INTENT-OSSIAN betray the keeper", "location": "LOC-OSSIAN"}"#),
+    ] {
+        let id = before.member_by_name(name).unwrap().id.clone();
+        store
+            .with(|c| {
+                c.execute("INSERT OR REPLACE INTO scene_character_states(scene_id, character_id, state_json, round) VALUES (?1, ?2, ?3, 0)", [&scene, &id, &state.to_string()])?;
+                Ok(())
+            })
+            .unwrap();
+    }
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let prompt_of = |needle: &str| -> &str {
+        &calls.iter().find(|c| c.request.messages[0].content.contains(needle)).unwrap_or_else(|| panic!("no call with {needle}")).request.messages[0].content
+    };
+    let wren = prompt_of("You are playing Wren Talloway");
+    assert!(wren.contains("INTENT-WREN") && wren.contains("MOOD-WREN"), "its own state: {wren}");
+    assert!(!wren.contains("INTENT-OSSIAN"), "another's intentions: {wren}");
+    assert!(wren.contains("LOC-OSSIAN"), "what others can see stays: {wren}");
+    let ossian = prompt_of("You are playing Ossian Vale");
+    assert!(ossian.contains("INTENT-OSSIAN") && !ossian.contains("INTENT-WREN"), "{ossian}");
+    assert!(ossian.contains("MOOD-WREN"), "{ossian}");
+    let director = prompt_of("which characters act");
+    assert!(director.contains("INTENT-WREN") && director.contains("INTENT-OSSIAN"), "{director}");
+    let narrator = prompt_of("You are the narrator of");
+    assert!(!narrator.contains("INTENT-") && narrator.contains("LOC-OSSIAN"), "{narrator}");
+}
+
+/// The story carries across arcs, to the end of each scene: a scene played for fewer
+/// rounds than the summary interval is summarised through its last round when a later
+/// scene (here the first of a new arc) plays, and that scene's Director is told it;
+/// the earlier scene, played again, still reads its last round verbatim.
+#[test]
+fn a_new_arc_is_told_how_the_earlier_scenes_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, first) = setup(dir.path(), "script.json");
+    let store = Store::open(&paths.library_file).unwrap();
+    let before = view(&store, &first);
+    let cast: Vec<String> = before.cast.iter().map(|m| m.id.clone()).collect();
+    let active: Vec<String> = before.active().map(|m| m.id.clone()).collect();
+    let later = store
+        .transaction(|tx| {
+            let arc = lorekeeper::scene::authoring::create_arc(tx, &before.campaign_id, "The Second Tide", "")?;
+            records::create_scene(tx, &arc, "The Reef", "", &cast, &active)
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &first, Some("MARK-R1 I hand the keeper the sealed letter."));
+    round(&engine, &first, Some("MARK-R2 The bell rings twice."));
+    let store = &engine.context().store;
+    assert_eq!(store.with(|c| Ok(lorekeeper::scene::summary::current(c, &first).unwrap())).unwrap().1, 0, "five rounds per summary: none yet");
+
+    let events = round(&engine, &later, Some("Where were we?"));
+    assert!(
+        events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { scene_id, through_round: 2 } if *scene_id == first)),
+        "the first scene was summarised through its last round: {events:?}"
+    );
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let summariser = calls.iter().find(|c| c.agent == "summariser").expect("the summariser ran");
+    assert!(summariser.request.messages[0].content.contains("MARK-R2"), "the last round is folded in");
+    let director = &calls.iter().find(|c| c.agent == "director" && c.request.messages.last().unwrap().content.contains("Where were we?")).unwrap().request.messages[0].content;
+    let told = director.split("## Story so far\n").nth(1).expect("a story so far").split("\n## ").next().unwrap();
+    assert!(told.contains("Earlier, in arc \"") && told.contains("Juno brought a sealed letter"), "{told}");
+
+    // Played again, the first scene still shows its last round's words.
+    round(&engine, &first, Some("MARK-R3 Back at the lamp room."));
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let director = &calls.iter().find(|c| c.agent == "director" && c.request.messages.last().unwrap().content.contains("MARK-R3")).unwrap().request.messages[0].content;
+    assert!(director.contains("MARK-R2 The bell rings twice."), "{director}");
+}
+
+/// An earlier scene's summary is told to the characters of its cast, not to one who was
+/// never in it or was taken out of it; the Director hears it all.
+#[test]
+fn an_earlier_scenes_summary_reaches_only_its_cast() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, first) = setup(dir.path(), "script.json");
+    let store = Store::open(&paths.library_file).unwrap();
+    let before = view(&store, &first);
+    let cast: Vec<String> = before.cast.iter().map(|m| m.id.clone()).collect();
+    let active: Vec<String> = before.active().map(|m| m.id.clone()).collect();
+    let ossian = before.member_by_name("Ossian Vale").unwrap().id.clone();
+    let arc: String = store.with(|c| Ok(c.query_row("SELECT arc_id FROM scenes WHERE id = ?1", [&first], |r| r.get(0))?)).unwrap();
+    let later = store
+        .transaction(|tx| {
+            tx.execute("UPDATE scenes SET summary = 'SUMMARY-FIRST: the letter was read aloud.' WHERE id = ?1", [&first])?;
+            records::remove_from_cast(tx, &first, &ossian)?;
+            records::create_scene(tx, &arc, "The Jetty", "", &cast, &active)
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &later, Some("I hand the keeper the sealed letter."));
+    let calls = engine.context().store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let prompt_of = |needle: &str| -> &str {
+        &calls.iter().find(|c| c.request.messages[0].content.contains(needle)).unwrap_or_else(|| panic!("no call with {needle}")).request.messages[0].content
+    };
+    assert!(prompt_of("You are playing Wren Talloway").contains("SUMMARY-FIRST"), "Wren was in the first scene's cast");
+    assert!(!prompt_of("You are playing Ossian Vale").contains("SUMMARY-FIRST"), "Ossian was taken out of it");
+    assert!(prompt_of("which characters act").contains("SUMMARY-FIRST"), "the Director hears every scene");
+}
+
+/// A scene's JSON export carries the hand edits made in it: its characters' states in
+/// that scene, and the campaign's state edited before one of its rounds; not another
+/// scene's.
+#[test]
+fn a_scene_export_carries_only_the_state_edits_made_in_it() {
+    use lorekeeper::scene::authoring::{StateEdit, edit_state};
+    use lorekeeper::scene::transcript::{TranscriptFormat, render};
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, first) = setup(dir.path(), "script.json");
+    let engine = engine::start(paths).unwrap();
+    let store = &engine.context().store;
+    let before = view(store, &first);
+    let (campaign, wren) = (before.campaign_id.clone(), before.member_by_name("Wren Talloway").unwrap().id.clone());
+    let cast: Vec<String> = before.cast.iter().map(|m| m.id.clone()).collect();
+    let edit = |edit: StateEdit| store.transaction(|tx| edit_state(tx, &campaign, &edit)).unwrap();
+    let pause = || std::thread::sleep(Duration::from_millis(5));
+
+    round(&engine, &first, Some("I hand the keeper the sealed letter."));
+    pause();
+    edit(StateEdit::Tracker { name: "EDIT-DURING-FIRST".into(), value: Some(serde_json::json!(1)) });
+    pause();
+    round(&engine, &first, Some("The bell rings."));
+    pause();
+    edit(StateEdit::Elapsed { minutes: 600 });
+    let arc: String = store.with(|c| Ok(c.query_row("SELECT arc_id FROM scenes WHERE id = ?1", [&first], |r| r.get(0))?)).unwrap();
+    let later = store.transaction(|tx| records::create_scene(tx, &arc, "The Jetty", "", &cast, &cast)).unwrap();
+    let mood = serde_json::from_value(serde_json::json!({"mood": "EDIT-IN-LATER"})).unwrap();
+    edit(StateEdit::Character { scene_id: later.clone(), character_id: wren, state: mood });
+    pause();
+    round(&engine, &later, Some("At the jetty."));
+
+    let exported = |scene: &str| -> String {
+        let (text, _) = store.with(|c| render(c, scene, TranscriptFormat::Json)).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        value["state_edits"].to_string()
+    };
+    let (first_edits, later_edits) = (exported(&first), exported(&later));
+    assert!(first_edits.contains("EDIT-DURING-FIRST"), "{first_edits}");
+    assert!(!first_edits.contains("EDIT-IN-LATER") && !first_edits.contains("\"minutes\":600"), "{first_edits}");
+    // The time skip made between the scenes came before the later scene's round.
+    assert!(later_edits.contains("EDIT-IN-LATER") && later_edits.contains("\"minutes\":600"), "{later_edits}");
+    assert!(!later_edits.contains("EDIT-DURING-FIRST"), "{later_edits}");
 }

@@ -385,6 +385,12 @@ fn a_budget_slider_changes_the_sections_tokens_and_the_prompt_preview() {
     assert!(kept_before > 0, "the demo cast is in the character guidance");
     assert!(prompt_before.contains("Wren Talloway"), "{prompt_before}");
     assert!(harness.query_all_by_label(&allocated_before.to_string()).next().is_some(), "the allocation is shown");
+    // The whole prompt as sent is counted, the JSON Schema the Director's call appends
+    // included, beside the reply's cap.
+    let appended = harness.state().scene().budgets().preview().expect("preview").reply.appended;
+    assert!(appended > 300, "the Director's schema is counted: {appended}");
+    assert!(harness.query_by_label_contains(&format!("({appended} of them the reply's JSON Schema)")).is_some(), "the reserve names the schema");
+    assert!(harness.query_by_label_contains("Next call — prompt ").is_some(), "the whole prompt and the reply are shown");
 
     // Move the slider to nothing: the character sheets no longer fit.
     harness.get_by_role_and_label(egui::accesskit::Role::Slider, "Character guidance %").set_value_accesskit(0.0);

@@ -149,6 +149,8 @@ fn draw(
     let (opening, chosen) = records::chat_greetings(&prepared.state, &character.card);
     // Every draw starts from the variables before this message; the accepted one's stay.
     let variables = std::cell::RefCell::new(prepared.variables.clone());
+    // The reply's cap is planned before the blocks share the context, and sent.
+    let reply_tokens = crate::llm::client::planned_reply_cap(&agent.profile, &crate::llm::ResponseFormat::Text);
     let packet = packet::assemble(
         &agent.templates,
         &draft.config,
@@ -166,6 +168,7 @@ fn draw(
             lore_places: &prepared.lore_places,
             memories: &prepared.memories,
             max_context_tokens: agent.profile.max_context_tokens,
+            reply_tokens,
             retry_note: retry_note.as_deref(),
             notes: prepared.notes.clone(),
             variables: Some(&variables),
@@ -175,7 +178,7 @@ fn draw(
     // The user's words are never cut, so a message that alone fills most of the model's
     // context cannot be answered: say so, rather than let the provider refuse the prompt.
     let input_tokens = packet.block("user_input").map(|b| b.tokens).unwrap_or(0);
-    if packet.tokens > packet.max_context_tokens && input_tokens > packet.max_context_tokens / 2 {
+    if packet.tokens + reply_tokens > packet.max_context_tokens && input_tokens > packet.max_context_tokens / 2 {
         return Err(CompanionError::Invalid(format!(
             "the message is too long: {input_tokens} tokens, and the prompt with it {} of the {} the profile's context holds; shorten or split it",
             packet.tokens, packet.max_context_tokens
@@ -192,6 +195,9 @@ fn draw(
     });
     let mut request = ChatRequest::new("", packet.messages.clone());
     request.stream = true;
+    if agent.profile.kind != crate::llm::ProviderKind::Local || agent.profile.sampler.max_tokens.is_some() {
+        request.sampler.max_tokens = Some(reply_tokens);
+    }
     // A base model continues text: open the character's line for it (with the reply so
     // far when continuing one).
     request.reply_prefix = Some(match &draft.continuing {

@@ -184,9 +184,14 @@ impl LlmClient {
         request.sampler = merge_sampler(&request.sampler, &self.profile.sampler);
         // Every call has a reply cap: a server without one (a base model with no chat
         // template) can write to the end of its context before anything is judged. The
-        // embedded model sizes its own from the grammar it decodes under.
-        if self.profile.kind != ProviderKind::Local && request.sampler.max_tokens.is_none() {
-            request.sampler.max_tokens = Some(default_reply_cap(&request.response_format));
+        // cap never reaches past the context the profile declares: a server that checks
+        // prompt plus `max_tokens` against its context (vLLM, llama.cpp's server) refuses
+        // the whole request otherwise. Callers that plan a budget ask for a cap that fits;
+        // this catches the rest (a re-ask that grew the prompt, a caller with no budget).
+        // The embedded model sizes its own from the grammar it decodes under.
+        if self.profile.kind != ProviderKind::Local {
+            let cap = request.sampler.max_tokens.unwrap_or_else(|| default_reply_cap(&request.response_format));
+            request.sampler.max_tokens = Some(fit_reply_cap(cap, &request.messages, self.profile.max_context_tokens));
         }
         request
     }
@@ -322,6 +327,25 @@ pub fn default_reply_cap(format: &ResponseFormat) -> u32 {
             (schema.to_string().len() as u32).clamp(1024, 8192)
         }
     }
+}
+
+/// The reply cap a caller that plans its prompt's budget asks for and reserves: the
+/// profile's `max_tokens` when it sets one (respected; the budget makes room for it),
+/// else the default cap for the format held to a quarter of the context.
+pub fn planned_reply_cap(profile: &ProviderProfile, format: &ResponseFormat) -> u32 {
+    let max = profile.max_context_tokens;
+    profile.sampler.max_tokens.unwrap_or_else(|| default_reply_cap(format).min(max / 4)).min(max)
+}
+
+/// A reply cap below which a call is not worth sending: when the prompt leaves less
+/// room than this, the cap stays here and the server's own refusal says why.
+pub const MIN_REPLY_CAP: u32 = 64;
+
+/// `cap`, lowered so the prompt of `messages` (as estimated) plus the reply fit
+/// `max_context_tokens`, but not below [`MIN_REPLY_CAP`] (nor raised to it).
+pub fn fit_reply_cap(cap: u32, messages: &[crate::llm::ChatMessage], max_context_tokens: u32) -> u32 {
+    let room = max_context_tokens.saturating_sub(crate::llm::tokens::estimate_messages(messages));
+    cap.min(room.max(MIN_REPLY_CAP.min(cap)))
 }
 
 /// The reply cap of a prose call with no `max_tokens` of its own or its profile's.
@@ -509,6 +533,36 @@ mod tests {
         let mut asked = prose.clone();
         asked.sampler.max_tokens = Some(32);
         assert_eq!(client.prepare(&asked).sampler.max_tokens, Some(32));
+    }
+
+    /// A vLLM-style server refuses a request whose prompt plus `max_tokens` exceeds its
+    /// context: the cap (the profile's, the request's or the default) is lowered to the
+    /// room the prompt leaves, and never below a floor worth sending.
+    #[test]
+    fn the_reply_cap_never_reaches_past_the_context() {
+        let profile = |max_tokens, context| ProviderProfile {
+            name: "server".into(),
+            kind: ProviderKind::Openai,
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            model: "m".into(),
+            max_context_tokens: context,
+            sampler: SamplerSettings { max_tokens, ..Default::default() },
+            ..Default::default()
+        };
+        let long = "The harbour bells ring while the tide climbs the stair. ".repeat(150);
+        let mut request = ChatRequest::new("m", vec![ChatMessage::system(long), ChatMessage::user("Go on.")]);
+        request.response_format = ResponseFormat::JsonSchema { name: "x".into(), schema: serde_json::json!({"description": "d".repeat(3000)}) };
+        let prompt = crate::llm::tokens::estimate_messages(&request.messages);
+        assert!(prompt > 1000 && prompt < 3000, "{prompt}");
+        for (max_tokens, context) in [(None, 4096u32), (Some(3000), 4096), (None, 8192)] {
+            let sent = LlmClient::from_profile(&profile(max_tokens, context), None).unwrap().prepare(&request).sampler.max_tokens.unwrap();
+            assert!(prompt + sent <= context, "{prompt} + {sent} > {context}");
+            let asked = max_tokens.unwrap_or_else(|| default_reply_cap(&request.response_format));
+            assert_eq!(sent, asked.min(context - prompt), "the asked cap, or all the room there is");
+        }
+        // A prompt that leaves no room keeps a cap worth sending (the server says why it refuses).
+        let tiny = LlmClient::from_profile(&profile(Some(500), 512), None).unwrap();
+        assert_eq!(tiny.prepare(&request).sampler.max_tokens, Some(MIN_REPLY_CAP));
     }
 
     /// Answers from a queue of outcomes, counting calls; streams replies in two halves.

@@ -392,11 +392,7 @@ pub fn complete_with_schema<T: DeserializeOwned>(
 /// it, and as text in the system prompt for those that do not.
 fn prepare_request(mut request: ChatRequest, name: &str, schema: &Value, options: &StructuredOptions) -> ChatRequest {
     request.response_format = ResponseFormat::JsonSchema { name: name.to_string(), schema: schema.clone() };
-    if options.schema_in_prompt {
-        let instruction = format!(
-            "Reply with one JSON value that validates against this JSON Schema. Reply with the JSON \
-             only: no explanations, no code fences.\n<json_schema>\n{schema}\n</json_schema>"
-        );
+    if let Some(instruction) = schema_instruction(schema, options) {
         match request.messages.first_mut() {
             Some(first) if first.role == Role::System => {
                 first.content = format!("{}\n\n{instruction}", first.content.trim_end());
@@ -405,6 +401,18 @@ fn prepare_request(mut request: ChatRequest, name: &str, schema: &Value, options
         }
     }
     request
+}
+
+/// The text a structured call adds to the system prompt (after a blank line), `None`
+/// with `schema_in_prompt` off. Public so a caller that plans a prompt's budget can
+/// count it: a schema of a few thousand characters is a large share of a small context.
+pub fn schema_instruction(schema: &Value, options: &StructuredOptions) -> Option<String> {
+    options.schema_in_prompt.then(|| {
+        format!(
+            "Reply with one JSON value that validates against this JSON Schema. Reply with the JSON \
+             only: no explanations, no code fences.\n<json_schema>\n{schema}\n</json_schema>"
+        )
+    })
 }
 
 /// The failed reply as it goes back to the model. Never empty: some APIs refuse an

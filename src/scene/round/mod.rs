@@ -16,6 +16,7 @@ mod review;
 mod stages;
 
 pub use review::submit as submit_plan;
+pub(crate) use stages::director_schema;
 
 use super::envelope::{self, AgentKind, EnvelopeInput};
 use super::model::{ActingCharacter, CastMember, CharacterState, STATE_FIELDS, SceneMessage, SceneView, StateUpdate};
@@ -145,6 +146,9 @@ pub(crate) fn run_held(
         templates: PromptTemplates::shipped()?,
     };
     let recall = Recall::open(ctx);
+    // How the campaign's earlier scenes ended reaches this one: their unsummarised last
+    // rounds are folded in first (once each; a failure only leaves a summary as it was).
+    super::summary::catch_up_earlier(ctx, &scene_id, cancel);
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config, cancel)?;
     // Who is forced to act, by the names the game master typed: each must be one of the
     // cast (a word of a name will do), or the round does not start.
@@ -250,6 +254,7 @@ fn character_turn(
         name: member.name.clone(),
     });
     let turn = envelope::character_turn(&member.name);
+    let mut reply = envelope::ReplyPlan::prose(&agents.character.1);
     let (envelope, prompt) = envelope::assemble_for_call(
         &agents.templates,
         AgentKind::Character,
@@ -257,6 +262,7 @@ fn character_turn(
         &turn,
         &config.budgets,
         &agents.character.1,
+        &mut reply,
         &EnvelopeInput {
             agent: AgentKind::Character,
             view: call.live,
@@ -274,7 +280,8 @@ fn character_turn(
         },
         lore_state,
     )?;
-    let request = request_for(&agents.character.1, prompt.system, prompt.user, true);
+    let mut request = request_for(&agents.character.1, prompt.system, prompt.user, true);
+    reply.apply(&agents.character.1, &mut request);
     let sink = ctx.clone();
     let (scene, id) = (scene_id.to_string(), member.id.clone());
     let on_token = move |text: &str| {

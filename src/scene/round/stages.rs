@@ -159,33 +159,48 @@ fn cancelled(cancel: &CancelToken) -> Result<(), SceneError> {
     if cancel.is_cancelled() { Err(SceneError::Llm(LlmError::Cancelled)) } else { Ok(()) }
 }
 
+/// The schema and options of a Director call (either pass) for `view`'s cast. The
+/// embedded model decodes under the schema's grammar: with the cast written in, it
+/// cannot name anyone else, and the schema's text stays out of its prompt (a small
+/// model would only copy it into the values). Other servers keep the plain schema, so a
+/// stray unknown name beside real ones is only ignored (and recorded), as it always was.
+pub(crate) fn director_schema<T: schemars::JsonSchema>(profile: &crate::llm::ProviderProfile, view: &SceneView) -> (serde_json::Value, StructuredOptions) {
+    let mut options = StructuredOptions::default();
+    // The type's doc comment (notes on the wire format for whoever reads the code),
+    // its title and draft say nothing to the model and cost a small context dearly.
+    let mut full = schema_for::<T>();
+    if let Some(top) = full.as_object_mut() {
+        for key in ["description", "title", "$schema"] {
+            top.remove(key);
+        }
+    }
+    let schema = if profile.kind == crate::llm::ProviderKind::Local {
+        let cast: Vec<Member<'_>> = view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
+        options.schema_in_prompt = false;
+        small_model_schema(cast_schema(full, &cast))
+    } else {
+        full
+    };
+    (schema, options)
+}
+
 /// One structured call of the Director (either pass): send the rendered envelope, ask for `T`
-/// (validated, repaired, re-asked), and keep the call's ledger and tokens in the draft.
+/// (validated, repaired, re-asked) under the schema and reply cap the envelope was
+/// planned with, and keep the call's ledger and tokens in the draft.
+#[allow(clippy::too_many_arguments)]
 fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     agents: &Agents,
     name: &str,
-    envelope: envelope::Envelope,
-    prompt: envelope::RenderedPrompt,
+    (envelope, prompt): (envelope::Envelope, envelope::RenderedPrompt),
+    (schema, mut options, reply): (serde_json::Value, StructuredOptions, envelope::ReplyPlan),
     draft: &mut RoundDraft,
     check: ContentCheck,
     settle_without: bool,
     cancel: &CancelToken,
 ) -> Result<Option<T>, SceneError> {
-    let request = request_for(&agents.director.1, prompt.system, prompt.user, false);
-    let mut options = StructuredOptions::default();
+    let mut request = request_for(&agents.director.1, prompt.system, prompt.user, false);
+    reply.apply(&agents.director.1, &mut request);
     options.content.checks.push(check);
-    // The embedded model decodes under the schema's grammar: with the cast written in,
-    // it cannot name anyone else. Other servers keep the plain schema, so a stray
-    // unknown name beside real ones is only ignored (and recorded), as it always was.
-    let cast: Vec<Member<'_>> = draft.view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
-    let schema = if agents.director.1.kind == crate::llm::ProviderKind::Local {
-        // The grammar holds the shape; the schema's text in the prompt would only be
-        // copied into the values by a small model.
-        options.schema_in_prompt = false;
-        small_model_schema(cast_schema(schema_for::<T>(), &cast))
-    } else {
-        schema_for::<T>()
-    };
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     let mut notes = envelope.notes;
@@ -315,6 +330,14 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
     Arc::new(move |value: &serde_json::Value| {
         let known = |name: &str| cast.iter().any(|(n, _, _)| n.eq_ignore_ascii_case(name.trim()));
         let names = cast.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+        // Who the correction offers: only those who can act (muted characters cannot).
+        let who = |present: bool| cast.iter().filter(|(_, a, m)| *a == present && !m).map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+        let (present, absent) = (who(true), who(false));
+        let choose = match (present.is_empty(), absent.is_empty()) {
+            (false, true) => format!("name at least one of the characters in this scene who can act: {present}"),
+            (false, false) => format!("name at least one of the characters in this scene who can act: {present} (or bring in one of {absent} with activations)"),
+            _ => format!("nobody who can act is in the scene: bring in one of {absent} with activations and name them"),
+        };
         let field = |camel: &str, snake: &str| value.get(camel).or_else(|| value.get(snake)).cloned();
         let listed = |camel: &str, snake: &str| -> Vec<String> {
             field(camel, snake)
@@ -339,7 +362,7 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
             let named = if acting.iter().all(|n| known(n)) && !acting.is_empty() { "names only characters who are absent or muted".into() } else { named };
             problems.push(crate::llm::structured::SchemaError {
                 path: "/actingCharacters".into(),
-                message: format!("{named}, so nobody would act; name at least one of the characters in this scene: {names} (bring one in with activations if none is present)"),
+                message: format!("{named}, so nobody would act; {choose}"),
                 schema_path: "content/cast".into(),
             });
         }
@@ -415,6 +438,8 @@ pub(super) fn director_plan(
     cancel: &CancelToken,
 ) -> Result<DirectorPlan, SceneError> {
     let turn = envelope::director_turn(draft.round, draft.input.as_deref());
+    let (schema, options) = director_schema::<DirectorPlan>(&agents.director.1, &draft.view);
+    let mut reply = envelope::ReplyPlan::structured(&agents.director.1, &schema, &options);
     let mut lore_state = std::mem::take(&mut draft.lore_state);
     let fitted = envelope::assemble_for_call(
         &agents.templates,
@@ -423,13 +448,15 @@ pub(super) fn director_plan(
         &turn,
         &config.budgets,
         &agents.director.1,
+        &mut reply,
         &draft.envelope_input(AgentKind::Director, &draft.view, config, Vec::new()),
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let (envelope, prompt) = fitted?;
+    let fitted = fitted?;
     let check = cast_check(&draft.view, draft.force.is_empty());
-    let plan: DirectorPlan = director_call(agents, "director", envelope, prompt, draft, check, false, cancel)?.unwrap_or_default();
+    let plan: DirectorPlan =
+        director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
@@ -676,6 +703,8 @@ pub(super) fn reconcile(
 ) -> Result<bool, SceneError> {
     let mut lore_state = std::mem::take(&mut draft.lore_state);
     let turn = envelope::reconcile_turn(draft.round);
+    let (schema, options) = director_schema::<Reconciliation>(&agents.director.1, &draft.view);
+    let mut reply = envelope::ReplyPlan::structured(&agents.director.1, &schema, &options);
     let fitted = envelope::assemble_for_call(
         &agents.templates,
         AgentKind::Reconcile,
@@ -683,13 +712,15 @@ pub(super) fn reconcile(
         &turn,
         &config.budgets,
         &agents.director.1,
+        &mut reply,
         &draft.envelope_input(AgentKind::Reconcile, &draft.live, config, vec![plan.open_guidance.clone()]),
         &mut lore_state,
     );
     draft.lore_state = lore_state;
-    let (envelope, prompt) = fitted?;
+    let fitted = fitted?;
+    let check = cast_check(&draft.view, false);
     let Some(reconciliation) =
-        director_call::<Reconciliation>(agents, "director (reconcile)", envelope, prompt, draft, cast_check(&draft.view, false), true, cancel)?
+        director_call::<Reconciliation>(agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
     else {
         return Ok(false);
     };
