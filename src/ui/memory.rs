@@ -128,14 +128,7 @@ impl MemoryPanel {
                         | MemoryEvent::IndexRebuilt { .. }
                         | MemoryEvent::LoreIndexed { .. }
                 ) {
-                    outbox.push(Command::Memory(MemoryCommand::Stats));
-                    // Browsing the newest: new memories join the list.
-                    if !self.searching && self.searched.as_ref().is_some_and(|(q, _)| q.trim().is_empty()) && self.query.trim().is_empty() {
-                        if let Ok(request) = self.request() {
-                            self.searching = true;
-                            outbox.push(Command::Memory(MemoryCommand::Search { request }));
-                        }
-                    }
+                    self.memories_changed(outbox);
                 }
             }
             // A memory command that failed (a model not installed, a file that cannot be
@@ -148,14 +141,45 @@ impl MemoryPanel {
             Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. }) => {
                 self.follow("scene:");
                 outbox.push(Command::Memory(MemoryCommand::Injections));
+                self.memories_changed(outbox);
             }
             Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. }) => {
                 self.follow("companion:");
                 outbox.push(Command::Memory(MemoryCommand::Injections));
+                self.memories_changed(outbox);
             }
+            // Whatever else writes or takes back memories: the count and the newest follow.
+            Event::Scene(
+                crate::scene::SceneEvent::RoundUndone { .. }
+                | crate::scene::SceneEvent::MessageEdited { .. }
+                | crate::scene::SceneEvent::MessageDeleted { .. }
+                | crate::scene::SceneEvent::AlternativeChosen { .. }
+                | crate::scene::SceneEvent::RedoFailed { .. }
+                | crate::scene::SceneEvent::SummaryUpdated { .. },
+            )
+            | Event::Companion(
+                crate::companion::CompanionEvent::Changed { .. }
+                | crate::companion::CompanionEvent::Undone { .. }
+                | crate::companion::CompanionEvent::Imported { .. }
+                | crate::companion::CompanionEvent::Summarised { .. },
+            )
+            | Event::Author(crate::scene::author::AuthorEvent::Authored { .. }) => self.memories_changed(outbox),
             // A scene open in the Scene panel: its agents are the ones to show.
             Event::Scene(crate::scene::SceneEvent::Snapshot { .. }) if self.prefer.is_none() => self.follow("scene:"),
             _ => {}
+        }
+    }
+
+    /// Memories were written or taken back elsewhere: the count follows, and so does the
+    /// list when it shows the newest (a search the person made stays as they made it).
+    fn memories_changed(&mut self, outbox: &mut Vec<Command>) {
+        outbox.push(Command::Memory(MemoryCommand::Stats));
+        let browsing = self.query.trim().is_empty() && self.searched.as_ref().is_none_or(|(q, _)| q.trim().is_empty());
+        if !self.searching && browsing {
+            if let Ok(request) = self.request() {
+                self.searching = true;
+                outbox.push(Command::Memory(MemoryCommand::Search { request }));
+            }
         }
     }
 

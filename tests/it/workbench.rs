@@ -204,6 +204,24 @@ fn a_campaign_is_made_in_a_narrow_window_with_enter() {
     });
 }
 
+/// The memory browser follows what a round writes and an undo takes back: its count and
+/// its list of the newest memories update without a Refresh.
+#[test]
+fn the_memory_browser_follows_a_round_and_its_undo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Memory").click();
+    let turns = |app: &WorkbenchApp| app.memory().hits().iter().filter(|h| h.kind == lorekeeper::memory::MemoryKind::Turn).count();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().stats().is_some());
+    let before = harness.state().memory().stats().map(|s| s.turns).unwrap_or(0);
+    play_first_round(&mut harness);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().stats().is_some_and(|s| s.turns > before) && turns(app) > 0);
+    harness.run();
+    harness.get_by_label("Undo last round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.memory().stats().is_some_and(|s| s.turns == before) && turns(app) == 0);
+}
+
 /// A plain V2 card for Maren Vosk, a lock-keeper.
 fn maren_card() -> serde_json::Value {
     serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
