@@ -85,7 +85,15 @@ impl CampaignsPanel {
 
     pub fn apply(&mut self, event: &Event, outbox: &mut Vec<Command>) {
         match event {
-            Event::Author(AuthorEvent::Tree { tree }) => self.tree = (**tree).clone(),
+            Event::Author(AuthorEvent::Tree { tree }) => {
+                self.tree = (**tree).clone();
+                // What was selected is gone (deleted here, or by another process): its
+                // settings are not left on screen to save into nothing.
+                if self.selected.as_ref().is_some_and(|s| !self.exists(s)) {
+                    self.selected = None;
+                    self.confirm = None;
+                }
+            }
             Event::Author(AuthorEvent::Personas { personas }) => self.personas = personas.clone(),
             Event::Author(AuthorEvent::Authored { action, kind, name, impact, .. }) => {
                 let gone = impact.as_ref().filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();

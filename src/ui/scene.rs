@@ -217,11 +217,13 @@ impl ScenePanels {
                 self.alternatives = alternatives.clone();
             }
             SceneEvent::RedoFailed { scene_id, round, message } if self.is_selected(scene_id) => {
+                outbox.push(Command::Scene(SceneCommand::List));
                 self.live = None;
                 self.last_error = Some(format!("The redo failed ({message}); round {round} is back as it was."));
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
             }
             SceneEvent::AlternativeChosen { scene_id, .. } if self.is_selected(scene_id) => {
+                outbox.push(Command::Scene(SceneCommand::List));
                 self.live = None;
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
             }
@@ -232,6 +234,8 @@ impl ScenePanels {
             {
                 self.live = None;
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
+                // The scene list's round counts follow an undo.
+                outbox.push(Command::Scene(SceneCommand::List));
             }
             SceneEvent::Error { scene_id, message } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
@@ -823,9 +827,16 @@ impl super::Panel for ScenePanels {
         self.portraits.apply(event);
         match event {
             crate::engine::Event::Scene(e) => ScenePanels::apply(self, e, outbox),
-            // A scene created, renamed or deleted elsewhere: the list follows.
-            crate::engine::Event::Author(crate::scene::author::AuthorEvent::Tree { .. }) => {
+            // A scene created, renamed or deleted elsewhere: the list follows; and the open
+            // scene's campaign state (trackers, facts, persona, cast) may have changed.
+            crate::engine::Event::Author(crate::scene::author::AuthorEvent::Tree { tree }) => {
                 outbox.push(Command::Scene(SceneCommand::List));
+                let still_there = self.selected.as_ref().is_some_and(|id| {
+                    tree.worlds.iter().flat_map(|w| &w.campaigns).flat_map(|c| &c.arcs).flat_map(|a| &a.scenes).any(|s| &s.id == id)
+                });
+                if still_there {
+                    self.refresh(outbox);
+                }
             }
             // A campaign's shares saved or reset: the preview says which its rounds use.
             crate::engine::Event::Author(crate::scene::author::AuthorEvent::Authored { action, .. }) if action.contains("budgets") => {

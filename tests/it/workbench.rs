@@ -222,6 +222,39 @@ fn the_memory_browser_follows_a_round_and_its_undo() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.memory().stats().is_some_and(|s| s.turns == before) && turns(app) == 0);
 }
 
+/// What another panel (or another process) changes is shown where it matters without a
+/// Refresh: a tracker set on the campaign reaches the open scene's state, and a deleted
+/// world leaves the Campaigns editor instead of staying there to be saved into nothing.
+#[test]
+fn a_campaign_change_reaches_the_scene_panel_and_a_deleted_world_leaves_the_editor() {
+    use lorekeeper::scene::author::AuthorCommand;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, _scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    let campaign = harness.state().scene().snapshot().unwrap().view.campaign_id.clone();
+    let edit = lorekeeper::scene::authoring::StateEdit::Tracker { name: "rain".into(), value: Some("heavy".into()) };
+    harness.state().engine().send(Command::Scene(lorekeeper::scene::SceneCommand::Author(AuthorCommand::EditState { campaign, edit }))).unwrap();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().snapshot().is_some_and(|s| s.view.trackers.get("rain") == Some(&serde_json::json!("heavy")))
+    });
+
+    nav(&harness, "Campaigns").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.campaigns().tree().worlds.is_empty());
+    harness.run();
+    harness.get_by_label("Settings of world The Saltmarsh Coast").click();
+    harness.run();
+    assert!(harness.query_by_label("World The Saltmarsh Coast").is_some());
+    let world = harness.state().campaigns().tree().worlds[0].id.clone();
+    let delete = AuthorCommand::Delete { level: lorekeeper::scene::authoring::Level::World, key: world, confirmed: true };
+    harness.state().engine().send(Command::Scene(lorekeeper::scene::SceneCommand::Author(delete))).unwrap();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.campaigns().tree().worlds.is_empty());
+    harness.run();
+    assert!(harness.query_by_label("World The Saltmarsh Coast").is_none(), "the deleted world's settings are gone");
+    assert!(harness.query_by_label("Select a world, campaign, arc or scene.").is_some());
+}
+
 /// A plain V2 card for Maren Vosk, a lock-keeper.
 fn maren_card() -> serde_json::Value {
     serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
