@@ -163,7 +163,12 @@ impl IdentityPanels {
                     self.view = Some((**view).clone());
                 }
             }
-            IdentityEvent::RunStarted { character_id, .. } => {
+            IdentityEvent::RunStarted { character_id, name, .. } => {
+                // The form's character is on its way: the form is ready for the next one
+                // (its mode and approval choice stay).
+                if self.form.name.trim() == name.trim() {
+                    self.form = SeedForm { mode: self.form.mode, auto_approve: self.form.auto_approve, ..SeedForm::default() };
+                }
                 outbox.push(Command::Identity(IdentityCommand::List));
                 self.select(character_id.clone(), outbox);
             }

@@ -477,7 +477,9 @@ impl ScenePanels {
         ui.label("Acting order:");
         for (i, actor) in turn_order(plan.acting_characters.clone()).iter().enumerate() {
             let guidance = if actor.guidance.trim().is_empty() { String::new() } else { format!(" — {}", actor.guidance.trim()) };
-            ui.label(format!("  {}. {} (priority {}){guidance}", i + 1, super::short(&actor.name), actor.priority));
+            // A character the game master made act has no priority of the Director's.
+            let why = if actor.priority == i32::MIN { "asked by you".to_string() } else { format!("priority {}", actor.priority) };
+            ui.label(format!("  {}. {} ({why}){guidance}", i + 1, super::short(&actor.name)));
         }
         for a in &plan.activations {
             ui.label(format!("Enters: {} — {}", super::short(&a.name), a.entry_guidance));

@@ -218,7 +218,7 @@ fn the_memory_bank_is_absent_when_nothing_relevant_exists() {
     let turn = committed(&send(&engine, "Do you remember my sister's name?", None));
     assert!(turn.packet.block("memory_bank").is_none());
     assert!(turn.hits.is_empty());
-    assert!(turn.packet.notes.iter().any(|n| n.contains("nothing relevant stored")), "{:?}", turn.packet.notes);
+    assert!(turn.packet.notes.iter().any(|n| n.contains("no stored memory matched")), "{:?}", turn.packet.notes);
     // Lore is retrieved into the persona all the same.
     assert!(turn.packet.block("lore").is_some_and(|b| b.text.contains("- ")));
     // Small talk with only unrelated memories stored: no recall asked, nothing similar enough.

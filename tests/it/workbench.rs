@@ -384,6 +384,8 @@ fn approving_one_checkpoint_and_rejecting_another_regenerates_it_in_the_inspecto
         })
     };
     run_until(&mut harness, Duration::from_secs(20), |app| awaiting(app, 2, "awaiting_approval"));
+    // The form is ready for the next character.
+    assert_eq!(text_field(&harness, "Name").value().as_deref(), Some(""));
 
     // Approve checkpoint 1 in the inspector.
     nav(&harness, "Checkpoints").click();

@@ -103,7 +103,7 @@ pub fn retrieve(
     let intent = is_memory_intent(text);
     let best = memories.iter().filter_map(|h| h.vector_score).fold(f32::MIN, f32::max);
     if memories.is_empty() {
-        notes.push("memory bank: nothing relevant stored".into());
+        notes.push("memory bank: no stored memory matched the message".into());
     } else if intent {
         notes.push("memory bank: the message asks to remember".into());
     } else if best >= config.memory_confidence {
