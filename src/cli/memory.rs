@@ -209,6 +209,9 @@ fn import(engine: &EngineHandle, file: PathBuf, json: bool, out: &mut impl Write
         for key in &summary.unknown_characters {
             writeln!(out, "note: no character of this library is called or has the id {key:?}; its memories are kept under that id")?;
         }
+        if summary.repeated_ids > 0 {
+            writeln!(out, "note: {} line(s) repeated an id an earlier line gave; the last line of each id is the memory kept", summary.repeated_ids)?;
+        }
     }
     Ok(())
 }

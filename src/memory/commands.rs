@@ -74,6 +74,14 @@ pub struct ImportSummary {
     /// (a character imported later with that id will have them), and said.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_characters: Vec<String>,
+    /// Lines that gave an id an earlier line of the file already gave: the last of each
+    /// is the one kept (`imported` counts memories, not lines).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeated_ids: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One line of an import file.
@@ -182,7 +190,15 @@ pub fn import_file_resolving(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ImportSummary, MemoryError> {
     let started = Instant::now();
-    let (items, unknown_characters) = read_import_resolving(path, character)?;
+    let (mut items, unknown_characters) = read_import_resolving(path, character)?;
+    // A file that gives one id twice means its last line: the earlier ones are not
+    // embedded and stored only to be replaced.
+    let lines = items.len();
+    let mut seen = std::collections::HashSet::new();
+    items.reverse();
+    items.retain(|m| m.id.as_ref().is_none_or(|id| seen.insert(id.clone())));
+    items.reverse();
+    let repeated_ids = lines - items.len();
     let total = items.len();
     let sessions = items.iter().filter_map(|m| m.session.as_deref()).collect::<std::collections::HashSet<_>>().len();
     progress(0, total);
@@ -200,6 +216,7 @@ pub fn import_file_resolving(
         elapsed_ms: elapsed.as_millis() as u64,
         per_second: total as f64 / elapsed.as_secs_f64().max(1e-9),
         unknown_characters,
+        repeated_ids,
     })
 }
 

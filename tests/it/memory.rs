@@ -581,6 +581,20 @@ fn the_cli_imports_searches_evaluates_and_reports_stats() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("embedded 3 memories; vector graph rebuilt over 3 vectors"), "{}", String::from_utf8_lossy(&out.stdout));
 
+    // A file giving one id twice keeps its last line, and says so.
+    let twice = dir.path().join("twice.jsonl");
+    std::fs::write(
+        &twice,
+        "{\"id\":\"7\",\"speaker\":\"user\",\"text\":\"The kettle is blue.\"}\n{\"id\":\"7\",\"speaker\":\"user\",\"text\":\"The kettle is green.\"}\n",
+    )
+    .unwrap();
+    let out = lorekeeper(&dir, &["memory", "import", twice.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("imported 1 turns") && said.contains("1 line(s) repeated an id"), "{said}");
+    let out = lorekeeper(&dir, &["--json", "memory", "search", "kettle", "--k", "5", "--mode", "keyword"]);
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits.iter().filter(|h| h["id"] == "7").map(|h| h["text"].as_str().unwrap()).collect::<Vec<_>>(), ["The kettle is green."]);
+
     // A bad line is reported with its number and nothing is imported.
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, "{\"id\":\"9\",\"speaker\":\"user\",\"text\":\"ok\"}\n{not json}\n").unwrap();
