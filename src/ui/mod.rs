@@ -324,6 +324,16 @@ impl WorkbenchApp {
 
     /// Wire the engine's events to this window's repaints and open what `state` had open.
     pub fn with_state(egui_ctx: &egui::Context, engine: EngineHandle, state: WorkbenchState) -> Self {
+        Self::build(egui_ctx, engine, state, true)
+    }
+
+    /// The workbench for a capture (the screenshot command): as [`Self::new`], but it
+    /// never resumes an interrupted identity run — a picture must not spend model calls.
+    pub fn for_capture(egui_ctx: &egui::Context, engine: EngineHandle) -> Self {
+        Self::build(egui_ctx, engine, WorkbenchState::default(), false)
+    }
+
+    fn build(egui_ctx: &egui::Context, engine: EngineHandle, state: WorkbenchState, resume: bool) -> Self {
         install_fallback_fonts(egui_ctx);
         let repaint = egui_ctx.clone();
         engine.set_waker(move || repaint.request_repaint());
@@ -364,6 +374,9 @@ impl WorkbenchApp {
         }
         let startup: Vec<Command> = app.panels.all().iter().flat_map(|p| p.startup()).collect();
         for command in startup {
+            if !resume && matches!(command, Command::Identity(crate::identity::IdentityCommand::Resume { .. })) {
+                continue;
+            }
             app.send(command);
         }
         app

@@ -111,7 +111,7 @@ pub fn screenshot(paths: Paths, options: ScreenshotOptions) -> Result<(), UiErro
         native,
         Box::new(move |cc| {
             Ok(Box::new(Capture {
-                app: WorkbenchApp::new(&cc.egui_ctx, engine),
+                app: WorkbenchApp::for_capture(&cc.egui_ctx, engine),
                 options,
                 frame: 0,
                 asked: false,

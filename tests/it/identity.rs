@@ -358,24 +358,20 @@ fn reopening_marks_later_checkpoints_that_used_it_stale() {
     assert_eq!(view.checkpoints[4].record.status, CheckpointStatus::Stale);
 }
 
-#[test]
-fn a_killed_process_resumes_without_losing_approved_checkpoints() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = paths(dir.path(), "slow-script.json");
-    let bin = env!("CARGO_BIN_EXE_lorekeeper");
-    let mut child = std::process::Command::new(bin)
+/// Start a run in a child process with the slow script and kill it while wave 2's
+/// agents run; returns the run's id.
+fn killed_run(p: &Paths) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
         .args(["--library", p.library_file.to_str().unwrap(), "--config", p.config_file.to_str().unwrap(), "--json"])
         .args(["identity", "start", "--seed", data("seed.json").to_str().unwrap(), "--auto-approve"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Kill it while wave 2's slow agents are running.
     use std::io::BufRead;
     let stdout = child.stdout.take().unwrap();
     let mut id = String::new();
     for line in std::io::BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
         if v["event"] == "run_started" {
             id = v["character_id"].as_str().unwrap().to_string();
         }
@@ -385,6 +381,54 @@ fn a_killed_process_resumes_without_losing_approved_checkpoints() {
     }
     child.kill().unwrap();
     let _ = child.wait();
+    id
+}
+
+/// The screenshot command's workbench never resumes an interrupted run (a picture must
+/// not spend model calls); the workbench a person opens does.
+#[test]
+fn a_capture_leaves_an_interrupted_run_alone_and_the_workbench_resumes_it() {
+    use lorekeeper::ui::WorkbenchApp;
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path(), "slow-script.json");
+    let id = killed_run(&p);
+    let working = |store: &lorekeeper::store::Store| load_view(store, &id).unwrap().checkpoints[2].record.status;
+    let engine = engine::start(p.clone()).unwrap();
+    let store = engine.context().store.clone();
+    let mut harness = egui_kittest::Harness::builder()
+        .with_max_steps(64)
+        .with_size([1000.0, 700.0])
+        .build_eframe(move |cc| WorkbenchApp::for_capture(&cc.egui_ctx, engine));
+    for _ in 0..30 {
+        harness.step();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lines: Vec<String> = harness.state().log_lines().map(str::to_string).collect();
+    assert!(!lines.iter().any(|l| l.contains("writing checkpoint")), "no agent was started: {lines:?}");
+    assert_eq!(working(&store), CheckpointStatus::Running, "still as the dead process left it");
+    assert_eq!(load_view(&store, &id).unwrap().checkpoints[2].versions.len(), 0);
+    drop(harness);
+    let engine = engine::start(p).unwrap();
+    let store = engine.context().store.clone();
+    let mut harness = egui_kittest::Harness::builder()
+        .with_max_steps(64)
+        .with_size([1000.0, 700.0])
+        .build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    let start = Instant::now();
+    while load_view(&store, &id).unwrap().checkpoints[2].versions.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(30), "the workbench resumes the run");
+        harness.step();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_process_resumes_without_losing_approved_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path(), "slow-script.json");
+    let bin = env!("CARGO_BIN_EXE_lorekeeper");
+    // Killed while wave 2's slow agents are running.
+    let id = killed_run(&p);
     assert!(!id.is_empty());
 
     let store = lorekeeper::store::Store::open(&p.library_file).unwrap();
