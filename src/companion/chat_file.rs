@@ -266,13 +266,14 @@ pub fn render(chat: &ExportChat<'_>) -> String {
         if !header.get("chat_metadata").is_some_and(Value::is_object) {
             header["chat_metadata"] = json!({});
         }
-        // A number stays a number (SillyTavern's `incvar` keeps one), text stays text.
+        // A value that came in as JSON (a number, as SillyTavern's `incvar` keeps one,
+        // `true`, a list) goes out as it came; text stays text.
         let values: serde_json::Map<String, Value> = chat
             .variables
             .iter()
             .map(|(name, v)| {
-                let number = serde_json::from_str::<serde_json::Number>(v).ok().filter(|n| n.to_string() == *v);
-                (name.clone(), number.map_or_else(|| json!(v), Value::Number))
+                let as_json = serde_json::from_str::<Value>(v).ok().filter(|j| !j.is_string() && j.to_string() == *v);
+                (name.clone(), as_json.unwrap_or_else(|| json!(v)))
             })
             .collect();
         header["chat_metadata"]["variables"] = Value::Object(values);
@@ -367,6 +368,31 @@ mod tests {
             variables: &Default::default(),
         });
         assert_eq!(out, FILE, "the same objects, in the same order, with the same keys");
+    }
+
+    #[test]
+    fn chat_variables_go_out_as_they_came_in() {
+        let vars: std::collections::BTreeMap<String, String> =
+            [("n", "2"), ("flag", "true"), ("list", "[1,2]"), ("text", "hello"), ("none", "null"), ("padded", " 2")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let out = render(&ExportChat {
+            user_name: "Tamsin",
+            character_name: "Maren",
+            raw: None,
+            greeting: None,
+            created: "",
+            exchanges: Vec::new(),
+            variables: &vars,
+        });
+        let header: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            header["chat_metadata"]["variables"],
+            json!({ "n": 2, "flag": true, "list": [1, 2], "text": "hello", "none": null, "padded": " 2" })
+        );
+        let back = parse(&out).unwrap();
+        assert_eq!(variables(&back), vars, "read back as the same text");
     }
 
     #[test]

@@ -182,8 +182,12 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         notes.extend(out.notes);
         out.text
     };
-    // World Info is filled in first, as SillyTavern builds it before the prompt: a
-    // `{{setvar}}` in an entry is read by the card's text.
+    // Macros are filled in the order the chat met them: the greeting (the chat's first
+    // message, which SillyTavern fills when it is shown), then World Info (built before
+    // the prompt), then the card's text, its examples, and last its post-history
+    // instructions; a `{{setvar}}` in one is read by every later one.
+    let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
+    let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
     let lore_texts: Vec<String> = input.lore.iter().map(|h| resolve(&h.text)).collect();
     let card = &input.character.card;
     // The card's own system prompt replaces ours; `{{original}}` in it is ours.
@@ -196,7 +200,6 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         let out = expand(card.system_prompt.trim(), &MacroContext { original: &default_directive, ..macros.clone() });
         (out.text, out.notes)
     };
-    let post_history = resolve(card.post_history_instructions.trim());
     let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];
     let fields = input.character.sheet.len();
     for (i, (key, value)) in input.character.sheet.iter().enumerate() {
@@ -248,6 +251,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
 
     let examples_budget = budget(b.examples, max);
     let examples_text = resolve(card.mes_example.trim());
+    let post_history = resolve(card.post_history_instructions.trim());
     let example_items = if examples_text.is_empty() { Vec::new() } else { vec![item("example dialogue".into(), examples_text, 1.0)] };
     let (examples, examples_dropped) = fitted(example_items, examples_budget, DropPolicy::MostValuableFirst);
     let examples_note =
@@ -256,8 +260,6 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let history_budget = budget(b.history, max);
     // The card's greeting opens the conversation: it is the oldest message while the
     // history reaches back to the first exchange (and the first to go when it is cut).
-    let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
-    let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
     // Each item is one exchange (or the greeting), cut or kept whole; its messages one line each.
     let history_messages: Vec<(String, Vec<String>)> = greeting
         .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))

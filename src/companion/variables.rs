@@ -14,8 +14,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Values of one variable kept at most (older ones cannot be redrawn back to anyway).
-const HISTORY: usize = 32;
+/// Values of one variable kept at most. A chat may branch or be cut back to any of its
+/// messages, so its values are kept far back; past this, the two oldest merge (the later
+/// value, from the earlier message), which only a branch that far back could notice.
+const HISTORY: usize = 10_000;
 
 /// One chat's variables: each one's values, oldest first, with the number of the
 /// message whose prompt set them.
@@ -46,7 +48,8 @@ impl ChatVariables {
                 let history = self.values.entry(name.clone()).or_default();
                 history.push((message_number, value.clone()));
                 if history.len() > HISTORY {
-                    history.remove(0);
+                    let (from, _) = history.remove(0);
+                    history[0].0 = from;
                 }
             }
         }
@@ -152,11 +155,13 @@ mod tests {
         vars.record(4, &map(&[("visits", "1")]));
         assert_eq!(vars.before(6), map(&[("visits", "1")]));
         assert_eq!(vars.values["visits"], vec![(2, "1".to_string())]);
-        // History is bounded.
+        // A long chat keeps every value: cut back to an early message, it reads the value
+        // from then (it used to forget all but the last 32).
         for n in 3..100 {
             vars.record(2 * n, &map(&[("visits", &n.to_string())]));
         }
-        assert_eq!(vars.values["visits"].len(), HISTORY);
         assert_eq!(vars.before(1000)["visits"], "99");
+        assert_eq!(vars.before(9)["visits"], "4");
+        assert_eq!(vars.before(3)["visits"], "1");
     }
 }

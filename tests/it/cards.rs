@@ -336,7 +336,8 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
     config.save(&paths.config_file).unwrap();
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
-        "name": "Odile Brask", "description": "{{char}} runs a night ferry.", "personality": "dry", "first_mes": "Fare's two coppers.",
+        "name": "Odile Brask", "description": "{{char}} runs a night ferry ({{getvar::visits}} crossings so far).", "personality": "dry",
+        "first_mes": "{{setvar::visits::10}}Fare's two coppers.",
         "post_history_instructions": "Visit {{incvar::visits}}. {{char}} is {{getvar::mood}}{{getglobalvar::weather}}.",
         "character_book": { "entries": [
             { "keys": ["storm"], "content": "{{setvar::mood::uneasy}}{{setglobalvar::weather:: in the rain}}The river rises in storms.", "enabled": true, "insertion_order": 10 }
@@ -347,29 +348,32 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     run(&paths, &["import", file.to_str().unwrap()]);
     let packet_of = |out: &[Value]| out.last().unwrap()["turn"]["packet"].to_string();
     let first = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Evening.", "--json"]));
-    assert!(first.contains("Visit 1. Odile Brask is ."), "{first}");
+    // The greeting set the count before anything else read it; the description reads it
+    // before the post-history instructions count this message.
+    assert!(first.contains("Visit 11. Odile Brask is ."), "{first}");
+    assert!(first.contains("(10 crossings so far)") && first.contains("Fare's two coppers.") && !first.contains("setvar"), "{first}");
     let second = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "A storm is coming.", "--json"]));
-    assert!(second.contains("Visit 2. Odile Brask is uneasy in the rain."), "the lore's setvar is read by the instructions after it: {second}");
+    assert!(second.contains("Visit 12. Odile Brask is uneasy in the rain."), "the lore's setvar is read by the instructions after it: {second}");
     assert!(second.contains("The river rises in storms.") && !second.contains("setvar"), "{second}");
     // Drawn again twice: the same message, counted once.
     run(&paths, &["chat", "regenerate", "--character", "Odile"]);
     run(&paths, &["chat", "regenerate", "--character", "Odile"]);
     let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
-    assert_eq!(vars.last().unwrap(), &json!({ "variables": { "visits": "2", "mood": "uneasy" }, "global": { "weather": " in the rain" } }));
+    assert_eq!(vars.last().unwrap(), &json!({ "variables": { "visits": "12", "mood": "uneasy" }, "global": { "weather": " in the rain" } }));
     let third = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Calm now.", "--json"]));
-    assert!(third.contains("Visit 3. Odile Brask is uneasy in the rain."), "{third}");
-    // Taken back: its count goes with it, and the next message is visit 3 again.
+    assert!(third.contains("Visit 13. Odile Brask is uneasy in the rain."), "{third}");
+    // Taken back: its count goes with it, and the next message is visit 13 again.
     run(&paths, &["chat", "undo", "--character", "Odile"]);
     let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
-    assert_eq!(vars.last().unwrap()["variables"]["visits"], "2");
+    assert_eq!(vars.last().unwrap()["variables"]["visits"], "12");
     // The chat file keeps them where SillyTavern does, a count as a number.
     let out = dir.path().join("odile.jsonl");
     run(&paths, &["chat", "export", "--character", "Odile", "--out", out.to_str().unwrap()]);
     let exported = std::fs::read_to_string(&out).unwrap();
     let header: Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
-    assert_eq!(header["chat_metadata"]["variables"], json!({ "visits": 2, "mood": "uneasy" }), "{header}");
+    assert_eq!(header["chat_metadata"]["variables"], json!({ "visits": 12, "mood": "uneasy" }), "{header}");
     // A file's variables come in with it: the imported chat goes on counting from them.
-    let edited = exported.replacen("\"visits\":2", "\"visits\":40", 1);
+    let edited = exported.replacen("\"visits\":12", "\"visits\":40", 1);
     std::fs::write(&out, edited).unwrap();
     run(&paths, &["chat", "import", out.to_str().unwrap(), "--character", "Odile"]);
     let next = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Back again.", "--json"]));
