@@ -180,13 +180,16 @@ impl Config {
                 let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
                 // The setting meant: a known name at the same place a typo or two away.
                 let place = key.rsplit_once('.').map(|(p, _)| generic_path(p)).unwrap_or_default();
-                let meant = known
-                    .iter()
-                    .filter(|(p, _)| *p == place)
-                    .map(|(_, name)| (strsim::damerau_levenshtein(&last, name), name))
-                    .filter(|(d, name)| *d <= 2.max(name.len() / 5) && *d > 0)
-                    .min()
-                    .map(|(_, name)| name.clone());
+                let close = |typed: &str, name: &str| {
+                    let d = strsim::damerau_levenshtein(typed, name);
+                    (d > 0 && d <= 2.max(name.len() / 5)).then_some(d)
+                };
+                let meant = match key.strip_prefix("roles.") {
+                    // A role's name may hold dots (`identity.personality`).
+                    Some(role) => ROLES.iter().filter_map(|r| close(&role.to_ascii_lowercase(), r).map(|d| (d, r.to_string()))).min(),
+                    None => known.iter().filter(|(p, _)| *p == place).filter_map(|(_, name)| close(&last, name).map(|d| (d, name.clone()))).min(),
+                }
+                .map(|(_, name)| name);
                 let why = if let Some(name) = meant {
                     format!("did you mean `{name}`?")
                 } else if SECRETS.contains(&last.as_str()) {
@@ -370,6 +373,7 @@ mod tests {
         assert_eq!(config.profile_for_role("narrator").unwrap().name, "local");
         assert!(config.profile("demo").is_some() && config.profile("mock").is_some());
         assert_eq!(unknown, ["roles.directr"]);
+        assert!(Config::unknown_key_warnings(&path, &unknown)[0].ends_with("(did you mean `director`?)"));
     }
 
     #[test]

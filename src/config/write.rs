@@ -43,12 +43,22 @@ fn join(prefix: &str, key: &str) -> String {
     if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
 }
 
-/// Two items the same setting: compared as values, whatever their layout or comments.
+/// Two items the same setting: compared as values, whatever their layout or comments
+/// (a whole number the user wrote as `40` is the same share as `40.0`).
 fn same(a: &Item, b: &Item) -> bool {
+    fn eq(a: &toml::Value, b: &toml::Value) -> bool {
+        use toml::Value::{Array, Float, Integer, Table};
+        match (a, b) {
+            (Integer(x), Float(y)) | (Float(y), Integer(x)) => (*x as f64) == *y,
+            (Array(x), Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| eq(a, b)),
+            (Table(x), Table(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| eq(v, w))),
+            _ => a == b,
+        }
+    }
     match (a.as_value(), b.as_value()) {
         (Some(a), Some(b)) => {
-            let read = |v: &toml_edit::Value| format!("v = {}", v.to_string().trim()).parse::<toml::Table>().ok();
-            read(a).is_some_and(|a| Some(a) == read(b))
+            let read = |v: &toml_edit::Value| format!("v = {}", v.to_string().trim()).parse::<toml::Table>().ok().and_then(|mut t| t.remove("v"));
+            matches!((read(a), read(b)), (Some(a), Some(b)) if eq(&a, &b))
         }
         _ => false,
     }
@@ -77,6 +87,8 @@ fn merge_table(old: &mut Table, new: &Table, defaults: Option<&Table>, unknown: 
                     }
                     None => {
                         let mut fresh = Table::new();
+                        // No `[memory]` header over a lone `[memory.embedding]`.
+                        fresh.set_implicit(true);
                         merge_table(&mut fresh, table, default.and_then(Item::as_table), unknown, &path);
                         if !fresh.is_empty() {
                             old.insert(key, Item::Table(fresh));
@@ -129,10 +141,17 @@ fn profiles(doc: &mut DocumentMut, config: &Config, before: Option<&Config>) {
         doc.remove("profile");
         return;
     }
+    let name_of = |t: &Table| t.get("name").and_then(Item::as_str).map(str::to_string);
+    // Nothing changed in them: the file's tables stay exactly as they are.
+    let unchanged = |p: &ProviderProfile| before.is_some_and(|b| b.profiles.iter().any(|o| o == p));
+    if wanted.len() == old_tables.len()
+        && wanted.iter().zip(&old_tables).all(|(p, t)| unchanged(p) && name_of(t).as_deref() == Some(p.name.as_str()))
+    {
+        return;
+    }
     let mut array = toml_edit::ArrayOfTables::new();
     for profile in wanted {
-        let unchanged = before.is_some_and(|b| b.profiles.iter().any(|o| o == profile));
-        let kept = old_tables.iter().find(|t| t.get("name").and_then(Item::as_str) == Some(profile.name.as_str())).filter(|_| unchanged);
+        let kept = old_tables.iter().find(|t| name_of(t).as_deref() == Some(profile.name.as_str())).filter(|_| unchanged(profile));
         match kept {
             Some(table) => array.push(table.clone()),
             None => {
@@ -143,25 +162,53 @@ fn profiles(doc: &mut DocumentMut, config: &Config, before: Option<&Config>) {
         }
     }
     // Tables render in the order of their positions, and tables taken from other
-    // documents carry those documents' positions: number the profiles afresh, after
-    // everything else, each element's own tables right after it.
-    let mut next = last_position(doc.as_table()) + 1;
-    for table in array.iter_mut() {
-        renumber(table, &mut next);
-    }
+    // documents carry those documents' positions: the whole file is numbered afresh, the
+    // profiles where the file had its first one (at the end when it had none), each
+    // element's own tables right after it.
+    let anchor = old_tables.iter().filter_map(Table::position).min();
     doc.insert("profile", Item::ArrayOfTables(array));
+    renumber_document(doc, anchor);
 }
 
-fn last_position(table: &Table) -> isize {
-    let own = table.position().unwrap_or(0);
+/// Number every table of `doc` in the order it reads now, with the `[[profile]]` tables
+/// at `anchor` (the position the file's first profile had) or last.
+fn renumber_document(doc: &mut DocumentMut, anchor: Option<isize>) {
+    let first = |item: &Item| match item {
+        Item::Table(t) => Some(first_position(t)),
+        Item::ArrayOfTables(a) => a.iter().map(first_position).min(),
+        _ => None,
+    };
+    let mut units: Vec<(isize, String)> = doc
+        .as_table()
+        .iter()
+        .filter(|(_, item)| matches!(item, Item::Table(_) | Item::ArrayOfTables(_)))
+        .map(|(key, item)| {
+            let at = if key == "profile" { anchor.unwrap_or(isize::MAX) } else { first(item).unwrap_or(isize::MAX) };
+            (at, key.to_string())
+        })
+        .collect();
+    units.sort_by_key(|(at, _)| *at);
+    let mut next = 1;
+    for (_, key) in units {
+        match doc.get_mut(&key) {
+            Some(Item::Table(t)) => renumber(t, &mut next),
+            Some(Item::ArrayOfTables(a)) => a.iter_mut().for_each(|t| renumber(t, &mut next)),
+            _ => {}
+        }
+    }
+}
+
+/// The smallest position among `table` and the tables under it.
+fn first_position(table: &Table) -> isize {
+    let own = table.position().unwrap_or(isize::MAX);
     table
         .iter()
-        .map(|(_, item)| match item {
-            Item::Table(t) => last_position(t),
-            Item::ArrayOfTables(a) => a.iter().map(last_position).max().unwrap_or(0),
-            _ => 0,
+        .filter_map(|(_, item)| match item {
+            Item::Table(t) => Some(first_position(t)),
+            Item::ArrayOfTables(a) => a.iter().map(first_position).min(),
+            _ => None,
         })
-        .fold(own, isize::max)
+        .fold(own, isize::min)
 }
 
 fn renumber(table: &mut Table, next: &mut isize) {
@@ -232,6 +279,31 @@ mod tests {
         config.save(&path).unwrap();
         let saved = std::fs::read_to_string(&path).unwrap();
         assert!(saved.starts_with("# mine\n"), "{saved}");
+        assert_eq!(Config::load(&path).unwrap(), config, "{saved}");
+    }
+
+    /// What a user laid out stays laid out: profiles first, whole-number shares as
+    /// written, and no bare `[memory]` header over the one setting that changed.
+    #[test]
+    fn a_change_elsewhere_moves_nothing_and_rewrites_no_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let text = "default_profile = \"mock\"\n\n[[profile]]\nname = \"mock\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n\n\
+                    [scene.budgets.percent]\nhistory = 30\nlore = 15\n";
+        std::fs::write(&path, text).unwrap();
+        let mut config = Config::load(&path).unwrap();
+        config.memory.embedding.model_dir = Some("all-mpnet-base-v2".into());
+        config.save(&path).unwrap();
+        let saved = std::fs::read_to_string(&path).unwrap();
+        assert!(saved.starts_with(text), "{saved}");
+        assert!(saved.contains("[memory.embedding]\nmodel_dir = \"all-mpnet-base-v2\"") && !saved.contains("[memory]\n"), "{saved}");
+        assert_eq!(Config::load(&path).unwrap(), config);
+        // A profile added goes with the file's own, not after everything else.
+        config.upsert_profile(ProviderProfile { name: "second".into(), model: "m2".into(), ..Default::default() });
+        config.save(&path).unwrap();
+        let saved = std::fs::read_to_string(&path).unwrap();
+        let (second, scene) = (saved.find("name = \"second\"").unwrap(), saved.find("[scene.budgets.percent]").unwrap());
+        assert!(second < scene, "{saved}");
         assert_eq!(Config::load(&path).unwrap(), config, "{saved}");
     }
 
