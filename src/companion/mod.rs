@@ -16,7 +16,7 @@ pub mod records;
 pub mod turn;
 pub mod variables;
 
-use crate::context::Context;
+use crate::context::{Context, Reply};
 use crate::llm::CancelToken;
 use crate::memory::RetrievalHit;
 pub use crate::config::{CompanionConfig, PacketBudgets};
@@ -188,6 +188,14 @@ pub(crate) fn turn_job(character_id: &str) -> crate::context::JobKey {
 }
 
 pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
+    handle_asked(ctx, command, None)
+}
+
+/// [`handle`], answering `reply` with the event that settles the command: the stored
+/// exchange of a send (`turn_committed`), the change of a redraw or an edit, or the
+/// failure that refused it (`failed`, which then names the character whenever it is
+/// known).
+pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<Reply<CompanionEvent>>) {
     // Cancel must not queue behind the turn it cancels.
     if let CompanionCommand::Cancel { character } = &command {
         let id = ctx.store.with(|c| records::resolve_character(c, character)).map(|c| c.id);
@@ -197,20 +205,31 @@ pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
                     tracing::info!(character = %id, "cancel: no reply is running");
                 }
             }
-            Err(e) => ctx.emit(CompanionEvent::Failed { character_id: None, message: e.to_string() }),
+            Err(e) => {
+                let failed = CompanionEvent::Failed { character_id: None, message: e.to_string() };
+                crate::context::answer(reply.as_ref(), &failed);
+                ctx.emit(failed);
+            }
         }
         return;
     }
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
-        if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(CompanionEvent::Failed { character_id: None, message: e.to_string() });
+        if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
+            let failed = CompanionEvent::Failed { character_id: None, message: e.to_string() };
+            crate::context::answer(reply.as_ref(), &failed);
+            ctx.emit(failed);
         }
     });
 }
 
-fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), CompanionError> {
-    let emit = |e: CompanionEvent| ctx.emit(e);
+fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Reply<CompanionEvent>>) -> Result<(), CompanionError> {
+    // The first event the command emits here is its answer; the events a turn emits on
+    // its way (`turn_started`, tokens) go out through the context and answer nothing.
+    let emit = |e: CompanionEvent| {
+        crate::context::answer(reply, &e);
+        ctx.emit(e)
+    };
     let command_is_continue = matches!(command, CompanionCommand::Continue { .. });
     match command {
         CompanionCommand::List => emit(CompanionEvent::Characters { characters: ctx.store.with(records::list)? }),
@@ -259,7 +278,10 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             // A failed turn is reported with its character so the chat shows it in place.
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             match turn::send(ctx, &info, &text, now.as_deref(), &CancelToken::new()) {
-                Ok(_) => turn::summarise(ctx, &info),
+                Ok(turn) => {
+                    crate::context::answer(reply, &CompanionEvent::TurnCommitted { turn: Box::new(turn) });
+                    turn::summarise(ctx, &info)
+                }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => {
                     emit(CompanionEvent::Cancelled { character_id: info.id.clone() })
                 }

@@ -21,7 +21,7 @@ pub mod summary;
 pub mod transcript;
 pub mod alternatives;
 
-use crate::context::Context;
+use crate::context::{Context, Reply};
 use crate::llm::CancelToken;
 pub use crate::config::SceneConfig;
 use model::{CharacterState, Conflict, SceneMessage, SceneSummary, SceneView};
@@ -175,6 +175,13 @@ pub enum SceneEvent {
 }
 
 pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
+    handle_asked(ctx, command, None)
+}
+
+/// [`handle`], answering `reply` with the event that settles the command: the first it
+/// emits itself (`round_started` for a round, `round_undone`, `cast_changed`, …) or the
+/// error that refused it.
+pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Reply<SceneEvent>>) {
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
@@ -196,8 +203,10 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
-        if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(SceneEvent::Error { scene_id: subject, message: e.to_string() });
+        if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
+            let error = SceneEvent::Error { scene_id: subject, message: e.to_string() };
+            crate::context::answer(reply.as_ref(), &error);
+            ctx.emit(error);
         }
     });
 }
@@ -238,7 +247,7 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
     };
     ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
     let cancel = CancelToken::new();
-    let outcome = round::run(ctx, &scene_id, kept.input.clone(), Vec::new(), false, &cancel);
+    let outcome = round::run(ctx, &scene_id, kept.input.clone(), Vec::new(), false, &cancel, None);
     let failure = match outcome {
         Ok(_) => None,
         Err(_) if cancel.is_cancelled() => Some("cancelled".to_string()),
@@ -276,12 +285,15 @@ fn summarise_again(ctx: &Context, scene_id: &str, through_round: u32) {
     }
 }
 
-fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
-    let emit = |e: SceneEvent| ctx.emit(e);
+fn run_command(ctx: &Arc<Context>, command: SceneCommand, reply: Option<&Reply<SceneEvent>>) -> Result<(), SceneError> {
+    let emit = |e: SceneEvent| {
+        crate::context::answer(reply, &e);
+        ctx.emit(e)
+    };
     match command {
         SceneCommand::Round { scene, input, force, review } => {
             let cancel = CancelToken::new();
-            match round::run(ctx, &scene, input, force, review, &cancel) {
+            match round::run(ctx, &scene, input, force, review, &cancel, reply) {
                 Ok(_) => Ok(()),
                 // However the stop surfaced (a cancelled stream, a structured call that
                 // gave up), a cancelled round is reported as such, not as a failure.

@@ -69,6 +69,18 @@ impl AppState {
     pub fn send(&self, command: Command) -> Result<(), ApiError> {
         self.engine.send(command).map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped"))
     }
+
+    /// Send `command` and wait up to `limit` for the event that answers it — this
+    /// request's own, whatever other requests on the same scene or chat hear meanwhile.
+    pub async fn ask(&self, command: Command, limit: std::time::Duration) -> Result<Event, ApiError> {
+        let (reply, answer) = crate::engine::Reply::channel();
+        self.send(Command::Asked { command: Box::new(command), reply })?;
+        match tokio::time::timeout(limit, answer).await {
+            Ok(Ok(event)) => Ok(event),
+            Ok(Err(_)) => Err(ApiError::internal("the engine finished the request without an answer")),
+            Err(_) => Err(ApiError::internal("no answer in time")),
+        }
+    }
 }
 
 /// A running server: its address, and a way to stop it.

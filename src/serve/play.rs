@@ -170,17 +170,12 @@ pub(super) async fn scene_cast(
     };
     let request: CastBody = body(&bytes)?;
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Cast { scene: id.clone(), character: request.character, add }))?;
-    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) if *scene_id == id => {
-            Some(Ok(json!({ "scene_id": scene_id, "character_id": character_id, "name": name, "action": action })))
+    match state.ask(Command::Scene(SceneCommand::Cast { scene: id, character: request.character, add }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) => {
+            Ok(axum::Json(json!({ "scene_id": scene_id, "character_id": character_id, "name": name, "action": action })))
         }
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    answer(done)
+        other => Err(scene_refusal(other)),
+    }
 }
 
 /// Take back the scene's last round exactly (messages, states, trackers, facts, time,
@@ -189,26 +184,20 @@ pub(super) async fn scene_cast(
     responses((status = 200, description = "{scene_id, round}: the round taken back"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Undo { scene: id.clone() }))?;
-    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) if *scene_id == id => Some(Ok(json!({ "scene_id": scene_id, "round": round }))),
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    answer(done)
+    match state.ask(Command::Scene(SceneCommand::Undo { scene: id }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(json!({ "scene_id": scene_id, "round": round }))),
+        other => Err(scene_refusal(other)),
+    }
 }
 
-/// A scene command's outcome as an answer: busy is 409, an unknown name 404, the rest
-/// of the refusals 400.
-fn answer(done: Option<Result<Value, String>>) -> Result<axum::Json<Value>, ApiError> {
-    match done {
-        Some(Ok(value)) => Ok(axum::Json(value)),
-        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
-        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("no answer in time")),
+/// A scene command answered with something other than what it asked for: its error,
+/// busy as 409, an unknown name 404, the rest of the refusals 400.
+fn scene_refusal(answer: Event) -> ApiError {
+    match answer {
+        Event::Scene(SceneEvent::Error { message, .. }) if message.contains("already running") => ApiError::conflict(message),
+        Event::Scene(SceneEvent::Error { message, .. }) if message.contains("not found") => ApiError::not_found(message),
+        Event::Scene(SceneEvent::Error { message, .. }) => ApiError::bad_request(message),
+        other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }
 }
 
@@ -236,19 +225,13 @@ pub(super) struct RoundStarted {
 pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<Response, ApiError> {
     let request: RoundBody = if bytes.is_empty() { RoundBody::default() } else { body(&bytes)? };
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Round { scene: id.clone(), input: request.input, force: request.force, review: false }))?;
-    let started = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::RoundStarted { scene_id, round, .. }) if *scene_id == id => Some(Ok(*round)),
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    match started {
-        Some(Ok(round)) => Ok((StatusCode::ACCEPTED, axum::Json(RoundStarted { scene_id: id, round, status: "started".into() })).into_response()),
-        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("the round did not start in time")),
+    let command = SceneCommand::Round { scene: id.clone(), input: request.input, force: request.force, review: false };
+    match state.ask(Command::Scene(command), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::RoundStarted { round, .. }) => {
+            Ok((StatusCode::ACCEPTED, axum::Json(RoundStarted { scene_id: id, round, status: "started".into() })).into_response())
+        }
+        Event::Scene(SceneEvent::RoundCancelled { .. }) => Err(ApiError::conflict("the round was cancelled before it started")),
+        other => Err(scene_refusal(other)),
     }
 }
 
@@ -285,22 +268,11 @@ pub(super) async fn scene_message(
         Some(text) => SceneCommand::EditMessage { scene: id.clone(), number, text },
         None => SceneCommand::DeleteMessage { scene: id.clone(), number },
     };
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(command))?;
-    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::MessageEdited { scene_id, number: n } | SceneEvent::MessageDeleted { scene_id, number: n }) if *scene_id == id && *n == number => {
-            Some(Ok(()))
+    match state.ask(Command::Scene(command), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::MessageEdited { .. } | SceneEvent::MessageDeleted { .. }) => {
+            Ok(axum::Json(json!({ "scene_id": id, "number": number, "action": action })))
         }
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    match done {
-        Some(Ok(())) => Ok(axum::Json(json!({ "scene_id": id, "number": number, "action": action }))),
-        Some(Err(message)) if message.contains("already running") || message.contains("busy") => Err(ApiError::conflict(message)),
-        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("no answer in time")),
+        other => Err(scene_refusal(other)),
     }
 }
 
@@ -309,15 +281,12 @@ pub(super) async fn scene_message(
     responses((status = 200, description = "{scene_id, status}: cancelling, or idle when no round was running"), (status = 404, body = ErrorBody)))]
 pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Cancel { scene: id.clone() }))?;
-    let running = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::CancelRequested { scene_id, running }) if *scene_id == id => Some(*running),
-        _ => None,
-    })
-    .await;
+    let running = match state.ask(Command::Scene(SceneCommand::Cancel { scene: id.clone() }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::CancelRequested { running, .. }) => running,
+        other => return Err(scene_refusal(other)),
+    };
     // `idle`: no round was running here or in another process on the library.
-    Ok(axum::Json(json!({ "scene_id": id, "status": if running == Some(false) { "idle" } else { "cancelling" } })))
+    Ok(axum::Json(json!({ "scene_id": id, "status": if running { "cancelling" } else { "idle" } })))
 }
 
 /// A scene's live events, as the scene predecessor's socket named them.
@@ -424,22 +393,29 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
         return Err(ApiError::bad_request("invalid body: `text` is empty"));
     }
     let info = character_id(&state, &character)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Companion(CompanionCommand::Send { character: info.id.clone(), text: request.text, now: None }))?;
-    let id = info.id.clone();
-    let outcome = wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Companion(CompanionEvent::TurnCommitted { turn }) if turn.character_id == id => Some(Ok(serde_json::to_value(turn).unwrap_or_default())),
-        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|c| c == id) => Some(Err(message.clone())),
-        Event::Companion(CompanionEvent::Cancelled { character_id }) if *character_id == id => Some(Err("the reply was cancelled; nothing was saved".into())),
-        _ => None,
-    })
-    .await;
-    match outcome {
-        Some(Ok(turn)) => Ok(axum::Json(turn)),
-        Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
-        Some(Err(message)) if message.contains("the message is too long") => Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)),
-        Some(Err(message)) => Err(ApiError::new(StatusCode::BAD_GATEWAY, message)),
-        None => Err(ApiError::internal("no reply in time")),
+    let command = CompanionCommand::Send { character: info.id, text: request.text, now: None };
+    match state.ask(Command::Companion(command), PLAY_LIMIT).await? {
+        Event::Companion(CompanionEvent::TurnCommitted { turn }) => Ok(axum::Json(serde_json::to_value(turn).map_err(ApiError::internal)?)),
+        other => Err(chat_refusal(other)),
+    }
+}
+
+/// A chat command answered with something other than what it asked for: busy is 409,
+/// a message too long 413, a cancel 409, and a turn that failed on its way to the
+/// model or back (the provider, the replies it gave) 502.
+fn chat_refusal(answer: Event) -> ApiError {
+    match answer {
+        Event::Companion(CompanionEvent::Failed { message, .. }) if message.contains("already answering") => ApiError::conflict(message),
+        Event::Companion(CompanionEvent::Failed { message, .. }) if message.contains("the message is too long") => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+        }
+        // A failure with no character never reached a model: the request named
+        // something that is not there or asked for what cannot be done.
+        Event::Companion(CompanionEvent::Failed { character_id: None, message }) if message.contains("not found") => ApiError::not_found(message),
+        Event::Companion(CompanionEvent::Failed { character_id: None, message }) => ApiError::bad_request(message),
+        Event::Companion(CompanionEvent::Failed { message, .. }) => ApiError::new(StatusCode::BAD_GATEWAY, message),
+        Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::conflict("the reply was cancelled; nothing was saved"),
+        other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }
 }
 
@@ -486,22 +462,10 @@ pub(super) async fn chat_control(
         "delete" => CompanionCommand::Delete { character: c.clone(), message: need(request.message, "message")?, and_after: request.and_after },
         other => return Err(ApiError::not_found(format!("no chat action {other:?}: regenerate, continue, swipe, edit, delete or undo"))),
     };
-    let mut events = state.events.subscribe();
-    state.send(Command::Companion(command))?;
-    let outcome = wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Companion(e @ (CompanionEvent::Changed { character_id, .. } | CompanionEvent::Undone { character_id, .. })) if *character_id == c => {
-            Some(Ok(serde_json::to_value(e).unwrap_or_default()))
-        }
-        Event::Companion(CompanionEvent::TurnCommitted { turn }) if turn.character_id == c => Some(Ok(serde_json::to_value(turn).unwrap_or_default())),
-        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|x| x == c) => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    match outcome {
-        Some(Ok(value)) => Ok(axum::Json(value)),
-        Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("no answer in time")),
+    match state.ask(Command::Companion(command), PLAY_LIMIT).await? {
+        Event::Companion(e @ (CompanionEvent::Changed { .. } | CompanionEvent::Undone { .. })) => Ok(axum::Json(serde_json::to_value(e).map_err(ApiError::internal)?)),
+        Event::Companion(CompanionEvent::Failed { message, .. }) if !message.contains("already answering") => Err(ApiError::bad_request(message)),
+        other => Err(chat_refusal(other)),
     }
 }
 
@@ -591,18 +555,10 @@ pub(super) async fn chat_history(
     Query(query): Query<HistoryQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let info = character_id(&state, &character)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Companion(CompanionCommand::History { character: info.id.clone(), limit: query.limit.min(10_000) }))?;
-    let id = info.id.clone();
-    wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Companion(history @ CompanionEvent::History { character_id, .. }) if *character_id == id => Some(Ok(serde_json::to_value(history).unwrap_or_default())),
-        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|c| c == id) => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map(axum::Json)
-    .map_err(ApiError::bad_request)
+    match state.ask(Command::Companion(CompanionCommand::History { character: info.id, limit: query.limit.min(10_000) }), QUICK_LIMIT).await? {
+        Event::Companion(history @ CompanionEvent::History { .. }) => Ok(axum::Json(serde_json::to_value(history).map_err(ApiError::internal)?)),
+        other => Err(chat_refusal(other)),
+    }
 }
 
 /// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the

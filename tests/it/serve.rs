@@ -633,3 +633,94 @@ fn a_websocket_opened_after_the_start_hears_wave_one_start() {
     assert_eq!(first["version"], 1);
     assert!(kinds.iter().position(|k| *k == "wave_started") < kinds.iter().position(|k| *k == "checkpoint_ready"), "{kinds:?}");
 }
+
+/// A library with the demo scene and the demo chat, played by `script` (the scene's
+/// script with Ilse's reply), each model call taking `delay_ms`.
+fn slow_play(dir: &Path, delay_ms: u64) -> (Paths, String) {
+    let mut script: Value = serde_json::from_str(&std::fs::read_to_string(data("scene/script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().push(json!({
+        "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": "[Ilse Marrow]: The kettle's on, and the fog is thick tonight.", "chunk_chars": 6 }
+    }));
+    for rule in script["rules"].as_array_mut().unwrap() {
+        rule["reply"]["delay_ms"] = json!(delay_ms);
+    }
+    script["default"] = json!("They talked over tea.");
+    let script_file = dir.join("script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let paths = paths(dir, &script_file);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    lorekeeper::companion::demo::ensure(&store).unwrap();
+    (paths, scene)
+}
+
+/// The same POSTs at once, from as many threads: each answer, in the order sent.
+fn at_once(base: &str, requests: &[(&str, String)]) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(requests.len()));
+    let threads: Vec<_> = requests
+        .iter()
+        .map(|(path, body)| {
+            let (url, body, barrier) = (format!("{base}{path}"), body.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let agent = http();
+                barrier.wait();
+                call(&agent, "POST", &url, Some(&body), None)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Two players act in one scene at once, two messages go to one chat at once: one is
+/// taken and one is refused as busy, and what each client is told is what was stored
+/// (the answers used to be matched to requests by scene and character, so both rounds
+/// were "started" while one input was dropped, and both messages "busy" while one was
+/// kept).
+#[test]
+fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 700);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let inputs = ["INPUT-ONE: a gull lands on the rail.", "INPUT-TWO: a dog barks below."];
+    let path = format!("/api/scene/{scene}/round");
+    let answers = at_once(&base, &inputs.map(|i| (path.as_str(), json!({ "input": i }).to_string())));
+    let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [202, 409].into(), "one round starts, one is refused: {answers:?}");
+    let taken = inputs[answers.iter().position(|(s, _)| *s == 202).unwrap()];
+    let mut seen = Vec::new();
+    until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    let (_, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    let said: Vec<&str> = messages.as_array().unwrap().iter().filter(|m| m["kind"] == "user").filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(said, [taken], "the started round is the one that was played");
+
+    let texts = ["FIRST: is the kettle on?", "SECOND: did the ferry come?"];
+    let answers = at_once(&base, &texts.map(|t| ("/api/chat/ilse/send", json!({ "text": t }).to_string())));
+    let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 409].into(), "one message is answered, one refused: {answers:?}");
+    let (_, turn) = answers.iter().find(|(s, _)| *s == 200).unwrap();
+    let taken = texts[answers.iter().position(|(s, _)| *s == 200).unwrap()];
+    assert_eq!(turn["user_text"], taken, "the answer is the exchange of the message sent: {turn}");
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    let stored: Vec<&str> = history["turns"].as_array().unwrap().iter().filter_map(|t| t["user_text"].as_str()).collect();
+    assert_eq!(stored, [taken], "only the answered message is stored");
+
+    // A redraw and a new message at once: the one taken answers as itself.
+    let answers = at_once(&base, &[("/api/chat/ilse/regenerate", String::new()), ("/api/chat/ilse/send", json!({ "text": "THIRD: goodnight." }).to_string())]);
+    let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 409].into(), "{answers:?}");
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    let turns = history["turns"].as_array().unwrap();
+    if answers[0].0 == 200 {
+        assert_eq!(answers[0].1["action"], "regenerated", "{answers:?}");
+        assert_eq!(turns.len(), 1, "{history}");
+    } else {
+        assert_eq!(answers[1].1["user_text"], "THIRD: goodnight.", "{answers:?}");
+        assert_eq!(turns.len(), 2, "{history}");
+    }
+}

@@ -112,7 +112,17 @@ const MAX_DIRECTOR_PASSES: u32 = 8;
 /// Run one round on `scene_id`. `input` is the user's message, `None` to continue.
 /// With `review`, the round pauses after Director pass 1 until the game master sends the
 /// plan back ([`submit_plan`]), edited or not.
-pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, review: bool, cancel: &CancelToken) -> Result<u32, SceneError> {
+/// `started` hears `round_started` (or nothing: an error before it is the caller's to
+/// report).
+pub fn run(
+    ctx: &Arc<Context>,
+    scene_id: &str,
+    input: Option<String>,
+    force: Vec<String>,
+    review: bool,
+    cancel: &CancelToken,
+    started: Option<&crate::context::Reply<SceneEvent>>,
+) -> Result<u32, SceneError> {
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
     let Some(job) = ctx.jobs.try_start(job(&scene_id), cancel) else {
         return Err(SceneError::Busy(scene_id));
@@ -152,7 +162,9 @@ pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec
     draft.bank = recall.bank().cloned();
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
-    ctx.emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input });
+    let event = SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input };
+    crate::context::answer(started, &event);
+    ctx.emit(event);
 
     let plan = stages::director_plan(ctx, &agents, &config, &mut draft, cancel)?;
     stages::characters(ctx, &agents, &config, &recall, &plan, &mut draft, cancel)?;
