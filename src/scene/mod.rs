@@ -40,6 +40,10 @@ pub enum SceneError {
     Agent { agent: String, message: String },
     #[error("a round is already running in scene {0}")]
     Busy(String),
+    /// The game master's words are never cut, so an input that alone fills most of a
+    /// model's context cannot be played (the same limit as a chat message).
+    #[error("the message is too long: {tokens} tokens, more than half of the {context} the {role} profile's context holds; shorten or split it")]
+    InputTooLong { tokens: u32, role: &'static str, context: u32 },
     #[error("{0}")]
     Invalid(String),
 }

@@ -196,6 +196,7 @@ fn scene_refusal(answer: Event) -> ApiError {
     match answer {
         Event::Scene(SceneEvent::Error { message, .. }) if message.contains("already running") => ApiError::conflict(message),
         Event::Scene(SceneEvent::Error { message, .. }) if message.contains("not found") => ApiError::not_found(message),
+        Event::Scene(SceneEvent::Error { message, .. }) if message.starts_with("the message is too long") => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message),
         Event::Scene(SceneEvent::Error { message, .. }) => ApiError::bad_request(message),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }

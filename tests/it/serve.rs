@@ -724,3 +724,36 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
         assert_eq!(turns.len(), 2, "{history}");
     }
 }
+
+/// A game master's input longer than the models' context is refused before the round
+/// starts — 413 over HTTP, a clear error from the CLI — and nothing of it is stored (it
+/// used to be sent whole to the Director and kept in the transcript).
+#[test]
+fn a_round_input_too_long_for_the_models_is_refused_before_anything_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    for repeat in [2_000, 12_000] {
+        let long = json!({ "input": "The tide came in over the sea wall. ".repeat(repeat) }).to_string();
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(&long), None);
+        assert_eq!(status, 413, "{body}");
+        assert!(body["detail"].as_str().unwrap().starts_with("the message is too long"), "{body}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "scene", "round", &scene])
+        .arg("The tide came in over the sea wall. ".repeat(2_000))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the CLI refuses it too");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the message is too long") && stderr.contains("shorten or split it"), "{stderr}");
+    let (status, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(messages, json!([]), "nothing was stored");
+    // A message that fits still plays.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
+    assert_eq!(status, 202, "{body}");
+}

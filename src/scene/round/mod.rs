@@ -63,6 +63,24 @@ fn client_for(ctx: &Context, role: &str) -> Result<(LlmClient, ProviderProfile),
     Ok((client, profile))
 }
 
+/// Refuse an input that alone takes more than half the context of a model the round
+/// calls: every prompt of the round carries it whole, so it would crowd out the scene
+/// or be refused by the provider halfway through the round. Checked before the round
+/// starts, so nothing of it is stored.
+fn fits_every_context(input: Option<&str>, agents: &Agents) -> Result<(), SceneError> {
+    let Some(input) = input else { return Ok(()) };
+    let tokens = crate::llm::tokens::estimate(input);
+    let roles = [("director", Some(&agents.director)), ("character", Some(&agents.character)), ("narrator", agents.narrator.as_ref()), ("world", agents.world.as_ref())];
+    for (role, agent) in roles {
+        if let Some((_, profile)) = agent
+            && tokens > profile.max_context_tokens / 2
+        {
+            return Err(SceneError::InputTooLong { tokens, role, context: profile.max_context_tokens });
+        }
+    }
+    Ok(())
+}
+
 /// Sort acting characters: explicit order first (ascending), then higher priority,
 /// then name; the sort is stable so equal keys keep the Director's order.
 pub fn turn_order(mut acting: Vec<ActingCharacter>) -> Vec<ActingCharacter> {
@@ -139,6 +157,7 @@ pub fn run(
         world: if config.world_agent { Some(client_for(ctx, "world")?) } else { None },
         templates: PromptTemplates::shipped()?,
     };
+    fits_every_context(input.as_deref(), &agents)?;
     let recall = Recall::open(ctx);
     let mut draft = RoundDraft::begin(ctx, scene_id.clone(), input.clone(), &config, cancel)?;
     // Who is forced to act, by the names the game master typed: each must be one of the
