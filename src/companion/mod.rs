@@ -39,8 +39,49 @@ pub enum CompanionError {
     Busy { name: String },
     #[error("no valid reply after {attempts} attempts (last: {last}); nothing was saved, send again to retry")]
     NoValidReply { attempts: u32, last: String },
+    /// The user's words are never cut, so a message that alone fills most of the
+    /// model's context cannot be answered.
+    #[error("the message is too long: {tokens} tokens, and the prompt with it {prompt} of the {context} the profile's context holds; shorten or split it")]
+    TooLong { tokens: u32, prompt: u32, context: u32 },
     #[error("{0}")]
     Invalid(String),
+}
+
+/// Whose fault a failed chat command is, so a front door can say so (the HTTP server
+/// answers 4xx for the request's, 502 for the provider's, 500 for its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The command cannot be done as asked (nothing to redraw, no such message).
+    Request,
+    /// It names a character or chat that is not there.
+    NotFound,
+    /// The character is answering already.
+    Busy,
+    /// The message alone fills the model's context.
+    TooLong,
+    /// The model or its provider failed, or gave no reply worth keeping.
+    Provider,
+    /// The library, the memory or the templates failed.
+    Library,
+}
+
+impl CompanionError {
+    pub fn fault(&self) -> Fault {
+        match self {
+            CompanionError::Busy { .. } => Fault::Busy,
+            CompanionError::TooLong { .. } => Fault::TooLong,
+            CompanionError::Invalid(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
+            CompanionError::Store(crate::store::StoreError::NotFound(_)) => Fault::NotFound,
+            CompanionError::Llm(_) | CompanionError::NoValidReply { .. } => Fault::Provider,
+            CompanionError::Store(_) | CompanionError::Memory(_) | CompanionError::Template(_) => Fault::Library,
+        }
+    }
+
+    /// The event that reports this failure.
+    fn failed(&self, character_id: Option<String>) -> CompanionEvent {
+        CompanionEvent::Failed { character_id, message: self.to_string(), fault: self.fault() }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -124,8 +165,8 @@ pub enum CompanionEvent {
     /// The exchange is stored.
     TurnCommitted { turn: Box<ChatTurn> },
     Cancelled { character_id: String },
-    /// The turn failed and nothing was stored.
-    Failed { character_id: Option<String>, message: String },
+    /// The command failed and nothing was stored; `fault` says whose fault it was.
+    Failed { character_id: Option<String>, message: String, fault: Fault },
     /// The summarisation cycle compressed older turns into a memory.
     Summarised { character_id: String, memory_id: String },
     Undone { character_id: String, turn_id: Option<String> },
@@ -206,7 +247,7 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
                 }
             }
             Err(e) => {
-                let failed = CompanionEvent::Failed { character_id: None, message: e.to_string() };
+                let failed = CompanionError::from(e).failed(None);
                 crate::context::answer(reply.as_ref(), &failed);
                 ctx.emit(failed);
             }
@@ -216,7 +257,7 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
-            let failed = CompanionEvent::Failed { character_id: None, message: e.to_string() };
+            let failed = e.failed(None);
             crate::context::answer(reply.as_ref(), &failed);
             ctx.emit(failed);
         }
@@ -285,7 +326,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => {
                     emit(CompanionEvent::Cancelled { character_id: info.id.clone() })
                 }
-                Err(e) => emit(CompanionEvent::Failed { character_id: Some(info.id.clone()), message: e.to_string() }),
+                Err(e) => emit(e.failed(Some(info.id.clone()))),
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }
@@ -343,7 +384,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                     emit(changed);
                 }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => emit(CompanionEvent::Cancelled { character_id: info.id.clone() }),
-                Err(e) => emit(CompanionEvent::Failed { character_id: Some(info.id.clone()), message: e.to_string() }),
+                Err(e) => emit(e.failed(Some(info.id.clone()))),
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }

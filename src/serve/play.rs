@@ -401,20 +401,24 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
     }
 }
 
-/// A chat command answered with something other than what it asked for: busy is 409,
-/// a message too long 413, a cancel 409, and a turn that failed on its way to the
-/// model or back (the provider, the replies it gave) 502.
+/// A chat command answered with something other than what it asked for: the status
+/// says whose fault the failure was — the request's (400, 404, 409 busy, 413 a message
+/// too long), the provider's (502: it failed or gave no reply worth keeping) or the
+/// server's (500) — whether it was a send, a redraw or an edit.
 fn chat_refusal(answer: Event) -> ApiError {
+    use crate::companion::Fault;
     match answer {
-        Event::Companion(CompanionEvent::Failed { message, .. }) if message.contains("already answering") => ApiError::conflict(message),
-        Event::Companion(CompanionEvent::Failed { message, .. }) if message.contains("the message is too long") => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+        Event::Companion(CompanionEvent::Failed { message, fault, .. }) => {
+            let status = match fault {
+                Fault::Request => StatusCode::BAD_REQUEST,
+                Fault::NotFound => StatusCode::NOT_FOUND,
+                Fault::Busy => StatusCode::CONFLICT,
+                Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
+                Fault::Provider => StatusCode::BAD_GATEWAY,
+                Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, message)
         }
-        // A failure with no character never reached a model: the request named
-        // something that is not there or asked for what cannot be done.
-        Event::Companion(CompanionEvent::Failed { character_id: None, message }) if message.contains("not found") => ApiError::not_found(message),
-        Event::Companion(CompanionEvent::Failed { character_id: None, message }) => ApiError::bad_request(message),
-        Event::Companion(CompanionEvent::Failed { message, .. }) => ApiError::new(StatusCode::BAD_GATEWAY, message),
         Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::conflict("the reply was cancelled; nothing was saved"),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }
@@ -465,7 +469,6 @@ pub(super) async fn chat_control(
     };
     match state.ask(Command::Companion(command), PLAY_LIMIT).await? {
         Event::Companion(e @ (CompanionEvent::Changed { .. } | CompanionEvent::Undone { .. })) => Ok(axum::Json(serde_json::to_value(e).map_err(ApiError::internal)?)),
-        Event::Companion(CompanionEvent::Failed { message, .. }) if !message.contains("already answering") => Err(ApiError::bad_request(message)),
         other => Err(chat_refusal(other)),
     }
 }

@@ -757,3 +757,40 @@ fn a_round_input_too_long_for_the_models_is_refused_before_anything_is_stored() 
     let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
     assert_eq!(status, 202, "{body}");
 }
+
+/// A provider that fails is the provider's fault whichever chat route met it: send,
+/// regenerate and continue all answer 502 (the redraws used to answer 400, as if the
+/// client had asked wrongly), while asking for what cannot be done stays a 400.
+#[test]
+fn a_provider_failure_is_a_502_on_every_chat_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    let script_with = |reply: Value| {
+        let rules = json!([{ "when": { "system_contains": "Roleplay as" }, "reply": reply }]);
+        std::fs::write(&script, json!({ "rules": rules, "default": "They talked over tea." }).to_string()).unwrap();
+    };
+    script_with(json!("[Ilse Marrow]: The kettle's on."));
+    let paths = paths(dir.path(), &script);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    lorekeeper::companion::demo::ensure(&store).unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/regenerate"), None, None);
+    assert_eq!(status, 400, "nothing to regenerate yet is the request's fault: {body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Is the kettle on?"}"#), None);
+    assert_eq!(status, 200, "{body}");
+    // Each call reads the script afresh: from now on the provider refuses.
+    script_with(json!({ "fail": { "kind": "http", "status": 401, "message": "the key was revoked" } }));
+    for action in ["regenerate", "continue"] {
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/{action}"), None, None);
+        assert_eq!(status, 502, "{action}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains("the key was revoked"), "{action}: {body}");
+    }
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Hello?"}"#), None);
+    assert_eq!(status, 502, "{body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/edit"), Some(r#"{"message": "no-such-turn-r", "text": "x"}"#), None);
+    assert_eq!(status, 400, "{body}");
+}
