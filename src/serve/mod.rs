@@ -29,6 +29,13 @@ use tokio::sync::broadcast;
 /// Events buffered per WebSocket client before it counts as lagging (it then gets the
 /// current state again instead of the events it missed).
 const EVENT_BUFFER: usize = 4096;
+/// The largest body a route takes: a JSON request (a start, a message, an edit).
+const MAX_BODY_BYTES: usize = 2 << 20;
+/// The largest file `POST /api/library/import` takes.
+const MAX_IMPORT_BYTES: usize = 64 << 20;
+/// How much of a body past its limit is still read and thrown away, so a client that is
+/// still sending hears the 413 instead of a connection reset under its upload.
+const MAX_DRAIN_BYTES: u64 = 256 << 20;
 
 /// How the server is reached.
 #[derive(Debug, Clone)]
@@ -177,7 +184,12 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
     let api = identity::routes().merge(play::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
-    let app = api.layer(axum::middleware::from_fn_with_state(state.clone(), authorise)).with_state(state);
+    // `limit_body` is the one limit: axum's own would answer a second time, in plain text.
+    let app = api
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(limit_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authorise))
+        .with_state(state);
     match cors {
         Some(origin) => app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
             let origin = origin.clone();
@@ -201,6 +213,53 @@ async fn authorise(State(state): State<Arc<AppState>>, request: Request, next: N
         }
     }
     next.run(request).await
+}
+
+/// Read the body whole before any route sees it, up to its limit; a larger one is
+/// answered 413 with `{"detail"}` (axum answered plain text or nothing, and reset the
+/// connection under a large upload). The rest of a body past the limit is read and
+/// thrown away, up to [`MAX_DRAIN_BYTES`], so a client that sends it all before it
+/// reads the answer still gets one; a client that asked `Expect: 100-continue` is
+/// answered before it sends anything.
+async fn limit_body(request: Request, next: Next) -> Response {
+    use axum::body::HttpBody;
+    let path = request.uri().path().to_string();
+    let limit = if path == "/api/library/import" { MAX_IMPORT_BYTES } else { MAX_BODY_BYTES };
+    let too_large = |close: bool| {
+        let mut response =
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the {limit} bytes {path} takes")).into_response();
+        if close {
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
+    };
+    let (parts, mut body) = request.into_parts();
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared) = declared.filter(|n| *n > limit as u64) {
+        let waits_to_send = parts.headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if waits_to_send || declared > MAX_DRAIN_BYTES {
+            return too_large(true);
+        }
+    }
+    let mut kept = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => return ApiError::bad_request(format!("cannot read the request body: {e}")).into_response(),
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        total += data.len() as u64;
+        if total <= limit as u64 {
+            kept.extend_from_slice(&data);
+        } else if total > MAX_DRAIN_BYTES {
+            return too_large(true);
+        }
+    }
+    if total > limit as u64 {
+        return too_large(false);
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(kept))).await
 }
 
 /// Compare without stopping at the first difference, so timing tells nothing.

@@ -27,8 +27,6 @@ use tokio::sync::broadcast;
 const PLAY_LIMIT: Duration = Duration::from_secs(30 * 60);
 /// Reading what is stored.
 const QUICK_LIMIT: Duration = Duration::from_secs(60);
-/// The largest file `POST /api/library/import` takes.
-const MAX_IMPORT_BYTES: usize = 64 << 20;
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -51,7 +49,6 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/memory/search", get(memory_search))
         .route("/api/memory/model", get(memory_models).post(memory_use_model))
         .route("/api/library/import", post(import))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_IMPORT_BYTES))
 }
 
 fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {

@@ -794,3 +794,28 @@ fn a_provider_failure_is_a_502_on_every_chat_route() {
     let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/edit"), Some(r#"{"message": "no-such-turn-r", "text": "x"}"#), None);
     assert_eq!(status, 400, "{body}");
 }
+
+/// A body over a route's limit is answered 413 with `{"detail"}` like every other error
+/// — on the predecessor's routes, on memory curation, on a round — and a client that
+/// sends all of a large upload before reading gets that answer, not a reset connection.
+#[test]
+fn an_oversized_body_is_a_json_413_on_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let three_mb = json!({ "text": "x".repeat(3 << 20) }).to_string();
+    let ten_mb = json!({ "input": "x".repeat(10 << 20) }).to_string();
+    for (path, body) in [("/api/character/start", &three_mb), ("/api/memory/some-id/edit", &three_mb), ("/api/scene/anything/round", &ten_mb)] {
+        let (status, answer) = call(&agent, "POST", &format!("{base}{path}"), Some(body), None);
+        assert_eq!(status, 413, "{path}: {answer}");
+        let detail = answer["detail"].as_str().unwrap_or_else(|| panic!("{path}: not a JSON error: {answer}"));
+        assert!(detail.contains("larger than") && detail.contains(path), "{path}: {detail}");
+    }
+    // The server still answers on, and an import may be larger than a JSON body.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/library/import?name=big.json"), Some(&three_mb), None);
+    assert_eq!(status, 400, "refused for what it is, not for its size: {body}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scenes"), None, None);
+    assert_eq!(status, 200);
+}
