@@ -179,12 +179,25 @@ pub(super) async fn scene_cast(
 /// lore timers, memories).
 #[utoipa::path(post, path = "/api/scene/{scene}/undo", params(("scene" = String, Path)),
     responses((status = 200, description = "{scene_id, round}: the round taken back"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    no_fields(&bytes, "undo")?;
     let id = scene_id(&state, &scene)?;
     match state.ask(Command::Scene(SceneCommand::Undo { scene: id }), QUICK_LIMIT).await? {
         Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(json!({ "scene_id": scene_id, "round": round }))),
         other => Err(scene_refusal(other)),
     }
+}
+
+/// A route that takes no body: nothing, or `{}`; a field sent to it is refused by name
+/// (`{"rounds": 3}` to undo would otherwise undo one round and say nothing).
+fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct NoFields {}
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    body::<NoFields>(bytes).map(|_| ()).map_err(|e| ApiError::bad_request(format!("{}; {action} takes no fields", e.detail)))
 }
 
 /// A scene command answered with something other than what it asked for: its error,
@@ -258,7 +271,10 @@ pub(super) async fn scene_message(
             let request: MessageBody = body(&bytes)?;
             Some(request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?)
         }
-        "delete" => None,
+        "delete" => {
+            no_fields(&bytes, "delete")?;
+            None
+        }
         other => return Err(ApiError::not_found(format!("no message action {other:?}: edit or delete"))),
     };
     let id = scene_id(&state, &scene)?;
@@ -277,7 +293,8 @@ pub(super) async fn scene_message(
 /// Stop the round running in a scene; nothing of it is kept.
 #[utoipa::path(post, path = "/api/scene/{scene}/cancel", params(("scene" = String, Path)),
     responses((status = 200, description = "{scene_id, status}: cancelling, or idle when no round was running"), (status = 404, body = ErrorBody)))]
-pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    no_fields(&bytes, "cancel")?;
     let id = scene_id(&state, &scene)?;
     let running = match state.ask(Command::Scene(SceneCommand::Cancel { scene: id.clone() }), QUICK_LIMIT).await? {
         Event::Scene(SceneEvent::CancelRequested { running, .. }) => running,
@@ -434,7 +451,29 @@ pub(super) struct ControlBody {
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]
-    and_after: bool,
+    and_after: Option<bool>,
+}
+
+impl ControlBody {
+    /// Refuse a field the action does not take (an `index` sent to `undo` would be
+    /// ignored, and the client would believe it had said which exchange).
+    fn only_for(&self, action: &str) -> Result<(), ApiError> {
+        let takes: &[&str] = match action {
+            "swipe" => &["index"],
+            "edit" => &["message", "text"],
+            "delete" => &["message", "and_after"],
+            _ => &[],
+        };
+        let sent = [("index", self.index.is_some()), ("message", self.message.is_some()), ("text", self.text.is_some()), ("and_after", self.and_after.is_some())];
+        match sent.iter().find(|(name, present)| *present && !takes.contains(name)) {
+            Some((name, _)) if takes.is_empty() => Err(ApiError::bad_request(format!("invalid body: `{name}` is not taken by {action}, which takes no fields"))),
+            Some((name, _)) => Err(ApiError::bad_request(format!(
+                "invalid body: `{name}` is not taken by {action}, which takes {}",
+                takes.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" and ")
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Message control on a chat: `regenerate` the last reply (every draw kept as a swipe),
@@ -449,6 +488,7 @@ pub(super) async fn chat_control(
     bytes: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
     let request: ControlBody = if bytes.is_empty() { ControlBody::default() } else { body(&bytes)? };
+    request.only_for(&action)?;
     let info = character_id(&state, &character)?;
     let c = info.id.clone();
     let need = |field: Option<String>, name: &str| field.ok_or_else(|| ApiError::bad_request(format!("invalid body: `{name}` is missing")));
@@ -461,7 +501,7 @@ pub(super) async fn chat_control(
             index: request.index.ok_or_else(|| ApiError::bad_request("invalid body: `index` is missing"))?,
         },
         "edit" => CompanionCommand::Edit { character: c.clone(), message: need(request.message, "message")?, text: need(request.text, "text")? },
-        "delete" => CompanionCommand::Delete { character: c.clone(), message: need(request.message, "message")?, and_after: request.and_after },
+        "delete" => CompanionCommand::Delete { character: c.clone(), message: need(request.message, "message")?, and_after: request.and_after.unwrap_or(false) },
         other => return Err(ApiError::not_found(format!("no chat action {other:?}: regenerate, continue, swipe, edit, delete or undo"))),
     };
     match state.ask(Command::Companion(command), PLAY_LIMIT).await? {

@@ -819,3 +819,47 @@ fn an_oversized_body_is_a_json_413_on_every_route() {
     let (status, _) = call(&agent, "GET", &format!("{base}/api/scenes"), None, None);
     assert_eq!(status, 200);
 }
+
+/// A field a route does not take is refused by name, not ignored: on routes that take
+/// no body, on a chat action that takes other fields, on a message delete. The start
+/// body is the predecessor's entry agent's output and may carry more than we read, as
+/// it did there; a near miss of one of its fields is still named.
+#[test]
+fn a_field_a_route_does_not_take_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let (status, turn) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Is the kettle on?"}"#), None);
+    assert_eq!(status, 200, "{turn}");
+    let turn_id = turn["id"].as_str().unwrap();
+    for (path, sent, named) in [
+        (format!("/api/scene/{scene}/undo"), r#"{"rounds": 3}"#.to_string(), "`rounds`"),
+        (format!("/api/scene/{scene}/cancel"), r#"{"bogus": true}"#.to_string(), "`bogus`"),
+        (format!("/api/scene/{scene}/message/1/delete"), r#"{"text": "gone"}"#.to_string(), "`text`"),
+        ("/api/chat/ilse/undo".to_string(), r#"{"index": 9}"#.to_string(), "`index`"),
+        ("/api/chat/ilse/regenerate".to_string(), r#"{"text": "again"}"#.to_string(), "`text`"),
+        ("/api/chat/ilse/swipe".to_string(), r#"{"index": 0, "message": "x"}"#.to_string(), "`message`"),
+        ("/api/chat/ilse/delete".to_string(), json!({ "message": format!("{turn_id}-u"), "text": "x" }).to_string(), "`text`"),
+        ("/api/character/start".to_string(), json!({ "characters": [{ "name": "Mira", "concept": "A keeper." }], "mode": "fast", "auto_aprove": true }).to_string(), "`auto_approve`"),
+    ] {
+        let (status, body) = call(&agent, "POST", &format!("{base}{path}"), Some(&sent), None);
+        assert_eq!(status, 400, "{path} {sent}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains(named), "{path} {sent}: {body}");
+    }
+    // Nothing was done: the exchange is still there, and no run was started.
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(history["turns"].as_array().unwrap().len(), 1, "{history}");
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let runs: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM identity_runs", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(runs, 0);
+    // Empty bodies and `{}` are still fine, and the entry agent's own extra fields too.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cancel"), Some("{}"), None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/undo"), None, None);
+    assert_eq!(status, 200, "{body}");
+    let start = json!({ "characters": [{ "name": "Mira", "concept": "A keeper." }], "storyline": {}, "mode": "fast", "model": "entry-v2", "world": { "name": "Greyhollow" } });
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{body}");
+}
