@@ -201,7 +201,7 @@ pub(super) async fn checkpoint(
 /// The final profile of a completed character.
 #[utoipa::path(get, path = "/api/character/{character_id}/final",
     params(("character_id" = String, Path)),
-    responses((status = 200, description = "the final profile"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the final profile"), (status = 404, body = ErrorBody)))]
 pub(super) async fn final_profile(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let view = load(&state, &id)?;
     if view.run.status != RunStatus::Completed {

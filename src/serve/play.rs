@@ -56,7 +56,7 @@ fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
 }
 
 /// Every scene of the library.
-#[utoipa::path(get, path = "/api/scenes", responses((status = 200, description = "the scenes")))]
+#[utoipa::path(get, path = "/api/scenes", responses((status = 200, body = Vec<Object>, description = "the scenes: id, name, campaign, arc, rounds played, how many are present")))]
 pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::Json<Value>, ApiError> {
     let list = state.store().with(crate::scene::records::list_scenes).map_err(ApiError::internal)?;
     Ok(axum::Json(serde_json::to_value(list).map_err(ApiError::internal)?))
@@ -64,7 +64,7 @@ pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::J
 
 /// A scene's state: cast, who is present and as what, trackers, facts, time.
 #[utoipa::path(get, path = "/api/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 200, description = "the scene's state"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the scene's state"), (status = 404, body = ErrorBody)))]
 pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
     let view = state.store().with(|c| crate::scene::records::load_view(c, &id)).map_err(ApiError::internal)?;
@@ -80,7 +80,7 @@ pub(super) struct LoreQuery {
 /// Which lore entries a round fired (why, and whose prompt each went into) and which it
 /// held back; the last round without `round`.
 #[utoipa::path(get, path = "/api/scene/{scene}/lore", params(("scene" = String, Path), ("round" = Option<u32>, Query)),
-    responses((status = 200, description = "the round's lore: {scene_id, round, fired: [{entry, given_to}], held_back: [{entry, call, reason}]}"),
+    responses((status = 200, body = Object, description = "the round's lore: {scene_id, round, fired: [{entry, given_to}], held_back: [{entry, call, reason}]}"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn scene_lore(
     State(state): State<Arc<AppState>>,
@@ -150,16 +150,25 @@ pub(super) struct CastBody {
     character: String,
 }
 
+/// A cast change: who joined or left (`action`: add or remove).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct CastAnswer {
+    scene_id: String,
+    character_id: String,
+    name: String,
+    action: String,
+}
+
 /// Add a character to a scene's cast (`add`: absent until the Director brings them in)
 /// or take one out (`remove`). Refused (409) while a round runs on the scene.
 #[utoipa::path(post, path = "/api/scene/{scene}/cast/{action}", request_body = CastBody,
     params(("scene" = String, Path), ("action" = String, Path, description = "add or remove")),
-    responses((status = 200, description = "{scene_id, character_id, name, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = CastAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn scene_cast(
     State(state): State<Arc<AppState>>,
     Path((scene, action)): Path<(String, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<CastAnswer>, ApiError> {
     let add = match action.as_str() {
         "add" => true,
         "remove" => false,
@@ -168,22 +177,27 @@ pub(super) async fn scene_cast(
     let request: CastBody = body(&bytes)?;
     let id = scene_id(&state, &scene)?;
     match state.ask(Command::Scene(SceneCommand::Cast { scene: id, character: request.character, add }), QUICK_LIMIT).await? {
-        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) => {
-            Ok(axum::Json(json!({ "scene_id": scene_id, "character_id": character_id, "name": name, "action": action })))
-        }
+        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) => Ok(axum::Json(CastAnswer { scene_id, character_id, name, action })),
         other => Err(scene_refusal(other)),
     }
+}
+
+/// The round taken back.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RoundUndone {
+    scene_id: String,
+    round: u32,
 }
 
 /// Take back the scene's last round exactly (messages, states, trackers, facts, time,
 /// lore timers, memories).
 #[utoipa::path(post, path = "/api/scene/{scene}/undo", params(("scene" = String, Path)),
-    responses((status = 200, description = "{scene_id, round}: the round taken back"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    responses((status = 200, body = RoundUndone), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<RoundUndone>, ApiError> {
     no_fields(&bytes, "undo")?;
     let id = scene_id(&state, &scene)?;
     match state.ask(Command::Scene(SceneCommand::Undo { scene: id }), QUICK_LIMIT).await? {
-        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(json!({ "scene_id": scene_id, "round": round }))),
+        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(RoundUndone { scene_id, round })),
         other => Err(scene_refusal(other)),
     }
 }
@@ -232,7 +246,9 @@ pub(super) struct RoundStarted {
 
 /// Start a round; it plays in the background and reports on `WS /ws/scene/{scene}`.
 #[utoipa::path(post, path = "/api/scene/{scene}/round", request_body = RoundBody, params(("scene" = String, Path)),
-    responses((status = 202, body = RoundStarted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 202, body = RoundStarted), (status = 400, body = ErrorBody, description = "a bad body, or a `force` name not in the cast"),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "a round is already running in the scene"),
+        (status = 413, body = ErrorBody, description = "the input alone is over half a model's context")))]
 pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<Response, ApiError> {
     let request: RoundBody = if bytes.is_empty() { RoundBody::default() } else { body(&bytes)? };
     let id = scene_id(&state, &scene)?;
@@ -254,16 +270,24 @@ pub(super) struct MessageBody {
     text: Option<String>,
 }
 
+/// The message changed (`action`: edit or delete).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct MessageAnswer {
+    scene_id: String,
+    number: u32,
+    action: String,
+}
+
 /// Change a transcript message's text (`edit`, `{"text": "…"}`) or take it out (`delete`);
 /// its memory follows either way.
 #[utoipa::path(post, path = "/api/scene/{scene}/message/{number}/{action}", request_body = MessageBody,
     params(("scene" = String, Path), ("number" = u32, Path), ("action" = String, Path, description = "edit or delete")),
-    responses((status = 200, description = "{scene_id, number, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = MessageAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn scene_message(
     State(state): State<Arc<AppState>>,
     Path((scene, number, action)): Path<(String, u32, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<MessageAnswer>, ApiError> {
     // The request is read before the scene is looked up: a bad body is the client's
     // mistake whichever scene it names.
     let text = match action.as_str() {
@@ -284,16 +308,24 @@ pub(super) async fn scene_message(
     };
     match state.ask(Command::Scene(command), QUICK_LIMIT).await? {
         Event::Scene(SceneEvent::MessageEdited { .. } | SceneEvent::MessageDeleted { .. }) => {
-            Ok(axum::Json(json!({ "scene_id": id, "number": number, "action": action })))
+            Ok(axum::Json(MessageAnswer { scene_id: id, number, action }))
         }
         other => Err(scene_refusal(other)),
     }
 }
 
+/// What a cancel found.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct CancelAnswer {
+    scene_id: String,
+    /// `cancelling`, or `idle` when no round was running (here or in another process).
+    status: String,
+}
+
 /// Stop the round running in a scene; nothing of it is kept.
 #[utoipa::path(post, path = "/api/scene/{scene}/cancel", params(("scene" = String, Path)),
-    responses((status = 200, description = "{scene_id, status}: cancelling, or idle when no round was running"), (status = 404, body = ErrorBody)))]
-pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    responses((status = 200, body = CancelAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<CancelAnswer>, ApiError> {
     no_fields(&bytes, "cancel")?;
     let id = scene_id(&state, &scene)?;
     let running = match state.ask(Command::Scene(SceneCommand::Cancel { scene: id.clone() }), QUICK_LIMIT).await? {
@@ -301,7 +333,7 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
         other => return Err(scene_refusal(other)),
     };
     // `idle`: no round was running here or in another process on the library.
-    Ok(axum::Json(json!({ "scene_id": id, "status": if running { "cancelling" } else { "idle" } })))
+    Ok(axum::Json(CancelAnswer { scene_id: id, status: if running { "cancelling" } else { "idle" }.into() }))
 }
 
 /// A scene's live events, as the scene predecessor's socket named them.
@@ -401,7 +433,11 @@ pub(super) struct SendBody {
 /// Send a chat message and wait for the stored exchange; the reply's tokens stream on
 /// `WS /ws/chat/{character}` meanwhile.
 #[utoipa::path(post, path = "/api/chat/{character}/send", request_body = SendBody, params(("character" = String, Path)),
-    responses((status = 200, description = "the stored exchange"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the stored exchange: id, user_text, reply, swipes, the packet sent, …"),
+        (status = 400, body = ErrorBody, description = "a bad body or an empty text"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the character is answering already, or the reply was cancelled"),
+        (status = 413, body = ErrorBody, description = "the message alone fills the model's context"),
+        (status = 502, body = ErrorBody, description = "the provider failed or gave no reply worth keeping; nothing was stored")))]
 pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
     let request: SendBody = body(&bytes)?;
     if request.text.trim().is_empty() {
@@ -481,7 +517,9 @@ impl ControlBody {
 /// exchange. Answers with what changed.
 #[utoipa::path(post, path = "/api/chat/{character}/{action}", request_body = ControlBody,
     params(("character" = String, Path), ("action" = String, Path, description = "regenerate, continue, swipe, edit, delete or undo")),
-    responses((status = 200, description = "what changed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "what changed: the `changed` or `undone` event, with the turn as it now stands"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 502, body = ErrorBody, description = "regenerate or continue: the provider failed; nothing was changed")))]
 pub(super) async fn chat_control(
     State(state): State<Arc<AppState>>,
     Path((character, action)): Path<(String, String)>,
@@ -543,7 +581,7 @@ async fn export(state: &AppState, make: impl FnOnce(std::path::PathBuf) -> Inter
 
 /// A character as a card: `?format=v2` (default) or `v3`.
 #[utoipa::path(get, path = "/api/library/character/{character}/card", params(("character" = String, Path), ("format" = Option<String>, Query)),
-    responses((status = 200, description = "the card's JSON"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the card's JSON"), (status = 404, body = ErrorBody)))]
 pub(super) async fn export_card(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,
@@ -561,7 +599,7 @@ pub(super) async fn export_card(
 
 /// A lorebook: `?format=world-info` (default) or `lorebook-v3`.
 #[utoipa::path(get, path = "/api/library/lorebook/{lorebook}", params(("lorebook" = String, Path), ("format" = Option<String>, Query)),
-    responses((status = 200, description = "the lorebook's JSON"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the lorebook's JSON"), (status = 404, body = ErrorBody)))]
 pub(super) async fn export_lorebook(
     State(state): State<Arc<AppState>>,
     Path(lorebook): Path<String>,
@@ -589,7 +627,7 @@ fn hundred() -> u32 {
 
 /// A chat's exchanges, oldest first, with the greeting and who the user plays.
 #[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
-    responses((status = 200, description = "the chat, with its variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the chat, with its variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
 pub(super) async fn chat_history(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,
@@ -655,7 +693,7 @@ fn ten() -> usize {
 
 /// Hybrid memory search: every hit with its keyword, vector and fused scores.
 #[utoipa::path(get, path = "/api/memory/search", params(("q" = String, Query), ("k" = Option<usize>, Query)),
-    responses((status = 200, description = "hits, best first"), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "hits, best first"), (status = 400, body = ErrorBody)))]
 pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(query): Query<SearchQuery>) -> Result<axum::Json<Value>, ApiError> {
     let mut events = state.events.subscribe();
     let q = query.q.clone();
@@ -673,9 +711,19 @@ pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(quer
     .map_err(ApiError::bad_request)
 }
 
+/// The embedding models there are, and the one in use.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct EmbeddingModels {
+    /// As `<folder>/<file>`.
+    in_use: String,
+    /// Each with its name, dimension and files.
+    #[schema(value_type = Vec<Object>)]
+    models: Value,
+}
+
 /// The embedding models a library can use, and the one in use (as `<folder>/<file>`).
-#[utoipa::path(get, path = "/api/memory/model", responses((status = 200, description = "the models and the one in use")))]
-pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<axum::Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/api/memory/model", responses((status = 200, body = EmbeddingModels)))]
+pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<axum::Json<EmbeddingModels>, ApiError> {
     let mut events = state.events.subscribe();
     state.send(Command::Memory(MemoryCommand::Stats))?;
     let in_use = wait_for(&mut events, QUICK_LIMIT, |event| match event {
@@ -686,26 +734,34 @@ pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<
     .await
     .unwrap_or_else(|| Err("no answer in time".into()))
     .map_err(ApiError::internal)?;
-    Ok(axum::Json(json!({ "in_use": in_use, "models": crate::memory::MODELS })))
+    Ok(axum::Json(EmbeddingModels { in_use, models: serde_json::to_value(crate::memory::MODELS).map_err(ApiError::internal)? }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ModelBody {
+    /// A model's name, e.g. `all-mpnet-base-v2`.
     name: String,
+}
+
+/// The model now in use and how many memories it embedded.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ModelSwitched {
+    model: String,
+    embedded: usize,
 }
 
 /// Switch the library to another embedding model (saved in the config) and embed every
 /// memory with it; answers when the memories are embedded.
-#[utoipa::path(post, path = "/api/memory/model", request_body(content = String, description = "{\"name\": \"all-mpnet-base-v2\"}", content_type = "application/json"),
-    responses((status = 200, description = "how many memories were embedded"), (status = 400, body = ErrorBody)))]
-pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+#[utoipa::path(post, path = "/api/memory/model", request_body = ModelBody,
+    responses((status = 200, body = ModelSwitched), (status = 400, body = ErrorBody)))]
+pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<ModelSwitched>, ApiError> {
     let request: ModelBody = body(&bytes)?;
     let name = crate::memory::find_model(&request.name).map(|m| m.name.to_string()).unwrap_or_else(|| request.name.clone());
     let mut events = state.events.subscribe();
     state.send(Command::Memory(MemoryCommand::UseModel { name: request.name.clone() }))?;
     wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Reindexed { embedded }) => Some(Ok(json!({ "model": name, "embedded": embedded }))),
+        Event::Memory(MemoryEvent::Reindexed { embedded }) => Some(Ok(ModelSwitched { model: name.clone(), embedded: *embedded })),
         Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == "memory model" => Some(Err(message.clone())),
         _ => None,
     })
@@ -714,6 +770,11 @@ pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: 
     .map(axum::Json)
     .map_err(ApiError::bad_request)
 }
+
+/// A file's bytes, as they are.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub(super) struct Upload(#[allow(dead_code)] Vec<u8>);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -725,8 +786,9 @@ pub(super) struct ImportQuery {
 
 /// Import a character card (PNG or JSON) or a lorebook (World Info, lorebook_v3, a
 /// character book) sent as the request body; what it created, or why it was skipped.
-#[utoipa::path(post, path = "/api/library/import", params(("name" = Option<String>, Query)), request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 200, description = "the import report"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/library/import", params(("name" = Option<String>, Query)), request_body(content = Upload, content_type = "application/octet-stream"),
+    responses((status = 200, body = Object, description = "the import report: what was created, what was skipped and why"), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody, description = "over 64 MB")))]
 pub(super) async fn import(State(state): State<Arc<AppState>>, Query(query): Query<ImportQuery>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
     if bytes.is_empty() {
         return Err(ApiError::bad_request("the body is empty: send the file's bytes"));

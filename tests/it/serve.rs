@@ -863,3 +863,114 @@ fn a_field_a_route_does_not_take_is_named() {
     let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
     assert_eq!(status, 200, "{body}");
 }
+
+/// A method and a path with its parameters filled in, sent as the server would be.
+fn send_as(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
+    let response = match method {
+        "get" => agent.get(url).call(),
+        "delete" => agent.delete(url).call(),
+        "put" => agent.put(url).header("Content-Type", "application/json").send(body.unwrap_or("{}")),
+        _ => agent.post(url).header("Content-Type", "application/json").send(body.unwrap_or("")),
+    }
+    .expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.into_body().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// The OpenAPI document is checked against the real routes: every documented operation
+/// is served (no 404 "no endpoint", no 405); every JSON body is an object whose every
+/// documented field the handler takes, and (beyond the predecessor's routes, which take
+/// what its entry agent sends) a field it does not document is refused; an upload is
+/// binary. The memory routes' bodies used to be documented as strings and the import
+/// as an array of integers.
+#[test]
+fn the_openapi_document_matches_the_real_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let (status, doc) = call(&agent, "GET", &format!("{base}/api/openapi.json"), None, None);
+    assert_eq!(status, 200);
+    let resolve = |schema: &Value| -> Value {
+        match schema["$ref"].as_str() {
+            Some(r) => doc["components"]["schemas"][r.rsplit('/').next().unwrap()].clone(),
+            None => schema.clone(),
+        }
+    };
+    let dummy = |property: &Value| -> Value {
+        let kind = match &property["type"] {
+            Value::String(t) => t.clone(),
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("object").to_string(),
+            _ => "object".into(),
+        };
+        match kind.as_str() {
+            "string" => json!("x"),
+            "integer" | "number" => json!(0),
+            "boolean" => json!(true),
+            "array" => json!([]),
+            _ => json!({}),
+        }
+    };
+    let mut bodies = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let action = match path.as_str() {
+            p if p.contains("/cast/") => "add",
+            _ => "edit",
+        };
+        let url = format!("{base}{path}").replace("{number}", "1").replace("{n}", "1").replace("{action}", action);
+        let url = fill_parameters(&url);
+        for (method, operation) in item.as_object().unwrap() {
+            let (status, answer) = send_as(&agent, method, &url, Some("{}"));
+            let detail = answer["detail"].as_str().unwrap_or_default();
+            assert!(status != 405 && !detail.starts_with("no endpoint"), "{method} {path} is documented but not served: {status} {answer}");
+            let Some(content) = operation["requestBody"]["content"].as_object() else { continue };
+            if let Some(upload) = content.get("application/octet-stream") {
+                let schema = resolve(&upload["schema"]);
+                assert_eq!((schema["type"].as_str(), schema["format"].as_str()), (Some("string"), Some("binary")), "{path}: {schema}");
+                continue;
+            }
+            let schema = resolve(&content["application/json"]["schema"]);
+            assert_eq!(schema["type"], "object", "{method} {path}: the body is an object: {schema}");
+            let properties = schema["properties"].as_object().unwrap_or_else(|| panic!("{path}: no fields documented: {schema}"));
+            assert!(!properties.is_empty(), "{path}");
+            bodies += 1;
+            for (field, property) in properties {
+                let sent = json!({ field.clone(): dummy(property) }).to_string();
+                let (status, answer) = send_as(&agent, method, &url, Some(&sent));
+                let detail = answer["detail"].as_str().unwrap_or_default();
+                assert!(!detail.contains("unknown field"), "{method} {path} documents `{field}` but refuses it: {status} {answer}");
+            }
+            if !path.starts_with("/api/character/") {
+                let (status, answer) = send_as(&agent, method, &url, Some(r#"{"zz_undocumented": 1}"#));
+                assert_eq!(status, 400, "{method} {path}: {answer}");
+                assert!(answer["detail"].as_str().unwrap_or_default().contains("zz_undocumented"), "{method} {path}: {answer}");
+            }
+        }
+    }
+    assert!(bodies >= 12, "every JSON body was checked: {bodies}");
+    for (path, fields) in [("/api/memory/{id}/pin", &["pinned"][..]), ("/api/memory/{id}/edit", &["text"]), ("/api/memory/forget", &["session"]), ("/api/memory/model", &["name"])] {
+        let schema = resolve(&doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]);
+        let documented: BTreeSet<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(documented, fields.iter().copied().collect(), "{path}");
+    }
+    let send = &doc["paths"]["/api/chat/{character}/send"]["post"]["responses"];
+    for status in ["200", "400", "404", "409", "413", "502"] {
+        assert!(send.get(status).is_some(), "send documents {status}: {send}");
+    }
+}
+
+/// `{anything}` in a URL as a name that is not there.
+fn fill_parameters(url: &str) -> String {
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..].find('}').map_or(rest.len(), |c| open + c + 1);
+        out.push_str(&rest[..open]);
+        out.push_str("no-such-thing");
+        rest = &rest[close..];
+    }
+    out.push_str(rest);
+    out
+}
