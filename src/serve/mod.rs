@@ -199,16 +199,31 @@ fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
     }
 }
 
+/// The subprotocol a browser's WebSocket names beside its token, and which the server
+/// answers with (a browser that offers subprotocols refuses a handshake that picks none).
+pub(crate) const WS_PROTOCOL: &str = "lorekeeper";
+/// A subprotocol `bearer.<token>` carries the token of a browser's WebSocket.
+const WS_TOKEN_PREFIX: &str = "bearer.";
+
 /// Every request carries the token when the server has one; a wrong one changes nothing.
+/// A browser cannot set `Authorization` on a WebSocket, so a handshake may carry it as a
+/// subprotocol (`new WebSocket(url, ["lorekeeper", "bearer." + token])`) or as the
+/// `access_token` query parameter (RFC 6750). Neither is logged: no request line or
+/// header is.
 async fn authorise(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     if let Some(token) = &state.token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !same_secret(presented.as_bytes(), token.as_bytes()) {
+        let headers = request.headers();
+        let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let handshake = headers.get(header::UPGRADE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+        let mut presented: Vec<String> = bearer.map(str::to_string).into_iter().collect();
+        if handshake {
+            let protocols = headers.get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
+            presented.extend(protocols.flat_map(|v| v.split(',')).filter_map(|p| p.trim().strip_prefix(WS_TOKEN_PREFIX)).map(str::to_string));
+            if let Ok(axum::extract::Query(query)) = axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(request.uri()) {
+                presented.extend(query.get("access_token").cloned());
+            }
+        }
+        if !presented.iter().any(|p| same_secret(p.as_bytes(), token.as_bytes())) {
             return ApiError::new(StatusCode::UNAUTHORIZED, "a valid bearer token is required").into_response();
         }
     }
@@ -272,7 +287,7 @@ async fn with_cors(origin: HeaderValue, request: Request, next: Next) -> Respons
     let mut response = if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(request).await };
     let headers = response.headers_mut();
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
     headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("authorization, content-type"));
     response
 }
@@ -353,7 +368,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Upgrade {
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::ws::WebSocketUpgrade::from_request_parts(parts, state).await {
-            Ok(upgrade) => Ok(Upgrade(upgrade)),
+            // Named back when the client offered it (a browser passing its token as a
+            // subprotocol); the token's own subprotocol is never echoed.
+            Ok(upgrade) => Ok(Upgrade(upgrade.protocols([WS_PROTOCOL]))),
             Err(rejection) => Err(ApiError::new(
                 rejection.status(),
                 format!("{}: this route is a WebSocket (GET with an Upgrade: websocket handshake)", rejection.body_text()),

@@ -974,3 +974,57 @@ fn fill_parameters(url: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// A browser front end with `--token` and `--cors`: its WebSocket carries the token as a
+/// subprotocol or as `access_token` (a browser cannot set `Authorization` on one), and
+/// its preflight allows DELETE, so a memory can be deleted from the page.
+#[test]
+fn a_browser_front_end_authenticates_its_websocket_and_may_delete() {
+    use tungstenite::client::IntoClientRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let token = "br0wser-Token_42";
+    let server = lorekeeper::serve::start(
+        engine::start(paths.clone()).unwrap(),
+        ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: Some(token.into()), cors: Some("https://gm.example".into()) },
+    )
+    .unwrap();
+    let socket = format!("ws://{}/ws/scene/{scene}", server.addr);
+    let with_protocols = |protocols: &str| {
+        let mut request = socket.as_str().into_client_request().unwrap();
+        request.headers_mut().insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+        request.headers_mut().insert("Origin", "https://gm.example".parse().unwrap());
+        tungstenite::connect(request)
+    };
+    let (_, response) = with_protocols(&format!("lorekeeper, bearer.{token}")).expect("the token as a subprotocol is taken");
+    let chosen = response.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok());
+    assert_eq!(chosen, Some("lorekeeper"), "the server names the protocol back, never the token");
+    assert!(with_protocols("lorekeeper, bearer.wrong").is_err(), "a wrong token is refused");
+    assert!(tungstenite::connect(socket.as_str()).is_err(), "no token is refused");
+    assert!(tungstenite::connect(format!("{socket}?access_token={token}")).is_ok(), "the token as access_token is taken");
+    assert!(tungstenite::connect(format!("{socket}?access_token=wrong")).is_err());
+    // `access_token` is for a handshake only: a plain request still needs the header.
+    let (status, _) = call(&http(), "GET", &format!("http://{}/api/scenes?access_token={token}", server.addr), None, None);
+    assert_eq!(status, 401);
+
+    // The preflight of a DELETE, then the DELETE itself.
+    let agent = http();
+    let url = format!("http://{}/api/memory/no-such-memory", server.addr);
+    let preflight = agent
+        .run(
+            ureq::http::Request::builder()
+                .method("OPTIONS")
+                .uri(&url)
+                .header("Origin", "https://gm.example")
+                .header("Access-Control-Request-Method", "DELETE")
+                .header("Access-Control-Request-Headers", "authorization")
+                .body(())
+                .unwrap(),
+        )
+        .unwrap();
+    let allowed = preflight.headers().get("access-control-allow-methods").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert!(allowed.split(',').any(|m| m.trim() == "DELETE"), "{allowed}");
+    let deleted = agent.delete(&url).header("Origin", "https://gm.example").header("Authorization", &format!("Bearer {token}")).call().unwrap();
+    assert_eq!(deleted.status().as_u16(), 404, "the route was reached: the memory is not there");
+    assert_eq!(deleted.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("https://gm.example"));
+}
