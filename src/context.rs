@@ -441,6 +441,11 @@ impl Jobs {
         });
     }
 
+    /// Whether another process runs the job under `key` (a live owner holds its lease).
+    pub fn runs_elsewhere(&self, key: &JobKey) -> bool {
+        self.leases.as_ref().is_some_and(|l| l.held_elsewhere(key))
+    }
+
     pub fn is_running(&self, key: &JobKey) -> bool {
         self.lock().contains_key(key) || self.leases.as_ref().is_some_and(|l| l.held_elsewhere(key))
     }

@@ -12,6 +12,7 @@ mod identity;
 mod memory;
 pub mod openapi;
 mod play;
+mod watch;
 
 use crate::engine::{Command, EngineHandle, Event};
 use axum::Router;

@@ -341,7 +341,12 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
     responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
 pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
-        Ok(id) => upgrade.on_upgrade(move |socket| relay(state, socket, move |event| scene_messages(&id, event))).into_response(),
+        Ok(id) => upgrade
+            .on_upgrade(move |socket| {
+                let watched = super::watch::Scene(id.clone());
+                relay(state, socket, move |event| scene_messages(&id, event), watched)
+            })
+            .into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -388,31 +393,42 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
     }
 }
 
-/// Forward what `translate` makes of each engine event until the client goes.
-async fn relay(state: Arc<AppState>, mut socket: WebSocket, translate: impl Fn(&Event) -> Vec<Value> + Send + 'static) {
+/// Forward what `translate` makes of each engine event until the client goes, and what
+/// another process changed in the `watched` scene or chat (see `serve::watch`).
+async fn relay<W: super::watch::Watched>(
+    state: Arc<AppState>,
+    mut socket: WebSocket,
+    translate: impl Fn(&Event) -> Vec<Value> + Send + 'static,
+    watched: W,
+) {
     let mut events = state.events.subscribe();
+    let mut watch = super::watch::Watch::new(watched, &state);
+    let mut tick = tokio::time::interval(super::watch::EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        tokio::select! {
+        let messages = tokio::select! {
+            _ = tick.tick() => watch.tick(&state),
             event = events.recv() => match event {
                 Ok(event) => {
-                    for message in translate(&event) {
-                        if socket.send(Message::Text(message.to_string().into())).await.is_err() {
-                            return;
-                        }
+                    let messages = translate(&event);
+                    // Ours: what it changed is known. A token changes nothing stored.
+                    if messages.iter().any(|m| m["type"] != "token") {
+                        watch.heard(&state);
                     }
+                    messages
                 }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    let note = json!({ "type": "lagged", "missed": missed }).to_string();
-                    if socket.send(Message::Text(note.into())).await.is_err() {
-                        return;
-                    }
-                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => vec![json!({ "type": "lagged", "missed": missed })],
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             incoming = socket.recv() => match incoming {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
+                Some(Ok(_)) => Vec::new(),
             },
+        };
+        for message in messages {
+            if socket.send(Message::Text(message.to_string().into())).await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -651,7 +667,8 @@ pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(charact
     };
     upgrade
         .on_upgrade(move |socket| {
-            relay(state, socket, move |event| match event {
+            let watched = super::watch::Chat(info.id.clone());
+            let translate = move |event: &Event| match event {
                 Event::Companion(e) if companion_character(e) == Some(info.id.as_str()) => {
                     let mut value = serde_json::to_value(e).unwrap_or_default();
                     if let Some(kind) = value.as_object_mut().and_then(|o| o.remove("event")) {
@@ -660,7 +677,8 @@ pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(charact
                     vec![value]
                 }
                 _ => Vec::new(),
-            })
+            };
+            relay(state, socket, translate, watched)
         })
         .into_response()
 }

@@ -1028,3 +1028,48 @@ fn a_browser_front_end_authenticates_its_websocket_and_may_delete() {
     assert_eq!(deleted.status().as_u16(), 404, "the route was reached: the memory is not there");
     assert_eq!(deleted.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("https://gm.example"));
 }
+
+/// The CLI plays a round and sends a chat message on the library a server serves: its
+/// events never reach the server, yet the scene and chat sockets hear them (as the
+/// identity socket hears another process's approvals), marked `elsewhere`, and what the
+/// server did itself is not said twice.
+#[test]
+fn scene_and_chat_sockets_hear_what_another_process_plays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let scene_ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    let chat_ws = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    // A round of the server's own first, then one the CLI plays.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
+    assert_eq!(status, 202, "{body}");
+    let mut seen = Vec::new();
+    until(&scene_ws, &mut seen, |m| m["type"] == "roundCompleted");
+    cli(&["scene", "round", &scene, "CLI-ROUND: the door bangs open."]);
+    let elsewhere = until(&scene_ws, &mut seen, |m| m["type"] == "roundCompleted" && m["elsewhere"] == true);
+    assert_eq!(elsewhere["round"], 2, "{elsewhere}");
+    let said: Vec<&str> = elsewhere["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(said.iter().any(|c| c.contains("CLI-ROUND")), "the CLI's round, as stored: {said:?}");
+    let completed: Vec<(u64, bool)> =
+        seen.iter().filter(|m| m["type"] == "roundCompleted").map(|m| (m["round"].as_u64().unwrap(), m["elsewhere"] == true)).collect();
+    assert_eq!(completed, [(1, false), (2, true)], "each round is said once");
+
+    cli(&["chat", "send", "--character", "ilse", "CLI-CHAT: is anyone there?"]);
+    let mut chat_seen = Vec::new();
+    let committed = until(&chat_ws, &mut chat_seen, |m| m["type"] == "turn_committed");
+    assert_eq!((committed["elsewhere"].as_bool(), committed["turn"]["user_text"].as_str()), (Some(true), Some("CLI-CHAT: is anyone there?")), "{committed}");
+    assert!(committed["turn"]["reply"].as_str().is_some_and(|r| !r.is_empty()), "{committed}");
+}

@@ -34,7 +34,7 @@ use std::sync::Arc;
 /// The job key of `scene_id`'s round: a second round on the same scene is refused
 /// rather than queued (so the user sees why nothing happens), and [`cancel`] reaches the
 /// running one.
-pub(super) fn job(scene_id: &str) -> JobKey {
+pub(crate) fn job(scene_id: &str) -> JobKey {
     JobKey::new("round", scene_id)
 }
 
