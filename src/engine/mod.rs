@@ -33,8 +33,8 @@ pub enum Command {
     Scene(crate::scene::SceneCommand),
     Companion(crate::companion::CompanionCommand),
     /// A command whose sender waits for its answer on `reply`: the event that settles
-    /// it (see [`Reply`]). Scene and chat commands answer; any other is run as if sent
-    /// plainly and its reply dropped unanswered.
+    /// it (see [`Reply`]). Scene and chat commands and an import answer; any other is run
+    /// as if sent plainly and its reply dropped unanswered.
     Asked { command: Box<Command>, reply: Reply<Event> },
     /// Stop accepting commands; in-flight work is cancelled.
     Shutdown,
@@ -230,7 +230,7 @@ fn dispatch(context: &Arc<Context>, command: Command, reply: Option<Reply<Event>
         Command::Llm(c) => llm_commands::handle(context, c),
         Command::Identity(c) => crate::identity::handle(context, c),
         Command::Memory(c) => crate::memory::handle(context, c),
-        Command::Interop(c) => crate::interop::handle(context, c),
+        Command::Interop(c) => crate::interop::handle_asked(context, c, reply.map(|r| r.map(Event::Interop))),
         Command::Scene(c) => crate::scene::handle_asked(context, c, reply.map(|r| r.map(Event::Scene))),
         Command::Companion(c) => crate::companion::handle_asked(context, c, reply.map(|r| r.map(Event::Companion))),
     }

@@ -816,15 +816,12 @@ pub(super) async fn import(State(state): State<Arc<AppState>>, Query(query): Que
     let dir = tempfile_dir()?;
     let path = dir.join(if safe.trim().is_empty() { "upload".to_string() } else { safe });
     std::fs::write(&path, &bytes).map_err(ApiError::internal)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Interop(InteropCommand::Import { paths: vec![path.clone()] }))?;
-    let report = wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Interop(report @ InteropEvent::ImportReport { .. }) => Some(serde_json::to_value(report).unwrap_or_default()),
-        _ => None,
-    })
-    .await;
+    let answer = state.ask(Command::Interop(InteropCommand::Import { paths: vec![path.clone()] }), PLAY_LIMIT).await;
     let _ = std::fs::remove_dir_all(&dir);
-    let report = report.ok_or_else(|| ApiError::internal("the import did not finish in time"))?;
+    let report = match answer? {
+        Event::Interop(report @ InteropEvent::ImportReport { .. }) => serde_json::to_value(report).map_err(ApiError::internal)?,
+        _ => return Err(ApiError::internal("the import answered with something other than its report")),
+    };
     // Nothing came of it: the file was refused, which is the request's fault, not a success.
     let created = report["created"].as_array().map_or(0, Vec::len);
     if let Some(skipped) = report["skipped"].as_array().filter(|s| created == 0 && !s.is_empty()) {

@@ -723,6 +723,16 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
         assert_eq!(answers[1].1["user_text"], "THIRD: goodnight.", "{answers:?}");
         assert_eq!(turns.len(), 2, "{history}");
     }
+
+    // Two uploads at once: each report is its own file's.
+    let card = std::fs::read_to_string(data("interop/card_v2_full.json")).unwrap();
+    let book = std::fs::read_to_string(data("interop/world_info_full.json")).unwrap();
+    let answers = at_once(&base, &[("/api/library/import?name=card.json", card), ("/api/library/import?name=book.json", book)]);
+    for ((status, report), name) in answers.iter().zip(["card.json", "book.json"]) {
+        assert_eq!(*status, 200, "{report}");
+        let paths: Vec<&str> = report["created"].as_array().unwrap().iter().filter_map(|c| c["path"].as_str()).collect();
+        assert!(!paths.is_empty() && paths.iter().all(|p| p.ends_with(name)), "{name}: {report}");
+    }
 }
 
 /// A game master's input longer than the models' context is refused before the round
