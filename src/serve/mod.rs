@@ -202,7 +202,7 @@ fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
 
 /// The subprotocol a browser's WebSocket names beside its token, and which the server
 /// answers with (a browser that offers subprotocols refuses a handshake that picks none).
-pub(crate) const WS_PROTOCOL: &str = "lorekeeper";
+const WS_PROTOCOL: &str = "lorekeeper";
 /// A subprotocol `bearer.<token>` carries the token of a browser's WebSocket.
 const WS_TOKEN_PREFIX: &str = "bearer.";
 
