@@ -234,8 +234,7 @@ pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
 
 /// [`handle`], answering `reply` with the event that settles the command: the stored
 /// exchange of a send (`turn_committed`), the change of a redraw or an edit, or the
-/// failure that refused it (`failed`, which then names the character whenever it is
-/// known).
+/// failure that refused it (`failed`, with whose fault it was).
 pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<Reply<CompanionEvent>>) {
     // Cancel must not queue behind the turn it cancels.
     if let CompanionCommand::Cancel { character } = &command {
