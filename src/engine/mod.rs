@@ -33,8 +33,8 @@ pub enum Command {
     Scene(crate::scene::SceneCommand),
     Companion(crate::companion::CompanionCommand),
     /// A command whose sender waits for its answer on `reply`: the event that settles
-    /// it (see [`Reply`]). Scene and chat commands and an import answer; any other is run
-    /// as if sent plainly and its reply dropped unanswered.
+    /// it (see [`Reply`]). Scene, chat and memory commands and an import answer; any
+    /// other is run as if sent plainly and its reply dropped unanswered.
     Asked { command: Box<Command>, reply: Reply<Event> },
     /// Stop accepting commands; in-flight work is cancelled.
     Shutdown,
@@ -221,6 +221,14 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<Context>, commands: R
     context.emit(CoreEvent::Stopped);
 }
 
+/// A memory command's answer: its event, or the error it was reported with.
+fn memory_answer(answer: crate::memory::MemoryAnswer) -> Event {
+    match answer {
+        Ok(event) => Event::Memory(event),
+        Err(error) => Event::Core(error),
+    }
+}
+
 /// Hand a command to its capability, with the reply its sender waits on; false on
 /// shutdown.
 fn dispatch(context: &Arc<Context>, command: Command, reply: Option<Reply<Event>>) -> bool {
@@ -229,7 +237,7 @@ fn dispatch(context: &Arc<Context>, command: Command, reply: Option<Reply<Event>
         Command::Asked { command, reply } => return dispatch(context, *command, Some(reply)),
         Command::Llm(c) => llm_commands::handle(context, c),
         Command::Identity(c) => crate::identity::handle(context, c),
-        Command::Memory(c) => crate::memory::handle(context, c),
+        Command::Memory(c) => crate::memory::handle_asked(context, c, reply.map(|r| r.map(memory_answer))),
         Command::Interop(c) => crate::interop::handle_asked(context, c, reply.map(|r| r.map(Event::Interop))),
         Command::Scene(c) => crate::scene::handle_asked(context, c, reply.map(|r| r.map(Event::Scene))),
         Command::Companion(c) => crate::companion::handle_asked(context, c, reply.map(|r| r.map(Event::Companion))),

@@ -3,7 +3,7 @@
 //! transaction: text, keyword index, vector), delete it, or forget a whole session.
 //! Each answers with what was done (`action`, `ids`) once it is committed.
 
-use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, body};
 use crate::engine::{Command, Event};
 use crate::memory::{MemoryCommand, MemoryEvent};
 use axum::Router;
@@ -61,25 +61,13 @@ pub(super) struct Curation {
     ids: Vec<String>,
 }
 
-/// Send `command` and wait for its outcome: the curation, or the engine's error for it
-/// (404 when the memory or session does not exist).
-async fn curate(state: &AppState, command: MemoryCommand, what: &'static str, key: String) -> Result<axum::Json<Curation>, ApiError> {
-    let mut events = state.events.subscribe();
-    state.send(Command::Memory(command))?;
-    let outcome = wait_for(&mut events, LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Curated { curated }) if curated.ids.contains(&key) || what == "memory forget" => {
-            Some(Ok(Curation { action: curated.action.clone(), ids: curated.ids.clone() }))
-        }
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == what && message.contains(key.as_str()) => {
-            Some(Err(message.clone()))
-        }
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()));
-    outcome.map(axum::Json).map_err(|message| {
-        if message.contains("not found") { ApiError::not_found(message) } else { ApiError::new(StatusCode::BAD_REQUEST, message) }
-    })
+/// Send `command` and wait for its own outcome: the curation, or the engine's error for
+/// it (404 when the memory or session does not exist).
+async fn curate(state: &AppState, command: MemoryCommand) -> Result<axum::Json<Curation>, ApiError> {
+    match state.ask(Command::Memory(command), LIMIT).await? {
+        Event::Memory(MemoryEvent::Curated { curated }) => Ok(axum::Json(Curation { action: curated.action, ids: curated.ids })),
+        other => Err(super::play::memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
 }
 
 /// Pin a memory (`{"pinned": false}` unpins it).
@@ -88,7 +76,7 @@ async fn curate(state: &AppState, command: MemoryCommand, what: &'static str, ke
     responses((status = 200, body = Curation), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn pin(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Curation>, ApiError> {
     let request: PinBody = if bytes.iter().all(u8::is_ascii_whitespace) { PinBody { pinned: true } } else { body(&bytes)? };
-    curate(&state, MemoryCommand::Pin { id: id.clone(), pinned: request.pinned }, "memory pin", id).await
+    curate(&state, MemoryCommand::Pin { id, pinned: request.pinned }).await
 }
 
 /// Give a memory a new text: embedded, then text, keyword index and vector replaced in
@@ -101,14 +89,14 @@ pub(super) async fn edit(State(state): State<Arc<AppState>>, Path(id): Path<Stri
     if request.text.trim().is_empty() {
         return Err(ApiError::bad_request("`text` is empty: delete the memory instead"));
     }
-    curate(&state, MemoryCommand::Edit { id: id.clone(), text: request.text }, "memory edit", id).await
+    curate(&state, MemoryCommand::Edit { id, text: request.text }).await
 }
 
 /// Delete a memory (its keyword row and vector go with it).
 #[utoipa::path(delete, path = "/api/memory/{id}", params(("id" = String, Path)),
     responses((status = 200, body = Curation), (status = 404, body = ErrorBody)))]
 pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Curation>, ApiError> {
-    curate(&state, MemoryCommand::Delete { id: id.clone() }, "memory delete", id).await
+    curate(&state, MemoryCommand::Delete { id }).await
 }
 
 /// Delete every memory of a session.
@@ -116,6 +104,5 @@ pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<St
     responses((status = 200, body = Curation), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn forget(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Curation>, ApiError> {
     let request: ForgetBody = body(&bytes)?;
-    let session = request.session.clone();
-    curate(&state, MemoryCommand::ForgetSession { session: request.session }, "memory forget", session).await
+    curate(&state, MemoryCommand::ForgetSession { session: request.session }).await
 }

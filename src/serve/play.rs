@@ -713,20 +713,22 @@ fn ten() -> usize {
 #[utoipa::path(get, path = "/api/memory/search", params(("q" = String, Query), ("k" = Option<usize>, Query)),
     responses((status = 200, body = Object, description = "hits, best first"), (status = 400, body = ErrorBody)))]
 pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(query): Query<SearchQuery>) -> Result<axum::Json<Value>, ApiError> {
-    let mut events = state.events.subscribe();
-    let q = query.q.clone();
-    state.send(Command::Memory(MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) }))?;
-    wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) if *query == q => {
-            Some(Ok(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))
+    let command = MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) };
+    match state.ask(Command::Memory(command), QUICK_LIMIT).await? {
+        Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) => {
+            Ok(axum::Json(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))
         }
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("search") => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map(axum::Json)
-    .map_err(ApiError::bad_request)
+        other => Err(memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
+}
+
+/// A memory command answered with its error: 404 for what is not there, else `status`.
+pub(super) fn memory_refusal(answer: Event, status: StatusCode) -> ApiError {
+    match answer {
+        Event::Core(crate::engine::CoreEvent::Error { message, .. }) if message.contains("not found") => ApiError::not_found(message),
+        Event::Core(crate::engine::CoreEvent::Error { message, .. }) => ApiError::new(status, message),
+        other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
+    }
 }
 
 /// The embedding models there are, and the one in use.
@@ -742,16 +744,10 @@ pub(super) struct EmbeddingModels {
 /// The embedding models a library can use, and the one in use (as `<folder>/<file>`).
 #[utoipa::path(get, path = "/api/memory/model", responses((status = 200, body = EmbeddingModels)))]
 pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<axum::Json<EmbeddingModels>, ApiError> {
-    let mut events = state.events.subscribe();
-    state.send(Command::Memory(MemoryCommand::Stats))?;
-    let in_use = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Stats { stats }) => Some(Ok(stats.model.clone())),
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("memory") => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map_err(ApiError::internal)?;
+    let in_use = match state.ask(Command::Memory(MemoryCommand::Stats), QUICK_LIMIT).await? {
+        Event::Memory(MemoryEvent::Stats { stats }) => stats.model,
+        other => return Err(memory_refusal(other, StatusCode::INTERNAL_SERVER_ERROR)),
+    };
     Ok(axum::Json(EmbeddingModels { in_use, models: serde_json::to_value(crate::memory::MODELS).map_err(ApiError::internal)? }))
 }
 
@@ -776,17 +772,10 @@ pub(super) struct ModelSwitched {
 pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<ModelSwitched>, ApiError> {
     let request: ModelBody = body(&bytes)?;
     let name = crate::memory::find_model(&request.name).map(|m| m.name.to_string()).unwrap_or_else(|| request.name.clone());
-    let mut events = state.events.subscribe();
-    state.send(Command::Memory(MemoryCommand::UseModel { name: request.name.clone() }))?;
-    wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Reindexed { embedded }) => Some(Ok(ModelSwitched { model: name.clone(), embedded: *embedded })),
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == "memory model" => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map(axum::Json)
-    .map_err(ApiError::bad_request)
+    match state.ask(Command::Memory(MemoryCommand::UseModel { name: request.name }), PLAY_LIMIT).await? {
+        Event::Memory(MemoryEvent::Reindexed { embedded }) => Ok(axum::Json(ModelSwitched { model: name, embedded })),
+        other => Err(memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
 }
 
 /// A file's bytes, as they are.

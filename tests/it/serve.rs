@@ -733,6 +733,20 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
         let paths: Vec<&str> = report["created"].as_array().unwrap().iter().filter_map(|c| c["path"].as_str()).collect();
         assert!(!paths.is_empty() && paths.iter().all(|p| p.ends_with(name)), "{name}: {report}");
     }
+
+    // Two searches at once for the same words, one for more hits: each gets its own.
+    let searches: Vec<_> = [1, 5]
+        .into_iter()
+        .map(|k| {
+            let url = format!("{base}/api/memory/search?q=kettle&k={k}");
+            std::thread::spawn(move || call(&http(), "GET", &url, None, None))
+        })
+        .collect();
+    let hits: Vec<usize> = searches.into_iter().map(|t| t.join().unwrap()).map(|(status, found)| {
+        assert_eq!(status, 200, "{found}");
+        found["hits"].as_array().unwrap().len()
+    }).collect();
+    assert!(hits[0] == 1 && hits[1] > 1, "k=1 and k=5 each answered as asked: {hits:?}");
 }
 
 /// A game master's input longer than the models' context is refused before the round
