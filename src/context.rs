@@ -80,6 +80,25 @@ impl<E: 'static> Emitter<E> {
     }
 }
 
+/// Whose fault a failed command is, so a front door can say so (the HTTP server
+/// answers 4xx for the request's, 502 for the provider's, 500 for its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The command cannot be done as asked (nothing to redraw, no such message).
+    Request,
+    /// It names something that is not there.
+    NotFound,
+    /// What it would change is busy (a round running, a reply being written).
+    Busy,
+    /// The user's text alone fills the model's context.
+    TooLong,
+    /// The model or its provider failed, or gave no reply worth keeping.
+    Provider,
+    /// The library, the memory or the templates failed.
+    Library,
+}
+
 /// Where the answer to one command goes, for a front door that waits for it while other
 /// commands of the same kind run (the HTTP server: two requests on one scene at once
 /// each hear a `round_started` or an `error` on the event stream and cannot tell whose

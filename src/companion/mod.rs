@@ -47,24 +47,7 @@ pub enum CompanionError {
     Invalid(String),
 }
 
-/// Whose fault a failed chat command is, so a front door can say so (the HTTP server
-/// answers 4xx for the request's, 502 for the provider's, 500 for its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fault {
-    /// The command cannot be done as asked (nothing to redraw, no such message).
-    Request,
-    /// It names a character or chat that is not there.
-    NotFound,
-    /// The character is answering already.
-    Busy,
-    /// The message alone fills the model's context.
-    TooLong,
-    /// The model or its provider failed, or gave no reply worth keeping.
-    Provider,
-    /// The library, the memory or the templates failed.
-    Library,
-}
+pub use crate::context::Fault;
 
 impl CompanionError {
     pub fn fault(&self) -> Fault {

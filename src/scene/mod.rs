@@ -48,6 +48,21 @@ pub enum SceneError {
     Invalid(String),
 }
 
+impl SceneError {
+    pub fn fault(&self) -> crate::context::Fault {
+        use crate::context::Fault;
+        use crate::store::StoreError;
+        match self {
+            SceneError::Busy(_) => Fault::Busy,
+            SceneError::InputTooLong { .. } => Fault::TooLong,
+            SceneError::Invalid(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
+            SceneError::Store(StoreError::NotFound(_)) => Fault::NotFound,
+            SceneError::Llm(_) | SceneError::Agent { .. } => Fault::Provider,
+            SceneError::Store(_) | SceneError::Template(_) => Fault::Library,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum SceneCommand {
     /// Play a round: with the user's message, or `None` to continue. `force` names
@@ -175,7 +190,8 @@ pub enum SceneEvent {
     /// Every message of a scene, oldest first.
     Transcript { scene_id: String, messages: Vec<SceneMessage> },
     Preview { preview: Box<preview::EnvelopePreview> },
-    Error { scene_id: Option<String>, message: String },
+    /// A command failed; `fault` says whose fault it was.
+    Error { scene_id: Option<String>, message: String, fault: crate::context::Fault },
 }
 
 pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
@@ -208,7 +224,7 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Rep
             _ => None,
         };
         if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
-            let error = SceneEvent::Error { scene_id: subject, message: e.to_string() };
+            let error = SceneEvent::Error { scene_id: subject, message: e.to_string(), fault: e.fault() };
             crate::context::answer(reply.as_ref(), &error);
             ctx.emit(error);
         }

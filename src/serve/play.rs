@@ -215,14 +215,25 @@ fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
 }
 
 /// A scene command answered with something other than what it asked for: its error,
-/// busy as 409, an unknown name 404, the rest of the refusals 400.
+/// with the status its fault says (see [`status_of`]).
 fn scene_refusal(answer: Event) -> ApiError {
     match answer {
-        Event::Scene(SceneEvent::Error { message, .. }) if message.contains("already running") => ApiError::conflict(message),
-        Event::Scene(SceneEvent::Error { message, .. }) if message.contains("not found") => ApiError::not_found(message),
-        Event::Scene(SceneEvent::Error { message, .. }) if message.starts_with("the message is too long") => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message),
-        Event::Scene(SceneEvent::Error { message, .. }) => ApiError::bad_request(message),
+        Event::Scene(SceneEvent::Error { message, fault, .. }) => ApiError::new(status_of(fault), message),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
+    }
+}
+
+/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy, 413
+/// too long), the provider's (502) or the server's (500).
+fn status_of(fault: crate::context::Fault) -> StatusCode {
+    use crate::context::Fault;
+    match fault {
+        Fault::Request => StatusCode::BAD_REQUEST,
+        Fault::NotFound => StatusCode::NOT_FOUND,
+        Fault::Busy => StatusCode::CONFLICT,
+        Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
+        Fault::Provider => StatusCode::BAD_GATEWAY,
+        Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -388,7 +399,7 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
             "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
         })],
         SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
-        SceneEvent::Error { scene_id: Some(scene_id), message } if mine(scene_id) => vec![json!({ "type": "error", "sceneId": scene_id, "message": message })],
+        SceneEvent::Error { scene_id: Some(scene_id), message, .. } if mine(scene_id) => vec![json!({ "type": "error", "sceneId": scene_id, "message": message })],
         _ => Vec::new(),
     }
 }
@@ -472,19 +483,8 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 /// too long), the provider's (502: it failed or gave no reply worth keeping) or the
 /// server's (500) — whether it was a send, a redraw or an edit.
 fn chat_refusal(answer: Event) -> ApiError {
-    use crate::companion::Fault;
     match answer {
-        Event::Companion(CompanionEvent::Failed { message, fault, .. }) => {
-            let status = match fault {
-                Fault::Request => StatusCode::BAD_REQUEST,
-                Fault::NotFound => StatusCode::NOT_FOUND,
-                Fault::Busy => StatusCode::CONFLICT,
-                Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
-                Fault::Provider => StatusCode::BAD_GATEWAY,
-                Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            ApiError::new(status, message)
-        }
+        Event::Companion(CompanionEvent::Failed { message, fault, .. }) => ApiError::new(status_of(fault), message),
         Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::conflict("the reply was cancelled; nothing was saved"),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }

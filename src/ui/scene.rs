@@ -233,7 +233,7 @@ impl ScenePanels {
                 self.live = None;
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
             }
-            SceneEvent::Error { scene_id, message } => {
+            SceneEvent::Error { scene_id, message, .. } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
                     self.pending_plan = None;
                     self.last_error = Some(message.clone());

@@ -1097,3 +1097,27 @@ fn scene_and_chat_sockets_hear_what_another_process_plays() {
     assert_eq!((committed["elsewhere"].as_bool(), committed["turn"]["user_text"].as_str()), (Some(true), Some("CLI-CHAT: is anyone there?")), "{committed}");
     assert!(committed["turn"]["reply"].as_str().is_some_and(|r| !r.is_empty()), "{committed}");
 }
+
+/// A round refused because its models cannot be reached is the provider's fault, not the
+/// request's: 502, as a chat answers (scene refusals now carry their fault as chat
+/// failures do, where the status was guessed from the message and this was a 400).
+#[test]
+fn a_round_whose_provider_cannot_start_is_a_502() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "serve-script".into(),
+        path: Some(dir.path().join("no-such-script.json")),
+        ..Default::default()
+    });
+    config.save(&paths.config_file).unwrap();
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let (status, body) = call(&http(), "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
+    assert_eq!(status, 502, "{body}");
+    let (_, messages) = call(&http(), "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    assert_eq!(messages, json!([]));
+}
