@@ -399,7 +399,9 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
             "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
         })],
         SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
-        SceneEvent::Error { scene_id: Some(scene_id), message, .. } if mine(scene_id) => vec![json!({ "type": "error", "sceneId": scene_id, "message": message })],
+        SceneEvent::Error { scene_id: Some(scene_id), message, fault } if mine(scene_id) => {
+            vec![json!({ "type": "error", "sceneId": scene_id, "message": message, "fault": fault })]
+        }
         _ => Vec::new(),
     }
 }
