@@ -80,6 +80,82 @@ impl<E: 'static> Emitter<E> {
     }
 }
 
+/// Whose fault a failed command is, so a front door can say so (the HTTP server
+/// answers 4xx for the request's, 502 for the provider's, 500 for its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The command cannot be done as asked (nothing to redraw, no such message).
+    Request,
+    /// It names something that is not there.
+    NotFound,
+    /// What it would change is busy (a round running, a reply being written).
+    Busy,
+    /// The user's text alone fills the model's context.
+    TooLong,
+    /// The model or its provider failed, or gave no reply worth keeping.
+    Provider,
+    /// The library, the memory or the templates failed.
+    Library,
+}
+
+/// Where the answer to one command goes, for a front door that waits for it while other
+/// commands of the same kind run (the HTTP server: two requests on one scene at once
+/// each hear a `round_started` or an `error` on the event stream and cannot tell whose
+/// it is). The capability answers with the event that settles the command — taken on
+/// (`round_started`, `turn_committed`, `changed`, …) or refused — as well as emitting
+/// it as usual; only the first answer counts. A reply dropped unanswered closes the
+/// channel, so the one waiting is not left hanging.
+pub struct Reply<E> {
+    answer: Arc<Mutex<Option<Box<dyn FnOnce(E) + Send>>>>,
+}
+
+impl<E> Clone for Reply<E> {
+    fn clone(&self) -> Self {
+        Self { answer: self.answer.clone() }
+    }
+}
+
+impl<E> std::fmt::Debug for Reply<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let answered = self.answer.lock().map(|a| a.is_none()).unwrap_or(true);
+        f.debug_struct("Reply").field("answered", &answered).finish()
+    }
+}
+
+impl<E: Send + 'static> Reply<E> {
+    /// A reply and the receiver its answer arrives on.
+    pub fn channel() -> (Self, tokio::sync::oneshot::Receiver<E>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // The one waiting may have given up: then nobody needs the answer.
+        let answer = move |event: E| {
+            let _ = tx.send(event);
+        };
+        (Self { answer: Arc::new(Mutex::new(Some(Box::new(answer)))) }, rx)
+    }
+
+    /// Answer with `event`, unless the command was answered already.
+    pub fn answer(&self, event: E) {
+        let answer = self.answer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(answer) = answer {
+            answer(event);
+        }
+    }
+
+    /// The same reply, answered in a capability's own event type (`wrap` makes it the
+    /// engine's).
+    pub fn map<F: Send + 'static>(self, wrap: fn(F) -> E) -> Reply<F> {
+        Reply { answer: Arc::new(Mutex::new(Some(Box::new(move |event: F| self.answer(wrap(event)))))) }
+    }
+}
+
+/// Answer `reply`, when there is one, with a copy of `event`.
+pub fn answer<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: &E) {
+    if let Some(reply) = reply {
+        reply.answer(event.clone());
+    }
+}
+
 /// The routes from capability event types to the engine's event stream, fixed when the
 /// context is built.
 #[derive(Default)]
@@ -382,6 +458,11 @@ impl Jobs {
                 tracing::warn!(error = %e, "could not start the job lease heartbeat; leases expire after {LEASE_TTL:?}");
             }
         });
+    }
+
+    /// Whether another process runs the job under `key` (a live owner holds its lease).
+    pub fn runs_elsewhere(&self, key: &JobKey) -> bool {
+        self.leases.as_ref().is_some_and(|l| l.held_elsewhere(key))
     }
 
     pub fn is_running(&self, key: &JobKey) -> bool {

@@ -16,7 +16,7 @@ pub mod records;
 pub mod turn;
 pub mod variables;
 
-use crate::context::Context;
+use crate::context::{Context, Reply};
 use crate::llm::CancelToken;
 use crate::memory::RetrievalHit;
 pub use crate::config::{CompanionConfig, PacketBudgets};
@@ -39,8 +39,32 @@ pub enum CompanionError {
     Busy { name: String },
     #[error("no valid reply after {attempts} attempts (last: {last}); nothing was saved, send again to retry")]
     NoValidReply { attempts: u32, last: String },
+    /// The user's words are never cut, so a message that alone fills most of the
+    /// model's context cannot be answered.
+    #[error("the message is too long: {tokens} tokens, and the prompt with it {prompt} of the {context} the profile's context holds; shorten or split it")]
+    TooLong { tokens: u32, prompt: u32, context: u32 },
     #[error("{0}")]
     Invalid(String),
+}
+
+pub use crate::context::Fault;
+
+impl CompanionError {
+    pub fn fault(&self) -> Fault {
+        match self {
+            CompanionError::Busy { .. } => Fault::Busy,
+            CompanionError::TooLong { .. } => Fault::TooLong,
+            CompanionError::Invalid(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
+            CompanionError::Store(crate::store::StoreError::NotFound(_)) => Fault::NotFound,
+            CompanionError::Llm(_) | CompanionError::NoValidReply { .. } => Fault::Provider,
+            CompanionError::Store(_) | CompanionError::Memory(_) | CompanionError::Template(_) => Fault::Library,
+        }
+    }
+
+    /// The event that reports this failure.
+    fn failed(&self, character_id: Option<String>) -> CompanionEvent {
+        CompanionEvent::Failed { character_id, message: self.to_string(), fault: self.fault() }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -124,8 +148,8 @@ pub enum CompanionEvent {
     /// The exchange is stored.
     TurnCommitted { turn: Box<ChatTurn> },
     Cancelled { character_id: String },
-    /// The turn failed and nothing was stored.
-    Failed { character_id: Option<String>, message: String },
+    /// The command failed and nothing was stored; `fault` says whose fault it was.
+    Failed { character_id: Option<String>, message: String, fault: Fault },
     /// The summarisation cycle compressed older turns into a memory.
     Summarised { character_id: String, memory_id: String },
     Undone { character_id: String, turn_id: Option<String> },
@@ -188,6 +212,13 @@ pub(crate) fn turn_job(character_id: &str) -> crate::context::JobKey {
 }
 
 pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
+    handle_asked(ctx, command, None)
+}
+
+/// [`handle`], answering `reply` with the event that settles the command: the stored
+/// exchange of a send (`turn_committed`), the change of a redraw or an edit, or the
+/// failure that refused it (`failed`, with whose fault it was).
+pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<Reply<CompanionEvent>>) {
     // Cancel must not queue behind the turn it cancels.
     if let CompanionCommand::Cancel { character } = &command {
         let id = ctx.store.with(|c| records::resolve_character(c, character)).map(|c| c.id);
@@ -197,20 +228,31 @@ pub fn handle(ctx: &Arc<Context>, command: CompanionCommand) {
                     tracing::info!(character = %id, "cancel: no reply is running");
                 }
             }
-            Err(e) => ctx.emit(CompanionEvent::Failed { character_id: None, message: e.to_string() }),
+            Err(e) => {
+                let failed = CompanionError::from(e).failed(None);
+                crate::context::answer(reply.as_ref(), &failed);
+                ctx.emit(failed);
+            }
         }
         return;
     }
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
-        if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(CompanionEvent::Failed { character_id: None, message: e.to_string() });
+        if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
+            let failed = e.failed(None);
+            crate::context::answer(reply.as_ref(), &failed);
+            ctx.emit(failed);
         }
     });
 }
 
-fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), CompanionError> {
-    let emit = |e: CompanionEvent| ctx.emit(e);
+fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Reply<CompanionEvent>>) -> Result<(), CompanionError> {
+    // The first event the command emits here is its answer; the events a turn emits on
+    // its way (`turn_started`, tokens) go out through the context and answer nothing.
+    let emit = |e: CompanionEvent| {
+        crate::context::answer(reply, &e);
+        ctx.emit(e)
+    };
     let command_is_continue = matches!(command, CompanionCommand::Continue { .. });
     match command {
         CompanionCommand::List => emit(CompanionEvent::Characters { characters: ctx.store.with(records::list)? }),
@@ -259,11 +301,14 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
             // A failed turn is reported with its character so the chat shows it in place.
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             match turn::send(ctx, &info, &text, now.as_deref(), &CancelToken::new()) {
-                Ok(_) => turn::summarise(ctx, &info),
+                Ok(turn) => {
+                    crate::context::answer(reply, &CompanionEvent::TurnCommitted { turn: Box::new(turn) });
+                    turn::summarise(ctx, &info)
+                }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => {
                     emit(CompanionEvent::Cancelled { character_id: info.id.clone() })
                 }
-                Err(e) => emit(CompanionEvent::Failed { character_id: Some(info.id.clone()), message: e.to_string() }),
+                Err(e) => emit(e.failed(Some(info.id.clone()))),
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }
@@ -321,7 +366,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand) -> Result<(), Comp
                     emit(changed);
                 }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => emit(CompanionEvent::Cancelled { character_id: info.id.clone() }),
-                Err(e) => emit(CompanionEvent::Failed { character_id: Some(info.id.clone()), message: e.to_string() }),
+                Err(e) => emit(e.failed(Some(info.id.clone()))),
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }

@@ -9,7 +9,7 @@ mod llm_commands;
 
 pub use llm_commands::{KeyAction, LlmCommand, LlmEvent, ModelLine};
 
-pub use crate::context::{CoreEvent, LogLevel};
+pub use crate::context::{CoreEvent, LogLevel, Reply};
 
 use crate::config::{Config, Paths};
 use crate::context::{Context, EventRoutes};
@@ -32,6 +32,10 @@ pub enum Command {
     Interop(crate::interop::InteropCommand),
     Scene(crate::scene::SceneCommand),
     Companion(crate::companion::CompanionCommand),
+    /// A command whose sender waits for its answer on `reply`: the event that settles
+    /// it (see [`Reply`]). Scene, chat and memory commands and an import answer; any
+    /// other is run as if sent plainly and its reply dropped unanswered.
+    Asked { command: Box<Command>, reply: Reply<Event> },
     /// Stop accepting commands; in-flight work is cancelled.
     Shutdown,
 }
@@ -211,16 +215,34 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<Context>, commands: R
     crate::scene::recover_redos(&context);
     while let Ok(command) = commands.recv() {
         tracing::debug!(?command, "command");
-        match command {
-            Command::Shutdown => break,
-            Command::Llm(c) => llm_commands::handle(&context, c),
-            Command::Identity(c) => crate::identity::handle(&context, c),
-            Command::Memory(c) => crate::memory::handle(&context, c),
-            Command::Interop(c) => crate::interop::handle(&context, c),
-            Command::Scene(c) => crate::scene::handle(&context, c),
-            Command::Companion(c) => crate::companion::handle(&context, c),
+        if !dispatch(&context, command, None) {
+            break;
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     context.emit(CoreEvent::Stopped);
+}
+
+/// A memory command's answer: its event, or the error it was reported with.
+fn memory_answer(answer: crate::memory::MemoryAnswer) -> Event {
+    match answer {
+        Ok(event) => Event::Memory(event),
+        Err(error) => Event::Core(error),
+    }
+}
+
+/// Hand a command to its capability, with the reply its sender waits on; false on
+/// shutdown.
+fn dispatch(context: &Arc<Context>, command: Command, reply: Option<Reply<Event>>) -> bool {
+    match command {
+        Command::Shutdown => return false,
+        Command::Asked { command, reply } => return dispatch(context, *command, Some(reply)),
+        Command::Llm(c) => llm_commands::handle(context, c),
+        Command::Identity(c) => crate::identity::handle(context, c),
+        Command::Memory(c) => crate::memory::handle_asked(context, c, reply.map(|r| r.map(memory_answer))),
+        Command::Interop(c) => crate::interop::handle_asked(context, c, reply.map(|r| r.map(Event::Interop))),
+        Command::Scene(c) => crate::scene::handle_asked(context, c, reply.map(|r| r.map(Event::Scene))),
+        Command::Companion(c) => crate::companion::handle_asked(context, c, reply.map(|r| r.map(Event::Companion))),
+    }
+    true
 }

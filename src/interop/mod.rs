@@ -149,15 +149,22 @@ pub fn import_paths(store: &crate::store::Store, paths: &[PathBuf]) -> InteropEv
 }
 
 pub fn handle(ctx: &Arc<Context>, command: InteropCommand) {
-    let ctx = ctx.clone();
-    // File and database work is blocking; keep it off the engine loop.
-    drop(ctx.runtime.clone().spawn_blocking(move || run(&ctx, command)));
+    handle_asked(ctx, command, None)
 }
 
-fn run(ctx: &Context, command: InteropCommand) {
+/// [`handle`], answering `reply` with an import's report (two uploads at once each get
+/// their own); other commands leave it unanswered.
+pub fn handle_asked(ctx: &Arc<Context>, command: InteropCommand, reply: Option<crate::context::Reply<InteropEvent>>) {
+    let ctx = ctx.clone();
+    // File and database work is blocking; keep it off the engine loop.
+    drop(ctx.runtime.clone().spawn_blocking(move || run(&ctx, command, reply.as_ref())));
+}
+
+fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Reply<InteropEvent>>) {
     match command {
         InteropCommand::Import { paths } => {
             let report = import_paths(&ctx.store, &paths);
+            crate::context::answer(reply, &report);
             ctx.emit(report);
             emit_library(ctx);
         }

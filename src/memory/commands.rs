@@ -4,7 +4,7 @@ use super::bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats};
 use super::eval::{self, EvalReport};
 use super::records::{Memory, MemoryKind, NewMemory, Scope, ScopeKind};
 use super::retrieval::{RetrievalHit, SearchMode, SearchRequest};
-use crate::context::{Context, CoreEvent};
+use crate::context::{Context, CoreEvent, Reply};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -250,12 +250,25 @@ pub fn bank_for(ctx: &Context) -> Result<Arc<MemoryBank>, MemoryError> {
     Ok(bank)
 }
 
+/// What settles a memory command for the one waiting on it: its result, or the error
+/// reported for it (memory reports errors as [`CoreEvent::Error`]).
+pub type MemoryAnswer = Result<MemoryEvent, CoreEvent>;
+
 pub fn handle(ctx: &Arc<Context>, command: MemoryCommand) {
+    handle_asked(ctx, command, None)
+}
+
+/// [`handle`], answering `reply` with the command's result (search results, stats, a
+/// curation, the reindex a model switch ends with) or its error; progress is not an
+/// answer.
+pub fn handle_asked(ctx: &Arc<Context>, command: MemoryCommand, reply: Option<Reply<MemoryAnswer>>) {
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let what = describe(&command);
-        if let Err(e) = run(&ctx, command) {
-            ctx.emit(CoreEvent::error(what, e));
+        if let Err(e) = run(&ctx, command, reply.as_ref()) {
+            let error = CoreEvent::error(what, e);
+            crate::context::answer(reply.as_ref(), &Err(error.clone()));
+            ctx.emit(error);
         }
     });
 }
@@ -283,20 +296,26 @@ fn emit(ctx: &Context, event: MemoryEvent) {
     ctx.emit(event);
 }
 
+/// Emit the event that settles the command, answering `reply` with it too.
+fn settle(ctx: &Context, reply: Option<&Reply<MemoryAnswer>>, event: MemoryEvent) {
+    crate::context::answer(reply, &Ok(event.clone()));
+    ctx.emit(event);
+}
+
 /// Embed the memories without a vector of the bank's model (all with `force`), then
 /// rebuild the graph, reporting progress.
-fn reindex(ctx: &Context, bank: &MemoryBank, force: bool) -> Result<(), MemoryError> {
+fn reindex(ctx: &Context, bank: &MemoryBank, force: bool, reply: Option<&Reply<MemoryAnswer>>) -> Result<(), MemoryError> {
     let embedded = bank.reindex(force, |done, total| emit(ctx, MemoryEvent::ReindexProgress { done, total }))?;
     // The bank's observer reports the rebuild (see `bank_for`).
     bank.rebuild_ann_waiting()?;
-    emit(ctx, MemoryEvent::Reindexed { embedded });
+    settle(ctx, reply, MemoryEvent::Reindexed { embedded });
     Ok(())
 }
 
 /// The model is loaded before the choice is saved: one that is not installed fails with
 /// set-up's hint, and the config keeps the model that works. Choosing the model in use
 /// embeds only what lacks a vector.
-fn use_model(ctx: &Context, name: &str) -> Result<(), MemoryError> {
+fn use_model(ctx: &Context, name: &str, reply: Option<&Reply<MemoryAnswer>>) -> Result<(), MemoryError> {
     let model = super::embedder::find_model(name).ok_or_else(|| {
         let names: Vec<&str> = super::embedder::MODELS.iter().map(|m| m.name).collect();
         MemoryError::Invalid(format!("no embedding model is called {name:?}; the models are {}", names.join(", ")))
@@ -307,14 +326,15 @@ fn use_model(ctx: &Context, name: &str) -> Result<(), MemoryError> {
         .map_err(|e| MemoryError::Invalid(format!("cannot save the model choice: {e}")))?;
     tracing::info!(model = model.name, "embedding model chosen");
     let bank = bank_for(ctx)?;
-    reindex(ctx, &bank, false)
+    reindex(ctx, &bank, false, reply)
 }
 
-fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
+fn run(ctx: &Context, command: MemoryCommand, reply: Option<&Reply<MemoryAnswer>>) -> Result<(), MemoryError> {
     // Before the bank opens: its model may be the one that is missing.
     if let MemoryCommand::UseModel { name } = &command {
-        return use_model(ctx, name);
+        return use_model(ctx, name, reply);
     }
+    let settle = |event: MemoryEvent| settle(ctx, reply, event);
     let bank = bank_for(ctx)?;
     match command {
         MemoryCommand::Import { path } => {
@@ -358,24 +378,21 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
                 scope.id = Some(ctx.store.with(|c| crate::character::resolve(c, &key))?.id);
             }
             let hits = if request.query.trim().is_empty() { bank.newest(&request.filter, request.k)? } else { bank.search(&request)? };
-            emit(
-                ctx,
-                MemoryEvent::SearchResults {
-                    query: request.query,
-                    mode: request.mode,
-                    hits,
-                    elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
-                },
-            );
+            settle(MemoryEvent::SearchResults {
+                query: request.query,
+                mode: request.mode,
+                hits,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+            });
         }
         MemoryCommand::Eval { path, k, mode } => {
             let questions = eval::read_questions(&path)?;
             let report = eval::evaluate(&bank, &questions, k, mode)?;
             emit(ctx, MemoryEvent::Evaluated { report });
         }
-        MemoryCommand::Reindex { force } => reindex(ctx, &bank, force)?,
+        MemoryCommand::Reindex { force } => reindex(ctx, &bank, force, reply)?,
         MemoryCommand::UseModel { .. } => {} // answered before the bank opened
-        MemoryCommand::Stats => emit(ctx, MemoryEvent::Stats { stats: bank.stats()? }),
+        MemoryCommand::Stats => settle(MemoryEvent::Stats { stats: bank.stats()? }),
         MemoryCommand::Context { id, before, after } => {
             let memories = bank.context(&id, before, after)?;
             emit(ctx, MemoryEvent::Context { id, memories });
@@ -393,10 +410,10 @@ fn run(ctx: &Context, command: MemoryCommand) -> Result<(), MemoryError> {
             let injections = super::injections::latest(&ctx.store.reader()?)?;
             emit(ctx, MemoryEvent::Injections { injections });
         }
-        MemoryCommand::Pin { id, pinned } => emit(ctx, MemoryEvent::Curated { curated: bank.pin(&id, pinned)? }),
-        MemoryCommand::Edit { id, text } => emit(ctx, MemoryEvent::Curated { curated: bank.edit(&id, &text)? }),
-        MemoryCommand::Delete { id } => emit(ctx, MemoryEvent::Curated { curated: bank.delete(&id)? }),
-        MemoryCommand::ForgetSession { session } => emit(ctx, MemoryEvent::Curated { curated: bank.forget_session(&session)? }),
+        MemoryCommand::Pin { id, pinned } => settle(MemoryEvent::Curated { curated: bank.pin(&id, pinned)? }),
+        MemoryCommand::Edit { id, text } => settle(MemoryEvent::Curated { curated: bank.edit(&id, &text)? }),
+        MemoryCommand::Delete { id } => settle(MemoryEvent::Curated { curated: bank.delete(&id)? }),
+        MemoryCommand::ForgetSession { session } => settle(MemoryEvent::Curated { curated: bank.forget_session(&session)? }),
     }
     Ok(())
 }

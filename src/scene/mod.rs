@@ -21,7 +21,7 @@ pub mod summary;
 pub mod transcript;
 pub mod alternatives;
 
-use crate::context::Context;
+use crate::context::{Context, Reply};
 use crate::llm::CancelToken;
 pub use crate::config::SceneConfig;
 use model::{CharacterState, Conflict, SceneMessage, SceneSummary, SceneView};
@@ -40,8 +40,27 @@ pub enum SceneError {
     Agent { agent: String, message: String },
     #[error("a round is already running in scene {0}")]
     Busy(String),
+    /// The game master's words are never cut, so an input that alone fills most of a
+    /// model's context cannot be played (the same limit as a chat message).
+    #[error("the message is too long: {tokens} tokens, more than half of the {context} the {role} profile's context holds; shorten or split it")]
+    InputTooLong { tokens: u32, role: &'static str, context: u32 },
     #[error("{0}")]
     Invalid(String),
+}
+
+impl SceneError {
+    pub fn fault(&self) -> crate::context::Fault {
+        use crate::context::Fault;
+        use crate::store::StoreError;
+        match self {
+            SceneError::Busy(_) => Fault::Busy,
+            SceneError::InputTooLong { .. } => Fault::TooLong,
+            SceneError::Invalid(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
+            SceneError::Store(StoreError::NotFound(_)) => Fault::NotFound,
+            SceneError::Llm(_) | SceneError::Agent { .. } => Fault::Provider,
+            SceneError::Store(_) | SceneError::Template(_) => Fault::Library,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -175,10 +194,18 @@ pub enum SceneEvent {
     /// Every message of a scene, oldest first.
     Transcript { scene_id: String, messages: Vec<SceneMessage> },
     Preview { preview: Box<preview::EnvelopePreview> },
-    Error { scene_id: Option<String>, message: String },
+    /// A command failed; `fault` says whose fault it was.
+    Error { scene_id: Option<String>, message: String, fault: crate::context::Fault },
 }
 
 pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
+    handle_asked(ctx, command, None)
+}
+
+/// [`handle`], answering `reply` with the event that settles the command: the first it
+/// emits itself (`round_started` for a round, `round_undone`, `cast_changed`, …) or the
+/// error that refused it.
+pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Reply<SceneEvent>>) {
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
@@ -200,8 +227,10 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
-        if let Err(e) = run_command(&ctx, command) {
-            ctx.emit(SceneEvent::Error { scene_id: subject, message: e.to_string() });
+        if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
+            let error = SceneEvent::Error { scene_id: subject, message: e.to_string(), fault: e.fault() };
+            crate::context::answer(reply.as_ref(), &error);
+            ctx.emit(error);
         }
     });
 }
@@ -247,7 +276,7 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
         bank.publish(write);
     }
     ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
-    let outcome = round::run_held(ctx, Some(job), &scene_id, kept.input.clone(), Vec::new(), false, &cancel);
+    let outcome = round::run_held(ctx, Some(job), &scene_id, kept.input.clone(), Vec::new(), false, &cancel, None);
     let failure = match outcome {
         Ok(_) => None,
         Err(_) if cancel.is_cancelled() => Some("cancelled".to_string()),
@@ -331,12 +360,15 @@ fn summarise_again(ctx: &Context, scene_id: &str, through_round: u32) {
     }
 }
 
-fn run_command(ctx: &Arc<Context>, command: SceneCommand) -> Result<(), SceneError> {
-    let emit = |e: SceneEvent| ctx.emit(e);
+fn run_command(ctx: &Arc<Context>, command: SceneCommand, reply: Option<&Reply<SceneEvent>>) -> Result<(), SceneError> {
+    let emit = |e: SceneEvent| {
+        crate::context::answer(reply, &e);
+        ctx.emit(e)
+    };
     match command {
         SceneCommand::Round { scene, input, force, review } => {
             let cancel = CancelToken::new();
-            match round::run(ctx, &scene, input, force, review, &cancel) {
+            match round::run(ctx, &scene, input, force, review, &cancel, reply) {
                 Ok(_) => Ok(()),
                 // However the stop surfaced (a cancelled stream, a structured call that
                 // gave up), a cancelled round is reported as such, not as a failure.

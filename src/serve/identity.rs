@@ -52,6 +52,26 @@ pub(super) struct StartBody {
     profile: Option<String>,
 }
 
+/// The fields of the start body.
+const START_FIELDS: [&str; 5] = ["characters", "storyline", "mode", "auto_approve", "profile"];
+
+/// The start body is the predecessor's entry agent's output, passed whole, so a field we
+/// do not read is let through as the predecessor let it through; but one a letter or two
+/// from a field we take is a mistake to name (`auto_aprove` would otherwise leave the
+/// run waiting for approvals the client believes it turned off).
+fn refuse_near_misses(bytes: &Bytes) -> Result<(), ApiError> {
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(bytes) else { return Ok(()) };
+    for sent in fields.keys().filter(|k| !START_FIELDS.contains(&k.as_str())) {
+        // Close enough to be a slip, not another word: `auto_aprove` and `charaters`
+        // are, `model` (beside `mode`) is not.
+        let near = START_FIELDS.iter().find(|field| strsim::normalized_damerau_levenshtein(&sent.to_lowercase().replace('-', "_"), field) > 0.8);
+        if let Some(field) = near {
+            return Err(ApiError::bad_request(format!("invalid body: unknown field `{sent}`; did you mean `{field}`?")));
+        }
+    }
+    Ok(())
+}
+
 fn balanced() -> String {
     "balanced".into()
 }
@@ -133,6 +153,7 @@ fn load(state: &AppState, id: &str) -> Result<RunView, ApiError> {
     responses((status = 200, body = StartResponse), (status = 400, body = ErrorBody)))]
 pub(super) async fn start(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<StartResponse>, ApiError> {
     let request: StartBody = body(&bytes)?;
+    refuse_near_misses(&bytes)?;
     let seed = seed_from(&request)?;
     let mode = Mode::parse(&request.mode).ok_or_else(|| ApiError::bad_request("invalid body: `mode` must be fast, balanced or deep"))?;
     let _one_at_a_time = state.start_lock.lock().await;
@@ -180,7 +201,7 @@ pub(super) async fn checkpoint(
 /// The final profile of a completed character.
 #[utoipa::path(get, path = "/api/character/{character_id}/final",
     params(("character_id" = String, Path)),
-    responses((status = 200, description = "the final profile"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the final profile"), (status = 404, body = ErrorBody)))]
 pub(super) async fn final_profile(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let view = load(&state, &id)?;
     if view.run.status != RunStatus::Completed {

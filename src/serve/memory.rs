@@ -3,7 +3,7 @@
 //! transaction: text, keyword index, vector), delete it, or forget a whole session.
 //! Each answers with what was done (`action`, `ids`) once it is committed.
 
-use super::{ApiError, AppState, ErrorBody, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, body};
 use crate::engine::{Command, Event};
 use crate::memory::{MemoryCommand, MemoryEvent};
 use axum::Router;
@@ -11,8 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, post};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,9 +26,10 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/memory/{id}/edit", post(edit))
 }
 
-#[derive(Debug, Deserialize)]
+/// `{"pinned": false}` unpins; an empty body pins.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct PinBody {
+pub(super) struct PinBody {
     #[serde(default = "yes")]
     pinned: bool,
 }
@@ -38,71 +38,71 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct EditBody {
+pub(super) struct MemoryEditBody {
+    /// The memory's new text (not empty).
     text: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ForgetBody {
+pub(super) struct ForgetBody {
+    /// The session whose memories go.
     session: String,
 }
 
-/// Send `command` and wait for its outcome: the curation, or the engine's error for it
-/// (404 when the memory or session does not exist).
-async fn curate(state: &AppState, command: MemoryCommand, what: &'static str, key: String) -> Result<axum::Json<Value>, ApiError> {
-    let mut events = state.events.subscribe();
-    state.send(Command::Memory(command))?;
-    let outcome = wait_for(&mut events, LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Curated { curated }) if curated.ids.contains(&key) || what == "memory forget" => Some(Ok(json!(curated))),
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == what && message.contains(key.as_str()) => {
-            Some(Err(message.clone()))
-        }
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()));
-    outcome.map(axum::Json).map_err(|message| {
-        if message.contains("not found") { ApiError::not_found(message) } else { ApiError::new(StatusCode::BAD_REQUEST, message) }
-    })
+/// What a curation did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Curation {
+    /// `pinned`, `unpinned`, `edited`, `deleted` or `forgot`.
+    action: String,
+    /// The memories it concerned.
+    ids: Vec<String>,
+}
+
+/// Send `command` and wait for its own outcome: the curation, or the engine's error for
+/// it (404 when the memory or session does not exist).
+async fn curate(state: &AppState, command: MemoryCommand) -> Result<axum::Json<Curation>, ApiError> {
+    match state.ask(Command::Memory(command), LIMIT).await? {
+        Event::Memory(MemoryEvent::Curated { curated }) => Ok(axum::Json(Curation { action: curated.action, ids: curated.ids })),
+        other => Err(super::play::memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
 }
 
 /// Pin a memory (`{"pinned": false}` unpins it).
 #[utoipa::path(post, path = "/api/memory/{id}/pin", params(("id" = String, Path)),
-    request_body(content = String, description = "{\"pinned\": true} (the default with an empty body)", content_type = "application/json"),
-    responses((status = 200, description = "{\"action\": \"pinned\", \"ids\": [...]}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(super) async fn pin(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    request_body(content = PinBody, description = "an empty body pins", content_type = "application/json"),
+    responses((status = 200, body = Curation), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn pin(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Curation>, ApiError> {
     let request: PinBody = if bytes.iter().all(u8::is_ascii_whitespace) { PinBody { pinned: true } } else { body(&bytes)? };
-    curate(&state, MemoryCommand::Pin { id: id.clone(), pinned: request.pinned }, "memory pin", id).await
+    curate(&state, MemoryCommand::Pin { id, pinned: request.pinned }).await
 }
 
 /// Give a memory a new text: embedded, then text, keyword index and vector replaced in
 /// one transaction; the memory is marked as edited.
 #[utoipa::path(post, path = "/api/memory/{id}/edit", params(("id" = String, Path)),
-    request_body(content = String, description = "{\"text\": \"...\"}", content_type = "application/json"),
-    responses((status = 200, description = "{\"action\": \"edited\", \"ids\": [...]}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(super) async fn edit(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
-    let request: EditBody = body(&bytes)?;
+    request_body = MemoryEditBody,
+    responses((status = 200, body = Curation), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn edit(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Curation>, ApiError> {
+    let request: MemoryEditBody = body(&bytes)?;
     if request.text.trim().is_empty() {
         return Err(ApiError::bad_request("`text` is empty: delete the memory instead"));
     }
-    curate(&state, MemoryCommand::Edit { id: id.clone(), text: request.text }, "memory edit", id).await
+    curate(&state, MemoryCommand::Edit { id, text: request.text }).await
 }
 
 /// Delete a memory (its keyword row and vector go with it).
 #[utoipa::path(delete, path = "/api/memory/{id}", params(("id" = String, Path)),
-    responses((status = 200, description = "{\"action\": \"deleted\", \"ids\": [...]}"), (status = 404, body = ErrorBody)))]
-pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
-    curate(&state, MemoryCommand::Delete { id: id.clone() }, "memory delete", id).await
+    responses((status = 200, body = Curation), (status = 404, body = ErrorBody)))]
+pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<axum::Json<Curation>, ApiError> {
+    curate(&state, MemoryCommand::Delete { id }).await
 }
 
 /// Delete every memory of a session.
-#[utoipa::path(post, path = "/api/memory/forget", request_body(content = String, description = "{\"session\": \"...\"}", content_type = "application/json"),
-    responses((status = 200, description = "{\"action\": \"forgot\", \"ids\": [...]}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(super) async fn forget(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+#[utoipa::path(post, path = "/api/memory/forget", request_body = ForgetBody,
+    responses((status = 200, body = Curation), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn forget(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Curation>, ApiError> {
     let request: ForgetBody = body(&bytes)?;
-    let session = request.session.clone();
-    curate(&state, MemoryCommand::ForgetSession { session: request.session }, "memory forget", session).await
+    curate(&state, MemoryCommand::ForgetSession { session: request.session }).await
 }

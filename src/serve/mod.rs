@@ -12,6 +12,7 @@ mod identity;
 mod memory;
 pub mod openapi;
 mod play;
+mod watch;
 
 use crate::engine::{Command, EngineHandle, Event};
 use axum::Router;
@@ -29,6 +30,13 @@ use tokio::sync::broadcast;
 /// Events buffered per WebSocket client before it counts as lagging (it then gets the
 /// current state again instead of the events it missed).
 const EVENT_BUFFER: usize = 4096;
+/// The largest body a route takes: a JSON request (a start, a message, an edit).
+const MAX_BODY_BYTES: usize = 2 << 20;
+/// The largest file `POST /api/library/import` takes.
+const MAX_IMPORT_BYTES: usize = 64 << 20;
+/// How much of a body past its limit is still read and thrown away, so a client that is
+/// still sending hears the 413 instead of a connection reset under its upload.
+const MAX_DRAIN_BYTES: u64 = 256 << 20;
 
 /// How the server is reached.
 #[derive(Debug, Clone)]
@@ -68,6 +76,18 @@ impl AppState {
 
     pub fn send(&self, command: Command) -> Result<(), ApiError> {
         self.engine.send(command).map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped"))
+    }
+
+    /// Send `command` and wait up to `limit` for the event that answers it — this
+    /// request's own, whatever other requests on the same scene or chat hear meanwhile.
+    pub async fn ask(&self, command: Command, limit: std::time::Duration) -> Result<Event, ApiError> {
+        let (reply, answer) = crate::engine::Reply::channel();
+        self.send(Command::Asked { command: Box::new(command), reply })?;
+        match tokio::time::timeout(limit, answer).await {
+            Ok(Ok(event)) => Ok(event),
+            Ok(Err(_)) => Err(ApiError::internal("the engine finished the request without an answer")),
+            Err(_) => Err(ApiError::internal("no answer in time")),
+        }
     }
 }
 
@@ -165,7 +185,12 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
     let api = identity::routes().merge(play::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
-    let app = api.layer(axum::middleware::from_fn_with_state(state.clone(), authorise)).with_state(state);
+    // `limit_body` is the one limit: axum's own would answer a second time, in plain text.
+    let app = api
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(limit_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authorise))
+        .with_state(state);
     match cors {
         Some(origin) => app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
             let origin = origin.clone();
@@ -175,20 +200,82 @@ fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
     }
 }
 
+/// The subprotocol a browser's WebSocket names beside its token, and which the server
+/// answers with (a browser that offers subprotocols refuses a handshake that picks none).
+const WS_PROTOCOL: &str = "lorekeeper";
+/// A subprotocol `bearer.<token>` carries the token of a browser's WebSocket.
+const WS_TOKEN_PREFIX: &str = "bearer.";
+
 /// Every request carries the token when the server has one; a wrong one changes nothing.
+/// A browser cannot set `Authorization` on a WebSocket, so a handshake may carry it as a
+/// subprotocol (`new WebSocket(url, ["lorekeeper", "bearer." + token])`) or as the
+/// `access_token` query parameter (RFC 6750). Neither is logged: no request line or
+/// header is.
 async fn authorise(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     if let Some(token) = &state.token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !same_secret(presented.as_bytes(), token.as_bytes()) {
+        let headers = request.headers();
+        let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let handshake = headers.get(header::UPGRADE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+        let mut presented: Vec<String> = bearer.map(str::to_string).into_iter().collect();
+        if handshake {
+            let protocols = headers.get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
+            presented.extend(protocols.flat_map(|v| v.split(',')).filter_map(|p| p.trim().strip_prefix(WS_TOKEN_PREFIX)).map(str::to_string));
+            if let Ok(axum::extract::Query(query)) = axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(request.uri()) {
+                presented.extend(query.get("access_token").cloned());
+            }
+        }
+        if !presented.iter().any(|p| same_secret(p.as_bytes(), token.as_bytes())) {
             return ApiError::new(StatusCode::UNAUTHORIZED, "a valid bearer token is required").into_response();
         }
     }
     next.run(request).await
+}
+
+/// Read the body whole before any route sees it, up to its limit; a larger one is
+/// answered 413 with `{"detail"}` (axum answered plain text or nothing, and reset the
+/// connection under a large upload). The rest of a body past the limit is read and
+/// thrown away, up to [`MAX_DRAIN_BYTES`], so a client that sends it all before it
+/// reads the answer still gets one; a client that asked `Expect: 100-continue` is
+/// answered before it sends anything.
+async fn limit_body(request: Request, next: Next) -> Response {
+    use axum::body::HttpBody;
+    let path = request.uri().path().to_string();
+    let limit = if path == "/api/library/import" { MAX_IMPORT_BYTES } else { MAX_BODY_BYTES };
+    let too_large = |close: bool| {
+        let mut response =
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the {limit} bytes {path} takes")).into_response();
+        if close {
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
+    };
+    let (parts, mut body) = request.into_parts();
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared) = declared.filter(|n| *n > limit as u64) {
+        let waits_to_send = parts.headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if waits_to_send || declared > MAX_DRAIN_BYTES {
+            return too_large(true);
+        }
+    }
+    let mut kept = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => return ApiError::bad_request(format!("cannot read the request body: {e}")).into_response(),
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        total += data.len() as u64;
+        if total <= limit as u64 {
+            kept.extend_from_slice(&data);
+        } else if total > MAX_DRAIN_BYTES {
+            return too_large(true);
+        }
+    }
+    if total > limit as u64 {
+        return too_large(false);
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(kept))).await
 }
 
 /// Compare without stopping at the first difference, so timing tells nothing.
@@ -201,7 +288,7 @@ async fn with_cors(origin: HeaderValue, request: Request, next: Next) -> Respons
     let mut response = if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(request).await };
     let headers = response.headers_mut();
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
     headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("authorization, content-type"));
     response
 }
@@ -282,7 +369,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Upgrade {
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::ws::WebSocketUpgrade::from_request_parts(parts, state).await {
-            Ok(upgrade) => Ok(Upgrade(upgrade)),
+            // Named back when the client offered it (a browser passing its token as a
+            // subprotocol); the token's own subprotocol is never echoed.
+            Ok(upgrade) => Ok(Upgrade(upgrade.protocols([WS_PROTOCOL]))),
             Err(rejection) => Err(ApiError::new(
                 rejection.status(),
                 format!("{}: this route is a WebSocket (GET with an Upgrade: websocket handshake)", rejection.body_text()),

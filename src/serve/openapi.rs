@@ -43,9 +43,40 @@ use utoipa::OpenApi;
         super::memory::forget,
         super::play::import,
     ),
-    components(schemas(super::ErrorBody))
+    components(schemas(super::ErrorBody)),
+    modifiers(&EveryRoute)
 )]
 pub struct ApiDoc;
+
+/// What every route may answer besides its own: 401 without the token (when the server
+/// has one), 413 for a body over the limit, and 405 for a method a path does not take.
+struct EveryRoute;
+
+impl utoipa::Modify for EveryRoute {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, RefOr, ResponseBuilder, content::ContentBuilder};
+        let error = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.post, &mut item.delete, &mut item.put, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                let responses = &mut operation.responses.responses;
+                responses.entry("401".into()).or_insert_with(|| error("the server has a token and the request did not carry it"));
+                if operation.request_body.is_some() {
+                    responses.entry("413".into()).or_insert_with(|| error("the body is over the route's limit (2 MB; an import 64 MB)"));
+                }
+            }
+        }
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.responses.insert("MethodNotAllowed".into(), error("405: the path does not take this method (every path answers so)"));
+    }
+}
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/api/openapi.json", get(|| async { axum::Json(ApiDoc::openapi()) }))

@@ -27,8 +27,6 @@ use tokio::sync::broadcast;
 const PLAY_LIMIT: Duration = Duration::from_secs(30 * 60);
 /// Reading what is stored.
 const QUICK_LIMIT: Duration = Duration::from_secs(60);
-/// The largest file `POST /api/library/import` takes.
-const MAX_IMPORT_BYTES: usize = 64 << 20;
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -51,7 +49,6 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/memory/search", get(memory_search))
         .route("/api/memory/model", get(memory_models).post(memory_use_model))
         .route("/api/library/import", post(import))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_IMPORT_BYTES))
 }
 
 fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
@@ -59,7 +56,7 @@ fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
 }
 
 /// Every scene of the library.
-#[utoipa::path(get, path = "/api/scenes", responses((status = 200, description = "the scenes")))]
+#[utoipa::path(get, path = "/api/scenes", responses((status = 200, body = Vec<Object>, description = "the scenes: id, name, campaign, arc, rounds played, how many are present")))]
 pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::Json<Value>, ApiError> {
     let list = state.store().with(crate::scene::records::list_scenes).map_err(ApiError::internal)?;
     Ok(axum::Json(serde_json::to_value(list).map_err(ApiError::internal)?))
@@ -67,7 +64,7 @@ pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::J
 
 /// A scene's state: cast, who is present and as what, trackers, facts, time.
 #[utoipa::path(get, path = "/api/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 200, description = "the scene's state"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the scene's state"), (status = 404, body = ErrorBody)))]
 pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
     let view = state.store().with(|c| crate::scene::records::load_view(c, &id)).map_err(ApiError::internal)?;
@@ -83,7 +80,7 @@ pub(super) struct LoreQuery {
 /// Which lore entries a round fired (why, and whose prompt each went into) and which it
 /// held back; the last round without `round`.
 #[utoipa::path(get, path = "/api/scene/{scene}/lore", params(("scene" = String, Path), ("round" = Option<u32>, Query)),
-    responses((status = 200, description = "the round's lore: {scene_id, round, fired: [{entry, given_to}], held_back: [{entry, call, reason}]}"),
+    responses((status = 200, body = Object, description = "the round's lore: {scene_id, round, fired: [{entry, given_to}], held_back: [{entry, call, reason}]}"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn scene_lore(
     State(state): State<Arc<AppState>>,
@@ -153,16 +150,25 @@ pub(super) struct CastBody {
     character: String,
 }
 
+/// A cast change: who joined or left (`action`: add or remove).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct CastAnswer {
+    scene_id: String,
+    character_id: String,
+    name: String,
+    action: String,
+}
+
 /// Add a character to a scene's cast (`add`: absent until the Director brings them in)
 /// or take one out (`remove`). Refused (409) while a round runs on the scene.
 #[utoipa::path(post, path = "/api/scene/{scene}/cast/{action}", request_body = CastBody,
     params(("scene" = String, Path), ("action" = String, Path, description = "add or remove")),
-    responses((status = 200, description = "{scene_id, character_id, name, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = CastAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn scene_cast(
     State(state): State<Arc<AppState>>,
     Path((scene, action)): Path<(String, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<CastAnswer>, ApiError> {
     let add = match action.as_str() {
         "add" => true,
         "remove" => false,
@@ -170,45 +176,64 @@ pub(super) async fn scene_cast(
     };
     let request: CastBody = body(&bytes)?;
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Cast { scene: id.clone(), character: request.character, add }))?;
-    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) if *scene_id == id => {
-            Some(Ok(json!({ "scene_id": scene_id, "character_id": character_id, "name": name, "action": action })))
-        }
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    answer(done)
+    match state.ask(Command::Scene(SceneCommand::Cast { scene: id, character: request.character, add }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::CastChanged { scene_id, character_id, name, .. }) => Ok(axum::Json(CastAnswer { scene_id, character_id, name, action })),
+        other => Err(scene_refusal(other)),
+    }
+}
+
+/// The round taken back.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RoundUndone {
+    scene_id: String,
+    round: u32,
 }
 
 /// Take back the scene's last round exactly (messages, states, trackers, facts, time,
 /// lore timers, memories).
 #[utoipa::path(post, path = "/api/scene/{scene}/undo", params(("scene" = String, Path)),
-    responses((status = 200, description = "{scene_id, round}: the round taken back"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    responses((status = 200, body = RoundUndone), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<RoundUndone>, ApiError> {
+    no_fields(&bytes, "undo")?;
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Undo { scene: id.clone() }))?;
-    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) if *scene_id == id => Some(Ok(json!({ "scene_id": scene_id, "round": round }))),
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    answer(done)
+    match state.ask(Command::Scene(SceneCommand::Undo { scene: id }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(RoundUndone { scene_id, round })),
+        other => Err(scene_refusal(other)),
+    }
 }
 
-/// A scene command's outcome as an answer: busy is 409, an unknown name 404, the rest
-/// of the refusals 400.
-fn answer(done: Option<Result<Value, String>>) -> Result<axum::Json<Value>, ApiError> {
-    match done {
-        Some(Ok(value)) => Ok(axum::Json(value)),
-        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
-        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("no answer in time")),
+/// A route that takes no body: nothing, or `{}`; a field sent to it is refused by name
+/// (`{"rounds": 3}` to undo would otherwise undo one round and say nothing).
+fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct NoFields {}
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    body::<NoFields>(bytes).map(|_| ()).map_err(|e| ApiError::bad_request(format!("{}; {action} takes no fields", e.detail)))
+}
+
+/// A scene command answered with something other than what it asked for: its error,
+/// with the status its fault says (see [`status_of`]).
+fn scene_refusal(answer: Event) -> ApiError {
+    match answer {
+        Event::Scene(SceneEvent::Error { message, fault, .. }) => ApiError::new(status_of(fault), message),
+        other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
+    }
+}
+
+/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy, 413
+/// too long), the provider's (502) or the server's (500).
+fn status_of(fault: crate::context::Fault) -> StatusCode {
+    use crate::context::Fault;
+    match fault {
+        Fault::Request => StatusCode::BAD_REQUEST,
+        Fault::NotFound => StatusCode::NOT_FOUND,
+        Fault::Busy => StatusCode::CONFLICT,
+        Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
+        Fault::Provider => StatusCode::BAD_GATEWAY,
+        Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -232,23 +257,19 @@ pub(super) struct RoundStarted {
 
 /// Start a round; it plays in the background and reports on `WS /ws/scene/{scene}`.
 #[utoipa::path(post, path = "/api/scene/{scene}/round", request_body = RoundBody, params(("scene" = String, Path)),
-    responses((status = 202, body = RoundStarted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 202, body = RoundStarted), (status = 400, body = ErrorBody, description = "a bad body, or a `force` name not in the cast"),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "a round is already running in the scene"),
+        (status = 413, body = ErrorBody, description = "the input alone is over half a model's context")))]
 pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<Response, ApiError> {
     let request: RoundBody = if bytes.is_empty() { RoundBody::default() } else { body(&bytes)? };
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Round { scene: id.clone(), input: request.input, force: request.force, review: false }))?;
-    let started = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::RoundStarted { scene_id, round, .. }) if *scene_id == id => Some(Ok(*round)),
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    match started {
-        Some(Ok(round)) => Ok((StatusCode::ACCEPTED, axum::Json(RoundStarted { scene_id: id, round, status: "started".into() })).into_response()),
-        Some(Err(message)) if message.contains("already running") => Err(ApiError::conflict(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("the round did not start in time")),
+    let command = SceneCommand::Round { scene: id.clone(), input: request.input, force: request.force, review: false };
+    match state.ask(Command::Scene(command), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::RoundStarted { round, .. }) => {
+            Ok((StatusCode::ACCEPTED, axum::Json(RoundStarted { scene_id: id, round, status: "started".into() })).into_response())
+        }
+        Event::Scene(SceneEvent::RoundCancelled { .. }) => Err(ApiError::conflict("the round was cancelled before it started")),
+        other => Err(scene_refusal(other)),
     }
 }
 
@@ -260,16 +281,24 @@ pub(super) struct MessageBody {
     text: Option<String>,
 }
 
+/// The message changed (`action`: edit or delete).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct MessageAnswer {
+    scene_id: String,
+    number: u32,
+    action: String,
+}
+
 /// Change a transcript message's text (`edit`, `{"text": "…"}`) or take it out (`delete`);
 /// its memory follows either way.
 #[utoipa::path(post, path = "/api/scene/{scene}/message/{number}/{action}", request_body = MessageBody,
     params(("scene" = String, Path), ("number" = u32, Path), ("action" = String, Path, description = "edit or delete")),
-    responses((status = 200, description = "{scene_id, number, action}"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = MessageAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn scene_message(
     State(state): State<Arc<AppState>>,
     Path((scene, number, action)): Path<(String, u32, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<MessageAnswer>, ApiError> {
     // The request is read before the scene is looked up: a bad body is the client's
     // mistake whichever scene it names.
     let text = match action.as_str() {
@@ -277,7 +306,10 @@ pub(super) async fn scene_message(
             let request: MessageBody = body(&bytes)?;
             Some(request.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid body: `text` is missing or empty"))?)
         }
-        "delete" => None,
+        "delete" => {
+            no_fields(&bytes, "delete")?;
+            None
+        }
         other => return Err(ApiError::not_found(format!("no message action {other:?}: edit or delete"))),
     };
     let id = scene_id(&state, &scene)?;
@@ -285,39 +317,34 @@ pub(super) async fn scene_message(
         Some(text) => SceneCommand::EditMessage { scene: id.clone(), number, text },
         None => SceneCommand::DeleteMessage { scene: id.clone(), number },
     };
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(command))?;
-    let done = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::MessageEdited { scene_id, number: n } | SceneEvent::MessageDeleted { scene_id, number: n }) if *scene_id == id && *n == number => {
-            Some(Ok(()))
+    match state.ask(Command::Scene(command), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::MessageEdited { .. } | SceneEvent::MessageDeleted { .. }) => {
+            Ok(axum::Json(MessageAnswer { scene_id: id, number, action }))
         }
-        Event::Scene(SceneEvent::Error { scene_id: Some(scene_id), message }) if *scene_id == id => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    match done {
-        Some(Ok(())) => Ok(axum::Json(json!({ "scene_id": id, "number": number, "action": action }))),
-        Some(Err(message)) if message.contains("already running") || message.contains("busy") => Err(ApiError::conflict(message)),
-        Some(Err(message)) if message.contains("not found") => Err(ApiError::not_found(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("no answer in time")),
+        other => Err(scene_refusal(other)),
     }
+}
+
+/// What a cancel found.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct CancelAnswer {
+    scene_id: String,
+    /// `cancelling`, or `idle` when no round was running (here or in another process).
+    status: String,
 }
 
 /// Stop the round running in a scene; nothing of it is kept.
 #[utoipa::path(post, path = "/api/scene/{scene}/cancel", params(("scene" = String, Path)),
-    responses((status = 200, description = "{scene_id, status}: cancelling, or idle when no round was running"), (status = 404, body = ErrorBody)))]
-pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    responses((status = 200, body = CancelAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<CancelAnswer>, ApiError> {
+    no_fields(&bytes, "cancel")?;
     let id = scene_id(&state, &scene)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Scene(SceneCommand::Cancel { scene: id.clone() }))?;
-    let running = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Scene(SceneEvent::CancelRequested { scene_id, running }) if *scene_id == id => Some(*running),
-        _ => None,
-    })
-    .await;
+    let running = match state.ask(Command::Scene(SceneCommand::Cancel { scene: id.clone() }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::CancelRequested { running, .. }) => running,
+        other => return Err(scene_refusal(other)),
+    };
     // `idle`: no round was running here or in another process on the library.
-    Ok(axum::Json(json!({ "scene_id": id, "status": if running == Some(false) { "idle" } else { "cancelling" } })))
+    Ok(axum::Json(CancelAnswer { scene_id: id, status: if running { "cancelling" } else { "idle" }.into() }))
 }
 
 /// A scene's live events, as the scene predecessor's socket named them.
@@ -325,7 +352,12 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
     responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
 pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
-        Ok(id) => upgrade.on_upgrade(move |socket| relay(state, socket, move |event| scene_messages(&id, event))).into_response(),
+        Ok(id) => upgrade
+            .on_upgrade(move |socket| {
+                let watched = super::watch::Scene(id.clone());
+                relay(state, socket, move |event| scene_messages(&id, event), watched)
+            })
+            .into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -367,36 +399,49 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
             "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
         })],
         SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
-        SceneEvent::Error { scene_id: Some(scene_id), message } if mine(scene_id) => vec![json!({ "type": "error", "sceneId": scene_id, "message": message })],
+        SceneEvent::Error { scene_id: Some(scene_id), message, fault } if mine(scene_id) => {
+            vec![json!({ "type": "error", "sceneId": scene_id, "message": message, "fault": fault })]
+        }
         _ => Vec::new(),
     }
 }
 
-/// Forward what `translate` makes of each engine event until the client goes.
-async fn relay(state: Arc<AppState>, mut socket: WebSocket, translate: impl Fn(&Event) -> Vec<Value> + Send + 'static) {
+/// Forward what `translate` makes of each engine event until the client goes, and what
+/// another process changed in the `watched` scene or chat (see `serve::watch`).
+async fn relay<W: super::watch::Watched>(
+    state: Arc<AppState>,
+    mut socket: WebSocket,
+    translate: impl Fn(&Event) -> Vec<Value> + Send + 'static,
+    watched: W,
+) {
     let mut events = state.events.subscribe();
+    let mut watch = super::watch::Watch::new(watched, &state);
+    let mut tick = tokio::time::interval(super::watch::EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        tokio::select! {
+        let messages = tokio::select! {
+            _ = tick.tick() => watch.tick(&state),
             event = events.recv() => match event {
                 Ok(event) => {
-                    for message in translate(&event) {
-                        if socket.send(Message::Text(message.to_string().into())).await.is_err() {
-                            return;
-                        }
+                    let messages = translate(&event);
+                    // Ours: what it changed is known. A token changes nothing stored.
+                    if messages.iter().any(|m| m["type"] != "token") {
+                        watch.heard(&state);
                     }
+                    messages
                 }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    let note = json!({ "type": "lagged", "missed": missed }).to_string();
-                    if socket.send(Message::Text(note.into())).await.is_err() {
-                        return;
-                    }
-                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => vec![json!({ "type": "lagged", "missed": missed })],
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             incoming = socket.recv() => match incoming {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
+                Some(Ok(_)) => Vec::new(),
             },
+        };
+        for message in messages {
+            if socket.send(Message::Text(message.to_string().into())).await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -417,29 +462,33 @@ pub(super) struct SendBody {
 /// Send a chat message and wait for the stored exchange; the reply's tokens stream on
 /// `WS /ws/chat/{character}` meanwhile.
 #[utoipa::path(post, path = "/api/chat/{character}/send", request_body = SendBody, params(("character" = String, Path)),
-    responses((status = 200, description = "the stored exchange"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the stored exchange: id, user_text, reply, swipes, the packet sent, …"),
+        (status = 400, body = ErrorBody, description = "a bad body or an empty text"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the character is answering already, or the reply was cancelled"),
+        (status = 413, body = ErrorBody, description = "the message alone fills the model's context"),
+        (status = 502, body = ErrorBody, description = "the provider failed or gave no reply worth keeping; nothing was stored")))]
 pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
     let request: SendBody = body(&bytes)?;
     if request.text.trim().is_empty() {
         return Err(ApiError::bad_request("invalid body: `text` is empty"));
     }
     let info = character_id(&state, &character)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Companion(CompanionCommand::Send { character: info.id.clone(), text: request.text, now: None }))?;
-    let id = info.id.clone();
-    let outcome = wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Companion(CompanionEvent::TurnCommitted { turn }) if turn.character_id == id => Some(Ok(serde_json::to_value(turn).unwrap_or_default())),
-        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|c| c == id) => Some(Err(message.clone())),
-        Event::Companion(CompanionEvent::Cancelled { character_id }) if *character_id == id => Some(Err("the reply was cancelled; nothing was saved".into())),
-        _ => None,
-    })
-    .await;
-    match outcome {
-        Some(Ok(turn)) => Ok(axum::Json(turn)),
-        Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
-        Some(Err(message)) if message.contains("the message is too long") => Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)),
-        Some(Err(message)) => Err(ApiError::new(StatusCode::BAD_GATEWAY, message)),
-        None => Err(ApiError::internal("no reply in time")),
+    let command = CompanionCommand::Send { character: info.id, text: request.text, now: None };
+    match state.ask(Command::Companion(command), PLAY_LIMIT).await? {
+        Event::Companion(CompanionEvent::TurnCommitted { turn }) => Ok(axum::Json(serde_json::to_value(turn).map_err(ApiError::internal)?)),
+        other => Err(chat_refusal(other)),
+    }
+}
+
+/// A chat command answered with something other than what it asked for: the status
+/// says whose fault the failure was — the request's (400, 404, 409 busy, 413 a message
+/// too long), the provider's (502: it failed or gave no reply worth keeping) or the
+/// server's (500) — whether it was a send, a redraw or an edit.
+fn chat_refusal(answer: Event) -> ApiError {
+    match answer {
+        Event::Companion(CompanionEvent::Failed { message, fault, .. }) => ApiError::new(status_of(fault), message),
+        Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::conflict("the reply was cancelled; nothing was saved"),
+        other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }
 }
 
@@ -456,7 +505,29 @@ pub(super) struct ControlBody {
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]
-    and_after: bool,
+    and_after: Option<bool>,
+}
+
+impl ControlBody {
+    /// Refuse a field the action does not take (an `index` sent to `undo` would be
+    /// ignored, and the client would believe it had said which exchange).
+    fn only_for(&self, action: &str) -> Result<(), ApiError> {
+        let takes: &[&str] = match action {
+            "swipe" => &["index"],
+            "edit" => &["message", "text"],
+            "delete" => &["message", "and_after"],
+            _ => &[],
+        };
+        let sent = [("index", self.index.is_some()), ("message", self.message.is_some()), ("text", self.text.is_some()), ("and_after", self.and_after.is_some())];
+        match sent.iter().find(|(name, present)| *present && !takes.contains(name)) {
+            Some((name, _)) if takes.is_empty() => Err(ApiError::bad_request(format!("invalid body: `{name}` is not taken by {action}, which takes no fields"))),
+            Some((name, _)) => Err(ApiError::bad_request(format!(
+                "invalid body: `{name}` is not taken by {action}, which takes {}",
+                takes.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" and ")
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Message control on a chat: `regenerate` the last reply (every draw kept as a swipe),
@@ -464,13 +535,16 @@ pub(super) struct ControlBody {
 /// exchange. Answers with what changed.
 #[utoipa::path(post, path = "/api/chat/{character}/{action}", request_body = ControlBody,
     params(("character" = String, Path), ("action" = String, Path, description = "regenerate, continue, swipe, edit, delete or undo")),
-    responses((status = 200, description = "what changed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "what changed: the `changed` or `undone` event, with the turn as it now stands"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 502, body = ErrorBody, description = "regenerate or continue: the provider failed; nothing was changed")))]
 pub(super) async fn chat_control(
     State(state): State<Arc<AppState>>,
     Path((character, action)): Path<(String, String)>,
     bytes: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
     let request: ControlBody = if bytes.is_empty() { ControlBody::default() } else { body(&bytes)? };
+    request.only_for(&action)?;
     let info = character_id(&state, &character)?;
     let c = info.id.clone();
     let need = |field: Option<String>, name: &str| field.ok_or_else(|| ApiError::bad_request(format!("invalid body: `{name}` is missing")));
@@ -483,25 +557,12 @@ pub(super) async fn chat_control(
             index: request.index.ok_or_else(|| ApiError::bad_request("invalid body: `index` is missing"))?,
         },
         "edit" => CompanionCommand::Edit { character: c.clone(), message: need(request.message, "message")?, text: need(request.text, "text")? },
-        "delete" => CompanionCommand::Delete { character: c.clone(), message: need(request.message, "message")?, and_after: request.and_after },
+        "delete" => CompanionCommand::Delete { character: c.clone(), message: need(request.message, "message")?, and_after: request.and_after.unwrap_or(false) },
         other => return Err(ApiError::not_found(format!("no chat action {other:?}: regenerate, continue, swipe, edit, delete or undo"))),
     };
-    let mut events = state.events.subscribe();
-    state.send(Command::Companion(command))?;
-    let outcome = wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Companion(e @ (CompanionEvent::Changed { character_id, .. } | CompanionEvent::Undone { character_id, .. })) if *character_id == c => {
-            Some(Ok(serde_json::to_value(e).unwrap_or_default()))
-        }
-        Event::Companion(CompanionEvent::TurnCommitted { turn }) if turn.character_id == c => Some(Ok(serde_json::to_value(turn).unwrap_or_default())),
-        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|x| x == c) => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await;
-    match outcome {
-        Some(Ok(value)) => Ok(axum::Json(value)),
-        Some(Err(message)) if message.contains("already answering") => Err(ApiError::conflict(message)),
-        Some(Err(message)) => Err(ApiError::bad_request(message)),
-        None => Err(ApiError::internal("no answer in time")),
+    match state.ask(Command::Companion(command), PLAY_LIMIT).await? {
+        Event::Companion(e @ (CompanionEvent::Changed { .. } | CompanionEvent::Undone { .. })) => Ok(axum::Json(serde_json::to_value(e).map_err(ApiError::internal)?)),
+        other => Err(chat_refusal(other)),
     }
 }
 
@@ -538,7 +599,7 @@ async fn export(state: &AppState, make: impl FnOnce(std::path::PathBuf) -> Inter
 
 /// A character as a card: `?format=v2` (default) or `v3`.
 #[utoipa::path(get, path = "/api/library/character/{character}/card", params(("character" = String, Path), ("format" = Option<String>, Query)),
-    responses((status = 200, description = "the card's JSON"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the card's JSON"), (status = 404, body = ErrorBody)))]
 pub(super) async fn export_card(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,
@@ -556,7 +617,7 @@ pub(super) async fn export_card(
 
 /// A lorebook: `?format=world-info` (default) or `lorebook-v3`.
 #[utoipa::path(get, path = "/api/library/lorebook/{lorebook}", params(("lorebook" = String, Path), ("format" = Option<String>, Query)),
-    responses((status = 200, description = "the lorebook's JSON"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the lorebook's JSON"), (status = 404, body = ErrorBody)))]
 pub(super) async fn export_lorebook(
     State(state): State<Arc<AppState>>,
     Path(lorebook): Path<String>,
@@ -584,25 +645,17 @@ fn hundred() -> u32 {
 
 /// A chat's exchanges, oldest first, with the greeting and who the user plays.
 #[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
-    responses((status = 200, description = "the chat, with its variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the chat, with its variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
 pub(super) async fn chat_history(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,
     Query(query): Query<HistoryQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let info = character_id(&state, &character)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Companion(CompanionCommand::History { character: info.id.clone(), limit: query.limit.min(10_000) }))?;
-    let id = info.id.clone();
-    wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Companion(history @ CompanionEvent::History { character_id, .. }) if *character_id == id => Some(Ok(serde_json::to_value(history).unwrap_or_default())),
-        Event::Companion(CompanionEvent::Failed { character_id, message }) if character_id.as_deref().is_none_or(|c| c == id) => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map(axum::Json)
-    .map_err(ApiError::bad_request)
+    match state.ask(Command::Companion(CompanionCommand::History { character: info.id, limit: query.limit.min(10_000) }), QUICK_LIMIT).await? {
+        Event::Companion(history @ CompanionEvent::History { .. }) => Ok(axum::Json(serde_json::to_value(history).map_err(ApiError::internal)?)),
+        other => Err(chat_refusal(other)),
+    }
 }
 
 /// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the
@@ -616,7 +669,8 @@ pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(charact
     };
     upgrade
         .on_upgrade(move |socket| {
-            relay(state, socket, move |event| match event {
+            let watched = super::watch::Chat(info.id.clone());
+            let translate = move |event: &Event| match event {
                 Event::Companion(e) if companion_character(e) == Some(info.id.as_str()) => {
                     let mut value = serde_json::to_value(e).unwrap_or_default();
                     if let Some(kind) = value.as_object_mut().and_then(|o| o.remove("event")) {
@@ -625,7 +679,8 @@ pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(charact
                     vec![value]
                 }
                 _ => Vec::new(),
-            })
+            };
+            relay(state, socket, translate, watched)
         })
         .into_response()
 }
@@ -658,65 +713,77 @@ fn ten() -> usize {
 
 /// Hybrid memory search: every hit with its keyword, vector and fused scores.
 #[utoipa::path(get, path = "/api/memory/search", params(("q" = String, Query), ("k" = Option<usize>, Query)),
-    responses((status = 200, description = "hits, best first"), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "hits, best first"), (status = 400, body = ErrorBody)))]
 pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(query): Query<SearchQuery>) -> Result<axum::Json<Value>, ApiError> {
-    let mut events = state.events.subscribe();
-    let q = query.q.clone();
-    state.send(Command::Memory(MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) }))?;
-    wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) if *query == q => {
-            Some(Ok(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))
+    let command = MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) };
+    match state.ask(Command::Memory(command), QUICK_LIMIT).await? {
+        Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) => {
+            Ok(axum::Json(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))
         }
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("search") => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map(axum::Json)
-    .map_err(ApiError::bad_request)
+        other => Err(memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
+}
+
+/// A memory command answered with its error: 404 for what is not there, else `status`.
+pub(super) fn memory_refusal(answer: Event, status: StatusCode) -> ApiError {
+    match answer {
+        Event::Core(crate::engine::CoreEvent::Error { message, .. }) if message.contains("not found") => ApiError::not_found(message),
+        Event::Core(crate::engine::CoreEvent::Error { message, .. }) => ApiError::new(status, message),
+        other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
+    }
+}
+
+/// The embedding models there are, and the one in use.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct EmbeddingModels {
+    /// As `<folder>/<file>`.
+    in_use: String,
+    /// Each with its name, dimension and files.
+    #[schema(value_type = Vec<Object>)]
+    models: Value,
 }
 
 /// The embedding models a library can use, and the one in use (as `<folder>/<file>`).
-#[utoipa::path(get, path = "/api/memory/model", responses((status = 200, description = "the models and the one in use")))]
-pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<axum::Json<Value>, ApiError> {
-    let mut events = state.events.subscribe();
-    state.send(Command::Memory(MemoryCommand::Stats))?;
-    let in_use = wait_for(&mut events, QUICK_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Stats { stats }) => Some(Ok(stats.model.clone())),
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context.contains("memory") => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map_err(ApiError::internal)?;
-    Ok(axum::Json(json!({ "in_use": in_use, "models": crate::memory::MODELS })))
+#[utoipa::path(get, path = "/api/memory/model", responses((status = 200, body = EmbeddingModels)))]
+pub(super) async fn memory_models(State(state): State<Arc<AppState>>) -> Result<axum::Json<EmbeddingModels>, ApiError> {
+    let in_use = match state.ask(Command::Memory(MemoryCommand::Stats), QUICK_LIMIT).await? {
+        Event::Memory(MemoryEvent::Stats { stats }) => stats.model,
+        other => return Err(memory_refusal(other, StatusCode::INTERNAL_SERVER_ERROR)),
+    };
+    Ok(axum::Json(EmbeddingModels { in_use, models: serde_json::to_value(crate::memory::MODELS).map_err(ApiError::internal)? }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ModelBody {
+    /// A model's name, e.g. `all-mpnet-base-v2`.
     name: String,
+}
+
+/// The model now in use and how many memories it embedded.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ModelSwitched {
+    model: String,
+    embedded: usize,
 }
 
 /// Switch the library to another embedding model (saved in the config) and embed every
 /// memory with it; answers when the memories are embedded.
-#[utoipa::path(post, path = "/api/memory/model", request_body(content = String, description = "{\"name\": \"all-mpnet-base-v2\"}", content_type = "application/json"),
-    responses((status = 200, description = "how many memories were embedded"), (status = 400, body = ErrorBody)))]
-pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+#[utoipa::path(post, path = "/api/memory/model", request_body = ModelBody,
+    responses((status = 200, body = ModelSwitched), (status = 400, body = ErrorBody)))]
+pub(super) async fn memory_use_model(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<ModelSwitched>, ApiError> {
     let request: ModelBody = body(&bytes)?;
     let name = crate::memory::find_model(&request.name).map(|m| m.name.to_string()).unwrap_or_else(|| request.name.clone());
-    let mut events = state.events.subscribe();
-    state.send(Command::Memory(MemoryCommand::UseModel { name: request.name.clone() }))?;
-    wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Memory(MemoryEvent::Reindexed { embedded }) => Some(Ok(json!({ "model": name, "embedded": embedded }))),
-        Event::Core(crate::engine::CoreEvent::Error { context, message }) if context == "memory model" => Some(Err(message.clone())),
-        _ => None,
-    })
-    .await
-    .unwrap_or_else(|| Err("no answer in time".into()))
-    .map(axum::Json)
-    .map_err(ApiError::bad_request)
+    match state.ask(Command::Memory(MemoryCommand::UseModel { name: request.name }), PLAY_LIMIT).await? {
+        Event::Memory(MemoryEvent::Reindexed { embedded }) => Ok(axum::Json(ModelSwitched { model: name, embedded })),
+        other => Err(memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
 }
+
+/// A file's bytes, as they are.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub(super) struct Upload(#[allow(dead_code)] Vec<u8>);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -728,8 +795,9 @@ pub(super) struct ImportQuery {
 
 /// Import a character card (PNG or JSON) or a lorebook (World Info, lorebook_v3, a
 /// character book) sent as the request body; what it created, or why it was skipped.
-#[utoipa::path(post, path = "/api/library/import", params(("name" = Option<String>, Query)), request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 200, description = "the import report"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/library/import", params(("name" = Option<String>, Query)), request_body(content = Upload, content_type = "application/octet-stream"),
+    responses((status = 200, body = Object, description = "the import report: what was created, what was skipped and why"), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody, description = "over 64 MB")))]
 pub(super) async fn import(State(state): State<Arc<AppState>>, Query(query): Query<ImportQuery>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
     if bytes.is_empty() {
         return Err(ApiError::bad_request("the body is empty: send the file's bytes"));
@@ -739,15 +807,12 @@ pub(super) async fn import(State(state): State<Arc<AppState>>, Query(query): Que
     let dir = tempfile_dir()?;
     let path = dir.join(if safe.trim().is_empty() { "upload".to_string() } else { safe });
     std::fs::write(&path, &bytes).map_err(ApiError::internal)?;
-    let mut events = state.events.subscribe();
-    state.send(Command::Interop(InteropCommand::Import { paths: vec![path.clone()] }))?;
-    let report = wait_for(&mut events, PLAY_LIMIT, |event| match event {
-        Event::Interop(report @ InteropEvent::ImportReport { .. }) => Some(serde_json::to_value(report).unwrap_or_default()),
-        _ => None,
-    })
-    .await;
+    let answer = state.ask(Command::Interop(InteropCommand::Import { paths: vec![path.clone()] }), PLAY_LIMIT).await;
     let _ = std::fs::remove_dir_all(&dir);
-    let report = report.ok_or_else(|| ApiError::internal("the import did not finish in time"))?;
+    let report = match answer? {
+        Event::Interop(report @ InteropEvent::ImportReport { .. }) => serde_json::to_value(report).map_err(ApiError::internal)?,
+        _ => return Err(ApiError::internal("the import answered with something other than its report")),
+    };
     // Nothing came of it: the file was refused, which is the request's fault, not a success.
     let created = report["created"].as_array().map_or(0, Vec::len);
     if let Some(skipped) = report["skipped"].as_array().filter(|s| created == 0 && !s.is_empty()) {

@@ -111,7 +111,7 @@ impl CampaignsPanel {
             Event::Author(AuthorEvent::TranscriptExported { path, messages, .. }) => {
                 self.status = Some(Ok(format!("Wrote {messages} messages to {}", path.display())));
             }
-            Event::Scene(SceneEvent::Error { scene_id: None, message }) => {
+            Event::Scene(SceneEvent::Error { scene_id: None, message, .. }) => {
                 if let Some(selected) = self.selected.clone().filter(|_| message.contains("confirm to delete")) {
                     self.confirm = Some((selected, message.clone()));
                 }

@@ -230,7 +230,7 @@ impl ChatPanel {
                 self.restore_input();
                 self.notice = Some("Cancelled: nothing of that turn was saved.".into());
             }
-            CompanionEvent::Failed { character_id, message } => {
+            CompanionEvent::Failed { character_id, message, .. } => {
                 if character_id.as_deref().is_none_or(|id| self.is_selected(id)) {
                     self.restore_input();
                     self.error = Some(message.clone());

@@ -174,7 +174,7 @@ impl MemoryPanel {
     /// list when it shows the newest (a search the person made stays as they made it).
     fn memories_changed(&mut self, outbox: &mut Vec<Command>) {
         outbox.push(Command::Memory(MemoryCommand::Stats));
-        let browsing = self.query.trim().is_empty() && self.searched.as_ref().is_none_or(|(q, _)| q.trim().is_empty());
+        let browsing = self.query.trim().is_empty() && self.searched.as_ref().is_some_and(|(q, _)| q.trim().is_empty());
         if !self.searching && browsing {
             if let Ok(request) = self.request() {
                 self.searching = true;
@@ -782,7 +782,7 @@ mod tests {
             tokens: 0,
         };
         panel.observe(&Event::Scene(round), &mut outbox);
-        assert!(matches!(outbox.as_slice(), [Command::Memory(MemoryCommand::Injections)]));
+        assert!(matches!(outbox.as_slice(), [Command::Memory(MemoryCommand::Injections), Command::Memory(MemoryCommand::Stats)]));
         outbox.clear();
         panel.observe(&Event::Memory(MemoryEvent::Stats { stats: MemoryStats::default() }), &mut outbox);
         assert!(outbox.is_empty(), "a status answer asks for nothing more");

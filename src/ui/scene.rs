@@ -237,7 +237,7 @@ impl ScenePanels {
                 // The scene list's round counts follow an undo.
                 outbox.push(Command::Scene(SceneCommand::List));
             }
-            SceneEvent::Error { scene_id, message } => {
+            SceneEvent::Error { scene_id, message, .. } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
                     self.pending_plan = None;
                     self.last_error = Some(message.clone());

@@ -633,3 +633,491 @@ fn a_websocket_opened_after_the_start_hears_wave_one_start() {
     assert_eq!(first["version"], 1);
     assert!(kinds.iter().position(|k| *k == "wave_started") < kinds.iter().position(|k| *k == "checkpoint_ready"), "{kinds:?}");
 }
+
+/// A library with the demo scene and the demo chat, played by `script` (the scene's
+/// script with Ilse's reply), each model call taking `delay_ms`.
+fn slow_play(dir: &Path, delay_ms: u64) -> (Paths, String) {
+    let mut script: Value = serde_json::from_str(&std::fs::read_to_string(data("scene/script.json")).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().push(json!({
+        "when": { "system_contains": "Roleplay as" },
+        "reply": { "text": "[Ilse Marrow]: The kettle's on, and the fog is thick tonight.", "chunk_chars": 6 }
+    }));
+    for rule in script["rules"].as_array_mut().unwrap() {
+        rule["reply"]["delay_ms"] = json!(delay_ms);
+    }
+    script["default"] = json!("They talked over tea.");
+    let script_file = dir.join("script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let paths = paths(dir, &script_file);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    lorekeeper::companion::demo::ensure(&store).unwrap();
+    (paths, scene)
+}
+
+/// The same POSTs at once, from as many threads: each answer, in the order sent.
+fn at_once(base: &str, requests: &[(&str, String)]) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(requests.len()));
+    let threads: Vec<_> = requests
+        .iter()
+        .map(|(path, body)| {
+            let (url, body, barrier) = (format!("{base}{path}"), body.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let agent = http();
+                barrier.wait();
+                call(&agent, "POST", &url, Some(&body), None)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Two players act in one scene at once, two messages go to one chat at once: one is
+/// taken and one is refused as busy, and what each client is told is what was stored
+/// (the answers used to be matched to requests by scene and character, so both rounds
+/// were "started" while one input was dropped, and both messages "busy" while one was
+/// kept).
+#[test]
+fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 700);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let inputs = ["INPUT-ONE: a gull lands on the rail.", "INPUT-TWO: a dog barks below."];
+    let path = format!("/api/scene/{scene}/round");
+    let answers = at_once(&base, &inputs.map(|i| (path.as_str(), json!({ "input": i }).to_string())));
+    let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [202, 409].into(), "one round starts, one is refused: {answers:?}");
+    let taken = inputs[answers.iter().position(|(s, _)| *s == 202).unwrap()];
+    let mut seen = Vec::new();
+    until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    let (_, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    let said: Vec<&str> = messages.as_array().unwrap().iter().filter(|m| m["kind"] == "user").filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(said, [taken], "the started round is the one that was played");
+
+    let texts = ["FIRST: is the kettle on?", "SECOND: did the ferry come?"];
+    let answers = at_once(&base, &texts.map(|t| ("/api/chat/ilse/send", json!({ "text": t }).to_string())));
+    let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 409].into(), "one message is answered, one refused: {answers:?}");
+    let (_, turn) = answers.iter().find(|(s, _)| *s == 200).unwrap();
+    let taken = texts[answers.iter().position(|(s, _)| *s == 200).unwrap()];
+    assert_eq!(turn["user_text"], taken, "the answer is the exchange of the message sent: {turn}");
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    let stored: Vec<&str> = history["turns"].as_array().unwrap().iter().filter_map(|t| t["user_text"].as_str()).collect();
+    assert_eq!(stored, [taken], "only the answered message is stored");
+
+    // A redraw and a new message at once: the one taken answers as itself.
+    let answers = at_once(&base, &[("/api/chat/ilse/regenerate", String::new()), ("/api/chat/ilse/send", json!({ "text": "THIRD: goodnight." }).to_string())]);
+    let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 409].into(), "{answers:?}");
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    let turns = history["turns"].as_array().unwrap();
+    if answers[0].0 == 200 {
+        assert_eq!(answers[0].1["action"], "regenerated", "{answers:?}");
+        assert_eq!(turns.len(), 1, "{history}");
+    } else {
+        assert_eq!(answers[1].1["user_text"], "THIRD: goodnight.", "{answers:?}");
+        assert_eq!(turns.len(), 2, "{history}");
+    }
+
+    // Two uploads at once: each report is its own file's.
+    let card = std::fs::read_to_string(data("interop/card_v2_full.json")).unwrap();
+    let book = std::fs::read_to_string(data("interop/world_info_full.json")).unwrap();
+    let answers = at_once(&base, &[("/api/library/import?name=card.json", card), ("/api/library/import?name=book.json", book)]);
+    for ((status, report), name) in answers.iter().zip(["card.json", "book.json"]) {
+        assert_eq!(*status, 200, "{report}");
+        let paths: Vec<&str> = report["created"].as_array().unwrap().iter().filter_map(|c| c["path"].as_str()).collect();
+        assert!(!paths.is_empty() && paths.iter().all(|p| p.ends_with(name)), "{name}: {report}");
+    }
+
+    // Two searches at once for the same words, one for more hits: each gets its own.
+    let searches: Vec<_> = [1, 5]
+        .into_iter()
+        .map(|k| {
+            let url = format!("{base}/api/memory/search?q=kettle&k={k}");
+            std::thread::spawn(move || call(&http(), "GET", &url, None, None))
+        })
+        .collect();
+    let hits: Vec<usize> = searches.into_iter().map(|t| t.join().unwrap()).map(|(status, found)| {
+        assert_eq!(status, 200, "{found}");
+        found["hits"].as_array().unwrap().len()
+    }).collect();
+    assert!(hits[0] == 1 && hits[1] > 1, "k=1 and k=5 each answered as asked: {hits:?}");
+}
+
+/// A game master's input longer than the models' context is refused before the round
+/// starts — 413 over HTTP, a clear error from the CLI — and nothing of it is stored (it
+/// used to be sent whole to the Director and kept in the transcript).
+#[test]
+fn a_round_input_too_long_for_the_models_is_refused_before_anything_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    for repeat in [2_000, 12_000] {
+        let long = json!({ "input": "The tide came in over the sea wall. ".repeat(repeat) }).to_string();
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(&long), None);
+        assert_eq!(status, 413, "{body}");
+        assert!(body["detail"].as_str().unwrap().starts_with("the message is too long"), "{body}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "scene", "round", &scene])
+        .arg("The tide came in over the sea wall. ".repeat(2_000))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the CLI refuses it too");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the message is too long") && stderr.contains("shorten or split it"), "{stderr}");
+    let (status, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(messages, json!([]), "nothing was stored");
+    // A message that fits still plays.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
+    assert_eq!(status, 202, "{body}");
+}
+
+/// A provider that fails is the provider's fault whichever chat route met it: send,
+/// regenerate and continue all answer 502 (the redraws used to answer 400, as if the
+/// client had asked wrongly), while asking for what cannot be done stays a 400.
+#[test]
+fn a_provider_failure_is_a_502_on_every_chat_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    let script_with = |reply: Value| {
+        let rules = json!([{ "when": { "system_contains": "Roleplay as" }, "reply": reply }]);
+        std::fs::write(&script, json!({ "rules": rules, "default": "They talked over tea." }).to_string()).unwrap();
+    };
+    script_with(json!("[Ilse Marrow]: The kettle's on."));
+    let paths = paths(dir.path(), &script);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    lorekeeper::companion::demo::ensure(&store).unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/regenerate"), None, None);
+    assert_eq!(status, 400, "nothing to regenerate yet is the request's fault: {body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Is the kettle on?"}"#), None);
+    assert_eq!(status, 200, "{body}");
+    // Each call reads the script afresh: from now on the provider refuses.
+    script_with(json!({ "fail": { "kind": "http", "status": 401, "message": "the key was revoked" } }));
+    for action in ["regenerate", "continue"] {
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/{action}"), None, None);
+        assert_eq!(status, 502, "{action}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains("the key was revoked"), "{action}: {body}");
+    }
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Hello?"}"#), None);
+    assert_eq!(status, 502, "{body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/edit"), Some(r#"{"message": "no-such-turn-r", "text": "x"}"#), None);
+    assert_eq!(status, 400, "{body}");
+}
+
+/// A body over a route's limit is answered 413 with `{"detail"}` like every other error
+/// — on the predecessor's routes, on memory curation, on a round — and a client that
+/// sends all of a large upload before reading gets that answer, not a reset connection.
+#[test]
+fn an_oversized_body_is_a_json_413_on_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let three_mb = json!({ "text": "x".repeat(3 << 20) }).to_string();
+    let ten_mb = json!({ "input": "x".repeat(10 << 20) }).to_string();
+    for (path, body) in [("/api/character/start", &three_mb), ("/api/memory/some-id/edit", &three_mb), ("/api/scene/anything/round", &ten_mb)] {
+        let (status, answer) = call(&agent, "POST", &format!("{base}{path}"), Some(body), None);
+        assert_eq!(status, 413, "{path}: {answer}");
+        let detail = answer["detail"].as_str().unwrap_or_else(|| panic!("{path}: not a JSON error: {answer}"));
+        assert!(detail.contains("larger than") && detail.contains(path), "{path}: {detail}");
+    }
+    // The server still answers on, and an import may be larger than a JSON body.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/library/import?name=big.json"), Some(&three_mb), None);
+    assert_eq!(status, 400, "refused for what it is, not for its size: {body}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scenes"), None, None);
+    assert_eq!(status, 200);
+}
+
+/// A field a route does not take is refused by name, not ignored: on routes that take
+/// no body, on a chat action that takes other fields, on a message delete. The start
+/// body is the predecessor's entry agent's output and may carry more than we read, as
+/// it did there; a near miss of one of its fields is still named.
+#[test]
+fn a_field_a_route_does_not_take_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let (status, turn) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(r#"{"text": "Is the kettle on?"}"#), None);
+    assert_eq!(status, 200, "{turn}");
+    let turn_id = turn["id"].as_str().unwrap();
+    for (path, sent, named) in [
+        (format!("/api/scene/{scene}/undo"), r#"{"rounds": 3}"#.to_string(), "`rounds`"),
+        (format!("/api/scene/{scene}/cancel"), r#"{"bogus": true}"#.to_string(), "`bogus`"),
+        (format!("/api/scene/{scene}/message/1/delete"), r#"{"text": "gone"}"#.to_string(), "`text`"),
+        ("/api/chat/ilse/undo".to_string(), r#"{"index": 9}"#.to_string(), "`index`"),
+        ("/api/chat/ilse/regenerate".to_string(), r#"{"text": "again"}"#.to_string(), "`text`"),
+        ("/api/chat/ilse/swipe".to_string(), r#"{"index": 0, "message": "x"}"#.to_string(), "`message`"),
+        ("/api/chat/ilse/delete".to_string(), json!({ "message": format!("{turn_id}-u"), "text": "x" }).to_string(), "`text`"),
+        ("/api/character/start".to_string(), json!({ "characters": [{ "name": "Mira", "concept": "A keeper." }], "mode": "fast", "auto_aprove": true }).to_string(), "`auto_approve`"),
+    ] {
+        let (status, body) = call(&agent, "POST", &format!("{base}{path}"), Some(&sent), None);
+        assert_eq!(status, 400, "{path} {sent}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains(named), "{path} {sent}: {body}");
+    }
+    // Nothing was done: the exchange is still there, and no run was started.
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(history["turns"].as_array().unwrap().len(), 1, "{history}");
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let runs: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM identity_runs", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(runs, 0);
+    // Empty bodies and `{}` are still fine, and the entry agent's own extra fields too.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/cancel"), Some("{}"), None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/chat/ilse/undo"), None, None);
+    assert_eq!(status, 200, "{body}");
+    let start = json!({ "characters": [{ "name": "Mira", "concept": "A keeper." }], "storyline": {}, "mode": "fast", "model": "entry-v2", "world": { "name": "Greyhollow" } });
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A method and a path with its parameters filled in, sent as the server would be.
+fn send_as(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
+    let response = match method {
+        "get" => agent.get(url).call(),
+        "delete" => agent.delete(url).call(),
+        "put" => agent.put(url).header("Content-Type", "application/json").send(body.unwrap_or("{}")),
+        _ => agent.post(url).header("Content-Type", "application/json").send(body.unwrap_or("")),
+    }
+    .expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.into_body().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// The OpenAPI document is checked against the real routes: every documented operation
+/// is served (no 404 "no endpoint", no 405); every JSON body is an object whose every
+/// documented field the handler takes, and (beyond the predecessor's routes, which take
+/// what its entry agent sends) a field it does not document is refused; an upload is
+/// binary. The memory routes' bodies used to be documented as strings and the import
+/// as an array of integers.
+#[test]
+fn the_openapi_document_matches_the_real_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let (status, doc) = call(&agent, "GET", &format!("{base}/api/openapi.json"), None, None);
+    assert_eq!(status, 200);
+    let resolve = |schema: &Value| -> Value {
+        match schema["$ref"].as_str() {
+            Some(r) => doc["components"]["schemas"][r.rsplit('/').next().unwrap()].clone(),
+            None => schema.clone(),
+        }
+    };
+    let dummy = |property: &Value| -> Value {
+        let kind = match &property["type"] {
+            Value::String(t) => t.clone(),
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("object").to_string(),
+            _ => "object".into(),
+        };
+        match kind.as_str() {
+            "string" => json!("x"),
+            "integer" | "number" => json!(0),
+            "boolean" => json!(true),
+            "array" => json!([]),
+            _ => json!({}),
+        }
+    };
+    let mut bodies = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let action = match path.as_str() {
+            p if p.contains("/cast/") => "add",
+            _ => "edit",
+        };
+        let url = format!("{base}{path}").replace("{number}", "1").replace("{n}", "1").replace("{action}", action);
+        let url = fill_parameters(&url);
+        for (method, operation) in item.as_object().unwrap() {
+            let (status, answer) = send_as(&agent, method, &url, Some("{}"));
+            let detail = answer["detail"].as_str().unwrap_or_default();
+            assert!(status != 405 && !detail.starts_with("no endpoint"), "{method} {path} is documented but not served: {status} {answer}");
+            let Some(content) = operation["requestBody"]["content"].as_object() else { continue };
+            if let Some(upload) = content.get("application/octet-stream") {
+                let schema = resolve(&upload["schema"]);
+                assert_eq!((schema["type"].as_str(), schema["format"].as_str()), (Some("string"), Some("binary")), "{path}: {schema}");
+                continue;
+            }
+            let schema = resolve(&content["application/json"]["schema"]);
+            assert_eq!(schema["type"], "object", "{method} {path}: the body is an object: {schema}");
+            let properties = schema["properties"].as_object().unwrap_or_else(|| panic!("{path}: no fields documented: {schema}"));
+            assert!(!properties.is_empty(), "{path}");
+            bodies += 1;
+            for (field, property) in properties {
+                let sent = json!({ field.clone(): dummy(property) }).to_string();
+                let (status, answer) = send_as(&agent, method, &url, Some(&sent));
+                let detail = answer["detail"].as_str().unwrap_or_default();
+                assert!(!detail.contains("unknown field"), "{method} {path} documents `{field}` but refuses it: {status} {answer}");
+            }
+            if !path.starts_with("/api/character/") {
+                let (status, answer) = send_as(&agent, method, &url, Some(r#"{"zz_undocumented": 1}"#));
+                assert_eq!(status, 400, "{method} {path}: {answer}");
+                assert!(answer["detail"].as_str().unwrap_or_default().contains("zz_undocumented"), "{method} {path}: {answer}");
+            }
+        }
+    }
+    assert!(bodies >= 12, "every JSON body was checked: {bodies}");
+    for (path, fields) in [("/api/memory/{id}/pin", &["pinned"][..]), ("/api/memory/{id}/edit", &["text"]), ("/api/memory/forget", &["session"]), ("/api/memory/model", &["name"])] {
+        let schema = resolve(&doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]);
+        let documented: BTreeSet<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(documented, fields.iter().copied().collect(), "{path}");
+    }
+    let send = &doc["paths"]["/api/chat/{character}/send"]["post"]["responses"];
+    for status in ["200", "400", "404", "409", "413", "502"] {
+        assert!(send.get(status).is_some(), "send documents {status}: {send}");
+    }
+}
+
+/// `{anything}` in a URL as a name that is not there.
+fn fill_parameters(url: &str) -> String {
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..].find('}').map_or(rest.len(), |c| open + c + 1);
+        out.push_str(&rest[..open]);
+        out.push_str("no-such-thing");
+        rest = &rest[close..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A browser front end with `--token` and `--cors`: its WebSocket carries the token as a
+/// subprotocol or as `access_token` (a browser cannot set `Authorization` on one), and
+/// its preflight allows DELETE, so a memory can be deleted from the page.
+#[test]
+fn a_browser_front_end_authenticates_its_websocket_and_may_delete() {
+    use tungstenite::client::IntoClientRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let token = "br0wser-Token_42";
+    let server = lorekeeper::serve::start(
+        engine::start(paths.clone()).unwrap(),
+        ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: Some(token.into()), cors: Some("https://gm.example".into()) },
+    )
+    .unwrap();
+    let socket = format!("ws://{}/ws/scene/{scene}", server.addr);
+    let with_protocols = |protocols: &str| {
+        let mut request = socket.as_str().into_client_request().unwrap();
+        request.headers_mut().insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+        request.headers_mut().insert("Origin", "https://gm.example".parse().unwrap());
+        tungstenite::connect(request)
+    };
+    let (_, response) = with_protocols(&format!("lorekeeper, bearer.{token}")).expect("the token as a subprotocol is taken");
+    let chosen = response.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok());
+    assert_eq!(chosen, Some("lorekeeper"), "the server names the protocol back, never the token");
+    assert!(with_protocols("lorekeeper, bearer.wrong").is_err(), "a wrong token is refused");
+    assert!(tungstenite::connect(socket.as_str()).is_err(), "no token is refused");
+    assert!(tungstenite::connect(format!("{socket}?access_token={token}")).is_ok(), "the token as access_token is taken");
+    assert!(tungstenite::connect(format!("{socket}?access_token=wrong")).is_err());
+    // `access_token` is for a handshake only: a plain request still needs the header.
+    let (status, _) = call(&http(), "GET", &format!("http://{}/api/scenes?access_token={token}", server.addr), None, None);
+    assert_eq!(status, 401);
+
+    // The preflight of a DELETE, then the DELETE itself.
+    let agent = http();
+    let url = format!("http://{}/api/memory/no-such-memory", server.addr);
+    let preflight = agent
+        .run(
+            ureq::http::Request::builder()
+                .method("OPTIONS")
+                .uri(&url)
+                .header("Origin", "https://gm.example")
+                .header("Access-Control-Request-Method", "DELETE")
+                .header("Access-Control-Request-Headers", "authorization")
+                .body(())
+                .unwrap(),
+        )
+        .unwrap();
+    let allowed = preflight.headers().get("access-control-allow-methods").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert!(allowed.split(',').any(|m| m.trim() == "DELETE"), "{allowed}");
+    let deleted = agent.delete(&url).header("Origin", "https://gm.example").header("Authorization", &format!("Bearer {token}")).call().unwrap();
+    assert_eq!(deleted.status().as_u16(), 404, "the route was reached: the memory is not there");
+    assert_eq!(deleted.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("https://gm.example"));
+}
+
+/// The CLI plays a round and sends a chat message on the library a server serves: its
+/// events never reach the server, yet the scene and chat sockets hear them (as the
+/// identity socket hears another process's approvals), marked `elsewhere`, and what the
+/// server did itself is not said twice.
+#[test]
+fn scene_and_chat_sockets_hear_what_another_process_plays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let scene_ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    let chat_ws = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    // A round of the server's own first, then one the CLI plays.
+    let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
+    assert_eq!(status, 202, "{body}");
+    let mut seen = Vec::new();
+    until(&scene_ws, &mut seen, |m| m["type"] == "roundCompleted");
+    cli(&["scene", "round", &scene, "CLI-ROUND: the door bangs open."]);
+    let elsewhere = until(&scene_ws, &mut seen, |m| m["type"] == "roundCompleted" && m["elsewhere"] == true);
+    assert_eq!(elsewhere["round"], 2, "{elsewhere}");
+    let said: Vec<&str> = elsewhere["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(said.iter().any(|c| c.contains("CLI-ROUND")), "the CLI's round, as stored: {said:?}");
+    let completed: Vec<(u64, bool)> =
+        seen.iter().filter(|m| m["type"] == "roundCompleted").map(|m| (m["round"].as_u64().unwrap(), m["elsewhere"] == true)).collect();
+    assert_eq!(completed, [(1, false), (2, true)], "each round is said once");
+
+    cli(&["chat", "send", "--character", "ilse", "CLI-CHAT: is anyone there?"]);
+    let mut chat_seen = Vec::new();
+    let committed = until(&chat_ws, &mut chat_seen, |m| m["type"] == "turn_committed");
+    assert_eq!((committed["elsewhere"].as_bool(), committed["turn"]["user_text"].as_str()), (Some(true), Some("CLI-CHAT: is anyone there?")), "{committed}");
+    assert!(committed["turn"]["reply"].as_str().is_some_and(|r| !r.is_empty()), "{committed}");
+}
+
+/// A round refused because its models cannot be reached is the provider's fault, not the
+/// request's: 502, as a chat answers (scene refusals now carry their fault as chat
+/// failures do, where the status was guessed from the message and this was a 400).
+#[test]
+fn a_round_whose_provider_cannot_start_is_a_502() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = slow_play(dir.path(), 0);
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "script".into(),
+        kind: ProviderKind::Scripted,
+        model: "serve-script".into(),
+        path: Some(dir.path().join("no-such-script.json")),
+        ..Default::default()
+    });
+    config.save(&paths.config_file).unwrap();
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let (status, body) = call(&http(), "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I light the lamp."}"#), None);
+    assert_eq!(status, 502, "{body}");
+    let (_, messages) = call(&http(), "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
+    assert_eq!(messages, json!([]));
+}

@@ -179,10 +179,7 @@ fn draw(
     // context cannot be answered: say so, rather than let the provider refuse the prompt.
     let input_tokens = packet.block("user_input").map(|b| b.tokens).unwrap_or(0);
     if packet.tokens + reply_tokens > packet.max_context_tokens && input_tokens > packet.max_context_tokens / 2 {
-        return Err(CompanionError::Invalid(format!(
-            "the message is too long: {input_tokens} tokens, and the prompt with it {} of the {} the profile's context holds; shorten or split it",
-            packet.tokens, packet.max_context_tokens
-        )));
+        return Err(CompanionError::TooLong { tokens: input_tokens, prompt: packet.tokens, context: packet.max_context_tokens });
     }
     ctx.emit(CompanionEvent::TurnStarted {
         character_id: character.id.clone(),

@@ -35,7 +35,7 @@ use std::sync::Arc;
 /// The job key of `scene_id`'s round: a second round on the same scene is refused
 /// rather than queued (so the user sees why nothing happens), and [`cancel`] reaches the
 /// running one.
-pub(super) fn job(scene_id: &str) -> JobKey {
+pub(crate) fn job(scene_id: &str) -> JobKey {
     JobKey::new("round", scene_id)
 }
 
@@ -62,6 +62,24 @@ fn client_for(ctx: &Context, role: &str) -> Result<(LlmClient, ProviderProfile),
     let profile = config.profile_for_role(role).map_err(|e| SceneError::Invalid(e.to_string()))?.clone();
     let client = LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent(role);
     Ok((client, profile))
+}
+
+/// Refuse an input that alone takes more than half the context of a model the round
+/// calls: every prompt of the round carries it whole, so it would crowd out the scene
+/// or be refused by the provider halfway through the round. Checked before the round
+/// starts, so nothing of it is stored.
+fn fits_every_context(input: Option<&str>, agents: &Agents) -> Result<(), SceneError> {
+    let Some(input) = input else { return Ok(()) };
+    let tokens = crate::llm::tokens::estimate(input);
+    let roles = [("director", Some(&agents.director)), ("character", Some(&agents.character)), ("narrator", agents.narrator.as_ref()), ("world", agents.world.as_ref())];
+    for (role, agent) in roles {
+        if let Some((_, profile)) = agent
+            && tokens > profile.max_context_tokens / 2
+        {
+            return Err(SceneError::InputTooLong { tokens, role, context: profile.max_context_tokens });
+        }
+    }
+    Ok(())
 }
 
 /// Sort acting characters: explicit order first (ascending), then higher priority,
@@ -113,12 +131,23 @@ const MAX_DIRECTOR_PASSES: u32 = 8;
 /// Run one round on `scene_id`. `input` is the user's message, `None` to continue.
 /// With `review`, the round pauses after Director pass 1 until the game master sends the
 /// plan back ([`submit_plan`]), edited or not.
-pub fn run(ctx: &Arc<Context>, scene_id: &str, input: Option<String>, force: Vec<String>, review: bool, cancel: &CancelToken) -> Result<u32, SceneError> {
-    run_held(ctx, None, scene_id, input, force, review, cancel)
+/// `started` hears `round_started` (or nothing: an error before it is the caller's to
+/// report).
+pub fn run(
+    ctx: &Arc<Context>,
+    scene_id: &str,
+    input: Option<String>,
+    force: Vec<String>,
+    review: bool,
+    cancel: &CancelToken,
+    started: Option<&crate::context::Reply<SceneEvent>>,
+) -> Result<u32, SceneError> {
+    run_held(ctx, None, scene_id, input, force, review, cancel, started)
 }
 
 /// [`run`], with the scene's job already `held` by the caller (a redo, which must not
 /// let another round in between taking the last round back and playing it again).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_held(
     ctx: &Arc<Context>,
     held: Option<crate::context::Job>,
@@ -127,6 +156,7 @@ pub(crate) fn run_held(
     force: Vec<String>,
     review: bool,
     cancel: &CancelToken,
+    started: Option<&crate::context::Reply<SceneEvent>>,
 ) -> Result<u32, SceneError> {
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene_id))?;
     let job = match held {
@@ -145,6 +175,7 @@ pub(crate) fn run_held(
         world: if config.world_agent { Some(client_for(ctx, "world")?) } else { None },
         templates: PromptTemplates::shipped()?,
     };
+    fits_every_context(input.as_deref(), &agents)?;
     let recall = Recall::open(ctx);
     // How the campaign's earlier scenes ended reaches this one: their unsummarised last
     // rounds are folded in first (once each; a failure only leaves a summary as it was).
@@ -171,7 +202,9 @@ pub(crate) fn run_held(
     draft.bank = recall.bank().cloned();
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
-    ctx.emit(SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input });
+    let event = SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input };
+    crate::context::answer(started, &event);
+    ctx.emit(event);
 
     let plan = stages::director_plan(ctx, &agents, &config, &mut draft, cancel)?;
     stages::characters(ctx, &agents, &config, &recall, &plan, &mut draft, cancel)?;
