@@ -301,6 +301,40 @@ fn override_json(conn: &Connection, id: &str, scope: &str, scope_id: &str) -> Re
         .optional()?)
 }
 
+/// Every name character `id` goes by: its own, and those a world or campaign gives it.
+pub fn names_of(conn: &Connection, id: &str) -> Result<Vec<String>, StoreError> {
+    let Some(record) = get(conn, id)? else { return Ok(Vec::new()) };
+    let mut names = vec![record.name];
+    let mut stmt = conn.prepare_cached("SELECT override_json FROM character_overrides WHERE character_id = ?1")?;
+    for json in stmt.query_map([id], |r| r.get::<_, String>(0))? {
+        let value: serde_json::Value = serde_json::from_str(&json?).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?;
+        if let Some(name) = value.get("name").and_then(|n| n.as_str()).map(str::trim).filter(|n| !n.is_empty()) {
+            if !names.iter().any(|known: &String| known.eq_ignore_ascii_case(name)) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Whether a character other than `except` goes by `name`, here or anywhere it is placed.
+pub fn name_in_use(conn: &Connection, name: &str, except: &str) -> Result<bool, StoreError> {
+    let own: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM characters WHERE id != ?2 AND name = ?1 COLLATE NOCASE)",
+        params![name.trim(), except],
+        |r| r.get(0),
+    )?;
+    if own {
+        return Ok(true);
+    }
+    let overridden: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM character_overrides WHERE character_id != ?2 AND json_extract(override_json, '$.name') = ?1 COLLATE NOCASE)",
+        params![name.trim(), except],
+        |r| r.get(0),
+    )?;
+    Ok(overridden)
+}
+
 /// The sheet of `id` in `world_id` / `campaign_id`: the base sheet, then the world's
 /// override, then the campaign's (the narrower scope wins). `None` when no such
 /// character exists.

@@ -311,6 +311,14 @@ fn delete_character(ctx: &Context, key: &str, confirmed: bool) -> Result<Interop
             return Ok((InteropEvent::DeleteImpact { id: record.id, name: record.name, impact }, None));
         }
         let write = crate::memory::remove_character(tx, &record.id)?;
+        // What it witnessed in scenes is kept under its names; a character made later
+        // with one of them must not remember it, so the names are marked as the deleted
+        // one's (unless another character goes by one still: then it is that one's).
+        for name in crate::character::names_of(tx, &record.id)? {
+            if !crate::character::name_in_use(tx, &name, &record.id)? {
+                crate::memory::records::rename_witness(tx, None, &name, &format!("{name} (deleted {})", record.id))?;
+            }
+        }
         crate::character::delete(tx, &record.id)?;
         Ok((InteropEvent::CharacterDeleted { id: record.id, name: record.name, impact }, Some(write)))
     })?;

@@ -1632,3 +1632,39 @@ fn a_scene_export_carries_only_the_state_edits_made_in_it() {
     assert!(later_edits.contains("EDIT-IN-LATER") && later_edits.contains("\"minutes\":600"), "{later_edits}");
     assert!(!later_edits.contains("EDIT-DURING-FIRST"), "{later_edits}");
 }
+
+/// A deleted character's scene memories do not pass to a character made later under its
+/// name: what it witnessed stays marked as the deleted one's.
+#[test]
+fn a_new_character_with_a_deleted_ones_name_inherits_none_of_its_memories() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    {
+        let engine = engine::start(paths.clone()).unwrap();
+        round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    }
+    let witnessed = |name: &str| -> i64 {
+        let store = Store::open(&paths.library_file).unwrap();
+        store.with(|c| Ok(c.query_row("SELECT count(*) FROM memory_witnesses WHERE witness = ?1", [name], |r| r.get(0))?)).unwrap()
+    };
+    let before = witnessed("Wren Talloway");
+    assert!(before > 0, "Wren witnessed the round");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cli(&["character", "delete", "Wren Talloway", "--yes"]);
+    let card = dir.path().join("wren.json");
+    std::fs::write(&card, serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": { "name": "Wren Talloway", "description": "Someone else entirely." } }).to_string()).unwrap();
+    cli(&["import", card.to_str().unwrap()]);
+    assert_eq!(witnessed("Wren Talloway"), 0, "the new Wren remembers nothing of the old one's round");
+    let store = Store::open(&paths.library_file).unwrap();
+    let kept: i64 =
+        store.with(|c| Ok(c.query_row("SELECT count(*) FROM memory_witnesses WHERE witness LIKE 'Wren Talloway (deleted %'", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(kept, before, "the old one's stay marked as its");
+}
