@@ -808,8 +808,6 @@ impl super::Panel for IdentityPanels {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn an_attempts_outcome_reads_as_words() {
         let invalid = serde_json::json!({"number": 1, "failure": {"kind": "invalid"}, "errors": [{"path": "/a", "message": "x"}, {"path": "/b", "message": "y"}]});

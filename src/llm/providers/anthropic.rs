@@ -68,9 +68,16 @@ pub(crate) fn request_body(request: &ChatRequest) -> Value {
     match &request.response_format {
         ResponseFormat::Text => {}
         ResponseFormat::Json => system.push("Reply with a single JSON object and nothing else.".into()),
-        ResponseFormat::JsonSchema { schema, .. } | ResponseFormat::JsonObjectSchema { schema } => system.push(format!(
-            "Reply with a single JSON object and nothing else. It must validate against this JSON Schema:\n{schema}"
-        )),
+        // A schema the prompt already carries (the structured layer puts it there, and
+        // plans the budget with it) is not sent a second time.
+        ResponseFormat::JsonSchema { schema, .. } | ResponseFormat::JsonObjectSchema { schema } => {
+            let text = schema.to_string();
+            if request.messages.iter().any(|m| m.content.contains(&text)) {
+                system.push("Reply with a single JSON object and nothing else.".into());
+            } else {
+                system.push(format!("Reply with a single JSON object and nothing else. It must validate against this JSON Schema:\n{text}"));
+            }
+        }
     }
     // Consecutive turns of one role are merged: the API wants them alternating.
     let mut messages: Vec<(Role, String)> = Vec::new();
@@ -208,6 +215,22 @@ fn stream_error(data: &Value) -> LlmError {
 mod tests {
     use super::*;
     use crate::llm::{CancelToken, ChatMessage};
+
+    /// The schema goes into the system prompt once: not again when the prompt has it.
+    #[test]
+    fn a_schema_the_prompt_carries_is_not_sent_twice() {
+        let schema = serde_json::json!({ "type": "object", "properties": { "mood": { "type": "string" } } });
+        let format = ResponseFormat::JsonSchema { name: "state".into(), schema: schema.clone() };
+        let mut bare = ChatRequest::new("m", vec![ChatMessage::system("You are a clerk."), ChatMessage::user("Hi")]);
+        bare.response_format = format.clone();
+        let system = request_body(&bare)["system"].to_string();
+        assert_eq!(system.matches("\\\"mood\\\"").count(), 1, "{system}");
+        let mut carried = ChatRequest::new("m", vec![ChatMessage::system(format!("You are a clerk.\n<json_schema>\n{schema}\n</json_schema>")), ChatMessage::user("Hi")]);
+        carried.response_format = format;
+        let system = request_body(&carried)["system"].to_string();
+        assert_eq!(system.matches("\\\"mood\\\"").count(), 1, "{system}");
+        assert!(system.contains("Reply with a single JSON object and nothing else."), "{system}");
+    }
 
     /// A server may report any count: the sums saturate instead of overflowing.
     #[test]
