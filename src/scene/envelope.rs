@@ -936,7 +936,7 @@ mod tests {
         let (mut view, notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
         for member in &mut view.cast {
             member.active = true;
-            member.sheet.insert("description".into(), format!("{} keeps the harbour's oldest secrets. ", member.name).repeat(40));
+            member.sheet.insert("description".into(), format!("{} keeps the harbour's oldest secrets. ", member.name).repeat(160));
         }
         view.cast[1].muted = true;
         let history: Vec<SceneMessage> = Vec::new();
@@ -969,6 +969,61 @@ mod tests {
                 }
                 assert!(roster.contains(&format!("{} (muted: cannot act)", view.cast[1].name)), "{roster}");
             }
+        }
+    }
+
+    #[test]
+    fn a_characters_own_long_card_and_intentions_reach_it_whatever_the_context() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (mut view, notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
+        for member in &mut view.cast {
+            member.active = true;
+            // 4.6k characters: far more than the 10% character-guidance share of 2048.
+            let description: String = (1..=100).map(|n| format!("{} remembers harbour night {n} well. ", member.name)).collect();
+            member.sheet.insert("description".into(), description);
+            member.state.intentions = Some(format!("{} means to find the brass key", member.name));
+        }
+        let member = view.cast[0].clone();
+        let history: Vec<SceneMessage> = Vec::new();
+        for max in [1024u32, 2048, 8192] {
+            let profile = crate::llm::ProviderProfile { max_context_tokens: max, ..Default::default() };
+            let input = EnvelopeInput {
+                agent: AgentKind::Character,
+                view: &view,
+                notes: &notes,
+                history: &history,
+                lore: None,
+                memories: &[],
+                character: Some(&member),
+                director_guidance: Vec::new(),
+                lore_scan_depth: 2,
+                message_number: 1,
+                seed: 7,
+                cancel: None,
+                bank: None,
+            };
+            let mut reply = ReplyPlan::prose(&profile);
+            let turn = character_turn(&member.name);
+            let (envelope, prompt) = assemble_for_call(
+                &templates, AgentKind::Character, Some(&member), &turn, &config.budgets, &profile, &mut reply, &input, &mut Default::default(),
+            )
+            .unwrap();
+            assert!(prompt.system.contains(&format!("{} remembers harbour night 1 well.", member.name)), "at {max}:\n{}", prompt.system);
+            assert!(prompt.system.contains(&format!("intentions: {} means to find the brass key", member.name)), "at {max}:\n{}", prompt.system);
+            let sheets = envelope.ledger.section(Section::CharacterGuidance).unwrap();
+            assert!(sheets.kept.contains(&format!("character {}", member.name)), "at {max}: {sheets:?}");
+            if max == 8192 {
+                // Room enough: the whole card, not a cut one.
+                assert!(prompt.system.contains(&format!("{} remembers harbour night 100 well.", member.name)), "{}", prompt.system);
+            } else {
+                let cut = sheets.dropped.iter().find(|d| d.id == format!("character {}", member.name)).expect("the cut is in the ledger");
+                assert!(cut.reason.starts_with("cut from"), "{cut:?}");
+            }
+            assert!(envelope.ledger.prompt_tokens + envelope.ledger.reply_tokens <= max);
         }
     }
 
