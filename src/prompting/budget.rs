@@ -56,10 +56,27 @@ impl Section {
 }
 
 /// Percentages per section. Defaults are SPEC §3's: 30/10/15/20/10/5/10.
+///
+/// A plan read from a file names only the sections it changes: the ones left out keep
+/// their default share (`[scene.budgets.percent]` with only `history = 40` changes only
+/// history, and so does a campaign's `campaign budgets --history`). Shares that then add
+/// up to more than 100 are scaled down in proportion when allocated ([`allocate`]): 40
+/// with the other defaults is 110, so history gets 40/110 of the context; under 100, the
+/// rest stays unplanned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BudgetPlan {
+    #[serde(deserialize_with = "over_the_defaults")]
     pub percent: BTreeMap<Section, f64>,
+}
+
+/// The given shares laid over the default ones, so a section left out keeps its share
+/// rather than silently getting 0%.
+fn over_the_defaults<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<Section, f64>, D::Error> {
+    let given = BTreeMap::<Section, f64>::deserialize(deserializer)?;
+    let mut percent = BudgetPlan::default().percent;
+    percent.extend(given);
+    Ok(percent)
 }
 
 impl Default for BudgetPlan {
@@ -457,6 +474,25 @@ mod tests {
             let total: u32 = allocate(&BudgetPlan::default(), max, &Section::ALL).values().sum();
             assert!(total <= max);
         }
+    }
+
+    #[test]
+    fn a_plan_naming_some_sections_keeps_the_defaults_of_the_others() {
+        let plan: BudgetPlan = toml::from_str("[percent]\nhistory = 40\n").unwrap();
+        assert_eq!(plan.percent(History), 40.0);
+        for section in Section::ALL.into_iter().filter(|s| *s != History) {
+            assert_eq!(plan.percent(section), BudgetPlan::default().percent(section), "{section:?}");
+        }
+        // 110 in all: scaled to 100 in proportion, so nothing gets 0.
+        let got = allocate(&plan, 1100, &Section::ALL);
+        assert_eq!((got[&History], got[&Lore], got[&CharacterGuidance]), (400, 150, 100));
+        // A stored campaign plan is JSON; an empty plan is the defaults.
+        let stored: BudgetPlan = serde_json::from_str(r#"{"percent":{"lore":5.0}}"#).unwrap();
+        assert_eq!((stored.percent(Lore), stored.percent(History)), (5.0, 30.0));
+        assert_eq!(serde_json::from_str::<BudgetPlan>("{}").unwrap(), BudgetPlan::default());
+        // Through the whole config file, as `[scene.budgets.percent]`.
+        let config: crate::config::Config = toml::from_str("[scene.budgets.percent]\nhistory = 40\n").unwrap();
+        assert_eq!(config.scene.budgets, plan);
     }
 
     #[test]
