@@ -17,10 +17,27 @@ use crate::prompting::PromptTemplates;
 use rusqlite::{OptionalExtension, params};
 
 /// Whether the round that just closed triggers a summary: `every` rounds have closed
-/// since the rounds the summary covers (`summary_round`). Never after round 1, which
-/// has nothing older than itself; a summary that failed is tried again next round.
+/// since the round that wrote the last one. A summary written as round R closes covers
+/// through R - 1 (the last round is always told verbatim), so the round that wrote it is
+/// `summary_round + 1`; with no summary yet, rounds count from the scene's start. With
+/// `every` 3, rounds 3, 6, 9… summarise. Never after round 1, which has nothing older
+/// than itself; a summary that failed is tried again next round.
 pub fn due(round: u32, summary_round: u32, every: u32) -> bool {
-    every > 0 && round >= 2 && round.saturating_sub(summary_round) >= every
+    let written_at = if summary_round == 0 { 0 } else { summary_round + 1 };
+    every > 0 && round >= 2 && round.saturating_sub(written_at) >= every
+}
+
+/// The event saying `scene_id`'s summary now covers rounds 1 to `through_round`, with
+/// the scene's name (a round can catch up an earlier scene's summary: the front doors
+/// say which scene's it is).
+pub fn updated(ctx: &Context, scene_id: &str, through_round: u32) -> super::SceneEvent {
+    let scene = ctx
+        .store
+        .with(|c| Ok(c.query_row("SELECT name FROM scenes WHERE id = ?1", [scene_id], |r| r.get::<_, String>(0)).optional()?))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| scene_id.to_string());
+    super::SceneEvent::SummaryUpdated { scene_id: scene_id.to_string(), scene, through_round }
 }
 
 /// Fold rounds up to `through_round` into the scene's summary. `Ok(None)` when there is
@@ -102,7 +119,7 @@ pub fn catch_up_earlier(ctx: &Context, scene_id: &str, cancel: &CancelToken) {
             return;
         }
         match summarise(ctx, &earlier, rounds, cancel) {
-            Ok(Some(through_round)) => ctx.emit(super::SceneEvent::SummaryUpdated { scene_id: earlier, through_round }),
+            Ok(Some(through_round)) => ctx.emit(updated(ctx, &earlier, through_round)),
             Ok(None) => {}
             Err(e) => {
                 // The summariser is failing: the rest wait for the next round rather
@@ -129,16 +146,31 @@ mod tests {
         let cases = [
             ((5, 0, 5), true),
             ((4, 0, 5), false),
-            ((9, 4, 5), true),
-            ((8, 4, 5), false),
+            ((9, 4, 5), false), // round 5 wrote it: four rounds since
+            ((10, 4, 5), true),
             ((6, 0, 5), true), // round 5's summary failed: try again
             ((1, 0, 1), false),
-            ((2, 1, 1), true),
+            ((2, 1, 1), false), // round 2 itself wrote it
+            ((3, 1, 1), true),
             ((2, 0, 2), true),
+            ((3, 1, 2), false),
+            ((4, 1, 2), true),
             ((7, 0, 0), false),
         ];
         for ((round, covered, every), want) in cases {
             assert_eq!(super::due(round, covered, every), want, "round {round}, covered {covered}, every {every}");
+        }
+        // Played out: every 3 summarises at rounds 3 and 6 of 1–7, every 2 at 2, 4, 6.
+        for (every, want) in [(3u32, vec![3u32, 6]), (2, vec![2, 4, 6]), (1, vec![2, 3, 4, 5, 6, 7])] {
+            let mut covered = 0;
+            let mut at = Vec::new();
+            for round in 1..=7 {
+                if super::due(round, covered, every) {
+                    at.push(round);
+                    covered = round - 1;
+                }
+            }
+            assert_eq!(at, want, "every {every}");
         }
     }
 }

@@ -1542,8 +1542,8 @@ fn a_new_arc_is_told_how_the_earlier_scenes_ended() {
 
     let events = round(&engine, &later, Some("Where were we?"));
     assert!(
-        events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { scene_id, through_round: 2 } if *scene_id == first)),
-        "the first scene was summarised through its last round: {events:?}"
+        events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { scene_id, scene, through_round: 2 } if *scene_id == first && *scene == before.name)),
+        "the first scene was summarised through its last round, and the event names it: {events:?}"
     );
     let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
     let summariser = calls.iter().find(|c| c.agent == "summariser").expect("the summariser ran");
