@@ -25,6 +25,7 @@ use crate::llm::ResponseFormat;
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
 use crate::prompting::macros::{MacroContext, expand};
+use super::SceneError;
 use crate::prompting::{BudgetItem, BudgetLedger, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError, allocate, enforce};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -246,7 +247,7 @@ pub fn assemble_for_call(
     reply: &mut ReplyPlan,
     input: &EnvelopeInput<'_>,
     lore_state: &mut ActivationState,
-) -> Result<(Envelope, RenderedPrompt), TemplateError> {
+) -> Result<(Envelope, RenderedPrompt), SceneError> {
     let max = profile.max_context_tokens;
     let mut reserved = reserve(templates, agent, character, turn, *reply, &roster(agent, input.view))?;
     // The instructions, the turn and the schema leave less than the reply's cap: the
@@ -255,7 +256,22 @@ pub fn assemble_for_call(
     let mut shrunk = None;
     if reserved > max {
         let fixed = reserved - reply.tokens;
-        let tokens = max.saturating_sub(fixed).max(crate::llm::client::MIN_REPLY_CAP.min(reply.tokens));
+        // Below half its planned cap a reply (a Director's plan above all) is cut off
+        // before it closes: better said now, before any call, than failed after.
+        let least = usable_reply(reply.tokens);
+        if fixed.saturating_add(least) > max {
+            let schema = if reply.appended > 0 { format!(" ({} of them its JSON Schema)", reply.appended) } else { String::new() };
+            return Err(SceneError::Invalid(format!(
+                "profile \"{}\" has {max} tokens of context, too few for the {} call: its instructions and turn need {fixed}{schema} \
+                 and its reply at least {least} of the {} planned, so it needs a context of at least {} tokens \
+                 (or a smaller max_tokens, or another profile for the role)",
+                profile.name,
+                agent.role(),
+                reply.tokens,
+                fixed + least
+            )));
+        }
+        let tokens = max.saturating_sub(fixed);
         shrunk = Some(reply.tokens);
         reply.tokens = tokens;
         reserved = fixed + tokens;
@@ -298,6 +314,12 @@ pub fn assemble_for_call(
     let prompt = render(templates, agent, &envelope, character, turn)?;
     *lore_state = state;
     Ok((finish(envelope, &prompt), prompt))
+}
+
+/// The least reply cap worth a call that planned `planned`: half of it, and never
+/// below the client's floor.
+pub fn usable_reply(planned: u32) -> u32 {
+    (planned / 2).max(crate::llm::client::MIN_REPLY_CAP).min(planned)
 }
 
 /// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
@@ -892,8 +914,16 @@ mod tests {
                     _ => (character_turn(&member.name), ReplyPlan::prose(&profile)),
                 };
                 let mut state = ActivationState::default();
-                let (envelope, prompt) =
-                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &mut reply, &input, &mut state).unwrap();
+                let fitted = assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &mut reply, &input, &mut state);
+                if agent == AgentKind::Director && max == 1500 {
+                    // The instructions and the 1,067-token schema leave the plan less than
+                    // half its cap: refused before any call, saying what would do.
+                    let error = fitted.expect_err("too small for the Director").to_string();
+                    assert!(error.contains("profile \"default\" has 1500 tokens of context, too few for the director call"), "{error}");
+                    assert!(error.contains("needs a context of at least 15"), "{error}");
+                    continue;
+                }
+                let (envelope, prompt) = fitted.unwrap();
                 // The request as the structured layer sends it: the schema's text joins the system prompt.
                 let mut system = prompt.system.clone();
                 if agent == AgentKind::Director {
