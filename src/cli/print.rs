@@ -117,7 +117,7 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         }
         E::RedoFailed { round, message, .. } => writeln!(out, "the redo failed ({message}); round {round} is back as it was"),
         E::SummaryStarted { through_round, .. } => writeln!(out, "summarising rounds 1 to {through_round}…"),
-        E::SummaryUpdated { through_round, .. } => writeln!(out, "scene summary now covers rounds 1 to {through_round}"),
+        E::SummaryUpdated { scene, through_round, .. } => writeln!(out, "summary of scene \"{scene}\" now covers rounds 1 to {through_round}"),
         E::SummaryFailed { message, .. } => writeln!(out, "scene summary not updated: {message}"),
         E::State { view } => print_state(out, view),
         E::Scenes { scenes } => {

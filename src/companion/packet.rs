@@ -12,7 +12,7 @@ use super::model::{CharacterInfo, ChatTurn};
 use crate::llm::{ChatMessage, tokens};
 use crate::memory::RetrievalHit;
 use crate::memory::detect::Proximity;
-use crate::prompting::budget::fit;
+use crate::prompting::budget::{ESSENTIAL, fit, share_out};
 use crate::prompting::macros::{MacroContext, expand};
 use crate::prompting::{BudgetItem, DropPolicy, DroppedItem, PromptTemplates, TemplateError};
 use chrono::{DateTime, Utc};
@@ -89,8 +89,8 @@ fn item(id: String, text: String, value: f64) -> BudgetItem {
 }
 
 /// Keep what fits; the kept texts in their order and the dropped items.
-fn fitted(items: Vec<BudgetItem>, allocated: u32, policy: DropPolicy) -> (Vec<String>, Vec<DroppedItem>) {
-    let (keep, dropped) = fit(&items, allocated, policy);
+fn fitted(mut items: Vec<BudgetItem>, allocated: u32, policy: DropPolicy) -> (Vec<String>, Vec<DroppedItem>) {
+    let (keep, dropped) = fit(&mut items, allocated, policy);
     let kept = items.into_iter().zip(keep).filter(|(_, k)| *k).map(|(i, _)| i.text).collect();
     (kept, dropped)
 }
@@ -186,6 +186,8 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // message, which SillyTavern fills when it is shown), then World Info (built before
     // the prompt), then the card's text, its examples, and last its post-history
     // instructions; a `{{setvar}}` in one is read by every later one.
+    // The card's greeting opens the conversation: it is the oldest message while the
+    // history reaches back to the first exchange (and the first to go when it is cut).
     let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
     let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
     let lore_texts: Vec<String> = input.lore.iter().map(|h| resolve(&h.text)).collect();
@@ -204,15 +206,52 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let fields = input.character.sheet.len();
     for (i, (key, value)) in input.character.sheet.iter().enumerate() {
         // Earlier fields (description, personality) are worth more than later ones.
-        persona_items.push(item(key.clone(), format!("{}: {}", capitalise(key), resolve(value.trim())), (fields - i) as f64));
+        // The card is the character's own: a field too large for what is left is cut, not dropped.
+        let worth = ESSENTIAL + (fields - i) as f64;
+        persona_items.push(item(key.clone(), format!("{}: {}", capitalise(key), resolve(value.trim())), worth));
     }
-    let persona_budget = budget(b.persona, max);
-    let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
 
-    let lore_budget = budget(b.lore, max);
-    let lore_items: Vec<BudgetItem> =
+    let mut lore_items: Vec<BudgetItem> =
         input.lore.iter().zip(lore_texts).map(|(h, text)| item(h.id.clone(), one_line(&text), f64::from(h.score))).collect();
-    let (keep, lore_dropped) = fit(&lore_items, lore_budget, DropPolicy::MostValuableFirst);
+
+    let memory_items: Vec<BudgetItem> = input
+        .memories
+        .iter()
+        .map(|h| {
+            let when = h.time.as_deref().and_then(|t| t.get(..10)).map(|d| format!("({d}) ")).unwrap_or_default();
+            item(h.id.clone(), format!("{when}{}", one_line(&h.text)), f64::from(h.score))
+        })
+        .collect();
+    let examples_text = resolve(card.mes_example.trim());
+    let post_history = resolve(card.post_history_instructions.trim());
+    let example_items = if examples_text.is_empty() { Vec::new() } else { vec![item("example dialogue".into(), examples_text, 1.0)] };
+    // Each item is one exchange (or the greeting), cut or kept whole; its messages one line each.
+    let history_messages: Vec<(String, Vec<String>)> = greeting
+        .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))
+        .into_iter()
+        .chain(input.history.iter().map(|t| {
+            (t.id.clone(), vec![format!("[{}]: {}", t.user_or(user), t.user_text.trim()), format!("[{name}]: {}", t.reply.trim())])
+        }))
+        .collect();
+    let mut history_items: Vec<BudgetItem> =
+        history_messages.iter().map(|(id, lines)| item(id.clone(), lines.join("\n"), 0.0)).collect();
+
+    // Each block's share of what the reply leaves; a block needing less than its share
+    // (a short card, no lore, a new chat) gives the rest to those needing more, so what
+    // the context holds is used. The user's words are never cut: an over-long message is
+    // sent whole and the block shows it over budget.
+    let need = |items: &[BudgetItem]| items.iter().map(|i| i.tokens).fold(0u32, u32::saturating_add);
+    let input_tokens = tokens::estimate(input.input.trim());
+    let shares = [b.persona, b.lore, b.memory, b.examples, b.history, b.input].map(|p| budget(p, max));
+    let needs = [need(&persona_items), need(&lore_items), need(&memory_items), need(&example_items), need(&history_items), input_tokens];
+    let [persona_budget, lore_budget, memory_budget, examples_budget, history_budget, input_budget] =
+        <[u32; 6]>::try_from(share_out(&shares, &needs)).unwrap_or(shares);
+    let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
+    let (memories, memory_dropped) = fitted(memory_items, memory_budget, DropPolicy::MostValuableFirst);
+    let (examples, examples_dropped) = fitted(example_items, examples_budget, DropPolicy::MostValuableFirst);
+    let examples_note =
+        examples_dropped.first().map(|d| format!("example dialogue left out: {} tokens, its budget is {examples_budget}", d.tokens));
+    let (keep, lore_dropped) = fit(&mut lore_items, lore_budget, DropPolicy::MostValuableFirst);
     // Each kept entry where its position puts it, as SillyTavern places World Info:
     // before or after the character, around the example dialogue, in the chat at a depth;
     // the author's note's places (a chat here has no author's note) at its usual depth.
@@ -238,38 +277,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         }
     }
 
-    let memory_budget = budget(b.memory, max);
-    let memory_items = input
-        .memories
-        .iter()
-        .map(|h| {
-            let when = h.time.as_deref().and_then(|t| t.get(..10)).map(|d| format!("({d}) ")).unwrap_or_default();
-            item(h.id.clone(), format!("{when}{}", one_line(&h.text)), f64::from(h.score))
-        })
-        .collect();
-    let (memories, memory_dropped) = fitted(memory_items, memory_budget, DropPolicy::MostValuableFirst);
-
-    let examples_budget = budget(b.examples, max);
-    let examples_text = resolve(card.mes_example.trim());
-    let post_history = resolve(card.post_history_instructions.trim());
-    let example_items = if examples_text.is_empty() { Vec::new() } else { vec![item("example dialogue".into(), examples_text, 1.0)] };
-    let (examples, examples_dropped) = fitted(example_items, examples_budget, DropPolicy::MostValuableFirst);
-    let examples_note =
-        examples_dropped.first().map(|d| format!("example dialogue left out: {} tokens, its budget is {examples_budget}", d.tokens));
-
-    let history_budget = budget(b.history, max);
-    // The card's greeting opens the conversation: it is the oldest message while the
-    // history reaches back to the first exchange (and the first to go when it is cut).
-    // Each item is one exchange (or the greeting), cut or kept whole; its messages one line each.
-    let history_messages: Vec<(String, Vec<String>)> = greeting
-        .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))
-        .into_iter()
-        .chain(input.history.iter().map(|t| {
-            (t.id.clone(), vec![format!("[{}]: {}", t.user_or(user), t.user_text.trim()), format!("[{name}]: {}", t.reply.trim())])
-        }))
-        .collect();
-    let history_items: Vec<BudgetItem> = history_messages.iter().map(|(id, lines)| item(id.clone(), lines.join("\n"), 0.0)).collect();
-    let (keep, history_dropped) = fit(&history_items, history_budget, DropPolicy::KeepNewestContiguous);
+    let (keep, history_dropped) = fit(&mut history_items, history_budget, DropPolicy::KeepNewestContiguous);
     let mut history: Vec<String> =
         history_messages.into_iter().zip(keep).filter(|(_, k)| *k).flat_map(|((_, lines), _)| lines).collect();
     // The card's Character's Note goes in at its depth like a lore entry.
@@ -308,10 +316,6 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         i += group.len();
         history.splice(at..at, group);
     }
-
-    // The user's words are never cut: an over-long message is sent whole and the block
-    // shows it over budget.
-    let input_budget = budget(b.input, max);
 
     // Who the user plays: the persona's own words, macros resolved.
     let persona_text = input.persona.trim();
@@ -511,8 +515,9 @@ mod tests {
         assert!(packet.block("trigger").unwrap().text.contains("Keep Ilse Marrow's reply under sixty words."));
         assert!(!packet.text().contains("Tested with small models"), "creator notes are never sent");
 
-        // Example dialogue goes whole when its budget cannot hold it, and says so.
-        c.card.mes_example = "<START>\n{{char}}: ".to_string() + &"word ".repeat(400);
+        // Example dialogue goes whole when its budget, with what the other blocks leave,
+        // cannot hold it, and says so.
+        c.card.mes_example = "<START>\n{{char}}: ".to_string() + &"word ".repeat(4000);
         let packet = assemble(&templates, &config, input(&c, &[], None)).unwrap();
         assert!(packet.block("example_dialogue").is_none());
         assert!(packet.notes.iter().any(|n| n.starts_with("example dialogue left out")), "{:?}", packet.notes);
@@ -620,6 +625,27 @@ mod tests {
     }
 
     #[test]
+    fn a_long_card_description_is_sent_whole_or_cut_never_left_out() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        let description: String = (1..=120).map(|n| format!("Ilse bound book number {n} by lamplight. ")).collect();
+        c.sheet[0].1 = description;
+        for (max, whole) in [(8192u32, true), (1024, false)] {
+            let mut call = input(&c, &[], None);
+            call.max_context_tokens = max;
+            call.reply_tokens = 256;
+            let packet = assemble(&templates, &config, call).unwrap();
+            let system = &packet.messages[0].content;
+            assert!(system.contains("Description: Ilse bound book number 1 by lamplight."), "at {max}: {system}");
+            assert!(system.contains("Personality: Dry humour, patient hands."), "at {max}: {system}");
+            assert_eq!(system.contains("book number 120 by lamplight."), whole, "at {max}: {system}");
+            let dropped = &packet.block("system_directive").unwrap().dropped;
+            assert_eq!(dropped.iter().any(|d| d.id == "description" && d.reason.starts_with("cut from")), !whole, "{dropped:?}");
+        }
+    }
+
+    #[test]
     fn memories_over_budget_drop_the_lowest_scored() {
         let templates = PromptTemplates::shipped().unwrap();
         let config = CompanionConfig::default();
@@ -627,7 +653,9 @@ mod tests {
         let long = "word ".repeat(120);
         let hits = [hit("low", &format!("low {long}"), 0.1), hit("high", &format!("high {long}"), 0.9), hit("mid", &format!("mid {long}"), 0.5)];
         let mut small = input(&c, &hits, None);
-        small.max_context_tokens = 2000; // memory budget 240 tokens: room for one
+        // The blocks share 82% of 300 tokens: what the name, the card and the message
+        // leave (their shares flow to the memories) is room for one memory.
+        small.max_context_tokens = 300;
         let packet = assemble(&templates, &config, small).unwrap();
         let bank = packet.block("memory_bank").unwrap();
         assert!(bank.text.contains("high word"));

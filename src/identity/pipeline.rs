@@ -7,7 +7,7 @@
 //! running that is not in that set was interrupted (the app was killed), so `advance`
 //! simply starts it again — that is the whole of resuming.
 
-use super::prompt::build_request;
+use super::prompt::{build_request, fit_request};
 use super::records::{self, CheckpointRecord, CheckpointStatus, RunRecord, RunStatus, VersionRecord};
 use super::schema::*;
 use super::{IdentityError, IdentityEvent};
@@ -225,7 +225,18 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         None => config.profile_for_role(&agent.role()).map_err(|e| IdentityError::Invalid(e.to_string()))?,
     };
     let client = LlmClient::from_profile(profile, Some(&ctx.store))?.for_agent(&agent.role());
-    let request = build_request(run, agent, &knowledge, feedback, previous)?;
+    let options = StructuredOptions { content: content_rules(run, agent, Some("/narrative"), "/structured"), ..StructuredOptions::default() };
+    let base = profile.kind == crate::llm::ProviderKind::Local;
+    let request = if base {
+        // The embedded model's workbook page is its own (`identity::base`).
+        build_request(run, agent, &knowledge, feedback, previous)?
+    } else {
+        let schema = output_schema(agent);
+        let appended = crate::llm::structured::schema_instruction(&schema, &options)
+            .map_or(0, |text| crate::llm::tokens::estimate(&format!("\n\n{text}")));
+        let format = crate::llm::ResponseFormat::JsonSchema { name: String::new(), schema };
+        fit_request(run, agent, &knowledge, feedback, previous, profile, &format, appended)?
+    };
     let prompt = serde_json::to_value(&request.messages).unwrap_or_default();
     let run_id = run.id.clone();
     let sink_ctx = ctx.clone();
@@ -233,7 +244,6 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         sink_ctx.emit(IdentityEvent::Token { character_id: run_id.clone(), checkpoint: number, text: text.to_string() })
     };
     let call = CallContext::with_tokens(cancel, &on_token);
-    let options = StructuredOptions { content: content_rules(run, agent, Some("/narrative"), "/structured"), ..StructuredOptions::default() };
     // A base model (the embedded default) is given a worked example and asked for the
     // narrative first; see `identity::base`.
     let asking = Asking {
@@ -245,7 +255,7 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         request,
         options: &options,
         call,
-        base: profile.kind == crate::llm::ProviderKind::Local,
+        base,
     };
     let asked = match agent {
         Agent::Personality => asking.ask::<PersonalityOutput>(),
@@ -344,6 +354,20 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
     Ok(())
 }
 
+
+/// The JSON Schema `agent`'s reply is held to, as the structured layer builds it.
+pub(crate) fn output_schema(agent: Agent) -> serde_json::Value {
+    use crate::llm::structured::schema_for;
+    match agent {
+        Agent::Personality => schema_for::<AgentOutput<PersonalityOutput>>(),
+        Agent::BackstoryMotivation => schema_for::<AgentOutput<BackstoryOutput>>(),
+        Agent::VoiceDialogue => schema_for::<AgentOutput<VoiceOutput>>(),
+        Agent::PhysicalDescription => schema_for::<AgentOutput<PhysicalOutput>>(),
+        Agent::StoryArc => schema_for::<AgentOutput<StoryArcOutput>>(),
+        Agent::Relationships => schema_for::<AgentOutput<RelationshipsOutput>>(),
+        Agent::FinalConsolidation => schema_for::<AgentOutput<ConsolidationOutput>>(),
+    }
+}
 
 /// One agent call, with everything either way of asking needs.
 struct Asking<'a> {

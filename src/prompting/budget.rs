@@ -56,10 +56,27 @@ impl Section {
 }
 
 /// Percentages per section. Defaults are SPEC §3's: 30/10/15/20/10/5/10.
+///
+/// A plan read from a file names only the sections it changes: the ones left out keep
+/// their default share (`[scene.budgets.percent]` with only `history = 40` changes only
+/// history, and so does a campaign's `campaign budgets --history`). Shares that then add
+/// up to more than 100 are scaled down in proportion when allocated ([`allocate`]): 40
+/// with the other defaults is 110, so history gets 40/110 of the context; under 100, the
+/// rest stays unplanned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BudgetPlan {
+    #[serde(deserialize_with = "over_the_defaults")]
     pub percent: BTreeMap<Section, f64>,
+}
+
+/// The given shares laid over the default ones, so a section left out keeps its share
+/// rather than silently getting 0%.
+fn over_the_defaults<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<Section, f64>, D::Error> {
+    let given = BTreeMap::<Section, f64>::deserialize(deserializer)?;
+    let mut percent = BudgetPlan::default().percent;
+    percent.extend(given);
+    Ok(percent)
 }
 
 impl Default for BudgetPlan {
@@ -182,8 +199,18 @@ impl BudgetLedger {
     }
 }
 
+/// Items worth at least this much are a call's own subject (a character's own sheet and
+/// state, the scene's running summary, a chat card's description): when too large for
+/// what is left they are cut to fit, never dropped whole.
+pub const ESSENTIAL: f64 = 1e6;
+
 /// Fit every section's items into its allocation. Returns the kept items per section
 /// (in their original order) and the ledger.
+///
+/// A section that needs less than its share gives the rest to the sections that need
+/// more (in proportion to their shares, up to what they need, see [`share_out`]), so what
+/// the context has room for is used; the sections together never take more than their
+/// shares did. The ledger's `allocated` is what a section had after that.
 pub fn enforce(
     plan: &BudgetPlan,
     max_context_tokens: u32,
@@ -191,14 +218,20 @@ pub fn enforce(
 ) -> (BTreeMap<Section, Vec<BudgetItem>>, BudgetLedger) {
     let present: Vec<Section> =
         Section::ALL.into_iter().filter(|s| candidates.get(s).is_some_and(|items| !items.is_empty())).collect();
-    let allocation = allocate(plan, max_context_tokens, &present);
+    let shares: Vec<u32> = {
+        let allocation = allocate(plan, max_context_tokens, &present);
+        Section::ALL.iter().map(|s| allocation.get(s).copied().unwrap_or(0)).collect()
+    };
+    let items_of = |section: Section| candidates.get(&section).map(Vec::as_slice).unwrap_or_default();
+    let needs: Vec<u32> = Section::ALL.iter().map(|s| items_of(*s).iter().map(|i| i.tokens).fold(0, u32::saturating_add)).collect();
+    let allocation = share_out(&shares, &needs);
     let mut kept_out = BTreeMap::new();
     let mut ledger = BudgetLedger { max_context_tokens, sections: Vec::new(), ..Default::default() };
-    for section in Section::ALL {
-        let items = candidates.get(&section).map(Vec::as_slice).unwrap_or_default();
-        let allocated = allocation.get(&section).copied().unwrap_or(0);
-        let (keep, dropped) = fit(items, allocated, section.policy());
-        let kept: Vec<BudgetItem> = items.iter().zip(&keep).filter(|(_, k)| **k).map(|(i, _)| i.clone()).collect();
+    for (index, section) in Section::ALL.into_iter().enumerate() {
+        let mut items = items_of(section).to_vec();
+        let allocated = allocation[index];
+        let (keep, dropped) = fit(&mut items, allocated, section.policy());
+        let kept: Vec<BudgetItem> = items.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(i, _)| i).collect();
         ledger.sections.push(SectionLedger {
             section,
             percent: plan.percent(section),
@@ -212,18 +245,122 @@ pub fn enforce(
     (kept_out, ledger)
 }
 
-/// Decide per item whether it stays; the reasons for the ones that go.
-pub fn fit(items: &[BudgetItem], allocated: u32, policy: DropPolicy) -> (Vec<bool>, Vec<DroppedItem>) {
+/// Water-filling: the sum of `shares` handed out so each section gets its share up to
+/// what it `needs`, and what those needing less leave goes to those needing more in
+/// proportion to their shares, never past a need. A section whose share is 0 was turned
+/// off and gets nothing; what nobody needs stays unhanded.
+pub fn share_out(shares: &[u32], needs: &[u32]) -> Vec<u32> {
+    let total: u64 = shares.iter().map(|s| u64::from(*s)).sum();
+    let mut given: Vec<u32> = shares.iter().zip(needs).map(|(s, n)| (*s).min(*n)).collect();
+    loop {
+        let handed: u64 = given.iter().map(|g| u64::from(*g)).sum();
+        let left = total.saturating_sub(handed);
+        let open: Vec<usize> = (0..given.len()).filter(|i| given[*i] < needs[*i] && shares[*i] > 0).collect();
+        if left == 0 || open.is_empty() {
+            break;
+        }
+        let weights: Vec<u64> = open.iter().map(|i| u64::from(shares[*i])).collect();
+        let weight_sum: u64 = weights.iter().sum();
+        let mut gave = 0u64;
+        for (k, i) in open.iter().enumerate() {
+            let part = left * weights[k] / weight_sum.max(1);
+            let add = part.min(u64::from(needs[*i] - given[*i]));
+            given[*i] += add as u32;
+            gave += add;
+        }
+        if gave == 0 {
+            // Rounding left a few tokens over: one each, in order, while they last.
+            let mut left = left;
+            for i in open {
+                if left == 0 {
+                    break;
+                }
+                given[i] += 1;
+                left -= 1;
+            }
+            break;
+        }
+    }
+    given
+}
+
+/// `text` cut to at most `max_tokens` at a sentence or line boundary, marked with " …".
+/// A text of three lines or more keeps its first line (a heading: whose sheet it is) and
+/// its last (a closing state line) and loses the middle; when those alone do not fit, it
+/// is cut from the start. `None` when not even a first sentence fits.
+pub fn cut_to(text: &str, max_tokens: u32) -> Option<String> {
+    use crate::llm::tokens::estimate;
+    let text = text.trim_end();
+    if estimate(text) <= max_tokens {
+        return Some(text.to_string());
+    }
+    let attempt = |body: &str, tail: Option<&str>| -> Option<String> {
+        let heading_end = if tail.is_some() { body.find('\n').unwrap_or(body.len()) } else { 0 };
+        let mut best = None;
+        for (i, c) in body.char_indices() {
+            let after = i + c.len_utf8();
+            let end = match c {
+                '\n' => i,
+                '.' | '!' | '?' | '…' if body[after..].starts_with(char::is_whitespace) => after,
+                _ => continue,
+            };
+            if end < heading_end || body[..end].trim().is_empty() {
+                continue;
+            }
+            let candidate = match tail {
+                Some(tail) => format!("{} …\n{tail}", body[..end].trim_end()),
+                None => format!("{} …", body[..end].trim_end()),
+            };
+            if estimate(&candidate) > max_tokens {
+                break;
+            }
+            best = Some(candidate);
+        }
+        best
+    };
+    match text.rsplit_once('\n') {
+        Some((body, tail)) if body.contains('\n') => attempt(body, Some(tail)).or_else(|| attempt(text, None)),
+        _ => attempt(text, None),
+    }
+}
+
+/// Cut an [`ESSENTIAL`] item that does not fit in `left` tokens; the ledger's line for it.
+fn cut_essential(item: &mut BudgetItem, left: u32, allocated: u32) -> Option<DroppedItem> {
+    if item.value < ESSENTIAL {
+        return None;
+    }
+    let text = cut_to(&item.text, left)?;
+    let tokens = crate::llm::tokens::estimate(&text).min(left);
+    let dropped = DroppedItem {
+        id: item.id.clone(),
+        tokens: item.tokens.saturating_sub(tokens),
+        reason: format!("cut from {} to {tokens} tokens at a sentence or line boundary: {left} left of {allocated}", item.tokens),
+    };
+    item.text = text;
+    item.tokens = tokens;
+    Some(dropped)
+}
+
+/// Decide per item whether it stays; the reasons for the ones that go. An
+/// [`ESSENTIAL`] item too large for what is left is cut in place (its text and tokens
+/// change, it is kept) and the cut is listed with the dropped ones.
+pub fn fit(items: &mut [BudgetItem], allocated: u32, policy: DropPolicy) -> (Vec<bool>, Vec<DroppedItem>) {
     let mut keep = vec![false; items.len()];
     let mut dropped = Vec::new();
     let mut left = allocated;
     match policy {
         DropPolicy::KeepNewestContiguous => {
             let mut cut = false;
-            for (index, item) in items.iter().enumerate().rev() {
+            for index in (0..items.len()).rev() {
+                let item = &mut items[index];
                 if !cut && item.tokens <= left {
                     left -= item.tokens;
                     keep[index] = true;
+                } else if let Some(note) = (!cut).then(|| cut_essential(item, left, allocated)).flatten() {
+                    left -= item.tokens;
+                    keep[index] = true;
+                    cut = true;
+                    dropped.push(note);
                 } else {
                     let reason = if cut {
                         "older than an item that did not fit".to_string()
@@ -240,11 +377,24 @@ pub fn fit(items: &[BudgetItem], allocated: u32, policy: DropPolicy) -> (Vec<boo
             let mut order: Vec<usize> = (0..items.len()).collect();
             // Stable: equal values keep their given order.
             order.sort_by(|a, b| items[*b].value.total_cmp(&items[*a].value));
-            for index in order {
-                let item = &items[index];
+            for (position, &index) in order.iter().enumerate() {
+                // A cut leaves room for the essential items after it (a card's short
+                // personality after its long description) when there is any.
+                let after: u32 = order[position + 1..]
+                    .iter()
+                    .filter(|i| items[**i].value >= ESSENTIAL)
+                    .map(|i| items[*i].tokens)
+                    .fold(0, u32::saturating_add);
+                let item = &mut items[index];
                 if item.tokens <= left {
                     left -= item.tokens;
                     keep[index] = true;
+                } else if let Some(note) =
+                    cut_essential(item, Some(left.saturating_sub(after)).filter(|room| *room > 0).unwrap_or(left), allocated)
+                {
+                    left -= item.tokens;
+                    keep[index] = true;
+                    dropped.push(note);
                 } else {
                     dropped.push(DroppedItem {
                         id: item.id.clone(),
@@ -327,6 +477,25 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_naming_some_sections_keeps_the_defaults_of_the_others() {
+        let plan: BudgetPlan = toml::from_str("[percent]\nhistory = 40\n").unwrap();
+        assert_eq!(plan.percent(History), 40.0);
+        for section in Section::ALL.into_iter().filter(|s| *s != History) {
+            assert_eq!(plan.percent(section), BudgetPlan::default().percent(section), "{section:?}");
+        }
+        // 110 in all: scaled to 100 in proportion, so nothing gets 0.
+        let got = allocate(&plan, 1100, &Section::ALL);
+        assert_eq!((got[&History], got[&Lore], got[&CharacterGuidance]), (400, 150, 100));
+        // A stored campaign plan is JSON; an empty plan is the defaults.
+        let stored: BudgetPlan = serde_json::from_str(r#"{"percent":{"lore":5.0}}"#).unwrap();
+        assert_eq!((stored.percent(Lore), stored.percent(History)), (5.0, 30.0));
+        assert_eq!(serde_json::from_str::<BudgetPlan>("{}").unwrap(), BudgetPlan::default());
+        // Through the whole config file, as `[scene.budgets.percent]`.
+        let config: crate::config::Config = toml::from_str("[scene.budgets.percent]\nhistory = 40\n").unwrap();
+        assert_eq!(config.scene.budgets, plan);
+    }
+
+    #[test]
     fn a_plan_below_100_percent_keeps_its_unplanned_rest_when_reallocating() {
         let mut plan = BudgetPlan::default();
         plan.percent.insert(History, 10.0); // total now 80%
@@ -343,7 +512,7 @@ mod tests {
     #[test]
     fn history_keeps_the_newest_contiguous_run() {
         let items = vec![item("m1", 10, 0.0), item("m2", 50, 0.0), item("m3", 10, 0.0), item("m4", 20, 0.0)];
-        let (keep, dropped) = fit(&items, 40, DropPolicy::KeepNewestContiguous);
+        let (keep, dropped) = fit(&mut items.clone(), 40, DropPolicy::KeepNewestContiguous);
         assert_eq!(keep, vec![false, false, true, true]);
         // m1 would fit alone but is older than m2, which did not: no gap.
         assert_eq!(dropped.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), vec!["m1", "m2"]);
@@ -354,11 +523,54 @@ mod tests {
     #[test]
     fn memories_keep_the_most_valuable_that_fit_in_original_order() {
         let items = vec![item("a", 30, 0.2), item("b", 60, 0.9), item("c", 30, 0.5), item("d", 10, 0.1)];
-        let (keep, dropped) = fit(&items, 100, DropPolicy::MostValuableFirst);
+        let (keep, dropped) = fit(&mut items.clone(), 100, DropPolicy::MostValuableFirst);
         // b (60) then c (30) then a (30) does not fit, d (10) does.
         assert_eq!(keep, vec![false, true, true, true]);
         assert_eq!(dropped.len(), 1);
         assert_eq!(dropped[0].id, "a");
+    }
+
+    #[test]
+    fn unused_shares_flow_to_the_sections_that_need_them() {
+        assert_eq!(share_out(&[100, 100, 100], &[10, 500, 0]), vec![10, 290, 0]);
+        // In proportion to the shares, never past a need.
+        assert_eq!(share_out(&[100, 300, 100], &[1000, 1000, 0]), vec![125, 375, 0]);
+        assert_eq!(share_out(&[100, 300, 100], &[1000, 310, 0]), vec![190, 310, 0]);
+        // A share of 0 is a section turned off: it is handed nothing.
+        assert_eq!(share_out(&[0, 300, 100], &[1000, 10, 0]), vec![0, 10, 0]);
+        let mut candidates = BTreeMap::new();
+        candidates.insert(History, vec![item("h1", 50, 0.0)]);
+        candidates.insert(CharacterGuidance, vec![item("own sheet", 900, ESSENTIAL)]);
+        let (kept, ledger) = enforce(&BudgetPlan::default(), 2000, &candidates);
+        // Character guidance's share is 10/40 of 2000 = 500, history's 1500: history
+        // needs 50 and hands the rest on.
+        assert_eq!(kept[&CharacterGuidance].len(), 1);
+        assert_eq!(ledger.section(CharacterGuidance).unwrap().allocated, 900);
+        assert!(ledger.section(CharacterGuidance).unwrap().dropped.is_empty());
+    }
+
+    #[test]
+    fn an_essential_item_too_large_is_cut_at_a_boundary_keeping_its_heading_and_state() {
+        let body: String = (1..=80).map(|n| format!("Sentence number {n} of the card. ")).collect();
+        let text = format!("Vex (in the scene)\ndescription: {body}\nState: intentions: steal the ledger");
+        let tokens = crate::llm::tokens::estimate(&text);
+        let mut items = vec![BudgetItem { id: "character Vex".into(), text: text.clone(), tokens, value: ESSENTIAL }, item("other", 300, 1.0)];
+        let (keep, dropped) = fit(&mut items, 200, DropPolicy::MostValuableFirst);
+        assert_eq!(keep, vec![true, false]);
+        let cut = &items[0];
+        assert!(cut.tokens <= 200 && cut.tokens > 100, "{}", cut.tokens);
+        assert!(cut.text.starts_with("Vex (in the scene)\ndescription: Sentence number 1 of the card."), "{}", cut.text);
+        assert!(cut.text.ends_with(". …\nState: intentions: steal the ledger"), "{}", cut.text);
+        assert_eq!(dropped[0].id, "character Vex");
+        assert!(dropped[0].reason.starts_with(&format!("cut from {tokens} to {}", cut.tokens)), "{}", dropped[0].reason);
+        assert_eq!(dropped[1].id, "other");
+        // An item not essential is still dropped whole.
+        let mut plain = vec![BudgetItem { value: 1.0, ..items[0].clone() }];
+        plain[0].text = text;
+        plain[0].tokens = tokens;
+        assert_eq!(fit(&mut plain, 200, DropPolicy::MostValuableFirst).0, vec![false]);
+        // Nothing fits, not even one sentence: dropped.
+        assert_eq!(cut_to("One long sentence without any end at all here", 3), None);
     }
 
     #[test]
@@ -368,9 +580,10 @@ mod tests {
         candidates.insert(Memories, (0..10).map(|i| item(&format!("mem{i}"), 40, i as f64)).collect::<Vec<_>>());
         candidates.insert(Lore, Vec::new());
         let (kept, ledger) = enforce(&BudgetPlan::default(), 1000, &candidates);
-        // Present: history (30) and memories (20) → 600 and 400.
+        // Present: history (30) and memories (20) → 600 and 400; history needs only 500,
+        // and memories no more than their 400, so 100 stay unhanded.
         let h = ledger.section(History).unwrap();
-        assert_eq!((h.allocated, h.used), (600, 500));
+        assert_eq!((h.allocated, h.used), (500, 500));
         assert_eq!(kept[&History].len(), 20);
         let m = ledger.section(Memories).unwrap();
         assert_eq!((m.allocated, m.used), (400, 400));

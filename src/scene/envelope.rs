@@ -25,6 +25,7 @@ use crate::llm::ResponseFormat;
 use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
 use crate::prompting::macros::{MacroContext, expand};
+use super::SceneError;
 use crate::prompting::{BudgetItem, BudgetLedger, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError, allocate, enforce};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -246,7 +247,7 @@ pub fn assemble_for_call(
     reply: &mut ReplyPlan,
     input: &EnvelopeInput<'_>,
     lore_state: &mut ActivationState,
-) -> Result<(Envelope, RenderedPrompt), TemplateError> {
+) -> Result<(Envelope, RenderedPrompt), SceneError> {
     let max = profile.max_context_tokens;
     let mut reserved = reserve(templates, agent, character, turn, *reply, &roster(agent, input.view))?;
     // The instructions, the turn and the schema leave less than the reply's cap: the
@@ -255,7 +256,22 @@ pub fn assemble_for_call(
     let mut shrunk = None;
     if reserved > max {
         let fixed = reserved - reply.tokens;
-        let tokens = max.saturating_sub(fixed).max(crate::llm::client::MIN_REPLY_CAP.min(reply.tokens));
+        // Below half its planned cap a reply (a Director's plan above all) is cut off
+        // before it closes: better said now, before any call, than failed after.
+        let least = usable_reply(reply.tokens);
+        if fixed.saturating_add(least) > max {
+            let schema = if reply.appended > 0 { format!(" ({} of them its JSON Schema)", reply.appended) } else { String::new() };
+            return Err(SceneError::Invalid(format!(
+                "profile \"{}\" has {max} tokens of context, too few for the {} call: its instructions and turn need {fixed}{schema} \
+                 and its reply at least {least} of the {} planned, so it needs a context of at least {} tokens \
+                 (or a smaller max_tokens, or another profile for the role)",
+                profile.name,
+                agent.role(),
+                reply.tokens,
+                fixed + least
+            )));
+        }
+        let tokens = max.saturating_sub(fixed);
         shrunk = Some(reply.tokens);
         reply.tokens = tokens;
         reserved = fixed + tokens;
@@ -298,6 +314,12 @@ pub fn assemble_for_call(
     let prompt = render(templates, agent, &envelope, character, turn)?;
     *lore_state = state;
     Ok((finish(envelope, &prompt), prompt))
+}
+
+/// The least reply cap worth a call that planned `planned`: half of it, and never
+/// below the client's floor.
+pub fn usable_reply(planned: u32) -> u32 {
+    (planned / 2).max(crate::llm::client::MIN_REPLY_CAP).min(planned)
 }
 
 /// Fit gathered candidates into the budgets. Kept apart from [`gather`] so the
@@ -892,8 +914,16 @@ mod tests {
                     _ => (character_turn(&member.name), ReplyPlan::prose(&profile)),
                 };
                 let mut state = ActivationState::default();
-                let (envelope, prompt) =
-                    assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &mut reply, &input, &mut state).unwrap();
+                let fitted = assemble_for_call(&templates, agent, character, &turn, &config.budgets, &profile, &mut reply, &input, &mut state);
+                if agent == AgentKind::Director && max == 1500 {
+                    // The instructions and the 1,067-token schema leave the plan less than
+                    // half its cap: refused before any call, saying what would do.
+                    let error = fitted.expect_err("too small for the Director").to_string();
+                    assert!(error.contains("profile \"default\" has 1500 tokens of context, too few for the director call"), "{error}");
+                    assert!(error.contains("needs a context of at least 15"), "{error}");
+                    continue;
+                }
+                let (envelope, prompt) = fitted.unwrap();
                 // The request as the structured layer sends it: the schema's text joins the system prompt.
                 let mut system = prompt.system.clone();
                 if agent == AgentKind::Director {
@@ -936,7 +966,7 @@ mod tests {
         let (mut view, notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
         for member in &mut view.cast {
             member.active = true;
-            member.sheet.insert("description".into(), format!("{} keeps the harbour's oldest secrets. ", member.name).repeat(40));
+            member.sheet.insert("description".into(), format!("{} keeps the harbour's oldest secrets. ", member.name).repeat(160));
         }
         view.cast[1].muted = true;
         let history: Vec<SceneMessage> = Vec::new();
@@ -969,6 +999,61 @@ mod tests {
                 }
                 assert!(roster.contains(&format!("{} (muted: cannot act)", view.cast[1].name)), "{roster}");
             }
+        }
+    }
+
+    #[test]
+    fn a_characters_own_long_card_and_intentions_reach_it_whatever_the_context() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (mut view, notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
+        for member in &mut view.cast {
+            member.active = true;
+            // 4.6k characters: far more than the 10% character-guidance share of 2048.
+            let description: String = (1..=100).map(|n| format!("{} remembers harbour night {n} well. ", member.name)).collect();
+            member.sheet.insert("description".into(), description);
+            member.state.intentions = Some(format!("{} means to find the brass key", member.name));
+        }
+        let member = view.cast[0].clone();
+        let history: Vec<SceneMessage> = Vec::new();
+        for max in [1024u32, 2048, 8192] {
+            let profile = crate::llm::ProviderProfile { max_context_tokens: max, ..Default::default() };
+            let input = EnvelopeInput {
+                agent: AgentKind::Character,
+                view: &view,
+                notes: &notes,
+                history: &history,
+                lore: None,
+                memories: &[],
+                character: Some(&member),
+                director_guidance: Vec::new(),
+                lore_scan_depth: 2,
+                message_number: 1,
+                seed: 7,
+                cancel: None,
+                bank: None,
+            };
+            let mut reply = ReplyPlan::prose(&profile);
+            let turn = character_turn(&member.name);
+            let (envelope, prompt) = assemble_for_call(
+                &templates, AgentKind::Character, Some(&member), &turn, &config.budgets, &profile, &mut reply, &input, &mut Default::default(),
+            )
+            .unwrap();
+            assert!(prompt.system.contains(&format!("{} remembers harbour night 1 well.", member.name)), "at {max}:\n{}", prompt.system);
+            assert!(prompt.system.contains(&format!("intentions: {} means to find the brass key", member.name)), "at {max}:\n{}", prompt.system);
+            let sheets = envelope.ledger.section(Section::CharacterGuidance).unwrap();
+            assert!(sheets.kept.contains(&format!("character {}", member.name)), "at {max}: {sheets:?}");
+            if max == 8192 {
+                // Room enough: the whole card, not a cut one.
+                assert!(prompt.system.contains(&format!("{} remembers harbour night 100 well.", member.name)), "{}", prompt.system);
+            } else {
+                let cut = sheets.dropped.iter().find(|d| d.id == format!("character {}", member.name)).expect("the cut is in the ledger");
+                assert!(cut.reason.starts_with("cut from"), "{cut:?}");
+            }
+            assert!(envelope.ledger.prompt_tokens + envelope.ledger.reply_tokens <= max);
         }
     }
 

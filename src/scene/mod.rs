@@ -182,8 +182,9 @@ pub enum SceneEvent {
     /// `through_round`: [`SceneEvent::SummaryUpdated`] or [`SceneEvent::SummaryFailed`]
     /// comes after it (a front door that waits for the summary knows to).
     SummaryStarted { scene_id: String, through_round: u32 },
-    /// The scene's summary now covers rounds 1 to `through_round`.
-    SummaryUpdated { scene_id: String, through_round: u32 },
+    /// The scene's summary now covers rounds 1 to `through_round`; `scene` is its name
+    /// (an earlier scene's summary can be caught up by a later scene's round).
+    SummaryUpdated { scene_id: String, scene: String, through_round: u32 },
     /// The summary could not be written; the round it followed is saved regardless.
     SummaryFailed { scene_id: String, message: String },
     State { view: Box<SceneView> },
@@ -351,7 +352,7 @@ fn summarise_again(ctx: &Context, scene_id: &str, through_round: u32) {
         return;
     }
     match summary::summarise(ctx, scene_id, through_round, &CancelToken::new()) {
-        Ok(Some(through_round)) => ctx.emit(SceneEvent::SummaryUpdated { scene_id: scene_id.to_string(), through_round }),
+        Ok(Some(through_round)) => ctx.emit(summary::updated(ctx, scene_id, through_round)),
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(scene = %scene_id, error = %e, "scene summary not written again after an edit");

@@ -44,7 +44,7 @@ impl AfterCharacters<'_> {
         profile: &ProviderProfile,
         reply: &mut envelope::ReplyPlan,
         lore_state: &mut ActivationState,
-    ) -> Result<(envelope::Envelope, envelope::RenderedPrompt), crate::prompting::TemplateError> {
+    ) -> Result<(envelope::Envelope, envelope::RenderedPrompt), SceneError> {
         envelope::assemble_for_call(
             self.templates,
             agent,

@@ -541,6 +541,62 @@ fn lines_the_prompt_already_shows_are_not_recalled_as_memories() {
     assert!(sent.contains("under the third step"), "{sent}");
 }
 
+/// A backlog longer than the summariser's context is folded in chunks, oldest first,
+/// each prompt with its reply's cap within the context, the summary carried along.
+#[test]
+fn the_summariser_folds_a_long_backlog_in_chunks_that_fit_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    let mut profile = config.profiles.iter().find(|p| p.name == "script").unwrap().clone();
+    profile.max_context_tokens = 1500;
+    config.upsert_profile(profile);
+    config.save(&paths.config_file).unwrap();
+    let store = Store::open(&paths.library_file).unwrap();
+    // Twelve rounds of three long lines: about 3,000 tokens of transcript.
+    store
+        .transaction(|tx| {
+            let mut number = 0;
+            for round in 1..=12u32 {
+                for speaker in ["Juno", "Wren Talloway", "Narrator"] {
+                    number += 1;
+                    let content = format!("BACKLOG-{round} {}", "the lamp turns and the fog presses at the glass ".repeat(6));
+                    tx.execute(
+                        "INSERT INTO scene_messages(id, scene_id, number, round, kind, character_id, speaker, content, created_at)
+                         VALUES (?1, ?2, ?3, ?4, 'character', NULL, ?5, ?6, '2026-11-01T00:00:00Z')",
+                        rusqlite::params![format!("m{number}"), scene, number, round, speaker, content],
+                    )?;
+                }
+            }
+            tx.execute("UPDATE scenes SET rounds = 12 WHERE id = ?1", [&scene])?;
+            Ok(())
+        })
+        .unwrap();
+    let engine = engine::start(paths).unwrap();
+    let covered = lorekeeper::scene::summary::summarise(engine.context(), &scene, 11, &lorekeeper::llm::CancelToken::new()).unwrap();
+    assert_eq!(covered, Some(11));
+    let store = &engine.context().store;
+    assert_eq!(store.with(|c| Ok(lorekeeper::scene::summary::current(c, &scene).unwrap())).unwrap().1, 11);
+    let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
+    let mut summariser: Vec<_> = calls.iter().filter(|c| c.agent == "summariser").collect();
+    summariser.reverse();
+    assert!(summariser.len() >= 2, "a backlog this long takes more than one call: {}", summariser.len());
+    let profile = engine.context().config().profile_for_role("summariser").unwrap().clone();
+    let cap = lorekeeper::llm::client::planned_reply_cap(&profile, &lorekeeper::llm::ResponseFormat::Text);
+    for call in &summariser {
+        let prompt = lorekeeper::llm::tokens::estimate_messages(&call.request.messages);
+        assert!(prompt + cap <= 1500, "prompt {prompt} + reply {cap} passes the context");
+    }
+    // Oldest first, each round once, the summary carried into the next chunk.
+    let sent: Vec<String> = summariser.iter().map(|c| c.request.messages[0].content.clone()).collect();
+    assert!(sent[0].contains("BACKLOG-1 ") && !sent[0].contains("Previous summary"), "{}", sent[0]);
+    assert!(sent[1].contains("Previous summary") && !sent[1].contains("BACKLOG-1 "), "{}", sent[1]);
+    for round in 1..=11 {
+        assert_eq!(sent.iter().filter(|s| s.contains(&format!("BACKLOG-{round} "))).count(), 1, "round {round}");
+    }
+    assert!(!sent.iter().any(|s| s.contains("BACKLOG-12 ")), "the last round stays verbatim");
+}
+
 #[test]
 fn the_summariser_folds_older_rounds_and_history_starts_after_them() {
     use lorekeeper::prompting::Section;
@@ -1542,8 +1598,8 @@ fn a_new_arc_is_told_how_the_earlier_scenes_ended() {
 
     let events = round(&engine, &later, Some("Where were we?"));
     assert!(
-        events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { scene_id, through_round: 2 } if *scene_id == first)),
-        "the first scene was summarised through its last round: {events:?}"
+        events.iter().any(|e| matches!(e, SceneEvent::SummaryUpdated { scene_id, scene, through_round: 2 } if *scene_id == first && *scene == before.name)),
+        "the first scene was summarised through its last round, and the event names it: {events:?}"
     );
     let calls = store.with(|c| lorekeeper::llm::calls::recent(c, 100)).unwrap();
     let summariser = calls.iter().find(|c| c.agent == "summariser").expect("the summariser ran");

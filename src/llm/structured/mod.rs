@@ -176,7 +176,8 @@ pub struct StructuredOptions {
     /// Also state the schema in the system prompt, for servers that ignore
     /// `response_format` (most local servers and all chat templates see only text).
     pub schema_in_prompt: bool,
-    /// A failed reply is quoted back in the re-ask up to this many characters.
+    /// A failed reply is quoted back in the re-ask up to this many characters (fewer
+    /// when the context leaves less room beside the reply's cap).
     pub max_echo_chars: usize,
     /// What a valid reply must also say to be accepted (see [`content`]).
     pub content: ContentRules,
@@ -188,7 +189,7 @@ pub struct StructuredOptions {
 
 impl Default for StructuredOptions {
     fn default() -> Self {
-        Self { max_attempts: 3, schema_in_prompt: true, max_echo_chars: 16_000, content: ContentRules::default(), reask: true }
+        Self { max_attempts: 3, schema_in_prompt: true, max_echo_chars: 4_000, content: ContentRules::default(), reask: true }
     }
 }
 
@@ -341,6 +342,7 @@ pub fn complete_with_schema<T: DeserializeOwned>(
     ctx: CallContext<'_>,
 ) -> Result<StructuredOutput<T>, StructuredError> {
     let mut request = prepare_request(request, schema.name(), schema.schema(), options);
+    let asked = request.messages.len();
     let mut attempts: Vec<StructuredAttempt> = Vec::new();
     let max_attempts = options.max_attempts.max(1);
     for number in 1..=max_attempts {
@@ -380,8 +382,14 @@ pub fn complete_with_schema<T: DeserializeOwned>(
         }
         if number < max_attempts && options.reask {
             if let Some(last) = attempts.last() {
-                request.messages.push(ChatMessage::assistant(echo(&last.raw, options.max_echo_chars)));
-                request.messages.push(ChatMessage::user(reask_message(last)));
+                // Only the latest failed reply is quoted, and only as much of it as leaves
+                // the reply its planned cap: re-asks that piled up every failed reply in
+                // full squeezed the cap down to nothing (788 → 293 → 64 tokens).
+                request.messages.truncate(asked);
+                let reask = reask_message(last);
+                let chars = echo_chars(client.profile(), &request, &reask, options.max_echo_chars);
+                request.messages.push(ChatMessage::assistant(echo(&last.raw, chars)));
+                request.messages.push(ChatMessage::user(reask));
             }
         }
     }
@@ -425,6 +433,30 @@ fn echo(raw: &str, max_chars: usize) -> String {
         Some((cut, _)) => format!("{}\n[... reply cut here, {} characters in all]", &raw[..cut], raw.chars().count()),
         None => raw.to_string(),
     }
+}
+
+/// The least of a failed reply a re-ask quotes, however tight the context: its start
+/// says what went wrong often enough.
+const MIN_ECHO_CHARS: usize = 240;
+
+/// How much of a failed reply a re-ask of `request` may quote: what the context leaves
+/// once the request, the re-ask's own words and the reply's planned cap are counted, at
+/// about three characters a token (JSON is dense), within `MIN_ECHO_CHARS..=max_chars`.
+fn echo_chars(profile: &crate::llm::ProviderProfile, request: &ChatRequest, reask: &str, max_chars: usize) -> usize {
+    if profile.max_context_tokens == 0 {
+        return max_chars;
+    }
+    // The cap the client will send (see `LlmClient::complete`).
+    let cap = request
+        .sampler
+        .max_tokens
+        .or(profile.sampler.max_tokens)
+        .unwrap_or_else(|| crate::llm::client::default_reply_cap(&request.response_format));
+    let used = crate::llm::tokens::estimate_messages(&request.messages)
+        .saturating_add(crate::llm::tokens::estimate(reask))
+        .saturating_add(16);
+    let room = profile.max_context_tokens.saturating_sub(cap.saturating_add(used)) as usize;
+    room.saturating_mul(3).clamp(MIN_ECHO_CHARS.min(max_chars), max_chars)
 }
 
 /// How many schema errors a re-ask lists; more only lengthen the prompt.

@@ -132,6 +132,33 @@ fn damaged_but_repairable_reply_succeeds_in_one_attempt() {
     assert_eq!(requests[0].model, "test-model");
 }
 
+/// A re-ask quotes only the latest failed reply, and only as much of it as leaves the
+/// reply its planned cap: long failed replies used to pile up until the cap was 64.
+#[test]
+fn re_asks_quote_a_bounded_excerpt_and_keep_the_reply_cap() {
+    let long = format!(r#"{{"core_traits": ["brave"], "fears": ["fire", "debt"], "summary": "{}"}}"#, "A scout of the hills. ".repeat(300));
+    let provider = ScriptedReplies::new(vec![reply(&long, 100, 30), reply(&long, 100, 30), reply(&long, 100, 30)]);
+    let profile = ProviderProfile { model: "test-model".into(), max_context_tokens: 2048, ..ProviderProfile::default() };
+    let client = LlmClient::with_provider(provider.clone(), profile.clone());
+    let request = ChatRequest::new("", vec![ChatMessage::system("You design characters."), ChatMessage::user("Describe Mira's personality.")]);
+    let cancel = CancelToken::new();
+    let result = complete_structured::<Personality>(&client, request, &StructuredOptions::default(), CallContext::new(&cancel));
+    assert!(result.is_err(), "every reply is invalid");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    let planned = crate::llm::client::default_reply_cap(&requests[0].response_format);
+    for (i, request) in requests.iter().enumerate() {
+        assert_eq!(request.sampler.max_tokens, Some(planned), "attempt {}: the reply keeps its cap", i + 1);
+        let prompt = crate::llm::tokens::estimate_messages(&request.messages);
+        assert!(prompt + planned <= 2048, "attempt {}: prompt {prompt}", i + 1);
+    }
+    for request in &requests[1..] {
+        assert_eq!(request.messages.len(), 4, "system, user, the latest failed reply, the re-ask");
+        assert!(request.messages[2].content.contains("reply cut here"), "{}", request.messages[2].content);
+        assert!(request.messages[2].content.starts_with(r#"{"core_traits": ["brave"]"#));
+    }
+}
+
 #[test]
 fn invalid_reply_is_re_asked_with_the_validation_errors() {
     let provider = ScriptedReplies::new(vec![reply(TOO_FEW_TRAITS, 100, 30), reply(VALID, 160, 35)]);
@@ -194,10 +221,10 @@ fn three_failures_give_a_clear_error_with_every_attempt() {
         error.to_string(),
         "no valid Personality after 3 attempt(s); last attempt 3: at the top level: \"summary\" is a required property (and 1 more)"
     );
-    // The unparseable reply is answered as such.
+    // The unparseable reply is answered as such, in place of the first re-ask.
     let third = provider.requests()[2].messages.clone();
-    assert!(third[5].content.contains("it is not valid JSON (the reply contains no JSON object or array)"), "{}", third[5].content);
-    assert_eq!(third.len(), 6);
+    assert!(third[3].content.contains("it is not valid JSON (the reply contains no JSON object or array)"), "{}", third[3].content);
+    assert_eq!(third.len(), 4);
 
     let usage = error.usage();
     assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.reported), (430, 58, true));

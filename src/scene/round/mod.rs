@@ -236,9 +236,9 @@ pub(crate) fn run_held(
     });
     if summary_due {
         match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {
-            Ok(Some(through_round)) => ctx.emit(SceneEvent::SummaryUpdated { scene_id, through_round }),
+            Ok(Some(through_round)) => ctx.emit(super::summary::updated(ctx, &scene_id, through_round)),
             // Nothing new to cover, or another run covered it: it covers them all the same.
-            Ok(None) => ctx.emit(SceneEvent::SummaryUpdated { scene_id, through_round: round - 1 }),
+            Ok(None) => ctx.emit(super::summary::updated(ctx, &scene_id, round - 1)),
             Err(e) => {
                 tracing::warn!(scene = %scene_id, error = %e, "scene summary failed");
                 ctx.emit(SceneEvent::SummaryFailed { scene_id, message: e.to_string() });
