@@ -42,6 +42,11 @@ use utoipa::OpenApi;
         super::memory::remove,
         super::memory::forget,
         super::play::import,
+        super::author::worlds,
+        super::author::characters,
+        super::author::lorebooks,
+        super::author::personas,
+        super::author::identity_runs,
     ),
     components(schemas(super::ErrorBody)),
     modifiers(&EveryRoute)

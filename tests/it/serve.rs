@@ -1121,3 +1121,63 @@ fn a_round_whose_provider_cannot_start_is_a_502() {
     let (_, messages) = call(&http(), "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
     assert_eq!(messages, json!([]));
 }
+
+/// A library with the demo world, a lorebook and an identity run, served.
+fn authoring_library(dir: &Path) -> (ServerHandle, String, ureq::Agent) {
+    let paths = paths(dir, &data("identity/script.json"));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let book = std::fs::read_to_string(data("interop/lorebook_v3_full.json")).unwrap();
+    let imported = agent.post(&format!("{base}/api/library/import?name=book.json")).send(book).unwrap();
+    assert_eq!(imported.status().as_u16(), 200);
+    (server, base, agent)
+}
+
+/// What a front end reads to build its authoring screens: the tree of worlds, the
+/// characters to cast, the lorebooks to attach, the personas to play, the identity runs.
+#[test]
+fn a_front_end_reads_the_authoring_tree_characters_lorebooks_personas_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let start = json!({ "characters": [{ "name": "Mira Voss", "concept": "A keeper." }], "storyline": {}, "mode": "fast" });
+    let (status, started) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{started}");
+    let run = started["character_id"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+
+    let (status, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    assert_eq!(status, 200, "{tree}");
+    let world = &tree["worlds"][0];
+    assert!(world["id"].is_string() && world["name"].is_string(), "{tree}");
+    let campaign = &world["campaigns"][0];
+    assert_eq!(campaign["persona"]["name"], "Juno", "{campaign}");
+    assert!(campaign["arcs"][0]["scenes"][0]["id"].is_string(), "{campaign}");
+
+    let (status, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    assert_eq!(status, 200);
+    let names: BTreeSet<&str> = characters.as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert!(names.is_superset(&BTreeSet::from(["Wren Talloway", "Ossian Vale", "Marguerite Siltborne"])), "{characters}");
+
+    let (status, books) = call(&agent, "GET", &format!("{base}/api/lorebooks"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(books.as_array().unwrap().len(), 2, "the demo's and the imported one: {books}");
+    assert!(books.as_array().unwrap().iter().all(|b| b["entries"].as_u64().unwrap() > 0), "{books}");
+    let attached = campaign["lorebooks"][0][0].as_str().unwrap();
+    assert!(books.as_array().unwrap().iter().any(|b| b["id"] == attached), "the tree's lorebook ids are the list's: {books}");
+
+    let (status, personas) = call(&agent, "GET", &format!("{base}/api/personas"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(personas.as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect::<Vec<_>>(), ["Juno"], "{personas}");
+
+    let (status, runs) = call(&agent, "GET", &format!("{base}/api/identity/runs"), None, None);
+    assert_eq!(status, 200);
+    let found = runs.as_array().unwrap().iter().find(|r| r["character_id"] == run.as_str()).unwrap_or_else(|| panic!("{runs}"));
+    assert_eq!(found["mode"], "fast", "{found}");
+    assert!(found["status"].is_string() && found["name"] == "Mira Voss", "{found}");
+    // The predecessor's own route still answers for the id the list gives.
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/character/{run}/status"), None, None);
+    assert_eq!(status, 200);
+}
