@@ -87,11 +87,13 @@ pub fn in_order<T>(ctx: &Context, work: impl FnOnce() -> T) -> T {
     work()
 }
 
-/// Run one authoring command and send what it did, then the tree, as events. Commands
-/// are taken one at a time (see [`AuthoringOrder`]).
-pub fn handle(ctx: &Context, command: AuthorCommand) -> Result<(), SceneError> {
+/// Run one authoring command and send what it did, then the tree, as events; `reply`
+/// hears the first (what was created, changed or removed, or the report asked for).
+/// Commands are taken one at a time (see [`AuthoringOrder`]).
+pub fn handle(ctx: &Context, command: AuthorCommand, reply: Option<&crate::context::Reply<AuthorEvent>>) -> Result<(), SceneError> {
     in_order(ctx, || {
         for event in run(ctx, command)? {
+            crate::context::answer(reply, &event);
             ctx.emit(event);
         }
         Ok(())

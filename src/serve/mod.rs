@@ -323,6 +323,9 @@ impl ApiError {
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, detail.to_string())
     }
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -1181,3 +1181,113 @@ fn a_front_end_reads_the_authoring_tree_characters_lorebooks_personas_and_runs()
     let (status, _) = call(&agent, "GET", &format!("{base}/api/character/{run}/status"), None, None);
     assert_eq!(status, 200);
 }
+
+/// POST `body` to `url` and the answer; `DELETE` when `body` is `None`.
+fn author_call(agent: &ureq::Agent, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    send_as(agent, method, url, body.map(|b| b.to_string()).as_deref())
+}
+
+/// A front end builds a world down to a scene, renames it, and deletes it again with
+/// the CLI's confirmation rule; each answer is its own thing's id and name, with the tree.
+#[test]
+fn a_front_end_creates_edits_and_deletes_worlds_campaigns_arcs_scenes_and_personas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let (_, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    let id_of = |name: &str| characters.as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()["id"].as_str().unwrap().to_string();
+
+    let (status, world) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "Emberfall", "description": "Ash and cinder." })));
+    assert_eq!(status, 200, "{world}");
+    assert_eq!((world["action"].as_str(), world["kind"].as_str(), world["name"].as_str()), (Some("created"), Some("world"), Some("Emberfall")));
+    let world_id = world["id"].as_str().unwrap().to_string();
+    assert!(world["tree"]["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "{world}");
+
+    // By name, as the CLI takes it.
+    let (status, campaign) = author_call(&agent, "post", &format!("{base}/api/world/Emberfall/campaigns"), Some(json!({ "name": "The Long Ember" })));
+    assert_eq!(status, 200, "{campaign}");
+    let campaign_id = campaign["id"].as_str().unwrap().to_string();
+    let (status, arc) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/arcs"), Some(json!({ "name": "Kindling", "notes": "slow start" })));
+    assert_eq!(status, 200, "{arc}");
+    let arc_id = arc["id"].as_str().unwrap().to_string();
+    let scene_body = json!({ "name": "The Forge", "description": "Hammers.", "cast": ["Wren Talloway", "Ossian Vale"], "active": ["Wren Talloway"] });
+    let (status, scene) = author_call(&agent, "post", &format!("{base}/api/arc/{arc_id}/scenes"), Some(scene_body));
+    assert_eq!(status, 200, "{scene}");
+    assert_eq!((scene["kind"].as_str(), scene["name"].as_str()), (Some("scene"), Some("The Forge")));
+    let scene_id = scene["id"].as_str().unwrap().to_string();
+    let (_, view) = call(&agent, "GET", &format!("{base}/api/scene/{scene_id}"), None, None);
+    let cast: BTreeSet<&str> = view["cast"].as_array().unwrap().iter().filter_map(|c| c["id"].as_str()).collect();
+    let (wren, ossian) = (id_of("Wren Talloway"), id_of("Ossian Vale"));
+    assert_eq!(cast, BTreeSet::from([wren.as_str(), ossian.as_str()]), "{view}");
+    let active: Vec<&str> = view["cast"].as_array().unwrap().iter().filter(|c| c["active"] == true).filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(active, [wren.as_str()], "{view}");
+    let leaf = &scene["tree"]["worlds"].as_array().unwrap().iter().find(|w| w["id"] == world_id.as_str()).unwrap()["campaigns"][0]["arcs"][0]["scenes"][0];
+    assert_eq!(leaf["id"], scene_id.as_str(), "{leaf}");
+
+    // Edits: a rename answers with the new name; an arc has no description.
+    let (status, renamed) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/edit"), Some(json!({ "name": "The Longer Ember", "notes": "n" })));
+    assert_eq!(status, 200, "{renamed}");
+    assert_eq!((renamed["id"].as_str(), renamed["name"].as_str(), renamed["action"].as_str()), (Some(campaign_id.as_str()), Some("The Longer Ember"), Some("updated")));
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/arc/{arc_id}/edit"), Some(json!({ "description": "no" })));
+    assert_eq!(status, 400, "{refused}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/scene/{scene_id}/edit"), Some(json!({ "notes": "Sparks fly." })));
+    assert_eq!(status, 200);
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/world/{world_id}/edit"), Some(json!({ "nmae": "typo" })));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("nmae"), "{refused}");
+
+    // Bad fields and unknown ids.
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "description": "no name" })));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("name"), "{refused}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "  " })));
+    assert_eq!(status, 400, "{refused}");
+    for url in [format!("{base}/api/world/nowhere/campaigns"), format!("{base}/api/campaign/nowhere/arcs"), format!("{base}/api/arc/nowhere/scenes")] {
+        let (status, refused) = author_call(&agent, "post", &url, Some(json!({ "name": "x" })));
+        assert_eq!(status, 404, "{url}: {refused}");
+    }
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/arc/{arc_id}/scenes"), Some(json!({ "name": "x", "cast": ["Nobody At All"] })));
+    assert_eq!(status, 404, "{refused}");
+    let (status, _) = author_call(&agent, "delete", &format!("{base}/api/world/nowhere"), None);
+    assert_eq!(status, 404);
+
+    // Requests at once each hear their own answer.
+    let names = ["Ashen Reach", "Brass Hollow", "Cinder Vale", "Dusk Mere"];
+    let requests: Vec<(&str, String)> = names.iter().map(|n| ("/api/worlds", json!({ "name": n }).to_string())).collect();
+    let answers = at_once(&base, &requests);
+    for (name, (status, answer)) in names.iter().zip(&answers) {
+        assert_eq!((*status, answer["name"].as_str()), (200, Some(*name)), "{answer}");
+    }
+    let ids: BTreeSet<&str> = answers.iter().filter_map(|(_, a)| a["id"].as_str()).collect();
+    assert_eq!(ids.len(), names.len(), "{answers:?}");
+
+    // Personas.
+    let (status, persona) = author_call(&agent, "post", &format!("{base}/api/personas"), Some(json!({ "name": "Ash", "description": "a smith's apprentice" })));
+    assert_eq!(status, 200, "{persona}");
+    let persona_id = persona["id"].as_str().unwrap().to_string();
+    let (status, edited) = author_call(&agent, "post", &format!("{base}/api/persona/Ash/edit"), Some(json!({ "description": "a journeyman now" })));
+    assert_eq!((status, edited["id"].as_str()), (200, Some(persona_id.as_str())), "{edited}");
+    let (_, personas) = call(&agent, "GET", &format!("{base}/api/personas"), None, None);
+    assert!(personas.as_array().unwrap().iter().any(|p| p["id"] == persona_id.as_str() && p["description"] == "a journeyman now"), "{personas}");
+    let (status, gone) = author_call(&agent, "delete", &format!("{base}/api/persona/{persona_id}"), None);
+    assert_eq!((status, gone["action"].as_str()), (200, Some("deleted")), "{gone}");
+    let (status, _) = author_call(&agent, "delete", &format!("{base}/api/persona/{persona_id}"), None);
+    assert_eq!(status, 404);
+
+    // Deleting what holds something needs confirming, and the refusal says what would go.
+    let (status, refused) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}"), None);
+    assert_eq!(status, 409, "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(detail.contains("1 campaign") && detail.contains("1 arc") && detail.contains("1 scene") && detail.contains("confirm"), "{detail}");
+    let (_, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    assert!(tree["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "nothing went: {tree}");
+    // An empty scene goes without confirming.
+    let (status, gone) = author_call(&agent, "delete", &format!("{base}/api/scene/{scene_id}"), None);
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!((gone["kind"].as_str(), gone["id"].as_str()), (Some("scene"), Some(scene_id.as_str())));
+    let (status, gone) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}?confirm=true"), None);
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!((gone["impact"]["campaigns"].as_u64(), gone["impact"]["arcs"].as_u64()), (Some(1), Some(1)), "{gone}");
+    assert!(!gone["tree"]["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "{gone}");
+    let (status, refused) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}?confirm=yes"), None);
+    assert_eq!(status, 400, "{refused}");
+}
