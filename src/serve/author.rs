@@ -7,7 +7,7 @@
 use super::{ApiError, AppState, ErrorBody, Path, Query, body};
 use crate::engine::{Command, Event};
 use crate::scene::author::{AuthorCommand, AuthorEvent};
-use crate::scene::authoring::{Edit, Level};
+use crate::scene::authoring::{Edit, Level, LoreLevel, StateEdit};
 use crate::scene::{SceneCommand, SceneEvent};
 use axum::Router;
 use axum::body::Bytes;
@@ -44,6 +44,12 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/arc/{arc}/edit", post(edit_arc))
         .route("/api/scene/{scene}/edit", post(edit_scene))
         .route("/api/persona/{persona}/edit", post(edit_persona))
+        .route("/api/campaign/{campaign}/cast/{action}", post(campaign_cast))
+        .route("/api/campaign/{campaign}/persona", post(campaign_persona))
+        .route("/api/world/{world}/lorebook/{action}", post(world_lorebook))
+        .route("/api/campaign/{campaign}/lorebook/{action}", post(campaign_lorebook))
+        .route("/api/campaign/{campaign}/state", post(campaign_state))
+        .route("/api/scene/{scene}/character/{character}/state", post(character_state))
 }
 
 /// The library as a tree.
@@ -441,4 +447,167 @@ pub(super) async fn delete_scene(State(state): State<Arc<AppState>>, Path(key): 
     responses((status = 200, body = Authored), (status = 404, body = ErrorBody)))]
 pub(super) async fn delete_persona(State(state): State<Arc<AppState>>, Path(persona): Path<String>) -> Result<axum::Json<Authored>, ApiError> {
     author(&state, AuthorCommand::DeletePersona { persona }, false).await
+}
+
+/// A character of the library, by id or name.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CharacterBody {
+    character: String,
+}
+
+/// Add a library character to a campaign's cast (`add`; its new scenes cast them) or
+/// take one out (`remove`).
+#[utoipa::path(post, path = "/api/campaign/{campaign}/cast/{action}", request_body = CharacterBody,
+    params(("campaign" = String, Path), ("action" = String, Path, description = "add or remove")),
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn campaign_cast(
+    State(state): State<Arc<AppState>>,
+    Path((campaign, action)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Authored>, ApiError> {
+    let CharacterBody { character } = body(&bytes)?;
+    let command = match action.as_str() {
+        "add" => AuthorCommand::CastAdd { campaign, character },
+        "remove" => AuthorCommand::CastRemove { campaign, character },
+        other => return Err(ApiError::not_found(format!("no cast action {other:?}: add or remove"))),
+    };
+    author(&state, command, true).await
+}
+
+/// Who the user plays in a campaign's scenes.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PersonaChoice {
+    /// A persona's id or name; `null` for nobody in particular. Required, so that a
+    /// body without it is not taken for `null`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    persona: Option<Option<String>>,
+}
+
+/// A field that may be `null`, told apart from one that is absent.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+/// Choose the persona the user plays in a campaign (`null`: nobody in particular).
+#[utoipa::path(post, path = "/api/campaign/{campaign}/persona", request_body = PersonaChoice, params(("campaign" = String, Path)),
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn campaign_persona(State(state): State<Arc<AppState>>, Path(campaign): Path<String>, bytes: Bytes) -> Result<axum::Json<Authored>, ApiError> {
+    let PersonaChoice { persona } = body(&bytes)?;
+    let Some(persona) = persona else {
+        return Err(ApiError::bad_request("invalid body: missing field `persona` (a persona's id or name, or null for nobody)"));
+    };
+    author(&state, AuthorCommand::UsePersona { campaign, persona }, true).await
+}
+
+/// A lorebook of the library, by id or name.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LorebookBody {
+    lorebook: String,
+}
+
+async fn lorebook(state: &AppState, level: LoreLevel, owner: String, action: &str, bytes: &Bytes) -> Result<axum::Json<Authored>, ApiError> {
+    let LorebookBody { lorebook } = body(bytes)?;
+    let command = match action {
+        "attach" => AuthorCommand::Attach { lorebook, level, owner },
+        "detach" => AuthorCommand::Detach { lorebook, level, owner },
+        other => return Err(ApiError::not_found(format!("no lorebook action {other:?}: attach or detach"))),
+    };
+    author(state, command, true).await
+}
+
+/// Attach a lorebook to a world (`attach`: every campaign of it scans the book) or
+/// detach it (`detach`; 400 when it is not attached there).
+#[utoipa::path(post, path = "/api/world/{world}/lorebook/{action}", request_body = LorebookBody,
+    params(("world" = String, Path), ("action" = String, Path, description = "attach or detach")),
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn world_lorebook(
+    State(state): State<Arc<AppState>>,
+    Path((world, action)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Authored>, ApiError> {
+    lorebook(&state, LoreLevel::World, world, &action, &bytes).await
+}
+
+/// Attach a lorebook to a campaign (`attach`) or detach it (`detach`; 400 when it is
+/// not attached there).
+#[utoipa::path(post, path = "/api/campaign/{campaign}/lorebook/{action}", request_body = LorebookBody,
+    params(("campaign" = String, Path), ("action" = String, Path, description = "attach or detach")),
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn campaign_lorebook(
+    State(state): State<Arc<AppState>>,
+    Path((campaign, action)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Authored>, ApiError> {
+    lorebook(&state, LoreLevel::Campaign, campaign, &action, &bytes).await
+}
+
+/// One hand edit of a campaign's state: exactly one of `tracker` (with `value`; without
+/// one, or `null`, the tracker is removed), `add_fact`, `remove_fact`, `elapsed_minutes`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StateBody {
+    tracker: Option<String>,
+    /// The tracker's new value: any JSON (a number, a text, a list, …).
+    #[schema(value_type = Option<Object>)]
+    value: Option<Value>,
+    add_fact: Option<String>,
+    remove_fact: Option<String>,
+    /// The in-fiction time since the campaign began.
+    elapsed_minutes: Option<u64>,
+}
+
+/// Edit a campaign's trackers, facts or time by hand (kept in its history, as the
+/// Campaign panel's edits are).
+#[utoipa::path(post, path = "/api/campaign/{campaign}/state", request_body = StateBody, params(("campaign" = String, Path)),
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn campaign_state(State(state): State<Arc<AppState>>, Path(campaign): Path<String>, bytes: Bytes) -> Result<axum::Json<Authored>, ApiError> {
+    let StateBody { tracker, value, add_fact, remove_fact, elapsed_minutes } = body(&bytes)?;
+    if value.is_some() && tracker.is_none() {
+        return Err(ApiError::bad_request("invalid body: `value` goes with `tracker`"));
+    }
+    let mut edits: Vec<StateEdit> = Vec::new();
+    edits.extend(tracker.map(|name| StateEdit::Tracker { name, value }));
+    edits.extend(add_fact.map(|fact| StateEdit::AddFact { fact }));
+    edits.extend(remove_fact.map(|fact| StateEdit::RemoveFact { fact }));
+    edits.extend(elapsed_minutes.map(|minutes| StateEdit::Elapsed { minutes }));
+    if edits.len() != 1 {
+        return Err(ApiError::bad_request(format!(
+            "invalid body: give exactly one of `tracker`, `add_fact`, `remove_fact`, `elapsed_minutes` (got {})",
+            edits.len()
+        )));
+    }
+    let edit = edits.remove(0);
+    author(&state, AuthorCommand::EditState { campaign, edit }, true).await
+}
+
+/// The fields of a character's state to change in a scene; what is absent stays.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CharacterStateBody {
+    location: Option<String>,
+    mood: Option<String>,
+    clothing: Option<String>,
+    activity: Option<String>,
+    intentions: Option<String>,
+}
+
+/// Edit a character's state in a scene by hand (the fields given only).
+#[utoipa::path(post, path = "/api/scene/{scene}/character/{character}/state", request_body = CharacterStateBody,
+    params(("scene" = String, Path), ("character" = String, Path)),
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn character_state(
+    State(state): State<Arc<AppState>>,
+    Path((scene, character)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<axum::Json<Authored>, ApiError> {
+    let CharacterStateBody { location, mood, clothing, activity, intentions } = body(&bytes)?;
+    let changed = crate::scene::model::CharacterState { location, mood, clothing, activity, intentions };
+    if changed == Default::default() {
+        return Err(ApiError::bad_request("nothing to change: give location, mood, clothing, activity or intentions"));
+    }
+    author(&state, AuthorCommand::EditCharacterState { scene, character, state: changed }, false).await
 }

@@ -62,6 +62,12 @@ use utoipa::OpenApi;
         super::author::delete_arc,
         super::author::delete_scene,
         super::author::delete_persona,
+        super::author::campaign_cast,
+        super::author::campaign_persona,
+        super::author::world_lorebook,
+        super::author::campaign_lorebook,
+        super::author::campaign_state,
+        super::author::character_state,
     ),
     components(schemas(super::ErrorBody)),
     modifiers(&EveryRoute)

@@ -1291,3 +1291,101 @@ fn a_front_end_creates_edits_and_deletes_worlds_campaigns_arcs_scenes_and_person
     let (status, refused) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}?confirm=yes"), None);
     assert_eq!(status, 400, "{refused}");
 }
+
+/// A front end sets a campaign up: its cast, the persona the user plays, its world's and
+/// its own lorebooks, its trackers, facts and time, and a character's state in a scene.
+#[test]
+fn a_front_end_sets_up_a_campaign_cast_persona_lorebooks_state_and_a_characters_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let (_, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    let world_id = tree["worlds"][0]["id"].as_str().unwrap().to_string();
+    let campaign_id = tree["worlds"][0]["campaigns"][0]["id"].as_str().unwrap().to_string();
+    let campaign_of = |answer: &Value| -> Value {
+        answer["tree"]["worlds"][0]["campaigns"].as_array().unwrap().iter().find(|c| c["id"] == campaign_id.as_str()).unwrap().clone()
+    };
+    let (_, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    let wren = characters.as_array().unwrap().iter().find(|c| c["name"] == "Wren Talloway").unwrap()["id"].as_str().unwrap().to_string();
+
+    // Cast, by the campaign's name and the character's.
+    let (status, cast) = author_call(&agent, "post", &format!("{base}/api/campaign/The%20Unlit%20Night/cast/add"), Some(json!({ "character": "Wren Talloway" })));
+    assert_eq!(status, 200, "{cast}");
+    assert_eq!((cast["kind"].as_str(), cast["id"].as_str(), cast["name"].as_str()), (Some("cast"), Some(campaign_id.as_str()), Some("Wren Talloway")));
+    assert_eq!(campaign_of(&cast)["cast"], json!([[wren, "Wren Talloway"]]), "{cast}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/cast/add"), Some(json!({ "character": "Nobody At All" })));
+    assert_eq!(status, 404);
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/cast/juggle"), Some(json!({ "character": "Wren Talloway" })));
+    assert_eq!(status, 404);
+    let (status, cast) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/cast/remove"), Some(json!({ "character": wren })));
+    assert_eq!(status, 200, "{cast}");
+    assert_eq!(campaign_of(&cast)["cast"], json!([]), "{cast}");
+
+    // The persona played: one, then nobody; a body without the field is not taken for nobody.
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/personas"), Some(json!({ "name": "Ash" })));
+    assert_eq!(status, 200);
+    let (status, chosen) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({ "persona": "Ash" })));
+    assert_eq!(status, 200, "{chosen}");
+    assert_eq!(campaign_of(&chosen)["persona"]["name"], "Ash", "{chosen}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({})));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("persona"), "{refused}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({ "persona": "Nobody At All" })));
+    assert_eq!(status, 404);
+    let (status, chosen) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({ "persona": null })));
+    assert_eq!(status, 200, "{chosen}");
+    assert_eq!(campaign_of(&chosen)["persona"], Value::Null, "{chosen}");
+
+    // Lorebooks: the imported one on the world, the demo's off the campaign.
+    let (_, books) = call(&agent, "GET", &format!("{base}/api/lorebooks"), None, None);
+    let imported = books.as_array().unwrap().iter().find(|b| b["name"] != "Saltmarsh Lore").unwrap()["id"].as_str().unwrap().to_string();
+    let (status, attached) = author_call(&agent, "post", &format!("{base}/api/world/{world_id}/lorebook/attach"), Some(json!({ "lorebook": imported })));
+    assert_eq!(status, 200, "{attached}");
+    assert_eq!((attached["action"].as_str(), attached["id"].as_str()), (Some("attached"), Some(imported.as_str())));
+    assert!(attached["tree"]["worlds"][0]["lorebooks"].as_array().unwrap().iter().any(|b| b[0] == imported.as_str()), "{attached}");
+    let (status, detached) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/lorebook/detach"), Some(json!({ "lorebook": "Saltmarsh Lore" })));
+    assert_eq!(status, 200, "{detached}");
+    assert_eq!(campaign_of(&detached)["lorebooks"], json!([]), "{detached}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/lorebook/detach"), Some(json!({ "lorebook": "Saltmarsh Lore" })));
+    assert_eq!(status, 400, "not attached there any more: {refused}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/world/{world_id}/lorebook/attach"), Some(json!({ "lorebook": "No Such Book" })));
+    assert_eq!(status, 404, "{refused}");
+
+    // Trackers, facts, time: one edit a request.
+    let state = |edit: Value| author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/state"), Some(edit));
+    let (status, changed) = state(json!({ "tracker": "fog", "value": "thin" }));
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(campaign_of(&changed)["trackers"]["fog"], "thin");
+    let (status, changed) = state(json!({ "tracker": "lamp_oil_hours" }));
+    assert_eq!(status, 200);
+    assert!(campaign_of(&changed)["trackers"].get("lamp_oil_hours").is_none(), "{changed}");
+    let (status, changed) = state(json!({ "add_fact": "The bell rang twice." }));
+    assert_eq!(status, 200);
+    assert!(campaign_of(&changed)["facts"].as_array().unwrap().contains(&json!("The bell rang twice.")), "{changed}");
+    let (status, changed) = state(json!({ "remove_fact": "The relief ship is two days late." }));
+    assert_eq!(status, 200);
+    assert_eq!(campaign_of(&changed)["facts"], json!(["The bell rang twice."]), "{changed}");
+    let (status, changed) = state(json!({ "elapsed_minutes": 90 }));
+    assert_eq!(status, 200);
+    assert_eq!(campaign_of(&changed)["elapsed_minutes"], 90);
+    for bad in [json!({}), json!({ "add_fact": "a", "elapsed_minutes": 1 }), json!({ "value": 3 })] {
+        let (status, refused) = state(bad.clone());
+        assert_eq!(status, 400, "{bad}: {refused}");
+    }
+
+    // A character's state in a scene, the fields given only.
+    let scene = tree["worlds"][0]["campaigns"][0]["arcs"][0]["scenes"][0]["id"].as_str().unwrap().to_string();
+    let url = format!("{base}/api/scene/{scene}/character/Wren%20Talloway/state");
+    let (status, changed) = author_call(&agent, "post", &url, Some(json!({ "mood": "wary", "location": "the lamp room" })));
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!((changed["kind"].as_str(), changed["id"].as_str(), changed["name"].as_str()), (Some("character state"), Some(scene.as_str()), Some("Wren Talloway")));
+    let (_, view) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    let member = view["cast"].as_array().unwrap().iter().find(|c| c["id"] == wren.as_str()).unwrap();
+    assert_eq!((member["state"]["mood"].as_str(), member["state"]["location"].as_str()), (Some("wary"), Some("the lamp room")), "{member}");
+    let (status, _) = author_call(&agent, "post", &url, Some(json!({})));
+    assert_eq!(status, 400);
+    let (status, refused) = author_call(&agent, "post", &url, Some(json!({ "mod": "x" })));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("mod"), "{refused}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/scene/nowhere/character/Wren%20Talloway/state"), Some(json!({ "mood": "x" })));
+    assert_eq!(status, 404);
+}
