@@ -241,7 +241,11 @@ fn dispatch(context: &Arc<Context>, command: Command, reply: Option<Reply<Event>
         Command::Identity(c) => crate::identity::handle(context, c),
         Command::Memory(c) => crate::memory::handle_asked(context, c, reply.map(|r| r.map(memory_answer))),
         Command::Interop(c) => crate::interop::handle_asked(context, c, reply.map(|r| r.map(Event::Interop))),
-        Command::Scene(c) => crate::scene::handle_asked(context, c, reply.map(|r| r.map(Event::Scene))),
+        Command::Scene(c) => crate::scene::handle_asked(
+            context,
+            c,
+            reply.map(|r| crate::scene::Answer { scene: r.clone().map(Event::Scene), author: r.map(Event::Author) }),
+        ),
         Command::Companion(c) => crate::companion::handle_asked(context, c, reply.map(|r| r.map(Event::Companion))),
     }
     true

@@ -87,11 +87,13 @@ pub fn in_order<T>(ctx: &Context, work: impl FnOnce() -> T) -> T {
     work()
 }
 
-/// Run one authoring command and send what it did, then the tree, as events. Commands
-/// are taken one at a time (see [`AuthoringOrder`]).
-pub fn handle(ctx: &Context, command: AuthorCommand) -> Result<(), SceneError> {
+/// Run one authoring command and send what it did, then the tree, as events; `reply`
+/// hears the first (what was created, changed or removed, or the report asked for).
+/// Commands are taken one at a time (see [`AuthoringOrder`]).
+pub fn handle(ctx: &Context, command: AuthorCommand, reply: Option<&crate::context::Reply<AuthorEvent>>) -> Result<(), SceneError> {
     in_order(ctx, || {
         for event in run(ctx, command)? {
+            crate::context::answer(reply, &event);
             ctx.emit(event);
         }
         Ok(())
@@ -339,9 +341,17 @@ fn write_file(path: &std::path::Path, text: &str) -> Result<(), SceneError> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
-/// The `(id, name)` of the lorebook to attach or detach.
+/// The `(id, name)` of the lorebook to attach or detach; a book that is not there is
+/// refused as not found (a front door answers 404), not as a bad request.
 fn attach_target(ctx: &Context, key: &str) -> Result<(String, String), SceneError> {
-    Ok(ctx.store.with(|c| crate::interop::library::resolve_lorebook(c, key).map_err(|e| StoreError::Invalid(e.to_string())))?)
+    use crate::interop::InteropError;
+    Ok(ctx.store.with(|c| {
+        crate::interop::library::resolve_lorebook(c, key).map_err(|e| match e {
+            InteropError::NotFound { .. } => StoreError::NotFound(e.to_string()),
+            InteropError::Store(inner) => inner,
+            other => StoreError::Invalid(other.to_string()),
+        })
+    })?)
 }
 
 /// Resolve the owner of a lorebook attachment.

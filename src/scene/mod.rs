@@ -203,11 +203,23 @@ pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
     handle_asked(ctx, command, None)
 }
 
+/// Where a scene command's answer goes: a scene event, or an authoring command's own
+/// event. Both are views of the one reply its sender waits on, so the first answer wins.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub scene: Reply<SceneEvent>,
+    pub author: Reply<author::AuthorEvent>,
+}
+
 /// [`handle`], answering `reply` with the event that settles the command: the first it
-/// emits itself (`round_started` for a round, `round_undone`, `cast_changed`, …) or the
-/// error that refused it.
-pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Reply<SceneEvent>>) {
+/// emits itself (`round_started` for a round, `round_undone`, `cast_changed`,
+/// `authored` for an authoring command, …) or the error that refused it.
+pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Answer>) {
     let ctx = ctx.clone();
+    let (reply, author_reply) = match reply {
+        Some(Answer { scene, author }) => (Some(scene), Some(author)),
+        None => (None, None),
+    };
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
@@ -228,7 +240,7 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Rep
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
-        if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
+        if let Err(e) = run_command(&ctx, command, reply.as_ref(), author_reply.as_ref()) {
             let error = SceneEvent::Error { scene_id: subject, message: e.to_string(), fault: e.fault() };
             crate::context::answer(reply.as_ref(), &error);
             ctx.emit(error);
@@ -361,7 +373,12 @@ fn summarise_again(ctx: &Context, scene_id: &str, through_round: u32) {
     }
 }
 
-fn run_command(ctx: &Arc<Context>, command: SceneCommand, reply: Option<&Reply<SceneEvent>>) -> Result<(), SceneError> {
+fn run_command(
+    ctx: &Arc<Context>,
+    command: SceneCommand,
+    reply: Option<&Reply<SceneEvent>>,
+    author_reply: Option<&Reply<author::AuthorEvent>>,
+) -> Result<(), SceneError> {
     let emit = |e: SceneEvent| {
         crate::context::answer(reply, &e);
         ctx.emit(e)
@@ -426,7 +443,7 @@ fn run_command(ctx: &Arc<Context>, command: SceneCommand, reply: Option<&Reply<S
             ctx.emit(author::AuthorEvent::Tree { tree: Box::new(tree) });
             Ok(())
         }),
-        SceneCommand::Author(command) => author::handle(ctx, command),
+        SceneCommand::Author(command) => author::handle(ctx, command, author_reply),
         SceneCommand::Undo { scene } => {
             let (scene_id, job) = hold(ctx, &scene)?;
             let bank = crate::memory::bank_for(ctx).ok();

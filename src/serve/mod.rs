@@ -8,6 +8,7 @@
 //! WebSocket subscribes to. Loopback by default; any other address needs a bearer token,
 //! and then every request carries it.
 
+mod author;
 mod identity;
 mod memory;
 pub mod openapi;
@@ -184,7 +185,7 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 }
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
-    let api = identity::routes().merge(play::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
+    let api = identity::routes().merge(play::routes()).merge(author::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
     // `limit_body` is the one limit: axum's own would answer a second time, in plain text.
     let app = api
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -321,6 +322,9 @@ impl ApiError {
     }
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, detail.to_string())
+    }
+    pub fn status(&self) -> StatusCode {
+        self.status
     }
 }
 

@@ -216,7 +216,7 @@ fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
 
 /// A scene command answered with something other than what it asked for: its error,
 /// with the status its fault says (see [`status_of`]).
-fn scene_refusal(answer: Event) -> ApiError {
+pub(super) fn scene_refusal(answer: Event) -> ApiError {
     match answer {
         Event::Scene(SceneEvent::Error { message, fault, .. }) => ApiError::new(status_of(fault), message),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),

@@ -1121,3 +1121,271 @@ fn a_round_whose_provider_cannot_start_is_a_502() {
     let (_, messages) = call(&http(), "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
     assert_eq!(messages, json!([]));
 }
+
+/// A library with the demo world, a lorebook and an identity run, served.
+fn authoring_library(dir: &Path) -> (ServerHandle, String, ureq::Agent) {
+    let paths = paths(dir, &data("identity/script.json"));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let book = std::fs::read_to_string(data("interop/lorebook_v3_full.json")).unwrap();
+    let imported = agent.post(&format!("{base}/api/library/import?name=book.json")).send(book).unwrap();
+    assert_eq!(imported.status().as_u16(), 200);
+    (server, base, agent)
+}
+
+/// What a front end reads to build its authoring screens: the tree of worlds, the
+/// characters to cast, the lorebooks to attach, the personas to play, the identity runs.
+#[test]
+fn a_front_end_reads_the_authoring_tree_characters_lorebooks_personas_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let start = json!({ "characters": [{ "name": "Mira Voss", "concept": "A keeper." }], "storyline": {}, "mode": "fast" });
+    let (status, started) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{started}");
+    let run = started["character_id"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+
+    let (status, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    assert_eq!(status, 200, "{tree}");
+    let world = &tree["worlds"][0];
+    assert!(world["id"].is_string() && world["name"].is_string(), "{tree}");
+    let campaign = &world["campaigns"][0];
+    assert_eq!(campaign["persona"]["name"], "Juno", "{campaign}");
+    assert!(campaign["arcs"][0]["scenes"][0]["id"].is_string(), "{campaign}");
+
+    let (status, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    assert_eq!(status, 200);
+    let names: BTreeSet<&str> = characters.as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert!(names.is_superset(&BTreeSet::from(["Wren Talloway", "Ossian Vale", "Marguerite Siltborne"])), "{characters}");
+
+    let (status, books) = call(&agent, "GET", &format!("{base}/api/lorebooks"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(books.as_array().unwrap().len(), 2, "the demo's and the imported one: {books}");
+    assert!(books.as_array().unwrap().iter().all(|b| b["entries"].as_u64().unwrap() > 0), "{books}");
+    let attached = campaign["lorebooks"][0][0].as_str().unwrap();
+    assert!(books.as_array().unwrap().iter().any(|b| b["id"] == attached), "the tree's lorebook ids are the list's: {books}");
+
+    let (status, personas) = call(&agent, "GET", &format!("{base}/api/personas"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(personas.as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect::<Vec<_>>(), ["Juno"], "{personas}");
+
+    let (status, runs) = call(&agent, "GET", &format!("{base}/api/identity/runs"), None, None);
+    assert_eq!(status, 200);
+    let found = runs.as_array().unwrap().iter().find(|r| r["character_id"] == run.as_str()).unwrap_or_else(|| panic!("{runs}"));
+    assert_eq!(found["mode"], "fast", "{found}");
+    assert!(found["status"].is_string() && found["name"] == "Mira Voss", "{found}");
+    // The predecessor's own route still answers for the id the list gives.
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/character/{run}/status"), None, None);
+    assert_eq!(status, 200);
+}
+
+/// POST `body` to `url` and the answer; `DELETE` when `body` is `None`.
+fn author_call(agent: &ureq::Agent, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    send_as(agent, method, url, body.map(|b| b.to_string()).as_deref())
+}
+
+/// A front end builds a world down to a scene, renames it, and deletes it again with
+/// the CLI's confirmation rule; each answer is its own thing's id and name, with the tree.
+#[test]
+fn a_front_end_creates_edits_and_deletes_worlds_campaigns_arcs_scenes_and_personas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let (_, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    let id_of = |name: &str| characters.as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()["id"].as_str().unwrap().to_string();
+
+    let (status, world) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "Emberfall", "description": "Ash and cinder." })));
+    assert_eq!(status, 200, "{world}");
+    assert_eq!((world["action"].as_str(), world["kind"].as_str(), world["name"].as_str()), (Some("created"), Some("world"), Some("Emberfall")));
+    let world_id = world["id"].as_str().unwrap().to_string();
+    assert!(world["tree"]["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "{world}");
+
+    // By name, as the CLI takes it.
+    let (status, campaign) = author_call(&agent, "post", &format!("{base}/api/world/Emberfall/campaigns"), Some(json!({ "name": "The Long Ember" })));
+    assert_eq!(status, 200, "{campaign}");
+    let campaign_id = campaign["id"].as_str().unwrap().to_string();
+    let (status, arc) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/arcs"), Some(json!({ "name": "Kindling", "notes": "slow start" })));
+    assert_eq!(status, 200, "{arc}");
+    let arc_id = arc["id"].as_str().unwrap().to_string();
+    let scene_body = json!({ "name": "The Forge", "description": "Hammers.", "cast": ["Wren Talloway", "Ossian Vale"], "active": ["Wren Talloway"] });
+    let (status, scene) = author_call(&agent, "post", &format!("{base}/api/arc/{arc_id}/scenes"), Some(scene_body));
+    assert_eq!(status, 200, "{scene}");
+    assert_eq!((scene["kind"].as_str(), scene["name"].as_str()), (Some("scene"), Some("The Forge")));
+    let scene_id = scene["id"].as_str().unwrap().to_string();
+    let (_, view) = call(&agent, "GET", &format!("{base}/api/scene/{scene_id}"), None, None);
+    let cast: BTreeSet<&str> = view["cast"].as_array().unwrap().iter().filter_map(|c| c["id"].as_str()).collect();
+    let (wren, ossian) = (id_of("Wren Talloway"), id_of("Ossian Vale"));
+    assert_eq!(cast, BTreeSet::from([wren.as_str(), ossian.as_str()]), "{view}");
+    let active: Vec<&str> = view["cast"].as_array().unwrap().iter().filter(|c| c["active"] == true).filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(active, [wren.as_str()], "{view}");
+    let leaf = &scene["tree"]["worlds"].as_array().unwrap().iter().find(|w| w["id"] == world_id.as_str()).unwrap()["campaigns"][0]["arcs"][0]["scenes"][0];
+    assert_eq!(leaf["id"], scene_id.as_str(), "{leaf}");
+
+    // Edits: a rename answers with the new name; an arc has no description.
+    let (status, renamed) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/edit"), Some(json!({ "name": "The Longer Ember", "notes": "n" })));
+    assert_eq!(status, 200, "{renamed}");
+    assert_eq!((renamed["id"].as_str(), renamed["name"].as_str(), renamed["action"].as_str()), (Some(campaign_id.as_str()), Some("The Longer Ember"), Some("updated")));
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/arc/{arc_id}/edit"), Some(json!({ "description": "no" })));
+    assert_eq!(status, 400, "{refused}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/scene/{scene_id}/edit"), Some(json!({ "notes": "Sparks fly." })));
+    assert_eq!(status, 200);
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/world/{world_id}/edit"), Some(json!({ "nmae": "typo" })));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("nmae"), "{refused}");
+
+    // Bad fields and unknown ids.
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "description": "no name" })));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("name"), "{refused}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "  " })));
+    assert_eq!(status, 400, "{refused}");
+    for url in [format!("{base}/api/world/nowhere/campaigns"), format!("{base}/api/campaign/nowhere/arcs"), format!("{base}/api/arc/nowhere/scenes")] {
+        let (status, refused) = author_call(&agent, "post", &url, Some(json!({ "name": "x" })));
+        assert_eq!(status, 404, "{url}: {refused}");
+    }
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/arc/{arc_id}/scenes"), Some(json!({ "name": "x", "cast": ["Nobody At All"] })));
+    assert_eq!(status, 404, "{refused}");
+    let (status, _) = author_call(&agent, "delete", &format!("{base}/api/world/nowhere"), None);
+    assert_eq!(status, 404);
+
+    // Requests at once each hear their own answer.
+    let names = ["Ashen Reach", "Brass Hollow", "Cinder Vale", "Dusk Mere"];
+    let requests: Vec<(&str, String)> = names.iter().map(|n| ("/api/worlds", json!({ "name": n }).to_string())).collect();
+    let answers = at_once(&base, &requests);
+    for (name, (status, answer)) in names.iter().zip(&answers) {
+        assert_eq!((*status, answer["name"].as_str()), (200, Some(*name)), "{answer}");
+    }
+    let ids: BTreeSet<&str> = answers.iter().filter_map(|(_, a)| a["id"].as_str()).collect();
+    assert_eq!(ids.len(), names.len(), "{answers:?}");
+
+    // Personas.
+    let (status, persona) = author_call(&agent, "post", &format!("{base}/api/personas"), Some(json!({ "name": "Ash", "description": "a smith's apprentice" })));
+    assert_eq!(status, 200, "{persona}");
+    let persona_id = persona["id"].as_str().unwrap().to_string();
+    let (status, edited) = author_call(&agent, "post", &format!("{base}/api/persona/Ash/edit"), Some(json!({ "description": "a journeyman now" })));
+    assert_eq!((status, edited["id"].as_str()), (200, Some(persona_id.as_str())), "{edited}");
+    let (_, personas) = call(&agent, "GET", &format!("{base}/api/personas"), None, None);
+    assert!(personas.as_array().unwrap().iter().any(|p| p["id"] == persona_id.as_str() && p["description"] == "a journeyman now"), "{personas}");
+    let (status, gone) = author_call(&agent, "delete", &format!("{base}/api/persona/{persona_id}"), None);
+    assert_eq!((status, gone["action"].as_str()), (200, Some("deleted")), "{gone}");
+    let (status, _) = author_call(&agent, "delete", &format!("{base}/api/persona/{persona_id}"), None);
+    assert_eq!(status, 404);
+
+    // Deleting what holds something needs confirming, and the refusal says what would go.
+    let (status, refused) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}"), None);
+    assert_eq!(status, 409, "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(detail.contains("1 campaign") && detail.contains("1 arc") && detail.contains("1 scene") && detail.contains("confirm"), "{detail}");
+    let (_, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    assert!(tree["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "nothing went: {tree}");
+    // An empty scene goes without confirming.
+    let (status, gone) = author_call(&agent, "delete", &format!("{base}/api/scene/{scene_id}"), None);
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!((gone["kind"].as_str(), gone["id"].as_str()), (Some("scene"), Some(scene_id.as_str())));
+    let (status, gone) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}?confirm=true"), None);
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!((gone["impact"]["campaigns"].as_u64(), gone["impact"]["arcs"].as_u64()), (Some(1), Some(1)), "{gone}");
+    assert!(!gone["tree"]["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "{gone}");
+    let (status, refused) = author_call(&agent, "delete", &format!("{base}/api/world/{world_id}?confirm=yes"), None);
+    assert_eq!(status, 400, "{refused}");
+}
+
+/// A front end sets a campaign up: its cast, the persona the user plays, its world's and
+/// its own lorebooks, its trackers, facts and time, and a character's state in a scene.
+#[test]
+fn a_front_end_sets_up_a_campaign_cast_persona_lorebooks_state_and_a_characters_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let (_, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    let world_id = tree["worlds"][0]["id"].as_str().unwrap().to_string();
+    let campaign_id = tree["worlds"][0]["campaigns"][0]["id"].as_str().unwrap().to_string();
+    let campaign_of = |answer: &Value| -> Value {
+        answer["tree"]["worlds"][0]["campaigns"].as_array().unwrap().iter().find(|c| c["id"] == campaign_id.as_str()).unwrap().clone()
+    };
+    let (_, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    let wren = characters.as_array().unwrap().iter().find(|c| c["name"] == "Wren Talloway").unwrap()["id"].as_str().unwrap().to_string();
+
+    // Cast, by the campaign's name and the character's.
+    let (status, cast) = author_call(&agent, "post", &format!("{base}/api/campaign/The%20Unlit%20Night/cast/add"), Some(json!({ "character": "Wren Talloway" })));
+    assert_eq!(status, 200, "{cast}");
+    assert_eq!((cast["kind"].as_str(), cast["id"].as_str(), cast["name"].as_str()), (Some("cast"), Some(campaign_id.as_str()), Some("Wren Talloway")));
+    assert_eq!(campaign_of(&cast)["cast"], json!([[wren, "Wren Talloway"]]), "{cast}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/cast/add"), Some(json!({ "character": "Nobody At All" })));
+    assert_eq!(status, 404);
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/cast/juggle"), Some(json!({ "character": "Wren Talloway" })));
+    assert_eq!(status, 404);
+    let (status, cast) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/cast/remove"), Some(json!({ "character": wren })));
+    assert_eq!(status, 200, "{cast}");
+    assert_eq!(campaign_of(&cast)["cast"], json!([]), "{cast}");
+
+    // The persona played: one, then nobody; a body without the field is not taken for nobody.
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/personas"), Some(json!({ "name": "Ash" })));
+    assert_eq!(status, 200);
+    let (status, chosen) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({ "persona": "Ash" })));
+    assert_eq!(status, 200, "{chosen}");
+    assert_eq!(campaign_of(&chosen)["persona"]["name"], "Ash", "{chosen}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({})));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("persona"), "{refused}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({ "persona": "Nobody At All" })));
+    assert_eq!(status, 404);
+    let (status, chosen) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/persona"), Some(json!({ "persona": null })));
+    assert_eq!(status, 200, "{chosen}");
+    assert_eq!(campaign_of(&chosen)["persona"], Value::Null, "{chosen}");
+
+    // Lorebooks: the imported one on the world, the demo's off the campaign.
+    let (_, books) = call(&agent, "GET", &format!("{base}/api/lorebooks"), None, None);
+    let imported = books.as_array().unwrap().iter().find(|b| b["name"] != "Saltmarsh Lore").unwrap()["id"].as_str().unwrap().to_string();
+    let (status, attached) = author_call(&agent, "post", &format!("{base}/api/world/{world_id}/lorebook/attach"), Some(json!({ "lorebook": imported })));
+    assert_eq!(status, 200, "{attached}");
+    assert_eq!((attached["action"].as_str(), attached["id"].as_str()), (Some("attached"), Some(imported.as_str())));
+    assert!(attached["tree"]["worlds"][0]["lorebooks"].as_array().unwrap().iter().any(|b| b[0] == imported.as_str()), "{attached}");
+    let (status, detached) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/lorebook/detach"), Some(json!({ "lorebook": "Saltmarsh Lore" })));
+    assert_eq!(status, 200, "{detached}");
+    assert_eq!(campaign_of(&detached)["lorebooks"], json!([]), "{detached}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/lorebook/detach"), Some(json!({ "lorebook": "Saltmarsh Lore" })));
+    assert_eq!(status, 400, "not attached there any more: {refused}");
+    let (status, refused) = author_call(&agent, "post", &format!("{base}/api/world/{world_id}/lorebook/attach"), Some(json!({ "lorebook": "No Such Book" })));
+    assert_eq!(status, 404, "{refused}");
+
+    // Trackers, facts, time: one edit a request.
+    let state = |edit: Value| author_call(&agent, "post", &format!("{base}/api/campaign/{campaign_id}/state"), Some(edit));
+    let (status, changed) = state(json!({ "tracker": "fog", "value": "thin" }));
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(campaign_of(&changed)["trackers"]["fog"], "thin");
+    let (status, changed) = state(json!({ "tracker": "lamp_oil_hours" }));
+    assert_eq!(status, 200);
+    assert!(campaign_of(&changed)["trackers"].get("lamp_oil_hours").is_none(), "{changed}");
+    let (status, changed) = state(json!({ "add_fact": "The bell rang twice." }));
+    assert_eq!(status, 200);
+    assert!(campaign_of(&changed)["facts"].as_array().unwrap().contains(&json!("The bell rang twice.")), "{changed}");
+    let (status, changed) = state(json!({ "remove_fact": "The relief ship is two days late." }));
+    assert_eq!(status, 200);
+    assert_eq!(campaign_of(&changed)["facts"], json!(["The bell rang twice."]), "{changed}");
+    let (status, changed) = state(json!({ "elapsed_minutes": 90 }));
+    assert_eq!(status, 200);
+    assert_eq!(campaign_of(&changed)["elapsed_minutes"], 90);
+    for bad in [json!({}), json!({ "add_fact": "a", "elapsed_minutes": 1 }), json!({ "value": 3 })] {
+        let (status, refused) = state(bad.clone());
+        assert_eq!(status, 400, "{bad}: {refused}");
+    }
+
+    // A character's state in a scene, the fields given only.
+    let scene = tree["worlds"][0]["campaigns"][0]["arcs"][0]["scenes"][0]["id"].as_str().unwrap().to_string();
+    let url = format!("{base}/api/scene/{scene}/character/Wren%20Talloway/state");
+    let (status, changed) = author_call(&agent, "post", &url, Some(json!({ "mood": "wary", "location": "the lamp room" })));
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!((changed["kind"].as_str(), changed["id"].as_str(), changed["name"].as_str()), (Some("character state"), Some(scene.as_str()), Some("Wren Talloway")));
+    let (_, view) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    let member = view["cast"].as_array().unwrap().iter().find(|c| c["id"] == wren.as_str()).unwrap();
+    assert_eq!((member["state"]["mood"].as_str(), member["state"]["location"].as_str()), (Some("wary"), Some("the lamp room")), "{member}");
+    let (status, _) = author_call(&agent, "post", &url, Some(json!({})));
+    assert_eq!(status, 400);
+    let (status, refused) = author_call(&agent, "post", &url, Some(json!({ "mod": "x" })));
+    assert_eq!(status, 400);
+    assert!(refused["detail"].as_str().unwrap().contains("mod"), "{refused}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/scene/nowhere/character/Wren%20Talloway/state"), Some(json!({ "mood": "x" })));
+    assert_eq!(status, 404);
+}
