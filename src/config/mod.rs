@@ -346,12 +346,15 @@ mod tests {
         assert_eq!(unknown, ["profile.0.api_key"]);
         assert!(lines[0].contains("never read from the config file") && !lines[0].contains("sk-secret"), "{lines:?}");
         // A typo of a setting is pointed to the setting, not to where keys live.
-        std::fs::write(&path, "[[profile]]\nname = \"demo\"\nmodel = \"m\"\nmax_context_token = 4096\n[profile.sampler]\nmax_token = 300\n[scene]\nbogus_key = 1\n").unwrap();
+        std::fs::write(&path, "[[profile]]\nname = \"demo\"\nmodel = \"m\"\nmax_context_token = 4096\n[profile.sampler]\nmax_token = 300\n[scene]\nbogus_key = 1\n[scene.budgets.percent]\nhistroy = 40\nlore = 20\n").unwrap();
         let (_, unknown) = Config::load_checked(&path).unwrap();
         let lines = Config::unknown_key_warnings(&path, &unknown);
         assert!(lines.iter().any(|l| l.contains("`profile.0.max_context_token` ignored (did you mean `max_context_tokens`?)")), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("`profile.0.sampler.max_token` ignored (did you mean `max_tokens`?)")), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("`scene.bogus_key` ignored (misspelt, or no longer used)")), "{lines:?}");
+        // A misspelt budget section is one more such setting: the file still loads.
+        assert!(lines.iter().any(|l| l.contains("`scene.budgets.percent.histroy` ignored (did you mean `history`?)")), "{lines:?}");
+        assert_eq!(Config::load(&path).unwrap().scene.budgets.percent(crate::prompting::Section::Lore), 20.0);
         // Everything a saved config writes is read back: no false alarms.
         std::fs::remove_file(&path).unwrap();
         let mut full = Config::default();

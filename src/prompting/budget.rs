@@ -71,11 +71,32 @@ pub struct BudgetPlan {
 }
 
 /// The given shares laid over the default ones, so a section left out keeps its share
-/// rather than silently getting 0%.
+/// rather than silently getting 0%. Read as named fields, so a misspelt section is a
+/// setting nothing reads (named at start with the one it likely meant), not a file that
+/// fails to load.
 fn over_the_defaults<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<Section, f64>, D::Error> {
-    let given = BTreeMap::<Section, f64>::deserialize(deserializer)?;
+    #[derive(Deserialize)]
+    struct Given {
+        history: Option<f64>,
+        summaries: Option<f64>,
+        lore: Option<f64>,
+        memories: Option<f64>,
+        notes: Option<f64>,
+        director_guidance: Option<f64>,
+        character_guidance: Option<f64>,
+    }
+    let g = Given::deserialize(deserializer)?;
+    let given = [
+        (Section::History, g.history),
+        (Section::Summaries, g.summaries),
+        (Section::Lore, g.lore),
+        (Section::Memories, g.memories),
+        (Section::Notes, g.notes),
+        (Section::DirectorGuidance, g.director_guidance),
+        (Section::CharacterGuidance, g.character_guidance),
+    ];
     let mut percent = BudgetPlan::default().percent;
-    percent.extend(given);
+    percent.extend(given.into_iter().filter_map(|(section, share)| share.map(|share| (section, share))));
     Ok(percent)
 }
 

@@ -155,7 +155,7 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
         E::MessageEdited { number, .. } => info(format!("scene: message {number} edited")),
         E::MessageDeleted { number, .. } => info(format!("scene: message {number} deleted")),
         E::SummaryStarted { .. } => None,
-        E::SummaryUpdated { through_round, .. } => info(format!("scene: summary now covers rounds 1–{through_round}")),
+        E::SummaryUpdated { scene, through_round, .. } => info(format!("scene: the summary of {scene} now covers rounds 1–{through_round}")),
         E::SummaryFailed { message, .. } => Some((LogLevel::Warn, format!("scene: summary not written: {message}"))),
         E::Error { message, .. } => Some((LogLevel::Error, format!("scene: {message}"))),
     }
