@@ -217,7 +217,9 @@ fn reinstate(conn: &Connection, scene_id: &str, round: &KeptRound) -> Result<Vec
 /// its memories' removal. Inside the caller's transaction.
 pub fn set_aside(conn: &Connection, scene_id: &str) -> Result<(KeptRound, String, MemoryWrite), StoreError> {
     let kept = capture(conn, scene_id)?;
-    let (_, memory_ids) = records::undo_round(conn, scene_id)?;
+    // A summary that told the round is forgotten with it; the next round that closes
+    // writes it again over the rounds left.
+    let (_, memory_ids, _) = records::undo_round(conn, scene_id)?;
     let id = keep(conn, scene_id, &kept)?;
     Ok((kept, id, crate::memory::remove_ids(conn, &memory_ids)?))
 }

@@ -447,15 +447,17 @@ fn run_command(
         SceneCommand::Undo { scene } => {
             let (scene_id, job) = hold(ctx, &scene)?;
             let bank = crate::memory::bank_for(ctx).ok();
-            let (round, write) = ctx.store.transaction(|tx| {
-                let (round, memory_ids) = records::undo_round(tx, &scene_id)?;
+            let (round, write, forgotten) = ctx.store.transaction(|tx| {
+                let (round, memory_ids, forgotten) = records::undo_round(tx, &scene_id)?;
                 // Alternatives of later rounds followed from the round taken back.
                 alternatives::forget_after(tx, &scene_id, round - 1)?;
-                Ok((round, crate::memory::remove_ids(tx, &memory_ids)?))
+                Ok((round, crate::memory::remove_ids(tx, &memory_ids)?, forgotten))
             })?;
             if let Some(bank) = bank {
                 bank.publish(write);
             }
+            // The summary that told the round is written again over the rounds left.
+            summarise_again(ctx, &scene_id, forgotten.min(round - 1));
             drop(job);
             emit(SceneEvent::RoundUndone { scene_id, round });
             Ok(())

@@ -493,21 +493,20 @@ pub fn next_message_number(conn: &Connection, scene_id: &str) -> Result<u32, Sto
 /// wrote is put back as it was, value by value, where it still reads as the round left
 /// it; a tracker, fact, time or character state changed since (by hand, or by another
 /// scene's round) keeps its new value, and the round's minutes are taken off the clock.
-/// Returns the round and the ids of the memories its messages became (for the caller's
-/// memory write). Refused for a round the scene's summary already covers, or one closed
-/// before undo was possible.
-pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>), StoreError> {
-    let (rounds, summary_round, campaign_id): (u32, u32, String) = conn.query_row(
-        "SELECT s.rounds, s.summary_round, a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1",
+/// Returns the round, the ids of the memories its messages became (for the caller's
+/// memory write), and — when the scene's summary told the round — the last round that
+/// summary covered: it is forgotten (it cannot be taken apart), and the caller writes it
+/// again over what is left. Refused for a round closed before undo was possible.
+pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>, u32), StoreError> {
+    let (rounds, campaign_id): (u32, String) = conn.query_row(
+        "SELECT s.rounds, a.campaign_id FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE s.id = ?1",
         [scene_id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     if rounds == 0 {
         return Err(StoreError::Invalid("the scene has no round to undo".into()));
     }
-    if summary_round >= rounds {
-        return Err(StoreError::Invalid(format!("round {rounds} is already part of the scene's summary and cannot be undone")));
-    }
+    let forgotten = forget_summary_covering(conn, scene_id, rounds)?;
     let (before, closed_at): (Option<String>, String) = conn.query_row(
         "SELECT before_json, created_at FROM scene_rounds WHERE scene_id = ?1 AND round = ?2",
         params![scene_id, rounds],
@@ -539,7 +538,7 @@ pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>
     let numbers: Vec<u32> = stmt.query_map(params![scene_id, rounds], |r| r.get(0))?.collect::<Result<_, _>>()?;
     conn.execute("DELETE FROM scene_messages WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds])?;
     conn.execute("DELETE FROM scene_rounds WHERE scene_id = ?1 AND round = ?2", params![scene_id, rounds])?;
-    Ok((rounds, numbers.into_iter().map(|n| format!("scene:{scene_id}:{n}")).collect()))
+    Ok((rounds, numbers.into_iter().map(|n| format!("scene:{scene_id}:{n}")).collect(), forgotten))
 }
 
 /// `value` with what changed from `found` to `left` taken back, key by key, where

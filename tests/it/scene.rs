@@ -1724,3 +1724,34 @@ fn a_new_character_with_a_deleted_ones_name_inherits_none_of_its_memories() {
         store.with(|c| Ok(c.query_row("SELECT count(*) FROM memory_witnesses WHERE witness LIKE 'Wren Talloway (deleted %'", [], |r| r.get(0))?)).unwrap();
     assert_eq!(kept, before, "the old one's stay marked as its");
 }
+
+/// A round the scene's summary tells can still be taken back: the summary is forgotten
+/// with it and written again over the rounds left (it used to refuse the undo, and after
+/// the round that wrote the summary was undone, the one before it could never be).
+#[test]
+fn a_summarised_round_can_be_taken_back_and_the_summary_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.scene.summarise_every = 2;
+    config.save(&paths.config_file).unwrap();
+    let engine = engine::start(paths).unwrap();
+    for input in ["I knock.", "I wait.", "I knock again."] {
+        round(&engine, &scene, Some(input));
+    }
+    let summary_round = |engine: &EngineHandle| -> u32 {
+        engine.context().store.with(|c| Ok(c.query_row("SELECT summary_round FROM scenes WHERE id = ?1", [&scene], |r| r.get(0))?)).unwrap()
+    };
+    let covered = summary_round(&engine);
+    assert!(covered >= 1, "rounds were summarised");
+    // Back to round 0, one undo at a time, every one allowed.
+    let mut rounds = view(&engine.context().store, &scene).rounds;
+    while rounds > 0 {
+        engine.send(Command::Scene(SceneCommand::Undo { scene: scene.clone() })).unwrap();
+        collect(&engine, |e| matches!(e, SceneEvent::RoundUndone { .. }));
+        rounds -= 1;
+        assert_eq!(view(&engine.context().store, &scene).rounds, rounds);
+        assert!(summary_round(&engine) <= rounds, "the summary never tells a round taken back");
+    }
+    assert_eq!(summary_round(&engine), 0);
+}
