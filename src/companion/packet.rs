@@ -184,7 +184,8 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     };
     // Macros are filled in the order the chat met them: the greeting (the chat's first
     // message, which SillyTavern fills when it is shown), then World Info (built before
-    // the prompt), then the card's text, its examples, and last its post-history
+    // the prompt), then the card's fields as SillyTavern reads them (description,
+    // personality, scenario, examples, the system prompt) and last its post-history
     // instructions; a `{{setvar}}` in one is read by every later one.
     // The card's greeting opens the conversation: it is the oldest message while the
     // history reaches back to the first exchange (and the first to go when it is cut).
@@ -192,16 +193,6 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
     let lore_texts: Vec<String> = input.lore.iter().map(|h| resolve(&h.text)).collect();
     let card = &input.character.card;
-    // The card's own system prompt replaces ours; `{{original}}` in it is ours.
-    let default_directive = format!(
-        "Roleplay as {name} in a one-to-one conversation with {user}. Stay in character,\nspeak only as {name}, and never write {user}'s words or actions."
-    );
-    let (directive, directive_notes) = if card.system_prompt.trim().is_empty() {
-        (default_directive, Vec::new())
-    } else {
-        let out = expand(card.system_prompt.trim(), &MacroContext { original: &default_directive, ..macros.clone() });
-        (out.text, out.notes)
-    };
     let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];
     let fields = input.character.sheet.len();
     for (i, (key, value)) in input.character.sheet.iter().enumerate() {
@@ -223,6 +214,16 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         })
         .collect();
     let examples_text = resolve(card.mes_example.trim());
+    // The card's own system prompt replaces ours; `{{original}}` in it is ours.
+    let default_directive = format!(
+        "Roleplay as {name} in a one-to-one conversation with {user}. Stay in character,\nspeak only as {name}, and never write {user}'s words or actions."
+    );
+    let (directive, directive_notes) = if card.system_prompt.trim().is_empty() {
+        (default_directive, Vec::new())
+    } else {
+        let out = expand(card.system_prompt.trim(), &MacroContext { original: &default_directive, ..macros.clone() });
+        (out.text, out.notes)
+    };
     let post_history = resolve(card.post_history_instructions.trim());
     let example_items = if examples_text.is_empty() { Vec::new() } else { vec![item("example dialogue".into(), examples_text, 1.0)] };
     // Each item is one exchange (or the greeting), cut or kept whole; its messages one line each.

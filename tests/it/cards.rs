@@ -336,7 +336,8 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
     config.save(&paths.config_file).unwrap();
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
-        "name": "Odile Brask", "description": "{{char}} runs a night ferry ({{getvar::visits}} crossings so far).", "personality": "dry",
+        "name": "Odile Brask", "description": "{{setvar::trade::ferrying}}{{char}} runs a night ferry ({{getvar::visits}} crossings so far).", "personality": "dry",
+        "system_prompt": "{{original}} Trade: {{getvar::trade}}.",
         "first_mes": "{{setvar::visits::10}}Fare's two coppers.",
         "post_history_instructions": "Visit {{incvar::visits}}. {{char}} is {{getvar::mood}}{{getglobalvar::weather}}.",
         "character_book": { "entries": [
@@ -352,6 +353,8 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     // before the post-history instructions count this message.
     assert!(first.contains("Visit 11. Odile Brask is ."), "{first}");
     assert!(first.contains("(10 crossings so far)") && first.contains("Fare's two coppers.") && !first.contains("setvar"), "{first}");
+    // The card's system prompt is read after its description, as SillyTavern reads them.
+    assert!(first.contains("Trade: ferrying."), "{first}");
     let second = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "A storm is coming.", "--json"]));
     assert!(second.contains("Visit 12. Odile Brask is uneasy in the rain."), "the lore's setvar is read by the instructions after it: {second}");
     assert!(second.contains("The river rises in storms.") && !second.contains("setvar"), "{second}");
@@ -359,8 +362,13 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     run(&paths, &["chat", "regenerate", "--character", "Odile"]);
     run(&paths, &["chat", "regenerate", "--character", "Odile"]);
     let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
-    assert_eq!(vars.last().unwrap(), &json!({ "variables": { "visits": "12", "mood": "uneasy" }, "global": { "weather": " in the rain" } }));
-    let third = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Calm now.", "--json"]));
+    assert_eq!(vars.last().unwrap(), &json!({ "variables": { "visits": "12", "mood": "uneasy", "trade": "ferrying" }, "global": { "weather": " in the rain" } }));
+    // The user's own macros are filled as the message is sent, as SillyTavern fills them.
+    let sent = run(&paths, &["chat", "send", "--character", "Odile", "{{setvar::coin::silver}}Here, {{char}}. Calm now.", "--json"]);
+    let third = packet_of(&sent);
+    assert_eq!(sent.last().unwrap()["turn"]["user_text"], "Here, Odile Brask. Calm now.");
+    assert!(!third.contains("setvar::coin"), "{third}");
+    assert_eq!(run(&paths, &["chat", "variables", "--character", "Odile"]).last().unwrap()["variables"]["coin"], "silver");
     assert!(third.contains("Visit 13. Odile Brask is uneasy in the rain."), "{third}");
     // Taken back: its count goes with it, and the next message is visit 13 again.
     run(&paths, &["chat", "undo", "--character", "Odile"]);
@@ -371,7 +379,7 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     run(&paths, &["chat", "export", "--character", "Odile", "--out", out.to_str().unwrap()]);
     let exported = std::fs::read_to_string(&out).unwrap();
     let header: Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
-    assert_eq!(header["chat_metadata"]["variables"], json!({ "visits": 12, "mood": "uneasy" }), "{header}");
+    assert_eq!(header["chat_metadata"]["variables"], json!({ "visits": 12, "mood": "uneasy", "trade": "ferrying" }), "{header}");
     // A file's variables come in with it: the imported chat goes on counting from them.
     let edited = exported.replacen("\"visits\":12", "\"visits\":40", 1);
     std::fs::write(&out, edited).unwrap();

@@ -101,7 +101,9 @@ pub fn send(
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
     let prepared = prepare(ctx, &bank, character, &config.companion, text, None, cancel)?;
-    let draft = TurnDraft { character, config: config.companion, text, now, prepared, continuing: None };
+    // The message as sent, its macros filled in.
+    let input = prepared.input.clone();
+    let draft = TurnDraft { character, config: config.companion, text: &input, now, prepared, continuing: None };
 
     let attempts = draft.config.max_attempts.max(1);
     let mut last_reason = String::new();

@@ -29,9 +29,13 @@ pub struct Prepared {
     pub lore_state: crate::lorebook::activation::ActivationState,
     /// This message's number in the chat (the lore timers' and variables' count).
     pub message_number: u64,
-    /// The chat variables as they stood before this message: each draw's macros start
-    /// from them, and the accepted draw's are stored with the exchange.
+    /// The chat variables as they stood before this message (with what the message's
+    /// own macros set): each draw's macros start from them, and the accepted draw's are
+    /// stored with the exchange.
     pub variables: crate::prompting::macros::Variables,
+    /// The user's message as sent and kept: its macros filled in when it was sent, as
+    /// SillyTavern fills them (`{{char}}`, `{{user}}`, `{{setvar}}`, `{{roll}}`…).
+    pub input: String,
 }
 
 /// Anchor vectors embedded once per process and embedding model.
@@ -150,7 +154,7 @@ pub fn prepare(
     redo: Option<&ChatTurn>,
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
-    let (state, user, recent, message_number, mut lore_state, variables) = ctx.store.with(|c| {
+    let (state, user, recent, message_number, mut lore_state, mut variables) = ctx.store.with(|c| {
         let state = records::load_state(c, &character.id)?;
         let user = records::chat_user(c, &state, &config.user_name)?;
         let recent = records::recent_turns(c, &character.id, config.history_turns, false)?;
@@ -163,6 +167,29 @@ pub fn prepare(
         let variables = crate::companion::variables::for_message(c, &character.id, number)?;
         Ok((state, user, recent, number, lore_state, variables))
     })?;
+    // A new message's macros are filled once, as it is sent (a redrawn one was filled
+    // when it was first sent): what it says is what is searched, stored and shown.
+    let expanded;
+    let text = if redo.is_none() && (text.contains("{{") || text.contains("<USER>") || text.contains("<BOT>")) {
+        let field = |key: &str| character.sheet.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or("");
+        let cell = std::cell::RefCell::new(variables);
+        let macros = crate::prompting::MacroContext {
+            char: &character.name,
+            user: &user.name,
+            persona: &user.description,
+            description: field("description"),
+            personality: field("personality"),
+            scenario: field("scenario"),
+            stable_seed: &character.id,
+            variables: Some(&cell),
+            ..Default::default()
+        };
+        expanded = crate::prompting::expand(text, &macros).text;
+        variables = cell.into_inner();
+        expanded.as_str()
+    } else {
+        text
+    };
     // The exchange being redrawn is not its own history (retrieval still leaves its
     // memories out, so the redraw is not handed the reply it replaces).
     let history: Vec<ChatTurn> = recent.iter().filter(|t| redo.is_none_or(|r| r.id != t.id)).cloned().collect();
@@ -249,5 +276,6 @@ pub fn prepare(
         lore_state,
         message_number,
         variables,
+        input: text.to_string(),
     })
 }
