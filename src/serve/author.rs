@@ -552,7 +552,6 @@ pub(super) async fn campaign_lorebook(
 pub(super) struct StateBody {
     tracker: Option<String>,
     /// The tracker's new value: any JSON (a number, a text, a list, …).
-    #[schema(value_type = Option<Object>)]
     value: Option<Value>,
     add_fact: Option<String>,
     remove_fact: Option<String>,
