@@ -109,20 +109,15 @@ pub fn for_message(conn: &Connection, character_id: &str, message_number: u64) -
     Ok(Variables { local: load(conn, character_id)?.before(message_number), global: globals(conn)? })
 }
 
-/// Keep what message `message_number`'s prompt left in `after`: the chat's own values
-/// with that message, the globals that changed as they are now.
-pub fn keep(
-    conn: &Connection,
-    character_id: &str,
-    message_number: u64,
-    started: &Variables,
-    after: &Variables,
-) -> Result<(), StoreError> {
+/// Keep what message `message_number` left in `after` (its own macros and its prompt's):
+/// the chat's own values with that message, the globals that differ from the stored ones.
+pub fn keep(conn: &Connection, character_id: &str, message_number: u64, after: &Variables) -> Result<(), StoreError> {
     let mut chat = load(conn, character_id)?;
     chat.record(message_number, &after.local);
     save(conn, character_id, &chat)?;
+    let stored = globals(conn)?;
     for (name, value) in &after.global {
-        if started.global.get(name) != Some(value) {
+        if stored.get(name) != Some(value) {
             conn.execute(
                 "INSERT INTO companion_global_variables(name, value) VALUES (?1, ?2)
                  ON CONFLICT(name) DO UPDATE SET value = excluded.value",

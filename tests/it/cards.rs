@@ -364,11 +364,12 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
     assert_eq!(vars.last().unwrap(), &json!({ "variables": { "visits": "12", "mood": "uneasy", "trade": "ferrying" }, "global": { "weather": " in the rain" } }));
     // The user's own macros are filled as the message is sent, as SillyTavern fills them.
-    let sent = run(&paths, &["chat", "send", "--character", "Odile", "{{setvar::coin::silver}}Here, {{char}}. Calm now.", "--json"]);
+    let sent = run(&paths, &["chat", "send", "--character", "Odile", "{{setvar::coin::silver}}{{setglobalvar::tide::high}}Here, {{char}}. Calm now.", "--json"]);
     let third = packet_of(&sent);
     assert_eq!(sent.last().unwrap()["turn"]["user_text"], "Here, Odile Brask. Calm now.");
     assert!(!third.contains("setvar::coin"), "{third}");
-    assert_eq!(run(&paths, &["chat", "variables", "--character", "Odile"]).last().unwrap()["variables"]["coin"], "silver");
+    let vars = run(&paths, &["chat", "variables", "--character", "Odile"]);
+    assert_eq!((&vars.last().unwrap()["variables"]["coin"], &vars.last().unwrap()["global"]["tide"]), (&json!("silver"), &json!("high")));
     assert!(third.contains("Visit 13. Odile Brask is uneasy in the rain."), "{third}");
     // Taken back: its count goes with it, and the next message is visit 13 again.
     run(&paths, &["chat", "undo", "--character", "Odile"]);

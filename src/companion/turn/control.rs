@@ -131,7 +131,7 @@ pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cance
                     query: draft.text.to_string(),
                     lore_state: draft.prepared.lore_state.clone(),
                     message_number: draft.prepared.message_number,
-                    variables: (draft.prepared.variables.clone(), accepted.variables.clone()),
+                    variables: accepted.variables.clone(),
                 };
                 let mut last = last;
                 last.hits = hits;
@@ -205,8 +205,8 @@ struct Injection {
     query: String,
     lore_state: crate::lorebook::activation::ActivationState,
     message_number: u64,
-    /// The variables before the message, and as the draw left them.
-    variables: (crate::prompting::macros::Variables, crate::prompting::macros::Variables),
+    /// The variables as the draw left them.
+    variables: crate::prompting::macros::Variables,
 }
 
 impl Injection {
@@ -214,8 +214,7 @@ impl Injection {
     fn keep(&self, tx: &rusqlite::Connection, turn: &ChatTurn) -> Result<(), crate::store::StoreError> {
         crate::memory::injections::record(tx, &self.agent, &self.query, &turn.hits)?;
         crate::companion::lore::save_state(tx, &turn.character_id, &self.lore_state)?;
-        let (started, after) = &self.variables;
-        crate::companion::variables::keep(tx, &turn.character_id, self.message_number, started, after)
+        crate::companion::variables::keep(tx, &turn.character_id, self.message_number, &self.variables)
     }
 }
 

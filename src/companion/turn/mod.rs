@@ -291,7 +291,7 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
         let write = memories.write(tx)?;
         records::insert_turn(tx, &turn)?;
         crate::companion::lore::save_state(tx, &character.id, &prepared.lore_state)?;
-        crate::companion::variables::keep(tx, &character.id, prepared.message_number, &prepared.variables, &variables)?;
+        crate::companion::variables::keep(tx, &character.id, prepared.message_number, &variables)?;
         if prepared.state.turns == 0 && prepared.state.file.is_none() {
             // Kept as it was shown: macros resolved for who the user was then.
             let macros = crate::prompting::MacroContext {
