@@ -155,14 +155,21 @@ pub fn resolve(conn: &Connection, level: Level, key: &str) -> Result<(String, St
         // The start of a name, or of a word of it ("northern" for "The Northern Run").
         let rows: Vec<(String, String)> =
             conn.prepare(&format!("SELECT id, name FROM {table} ORDER BY name COLLATE NOCASE"))?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-        let one = crate::names::only(&rows, |r| &r.1, key).map_err(|e| StoreError::NotFound(e.message(&format!("{} {key:?}", level.label()))))?;
+        // Several that match is the request's to make precise (a 400), none a 404.
+        let one = crate::names::only(&rows, |r| &r.1, key).map_err(|e| {
+            let message = e.message(&format!("{} {key:?}", level.label()));
+            match e {
+                crate::names::NoMatch::None => StoreError::NotFound(message),
+                crate::names::NoMatch::Many(_) => StoreError::Invalid(message),
+            }
+        })?;
         return Ok(one.clone());
     }
     match found.len() {
         1 => Ok(found.remove(0)),
         n => {
             let ids: Vec<&str> = found.iter().map(|(id, _)| id.as_str()).collect();
-            Err(StoreError::NotFound(format!(
+            Err(StoreError::Invalid(format!(
                 "{} {key:?} is ambiguous ({n} have that name; use one of the ids {})",
                 level.label(),
                 ids.join(", ")
