@@ -231,7 +231,7 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         // The embedded model's workbook page is its own (`identity::base`).
         build_request(run, agent, &knowledge, feedback, previous)?
     } else {
-        let schema = output_schema(agent);
+        let schema = agent.output_schema();
         let appended = crate::llm::structured::schema_instruction(&schema, &options)
             .map_or(0, |text| crate::llm::tokens::estimate(&format!("\n\n{text}")));
         let format = crate::llm::ResponseFormat::JsonSchema { name: String::new(), schema };
@@ -354,20 +354,6 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
     Ok(())
 }
 
-
-/// The JSON Schema `agent`'s reply is held to, as the structured layer builds it.
-pub(crate) fn output_schema(agent: Agent) -> serde_json::Value {
-    use crate::llm::structured::schema_for;
-    match agent {
-        Agent::Personality => schema_for::<AgentOutput<PersonalityOutput>>(),
-        Agent::BackstoryMotivation => schema_for::<AgentOutput<BackstoryOutput>>(),
-        Agent::VoiceDialogue => schema_for::<AgentOutput<VoiceOutput>>(),
-        Agent::PhysicalDescription => schema_for::<AgentOutput<PhysicalOutput>>(),
-        Agent::StoryArc => schema_for::<AgentOutput<StoryArcOutput>>(),
-        Agent::Relationships => schema_for::<AgentOutput<RelationshipsOutput>>(),
-        Agent::FinalConsolidation => schema_for::<AgentOutput<ConsolidationOutput>>(),
-    }
-}
 
 /// One agent call, with everything either way of asking needs.
 struct Asking<'a> {

@@ -213,7 +213,7 @@ mod tests {
         let (one, two) = (version(1, "temper"), version(2, "past"));
         let knowledge: BTreeMap<u8, &VersionRecord> = [(1u8, &one), (2u8, &two)].into_iter().collect();
         let agent = Agent::VoiceDialogue;
-        let schema = crate::identity::pipeline::output_schema(agent);
+        let schema = agent.output_schema();
         let options = crate::llm::structured::StructuredOptions::default();
         let appended = crate::llm::tokens::estimate(&format!("\n\n{}", crate::llm::structured::schema_instruction(&schema, &options).unwrap()));
         let format = crate::llm::ResponseFormat::JsonSchema { name: String::new(), schema };
