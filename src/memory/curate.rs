@@ -146,6 +146,18 @@ pub struct Curated {
     pub ids: Vec<String>,
 }
 
+/// Those of `ids` that are turns (what a summary is told from).
+fn turns_among(conn: &Connection, ids: &[String]) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT 1 FROM memories WHERE id = ?1 AND kind = 'turn'")?;
+    let mut out = Vec::new();
+    for id in ids {
+        if stmt.query_row([id], |_| Ok(())).optional()?.is_some() {
+            out.push(id.clone());
+        }
+    }
+    Ok(out)
+}
+
 fn exists(conn: &Connection, id: &str) -> Result<(), StoreError> {
     conn.query_row("SELECT 1 FROM memories WHERE id = ?1", [id], |_| Ok(()))
         .optional()?
@@ -169,7 +181,10 @@ impl MemoryBank {
         self.store().with(|c| exists(c, id))?;
         let prepared = self.prepare_edit(id, text)?;
         let write = self.store().transaction(|tx| {
-            let write = prepared.write(tx)?;
+            // A summary told from the old words would keep them: it goes, and its turns
+            // wait to be summarised again as they now read.
+            let (reopened, _) = super::summarise::reopen_covering(tx, &turns_among(tx, &[id.to_string()])?)?;
+            let write = reopened.and(prepared.write(tx)?);
             tx.execute("UPDATE memories SET edited_at = ?2 WHERE id = ?1", params![id, now_rfc3339()])?;
             Ok(write)
         })?;
@@ -182,7 +197,9 @@ impl MemoryBank {
         let followers = self.prepare_delete(id)?;
         let write = self.store().transaction(|tx| {
             exists(tx, id)?;
-            remove_with_followers(tx, id, followers)
+            // A summary that told the deleted turn would still tell it.
+            let (reopened, _) = super::summarise::reopen_covering(tx, &turns_among(tx, &[id.to_string()])?)?;
+            Ok(reopened.and(remove_with_followers(tx, id, followers)?))
         })?;
         self.publish(write);
         Ok(Curated { action: "deleted".into(), ids: vec![id.to_string()] })
@@ -196,7 +213,13 @@ impl MemoryBank {
             if ids.is_empty() {
                 return Err(StoreError::NotFound(format!("session {session:?}")));
             }
-            let write = remove_ids(tx, &ids)?;
+            // Summaries told from the session's turns go with them, wherever they were
+            // filed (a summary is filed under the session of its last turn, and may span
+            // the one before): a forgotten evening must not live on in one.
+            let (reopened, _) = super::summarise::reopen_covering(tx, &turns_among(tx, &ids)?)?;
+            let left: Vec<String> =
+                tx.prepare("SELECT id FROM memories WHERE session = ?1")?.query_map([session], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            let write = reopened.and(remove_ids(tx, &left)?);
             Ok((ids, write))
         })?;
         self.publish(write);

@@ -1140,3 +1140,63 @@ fn an_import_names_its_character_and_a_wrong_name_is_said() {
     let none = lorekeeper(&dir, &["memory", "search", "gannets", "--json"]);
     assert!(!String::from_utf8_lossy(&none.stdout).contains("Gannets"), "nothing of the refused file was written");
 }
+
+/// A summary is told from the turns it covers: when one of them is deleted, edited, or
+/// its session forgotten by hand, the summary goes too and its other turns wait to be
+/// summarised again, so the words taken back live on nowhere. A summary is filed under
+/// its last turn's session; forgetting the session before still takes it.
+#[test]
+fn curating_a_turn_takes_the_summary_told_from_it_with_it() {
+    use lorekeeper::memory::summarise::{buffer, summarise_if_due};
+    let fake = Arc::new(FakeSummariser { calls: Default::default() });
+    let client = lorekeeper::llm::LlmClient::with_provider(fake.clone(), Default::default());
+    let scope = Scope::character("wren");
+    let library = |dir: &tempfile::TempDir| {
+        let bank = bank(dir);
+        for i in 0..5 {
+            let text = if i == 1 { "My alarm code at the shop is 4471, and we plant the orchard in May.".to_string() } else { format!("Small talk number {i}.") };
+            let mut t = turn(&format!("c{i}"), if i % 2 == 0 { "user" } else { "Wren" }, &text, &["user", "Wren"]);
+            t.scope = scope.clone();
+            t.session = Some(if i < 3 { "evening-1" } else { "evening-2" }.into());
+            bank.add(vec![t]).unwrap();
+        }
+        summarise_if_due(&bank, &client, &scope, None, 5).unwrap().expect("a summary of the five turns");
+        assert!(buffer(&bank, &scope, None).unwrap().is_empty());
+        bank
+    };
+    let summaries = |bank: &MemoryBank| {
+        let request = SearchRequest {
+            filter: SearchFilter { kinds: vec![MemoryKind::Summary], ..Default::default() },
+            mode: SearchMode::Keyword,
+            ..SearchRequest::new("orchard", 5)
+        };
+        bank.search(&request).unwrap().len()
+    };
+
+    let forgot = tempfile::tempdir().unwrap();
+    let bank = library(&forgot);
+    assert_eq!(summaries(&bank), 1);
+    assert_eq!(bank.context(&bank.search(&SearchRequest { mode: SearchMode::Keyword, ..SearchRequest::new("orchard", 5) }).unwrap()
+        .iter().find(|h| h.kind == MemoryKind::Summary).unwrap().id, 0, 0).unwrap()[0].session.as_deref(), Some("evening-2"));
+    bank.forget_session("evening-1").unwrap();
+    assert_eq!(summaries(&bank), 0, "the summary filed under evening-2 told evening-1's turns");
+    let left: Vec<String> = buffer(&bank, &scope, None).unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(left, vec!["c3", "c4"], "evening-2's turns wait to be summarised again");
+
+    let deleted = tempfile::tempdir().unwrap();
+    let bank = library(&deleted);
+    bank.delete("c1").unwrap();
+    assert_eq!(summaries(&bank), 0);
+    assert_eq!(buffer(&bank, &scope, None).unwrap().len(), 4);
+
+    let edited = tempfile::tempdir().unwrap();
+    let bank = library(&edited);
+    bank.edit("c1", "We plant the apple trees in June.").unwrap();
+    assert_eq!(summaries(&bank), 0, "the summary told the old words");
+    assert_eq!(buffer(&bank, &scope, None).unwrap().len(), 5);
+    // Pinning changes no words: the summary stays.
+    let pinned = tempfile::tempdir().unwrap();
+    let bank = library(&pinned);
+    bank.pin("c1", true).unwrap();
+    assert_eq!(summaries(&bank), 1);
+}
