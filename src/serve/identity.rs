@@ -305,7 +305,7 @@ async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
     let Ok(replayed) = send_state(&state, &id, &mut socket).await else { return };
     // What was emitted while the state was read is already in it: a wave or an agent
     // that started just then is not announced twice.
-    let mut replayed: Vec<String> = replayed.iter().map(Value::to_string).collect();
+    let mut replayed = Replayed::new(&replayed, std::time::Instant::now());
     while let Ok(event) = events.try_recv() {
         let Event::Identity(event) = &*event else { continue };
         if event.character_id() != Some(id.as_str()) {
@@ -313,8 +313,7 @@ async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
         }
         for message in seed_messages(event) {
             let text = message.to_string();
-            if let Some(i) = replayed.iter().position(|r| *r == text) {
-                replayed.swap_remove(i);
+            if replayed.already_said(&text, std::time::Instant::now()) {
                 continue;
             }
             if socket.send(Message::Text(text.into())).await.is_err() {
@@ -351,7 +350,11 @@ async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
                         known = load(&state, &id).ok().map(|v| standing(&v)).or(known);
                     }
                     for message in seed_messages(event) {
-                        if socket.send(Message::Text(message.to_string().into())).await.is_err() {
+                        let text = message.to_string();
+                        if replayed.already_said(&text, std::time::Instant::now()) {
+                            continue;
+                        }
+                        if socket.send(Message::Text(text.into())).await.is_err() {
                             return;
                         }
                     }
@@ -368,6 +371,41 @@ async fn follow(state: Arc<AppState>, id: String, mut socket: WebSocket) {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {} // clients only listen; pings are answered by the library
             },
+        }
+    }
+}
+
+/// The messages a newly joined socket was sent as the run's state, for telling apart an
+/// event that the state already showed. The engine writes a change before it emits the
+/// event, so the state can show an agent started whose event is still on its way: that
+/// event arrives just after the join and must not be said twice. Past a short grace the
+/// list is dropped, as a later message equal to one of them (a checkpoint ready again
+/// after a rejection) is news.
+struct Replayed {
+    messages: Vec<String>,
+    until: std::time::Instant,
+}
+
+impl Replayed {
+    const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+    fn new(messages: &[Value], now: std::time::Instant) -> Self {
+        Replayed { messages: messages.iter().map(Value::to_string).collect(), until: now + Self::GRACE }
+    }
+
+    /// Whether `text` was in the replay and has not been matched yet (each replayed
+    /// message swallows one equal event, within the grace).
+    fn already_said(&mut self, text: &str, now: std::time::Instant) -> bool {
+        if now > self.until {
+            self.messages.clear();
+            return false;
+        }
+        match self.messages.iter().position(|r| r == text) {
+            Some(i) => {
+                self.messages.swap_remove(i);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -502,5 +540,25 @@ fn seed_messages(event: &IdentityEvent) -> Vec<Value> {
         IdentityEvent::CheckpointStale { checkpoint_number, .. } => vec![json!({ "type": "checkpoint_stale", "checkpoint_number": checkpoint_number })],
         IdentityEvent::Cancelled { checkpoint, .. } => vec![json!({ "type": "checkpoint_cancelled", "checkpoint_number": checkpoint })],
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+
+    #[test]
+    fn an_event_the_replay_already_said_is_swallowed_once_and_only_just_after_the_join() {
+        let t0 = std::time::Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let started = json!({ "type": "agent_started", "checkpoint_number": 1, "agent": "personality", "version": 1 });
+        let ready = json!({ "type": "checkpoint_ready", "checkpoint_number": 2 });
+        let mut replayed = Replayed::new(&[started.clone(), ready.clone()], t0);
+        // The event of a start the state already showed, arriving late: not said again.
+        assert!(replayed.already_said(&started.to_string(), t0 + ms(300)));
+        // A second, equal event is news (each replayed message swallows one).
+        assert!(!replayed.already_said(&started.to_string(), t0 + ms(400)));
+        // Past the grace, a checkpoint ready again (after a rejection) is said.
+        assert!(!replayed.already_said(&ready.to_string(), t0 + Replayed::GRACE + ms(1)));
     }
 }
