@@ -210,7 +210,10 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         .iter()
         .map(|h| {
             let when = h.time.as_deref().and_then(|t| t.get(..10)).map(|d| format!("({d}) ")).unwrap_or_default();
-            item(h.id.clone(), format!("{when}{}", one_line(&h.text)), f64::from(h.score))
+            // Who said it: "my sister moved to Porto" is the user's sister or the
+            // character's, and the model cannot tell which from the words alone.
+            let who = h.speaker.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(|s| format!("{s}: ")).unwrap_or_default();
+            item(h.id.clone(), format!("{when}{who}{}", one_line(&h.text)), f64::from(h.score))
         })
         .collect();
     let examples_text = resolve(card.mes_example.trim());

@@ -652,3 +652,37 @@ fn sticky_and_cooldown_lore_carry_across_chat_messages_but_not_across_a_redraw()
     let sixth = committed(&send(&engine, "Still calm.", None));
     assert!(fired(&sixth).is_empty(), "{:?}", sixth.packet.notes);
 }
+
+/// What a character said long ago comes back to it as a memory, with who said it; when
+/// asked to remember, it may say it again in the same words, as people do. (Its reply
+/// was thrown away as "copied from its prompt" three times, and the turn failed.)
+#[test]
+fn a_character_may_say_again_what_it_remembers_saying_and_the_memory_names_who_said_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let keeper = "Old Bram kept the Gullhaven lighthouse for forty years and never once let the lamp go out.";
+    let script = json!({
+        "rules": [
+            { "when": { "user_contains": "Do you remember what you told me" }, "reply": reply(&format!("[Ilse Marrow]: Of course I do. {keeper}")) },
+            { "when": { "user_contains": "bread" }, "reply": reply("[Ilse Marrow]: Rye, always rye.") },
+            { "when": { "user_contains": "weather" }, "reply": reply("[Ilse Marrow]: Grey again, and the gulls are loud.") },
+            { "when": { "user_contains": "Tell me about" }, "reply": reply(&format!("[Ilse Marrow]: {keeper}")) },
+            { "when": { "system_contains": "compress" }, "reply": "unused" }
+        ]
+    });
+    let paths = setup(dir.path(), script, |c| {
+        c.companion.history_turns = 1;
+        c.memory.summary_every = 100;
+    });
+    let engine = engine::start(paths.clone()).unwrap();
+    let _ = committed(&send(&engine, "Tell me about the lighthouse keeper of Gullhaven.", Some("2026-11-01T10:00:00Z")));
+    let _ = committed(&send(&engine, "How is the weather at the harbour?", Some("2026-11-01T10:05:00Z")));
+    let _ = committed(&send(&engine, "What bread do you bake?", Some("2026-11-01T10:10:00Z")));
+    let events = send(&engine, "Do you remember what you told me about the lighthouse keeper?", Some("2026-11-01T10:15:00Z"));
+    let discarded: Vec<&CompanionEvent> = events.iter().filter(|e| matches!(e, CompanionEvent::Discarded { .. })).collect();
+    assert!(discarded.is_empty(), "{discarded:?}");
+    let turn = committed(&events);
+    assert!(turn.reply.contains(keeper), "{}", turn.reply);
+    let bank = turn.packet.block("memory_bank").expect("a recall question gets a memory bank");
+    assert!(bank.text.contains(&format!("Ilse Marrow: {keeper}")), "the memory says who said it: {}", bank.text);
+    assert_eq!(turn.attempts, 1);
+}

@@ -220,11 +220,13 @@ fn draw(
             ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text });
         }
     };
-    // What the reply must not recite: the packet as sent, less the earlier turns (a
-    // character may repeat itself; it may not read out its card, its example dialogue,
-    // its instructions or the user's words), plus the greeting it opened with.
-    let history = packet.block("chat_history").map(|b| b.text.as_str()).unwrap_or_default();
-    let sent: Vec<String> = packet.messages.iter().map(|m| if history.is_empty() { m.content.clone() } else { m.content.replace(history, "") }).collect();
+    // What the reply must not recite: the packet as sent, less the earlier turns and
+    // the memories recalled from them (a character may repeat itself or what it was
+    // told, as people do when they remember; it may not read out its card, its example
+    // dialogue or its instructions), plus the greeting it opened with.
+    let said: Vec<&str> =
+        ["chat_history", "memory_bank"].iter().filter_map(|b| packet.block(b)).map(|b| b.text.as_str()).filter(|t| !t.is_empty()).collect();
+    let sent: Vec<String> = packet.messages.iter().map(|m| said.iter().fold(m.content.clone(), |content, block| content.replace(block, ""))).collect();
     let greeting = opening.get(chosen as usize).cloned().unwrap_or_default();
     let copies = CopyGuard::new(sent.iter().map(String::as_str).chain([greeting.as_str()]));
     let result =
