@@ -23,12 +23,18 @@ pub enum SummariseError {
 
 /// The turns waiting to be summarised in `scope` (and `session`, if given), oldest first.
 pub fn buffer(bank: &MemoryBank, scope: &Scope, session: Option<&str>) -> Result<Vec<Memory>, MemoryError> {
+    buffer_of(bank, scope, session, None)
+}
+
+/// [`buffer`] of the turns whose source starts with `source_prefix` (`chat:` for a
+/// chat's own turns, not the memories a file brought in).
+pub fn buffer_of(bank: &MemoryBank, scope: &Scope, session: Option<&str>, source_prefix: Option<&str>) -> Result<Vec<Memory>, MemoryError> {
     let rowids: Vec<i64> = bank.store().with(|c| {
         let mut stmt = c.prepare_cached(
             "SELECT rowid FROM memories WHERE kind = 'turn' AND summarised = 0 AND scope = ?1 AND scope_id IS ?2 \
-             AND (?3 IS NULL OR session = ?3) ORDER BY seq",
+             AND (?3 IS NULL OR session = ?3) AND (?4 IS NULL OR substr(source, 1, length(?4)) = ?4) ORDER BY seq",
         )?;
-        let rows = stmt.query_map(params![scope.kind.as_str(), scope.id, session], |r| r.get(0))?;
+        let rows = stmt.query_map(params![scope.kind.as_str(), scope.id, session, source_prefix], |r| r.get(0))?;
         Ok(rows.collect::<Result<Vec<i64>, _>>()?)
     })?;
     Ok(bank.store().with(|c| records::load(c, &rowids))?)
@@ -54,16 +60,18 @@ pub fn summary_request(turns: &[Memory]) -> ChatRequest {
     )
 }
 
-/// Summarise the buffer of `scope` / `session` if it holds at least `every` turns.
-/// Returns the new summary's id, or `None` when the buffer is still short.
+/// Summarise the buffer of `scope` / `session` (of the turns whose source starts with
+/// `source_prefix`, if given) if it holds at least `every` turns. Returns the new
+/// summary's id, or `None` when the buffer is still short.
 pub fn summarise_if_due(
     bank: &MemoryBank,
     client: &LlmClient,
     scope: &Scope,
     session: Option<&str>,
+    source_prefix: Option<&str>,
     every: usize,
 ) -> Result<Option<String>, SummariseError> {
-    let turns = buffer(bank, scope, session)?;
+    let turns = buffer_of(bank, scope, session, source_prefix)?;
     if turns.len() < every.max(1) {
         return Ok(None);
     }

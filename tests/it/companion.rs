@@ -686,3 +686,42 @@ fn a_character_may_say_again_what_it_remembers_saying_and_the_memory_names_who_s
     assert!(bank.text.contains(&format!("Ilse Marrow: {keeper}")), "the memory says who said it: {}", bank.text);
     assert_eq!(turn.attempts, 1);
 }
+
+/// Memories a file brought in for a character are not its conversation: the chat's
+/// summaries are told from the chat's own turns only. (Each message used to set off one
+/// more summary over five imported lines, mixed with the chat's: after a 3,000-line
+/// import, some 600 extra calls.)
+#[test]
+fn the_chat_summary_is_told_from_the_chat_not_from_imported_memories() {
+    use lorekeeper::memory::records::{MemoryKind, NewMemory, Scope};
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "rules": [
+            { "when": { "system_contains": "compress a stretch of conversation" }, "reply": "Ilse and the user talked about the harbour." },
+            { "when": { "system_contains": "Roleplay as Ilse Marrow" }, "reply": reply("[Ilse Marrow]: Mm-hm.") }
+        ]
+    });
+    let paths = setup(dir.path(), script, |c| c.memory.summary_every = 2);
+    let engine = engine::start(paths.clone()).unwrap();
+    let first = committed(&send(&engine, "The harbour is busy today.", Some("2026-11-01T10:00:00Z")));
+    let bank = lorekeeper::memory::bank_for(engine.context()).unwrap();
+    let imported: Vec<NewMemory> = (0..10)
+        .map(|i| NewMemory {
+            id: Some(format!("bulk-{i}")),
+            kind: MemoryKind::Turn,
+            scope: Scope::character(first.character_id.clone()),
+            speaker: Some("user".into()),
+            text: format!("Bulk line {i} about an old trip inland."),
+            source: Some("old-notes.jsonl".into()),
+            ..Default::default()
+        })
+        .collect();
+    bank.add(imported).unwrap();
+    let second = committed(&send(&engine, "The ferry is late again.", Some("2026-11-01T10:05:00Z")));
+    let summarised = until(&engine, |e| matches!(e, CompanionEvent::Summarised { .. }));
+    let CompanionEvent::Summarised { memory_id, .. } = summarised.last().unwrap() else { unreachable!() };
+    let summary = bank.context(memory_id, 0, 0).unwrap();
+    assert_eq!(summary[0].source.as_deref(), Some(format!("turns {}-u..{}-r", first.id, second.id).as_str()));
+    let waiting = lorekeeper::memory::summarise::buffer(&bank, &Scope::character(first.character_id.clone()), None).unwrap();
+    assert_eq!(waiting.len(), 10, "the imported lines are left as they came");
+}

@@ -648,7 +648,7 @@ fn a_summary_is_made_every_n_turns_survives_a_restart_and_is_found_later() {
             let mut t = turn(&format!("c{i}"), if i % 2 == 0 { "user" } else { "Mira" }, &text, &["user", "Mira"]);
             t.scope = scope.clone();
             bank.add(vec![t]).unwrap();
-            summarise_if_due(bank, &client, &scope, None, 5).unwrap();
+            summarise_if_due(bank, &client, &scope, None, None, 5).unwrap();
         }
     };
     {
@@ -1160,7 +1160,7 @@ fn curating_a_turn_takes_the_summary_told_from_it_with_it() {
             t.session = Some(if i < 3 { "evening-1" } else { "evening-2" }.into());
             bank.add(vec![t]).unwrap();
         }
-        summarise_if_due(&bank, &client, &scope, None, 5).unwrap().expect("a summary of the five turns");
+        summarise_if_due(&bank, &client, &scope, None, None, 5).unwrap().expect("a summary of the five turns");
         assert!(buffer(&bank, &scope, None).unwrap().is_empty());
         bank
     };

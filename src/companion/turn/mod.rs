@@ -367,6 +367,9 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
             &client,
             &Scope::character(character.id.clone()),
             None,
+            // The chat's own turns: memories imported for the character are not its
+            // conversation, and a file of thousands would cost a summary call per message.
+            Some("chat:"),
             // An exchange is two memory turns (the message and the reply): counting in
             // exchanges keeps a summary from ever cutting one in half.
             config.memory.summary_every.max(1) * 2,
