@@ -95,6 +95,26 @@ fn fitted(mut items: Vec<BudgetItem>, allocated: u32, policy: DropPolicy) -> (Ve
     (kept, dropped)
 }
 
+/// A card's example dialogue cut into its `<START>` blocks, each starting with its
+/// marker (text before the first marker is a block of its own).
+fn example_blocks(text: &str) -> Vec<String> {
+    let mut blocks: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if line.trim().eq_ignore_ascii_case("<START>") && !current.trim().is_empty() {
+            blocks.push(std::mem::take(&mut current).trim_end().to_string());
+        }
+        if !current.is_empty() {
+            current.push('\n');
+        }
+        current.push_str(line);
+    }
+    if !current.trim().is_empty() {
+        blocks.push(current.trim_end().to_string());
+    }
+    blocks
+}
+
 /// The time since the last chat, in words ("3 hours", "2 days").
 pub fn since_in_words(last: Option<&str>, now: DateTime<Utc>) -> String {
     let Some(last) = last.and_then(|t| DateTime::parse_from_rfc3339(t).ok()) else {
@@ -228,7 +248,13 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         (out.text, out.notes)
     };
     let post_history = resolve(card.post_history_instructions.trim());
-    let example_items = if examples_text.is_empty() { Vec::new() } else { vec![item("example dialogue".into(), examples_text, 1.0)] };
+    // Each `<START>` block is one item, the earlier worth more: a budget too small for
+    // them all keeps the first ones that fit, as SillyTavern pushes examples out from
+    // the end, instead of losing the card's whole voice.
+    let example_blocks = example_blocks(&examples_text);
+    let blocks = example_blocks.len();
+    let example_items: Vec<BudgetItem> =
+        example_blocks.into_iter().enumerate().map(|(i, b)| item(format!("example dialogue {}", i + 1), b, (blocks - i) as f64)).collect();
     // Each item is one exchange (or the greeting), cut or kept whole; its messages one line each.
     let history_messages: Vec<(String, Vec<String>)> = greeting
         .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))
@@ -253,8 +279,14 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
     let (memories, memory_dropped) = fitted(memory_items, memory_budget, DropPolicy::MostValuableFirst);
     let (examples, examples_dropped) = fitted(example_items, examples_budget, DropPolicy::MostValuableFirst);
-    let examples_note =
-        examples_dropped.first().map(|d| format!("example dialogue left out: {} tokens, its budget is {examples_budget}", d.tokens));
+    let examples_note = (!examples_dropped.is_empty()).then(|| {
+        let tokens = examples_dropped.iter().map(|d| d.tokens).fold(0u32, u32::saturating_add);
+        format!(
+            "example dialogue left out: {} of {blocks} example{} ({tokens} tokens), its budget is {examples_budget}",
+            examples_dropped.len(),
+            if blocks == 1 { "" } else { "s" }
+        )
+    });
     let (keep, lore_dropped) = fit(&mut lore_items, lore_budget, DropPolicy::MostValuableFirst);
     // Each kept entry where its position puts it, as SillyTavern places World Info:
     // before or after the character, around the example dialogue, in the chat at a depth;
@@ -491,6 +523,32 @@ mod tests {
         assert!(text.contains("User brings Ilse Marrow a torn atlas after 3 hours away."), "the idle time since the last chat: {text}");
         assert!(text.contains("Ilse Marrow's workshop smells of glue."), "{text}");
         assert!(!text.contains("{{") && !text.contains("not sent"), "{text}");
+    }
+
+    /// A card whose examples outgrow their budget keeps the first ones that fit, each
+    /// whole, as SillyTavern pushes examples out from the end (they all went before).
+    #[test]
+    fn examples_over_their_budget_keep_the_first_blocks_that_fit() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        c.card.mes_example = (1..=12)
+            .map(|i| format!("<START>\n{{{{user}}}}: Tell me story {i}.\n{{{{char}}}}: Story {i}: {}", "the tide turned and the gulls cried ".repeat(60)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let packet = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        let examples = packet.block("example_dialogue").expect("some examples fit");
+        assert!(examples.text.contains("Story 1:") && examples.text.contains("Story 2:"), "{}", examples.text);
+        assert!(!examples.text.contains("Story 12:"), "the last ones go first");
+        let kept = (1..=12).filter(|i| examples.text.contains(&format!("Story {i}:"))).count();
+        assert!((2..12).contains(&kept), "{kept}");
+        assert_eq!(examples.text.matches("<START>").count(), kept, "each kept block whole, with its marker");
+        assert!(
+            packet.notes.iter().any(|n| n.starts_with(&format!("example dialogue left out: {} of 12 examples", 12 - kept))),
+            "{:?}",
+            packet.notes
+        );
+        assert_eq!(example_blocks("Before any marker.\n<START>\nA: one\n<start>\nB: two"), vec!["Before any marker.", "<START>\nA: one", "<start>\nB: two"]);
     }
 
     #[test]
