@@ -345,6 +345,7 @@ impl Exportable {
             user: &user.name,
             persona: &user.description,
             stable_seed: &character.id,
+            random_seed: Some(crate::prompting::greeting_seed(&character.id)),
             ..Default::default()
         };
         let (opening, chosen) = records::chat_greetings(&state, &character.card);

@@ -274,6 +274,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 user: &user.name,
                 persona: &user.description,
                 stable_seed: &info.id,
+                random_seed: Some(crate::prompting::greeting_seed(&info.id)),
                 variables: Some(&shown_vars),
                 ..Default::default()
             };

@@ -197,6 +197,15 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         ..Default::default()
     };
     let mut notes = input.notes;
+    // The card's greeting opens the conversation: it is the oldest message while the
+    // history reaches back to the first exchange (and the first to go when it is cut).
+    // Its macros are filled first, as the chat met it first (see below).
+    let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
+    let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| {
+        let out = expand(g, &MacroContext { random_seed: Some(crate::prompting::greeting_seed(&input.character.id)), ..macros.clone() });
+        notes.extend(out.notes);
+        out.text
+    });
     let mut resolve = |text: &str| {
         let out = expand(text, &macros);
         notes.extend(out.notes);
@@ -207,10 +216,6 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // the prompt), then the card's fields as SillyTavern reads them (description,
     // personality, scenario, examples, the system prompt) and last its post-history
     // instructions; a `{{setvar}}` in one is read by every later one.
-    // The card's greeting opens the conversation: it is the oldest message while the
-    // history reaches back to the first exchange (and the first to go when it is cut).
-    let from_the_start = input.history.first().is_none_or(|t| t.seq <= 1);
-    let greeting = input.greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()).map(|g| resolve(g));
     let lore_texts: Vec<String> = input.lore.iter().map(|h| resolve(&h.text)).collect();
     let card = &input.character.card;
     let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];

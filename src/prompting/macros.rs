@@ -378,6 +378,13 @@ fn matching_close(text: &str) -> Option<usize> {
     None
 }
 
+/// The `{{random}}` seed of a chat's greeting: the same each time the greeting is read
+/// (shown, sent, exported) before the chat keeps it, as SillyTavern fills a greeting
+/// once when the chat opens; `stable` is the character's id.
+pub fn greeting_seed(stable: &str) -> u64 {
+    stable_hash(stable, "greeting", 0)
+}
+
 fn stable_hash(seed: &str, body: &str, n: u64) -> u64 {
     // FNV-1a: stable across runs and builds, unlike the standard library's hasher.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;

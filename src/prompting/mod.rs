@@ -12,5 +12,5 @@ pub mod templates;
 pub use budget::{
     BudgetItem, BudgetLedger, BudgetPlan, DropPolicy, DroppedItem, Section, SectionLedger, allocate, enforce,
 };
-pub use macros::{Expanded, MacroContext, expand};
+pub use macros::{Expanded, MacroContext, expand, greeting_seed};
 pub use templates::{PromptTemplates, TemplateError};

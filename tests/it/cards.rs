@@ -388,3 +388,43 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     let next = packet_of(&run(&paths, &["chat", "send", "--character", "Odile", "Back again.", "--json"]));
     assert!(next.contains("Visit 41."), "{next}");
 }
+
+/// A `{{random}}` in a card's greeting is rolled once for the chat: the greeting the
+/// user is shown, the one the model is sent and the one exported say the same, however
+/// often the chat is read (it was rolled again at every read).
+#[test]
+fn a_random_greeting_reads_the_same_shown_sent_and_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "default": "[Mara Vell]: Aye." }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    let moods = ["foul", "grim", "wretched", "sour", "bleak", "dire", "black", "rotten"];
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Mara Vell", "description": "A smuggler.", "personality": "", "scenario": "",
+        "first_mes": format!("The weather is {{{{random::{}}}}} tonight.", moods.join("::")),
+        "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
+        "alternate_greetings": [], "tags": [], "creator": "", "character_version": "1", "extensions": {} } });
+    let file = dir.path().join("mara.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    let shown = |paths: &Paths| -> String {
+        let out = run(paths, &["chat", "history", "--character", "Mara Vell"]);
+        let first = &out.last().unwrap().as_array().unwrap()[0];
+        first["text"].as_str().unwrap().to_string()
+    };
+    let before: Vec<String> = (0..4).map(|_| shown(&paths)).collect();
+    assert!(moods.iter().any(|m| before[0] == format!("The weather is {m} tonight.")), "{before:?}");
+    assert!(before.iter().all(|g| g == &before[0]), "read four times: {before:?}");
+    let events = run(&paths, &["chat", "send", "--character", "Mara Vell", "Evening."]);
+    let sent = events.last().unwrap()["turn"]["packet"]["messages"].to_string();
+    assert!(sent.contains(&before[0]), "{sent}");
+    assert_eq!(shown(&paths), before[0]);
+    let export = dir.path().join("chat.jsonl");
+    run(&paths, &["chat", "export", "--character", "Mara Vell", "--out", export.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&export).unwrap().contains(&before[0]));
+}

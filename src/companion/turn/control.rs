@@ -348,10 +348,13 @@ pub fn edit_greeting(ctx: &Context, character: &CharacterInfo, text: &str) -> Re
             user: &user.name,
             persona: &user.description,
             stable_seed: &character.id,
+            random_seed: Some(crate::prompting::greeting_seed(&character.id)),
             ..Default::default()
         };
         let mut shown: Vec<String> = greetings.iter().map(|g| crate::prompting::expand(g, &macros).text).collect();
-        shown[chosen as usize] = text.to_string();
+        // The new words are kept as they read now, for who the user is now: a later
+        // persona switch renames nothing already said.
+        shown[chosen as usize] = crate::prompting::expand(text, &macros).text;
         // The chat's row (made if it has none yet), then its opening kept anew.
         records::set_greeting(tx, &character.id, chosen)?;
         records::clear_file(tx, &character.id)?;

@@ -301,6 +301,7 @@ fn commit(bank: &MemoryBank, draft: &TurnDraft<'_>, accepted: Accepted) -> Resul
                 user: &prepared.user.name,
                 persona: &prepared.user.description,
                 stable_seed: &character.id,
+                random_seed: Some(crate::prompting::greeting_seed(&character.id)),
                 ..Default::default()
             };
             let (greetings, chosen) = records::chat_greetings(&prepared.state, &character.card);
