@@ -382,7 +382,7 @@ impl IdentityPanels {
                 ("Role", &mut f.role, 1),
                 ("Concept", &mut f.concept, 3),
                 ("Storyline", &mut f.storyline, 3),
-                ("Other characters (one per line: name — role — concept)", &mut f.others, 3),
+                ("Other characters (one per line: name - role - concept)", &mut f.others, 3),
             ] {
                 let label = ui.label(name);
                 let edit = if lines == 1 { egui::TextEdit::singleline(text) } else { egui::TextEdit::multiline(text).desired_rows(lines) };
@@ -415,14 +415,7 @@ impl IdentityPanels {
                     .others
                     .lines()
                     .filter(|l| !l.trim().is_empty())
-                    .map(|l| {
-                        let mut parts = l.split('—').map(|p| p.trim().to_string());
-                        OtherCharacter {
-                            name: parts.next().unwrap_or_default(),
-                            role: parts.next().unwrap_or_default(),
-                            concept: parts.next().unwrap_or_default(),
-                        }
-                    })
+                    .map(other_character)
                     .collect(),
             };
             self.last_error = None;
@@ -665,6 +658,18 @@ fn status_color(status: CheckpointStatus) -> Color32 {
     }
 }
 
+/// One line of the form's "Other characters": name, role and concept, split at an em
+/// dash, a spaced hyphen or double hyphen, or a bar — what a keyboard types ("Mira Voss -
+/// lighthouse keeper - guards the sea she fears"). A hyphen inside a word
+/// ("Anne-Marie") is not a split.
+fn other_character(line: &str) -> OtherCharacter {
+    let mut parts = line.split(['—', '–', '|']).flat_map(|p| p.split(" -- ")).flat_map(|p| p.split(" - ")).map(|p| p.trim().to_string());
+    let name = parts.next().unwrap_or_default();
+    let role = parts.next().unwrap_or_default();
+    let concept = parts.collect::<Vec<_>>().join(" - ");
+    OtherCharacter { name, role, concept }
+}
+
 fn status_chip(ui: &mut egui::Ui, status: CheckpointStatus) {
     ui.label(RichText::new(status.as_str().replace('_', " ")).color(status_color(status)).strong());
 }
@@ -808,6 +813,16 @@ impl super::Panel for IdentityPanels {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn other_characters_split_at_what_a_keyboard_types() {
+        let o = super::other_character("Mira Voss - lighthouse keeper - guards the sea she fears");
+        assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Mira Voss", "lighthouse keeper", "guards the sea she fears"));
+        let o = super::other_character("Anne-Marie Holt — ferrywoman — sells tickets | and secrets");
+        assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Anne-Marie Holt", "ferrywoman", "sells tickets - and secrets"));
+        let o = super::other_character("Tobin -- brother");
+        assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Tobin", "brother", ""));
+    }
+
     #[test]
     fn an_attempts_outcome_reads_as_words() {
         let invalid = serde_json::json!({"number": 1, "failure": {"kind": "invalid"}, "errors": [{"path": "/a", "message": "x"}, {"path": "/b", "message": "y"}]});
