@@ -88,12 +88,10 @@ pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard
         return Err("it was cut off at the token limit".into());
     }
     let mut text = completion.text.trim();
-    // The trigger asks for `[Name]: ...`; the label is not part of what was said.
-    for label in labels(name) {
-        if let Some(rest) = strip_label(text, &label) {
-            text = rest;
-            break;
-        }
+    // The trigger asks for `[Name]: ...`; the label is not part of what was said. A small
+    // model may write it twice (`[Name]: [Name]:`): every leading one goes.
+    while let Some(rest) = labels(name).iter().find_map(|label| strip_label(text, label)) {
+        text = rest.trim_start();
     }
     let text = text.trim();
     if text.is_empty() {
@@ -123,6 +121,21 @@ pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard
 mod tests {
     use super::*;
     use crate::llm::Usage;
+
+    #[test]
+    fn a_label_written_twice_is_no_reply() {
+        let copies = CopyGuard::new([""]);
+        let done = |text: &str| Completion {
+            text: text.into(),
+            usage: Usage::default(),
+            finish_reason: Some("stop".into()),
+            model: "m".into(),
+            from_cache: false,
+            elapsed_ms: 0,
+        };
+        assert_eq!(judge(&done("[Corvin Ashdale]: [Corvin Ashdale]:"), "Corvin Ashdale", "Sam", &copies), Err("it was empty".into()));
+        assert_eq!(judge(&done("[Corvin Ashdale]: Corvin Ashdale: Aye."), "Corvin Ashdale", "Sam", &copies), Ok("Aye.".into()));
+    }
 
     /// The card's example dialogue, as the packet carries it.
     fn card() -> CopyGuard {
