@@ -216,14 +216,34 @@ pub fn import(ctx: &Context, character: &CharacterInfo, text: &str, source: &str
             None => notes.push(format!("the file's user, {user}, is no persona of this library: the chat plays as the configured name")),
         }
     }
+    let metadata = &file.raw["header"]["chat_metadata"];
+    if metadata["note_prompt"].as_str().is_some_and(|n| !n.trim().is_empty()) {
+        notes.push(
+            "the file's Author's Note is kept for export, not sent: a chat here has none (put it in the card's post-history instructions, or a constant lorebook entry at a depth)".into(),
+        );
+    }
+    // The chat's own lorebook (SillyTavern's chat-bound World Info), found by name.
+    let chat_book = metadata["world_info"].as_str().map(str::trim).filter(|b| !b.is_empty()).map(str::to_string);
     let bank = crate::memory::bank_for(ctx)?;
     let prepared = prepare_memories(&bank, ctx, character, &whole)?;
     let title = format!("before the import of {source}");
-    let (saved, write) = bank.store().transaction(|tx| {
+    let (saved, write, attached) = bank.store().transaction(|tx| {
         let saved = put_aside(tx, &character.id, &title)?;
         let write = install(tx, &character.id, &whole, prepared)?;
-        Ok((saved, write))
+        let attached = match &chat_book {
+            Some(book) => match crate::interop::library::resolve_lorebook(tx, book) {
+                Ok((id, _)) => records::attach_chat_lorebook(tx, &character.id, &id).map(|_| Ok(book.clone()))?,
+                Err(e) => Err(format!("the file's chat lorebook {book:?} is not attached: {e} (import it, then `lorebook attach {book:?} --chat`)")),
+            },
+            None => Ok(String::new()),
+        };
+        Ok((saved, write, attached))
     })?;
+    match attached {
+        Ok(book) if !book.is_empty() => notes.push(format!("the file's chat lorebook {book:?} is attached to this chat")),
+        Ok(_) => {}
+        Err(note) => notes.push(note),
+    }
     bank.publish(write);
     Ok(Imported { exchanges: whole.turns.len(), saved, notes })
 }

@@ -229,7 +229,8 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     assert_eq!(imported["exchanges"], 2);
     assert!(imported["saved"].is_string());
     let notes = imported["notes"].as_array().unwrap();
-    assert_eq!(notes.len(), 2, "the narrator's line is carried, and said: {imported}");
+    assert_eq!(notes.len(), 3, "the narrator's line is carried, and said: {imported}");
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("Author's Note is kept for export, not sent")), "{imported}");
     assert!(notes.iter().any(|n| n.as_str().unwrap().contains("Ash, is no persona")), "{imported}");
     let messages = history(&paths);
     assert_eq!(
@@ -374,4 +375,48 @@ fn switching_persona_does_not_rename_what_was_already_said() {
         })
         .unwrap();
     assert_eq!(speakers, ["Tamsin", "Pat"]);
+}
+
+/// A SillyTavern chat bound to a lorebook (`chat_metadata.world_info`) comes in bound to
+/// it when the library has a book of that name, and says so; when it has none, says how
+/// to bind it. (The binding was dropped without a word.)
+#[test]
+fn a_chat_file_bound_to_a_lorebook_comes_in_bound_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "default": "[Maren Vosk]: Hm." }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
+    config.save(&paths.config_file).unwrap();
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "Lock's closed.",
+        "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    std::fs::write(dir.path().join("maren.json"), card.to_string()).unwrap();
+    let book = json!({ "name": "Saltmarrow", "entries": { "0": { "uid": 0, "key": ["kraken"], "keysecondary": [],
+        "content": "A kraken sleeps under the Saltmarrow pier.", "comment": "Kraken", "constant": false, "disable": false, "order": 100, "position": 0 } } });
+    std::fs::write(dir.path().join("saltmarrow.json"), book.to_string()).unwrap();
+    run(&paths, &["import", dir.path().join("maren.json").to_str().unwrap(), dir.path().join("saltmarrow.json").to_str().unwrap()]);
+    let file = |book: &str| {
+        format!(
+            "{}\n{}\n",
+            json!({ "user_name": "User", "character_name": "Maren Vosk", "create_date": "2026-10-02@21h15m40s", "chat_metadata": { "world_info": book } }),
+            json!({ "name": "Maren Vosk", "is_user": false, "is_system": false, "send_date": "October 2, 2026 9:15pm", "mes": "Lock's closed.", "extra": {} })
+        )
+    };
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(&theirs, file("Saltmarrow")).unwrap();
+    let imported = run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let notes = imported.last().unwrap()["notes"].to_string();
+    assert!(notes.contains("chat lorebook \\\"Saltmarrow\\\" is attached"), "{notes}");
+    let sent = run(&paths, &["chat", "send", "--character", "Maren", "Is there a kraken here?"]);
+    assert!(sent.last().unwrap()["turn"]["packet"]["messages"].to_string().contains("A kraken sleeps under the Saltmarrow pier."));
+
+    std::fs::write(&theirs, file("Not In This Library")).unwrap();
+    let imported = run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let notes = imported.last().unwrap()["notes"].to_string();
+    assert!(notes.contains("is not attached") && notes.contains("lorebook attach"), "{notes}");
 }
