@@ -340,12 +340,14 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         .into_iter()
         .map(|(place, _, text)| {
             let at = history.len().saturating_sub(place.depth.saturating_sub(1) as usize);
+            // Said as its role, never as a line of the user's or the character's: a note
+            // written `[Tamsin]: ...` reads as something Tamsin said (as scenes write it).
             let who = match place.role {
-                crate::lorebook::PromptRole::User => user.to_string(),
-                crate::lorebook::PromptRole::Assistant => name.to_string(),
-                _ => "System note".to_string(),
+                crate::lorebook::PromptRole::User => "user note",
+                crate::lorebook::PromptRole::Assistant => "assistant note",
+                _ => "system note",
             };
-            (at, format!("[{who}]: {text}"))
+            (at, format!("[{who}] {text}"))
         })
         .collect();
     // Inserted from the last place back, each group in its order, so no insertion moves another.
@@ -656,18 +658,18 @@ mod tests {
         let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
         assert!(at("LORE-BEFORE") < at("<assistant_persona>") && at("</assistant_persona>") < at("LORE-AFTER"), "{text}");
         // Depth 2: two messages follow it in the chat as sent, the last reply and the new message.
-        assert!(at("question three") < at("[System note]: LORE-DEEP") && at("[System note]: LORE-DEEP") < at("answer three"), "{text}");
-        // The card's Character's Note at its depth (1: before the new message), as its role.
-        assert!(at("answer three") < at("[Ilse Marrow]: Ilse Marrow NOTE-AT-ONE") && at("NOTE-AT-ONE") < at("</chat_history>"), "{text}");
+        assert!(at("question three") < at("[system note] LORE-DEEP") && at("[system note] LORE-DEEP") < at("answer three"), "{text}");
+        // The card's Character's Note at its depth (1: before the new message), as its role, never as her line.
+        assert!(at("answer three") < at("[assistant note] Ilse Marrow NOTE-AT-ONE") && at("NOTE-AT-ONE") < at("</chat_history>"), "{text}");
         // After the character comes before the user's persona and the examples, as in
         // SillyTavern's story string; the examples' own places go around them.
         assert!(at("LORE-AFTER") < at("LORE-EM-TOP") && at("LORE-EM-TOP") < at("<example_dialogue>"), "{text}");
         assert!(at("</example_dialogue>") < at("LORE-EM-BOTTOM"), "{text}");
         // The author's note's places: at its usual depth, four messages from the end, its
         // top entries before its bottom ones.
-        assert!(at("question two") < at("[System note]: LORE-AN\n") && at("[System note]: LORE-AN\n") < at("answer two"), "{text}");
-        assert!(at("[System note]: LORE-AN\n") < at("[System note]: LORE-AN-BOTTOM"), "{text}");
-        assert!(at("[System note]: LORE-AN-BOTTOM") < at("answer two"), "{text}");
+        assert!(at("question two") < at("[system note] LORE-AN\n") && at("[system note] LORE-AN\n") < at("answer two"), "{text}");
+        assert!(at("[system note] LORE-AN\n") < at("[system note] LORE-AN-BOTTOM"), "{text}");
+        assert!(at("[system note] LORE-AN-BOTTOM") < at("answer two"), "{text}");
     }
 
     #[test]
