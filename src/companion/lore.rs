@@ -18,9 +18,10 @@ use crate::memory::{MemoryKind, RetrievalHit, Scope};
 use crate::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// Messages scanned for keys when the book does not say (SillyTavern's default is 2;
-/// an exchange here is two messages).
-const SCAN_DEPTH: u32 = 4;
+/// Messages scanned for keys when neither the book nor the entry says: SillyTavern's
+/// default, 2 — the user's new message and the reply before it (each its own message,
+/// as they are here). A migrated book fires as often, and stops as soon, as it did there.
+const SCAN_DEPTH: u32 = 2;
 
 /// What fired for one turn: hits for the packet's lore block (budgeted with it), and one
 /// line per fired entry with its reason for the packet's notes.

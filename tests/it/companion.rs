@@ -725,3 +725,26 @@ fn the_chat_summary_is_told_from_the_chat_not_from_imported_memories() {
     let waiting = lorekeeper::memory::summarise::buffer(&bank, &Scope::character(first.character_id.clone()), None).unwrap();
     assert_eq!(waiting.len(), 10, "the imported lines are left as they came");
 }
+
+/// A key is looked for in the last two messages when neither book nor entry says how
+/// far, as in SillyTavern: the user's new message and the reply before it. (Four were
+/// scanned, so a migrated book's entries fired a whole exchange longer.)
+#[test]
+fn a_key_is_looked_for_in_the_last_two_messages_as_in_sillytavern() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Mm.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let book = json!({ "entries": { "0": { "uid": 0, "key": ["cat"], "content": "The harbour cat is called Soot.", "comment": "Harbour cat" } } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "harbour-cats").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine
+        .send(Command::Companion(CompanionCommand::ChatLorebook { character: ILSE.into(), lorebook: "harbour-cats".into(), attach: true, to_character: false }))
+        .unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Changed { .. } | CompanionEvent::Failed { .. }));
+    let fired = |turn: &ChatTurn| turn.packet.notes.iter().any(|n| n.starts_with("lore fired") && n.contains("Harbour cat"));
+    assert!(fired(&committed(&send(&engine, "The cat sat on the rope.", None))));
+    // Three messages back now: the user's "cat", the reply, and this one.
+    assert!(!fired(&committed(&send(&engine, "Ok.", None))), "the key is two messages further back than the scan");
+}
