@@ -94,12 +94,12 @@ pub fn resolve(conn: &Connection, key: &str) -> Result<CharacterRecord, StoreErr
                 Ok((id, _)) => id,
                 Err(crate::names::NoMatch::Many(_)) => {
                     let named: Vec<&(String, String)> = rows.iter().filter(|r| crate::names::only(std::slice::from_ref(*r), |r| &r.1, key).is_ok()).collect();
-                    return Err(StoreError::NotFound(ambiguous(key, &named)));
+                    return Err(StoreError::Invalid(ambiguous(key, &named)));
                 }
                 Err(e) => return Err(StoreError::NotFound(e.message(&format!("character {key:?}")))),
             }
         }
-        many => return Err(StoreError::NotFound(ambiguous(key, many))),
+        many => return Err(StoreError::Invalid(ambiguous(key, many))),
     };
     get(conn, chosen)?.ok_or_else(|| StoreError::NotFound(format!("character {key:?}")))
 }

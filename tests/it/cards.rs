@@ -308,6 +308,7 @@ fn two_characters_of_one_name_are_told_apart_by_id() {
         let refused = attempt(&["character", "delete", key, "--yes"]);
         assert!(!refused.status.success());
         let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(!said.contains("not found"), "two match: that is not \"not found\": {said}");
         assert!(said.contains("more than one name matches") && said.contains("(id ") && said.contains("give the id"), "{said}");
     }
     let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
