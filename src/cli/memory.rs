@@ -139,13 +139,25 @@ fn curate(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut i
     Ok(())
 }
 
+/// Whether a progress line is on stderr, not yet ended.
+static PROGRESS_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn progress(label: &str, done: usize, total: usize) {
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "\r{label}: {done}/{total}");
+    PROGRESS_OPEN.store(done != total, std::sync::atomic::Ordering::Relaxed);
     if done == total {
         let _ = writeln!(err);
     }
     let _ = err.flush();
+}
+
+/// End a progress line that stopped short of its total (a graph build reports every
+/// few thousand vectors, not the last one), so what is said next starts a line.
+fn end_progress() {
+    if PROGRESS_OPEN.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!();
+    }
 }
 
 /// Wait for a vector-graph rebuild that the command's writes started in the background:
@@ -161,7 +173,10 @@ fn finish_graph(engine: &EngineHandle) -> Result<()> {
                 progress("graph", *done, *total);
                 None
             }
-            MemoryEvent::IndexRebuilt { .. } => Some(()),
+            MemoryEvent::IndexRebuilt { .. } => {
+                end_progress();
+                Some(())
+            }
             _ => None,
         })?;
     }
@@ -197,6 +212,7 @@ fn import(engine: &EngineHandle, file: PathBuf, json: bool, out: &mut impl Write
         MemoryEvent::Imported { summary } => Some(summary.clone()),
         _ => None,
     })?;
+    end_progress();
     finish_graph(engine)?;
     if json {
         writeln!(out, "{}", serde_json::to_string(&summary)?)?;
@@ -307,6 +323,7 @@ fn reindex(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut 
             None
         }
         MemoryEvent::IndexRebuilding { vectors } => {
+            end_progress();
             eprintln!("building the vector graph over {vectors} vectors...");
             None
         }
@@ -317,6 +334,7 @@ fn reindex(engine: &EngineHandle, command: MemoryCommand, json: bool, out: &mut 
         MemoryEvent::Reindexed { embedded } => Some(*embedded),
         _ => None,
     })?;
+    end_progress();
     if json {
         writeln!(out, "{}", serde_json::json!({ "embedded": embedded, "model": chosen }))?;
     } else {
