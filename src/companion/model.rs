@@ -43,8 +43,13 @@ pub struct PacketBlock {
     /// The block as sent, tags included.
     pub text: String,
     pub tokens: u32,
-    /// The block's token budget, for budgeted blocks.
+    /// The block's token budget, for budgeted blocks: what its content may take.
     pub budget: Option<u32>,
+    /// What of the block the budget governs (its entries, lines, or messages), without the
+    /// tags and fixed words around them: measured against `budget`, where `tokens` is the
+    /// whole block as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_tokens: Option<u32>,
     /// Items that did not fit the budget, with the reason.
     pub dropped: Vec<DroppedItem>,
 }

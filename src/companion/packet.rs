@@ -319,6 +319,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
 
     let (keep, history_dropped) = fit(&mut history_items, history_budget, DropPolicy::KeepNewestContiguous);
+    let history_content: u32 = history_items.iter().zip(&keep).filter(|(_, k)| **k).map(|(i, _)| i.tokens).sum();
     let mut history: Vec<String> =
         history_messages.into_iter().zip(keep).filter(|(_, k)| *k).flat_map(|((_, lines), _)| lines).collect();
     // The card's Character's Note goes in at its depth like a lore entry.
@@ -387,22 +388,35 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let user_part = templates.render("companion/packet.j2", &context)?;
     let messages = vec![ChatMessage::system(system), ChatMessage::user(user_part)];
 
+    // What each budget governs, as kept (the blocks' tags and fixed words are not theirs).
+    let sum = |texts: &[String]| texts.iter().map(|t| tokens::estimate(t)).fold(0u32, u32::saturating_add);
+    let lore_content = sum(&context.lore);
+    let directive_content = sum(&context.persona)
+        + sum(&context.lore_before)
+        + lore_content
+        + sum(&context.lore_examples_top)
+        + sum(&context.lore_examples_bottom)
+        + sum(&context.examples);
+    let examples_content = sum(&context.examples);
+    let memory_content = sum(&context.memories);
     let mut blocks = Vec::new();
     let all = format!("{}\n{}", messages[0].content, messages[1].content);
     for tag in TAGS {
         let Some(text) = extract(&all, tag) else { continue };
-        let (budget, dropped) = match tag {
-            "system_directive" => {
-                (Some(persona_budget + lore_budget + examples_budget), [persona_dropped.clone(), lore_dropped.clone()].concat())
-            }
-            "lore" => (Some(lore_budget), lore_dropped.clone()),
-            "example_dialogue" => (Some(examples_budget), examples_dropped.clone()),
-            "memory_bank" => (Some(memory_budget), memory_dropped.clone()),
-            "chat_history" => (Some(history_budget), history_dropped.clone()),
-            "user_input" => (Some(input_budget), Vec::new()),
-            _ => (None, Vec::new()),
+        let (budget, content_tokens, dropped) = match tag {
+            "system_directive" => (
+                Some(persona_budget + lore_budget + examples_budget),
+                Some(directive_content),
+                [persona_dropped.clone(), lore_dropped.clone()].concat(),
+            ),
+            "lore" => (Some(lore_budget), Some(lore_content), lore_dropped.clone()),
+            "example_dialogue" => (Some(examples_budget), Some(examples_content), examples_dropped.clone()),
+            "memory_bank" => (Some(memory_budget), Some(memory_content), memory_dropped.clone()),
+            "chat_history" => (Some(history_budget), Some(history_content), history_dropped.clone()),
+            "user_input" => (Some(input_budget), Some(input_tokens), Vec::new()),
+            _ => (None, None, Vec::new()),
         };
-        blocks.push(PacketBlock { tag: tag.to_string(), tokens: tokens::estimate(text), text: text.to_string(), budget, dropped });
+        blocks.push(PacketBlock { tag: tag.to_string(), tokens: tokens::estimate(text), text: text.to_string(), budget, content_tokens, dropped });
     }
     notes.extend(directive_notes);
     notes.extend(examples_note);
@@ -530,6 +544,25 @@ mod tests {
         assert!(text.contains("User brings Ilse Marrow a torn atlas after 3 hours away."), "the idle time since the last chat: {text}");
         assert!(text.contains("Ilse Marrow's workshop smells of glue."), "{text}");
         assert!(!text.contains("{{") && !text.contains("not sent"), "{text}");
+    }
+
+    /// A block's budget is measured against what it governs: on a near-empty context no
+    /// block's content is over its budget (the tags and the directive's own words made
+    /// every block look over it), and a block that lost items is full.
+    #[test]
+    fn no_block_reads_over_its_budget_when_nothing_was_cut() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let packet = assemble(&templates, &config, input(&c, &[], None)).unwrap();
+        for block in &packet.blocks {
+            if let (Some(content), Some(budget)) = (block.content_tokens, block.budget) {
+                assert!(content <= budget, "<{}> content {content} of {budget}", block.tag);
+                assert!(content < block.tokens || block.tag == "chat_history", "<{}>: the tags are not content", block.tag);
+            }
+        }
+        let input_block = packet.block("user_input").unwrap();
+        assert!(input_block.content_tokens.unwrap() > 0);
     }
 
     /// A card whose examples outgrow their budget keeps the first ones that fit, each

@@ -801,9 +801,15 @@ impl ChatPanel {
         let mut open = None;
         egui::ScrollArea::vertical().id_salt("chat_packet").show(ui, |ui| {
             for block in &view.packet.blocks {
-                let budget = block.budget.map(|b| format!(" / {b}")).unwrap_or_default();
+                // The budget governs the block's content, not its tags and fixed words:
+                // "content 140 of 2,300" says what it allowed; the total is what was sent.
+                let budget = match (block.content_tokens, block.budget) {
+                    (Some(content), Some(budget)) => format!(" (content {content} of {budget})"),
+                    (None, Some(budget)) => format!(" (budget {budget})"),
+                    _ => String::new(),
+                };
                 let dropped = if block.dropped.is_empty() { String::new() } else { format!(", {} dropped", block.dropped.len()) };
-                egui::CollapsingHeader::new(format!("<{}>  {}{budget} tokens{dropped}", block.tag, block.tokens))
+                egui::CollapsingHeader::new(format!("<{}>  {} tokens{budget}{dropped}", block.tag, block.tokens))
                     .id_salt(("packet_block", &block.tag))
                     .default_open(matches!(block.tag.as_str(), "memory_bank" | "distance_context" | "user_input"))
                     .show(ui, |ui| {
