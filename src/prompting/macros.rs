@@ -60,6 +60,10 @@ pub struct MacroContext<'a> {
     pub mes_examples: &'a str,
     /// What a card's system prompt or post-history instructions replace (`{{original}}`).
     pub original: &'a str,
+    /// The card's own system prompt (`{{charPrompt}}`) and post-history instructions
+    /// (`{{charInstruction}}`, also `{{charJailbreak}}`).
+    pub char_prompt: &'a str,
+    pub char_instruction: &'a str,
     pub last_message: &'a str,
     /// Time since the user's last message, when there was one.
     pub idle: Option<Duration>,
@@ -192,6 +196,12 @@ impl Run<'_, '_> {
         if trimmed.starts_with("//") {
             return Some(String::new());
         }
+        // `{{banned "word"}}` bans a word on text-completion back ends; we have no such
+        // list, and the macro itself is never text.
+        if trimmed.len() > 7 && trimmed[..7].eq_ignore_ascii_case("banned ") {
+            self.notes.push(format!("{{{{{trimmed}}}}}: banned words are not supported; removed"));
+            return Some(String::new());
+        }
         let (name, arg) = match trimmed.split_once(':') {
             Some((name, arg)) => (name.trim().to_ascii_lowercase(), Some(arg)),
             None => (trimmed.to_ascii_lowercase(), None),
@@ -200,6 +210,10 @@ impl Run<'_, '_> {
         let now = ctx.now.unwrap_or_else(Local::now);
         Some(match (name.as_str(), arg) {
             ("char", None) => ctx.char.to_string(),
+            ("noop", None) => String::new(),
+            ("reverse", Some(text)) => text.chars().rev().collect(),
+            ("charprompt", None) => self.field(ctx.char_prompt, "charPrompt", depth),
+            ("charinstruction" | "charjailbreak", None) => self.field(ctx.char_instruction, "charInstruction", depth),
             ("user", None) => ctx.user.to_string(),
             ("persona", None) => self.field(ctx.persona, "persona", depth),
             ("description", None) => self.field(ctx.description, "description", depth),
@@ -424,6 +438,8 @@ mod tests {
             scenario: "{{user}} wakes in {{char}}'s glade.",
             mes_examples: "<START>\n{{user}}: Who are you?\n{{char}}: A friend.",
             original: "Write {{char}}'s next reply.",
+            char_prompt: "{{char}} speaks softly.",
+            char_instruction: "Stay in the glade.",
             last_message: "Where am I?",
             idle: Some(Duration::from_secs(3 * 3600 + 60)),
             now: Local.with_ymd_and_hms(2026, 11, 23, 15, 7, 0).single(),
@@ -446,6 +462,11 @@ mod tests {
             ("{{scenario}}", "Kit wakes in Seraphina's glade."),
             ("{{mesExamples}}", "<START>\nKit: Who are you?\nSeraphina: A friend."),
             ("Rules. {{original}}", "Rules. Write Seraphina's next reply."),
+            ("{{charPrompt}}", "Seraphina speaks softly."),
+            ("{{charInstruction}} {{charJailbreak}}", "Stay in the glade. Stay in the glade."),
+            ("a{{noop}}b", "ab"),
+            ("{{reverse:glade}}", "edalg"),
+            ("no {{banned \"forest\"}}words", "no words"),
             ("{{lastMessage}}", "Where am I?"),
             ("It is {{time}}", "It is 3:07 PM"),
             ("{{date}}", "November 23, 2026"),
