@@ -63,6 +63,15 @@ pub enum MemoryAction {
         #[arg(long)]
         session: String,
     },
+    /// Write the turns and summaries, as curated (edits, pins, deletions), to a JSON-lines
+    /// file that `memory import` reads back.
+    Export {
+        #[arg(long)]
+        out: PathBuf,
+        /// world, campaign[:ID] or character[:NAME or ID] (default: every memory).
+        #[arg(long)]
+        scope: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +207,22 @@ pub fn run(engine: &EngineHandle, action: MemoryAction, json: bool) -> Result<Ex
         MemoryAction::Edit { id, text } => curate(engine, MemoryCommand::Edit { id, text }, json, &mut out)?,
         MemoryAction::Delete { id } => curate(engine, MemoryCommand::Delete { id }, json, &mut out)?,
         MemoryAction::Forget { session } => curate(engine, MemoryCommand::ForgetSession { session }, json, &mut out)?,
+        MemoryAction::Export { out: file, scope } => {
+            let scope = match scope {
+                Some(s) => Some(Scope::parse(&s).ok_or_else(|| anyhow!("unknown scope {s:?} (world, campaign:ID, character:NAME or ID)"))?),
+                None => None,
+            };
+            engine.send(Command::Memory(MemoryCommand::Export { path: Some(file.clone()), scope }))?;
+            let (path, memories) = wait(engine, |e| match e {
+                MemoryEvent::Exported { path, memories, .. } => Some((path.clone().unwrap_or_else(|| file.display().to_string()), *memories)),
+                _ => None,
+            })?;
+            if json {
+                writeln!(out, "{}", serde_json::json!({ "path": path, "memories": memories }))?;
+            } else {
+                writeln!(out, "wrote {memories} memories to {path}")?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -39,6 +39,10 @@ pub enum MemoryCommand {
     /// Switch the library to another installed embedding model (`embedder::MODELS`),
     /// save the choice in the config, and embed every memory with it.
     UseModel { name: String },
+    /// Write the turns and summaries (of `scope`, if given) to `path` in the import
+    /// format, as they now read: edited text, pins, and without what was deleted.
+    /// Without a path the lines come back in the event (HTTP).
+    Export { path: Option<PathBuf>, scope: Option<Scope> },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -61,6 +65,13 @@ pub enum MemoryEvent {
     InjectionHistory { agent: String, injections: Vec<super::injections::Injection> },
     /// A memory was pinned, unpinned, edited or deleted, or a session forgotten.
     Curated { curated: super::curate::Curated },
+    Exported {
+        path: Option<String>,
+        memories: usize,
+        /// The lines, when no file was asked for.
+        #[serde(skip)]
+        lines: Option<Arc<String>>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -102,6 +113,9 @@ struct ImportLine {
     fiction_time: Option<String>,
     #[serde(default)]
     kind: Option<String>,
+    /// Pinned by the user (what `memory export` writes for a pinned memory).
+    #[serde(default)]
+    pinned: bool,
 }
 
 /// The largest memory import file read: about a million long turns.
@@ -109,7 +123,7 @@ const MAX_IMPORT_BYTES: u64 = 1 << 30;
 
 /// Parse an import file fully before writing anything: a bad line changes nothing.
 pub fn read_import(path: &Path) -> Result<Vec<NewMemory>, MemoryError> {
-    read_import_resolving(path, &|id| Ok(Some(id.to_string()))).map(|(items, _)| items)
+    read_import_resolving(path, &|id| Ok(Some(id.to_string()))).map(|(items, _, _)| items)
 }
 
 /// Turns a `character:KEY` scope's key into the character's id: `Ok(None)` when no
@@ -121,11 +135,14 @@ pub type CharacterKey<'a> = &'a dyn Fn(&str) -> Result<Option<String>, String>;
 /// name left as it is would belong to nobody). A key that names no character is kept as
 /// written and returned; one that cannot be used (two characters of that name) fails
 /// its line.
-pub fn read_import_resolving(path: &Path, character: CharacterKey<'_>) -> Result<(Vec<NewMemory>, Vec<String>), MemoryError> {
+/// Returns the memories, the character keys that named nobody, and the ids of the lines
+/// marked `pinned`.
+pub fn read_import_resolving(path: &Path, character: CharacterKey<'_>) -> Result<(Vec<NewMemory>, Vec<String>, Vec<String>), MemoryError> {
     let shown = path.display().to_string();
     let text = crate::paths::read_text_bounded(path, MAX_IMPORT_BYTES).map_err(|e| MemoryError::Read { path: shown.clone(), message: e.to_string() })?;
     let mut out = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
+    let mut pinned: Vec<String> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -156,6 +173,9 @@ pub fn read_import_resolving(path: &Path, character: CharacterKey<'_>) -> Result
             Some(k) => MemoryKind::parse(k).ok_or_else(|| bad(format!("unknown kind {k:?} (turn, summary, lore)")))?,
             None => MemoryKind::Turn,
         };
+        if l.pinned {
+            pinned.push(l.id.clone());
+        }
         out.push(NewMemory {
             id: Some(l.id),
             kind,
@@ -170,7 +190,7 @@ pub fn read_import_resolving(path: &Path, character: CharacterKey<'_>) -> Result
             content_hash: None,
         });
     }
-    Ok((out, unknown))
+    Ok((out, unknown, pinned))
 }
 
 /// Import `path` into `bank` in batches, reporting progress after each.
@@ -190,7 +210,7 @@ pub fn import_file_resolving(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ImportSummary, MemoryError> {
     let started = Instant::now();
-    let (mut items, unknown_characters) = read_import_resolving(path, character)?;
+    let (mut items, unknown_characters, pinned) = read_import_resolving(path, character)?;
     // A file that gives one id twice means its last line: the earlier ones are not
     // embedded and stored only to be replaced.
     let lines = items.len();
@@ -208,6 +228,9 @@ pub fn import_file_resolving(
         done += chunk.len();
         progress(done, total);
     }
+    for id in &pinned {
+        bank.pin(id, true)?;
+    }
     let elapsed = started.elapsed();
     Ok(ImportSummary {
         path: path.display().to_string(),
@@ -218,6 +241,46 @@ pub fn import_file_resolving(
         unknown_characters,
         repeated_ids,
     })
+}
+
+/// The turns and summaries (of `scope`, if given) as import-format lines, oldest first:
+/// a library's memories as the user curated them, to keep or to bring into another
+/// library (`memory import` reads them back, pins included). Lore is left out: it is
+/// indexed from its files.
+pub fn export_lines(bank: &MemoryBank, scope: Option<&Scope>) -> Result<(String, usize), MemoryError> {
+    let rowids: Vec<i64> = bank.store().with(|c| {
+        let mut stmt = c.prepare(
+            "SELECT rowid FROM memories WHERE kind IN ('turn', 'summary') AND (?1 IS NULL OR (scope = ?1 AND scope_id IS ?2)) ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![scope.map(|s| s.kind.as_str()), scope.and_then(|s| s.id.clone())], |r| r.get(0))?;
+        Ok(rows.collect::<Result<Vec<i64>, _>>()?)
+    })?;
+    let mut out = String::new();
+    for chunk in rowids.chunks(1000) {
+        let mut memories = bank.store().with(|c| super::records::load(c, chunk))?;
+        memories.sort_by_key(|m| m.seq);
+        for m in memories {
+            let mut line = serde_json::json!({ "id": m.id, "speaker": m.speaker.unwrap_or_default(), "text": m.text, "scope": m.scope.to_string() });
+            let fields = [("time", m.time), ("session", m.session), ("fiction_time", m.fiction_time)];
+            for (key, value) in fields {
+                if let Some(value) = value {
+                    line[key] = value.into();
+                }
+            }
+            if !m.witnesses.is_empty() {
+                line["witnesses"] = m.witnesses.into();
+            }
+            if m.kind != MemoryKind::Turn {
+                line["kind"] = m.kind.as_str().into();
+            }
+            if m.pinned {
+                line["pinned"] = true.into();
+            }
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+    }
+    Ok((out, rowids.len()))
 }
 
 /// The engine's bank for its library (one per engine, shared by every command and by
@@ -289,6 +352,7 @@ fn describe(command: &MemoryCommand) -> &'static str {
         MemoryCommand::Delete { .. } => "memory delete",
         MemoryCommand::ForgetSession { .. } => "memory forget",
         MemoryCommand::UseModel { .. } => "memory model",
+        MemoryCommand::Export { .. } => "memory export",
     }
 }
 
@@ -393,6 +457,25 @@ fn run(ctx: &Context, command: MemoryCommand, reply: Option<&Reply<MemoryAnswer>
         MemoryCommand::Reindex { force } => reindex(ctx, &bank, force, reply)?,
         MemoryCommand::UseModel { .. } => {} // answered before the bank opened
         MemoryCommand::Stats => settle(MemoryEvent::Stats { stats: bank.stats()? }),
+        MemoryCommand::Export { path, scope } => {
+            let mut scope = scope;
+            // A character scope may name the character, as a search's may.
+            if let Some(s) = scope.as_mut()
+                && s.kind == ScopeKind::Character
+                && let Some(key) = s.id.clone()
+            {
+                s.id = Some(ctx.store.with(|c| crate::character::resolve(c, &key))?.id);
+            }
+            let (text, memories) = export_lines(&bank, scope.as_ref())?;
+            match path {
+                Some(path) => {
+                    let shown = path.display().to_string();
+                    std::fs::write(&path, text).map_err(|e| MemoryError::Invalid(format!("cannot write {shown}: {e}")))?;
+                    emit(ctx, MemoryEvent::Exported { path: Some(shown), memories, lines: None });
+                }
+                None => settle(MemoryEvent::Exported { path: None, memories, lines: Some(Arc::new(text)) }),
+            }
+        }
         MemoryCommand::Context { id, before, after } => {
             let memories = bank.context(&id, before, after)?;
             emit(ctx, MemoryEvent::Context { id, memories });

@@ -3,14 +3,14 @@
 //! transaction: text, keyword index, vector), delete it, or forget a whole session.
 //! Each answers with what was done (`action`, `ids`) once it is committed.
 
-use super::{ApiError, AppState, ErrorBody, body};
+use super::{ApiError, AppState, ErrorBody, Query, body};
 use crate::engine::{Command, Event};
 use crate::memory::{MemoryCommand, MemoryEvent};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, post};
+use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/api/memory/forget", post(forget))
+        .route("/api/memory/export", get(export))
         .route("/api/memory/{id}", delete(remove))
         .route("/api/memory/{id}/pin", post(pin))
         .route("/api/memory/{id}/edit", post(edit))
@@ -105,4 +106,33 @@ pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<St
 pub(super) async fn forget(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Curation>, ApiError> {
     let request: ForgetBody = body(&bytes)?;
     curate(&state, MemoryCommand::ForgetSession { session: request.session }).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExportQuery {
+    scope: Option<String>,
+}
+
+/// The turns and summaries as curated (edited text, pins, nothing deleted), one JSON
+/// object per line in the format `POST /api/import` and `memory import` read back;
+/// `?scope=character:NAME` for one character's.
+#[utoipa::path(get, path = "/api/memory/export", params(("scope" = Option<String>, Query, description = "world, campaign:ID or character:NAME or ID")),
+    responses((status = 200, content_type = "application/x-ndjson", body = String, description = "one memory per line"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn export(State(state): State<Arc<AppState>>, Query(query): Query<ExportQuery>) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let scope = match query.scope.as_deref() {
+        Some(s) => Some(
+            crate::memory::records::Scope::parse(s)
+                .ok_or_else(|| ApiError::bad_request(format!("scope {s:?}: world, campaign:ID or character:NAME or ID")))?,
+        ),
+        None => None,
+    };
+    match state.ask(Command::Memory(MemoryCommand::Export { path: None, scope }), LIMIT).await? {
+        Event::Memory(MemoryEvent::Exported { lines: Some(lines), .. }) => {
+            Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], lines.as_str().to_owned()).into_response())
+        }
+        other => Err(super::play::memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
 }

@@ -41,6 +41,7 @@ use utoipa::OpenApi;
         super::memory::edit,
         super::memory::remove,
         super::memory::forget,
+        super::memory::export,
         super::play::import,
         super::author::worlds,
         super::author::characters,

@@ -257,6 +257,8 @@ fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)>
             "memory: {} lore files, {} indexed ({} chunks), {} unchanged, {} removed",
             report.files, report.indexed, report.chunks, report.unchanged, report.removed
         )),
+        E::Exported { path: Some(path), memories, .. } => info(format!("memory: {memories} memories written to {path}")),
+        E::Exported { path: None, .. } => None,
         E::Curated { curated } => info(match curated.ids.as_slice() {
             [one] => format!("memory: {} {one}", curated.action),
             many => format!("memory: {} {} memories", curated.action, many.len()),

@@ -1200,3 +1200,47 @@ fn curating_a_turn_takes_the_summary_told_from_it_with_it() {
     bank.pin("c1", true).unwrap();
     assert_eq!(summaries(&bank), 1);
 }
+
+/// A library's memories go out as the user curated them and come back so in another
+/// library: the edited text, the pin, and nothing of what was deleted. (There was no way
+/// to keep curated memories: a chat export carries the messages, not their curation.)
+#[test]
+fn curated_memories_go_out_and_come_back_as_curated() {
+    let dir = tempfile::tempdir().unwrap();
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(
+        &turns,
+        [
+            r#"{"id":"w1","speaker":"Sam","text":"My cat is called Pimento.","session":"s1","time":"2026-03-02T19:00:00Z","scope":"world"}"#,
+            r#"{"id":"w2","speaker":"Sam","text":"My sister Ana moved to Porto last spring.","session":"s1","witnesses":["Sam","Wren"]}"#,
+            r#"{"id":"w3","speaker":"Wren","text":"I keep the chart shop by the quay.","session":"s2"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    assert!(lorekeeper(&dir, &["memory", "import", turns.to_str().unwrap()]).status.success());
+    assert!(lorekeeper(&dir, &["memory", "edit", "w1", "My cat is called Paprika."]).status.success());
+    assert!(lorekeeper(&dir, &["memory", "pin", "w1"]).status.success());
+    assert!(lorekeeper(&dir, &["memory", "delete", "w2"]).status.success());
+    let file = dir.path().join("kept.jsonl");
+    let out = lorekeeper(&dir, &["--json", "memory", "export", "--out", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"memories\":2"), "{}", String::from_utf8_lossy(&out.stdout));
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("Paprika") && !written.contains("Pimento") && !written.contains("Porto"), "{written}");
+
+    let other = tempfile::tempdir().unwrap();
+    assert!(lorekeeper(&other, &["memory", "import", file.to_str().unwrap()]).status.success());
+    let out = lorekeeper(&other, &["--json", "memory", "search", "cat", "--mode", "keyword"]);
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let cat = hits.iter().find(|h| h["id"] == "w1").expect("the cat memory came back");
+    assert_eq!(cat["text"], "My cat is called Paprika.");
+    assert_eq!(cat["pinned"], true, "{cat}");
+    assert_eq!(cat["time"], "2026-03-02T19:00:00Z");
+    let out = lorekeeper(&other, &["--json", "memory", "search", "Porto sister", "--mode", "keyword"]);
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(hits.is_empty(), "the deleted memory stays deleted: {hits:?}");
+    // One character's memories alone.
+    let none = lorekeeper(&dir, &["memory", "export", "--out", file.to_str().unwrap(), "--scope", "character:Nobody"]);
+    assert!(!none.status.success(), "a character that does not exist is said");
+}

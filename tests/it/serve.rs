@@ -420,6 +420,14 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     let (_, found) = call(&agent, "GET", &format!("{base}/api/memory/search?q=samovar&k=5"), None, None);
     let hit = found["hits"].as_array().unwrap().iter().find(|h| h["id"] == id.as_str()).cloned().unwrap_or_else(|| panic!("{found}"));
     assert_eq!((hit["pinned"].as_bool(), hit["edited"].as_bool()), (Some(true), Some(true)), "{hit}");
+    // The memories go out as curated, one line each, in the format an import reads.
+    let (status, exported) = call(&agent, "GET", &format!("{base}/api/memory/export"), None, None);
+    assert_eq!(status, 200);
+    let exported = exported.as_str().unwrap_or_default().to_string();
+    let line = exported.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["id"] == id.as_str()).unwrap_or_else(|| panic!("{exported}"));
+    assert_eq!((line["text"].as_str(), line["pinned"].as_bool()), (Some("The samovar hissed all night."), Some(true)), "{line}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/memory/export?scope=nowhere"), None, None);
+    assert_eq!(status, 400);
     let (_, old) = call(&agent, "GET", &format!("{base}/api/memory/search?q=kettle&k=20"), None, None);
     assert!(!old["hits"].as_array().unwrap().iter().any(|h| h["id"] == id.as_str() && h["text"].as_str().is_some_and(|t| t.contains("kettle"))), "{old}");
     let deleted = agent.delete(&format!("{base}/api/memory/{id}")).call().unwrap();
