@@ -1255,3 +1255,44 @@ fn an_import_names_its_character_and_a_wrong_name_is_said() {
     let none = lorekeeper(&dir, &["memory", "search", "gannets", "--json"]);
     assert!(!String::from_utf8_lossy(&none.stdout).contains("Gannets"), "nothing of the refused file was written");
 }
+
+/// `lorekeeper serve` and the CLI on one library, as a user runs them: what `memory
+/// import` writes in its own process is found by the server's next HTTP search, with
+/// its vector score, and a memory the CLI deletes is no longer (it used to take a restart).
+#[test]
+fn the_server_finds_what_the_cli_imported_while_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = lorekeeper::config::Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("lib.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    let mut config = lorekeeper::config::Config::default();
+    config.memory.embedding = embedding_config();
+    config.save(&paths.config_file).unwrap();
+    let first = dir.path().join("first.jsonl");
+    std::fs::write(&first, r#"{"id":"h1","speaker":"Odile","text":"We walked along the harbour at dawn and counted the gulls.","session":"s1"}"#).unwrap();
+    assert!(lorekeeper(&dir, &["memory", "import", first.to_str().unwrap()]).status.success());
+    let engine = lorekeeper::engine::start(paths).unwrap();
+    let options = lorekeeper::serve::ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: None };
+    let server = lorekeeper::serve::start(engine, options).unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let search = |q: &str| -> Vec<serde_json::Value> {
+        let url = format!("http://{}/api/memory/search?q={}&k=3", server.addr, q.replace(' ', "%20"));
+        let body: serde_json::Value = agent.get(&url).call().unwrap().body_mut().read_json().unwrap();
+        body["hits"].as_array().cloned().unwrap_or_default()
+    };
+    assert_eq!(search("harbour gulls")[0]["id"], "h1", "the server searches the library");
+
+    let second = dir.path().join("second.jsonl");
+    std::fs::write(&second, r#"{"id":"z","speaker":"Mireille","text":"The zeppelin moored above the cathedral at noon.","session":"s2"}"#).unwrap();
+    let out = lorekeeper(&dir, &["memory", "import", second.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits = search("zeppelin");
+    assert_eq!(hits[0]["id"], "z", "{hits:?}");
+    assert!(hits[0]["keyword_score"].is_number() && hits[0]["vector_score"].is_number(), "{}", hits[0]);
+
+    assert!(lorekeeper(&dir, &["memory", "delete", "z"]).status.success());
+    assert!(search("zeppelin cathedral").iter().all(|h| h["id"] != "z"), "a memory deleted by the CLI is gone");
+    server.stop();
+}
