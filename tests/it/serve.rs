@@ -695,10 +695,16 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
     let taken = inputs[answers.iter().position(|(s, _)| *s == 202).unwrap()];
     let mut seen = Vec::new();
     until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    // The refusal was the refused request's answer alone: the scene's watchers heard no
+    // error while the round that was taken went on (it used to reach them as
+    // `{"type":"error","fault":"busy"}`, as if the running round had failed).
+    assert!(!seen.iter().any(|m| m["type"] == "error"), "{seen:?}");
     let (_, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
     let said: Vec<&str> = messages.as_array().unwrap().iter().filter(|m| m["kind"] == "user").filter_map(|m| m["content"].as_str()).collect();
     assert_eq!(said, [taken], "the started round is the one that was played");
 
+    let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
     let texts = ["FIRST: is the kettle on?", "SECOND: did the ferry come?"];
     let answers = at_once(&base, &texts.map(|t| ("/api/chat/ilse/send", json!({ "text": t }).to_string())));
     let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
@@ -706,6 +712,9 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
     let (_, turn) = answers.iter().find(|(s, _)| *s == 200).unwrap();
     let taken = texts[answers.iter().position(|(s, _)| *s == 200).unwrap()];
     assert_eq!(turn["user_text"], taken, "the answer is the exchange of the message sent: {turn}");
+    let mut heard = Vec::new();
+    until(&chat, &mut heard, |m| m["type"] == "turn_committed");
+    assert!(!heard.iter().any(|m| m["type"] == "failed"), "the chat's watchers heard no failure: {heard:?}");
     let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     let stored: Vec<&str> = history["turns"].as_array().unwrap().iter().filter_map(|t| t["user_text"].as_str()).collect();
     assert_eq!(stored, [taken], "only the answered message is stored");
