@@ -107,13 +107,22 @@ impl MemoryBank {
     }
 
     /// The last journal entry, or the last one trimmed when none is left.
+    ///
+    /// This and the other reads of a load go through the bank's reader, never the
+    /// store's writer: a search may load the vectors anew ([`Self::sync_with_library`]),
+    /// and its caller may be holding the writer.
     fn journal_head(&self) -> Result<i64, MemoryError> {
-        let last: i64 = self.store.with(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM memory_vector_changes", [], |r| r.get(0))?))?;
+        let last: i64 = self.with_reader(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM memory_vector_changes", [], |r| r.get(0))?))?;
         Ok(last.max(self.journal_trimmed()))
     }
 
     fn journal_trimmed(&self) -> i64 {
-        self.store.meta_get(TRIMMED_KEY).ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(0)
+        use rusqlite::OptionalExtension;
+        self.with_reader(|c| Ok(c.query_row("SELECT value FROM meta WHERE key = ?1", [TRIMMED_KEY], |r| r.get::<_, String>(0)).optional()?))
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Open: load the saved graph if it fits the library and catch it up with the
@@ -146,7 +155,7 @@ impl MemoryBank {
         *journal = self.journal_head()?;
         self.index.drop_graph();
         self.index.clear_tail();
-        self.store.with(|c| {
+        self.with_reader(|c| {
             let mut stmt =
                 c.prepare("SELECT memory_rowid, vector FROM memory_vectors WHERE model = ?1 AND dim = ?2 ORDER BY memory_rowid")?;
             let mut rows = stmt.query(rusqlite::params![model, dim as i64])?;
