@@ -134,18 +134,27 @@ impl<E: Send + 'static> Reply<E> {
         (Self { answer: Arc::new(Mutex::new(Some(Box::new(answer)))) }, rx)
     }
 
-    /// Answer with `event`, unless the command was answered already.
-    pub fn answer(&self, event: E) {
+    /// Answer with `event`, unless the command was answered already; whether this was
+    /// the answer.
+    pub fn answer(&self, event: E) -> bool {
         let answer = self.answer.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(answer) = answer {
-            answer(event);
+        match answer {
+            Some(answer) => {
+                answer(event);
+                true
+            }
+            None => false,
         }
     }
 
     /// The same reply, answered in a capability's own event type (`wrap` makes it the
     /// engine's).
     pub fn map<F: Send + 'static>(self, wrap: fn(F) -> E) -> Reply<F> {
-        Reply { answer: Arc::new(Mutex::new(Some(Box::new(move |event: F| self.answer(wrap(event)))))) }
+        Reply {
+            answer: Arc::new(Mutex::new(Some(Box::new(move |event: F| {
+                self.answer(wrap(event));
+            })))),
+        }
     }
 }
 
@@ -153,6 +162,20 @@ impl<E: Send + 'static> Reply<E> {
 pub fn answer<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: &E) {
     if let Some(reply) = reply {
         reply.answer(event.clone());
+    }
+}
+
+/// Report a command's failure `event`: to the one waiting on `reply`, and on the event
+/// stream through `emit` — except a refusal because what the command would change is
+/// busy, when that refusal is the answer its sender waits for. Nothing was started
+/// then, and the event stream is what every watcher of the scene or chat hears (each
+/// WebSocket): there it read as the failure of the round or reply that is running,
+/// which goes on. Without a reply (the workbench, the CLI) the stream is how the sender
+/// hears it, so it is emitted.
+pub fn report_failure<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: E, fault: Fault, emit: impl FnOnce(E)) {
+    let answered = reply.is_some_and(|r| r.answer(event.clone()));
+    if !(answered && fault == Fault::Busy) {
+        emit(event);
     }
 }
 

@@ -239,9 +239,7 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
         if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
-            let failed = e.failed(None);
-            crate::context::answer(reply.as_ref(), &failed);
-            ctx.emit(failed);
+            crate::context::report_failure(reply.as_ref(), e.failed(None), e.fault(), |failed| ctx.emit(failed));
         }
     });
 }
@@ -309,7 +307,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => {
                     emit(CompanionEvent::Cancelled { character_id: info.id.clone() })
                 }
-                Err(e) => emit(e.failed(Some(info.id.clone()))),
+                Err(e) => crate::context::report_failure(reply, e.failed(Some(info.id.clone())), e.fault(), |failed| ctx.emit(failed)),
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }
@@ -367,7 +365,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                     emit(changed);
                 }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => emit(CompanionEvent::Cancelled { character_id: info.id.clone() }),
-                Err(e) => emit(e.failed(Some(info.id.clone()))),
+                Err(e) => crate::context::report_failure(reply, e.failed(Some(info.id.clone())), e.fault(), |failed| ctx.emit(failed)),
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }

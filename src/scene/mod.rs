@@ -242,8 +242,7 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Ans
         };
         if let Err(e) = run_command(&ctx, command, reply.as_ref(), author_reply.as_ref()) {
             let error = SceneEvent::Error { scene_id: subject, message: e.to_string(), fault: e.fault() };
-            crate::context::answer(reply.as_ref(), &error);
-            ctx.emit(error);
+            crate::context::report_failure(reply.as_ref(), error, e.fault(), |error| ctx.emit(error));
         }
     });
 }

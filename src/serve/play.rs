@@ -493,8 +493,10 @@ fn chat_refusal(answer: Event) -> ApiError {
 }
 
 /// What the message-control endpoints take: `swipe` `{"index": n}`, `edit`
-/// `{"message": "ID-u|ID-r", "text": "…"}`, `delete` `{"message": "…", "and_after": bool}`;
-/// `regenerate`, `continue` and `undo` take nothing.
+/// `{"message": "…", "text": "…"}`, `delete` `{"message": "…", "and_after": bool}`, where
+/// `message` is a message id from the history (`messages[].id`, or an exchange's
+/// `user_message_id` or `reply_message_id`: `<exchange id>-u` or `-r`; `greeting` for
+/// `edit`); `regenerate`, `continue` and `undo` take nothing.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ControlBody {
@@ -643,9 +645,14 @@ fn hundred() -> u32 {
     100
 }
 
-/// A chat's exchanges, oldest first, with the greeting and who the user plays.
+/// A chat's exchanges, oldest first, with the greeting and who the user plays; its
+/// messages, each with the id `edit` and `delete` take (as `chat history --json` lists
+/// them), and each exchange's two message ids beside its own.
 #[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
-    responses((status = 200, body = Object, description = "the chat, with its variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the chat: `turns` (each exchange, with `user_message_id` and `reply_message_id`: the ids \
+`edit` and `delete` take; an exchange's own `id` names both messages), `messages` (every message in order — the greeting while the chat reaches \
+back to its start, then each exchange's user message and reply — with its `id`, `role`, `text`, and a reply's `swipes` and `swipe`), the \
+greeting, who the user plays, and the variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
 pub(super) async fn chat_history(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,
@@ -653,9 +660,28 @@ pub(super) async fn chat_history(
 ) -> Result<axum::Json<Value>, ApiError> {
     let info = character_id(&state, &character)?;
     match state.ask(Command::Companion(CompanionCommand::History { character: info.id, limit: query.limit.min(10_000) }), QUICK_LIMIT).await? {
-        Event::Companion(history @ CompanionEvent::History { .. }) => Ok(axum::Json(serde_json::to_value(history).map_err(ApiError::internal)?)),
+        Event::Companion(history @ CompanionEvent::History { .. }) => Ok(axum::Json(with_message_ids(&history)?)),
         other => Err(chat_refusal(other)),
     }
+}
+
+/// The history as JSON, with the ids a message is edited or deleted by: `messages` (what
+/// `chat history --json` prints) and each turn's `user_message_id` and `reply_message_id`.
+/// A turn's own `id` names an exchange, which `edit` cannot take (which of its two
+/// messages?); clients used to have to build the message ids themselves.
+fn with_message_ids(history: &CompanionEvent) -> Result<Value, ApiError> {
+    let mut value = serde_json::to_value(history).map_err(ApiError::internal)?;
+    if let CompanionEvent::History { turns, greetings, greeting_swipe, .. } = history {
+        let messages = crate::companion::turn::control::messages(turns, Some((greetings, *greeting_swipe)));
+        value["messages"] = serde_json::to_value(messages).map_err(ApiError::internal)?;
+        if let Some(listed) = value["turns"].as_array_mut() {
+            for (json, turn) in listed.iter_mut().zip(turns) {
+                json["user_message_id"] = Value::String(crate::companion::turn::control::user_message_id(&turn.id));
+                json["reply_message_id"] = Value::String(crate::companion::turn::control::reply_message_id(&turn.id));
+            }
+        }
+    }
+    Ok(value)
 }
 
 /// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the

@@ -296,6 +296,121 @@ fn new_memories_are_searchable_at_once_and_survive_a_reopen() {
     assert_eq!(hits[0].id, "fresh");
 }
 
+/// A long-lived bank (the server, the workbench) and another process's bank on one
+/// library: what the other commits — new memories, a memory replaced under its id (a
+/// re-import, a redone round), an edit, a delete — is what the first one's next search
+/// finds, by keyword and by vector, with no restart. The first one's own writes cost its
+/// searches no replay of the journal. (It used to search its vector index as it was at
+/// open: new memories had no vector score, replaced ones kept their old vectors, and
+/// their deleted rows took places in the top k that were then dropped, the best keyword
+/// hit with them.)
+#[test]
+fn a_long_lived_bank_searches_what_another_process_committed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let serving = bank(&dir);
+    let harbour: Vec<NewMemory> = [
+        "We walked along the harbour at dawn and counted the gulls.",
+        "The ferry was late again because of the fog.",
+        "Odile bought bread from the baker by the quay.",
+        "The lighthouse keeper waved at the fishing boats.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| turn(&format!("h{i}"), "Odile", t, &[]))
+    .collect();
+    serving.add(harbour).unwrap();
+    let search = |bank: &MemoryBank, query: &str, mode: SearchMode, k: usize| bank.search(&SearchRequest { mode, ..SearchRequest::new(query, k) }).unwrap();
+    assert!(search(&serving, "zeppelin", SearchMode::Hybrid, 3).iter().all(|h| !h.text.contains("zeppelin")));
+
+    // Another process writes a memory: found at once, with both scores.
+    let other = bank(&dir);
+    other.add(vec![turn("z", "Mireille", "The zeppelin moored above the cathedral at noon.", &[])]).unwrap();
+    let hits = search(&serving, "zeppelin", SearchMode::Hybrid, 3);
+    assert_eq!(hits[0].id, "z", "{hits:?}");
+    assert!(hits[0].keyword_score.is_some() && hits[0].vector_score.is_some(), "{:?}", hits[0]);
+    assert_eq!(search(&serving, "an airship over the church", SearchMode::Vector, 1)[0].id, "z");
+    assert_eq!(serving.stats().unwrap().synced_changes, 1);
+
+    // Every memory replaced under its id (new rows, as a redone round or a re-import
+    // writes them): the k hits are all there, the best keyword hit among them, scored by
+    // the new vectors.
+    let redone: Vec<NewMemory> = [
+        "We walked along the pier at dusk and counted the herons.",
+        "The ferry was cancelled because of the storm.",
+        "Odile bought croissants from the baker by the quay.",
+        "The lighthouse keeper rang the bell for the fishing boats.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| turn(&format!("h{i}"), "Odile", t, &[]))
+    .collect();
+    other.add(redone).unwrap();
+    let hits = search(&serving, "herons on the pier", SearchMode::Hybrid, 3);
+    assert_eq!(hits.len(), 3, "{hits:?}");
+    assert_eq!(hits[0].id, "h0", "{hits:?}");
+    assert!(hits[0].keyword_score.is_some() && hits[0].vector_score.is_some(), "{:?}", hits[0]);
+    let fresh = other.stored_vector("h0").unwrap().unwrap();
+    let scored = serving.vector_candidates(&fresh, &Default::default(), 1).unwrap();
+    assert!((scored[0].1 - 1.0).abs() < 1e-4, "the new vector is the one searched: {scored:?}");
+
+    // Edited, then deleted, by the other process: never returned in its old form.
+    let edit = other.prepare_edit("z", "The airship left for the mountains at dusk.").unwrap();
+    let write = other.store().transaction(|tx| edit.write(tx)).unwrap();
+    other.publish(write);
+    for mode in [SearchMode::Hybrid, SearchMode::Keyword, SearchMode::Vector] {
+        for hit in search(&serving, "zeppelin cathedral", mode, 10) {
+            assert!(!hit.text.contains("zeppelin"), "{mode:?} returned the old text: {hit:?}");
+        }
+    }
+    let hits = search(&serving, "airship mountains", SearchMode::Hybrid, 3);
+    assert!(hits[0].id == "z" && hits[0].vector_score.is_some(), "{hits:?}");
+    let write = other.store().transaction(|tx| lorekeeper::memory::remove_ids(tx, &["z".to_string()])).unwrap();
+    other.publish(write);
+    for mode in [SearchMode::Hybrid, SearchMode::Keyword, SearchMode::Vector] {
+        assert!(search(&serving, "airship mountains", mode, 10).iter().all(|h| h.id != "z"), "{mode:?} returned a deleted memory");
+    }
+
+    // The serving bank's own writes, in bulk: searched at once, and nothing replayed.
+    let before = serving.stats().unwrap().synced_changes;
+    let own: Vec<NewMemory> = (0..30).map(|i| turn(&format!("o{i}"), "user", &format!("Own note {i} about the tides."), &[])).collect();
+    serving.add(own).unwrap();
+    serving.add(vec![turn("kite", "Odile", "The dragon kite snapped its string over the harbour.", &[])]).unwrap();
+    assert_eq!(search(&serving, "a kite flying away", SearchMode::Vector, 1)[0].id, "kite");
+    assert_eq!(serving.stats().unwrap().synced_changes, before, "its own writes are not replayed");
+    // The other bank sees them, replayed once.
+    assert_eq!(search(&other, "a kite flying away", SearchMode::Vector, 1)[0].id, "kite");
+    assert_eq!(serving.stats().unwrap().synced_reloads + other.stats().unwrap().synced_reloads, 0);
+}
+
+/// Another process that saves its graph trims the journal past what a long-lived bank
+/// has replayed: that bank loads the vectors anew (the saved graph) at its next search
+/// instead of missing the trimmed changes.
+#[test]
+fn a_bank_behind_a_journal_another_process_trimmed_loads_the_vectors_anew() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = graph_config(10, 5);
+    let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(21);
+    let serving = open();
+    let (items, first) = synthetic(&mut rng, 0, 20, "first");
+    serving.add_with_vectors(items, first.clone()).unwrap();
+    serving.wait_for_rebuild();
+    let other = open();
+    let (items, second) = synthetic(&mut rng, 20, 10, "second");
+    other.add_with_vectors(items, second.clone()).unwrap();
+    assert_eq!(other.remove_source("first").unwrap(), 20);
+    other.wait_for_rebuild();
+    assert!(other.stats().unwrap().graph_saves >= 1, "the other process saved its graph and trimmed the journal");
+    for v in &second {
+        assert!((nearest(&serving, v, 1)[0].1 - 1.0).abs() < 1e-4, "a vector written by the other process is found");
+    }
+    for v in &first {
+        assert!(nearest(&serving, v, 5).iter().all(|h| h.1 < 0.99), "a vector deleted by the other process is not");
+    }
+    let stats = serving.stats().unwrap();
+    assert_eq!((stats.synced_reloads, stats.memories, stats.ann_indexed + stats.ann_pending), (1, 10, 10));
+}
+
 /// `n` memories with random unit vectors (no model needed), from `source`.
 fn synthetic(rng: &mut fastrand::Rng, from: usize, n: usize, source: &str) -> (Vec<NewMemory>, Vec<Vec<f32>>) {
     let items = (from..from + n)
@@ -1243,4 +1358,45 @@ fn curated_memories_go_out_and_come_back_as_curated() {
     // One character's memories alone.
     let none = lorekeeper(&dir, &["memory", "export", "--out", file.to_str().unwrap(), "--scope", "character:Nobody"]);
     assert!(!none.status.success(), "a character that does not exist is said");
+}
+
+/// `lorekeeper serve` and the CLI on one library, as a user runs them: what `memory
+/// import` writes in its own process is found by the server's next HTTP search, with
+/// its vector score, and a memory the CLI deletes is no longer (it used to take a restart).
+#[test]
+fn the_server_finds_what_the_cli_imported_while_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = lorekeeper::config::Paths {
+        config_file: dir.path().join("config.toml"),
+        library_file: dir.path().join("lib.sqlite"),
+        log_dir: dir.path().join("logs"),
+    };
+    let mut config = lorekeeper::config::Config::default();
+    config.memory.embedding = embedding_config();
+    config.save(&paths.config_file).unwrap();
+    let first = dir.path().join("first.jsonl");
+    std::fs::write(&first, r#"{"id":"h1","speaker":"Odile","text":"We walked along the harbour at dawn and counted the gulls.","session":"s1"}"#).unwrap();
+    assert!(lorekeeper(&dir, &["memory", "import", first.to_str().unwrap()]).status.success());
+    let engine = lorekeeper::engine::start(paths).unwrap();
+    let options = lorekeeper::serve::ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: None };
+    let server = lorekeeper::serve::start(engine, options).unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let search = |q: &str| -> Vec<serde_json::Value> {
+        let url = format!("http://{}/api/memory/search?q={}&k=3", server.addr, q.replace(' ', "%20"));
+        let body: serde_json::Value = agent.get(&url).call().unwrap().body_mut().read_json().unwrap();
+        body["hits"].as_array().cloned().unwrap_or_default()
+    };
+    assert_eq!(search("harbour gulls")[0]["id"], "h1", "the server searches the library");
+
+    let second = dir.path().join("second.jsonl");
+    std::fs::write(&second, r#"{"id":"z","speaker":"Mireille","text":"The zeppelin moored above the cathedral at noon.","session":"s2"}"#).unwrap();
+    let out = lorekeeper(&dir, &["memory", "import", second.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits = search("zeppelin");
+    assert_eq!(hits[0]["id"], "z", "{hits:?}");
+    assert!(hits[0]["keyword_score"].is_number() && hits[0]["vector_score"].is_number(), "{}", hits[0]);
+
+    assert!(lorekeeper(&dir, &["memory", "delete", "z"]).status.success());
+    assert!(search("zeppelin cathedral").iter().all(|h| h["id"] != "z"), "a memory deleted by the CLI is gone");
+    server.stop();
 }

@@ -703,10 +703,16 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
     let taken = inputs[answers.iter().position(|(s, _)| *s == 202).unwrap()];
     let mut seen = Vec::new();
     until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    // The refusal was the refused request's answer alone: the scene's watchers heard no
+    // error while the round that was taken went on (it used to reach them as
+    // `{"type":"error","fault":"busy"}`, as if the running round had failed).
+    assert!(!seen.iter().any(|m| m["type"] == "error"), "{seen:?}");
     let (_, messages) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/messages"), None, None);
     let said: Vec<&str> = messages.as_array().unwrap().iter().filter(|m| m["kind"] == "user").filter_map(|m| m["content"].as_str()).collect();
     assert_eq!(said, [taken], "the started round is the one that was played");
 
+    let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
     let texts = ["FIRST: is the kettle on?", "SECOND: did the ferry come?"];
     let answers = at_once(&base, &texts.map(|t| ("/api/chat/ilse/send", json!({ "text": t }).to_string())));
     let statuses: BTreeSet<u16> = answers.iter().map(|(s, _)| *s).collect();
@@ -714,6 +720,9 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
     let (_, turn) = answers.iter().find(|(s, _)| *s == 200).unwrap();
     let taken = texts[answers.iter().position(|(s, _)| *s == 200).unwrap()];
     assert_eq!(turn["user_text"], taken, "the answer is the exchange of the message sent: {turn}");
+    let mut heard = Vec::new();
+    until(&chat, &mut heard, |m| m["type"] == "turn_committed");
+    assert!(!heard.iter().any(|m| m["type"] == "failed"), "the chat's watchers heard no failure: {heard:?}");
     let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     let stored: Vec<&str> = history["turns"].as_array().unwrap().iter().filter_map(|t| t["user_text"].as_str()).collect();
     assert_eq!(stored, [taken], "only the answered message is stored");
@@ -755,6 +764,60 @@ fn requests_at_once_on_one_scene_or_chat_each_hear_their_own_answer() {
         found["hits"].as_array().unwrap().len()
     }).collect();
     assert!(hits[0] == 1 && hits[1] > 1, "k=1 and k=5 each answered as asked: {hits:?}");
+}
+
+/// The chat history over HTTP gives every message the id that `edit` and `delete` take
+/// (it listed only each exchange's id, which edit refused, and a client had to guess
+/// the `-u`/`-r` suffix); an exchange's id sent as a message is answered with the two
+/// message ids it holds, and any other id with what a message id is.
+#[test]
+fn the_chat_history_gives_each_message_the_id_edit_and_delete_take() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    for text in ["Is the kettle on?", "Did the ferry come?"] {
+        let (status, turn) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(&json!({ "text": text }).to_string()), None);
+        assert_eq!(status, 200, "{turn}");
+    }
+    let (status, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(status, 200, "{history}");
+    let turns = history["turns"].as_array().unwrap();
+    let exchange = turns[0]["id"].as_str().unwrap().to_string();
+    assert!(turns[0]["user_memory_id"].is_string(), "the fields clients read are kept: {}", turns[0]);
+    // Each exchange lists its two messages' ids, and `messages` every message in order.
+    let messages = history["messages"].as_array().unwrap();
+    let of: Vec<(&str, &str)> =
+        messages.iter().filter(|m| m["id"] != "greeting").map(|m| (m["id"].as_str().unwrap(), m["role"].as_str().unwrap())).collect();
+    let ids = |t: &Value| (t["user_message_id"].as_str().unwrap().to_string(), t["reply_message_id"].as_str().unwrap().to_string());
+    let ((u0, r0), (u1, r1)) = (ids(&turns[0]), ids(&turns[1]));
+    assert_eq!(of, [(u0.as_str(), "user"), (r0.as_str(), "character"), (u1.as_str(), "user"), (r1.as_str(), "character")], "{history}");
+    assert_eq!(messages.iter().find(|m| m["id"] == r0.as_str()).unwrap()["text"], turns[0]["reply"]);
+
+    // Those ids are what edit and delete take.
+    let edit = |message: &str, text: &str| {
+        call(&agent, "POST", &format!("{base}/api/chat/ilse/edit"), Some(&json!({ "message": message, "text": text }).to_string()), None)
+    };
+    let (status, edited) = edit(&u0, "Is the kettle on yet?");
+    assert_eq!(status, 200, "{edited}");
+    let (status, edited) = edit(&r0, "It is. Sit down.");
+    assert_eq!(status, 200, "{edited}");
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!((history["turns"][0]["user_text"].as_str(), history["turns"][0]["reply"].as_str()), (Some("Is the kettle on yet?"), Some("It is. Sit down.")));
+    let (status, deleted) = call(&agent, "POST", &format!("{base}/api/chat/ilse/delete"), Some(&json!({ "message": r1 }).to_string()), None);
+    assert_eq!(status, 200, "{deleted}");
+
+    // An exchange's id is answered with its two message ids; anything else with what a
+    // message id is.
+    let (status, refused) = edit(&exchange, "x");
+    assert_eq!(status, 400, "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(detail.contains(&u0) && detail.contains(&r0), "{detail}");
+    let (status, refused) = edit("kettle", "x");
+    assert_eq!(status, 400, "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(detail.contains("-u") && detail.contains("-r") && detail.contains("messages[].id") && detail.contains("reply_message_id"), "{detail}");
 }
 
 /// A game master's input longer than the models' context is refused before the round

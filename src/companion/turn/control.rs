@@ -53,9 +53,9 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
         .chain(turns.iter()
         .flat_map(|t| {
             [
-                MessageView { id: format!("{}-u", t.id), role: "user", text: t.user_text.clone(), swipes: None, swipe: None },
+                MessageView { id: user_message_id(&t.id), role: "user", text: t.user_text.clone(), swipes: None, swipe: None },
                 MessageView {
-                    id: format!("{}-r", t.id),
+                    id: reply_message_id(&t.id),
                     role: "character",
                     text: t.reply.clone(),
                     swipes: Some(t.swipes.clone()),
@@ -66,14 +66,37 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
         .collect()
 }
 
+/// The id of exchange `turn`'s user message.
+pub fn user_message_id(turn: &str) -> String {
+    format!("{turn}-u")
+}
+
+/// The id of exchange `turn`'s reply.
+pub fn reply_message_id(turn: &str) -> String {
+    format!("{turn}-r")
+}
+
+/// What a message id is, for an error that names one that is not.
+const MESSAGE_IDS: &str = "a message id is an exchange's id followed by `-u` (the user's message) or `-r` (the reply), or `greeting` \
+     for an edit — `messages[].id` in `chat history --json` or GET /api/chat/<character>/history, where each exchange also lists \
+     `user_message_id` and `reply_message_id`";
+
 /// Which message an id names: its exchange, and whether it is the reply.
 fn find(ctx: &Context, character: &CharacterInfo, message: &str) -> Result<(ChatTurn, bool), CompanionError> {
+    let turns = ctx.store.with(|c| records::all_turns(c, &character.id))?;
     let (turn_id, reply) = match message.rsplit_once('-') {
         Some((turn, "u")) => (turn, false),
         Some((turn, "r")) => (turn, true),
-        _ => return Err(CompanionError::Invalid(format!("{message:?} is not a message id (see `chat history --json`)"))),
+        _ if turns.iter().any(|t| t.id == message) => {
+            return Err(CompanionError::Invalid(format!(
+                "{message:?} is an exchange of {}'s chat, not one message: its user message is {:?}, its reply {:?}",
+                character.name,
+                user_message_id(message),
+                reply_message_id(message)
+            )));
+        }
+        _ => return Err(CompanionError::Invalid(format!("{message:?} is not a message id: {MESSAGE_IDS}"))),
     };
-    let turns = ctx.store.with(|c| records::all_turns(c, &character.id))?;
     let turn = turns
         .into_iter()
         .find(|t| t.id == turn_id)

@@ -107,22 +107,33 @@ impl MemoryBank {
     }
 
     /// The last journal entry, or the last one trimmed when none is left.
+    ///
+    /// This and the other reads of a load go through the bank's reader, never the
+    /// store's writer: a search may load the vectors anew ([`Self::sync_with_library`]),
+    /// and its caller may be holding the writer.
     fn journal_head(&self) -> Result<i64, MemoryError> {
-        let last: i64 = self.store.with(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM memory_vector_changes", [], |r| r.get(0))?))?;
+        let last: i64 = self.with_reader(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM memory_vector_changes", [], |r| r.get(0))?))?;
         Ok(last.max(self.journal_trimmed()))
     }
 
     fn journal_trimmed(&self) -> i64 {
-        self.store.meta_get(TRIMMED_KEY).ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(0)
+        use rusqlite::OptionalExtension;
+        self.with_reader(|c| Ok(c.query_row("SELECT value FROM meta WHERE key = ?1", [TRIMMED_KEY], |r| r.get::<_, String>(0)).optional()?))
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Open: load the saved graph if it fits the library and catch it up with the
     /// journal; otherwise read every vector for an exact scan and build in the background.
     pub(super) fn load_vectors(&self) -> Result<(), MemoryError> {
-        self.load_vectors_from(true)
+        self.load_vectors_from(true, true)
     }
 
-    fn load_vectors_from(&self, use_saved: bool) -> Result<(), MemoryError> {
+    /// Load the vectors: from the saved graph when `use_saved` and it fits, else every
+    /// vector read for the exact scan, the journal read so far trimmed when `trim`.
+    fn load_vectors_from(&self, use_saved: bool, trim: bool) -> Result<(), MemoryError> {
         let started = Instant::now();
         if use_saved {
             match self.load_saved_graph() {
@@ -144,7 +155,7 @@ impl MemoryBank {
         *journal = self.journal_head()?;
         self.index.drop_graph();
         self.index.clear_tail();
-        self.store.with(|c| {
+        self.with_reader(|c| {
             let mut stmt =
                 c.prepare("SELECT memory_rowid, vector FROM memory_vectors WHERE model = ?1 AND dim = ?2 ORDER BY memory_rowid")?;
             let mut rows = stmt.query(rusqlite::params![model, dim as i64])?;
@@ -158,7 +169,7 @@ impl MemoryBank {
         })?;
         let head = *journal;
         drop(journal);
-        if head > 0 {
+        if trim && head > 0 {
             // Without a saved graph nothing needs the entries read already (and a small
             // library that never saves one would otherwise keep them all).
             self.store.with(|c| Ok(c.execute("DELETE FROM memory_vector_changes WHERE seq <= ?1", [head])?))?;
@@ -205,6 +216,11 @@ impl MemoryBank {
     /// index already holds as it is in the library is left alone. Returns how many rows
     /// changed.
     pub fn catch_up(&self) -> Result<usize, MemoryError> {
+        Ok(self.replay_journal()?.1)
+    }
+
+    /// [`Self::catch_up`]: `(journal entries read, rows changed)`.
+    fn replay_journal(&self) -> Result<(usize, usize), MemoryError> {
         let (model, dim) = (self.model_id(), self.config().embedding.dimension);
         // Held throughout, so a publish cannot slip in between reading a row and applying
         // it (it would be overwritten by the older value).
@@ -219,7 +235,8 @@ impl MemoryBank {
             let rows = stmt.query_map(rusqlite::params![model, dim as i64, after], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })?;
-        let Some(last) = rows.last().map(|r| r.0) else { return Ok(0) };
+        let Some(last) = rows.last().map(|r| r.0) else { return Ok((0, 0)) };
+        let entries = rows.len();
         let mut latest: HashMap<i64, Option<Vec<u8>>> = HashMap::new();
         for (_, rowid, blob) in rows {
             latest.insert(rowid, blob);
@@ -245,7 +262,58 @@ impl MemoryBank {
             self.index.apply(&gone, &added);
         }
         *journal = last;
-        Ok(changed)
+        Ok((entries, changed))
+    }
+
+    /// See what other processes committed since this bank last looked: every search (and
+    /// `stats`) calls this first. Cheap when nothing changed — one lookup of the journal's
+    /// last entry and of the trim marker, compared with the watermark (this process's own
+    /// writes move the watermark in publish, so they cost nothing here). Behind, it replays
+    /// the entries after the watermark ([`Self::catch_up`]); when another process trimmed
+    /// entries this bank had not seen (it saved a graph, or opened the library without
+    /// one), it loads the vectors anew, from that process's saved graph when it fits.
+    /// Either way the speakers' names are read again at the next search.
+    pub fn sync_with_library(&self) -> Result<(), MemoryError> {
+        let (head, trimmed) = self.with_reader(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT coalesce((SELECT max(seq) FROM memory_vector_changes), 0), (SELECT value FROM meta WHERE key = ?1)",
+            )?;
+            Ok(stmt.query_row([TRIMMED_KEY], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?)))?)
+        })?;
+        let trimmed = trimmed.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let synced = *self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if head.max(trimmed) <= synced {
+            return Ok(());
+        }
+        if trimmed > synced {
+            // Entries this index needs are gone. A build or save of this bank's own reads
+            // the library (or gives way to the other's file) itself; the next search
+            // looks again once it is over.
+            if self.rebuilding.swap(true, Ordering::SeqCst) {
+                return Ok(());
+            }
+            let outcome = self.load_vectors_from(true, false);
+            self.rebuilding.store(false, Ordering::SeqCst);
+            outcome?;
+            self.reloads.fetch_add(1, Ordering::SeqCst);
+            self.maybe_rebuild();
+        } else {
+            let (entries, changed) = self.replay_journal()?;
+            self.replayed.fetch_add(entries, Ordering::SeqCst);
+            if changed > 0 {
+                self.changes.fetch_add(changed, Ordering::SeqCst);
+            }
+        }
+        *self.speakers.write().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(())
+    }
+
+    /// [`Self::sync_with_library`] for a search: a failure is logged and the search
+    /// goes on with what the index holds.
+    pub(super) fn sync_before_search(&self) {
+        if let Err(e) = self.sync_with_library() {
+            tracing::warn!(error = %e, "could not catch up with the library's vector changes; searching what this process has seen");
+        }
     }
 
     /// Save the graph now (waiting for a background build or save to finish first).
@@ -376,7 +444,7 @@ impl MemoryBank {
         if total > 0 {
             // Re-embedded wholesale: a fresh build beats replaying every change.
             self.wait_for_rebuild();
-            self.load_vectors_from(false)?;
+            self.load_vectors_from(false, true)?;
         }
         Ok(total)
     }

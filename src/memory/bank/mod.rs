@@ -69,6 +69,12 @@ pub struct MemoryStats {
     /// Full builds and saves of the graph this bank has done since it opened.
     pub graph_builds: usize,
     pub graph_saves: usize,
+    /// Entries of the library's vector journal (other processes' vector changes) this
+    /// bank replayed before its searches since it opened — its own writes need none —
+    /// and the times it loaded every vector anew because another process had trimmed
+    /// entries it had not seen.
+    pub synced_changes: usize,
+    pub synced_reloads: usize,
 }
 
 /// What a graph rebuild reports while it runs (the engine turns these into events).
@@ -103,6 +109,9 @@ pub struct MemoryBank {
     loaded_saved: AtomicBool,
     builds: AtomicUsize,
     saves: AtomicUsize,
+    /// What [`MemoryStats::synced_changes`] and `synced_reloads` count.
+    replayed: AtomicUsize,
+    reloads: AtomicUsize,
     observer: RwLock<Option<GraphObserver>>,
     /// This bank, for starting a background rebuild from `&self`.
     me: Weak<MemoryBank>,
@@ -142,6 +151,8 @@ impl MemoryBank {
             loaded_saved: AtomicBool::new(false),
             builds: AtomicUsize::new(0),
             saves: AtomicUsize::new(0),
+            replayed: AtomicUsize::new(0),
+            reloads: AtomicUsize::new(0),
             observer: RwLock::new(observer),
             me: me.clone(),
             speakers: RwLock::new(None),
@@ -207,6 +218,7 @@ impl MemoryBank {
     }
 
     pub fn stats(&self) -> Result<MemoryStats, MemoryError> {
+        self.sync_before_search();
         let model = self.model_id();
         let mut stats = self.store.with(|c| {
             let count = |sql: &str| -> Result<usize, StoreError> { Ok(c.query_row(sql, [], |r| r.get::<_, i64>(0))? as usize) };
@@ -236,6 +248,8 @@ impl MemoryBank {
         stats.graph_loaded = self.loaded_saved.load(Ordering::SeqCst);
         stats.graph_builds = self.builds.load(Ordering::SeqCst);
         stats.graph_saves = self.saves.load(Ordering::SeqCst);
+        stats.synced_changes = self.replayed.load(Ordering::SeqCst);
+        stats.synced_reloads = self.reloads.load(Ordering::SeqCst);
         Ok(stats)
     }
 

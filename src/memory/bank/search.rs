@@ -149,6 +149,8 @@ impl MemoryBank {
     /// about) is done there, without listing its 100k rows. Otherwise the filter is
     /// listed and, when it keeps few rows, only those are scored exactly.
     pub fn vector_candidates(&self, query: &[f32], filter: &SearchFilter, n: usize) -> Result<Vec<Candidate>, MemoryError> {
+        // What other processes wrote is searched as soon as it is committed.
+        self.sync_before_search();
         let index = &self.index;
         if filter.is_empty() {
             return Ok(index.search(query, n, &|_| true));
@@ -216,6 +218,11 @@ impl MemoryBank {
 
     /// Hybrid (or single-list) search. Any query text is valid.
     pub fn search(&self, request: &SearchRequest) -> Result<Vec<RetrievalHit>, MemoryError> {
+        // Before the query is stripped of speakers' names: another process may have
+        // brought new speakers.
+        if request.mode != SearchMode::Keyword {
+            self.sync_before_search();
+        }
         let vector = match request.mode {
             SearchMode::Keyword => None,
             _ if request.query.trim().is_empty() => None,
@@ -293,15 +300,18 @@ impl MemoryBank {
         if config.neighbour_weight > 0.0 && request.mode == SearchMode::Hybrid {
             fused = self.spread_to_neighbours(fused, config.neighbour_weight, request.k, &request.filter)?;
         }
-        fused.truncate(request.k);
-        let rowids: Vec<i64> = fused.iter().map(|f| f.0).collect();
-        let memories = self.with_reader(|c| Ok(records::load(c, &rowids)?))?;
-        let by_row: HashMap<i64, Memory> = memories.into_iter().map(|m| (m.rowid, m)).collect();
-        Ok(fused
-            .into_iter()
-            .filter_map(|(rowid, f)| by_row.get(&rowid).map(|m| (m, f)))
-            .enumerate()
-            .map(|(i, (m, f))| RetrievalHit::of(m, i + 1, &f))
-            .collect())
+        // A candidate whose row is gone (deleted by another process after the vector
+        // list was made) gives its place to the next one, not to nobody: cutting the list
+        // at k first once left a search a hit short, its best keyword hit among those lost.
+        let mut kept: Vec<(Memory, Fused)> = Vec::with_capacity(request.k);
+        let mut rest = fused.into_iter().peekable();
+        while kept.len() < request.k && rest.peek().is_some() {
+            let chunk: Vec<(i64, Fused)> = rest.by_ref().take(request.k - kept.len()).collect();
+            let rowids: Vec<i64> = chunk.iter().map(|f| f.0).collect();
+            let memories = self.with_reader(|c| Ok(records::load(c, &rowids)?))?;
+            let mut by_row: HashMap<i64, Memory> = memories.into_iter().map(|m| (m.rowid, m)).collect();
+            kept.extend(chunk.into_iter().filter_map(|(rowid, f)| by_row.remove(&rowid).map(|m| (m, f))));
+        }
+        Ok(kept.iter().enumerate().map(|(i, (m, f))| RetrievalHit::of(m, i + 1, f)).collect())
     }
 }

@@ -43,6 +43,7 @@ impl PreparedMemories {
     /// Stage 2: store the memories in the caller's transaction. Replaces a memory with
     /// the same id (a re-import), and reports it so its stale vector is dropped.
     pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+        let before = journal_seq(tx)?;
         let inserted = records::insert_replacing(tx, &self.items)?;
         if let Some((vectors, model)) = &self.vectors {
             let pairs: Vec<(i64, &[f32])> = inserted.rowids.iter().copied().zip(vectors.iter().map(|v| v.as_slice())).collect();
@@ -54,6 +55,7 @@ impl PreparedMemories {
             vectors: self.vectors.map(|(v, _)| inserted.rowids.iter().copied().zip(v).collect()).unwrap_or_default(),
             gone: inserted.replaced,
             speakers,
+            journal: JournalSpan::between(before, journal_seq(tx)?),
         })
     }
 }
@@ -67,6 +69,49 @@ pub struct MemoryWrite {
     /// Rows replaced or deleted.
     gone: Vec<i64>,
     speakers: Vec<String>,
+    /// The `memory_vector_changes` entries the write's transaction added for it, so
+    /// publish can move the bank's watermark past them: its own writes then cost the
+    /// next search no replay (see [`MemoryBank::sync_with_library`]).
+    journal: JournalSpan,
+}
+
+/// Which journal entries a write added.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JournalSpan {
+    /// None (a write that changed no vector).
+    #[default]
+    Nothing,
+    /// Every entry after the first number up to the second, all of them this write's:
+    /// read in the write's transaction, which holds the library's write lock.
+    Entries(i64, i64),
+    /// Not known as one run (two parts of a write with other vector changes between
+    /// them): the next search replays from the watermark instead.
+    Unknown,
+}
+
+impl JournalSpan {
+    fn between(before: i64, after: i64) -> Self {
+        if after > before { JournalSpan::Entries(before, after) } else { JournalSpan::Nothing }
+    }
+
+    /// The span of two parts of one transaction's write.
+    fn and(self, other: JournalSpan) -> JournalSpan {
+        match (self, other) {
+            (JournalSpan::Nothing, x) | (x, JournalSpan::Nothing) => x,
+            (JournalSpan::Entries(a, b), JournalSpan::Entries(c, d)) if b == c => JournalSpan::Entries(a, d),
+            (JournalSpan::Entries(a, b), JournalSpan::Entries(c, d)) if d == a => JournalSpan::Entries(c, b),
+            _ => JournalSpan::Unknown,
+        }
+    }
+}
+
+/// The last journal entry handed out (trimmed or not), inside the caller's transaction.
+fn journal_seq(tx: &Connection) -> Result<i64, StoreError> {
+    use rusqlite::OptionalExtension;
+    Ok(tx
+        .query_row("SELECT seq FROM sqlite_sequence WHERE name = 'memory_vector_changes'", [], |r| r.get::<_, i64>(0))
+        .optional()?
+        .unwrap_or(0))
 }
 
 impl MemoryWrite {
@@ -86,6 +131,7 @@ impl MemoryWrite {
         self.vectors.extend(other.vectors);
         self.gone.extend(other.gone);
         self.speakers.extend(other.speakers);
+        self.journal = self.journal.and(other.journal);
         self
     }
 }
@@ -93,10 +139,11 @@ impl MemoryWrite {
 /// Stage 2 of a removal: delete the memories of `source` (their keyword rows and
 /// vectors go with them) in the caller's transaction.
 pub fn remove_source(tx: &Connection, source: &str) -> Result<MemoryWrite, StoreError> {
+    let before = journal_seq(tx)?;
     let gone: Vec<i64> =
         tx.prepare("SELECT rowid FROM memories WHERE source = ?1")?.query_map([source], |r| r.get(0))?.collect::<Result<_, _>>()?;
     tx.execute("DELETE FROM memories WHERE source = ?1", [source])?;
-    Ok(MemoryWrite { gone, ..Default::default() })
+    Ok(MemoryWrite { gone, journal: JournalSpan::between(before, journal_seq(tx)?), ..Default::default() })
 }
 
 fn check_texts(items: &[NewMemory]) -> Result<(), MemoryError> {
@@ -160,8 +207,17 @@ impl MemoryBank {
         {
             // The graph changes here and only here (or in a journal replay, which takes
             // the same lock): a transaction that rolled back never reaches this point.
-            let _journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+            let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
             self.index.apply(&write.gone, &write.vectors);
+            // The write's own entries follow the watermark with none between: the index
+            // now holds them, so the next search has nothing of this process's to replay.
+            // With a gap (another process wrote in between) the watermark stays, and the
+            // next search replays from it, these entries included (idempotently).
+            if let JournalSpan::Entries(from, to) = write.journal
+                && *journal == from
+            {
+                *journal = to;
+            }
         }
         self.changes.fetch_add(changed, std::sync::atomic::Ordering::SeqCst);
         if !self.maybe_rebuild() {
@@ -373,6 +429,7 @@ pub struct FollowerVectors {
 impl FollowerVectors {
     /// Store the new vectors of the followers that still exist.
     pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
+        let before = journal_seq(tx)?;
         let mut kept = Vec::new();
         for (rowid, v) in self.vectors {
             let exists = tx.query_row("SELECT count(*) FROM memories WHERE rowid = ?1", [rowid], |r| r.get::<_, i64>(0))? > 0;
@@ -381,7 +438,8 @@ impl FollowerVectors {
                 kept.push((rowid, v));
             }
         }
-        Ok(MemoryWrite { ids: Vec::new(), gone: kept.iter().map(|k| k.0).collect(), vectors: kept, speakers: Vec::new() })
+        let journal = JournalSpan::between(before, journal_seq(tx)?);
+        Ok(MemoryWrite { ids: Vec::new(), gone: kept.iter().map(|k| k.0).collect(), vectors: kept, speakers: Vec::new(), journal })
     }
 }
 
@@ -423,6 +481,7 @@ impl PreparedEdit {
     /// The memory keeps its place in its session.
     pub fn write(self, tx: &Connection) -> Result<MemoryWrite, StoreError> {
         let rowid = records::rowid_of(tx, &self.id)?.ok_or_else(|| StoreError::NotFound(format!("memory {}", self.id)))?;
+        let before = journal_seq(tx)?;
         tx.execute("UPDATE memories SET text = ?2 WHERE rowid = ?1", rusqlite::params![rowid, self.text])?;
         let vectors = match self.vector {
             Some((v, model)) => {
@@ -434,7 +493,8 @@ impl PreparedEdit {
                 Vec::new()
             }
         };
-        let edited = MemoryWrite { ids: Vec::new(), vectors, gone: vec![rowid], speakers: Vec::new() };
+        let journal = JournalSpan::between(before, journal_seq(tx)?);
+        let edited = MemoryWrite { ids: Vec::new(), vectors, gone: vec![rowid], speakers: Vec::new(), journal };
         Ok(edited.and(self.followers.write(tx)?))
     }
 }
@@ -522,6 +582,7 @@ pub fn remove_with_followers(tx: &Connection, id: &str, followers: FollowerVecto
 
 /// Stage 2 of a removal by id: delete these memories (a summary that no longer holds).
 pub fn remove_ids(tx: &Connection, ids: &[String]) -> Result<MemoryWrite, StoreError> {
+    let before = journal_seq(tx)?;
     let mut gone = Vec::new();
     for id in ids {
         if let Some(rowid) = records::rowid_of(tx, id)? {
@@ -529,7 +590,7 @@ pub fn remove_ids(tx: &Connection, ids: &[String]) -> Result<MemoryWrite, StoreE
             gone.push(rowid);
         }
     }
-    Ok(MemoryWrite { gone, ..Default::default() })
+    Ok(MemoryWrite { gone, journal: JournalSpan::between(before, journal_seq(tx)?), ..Default::default() })
 }
 
 /// Stage 2 of forgetting what a scene's messages became (the scene is being deleted).
@@ -550,10 +611,11 @@ pub fn remove_character(tx: &Connection, character_id: &str) -> Result<MemoryWri
 }
 
 fn remove_where(tx: &Connection, condition: &str, value: &str) -> Result<MemoryWrite, StoreError> {
+    let before = journal_seq(tx)?;
     let gone: Vec<i64> = tx
         .prepare(&format!("SELECT rowid FROM memories WHERE {condition}"))?
         .query_map([value], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     tx.execute(&format!("DELETE FROM memories WHERE {condition}"), [value])?;
-    Ok(MemoryWrite { gone, ..Default::default() })
+    Ok(MemoryWrite { gone, journal: JournalSpan::between(before, journal_seq(tx)?), ..Default::default() })
 }
