@@ -51,7 +51,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/library/import", post(import))
 }
 
-fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
+pub(super) fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
     state.store().with(|c| crate::scene::records::resolve_scene(c, scene)).map_err(|e| ApiError::not_found(format!("Scene not found: {e}")))
 }
 
@@ -204,7 +204,7 @@ pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): 
 
 /// A route that takes no body: nothing, or `{}`; a field sent to it is refused by name
 /// (`{"rounds": 3}` to undo would otherwise undo one round and say nothing).
-fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
+pub(super) fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct NoFields {}
@@ -349,7 +349,7 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
 
 /// A scene's live events, as the scene predecessor's socket named them.
 #[utoipa::path(get, path = "/ws/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
+    responses((status = 101, description = "WebSocket: roundStarted, agentStatus, token, redrawn, stateUpdated, roundCompleted, roundCancelled, redoFailed (a redo's round failed: the round it replaced is back), error")))]
 pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
         Ok(id) => upgrade
@@ -399,6 +399,9 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
             "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
         })],
         SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
+        SceneEvent::RedoFailed { scene_id, round, message } if mine(scene_id) => {
+            vec![json!({ "type": "redoFailed", "sceneId": scene_id, "round": round, "message": message })]
+        }
         SceneEvent::Error { scene_id: Some(scene_id), message, fault } if mine(scene_id) => {
             vec![json!({ "type": "error", "sceneId": scene_id, "message": message, "fault": fault })]
         }

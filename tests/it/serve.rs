@@ -454,6 +454,76 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     assert!(report.to_string().contains("Petra Quill"), "{report}");
 }
 
+/// What `lorekeeper scene` does beside playing, over HTTP: redo the last round (its new
+/// round reported on the scene's socket), list the kept rounds and play one instead,
+/// mute and unmute a cast member, export the transcript as Markdown or JSON.
+#[test]
+fn a_scene_is_redone_muted_and_exported_over_http_as_the_cli_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut seen = Vec::new();
+    // Nothing to redo yet: the request's fault, said so.
+    let (status, nothing) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/redo"), None, None);
+    assert_eq!(status, 400, "{nothing}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I hand the keeper the sealed letter."}"#), None);
+    assert_eq!(status, 202);
+    until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+
+    let (status, redo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/redo"), None, None);
+    assert_eq!((status, redo["round"].as_u64(), redo["status"].as_str()), (202, Some(1), Some("started")), "{redo}");
+    let done = until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    assert_eq!(done["round"], 1);
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/redo"), Some(r#"{"rounds": 2}"#), None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("`rounds`"), "{typo}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/no-such-scene/redo"), None, None);
+    assert_eq!(status, 404);
+
+    let (status, kept) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/alternatives"), None, None);
+    assert_eq!(status, 200, "{kept}");
+    let kept = kept["alternatives"].as_array().unwrap().clone();
+    assert_eq!((kept.len(), kept[0]["round"].as_u64()), (1, Some(1)), "{kept:?}");
+    let id = kept[0]["id"].as_str().unwrap();
+    let (status, chosen) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/alternative/{id}/use"), None, None);
+    assert_eq!((status, chosen["round"].as_u64()), (200, Some(1)), "{chosen}");
+    assert!(chosen["kept"].is_string(), "the round it replaced is kept in turn: {chosen}");
+    let (_, after) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/alternatives"), None, None);
+    assert_eq!(after["alternatives"][0]["id"], chosen["kept"], "{after}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/alternative/no-such-round/use"), None, None);
+    assert_eq!(status, 404);
+
+    let (status, muted) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/mute"), Some(r#"{"character": "Ossian Vale"}"#), None);
+    assert_eq!((status, muted["name"].as_str(), muted["muted"].as_bool()), (200, Some("Ossian Vale"), Some(true)), "{muted}");
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert!(state["cast"].as_array().unwrap().iter().any(|c| c["name"] == "Ossian Vale" && c["muted"] == true), "{state}");
+    let (status, unmuted) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/unmute"), Some(r#"{"character": "Ossian Vale"}"#), None);
+    assert_eq!((status, unmuted["muted"].as_bool()), (200, Some(false)), "{unmuted}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/mute"), Some(r#"{"character": "Nobody At All"}"#), None);
+    assert_eq!(status, 404);
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/mute"), Some(r#"{"who": "Ossian Vale"}"#), None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("who"), "{typo}");
+
+    let markdown = agent.get(&format!("{base}/api/scene/{scene}/export")).call().unwrap();
+    assert_eq!(markdown.status().as_u16(), 200);
+    assert!(markdown.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/markdown")));
+    let text = markdown.into_body().read_to_string().unwrap();
+    assert!(text.contains("Wren Talloway") && text.contains("sealed letter"), "{text}");
+    let (status, transcript) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/export?format=json"), None, None);
+    assert_eq!((status, transcript["scene"]["id"].as_str()), (200, Some(scene.as_str())), "{transcript}");
+    assert!(!transcript["messages"].as_array().unwrap().is_empty(), "{transcript}");
+    let (status, wrong) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/export?format=pdf"), None, None);
+    assert!(status == 400 && wrong["detail"].as_str().unwrap().contains("format"), "{wrong}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene/export"), None, None);
+    assert_eq!(status, 404);
+}
+
 /// What a client gets wrong is answered as JSON with a status that says whose fault it
 /// is: a bad query, a path or method no route takes, a file that imports nothing, a
 /// message too long for the model's context.
