@@ -702,23 +702,78 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
     }
 }
 
+/// The filters `lorekeeper memory search` takes, by the same names.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SearchQuery {
     q: String,
     #[serde(default = "ten")]
     k: usize,
+    /// hybrid (default), keyword or vector.
+    #[serde(default)]
+    mode: Option<String>,
+    /// world, campaign[:ID] or character[:NAME or ID].
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    speaker: Option<String>,
+    /// Only what this character witnessed or was told.
+    #[serde(default)]
+    witness: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+    /// Earliest time (RFC 3339 or YYYY-MM-DD).
+    #[serde(default)]
+    from: Option<String>,
+    /// Latest time (RFC 3339 or YYYY-MM-DD, inclusive).
+    #[serde(default)]
+    to: Option<String>,
+}
+
+impl SearchQuery {
+    /// The request the CLI's `memory search` would make of the same words.
+    fn request(self) -> Result<SearchRequest, ApiError> {
+        use crate::memory::retrieval::{SearchFilter, SearchMode};
+        let mode = match self.mode.as_deref() {
+            None => SearchMode::Hybrid,
+            Some(text) => SearchMode::parse(text)
+                .ok_or_else(|| ApiError::bad_request(format!("invalid query: `mode` {text:?}: hybrid, keyword or vector")))?,
+        };
+        let scope = match self.scope.as_deref() {
+            None => None,
+            Some(text) => Some(
+                crate::memory::Scope::parse(text)
+                    .ok_or_else(|| ApiError::bad_request(format!("invalid query: `scope` {text:?}: world, campaign[:ID] or character[:NAME or ID]")))?,
+            ),
+        };
+        let filter = SearchFilter {
+            scope,
+            kinds: Vec::new(),
+            speaker: self.speaker,
+            witness: self.witness,
+            session: self.session,
+            time_from: self.from,
+            time_to: self.to,
+        };
+        Ok(SearchRequest { query: self.q, k: self.k.clamp(1, 200), mode, filter })
+    }
 }
 
 fn ten() -> usize {
     10
 }
 
-/// Hybrid memory search: every hit with its keyword, vector and fused scores.
-#[utoipa::path(get, path = "/api/memory/search", params(("q" = String, Query), ("k" = Option<usize>, Query)),
+/// Memory search, with the filters of `lorekeeper memory search`: every hit with its
+/// keyword, vector and fused scores.
+#[utoipa::path(get, path = "/api/memory/search",
+    params(("q" = String, Query), ("k" = Option<usize>, Query), ("mode" = Option<String>, Query, description = "hybrid (default), keyword or vector"),
+        ("scope" = Option<String>, Query, description = "world, campaign[:ID] or character[:NAME or ID]"), ("speaker" = Option<String>, Query),
+        ("witness" = Option<String>, Query, description = "only what this character witnessed or was told"), ("session" = Option<String>, Query),
+        ("from" = Option<String>, Query, description = "earliest time, RFC 3339 or YYYY-MM-DD"),
+        ("to" = Option<String>, Query, description = "latest time, RFC 3339 or YYYY-MM-DD, inclusive")),
     responses((status = 200, body = Object, description = "hits, best first"), (status = 400, body = ErrorBody)))]
 pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(query): Query<SearchQuery>) -> Result<axum::Json<Value>, ApiError> {
-    let command = MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) };
+    let command = MemoryCommand::Search { request: query.request()? };
     match state.ask(Command::Memory(command), QUICK_LIMIT).await? {
         Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) => {
             Ok(axum::Json(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))

@@ -524,6 +524,58 @@ fn a_scene_is_redone_muted_and_exported_over_http_as_the_cli_does() {
     assert_eq!(status, 404);
 }
 
+/// `GET /api/memory/search` takes the filters `lorekeeper memory search` takes, by the
+/// same names: mode, scope, speaker, witness, session, from, to.
+#[test]
+fn memory_search_over_http_takes_the_clis_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(
+        &turns,
+        [
+            r#"{"id":"1","speaker":"user","text":"I adopted a three-legged cat called Pilot.","time":"2024-05-01","session":"a","witnesses":["user"]}"#,
+            r#"{"id":"2","speaker":"Mira","text":"Pilot! What a name for a cat.","time":"2024-05-01","session":"a","witnesses":["Mira","user"]}"#,
+            r#"{"id":"3","speaker":"user","text":"Pilot chased the plums round the orchard.","time":"2024-06-11","session":"b","scope":"character:mira"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(engine::Command::Memory(lorekeeper::memory::MemoryCommand::Import { path: turns })).unwrap();
+    loop {
+        match engine.events().recv_timeout(Duration::from_secs(120)).expect("the import ends") {
+            engine::Event::Memory(lorekeeper::memory::MemoryEvent::Imported { .. }) => break,
+            engine::Event::Core(engine::CoreEvent::Error { message, .. }) => panic!("{message}"),
+            _ => {}
+        }
+    }
+    let server = lorekeeper::serve::start(engine, ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: None }).unwrap();
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let ids = |query: &str| -> BTreeSet<String> {
+        let (status, found) = call(&agent, "GET", &format!("{base}/api/memory/search?q=Pilot&mode=keyword&{query}"), None, None);
+        assert_eq!(status, 200, "{query}: {found}");
+        assert_eq!(found["mode"], "keyword", "{found}");
+        let hits = found["hits"].as_array().unwrap();
+        assert!(hits.iter().all(|h| h["vector_score"].is_null()), "keyword only: {found}");
+        hits.iter().map(|h| h["id"].as_str().unwrap().to_string()).collect()
+    };
+    let set = |ids: &[&str]| ids.iter().map(|i| i.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(ids("k=10"), set(&["1", "2", "3"]));
+    assert_eq!(ids("from=2024-06-01"), set(&["3"]));
+    assert_eq!(ids("to=2024-05-31"), set(&["1", "2"]));
+    assert_eq!(ids("session=a&speaker=Mira"), set(&["2"]));
+    assert_eq!(ids("scope=character"), set(&["3"]));
+    assert_eq!(ids("scope=world"), set(&["1", "2"]));
+    let witnessed = ids("witness=Mira");
+    assert!(witnessed.contains("2") && !witnessed.contains("1"), "{witnessed:?}");
+    for (query, field) in [("mode=fuzzy", "`mode`"), ("scope=galaxy", "`scope`"), ("colour=red", "colour")] {
+        let (status, refused) = call(&agent, "GET", &format!("{base}/api/memory/search?q=Pilot&{query}"), None, None);
+        assert!(status == 400 && refused["detail"].as_str().unwrap().contains(field), "{query}: {status} {refused}");
+    }
+}
+
 /// What a client gets wrong is answered as JSON with a status that says whose fault it
 /// is: a bad query, a path or method no route takes, a file that imports nothing, a
 /// message too long for the model's context.
