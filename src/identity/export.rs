@@ -147,7 +147,13 @@ pub struct CheckpointMetadata {
 
 /// The current version of `cp` as the predecessor's checkpoint JSON; `None` before it has one.
 pub fn checkpoint_document(cp: &super::CheckpointView) -> Option<CheckpointDocument> {
-    let v = cp.versions.iter().find(|v| v.version == cp.record.current_version)?;
+    checkpoint_version_document(cp, cp.record.current_version)
+}
+
+/// [`checkpoint_document`] of version `version` of the checkpoint (the one approved or
+/// current, or one feedback replaced), `None` when it has no such version.
+pub fn checkpoint_version_document(cp: &super::CheckpointView, version: u32) -> Option<CheckpointDocument> {
+    let v = cp.versions.iter().find(|v| v.version == version)?;
     Some(CheckpointDocument {
         checkpoint_number: cp.record.number,
         agent: cp.record.agent.name().to_string(),

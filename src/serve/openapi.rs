@@ -14,6 +14,7 @@ use utoipa::OpenApi;
         super::identity::start,
         super::identity::status,
         super::identity::checkpoint,
+        super::identity::checkpoint_versions,
         super::identity::final_profile,
         super::identity::approve,
         super::identity::feedback,

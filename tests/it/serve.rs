@@ -188,6 +188,18 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
     until(&ws, &mut seen, |m| m["type"] == "checkpoint_version" && m["checkpoint_number"] == 4 && m["version"] == 2);
     let (_, cp4) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4"), None, None);
     assert_eq!(cp4["metadata"]["version"], 2, "the regenerated version is current");
+    // The version replaced is read by asking for it; the versions are listed.
+    let (status, first) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4?version=1"), None, None);
+    assert_eq!((status, first["metadata"]["version"].as_u64()), (200, Some(1)), "{first}");
+    let (status, versions) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4/versions"), None, None);
+    assert_eq!(status, 200, "{versions}");
+    let listed: Vec<(u64, bool)> = versions.as_array().unwrap().iter().map(|v| (v["version"].as_u64().unwrap(), v["current"].as_bool().unwrap())).collect();
+    assert_eq!(listed, [(1, false), (2, true)], "{versions}");
+    assert_eq!(versions[1]["feedback"], "Give her a scar from the night of the fire.", "{versions}");
+    let (status, missing) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4?version=9"), None, None);
+    assert!(status == 404 && missing["detail"].as_str().unwrap().contains("1, 2"), "{missing}");
+    let (status, typo) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4?verison=1"), None, None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("verison"), "{typo}");
     for n in [5, 3, 4] {
         let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(&json!({ "checkpoint": n }).to_string()), None);
         assert_eq!(status, 200, "{body}");
