@@ -33,6 +33,28 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
     let current = meta.current_checkpoint;
     write("metadata.json", &serde_json::to_value(&meta).unwrap_or_default())?;
 
+    for cp in &view.checkpoints {
+        if let Some(checkpoint) = checkpoint_document(cp) {
+            let checkpoint = serde_json::to_value(&checkpoint).unwrap_or_default();
+            write(&format!("checkpoints/{:02}_{}.json", cp.record.number, cp.record.agent.name()), &checkpoint)?;
+        }
+    }
+    write("knowledge_base.json", &knowledge_base(view, wave, current))?;
+
+    if let Some(profile) = final_profile {
+        write("final_profile.json", profile)?;
+    }
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(io)?;
+    }
+    std::fs::rename(&staging, &target).map_err(io)?;
+    Ok(target)
+}
+
+/// The run's `knowledge_base.json`, as the predecessor kept it: the input, each agent's
+/// approved output, and `agent_statuses` in the predecessor's words (see [`agent_status`]).
+fn knowledge_base(view: &RunView, wave: u8, current: u8) -> Value {
+    let run = &view.run;
     let mut kb = Map::new();
     kb.insert("character_id".into(), json!(run.id));
     kb.insert("input_data".into(), serde_json::to_value(&run.seed).unwrap_or_default());
@@ -45,26 +67,26 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
             let approved = cp.record.status == CheckpointStatus::Approved;
             kb.insert(agent.into(), if approved { current.map(|v| v.structured.clone()).unwrap_or(Value::Null) } else { Value::Null });
         }
-        statuses.insert(agent.into(), json!({"status": cp.record.status.as_str(), "wave": cp.record.wave}));
-        if let Some(checkpoint) = checkpoint_document(cp) {
-            let checkpoint = serde_json::to_value(&checkpoint).unwrap_or_default();
-            write(&format!("checkpoints/{:02}_{agent}.json", cp.record.number), &checkpoint)?;
-        }
+        statuses.insert(agent.into(), json!({"status": agent_status(cp.record.status), "wave": cp.record.wave}));
     }
     kb.insert("image_generation".into(), Value::Null);
     kb.insert("current_wave".into(), json!(wave));
     kb.insert("current_checkpoint".into(), json!(current));
     kb.insert("agent_statuses".into(), Value::Object(statuses));
-    write("knowledge_base.json", &Value::Object(kb))?;
+    Value::Object(kb)
+}
 
-    if let Some(profile) = final_profile {
-        write("final_profile.json", profile)?;
+/// A checkpoint's status as the predecessor's `agent_statuses` said it of the agent:
+/// `pending` (not run yet), `in_progress` (running, or running again on feedback),
+/// `completed` (the agent finished; whether it is approved is the checkpoint's `status`)
+/// or `failed`.
+pub fn agent_status(status: CheckpointStatus) -> &'static str {
+    match status {
+        CheckpointStatus::Queued => "pending",
+        CheckpointStatus::Running | CheckpointStatus::Regenerating => "in_progress",
+        CheckpointStatus::AwaitingApproval | CheckpointStatus::Approved | CheckpointStatus::Stale => "completed",
+        CheckpointStatus::Failed => "failed",
     }
-    if target.exists() {
-        std::fs::remove_dir_all(&target).map_err(io)?;
-    }
-    std::fs::rename(&staging, &target).map_err(io)?;
-    Ok(target)
 }
 
 /// A run's `metadata.json`, as the predecessor kept it (and its API's `status` returns it).
@@ -187,5 +209,27 @@ pub fn stored_profile(store: &Store, character_id: &str) -> Result<Option<Value>
             Ok(Some(profile))
         }
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The predecessor's scripts read `pending`, `in_progress`, `completed` and `failed`
+    /// in `agent_statuses`; our checkpoint statuses never leak into it.
+    #[test]
+    fn agent_statuses_use_the_predecessors_words() {
+        let all = [
+            CheckpointStatus::Queued,
+            CheckpointStatus::Running,
+            CheckpointStatus::AwaitingApproval,
+            CheckpointStatus::Approved,
+            CheckpointStatus::Regenerating,
+            CheckpointStatus::Stale,
+            CheckpointStatus::Failed,
+        ];
+        let said: Vec<&str> = all.iter().map(|s| agent_status(*s)).collect();
+        assert_eq!(said, ["pending", "in_progress", "completed", "completed", "in_progress", "completed", "failed"]);
     }
 }

@@ -526,7 +526,7 @@ fn checkpoint_ready(number: u8, agent: crate::identity::schema::Agent) -> Value 
         "type": "checkpoint_ready",
         "checkpoint_number": number,
         "agent": agent.name(),
-        "message": format!("{} analysis complete. Awaiting approval.", agent.title()),
+        "message": format!("{} analysis complete. Awaiting approval.", agent.name()),
     })
 }
 

@@ -224,6 +224,9 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
     assert_eq!(waves, [(1, json!(2)), (2, json!(3)), (3, json!("final"))]);
     let started_waves: Vec<u64> = seen.iter().filter(|m| m["type"] == "wave_started").map(|m| m["wave"].as_u64().unwrap()).collect();
     assert!(started_waves.contains(&2) && started_waves.contains(&3), "{started_waves:?}");
+    // The message names the agent by its key, as the predecessor's `_create_checkpoint(agent_name=…)` did.
+    let second = seen.iter().find(|m| m["type"] == "checkpoint_ready" && m["checkpoint_number"] == 2).unwrap();
+    assert_eq!(second["message"], "backstory_motivation analysis complete. Awaiting approval.", "{second}");
     let readies = seen.iter().filter(|m| m["type"] == "checkpoint_ready").count();
     assert!(readies >= 8, "seven checkpoints and one regenerated: {readies}");
 
