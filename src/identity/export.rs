@@ -26,7 +26,7 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
         std::fs::write(staging.join(name), text).map_err(io)
     };
 
-    write("input.json", &serde_json::to_value(&run.seed).unwrap_or_default())?;
+    write("input.json", &input_data(run))?;
 
     let meta = metadata(view);
     let wave = meta.current_wave;
@@ -57,7 +57,7 @@ fn knowledge_base(view: &RunView, wave: u8, current: u8) -> Value {
     let run = &view.run;
     let mut kb = Map::new();
     kb.insert("character_id".into(), json!(run.id));
-    kb.insert("input_data".into(), serde_json::to_value(&run.seed).unwrap_or_default());
+    kb.insert("input_data".into(), input_data(run));
     kb.insert("mode".into(), json!(run.mode.label()));
     let mut statuses = Map::new();
     for cp in &view.checkpoints {
@@ -74,6 +74,12 @@ fn knowledge_base(view: &RunView, wave: u8, current: u8) -> Value {
     kb.insert("current_checkpoint".into(), json!(current));
     kb.insert("agent_statuses".into(), Value::Object(statuses));
     Value::Object(kb)
+}
+
+/// The run's input as the predecessor kept it (`input.json`, `input_data`): what the
+/// entry agent sent, every field of it; the seed when the run was started from one.
+fn input_data(run: &super::records::RunRecord) -> Value {
+    run.entry_input.clone().unwrap_or_else(|| serde_json::to_value(&run.seed).unwrap_or_default())
 }
 
 /// A checkpoint's status as the predecessor's `agent_statuses` said it of the agent:

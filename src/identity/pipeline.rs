@@ -44,6 +44,7 @@ fn emit(ctx: &Context, event: IdentityEvent) {
 pub fn start(
     ctx: &Arc<Context>,
     seed: CharacterSeed,
+    entry_input: Option<serde_json::Value>,
     mode: Mode,
     profile: Option<String>,
     auto_approve: bool,
@@ -59,6 +60,7 @@ pub fn start(
         name: seed.name.clone(),
         mode,
         seed,
+        entry_input,
         profile,
         auto_approve,
         status: RunStatus::InProgress,

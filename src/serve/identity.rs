@@ -73,6 +73,17 @@ fn refuse_near_misses(bytes: &Bytes) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The start body as the entry agent sent it, without the start's own options (`mode`,
+/// which the predecessor kept beside it, and our `auto_approve` and `profile`): what the
+/// predecessor saved as `input.json`, every field of every character kept.
+fn entry_input(bytes: &Bytes) -> Option<Value> {
+    let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(bytes) else { return None };
+    for option in ["mode", "auto_approve", "profile"] {
+        fields.remove(option);
+    }
+    Some(Value::Object(fields))
+}
+
 fn balanced() -> String {
     "balanced".into()
 }
@@ -159,7 +170,9 @@ pub(super) async fn start(State(state): State<Arc<AppState>>, bytes: Bytes) -> R
     let mode = Mode::parse(&request.mode).ok_or_else(|| ApiError::bad_request("invalid body: `mode` must be fast, balanced or deep"))?;
     let _one_at_a_time = state.start_lock.lock().await;
     let mut events = state.events.subscribe();
-    state.send(Command::Identity(IdentityCommand::Start { seed, mode, profile: request.profile, auto_approve: request.auto_approve }))?;
+    let entry_input = entry_input(&bytes);
+    let command = IdentityCommand::Start { seed, entry_input, mode, profile: request.profile, auto_approve: request.auto_approve };
+    state.send(Command::Identity(command))?;
     let started = wait_for(&mut events, Duration::from_secs(30), |event| match event {
         Event::Identity(IdentityEvent::RunStarted { character_id, .. }) => Some(Ok(character_id.clone())),
         Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(message.clone())),

@@ -89,7 +89,7 @@ fn short(e: &IdentityEvent) -> String {
 
 fn start(engine: &EngineHandle, auto_approve: bool) -> String {
     engine
-        .send(Command::Identity(IdentityCommand::Start { seed: seed(), mode: Mode::Balanced, profile: None, auto_approve }))
+        .send(Command::Identity(IdentityCommand::Start { seed: seed(), entry_input: None, mode: Mode::Balanced, profile: None, auto_approve }))
         .unwrap();
     let mut seen = Vec::new();
     match wait_for(engine, &mut seen, |e| matches!(e, IdentityEvent::RunStarted { .. })) {

@@ -130,7 +130,7 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
 
     let start = json!({
         "characters": [
-            { "name": "Mira Voss", "role": "lighthouse keeper", "concept": "A keeper who guards the sea she fears, hiding what happened the night the logbook burned." },
+            { "name": "Mira Voss", "role": "lighthouse keeper", "concept": "A keeper who guards the sea she fears, hiding what happened the night the logbook burned.", "quirk": "hums shanties off-key" },
             { "name": "Tobin Hale", "role": "harbour master", "concept": "Ambitious, suspects the keeper." }
         ],
         "storyline": { "premise": "A shipwreck on Greyhollow's reef brings an heir ashore and an inquiry to the harbour." },
@@ -235,6 +235,18 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
     assert!(profile.to_string().contains("Mira Voss"), "the final profile is Mira's");
     let (_, meta) = call(&agent, "GET", &format!("{base}/api/character/{id}/status"), None, None);
     assert_eq!((meta["status"].as_str(), meta["completed_checkpoints"].as_u64(), meta["regenerations"].as_u64()), (Some("completed"), Some(7), Some(1)));
+
+    // The exported folder's input is what was POSTed to /start, every field of it, not our seed.
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let view = lorekeeper::identity::load_view(&store, &id).unwrap();
+    let folder = lorekeeper::identity::export::write_seed_folder(&view, None, dir.path()).unwrap();
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(folder.join("input.json")).unwrap()).unwrap();
+    let mut sent = start.clone();
+    sent.as_object_mut().unwrap().remove("mode");
+    assert_eq!(input, sent, "input.json is the entry agent's input");
+    let kb: Value = serde_json::from_str(&std::fs::read_to_string(folder.join("knowledge_base.json")).unwrap()).unwrap();
+    assert_eq!(kb["input_data"]["characters"][0]["quirk"], "hums shanties off-key", "{kb}");
+    assert_eq!(kb["input_data"]["characters"][1]["name"], "Tobin Hale");
 
     // A client that connects now is told the character is complete.
     let late = listen(&format!("ws://{}/ws/character/{id}", server.addr));
