@@ -473,11 +473,12 @@ fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
 }
 
 fn checkpoint(ctx: &Context, run_id: &str, number: u8) -> Result<CheckpointRecord, IdentityError> {
-    ctx.store
-        .with(|c| records::checkpoints(c, run_id))?
-        .into_iter()
-        .find(|c| c.number == number)
-        .ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number} (checkpoints are 1–7)")))
+    let checkpoints = ctx.store.with(|c| records::checkpoints(c, run_id))?;
+    // Every run has its seven: none at all means there is no such run.
+    if checkpoints.is_empty() {
+        return Err(IdentityError::Store(crate::store::StoreError::NotFound(format!("identity run {run_id:?} (`identity list` shows the runs)"))));
+    }
+    checkpoints.into_iter().find(|c| c.number == number).ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number} (checkpoints are 1–7)")))
 }
 
 /// What approving or rejecting a checkpoint whose agent died with its process is told.
