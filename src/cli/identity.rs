@@ -114,7 +114,7 @@ pub fn run(engine: &EngineHandle, verb: IdentityVerb, json: bool) -> Result<Exit
             let text = crate::paths::read_text_bounded(&args.seed, 1 << 20)?;
             let seed = CharacterSeed::parse(&text).map_err(|e| anyhow!("{}: {e}", args.seed.display()))?;
             let mode = Mode::parse(&args.mode).ok_or_else(|| anyhow!("mode must be fast, balanced or deep"))?;
-            send(IdentityCommand::Start { seed, mode, profile: args.profile, auto_approve: args.auto_approve })?;
+            send(IdentityCommand::Start { seed, entry_input: None, mode, profile: args.profile, auto_approve: args.auto_approve })?;
             follow(engine, json, None)
         }
         IdentityVerb::Approve { id, checkpoint } => {

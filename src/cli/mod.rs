@@ -301,8 +301,36 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Verbs that only read the library: on a library that is not there they say so instead
+/// of creating it (and its folders) empty, which a typo in `--library` would do.
+fn reads_only(verb: &Option<Verb>) -> bool {
+    use author::{ArcVerb, CampaignVerb, PersonaVerb, WorldVerb};
+    use scene::SceneVerb;
+    matches!(
+        verb,
+        Some(
+            Verb::World { verb: WorldVerb::List }
+                | Verb::Campaign { verb: CampaignVerb::List }
+                | Verb::Arc { verb: ArcVerb::List }
+                | Verb::Persona { verb: PersonaVerb::List }
+                | Verb::Character { verb: CharacterVerb::Show { .. } }
+                | Verb::Scene { verb: SceneVerb::List | SceneVerb::State { .. } | SceneVerb::Lore { .. } | SceneVerb::Alternatives { .. } | SceneVerb::Export { .. } }
+                | Verb::Identity { verb: identity::IdentityVerb::List | identity::IdentityVerb::Status { .. } | identity::IdentityVerb::Diff { .. } | identity::IdentityVerb::Export(_) }
+                | Verb::Chat { verb: chat::ChatVerb::List | chat::ChatVerb::History { .. } }
+                | Verb::Memory { action: memory::MemoryAction::Search(_) | memory::MemoryAction::Stats | memory::MemoryAction::Injections { .. } }
+                | Verb::Export { .. }
+        )
+    )
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let paths = Paths::resolve(cli.library.clone(), cli.config.clone())?;
+    if reads_only(&cli.verb) && !paths.library_file.exists() {
+        bail!(
+            "no library at {}: this verb only reads one and does not create it (check --library; a verb that writes, such as `world new`, creates it)",
+            paths.library_file.display()
+        );
+    }
     let _log = crate::logging::init(&paths.log_dir);
     // Keys stored from the workbench or `providers key set` live in the OS keyring;
     // nothing is contacted until a key is looked up.

@@ -26,36 +26,20 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
         std::fs::write(staging.join(name), text).map_err(io)
     };
 
-    write("input.json", &serde_json::to_value(&run.seed).unwrap_or_default())?;
+    write("input.json", &input_data(run))?;
 
     let meta = metadata(view);
     let wave = meta.current_wave;
     let current = meta.current_checkpoint;
     write("metadata.json", &serde_json::to_value(&meta).unwrap_or_default())?;
 
-    let mut kb = Map::new();
-    kb.insert("character_id".into(), json!(run.id));
-    kb.insert("input_data".into(), serde_json::to_value(&run.seed).unwrap_or_default());
-    kb.insert("mode".into(), json!(run.mode.label()));
-    let mut statuses = Map::new();
     for cp in &view.checkpoints {
-        let agent = cp.record.agent.name();
-        let current = cp.versions.iter().find(|v| v.version == cp.record.current_version);
-        if cp.record.number <= 6 {
-            let approved = cp.record.status == CheckpointStatus::Approved;
-            kb.insert(agent.into(), if approved { current.map(|v| v.structured.clone()).unwrap_or(Value::Null) } else { Value::Null });
-        }
-        statuses.insert(agent.into(), json!({"status": cp.record.status.as_str(), "wave": cp.record.wave}));
         if let Some(checkpoint) = checkpoint_document(cp) {
             let checkpoint = serde_json::to_value(&checkpoint).unwrap_or_default();
-            write(&format!("checkpoints/{:02}_{agent}.json", cp.record.number), &checkpoint)?;
+            write(&format!("checkpoints/{:02}_{}.json", cp.record.number, cp.record.agent.name()), &checkpoint)?;
         }
     }
-    kb.insert("image_generation".into(), Value::Null);
-    kb.insert("current_wave".into(), json!(wave));
-    kb.insert("current_checkpoint".into(), json!(current));
-    kb.insert("agent_statuses".into(), Value::Object(statuses));
-    write("knowledge_base.json", &Value::Object(kb))?;
+    write("knowledge_base.json", &knowledge_base(view, wave, current))?;
 
     if let Some(profile) = final_profile {
         write("final_profile.json", profile)?;
@@ -65,6 +49,50 @@ pub fn write_seed_folder(view: &RunView, final_profile: Option<&Value>, out: &Pa
     }
     std::fs::rename(&staging, &target).map_err(io)?;
     Ok(target)
+}
+
+/// The run's `knowledge_base.json`, as the predecessor kept it: the input, each agent's
+/// approved output, and `agent_statuses` in the predecessor's words (see [`agent_status`]).
+fn knowledge_base(view: &RunView, wave: u8, current: u8) -> Value {
+    let run = &view.run;
+    let mut kb = Map::new();
+    kb.insert("character_id".into(), json!(run.id));
+    kb.insert("input_data".into(), input_data(run));
+    kb.insert("mode".into(), json!(run.mode.label()));
+    let mut statuses = Map::new();
+    for cp in &view.checkpoints {
+        let agent = cp.record.agent.name();
+        let current = cp.versions.iter().find(|v| v.version == cp.record.current_version);
+        if cp.record.number <= 6 {
+            let approved = cp.record.status == CheckpointStatus::Approved;
+            kb.insert(agent.into(), if approved { current.map(|v| v.structured.clone()).unwrap_or(Value::Null) } else { Value::Null });
+        }
+        statuses.insert(agent.into(), json!({"status": agent_status(cp.record.status), "wave": cp.record.wave}));
+    }
+    kb.insert("image_generation".into(), Value::Null);
+    kb.insert("current_wave".into(), json!(wave));
+    kb.insert("current_checkpoint".into(), json!(current));
+    kb.insert("agent_statuses".into(), Value::Object(statuses));
+    Value::Object(kb)
+}
+
+/// The run's input as the predecessor kept it (`input.json`, `input_data`): what the
+/// entry agent sent, every field of it; the seed when the run was started from one.
+fn input_data(run: &super::records::RunRecord) -> Value {
+    run.entry_input.clone().unwrap_or_else(|| serde_json::to_value(&run.seed).unwrap_or_default())
+}
+
+/// A checkpoint's status as the predecessor's `agent_statuses` said it of the agent:
+/// `pending` (not run yet), `in_progress` (running, or running again on feedback),
+/// `completed` (the agent finished; whether it is approved is the checkpoint's `status`)
+/// or `failed`.
+pub fn agent_status(status: CheckpointStatus) -> &'static str {
+    match status {
+        CheckpointStatus::Queued => "pending",
+        CheckpointStatus::Running | CheckpointStatus::Regenerating => "in_progress",
+        CheckpointStatus::AwaitingApproval | CheckpointStatus::Approved | CheckpointStatus::Stale => "completed",
+        CheckpointStatus::Failed => "failed",
+    }
 }
 
 /// A run's `metadata.json`, as the predecessor kept it (and its API's `status` returns it).
@@ -147,7 +175,13 @@ pub struct CheckpointMetadata {
 
 /// The current version of `cp` as the predecessor's checkpoint JSON; `None` before it has one.
 pub fn checkpoint_document(cp: &super::CheckpointView) -> Option<CheckpointDocument> {
-    let v = cp.versions.iter().find(|v| v.version == cp.record.current_version)?;
+    checkpoint_version_document(cp, cp.record.current_version)
+}
+
+/// [`checkpoint_document`] of version `version` of the checkpoint (the one approved or
+/// current, or one feedback replaced), `None` when it has no such version.
+pub fn checkpoint_version_document(cp: &super::CheckpointView, version: u32) -> Option<CheckpointDocument> {
+    let v = cp.versions.iter().find(|v| v.version == version)?;
     Some(CheckpointDocument {
         checkpoint_number: cp.record.number,
         agent: cp.record.agent.name().to_string(),
@@ -181,5 +215,27 @@ pub fn stored_profile(store: &Store, character_id: &str) -> Result<Option<Value>
             Ok(Some(profile))
         }
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The predecessor's scripts read `pending`, `in_progress`, `completed` and `failed`
+    /// in `agent_statuses`; our checkpoint statuses never leak into it.
+    #[test]
+    fn agent_statuses_use_the_predecessors_words() {
+        let all = [
+            CheckpointStatus::Queued,
+            CheckpointStatus::Running,
+            CheckpointStatus::AwaitingApproval,
+            CheckpointStatus::Approved,
+            CheckpointStatus::Regenerating,
+            CheckpointStatus::Stale,
+            CheckpointStatus::Failed,
+        ];
+        let said: Vec<&str> = all.iter().map(|s| agent_status(*s)).collect();
+        assert_eq!(said, ["pending", "in_progress", "completed", "completed", "in_progress", "completed", "failed"]);
     }
 }

@@ -37,7 +37,9 @@ pub enum IdentityError {
 
 #[derive(Debug, Clone)]
 pub enum IdentityCommand {
-    Start { seed: CharacterSeed, mode: Mode, profile: Option<String>, auto_approve: bool },
+    /// `entry_input`: what the entry agent sent, as it sent it, when the seed was made
+    /// of it (`POST /api/character/start`); exported as the predecessor's `input.json`.
+    Start { seed: CharacterSeed, entry_input: Option<serde_json::Value>, mode: Mode, profile: Option<String>, auto_approve: bool },
     Approve { character_id: String, checkpoint: u8 },
     Reject { character_id: String, checkpoint: u8, feedback: String },
     Reopen { character_id: String, checkpoint: u8 },
@@ -186,8 +188,8 @@ pub fn handle(ctx: &Arc<Context>, command: IdentityCommand) {
 
 fn run_command(ctx: &Arc<Context>, command: IdentityCommand) -> Result<(), IdentityError> {
     match command {
-        IdentityCommand::Start { seed, mode, profile, auto_approve } => {
-            pipeline::start(ctx, seed, mode, profile, auto_approve).map(|_| ())
+        IdentityCommand::Start { seed, entry_input, mode, profile, auto_approve } => {
+            pipeline::start(ctx, seed, entry_input, mode, profile, auto_approve).map(|_| ())
         }
         IdentityCommand::Approve { character_id, checkpoint } => pipeline::approve(ctx, &character_id, checkpoint),
         IdentityCommand::Reject { character_id, checkpoint, feedback } => {

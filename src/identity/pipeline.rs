@@ -44,6 +44,7 @@ fn emit(ctx: &Context, event: IdentityEvent) {
 pub fn start(
     ctx: &Arc<Context>,
     seed: CharacterSeed,
+    entry_input: Option<serde_json::Value>,
     mode: Mode,
     profile: Option<String>,
     auto_approve: bool,
@@ -59,6 +60,7 @@ pub fn start(
         name: seed.name.clone(),
         mode,
         seed,
+        entry_input,
         profile,
         auto_approve,
         status: RunStatus::InProgress,
@@ -343,7 +345,7 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
             checkpoint_number: number,
             agent,
             version,
-            message: format!("{} analysis complete. Awaiting approval.", agent.title()),
+            message: format!("{} analysis complete. Awaiting approval.", agent.name()),
             tokens: usage.total(),
             wall_ms: record.wall_ms,
         },
@@ -471,11 +473,12 @@ fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
 }
 
 fn checkpoint(ctx: &Context, run_id: &str, number: u8) -> Result<CheckpointRecord, IdentityError> {
-    ctx.store
-        .with(|c| records::checkpoints(c, run_id))?
-        .into_iter()
-        .find(|c| c.number == number)
-        .ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number} (checkpoints are 1–7)")))
+    let checkpoints = ctx.store.with(|c| records::checkpoints(c, run_id))?;
+    // Every run has its seven: none at all means there is no such run.
+    if checkpoints.is_empty() {
+        return Err(IdentityError::Store(crate::store::StoreError::NotFound(format!("identity run {run_id:?} (`identity list` shows the runs)"))));
+    }
+    checkpoints.into_iter().find(|c| c.number == number).ok_or_else(|| IdentityError::Invalid(format!("no checkpoint {number} (checkpoints are 1–7)")))
 }
 
 /// What approving or rejecting a checkpoint whose agent died with its process is told.
@@ -705,7 +708,7 @@ pub fn edit(ctx: &Arc<Context>, run_id: &str, number: u8, narrative: Option<Stri
             checkpoint_number: number,
             agent,
             version,
-            message: format!("{}: your edit is version {version}. Awaiting approval.", agent.title()),
+            message: format!("{}: your edit is version {version}. Awaiting approval.", agent.name()),
             tokens: 0,
             wall_ms: 0,
         },

@@ -202,6 +202,7 @@ mod tests {
                 storyline: serde_json::Value::Null,
                 other_characters: Vec::new(),
             },
+            entry_input: None,
             profile: None,
             auto_approve: true,
             status: RunStatus::InProgress,

@@ -84,6 +84,9 @@ pub struct RunRecord {
     pub name: String,
     pub mode: Mode,
     pub seed: CharacterSeed,
+    /// What the entry agent sent to start the run, as it sent it (`POST
+    /// /api/character/start`); `None` when the seed is the input (a seed file, the GUI).
+    pub entry_input: Option<serde_json::Value>,
     pub profile: Option<String>,
     pub auto_approve: bool,
     pub status: RunStatus,
@@ -169,8 +172,8 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 /// Insert a new run with its seven checkpoints, all queued.
 pub fn insert_run(conn: &Connection, run: &RunRecord) -> Result<(), StoreError> {
     conn.execute(
-        "INSERT INTO identity_runs (id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
+        "INSERT INTO identity_runs (id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at, entry_input_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9)",
         params![
             run.id,
             run.name,
@@ -179,7 +182,8 @@ pub fn insert_run(conn: &Connection, run: &RunRecord) -> Result<(), StoreError> 
             run.profile,
             run.auto_approve,
             run.status.as_str(),
-            run.created_at
+            run.created_at,
+            run.entry_input.as_ref().map(serde_json::to_string).transpose().map_err(corrupt)?
         ],
     )?;
     for agent in Agent::ALL {
@@ -193,7 +197,7 @@ pub fn insert_run(conn: &Connection, run: &RunRecord) -> Result<(), StoreError> 
 
 pub fn load_run(conn: &Connection, id: &str) -> Result<RunRecord, StoreError> {
     conn.query_row(
-        "SELECT id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at, completed_at, error
+        "SELECT id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at, completed_at, error, entry_input_json
          FROM identity_runs WHERE id = ?1",
         [id],
         run_from_row,
@@ -206,12 +210,18 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>
     let mode: String = row.get(2)?;
     let status: String = row.get(6)?;
     let seed: CharacterSeed = json_col(row, 3)?;
+    let entry_input: Option<String> = row.get(11)?;
+    let entry_input = match entry_input {
+        Some(text) => Some(serde_json::from_str(&text).map_err(|e| rusqlite::Error::FromSqlConversionFailure(11, rusqlite::types::Type::Text, Box::new(e)))?),
+        None => None,
+    };
     Ok((|| {
         Ok(RunRecord {
             id: row.get(0)?,
             name: row.get(1)?,
             mode: Mode::parse(&mode).ok_or_else(|| corrupt(format!("unknown mode {mode:?}")))?,
             seed,
+            entry_input,
             profile: row.get(4)?,
             auto_approve: row.get(5)?,
             status: RunStatus::parse(&status)?,
@@ -225,7 +235,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>
 
 pub fn list_runs(conn: &Connection) -> Result<Vec<RunRecord>, StoreError> {
     let mut stmt = conn.prepare(
-        "SELECT id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at, completed_at, error
+        "SELECT id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at, completed_at, error, entry_input_json
          FROM identity_runs ORDER BY created_at, id",
     )?;
     let rows = stmt.query_map([], run_from_row)?;

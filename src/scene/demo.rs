@@ -223,6 +223,7 @@ mod tests {
             name: seed.name.clone(),
             mode: Mode::Fast,
             seed,
+            entry_input: None,
             profile: None,
             auto_approve: false,
             status: RunStatus::InProgress,

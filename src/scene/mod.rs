@@ -273,8 +273,9 @@ fn kept_memories(ctx: &Context, recall: &recall::Recall, scene_id: &str, id: &st
 /// the new round fails or is cancelled, the kept round is put back as it was. The scene
 /// is held from the set-aside to the end, and the kept round is marked as a redo's until
 /// then: should the process die in between, the next engine on the library puts it back
-/// ([`recover_redos`]).
-fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
+/// ([`recover_redos`]). `reply` hears the new round's `round_started`, or the error that
+/// ended the redo before it started (the kept round is back then).
+fn redo(ctx: &Arc<Context>, scene: &str, reply: Option<&Reply<SceneEvent>>) -> Result<(), SceneError> {
     let recall = recall::Recall::open(ctx);
     let cancel = CancelToken::new();
     let scene_id = ctx.store.with(|c| records::resolve_scene(c, scene))?;
@@ -288,15 +289,18 @@ fn redo(ctx: &Arc<Context>, scene: &str) -> Result<(), SceneError> {
         bank.publish(write);
     }
     ctx.emit(SceneEvent::RoundUndone { scene_id: scene_id.clone(), round: kept.round });
-    let outcome = round::run_held(ctx, Some(job), &scene_id, kept.input.clone(), Vec::new(), false, &cancel, None);
+    let outcome = round::run_held(ctx, Some(job), &scene_id, kept.input.clone(), Vec::new(), false, &cancel, reply);
     let failure = match outcome {
         Ok(_) => None,
-        Err(_) if cancel.is_cancelled() => Some("cancelled".to_string()),
-        Err(e) => Some(e.to_string()),
+        Err(_) if cancel.is_cancelled() => Some(("cancelled".to_string(), crate::context::Fault::Busy)),
+        Err(e) => Some((e.to_string(), e.fault())),
     };
     match failure {
-        Some(message) => {
+        Some((message, fault)) => {
             put_back(ctx, &recall, &scene_id, &kept_id)?;
+            // Heard only when the new round never started (the first answer wins).
+            let refusal = format!("the redo failed ({message}); round {} is back as it was", kept.round);
+            crate::context::answer(reply, &SceneEvent::Error { scene_id: Some(scene_id.clone()), message: refusal, fault });
             ctx.emit(SceneEvent::RedoFailed { scene_id: scene_id.clone(), round: kept.round, message });
         }
         None => ctx.store.with(|c| alternatives::mark_redo(c, &kept_id, false))?,
@@ -461,7 +465,7 @@ fn run_command(
             emit(SceneEvent::RoundUndone { scene_id, round });
             Ok(())
         }
-        SceneCommand::Redo { scene } => redo(ctx, &scene),
+        SceneCommand::Redo { scene } => redo(ctx, &scene, reply),
         SceneCommand::SubmitPlan { scene, plan } => {
             let scene_id = ctx.store.with(|c| records::resolve_scene(c, &scene))?;
             round::submit_plan(ctx, &scene_id, plan)
@@ -473,15 +477,17 @@ fn run_command(
             Ok(())
         }
         SceneCommand::UseAlternative { scene, id } => {
-            let (scene_id, _job) = hold(ctx, &scene)?;
+            let (scene_id, job) = hold(ctx, &scene)?;
             let recall = recall::Recall::open(ctx);
             let memories = kept_memories(ctx, &recall, &scene_id, &id)?;
             let (round, kept, write) = ctx.store.transaction(|tx| alternatives::choose(tx, &scene_id, &id, memories))?;
             if let Some(bank) = recall.bank() {
                 bank.publish(write);
             }
-            emit(SceneEvent::AlternativeChosen { scene_id: scene_id.clone(), round, kept });
             let alternatives = ctx.store.with(|c| alternatives::list(c, &scene_id))?;
+            // Free before anyone hears of it: a front door may act on the scene at once.
+            drop(job);
+            emit(SceneEvent::AlternativeChosen { scene_id: scene_id.clone(), round, kept });
             emit(SceneEvent::Alternatives { scene_id, alternatives });
             Ok(())
         }

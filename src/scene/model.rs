@@ -79,6 +79,9 @@ impl CharacterState {
 #[serde(deny_unknown_fields)]
 pub struct ActingCharacter {
     /// The character's name exactly as listed in the scene's cast.
+    // The contract's `{id|name}`: a plan sent back by hand may name a cast member by id
+    // (the round reads it as that member's name).
+    #[serde(alias = "id")]
     pub name: String,
     /// What this character should do or aim for in their turn.
     #[serde(default)]
@@ -95,6 +98,9 @@ pub struct ActingCharacter {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Activation {
     /// A cast member not yet in the scene who enters this round.
+    // The contract's `{id|name}`: a plan sent back by hand may name a cast member by id
+    // (the round reads it as that member's name).
+    #[serde(alias = "id")]
     pub name: String,
     /// How they enter; given to the character for its turn.
     #[serde(default, alias = "entry_guidance")]
@@ -105,6 +111,9 @@ pub struct Activation {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Deactivation {
     /// A character in the scene who leaves at the end of this round.
+    // The contract's `{id|name}`: a plan sent back by hand may name a cast member by id
+    // (the round reads it as that member's name).
+    #[serde(alias = "id")]
     pub name: String,
     /// How they leave; given to the character if it acts this round.
     #[serde(default, alias = "exit_guidance")]

@@ -4,9 +4,9 @@
 //! `character_complete`, `error`) field for field. What the GUI needs besides (tokens,
 //! versions, approvals) goes out as further types a seed client ignores.
 
-use super::{ApiError, AppState, ErrorBody, Path, Upgrade, body, wait_for};
+use super::{ApiError, AppState, ErrorBody, Path, Query, Upgrade, body, wait_for};
 use crate::engine::{Command, Event};
-use crate::identity::export::{CheckpointDocument, SeedMetadata, checkpoint_document, metadata};
+use crate::identity::export::{CheckpointDocument, SeedMetadata, checkpoint_document, checkpoint_version_document, metadata};
 use crate::identity::records::{CheckpointStatus, RunStatus};
 use crate::identity::schema::{CharacterSeed, Mode, OtherCharacter};
 use crate::identity::{IdentityCommand, IdentityError, IdentityEvent, RunView};
@@ -27,6 +27,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/character/start", post(start))
         .route("/api/character/{character_id}/status", get(status))
         .route("/api/character/{character_id}/checkpoint/{n}", get(checkpoint))
+        .route("/api/character/{character_id}/checkpoint/{n}/versions", get(checkpoint_versions))
         .route("/api/character/{character_id}/final", get(final_profile))
         .route("/api/character/{character_id}/approve", post(approve))
         .route("/api/character/{character_id}/feedback", post(feedback))
@@ -70,6 +71,17 @@ fn refuse_near_misses(bytes: &Bytes) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// The start body as the entry agent sent it, without the start's own options (`mode`,
+/// which the predecessor kept beside it, and our `auto_approve` and `profile`): what the
+/// predecessor saved as `input.json`, every field of every character kept.
+fn entry_input(bytes: &Bytes) -> Option<Value> {
+    let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(bytes) else { return None };
+    for option in ["mode", "auto_approve", "profile"] {
+        fields.remove(option);
+    }
+    Some(Value::Object(fields))
 }
 
 fn balanced() -> String {
@@ -158,7 +170,9 @@ pub(super) async fn start(State(state): State<Arc<AppState>>, bytes: Bytes) -> R
     let mode = Mode::parse(&request.mode).ok_or_else(|| ApiError::bad_request("invalid body: `mode` must be fast, balanced or deep"))?;
     let _one_at_a_time = state.start_lock.lock().await;
     let mut events = state.events.subscribe();
-    state.send(Command::Identity(IdentityCommand::Start { seed, mode, profile: request.profile, auto_approve: request.auto_approve }))?;
+    let entry_input = entry_input(&bytes);
+    let command = IdentityCommand::Start { seed, entry_input, mode, profile: request.profile, auto_approve: request.auto_approve };
+    state.send(Command::Identity(command))?;
     let started = wait_for(&mut events, Duration::from_secs(30), |event| match event {
         Event::Identity(IdentityEvent::RunStarted { character_id, .. }) => Some(Ok(character_id.clone())),
         Event::Identity(IdentityEvent::Error { checkpoint: None, message, .. }) => Some(Err(message.clone())),
@@ -184,18 +198,77 @@ pub(super) async fn status(State(state): State<Arc<AppState>>, Path(id): Path<St
     Ok(axum::Json(metadata(&load(&state, &id)?)))
 }
 
-/// One checkpoint's current version.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VersionQuery {
+    /// A version of the checkpoint (see `…/versions`); the current one without it.
+    #[serde(default)]
+    version: Option<u32>,
+}
+
+/// One checkpoint's current version, or with `?version=V` that version.
 #[utoipa::path(get, path = "/api/character/{character_id}/checkpoint/{n}",
-    params(("character_id" = String, Path), ("n" = u8, Path)),
-    responses((status = 200, body = CheckpointDocument), (status = 404, body = ErrorBody)))]
+    params(("character_id" = String, Path), ("n" = u8, Path), ("version" = Option<u32>, Query, description = "a version listed by …/versions; the current one without it")),
+    responses((status = 200, body = CheckpointDocument), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn checkpoint(
     State(state): State<Arc<AppState>>,
     Path((id, n)): Path<(String, String)>,
+    Query(query): Query<VersionQuery>,
 ) -> Result<axum::Json<CheckpointDocument>, ApiError> {
     let view = load(&state, &id)?;
-    let n: u8 = n.parse().map_err(|_| ApiError::bad_request(format!("checkpoint {n:?} is not a number from 1 to 7")))?;
+    let n = checkpoint_number(&n)?;
     let cp = checkpoint_of(&view, n)?;
-    checkpoint_document(cp).map(axum::Json).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} has no output yet")))
+    match query.version {
+        Some(version) => checkpoint_version_document(cp, version).map(axum::Json).ok_or_else(|| {
+            let kept: Vec<String> = cp.versions.iter().map(|v| v.version.to_string()).collect();
+            ApiError::not_found(format!("Checkpoint {n} has no version {version} (it has: {})", if kept.is_empty() { "none".into() } else { kept.join(", ") }))
+        }),
+        None => checkpoint_document(cp).map(axum::Json).ok_or_else(|| ApiError::not_found(format!("Checkpoint {n} has no output yet"))),
+    }
+}
+
+fn checkpoint_number(n: &str) -> Result<u8, ApiError> {
+    n.parse().map_err(|_| ApiError::bad_request(format!("checkpoint {n:?} is not a number from 1 to 7")))
+}
+
+/// One version of a checkpoint, as `identity status` lists it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct VersionItem {
+    version: u32,
+    /// The version the checkpoint now serves (the one approved, once it is).
+    current: bool,
+    /// A draw whose every attempt was refused: no output, never put up for approval.
+    failed: bool,
+    /// The feedback it was drawn with, when it was.
+    feedback: Option<String>,
+    tokens_used: u32,
+    created_at: String,
+}
+
+/// Every version of a checkpoint, oldest first (feedback draws a new one; `?version=V`
+/// on the checkpoint reads any of them).
+#[utoipa::path(get, path = "/api/character/{character_id}/checkpoint/{n}/versions",
+    params(("character_id" = String, Path), ("n" = u8, Path)),
+    responses((status = 200, body = Vec<VersionItem>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn checkpoint_versions(
+    State(state): State<Arc<AppState>>,
+    Path((id, n)): Path<(String, String)>,
+) -> Result<axum::Json<Vec<VersionItem>>, ApiError> {
+    let view = load(&state, &id)?;
+    let cp = checkpoint_of(&view, checkpoint_number(&n)?)?;
+    Ok(axum::Json(
+        cp.versions
+            .iter()
+            .map(|v| VersionItem {
+                version: v.version,
+                current: v.version == cp.record.current_version,
+                failed: v.is_failed(),
+                feedback: v.feedback.clone(),
+                tokens_used: v.usage.total(),
+                created_at: v.created_at.clone(),
+            })
+            .collect(),
+    ))
 }
 
 /// The final profile of a completed character.
@@ -504,7 +577,7 @@ fn checkpoint_ready(number: u8, agent: crate::identity::schema::Agent) -> Value 
         "type": "checkpoint_ready",
         "checkpoint_number": number,
         "agent": agent.name(),
-        "message": format!("{} analysis complete. Awaiting approval.", agent.title()),
+        "message": format!("{} analysis complete. Awaiting approval.", agent.name()),
     })
 }
 

@@ -51,7 +51,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/library/import", post(import))
 }
 
-fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
+pub(super) fn scene_id(state: &AppState, scene: &str) -> Result<String, ApiError> {
     state.store().with(|c| crate::scene::records::resolve_scene(c, scene)).map_err(|e| ApiError::not_found(format!("Scene not found: {e}")))
 }
 
@@ -204,7 +204,7 @@ pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): 
 
 /// A route that takes no body: nothing, or `{}`; a field sent to it is refused by name
 /// (`{"rounds": 3}` to undo would otherwise undo one round and say nothing).
-fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
+pub(super) fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct NoFields {}
@@ -349,7 +349,7 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
 
 /// A scene's live events, as the scene predecessor's socket named them.
 #[utoipa::path(get, path = "/ws/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 101, description = "WebSocket: agentStatus, token, stateUpdated, roundCompleted, error")))]
+    responses((status = 101, description = "WebSocket: roundStarted, agentStatus, token, redrawn, stateUpdated, roundCompleted, roundCancelled, redoFailed (a redo's round failed: the round it replaced is back), error")))]
 pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
         Ok(id) => upgrade
@@ -399,6 +399,9 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
             "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
         })],
         SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
+        SceneEvent::RedoFailed { scene_id, round, message } if mine(scene_id) => {
+            vec![json!({ "type": "redoFailed", "sceneId": scene_id, "round": round, "message": message })]
+        }
         SceneEvent::Error { scene_id: Some(scene_id), message, fault } if mine(scene_id) => {
             vec![json!({ "type": "error", "sceneId": scene_id, "message": message, "fault": fault })]
         }
@@ -725,23 +728,78 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
     }
 }
 
+/// The filters `lorekeeper memory search` takes, by the same names.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SearchQuery {
     q: String,
     #[serde(default = "ten")]
     k: usize,
+    /// hybrid (default), keyword or vector.
+    #[serde(default)]
+    mode: Option<String>,
+    /// world, campaign[:ID] or character[:NAME or ID].
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    speaker: Option<String>,
+    /// Only what this character witnessed or was told.
+    #[serde(default)]
+    witness: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+    /// Earliest time (RFC 3339 or YYYY-MM-DD).
+    #[serde(default)]
+    from: Option<String>,
+    /// Latest time (RFC 3339 or YYYY-MM-DD, inclusive).
+    #[serde(default)]
+    to: Option<String>,
+}
+
+impl SearchQuery {
+    /// The request the CLI's `memory search` would make of the same words.
+    fn request(self) -> Result<SearchRequest, ApiError> {
+        use crate::memory::retrieval::{SearchFilter, SearchMode};
+        let mode = match self.mode.as_deref() {
+            None => SearchMode::Hybrid,
+            Some(text) => SearchMode::parse(text)
+                .ok_or_else(|| ApiError::bad_request(format!("invalid query: `mode` {text:?}: hybrid, keyword or vector")))?,
+        };
+        let scope = match self.scope.as_deref() {
+            None => None,
+            Some(text) => Some(
+                crate::memory::Scope::parse(text)
+                    .ok_or_else(|| ApiError::bad_request(format!("invalid query: `scope` {text:?}: world, campaign[:ID] or character[:NAME or ID]")))?,
+            ),
+        };
+        let filter = SearchFilter {
+            scope,
+            kinds: Vec::new(),
+            speaker: self.speaker,
+            witness: self.witness,
+            session: self.session,
+            time_from: self.from,
+            time_to: self.to,
+        };
+        Ok(SearchRequest { query: self.q, k: self.k.clamp(1, 200), mode, filter })
+    }
 }
 
 fn ten() -> usize {
     10
 }
 
-/// Hybrid memory search: every hit with its keyword, vector and fused scores.
-#[utoipa::path(get, path = "/api/memory/search", params(("q" = String, Query), ("k" = Option<usize>, Query)),
+/// Memory search, with the filters of `lorekeeper memory search`: every hit with its
+/// keyword, vector and fused scores.
+#[utoipa::path(get, path = "/api/memory/search",
+    params(("q" = String, Query), ("k" = Option<usize>, Query), ("mode" = Option<String>, Query, description = "hybrid (default), keyword or vector"),
+        ("scope" = Option<String>, Query, description = "world, campaign[:ID] or character[:NAME or ID]"), ("speaker" = Option<String>, Query),
+        ("witness" = Option<String>, Query, description = "only what this character witnessed or was told"), ("session" = Option<String>, Query),
+        ("from" = Option<String>, Query, description = "earliest time, RFC 3339 or YYYY-MM-DD"),
+        ("to" = Option<String>, Query, description = "latest time, RFC 3339 or YYYY-MM-DD, inclusive")),
     responses((status = 200, body = Object, description = "hits, best first"), (status = 400, body = ErrorBody)))]
 pub(super) async fn memory_search(State(state): State<Arc<AppState>>, Query(query): Query<SearchQuery>) -> Result<axum::Json<Value>, ApiError> {
-    let command = MemoryCommand::Search { request: SearchRequest::new(query.q, query.k.clamp(1, 200)) };
+    let command = MemoryCommand::Search { request: query.request()? };
     match state.ask(Command::Memory(command), QUICK_LIMIT).await? {
         Event::Memory(MemoryEvent::SearchResults { query, hits, elapsed_ms, mode }) => {
             Ok(axum::Json(json!({ "query": query, "mode": mode, "elapsed_ms": elapsed_ms, "hits": hits })))

@@ -419,7 +419,7 @@ impl IdentityPanels {
                     .collect(),
             };
             self.last_error = None;
-            outbox.push(Command::Identity(IdentityCommand::Start { seed, mode: f.mode, profile: None, auto_approve: f.auto_approve }));
+            outbox.push(Command::Identity(IdentityCommand::Start { seed, entry_input: None, mode: f.mode, profile: None, auto_approve: f.auto_approve }));
         }
     }
 

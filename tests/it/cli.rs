@@ -331,3 +331,41 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
         }
     }
 }
+
+/// A verb that only reads, pointed at a library that is not there (a typo in
+/// `--library`), says so and creates nothing: no folders, no empty library.
+#[test]
+fn a_read_only_verb_on_a_missing_library_says_so_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("typo").join("lib.sqlite");
+    for verb in [&["world", "list"][..], &["scene", "list"], &["identity", "list"], &["memory", "stats"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .arg("--library")
+            .arg(&library)
+            .arg("--config")
+            .arg(dir.path().join("config.toml"))
+            .args(verb)
+            .env("XDG_DATA_HOME", dir.path().join("data"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && said.contains("no library at") && said.contains("typo"), "{verb:?}: {said}");
+        assert!(!dir.path().join("typo").exists(), "{verb:?} made the library's folder");
+    }
+    // A verb that writes still creates the library where it is told.
+    let out = lorekeeper(dir.path()).args(["world", "new", "Greyhollow"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lorekeeper(dir.path()).args(["world", "list"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Approving a checkpoint of a run that does not exist says the run does not exist, not
+/// that the checkpoint number is out of range.
+#[test]
+fn approving_in_an_unknown_run_names_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lorekeeper(dir.path()).args(["identity", "approve", "doesnotexist", "3"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("identity run \"doesnotexist\"") && !said.contains("checkpoints are 1"), "{said}");
+}

@@ -89,7 +89,7 @@ fn short(e: &IdentityEvent) -> String {
 
 fn start(engine: &EngineHandle, auto_approve: bool) -> String {
     engine
-        .send(Command::Identity(IdentityCommand::Start { seed: seed(), mode: Mode::Balanced, profile: None, auto_approve }))
+        .send(Command::Identity(IdentityCommand::Start { seed: seed(), entry_input: None, mode: Mode::Balanced, profile: None, auto_approve }))
         .unwrap();
     let mut seen = Vec::new();
     match wait_for(engine, &mut seen, |e| matches!(e, IdentityEvent::RunStarted { .. })) {
@@ -198,6 +198,12 @@ fn a_full_run_reaches_character_complete_with_every_checkpoint_valid() {
     let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("metadata.json")).unwrap()).unwrap();
     assert_eq!(meta["status"], "completed");
     assert_eq!(meta["completed_checkpoints"], 7);
+    // The predecessor's words for where each agent is (approval is the checkpoint's).
+    let kb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("knowledge_base.json")).unwrap()).unwrap();
+    let statuses = kb["agent_statuses"].as_object().unwrap();
+    assert_eq!(statuses.len(), 7, "{kb}");
+    assert!(statuses.values().all(|s| s["status"] == "completed"), "{kb}");
+    assert_eq!(statuses["backstory_motivation"]["wave"], 1);
 }
 
 /// What the embedded model really returned (issue 18): schema-valid replies made of the

@@ -958,6 +958,50 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
     assert_eq!(flags["Ossian Vale"]["exitedThisRound"], true, "{flags}");
 }
 
+/// The Director plan contract names characters `{id|name}`: a plan sent back with
+/// `--review` may name a cast member by id, in its lists and its `stateUpdates` keys;
+/// the round plays and records it under the member's name.
+#[test]
+fn a_reviewed_plan_may_name_characters_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let wren = view(&Store::open(&paths.library_file).unwrap(), &scene).cast.iter().find(|m| m.name == "Wren Talloway").unwrap().id.clone();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"])
+        .args(["scene", "round", &scene, "I hand the keeper the sealed letter.", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, Write};
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("the round shows its plan").unwrap();
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "plan_review" {
+            break;
+        }
+    }
+    let plan = serde_json::json!({
+        "actingCharacters": [{ "id": wren, "guidance": "Say nothing about the letter yet.", "priority": 1 }],
+        "stateUpdates": { wren.clone(): { "mood": "guarded" } },
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{plan}").unwrap();
+    drop(stdin);
+    let events: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{} {:?}", String::from_utf8_lossy(&out.stderr), events.last());
+    let done = events.iter().find(|e| e["event"] == "round_completed").expect("the round completed");
+    let speakers: Vec<&str> = done["messages"].as_array().unwrap().iter().map(|m| m["speaker"].as_str().unwrap()).collect();
+    assert!(speakers.contains(&"Wren Talloway") && !speakers.contains(&"Ossian Vale"), "{speakers:?}");
+    let store = Store::open(&paths.library_file).unwrap();
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    assert_eq!(record.director["plan"]["actingCharacters"][0]["name"], "Wren Talloway", "{}", record.director["plan"]);
+    assert!(record.director["plan"]["stateUpdates"].get("Wren Talloway").is_some(), "{}", record.director["plan"]);
+}
+
 /// A `vectorized` World Info entry of the campaign fires in a round when the recent
 /// messages are close to it in meaning (no key in them), measured with the real
 /// embedding model; the ledger says how close.

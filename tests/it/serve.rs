@@ -130,7 +130,7 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
 
     let start = json!({
         "characters": [
-            { "name": "Mira Voss", "role": "lighthouse keeper", "concept": "A keeper who guards the sea she fears, hiding what happened the night the logbook burned." },
+            { "name": "Mira Voss", "role": "lighthouse keeper", "concept": "A keeper who guards the sea she fears, hiding what happened the night the logbook burned.", "quirk": "hums shanties off-key" },
             { "name": "Tobin Hale", "role": "harbour master", "concept": "Ambitious, suspects the keeper." }
         ],
         "storyline": { "premise": "A shipwreck on Greyhollow's reef brings an heir ashore and an inquiry to the harbour." },
@@ -188,6 +188,18 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
     until(&ws, &mut seen, |m| m["type"] == "checkpoint_version" && m["checkpoint_number"] == 4 && m["version"] == 2);
     let (_, cp4) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4"), None, None);
     assert_eq!(cp4["metadata"]["version"], 2, "the regenerated version is current");
+    // The version replaced is read by asking for it; the versions are listed.
+    let (status, first) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4?version=1"), None, None);
+    assert_eq!((status, first["metadata"]["version"].as_u64()), (200, Some(1)), "{first}");
+    let (status, versions) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4/versions"), None, None);
+    assert_eq!(status, 200, "{versions}");
+    let listed: Vec<(u64, bool)> = versions.as_array().unwrap().iter().map(|v| (v["version"].as_u64().unwrap(), v["current"].as_bool().unwrap())).collect();
+    assert_eq!(listed, [(1, false), (2, true)], "{versions}");
+    assert_eq!(versions[1]["feedback"], "Give her a scar from the night of the fire.", "{versions}");
+    let (status, missing) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4?version=9"), None, None);
+    assert!(status == 404 && missing["detail"].as_str().unwrap().contains("1, 2"), "{missing}");
+    let (status, typo) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/4?verison=1"), None, None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("verison"), "{typo}");
     for n in [5, 3, 4] {
         let (status, body) = call(&agent, "POST", &format!("{base}/api/character/{id}/approve"), Some(&json!({ "checkpoint": n }).to_string()), None);
         assert_eq!(status, 200, "{body}");
@@ -212,6 +224,9 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
     assert_eq!(waves, [(1, json!(2)), (2, json!(3)), (3, json!("final"))]);
     let started_waves: Vec<u64> = seen.iter().filter(|m| m["type"] == "wave_started").map(|m| m["wave"].as_u64().unwrap()).collect();
     assert!(started_waves.contains(&2) && started_waves.contains(&3), "{started_waves:?}");
+    // The message names the agent by its key, as the predecessor's `_create_checkpoint(agent_name=…)` did.
+    let second = seen.iter().find(|m| m["type"] == "checkpoint_ready" && m["checkpoint_number"] == 2).unwrap();
+    assert_eq!(second["message"], "backstory_motivation analysis complete. Awaiting approval.", "{second}");
     let readies = seen.iter().filter(|m| m["type"] == "checkpoint_ready").count();
     assert!(readies >= 8, "seven checkpoints and one regenerated: {readies}");
 
@@ -220,6 +235,18 @@ fn the_identity_flow_over_http_and_a_websocket_as_the_predecessor_drove_it() {
     assert!(profile.to_string().contains("Mira Voss"), "the final profile is Mira's");
     let (_, meta) = call(&agent, "GET", &format!("{base}/api/character/{id}/status"), None, None);
     assert_eq!((meta["status"].as_str(), meta["completed_checkpoints"].as_u64(), meta["regenerations"].as_u64()), (Some("completed"), Some(7), Some(1)));
+
+    // The exported folder's input is what was POSTed to /start, every field of it, not our seed.
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let view = lorekeeper::identity::load_view(&store, &id).unwrap();
+    let folder = lorekeeper::identity::export::write_seed_folder(&view, None, dir.path()).unwrap();
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(folder.join("input.json")).unwrap()).unwrap();
+    let mut sent = start.clone();
+    sent.as_object_mut().unwrap().remove("mode");
+    assert_eq!(input, sent, "input.json is the entry agent's input");
+    let kb: Value = serde_json::from_str(&std::fs::read_to_string(folder.join("knowledge_base.json")).unwrap()).unwrap();
+    assert_eq!(kb["input_data"]["characters"][0]["quirk"], "hums shanties off-key", "{kb}");
+    assert_eq!(kb["input_data"]["characters"][1]["name"], "Tobin Hale");
 
     // A client that connects now is told the character is complete.
     let late = listen(&format!("ws://{}/ws/character/{id}", server.addr));
@@ -460,6 +487,128 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     assert_eq!(imported.status().as_u16(), 200);
     let report: Value = serde_json::from_str(&imported.into_body().read_to_string().unwrap()).unwrap();
     assert!(report.to_string().contains("Petra Quill"), "{report}");
+}
+
+/// What `lorekeeper scene` does beside playing, over HTTP: redo the last round (its new
+/// round reported on the scene's socket), list the kept rounds and play one instead,
+/// mute and unmute a cast member, export the transcript as Markdown or JSON.
+#[test]
+fn a_scene_is_redone_muted_and_exported_over_http_as_the_cli_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut seen = Vec::new();
+    // Nothing to redo yet: the request's fault, said so.
+    let (status, nothing) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/redo"), None, None);
+    assert_eq!(status, 400, "{nothing}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(r#"{"input": "I hand the keeper the sealed letter."}"#), None);
+    assert_eq!(status, 202);
+    until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+
+    let (status, redo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/redo"), None, None);
+    assert_eq!((status, redo["round"].as_u64(), redo["status"].as_str()), (202, Some(1), Some("started")), "{redo}");
+    let done = until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    assert_eq!(done["round"], 1);
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/redo"), Some(r#"{"rounds": 2}"#), None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("`rounds`"), "{typo}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/no-such-scene/redo"), None, None);
+    assert_eq!(status, 404);
+
+    let (status, kept) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/alternatives"), None, None);
+    assert_eq!(status, 200, "{kept}");
+    let kept = kept["alternatives"].as_array().unwrap().clone();
+    assert_eq!((kept.len(), kept[0]["round"].as_u64()), (1, Some(1)), "{kept:?}");
+    let id = kept[0]["id"].as_str().unwrap();
+    let (status, chosen) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/alternative/{id}/use"), None, None);
+    assert_eq!((status, chosen["round"].as_u64()), (200, Some(1)), "{chosen}");
+    assert!(chosen["kept"].is_string(), "the round it replaced is kept in turn: {chosen}");
+    let (_, after) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/alternatives"), None, None);
+    assert_eq!(after["alternatives"][0]["id"], chosen["kept"], "{after}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/alternative/no-such-round/use"), None, None);
+    assert_eq!(status, 404);
+
+    let (status, muted) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/mute"), Some(r#"{"character": "Ossian Vale"}"#), None);
+    assert_eq!((status, muted["name"].as_str(), muted["muted"].as_bool()), (200, Some("Ossian Vale"), Some(true)), "{muted}");
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert!(state["cast"].as_array().unwrap().iter().any(|c| c["name"] == "Ossian Vale" && c["muted"] == true), "{state}");
+    let (status, unmuted) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/unmute"), Some(r#"{"character": "Ossian Vale"}"#), None);
+    assert_eq!((status, unmuted["muted"].as_bool()), (200, Some(false)), "{unmuted}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/mute"), Some(r#"{"character": "Nobody At All"}"#), None);
+    assert_eq!(status, 404);
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/mute"), Some(r#"{"who": "Ossian Vale"}"#), None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("who"), "{typo}");
+
+    let markdown = agent.get(&format!("{base}/api/scene/{scene}/export")).call().unwrap();
+    assert_eq!(markdown.status().as_u16(), 200);
+    assert!(markdown.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/markdown")));
+    let text = markdown.into_body().read_to_string().unwrap();
+    assert!(text.contains("Wren Talloway") && text.contains("sealed letter"), "{text}");
+    let (status, transcript) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/export?format=json"), None, None);
+    assert_eq!((status, transcript["scene"]["id"].as_str()), (200, Some(scene.as_str())), "{transcript}");
+    assert!(!transcript["messages"].as_array().unwrap().is_empty(), "{transcript}");
+    let (status, wrong) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/export?format=pdf"), None, None);
+    assert!(status == 400 && wrong["detail"].as_str().unwrap().contains("format"), "{wrong}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene/export"), None, None);
+    assert_eq!(status, 404);
+}
+
+/// `GET /api/memory/search` takes the filters `lorekeeper memory search` takes, by the
+/// same names: mode, scope, speaker, witness, session, from, to.
+#[test]
+fn memory_search_over_http_takes_the_clis_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(
+        &turns,
+        [
+            r#"{"id":"1","speaker":"user","text":"I adopted a three-legged cat called Pilot.","time":"2024-05-01","session":"a","witnesses":["user"]}"#,
+            r#"{"id":"2","speaker":"Mira","text":"Pilot! What a name for a cat.","time":"2024-05-01","session":"a","witnesses":["Mira","user"]}"#,
+            r#"{"id":"3","speaker":"user","text":"Pilot chased the plums round the orchard.","time":"2024-06-11","session":"b","scope":"character:mira"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(engine::Command::Memory(lorekeeper::memory::MemoryCommand::Import { path: turns })).unwrap();
+    loop {
+        match engine.events().recv_timeout(Duration::from_secs(120)).expect("the import ends") {
+            engine::Event::Memory(lorekeeper::memory::MemoryEvent::Imported { .. }) => break,
+            engine::Event::Core(engine::CoreEvent::Error { message, .. }) => panic!("{message}"),
+            _ => {}
+        }
+    }
+    let server = lorekeeper::serve::start(engine, ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: None }).unwrap();
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let ids = |query: &str| -> BTreeSet<String> {
+        let (status, found) = call(&agent, "GET", &format!("{base}/api/memory/search?q=Pilot&mode=keyword&{query}"), None, None);
+        assert_eq!(status, 200, "{query}: {found}");
+        assert_eq!(found["mode"], "keyword", "{found}");
+        let hits = found["hits"].as_array().unwrap();
+        assert!(hits.iter().all(|h| h["vector_score"].is_null()), "keyword only: {found}");
+        hits.iter().map(|h| h["id"].as_str().unwrap().to_string()).collect()
+    };
+    let set = |ids: &[&str]| ids.iter().map(|i| i.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(ids("k=10"), set(&["1", "2", "3"]));
+    assert_eq!(ids("from=2024-06-01"), set(&["3"]));
+    assert_eq!(ids("to=2024-05-31"), set(&["1", "2"]));
+    assert_eq!(ids("session=a&speaker=Mira"), set(&["2"]));
+    assert_eq!(ids("scope=character"), set(&["3"]));
+    assert_eq!(ids("scope=world"), set(&["1", "2"]));
+    let witnessed = ids("witness=Mira");
+    assert!(witnessed.contains("2") && !witnessed.contains("1"), "{witnessed:?}");
+    for (query, field) in [("mode=fuzzy", "`mode`"), ("scope=galaxy", "`scope`"), ("colour=red", "colour")] {
+        let (status, refused) = call(&agent, "GET", &format!("{base}/api/memory/search?q=Pilot&{query}"), None, None);
+        assert!(status == 400 && refused["detail"].as_str().unwrap().contains(field), "{query}: {status} {refused}");
+    }
 }
 
 /// What a client gets wrong is answered as JSON with a status that says whose fault it

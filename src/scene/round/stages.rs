@@ -387,6 +387,7 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
 fn reviewed_check(view: &SceneView, base: ContentCheck) -> ContentCheck {
     let cast: Vec<(String, String)> = view.cast.iter().map(|m| (m.id.clone(), m.name.clone())).collect();
     Arc::new(move |value: &serde_json::Value| {
+        let value = &ids_as_names(&cast, value);
         let mut problems = base(value);
         let known = |name: &str| cast.iter().any(|(id, n)| n.eq_ignore_ascii_case(name.trim()) || id == name.trim());
         let names = cast.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(", ");
@@ -427,6 +428,29 @@ fn reviewed_check(view: &SceneView, base: ContentCheck) -> ContentCheck {
         }
         problems
     })
+}
+
+/// `value`, a plan sent back by hand, with every cast member it names by id (the
+/// contract's `{id|name}`) named by name instead, in its lists and `stateUpdates` keys.
+fn ids_as_names(cast: &[(String, String)], value: &serde_json::Value) -> serde_json::Value {
+    let name_of = |key: &str| cast.iter().find(|(id, _)| id == key.trim()).map(|(_, name)| name.clone());
+    let mut value = value.clone();
+    for list in ["actingCharacters", "acting_characters", "activations", "deactivations"] {
+        for item in value.get_mut(list).and_then(|v| v.as_array_mut()).into_iter().flatten() {
+            let Some(item) = item.as_object_mut() else { continue };
+            let key = item.get("name").or_else(|| item.get("id")).and_then(|v| v.as_str()).map(str::to_string);
+            if let Some(name) = key.as_deref().and_then(name_of) {
+                item.remove("id");
+                item.insert("name".into(), name.into());
+            }
+        }
+    }
+    for field in ["stateUpdates", "state_updates"] {
+        if let Some(serde_json::Value::Object(updates)) = value.get_mut(field) {
+            *updates = std::mem::take(updates).into_iter().map(|(key, state)| (name_of(&key).unwrap_or(key), state)).collect();
+        }
+    }
+    value
 }
 
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
@@ -492,7 +516,17 @@ pub(super) fn director_plan(
     // The game master reviews the plan before anyone acts: their version is the plan.
     if draft.review {
         let check = reviewed_check(&draft.view, cast_check(&draft.view, draft.force.is_empty()));
-        let reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
+        let mut reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
+        // Whoever it names by id is named by name from here on (record, flags, turns).
+        let named = |key: &mut String| {
+            if let Some(member) = draft.view.cast.iter().find(|m| m.id == key.trim()) {
+                *key = member.name.clone();
+            }
+        };
+        reviewed.acting_characters.iter_mut().for_each(|a| named(&mut a.name));
+        reviewed.activations.iter_mut().for_each(|a| named(&mut a.name));
+        reviewed.deactivations.iter_mut().for_each(|a| named(&mut a.name));
+        reviewed.state_updates.iter_mut().for_each(|u| named(&mut u.name));
         if reviewed != plan {
             draft.record.proposed = Some(plan);
         }
