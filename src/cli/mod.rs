@@ -301,8 +301,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Verbs that only read the library: on a library that is not there they say so instead
-/// of creating it (and its folders) empty, which a typo in `--library` would do.
+/// Verbs that only read the library: on a library named with `--library` (or
+/// `LOREKEEPER_LIBRARY`) that is not there they say so instead of creating it (and its
+/// folders) empty, which a typo in the path would do.
 fn reads_only(verb: &Option<Verb>) -> bool {
     use author::{ArcVerb, CampaignVerb, PersonaVerb, WorldVerb};
     use scene::SceneVerb;
@@ -325,7 +326,9 @@ fn reads_only(verb: &Option<Verb>) -> bool {
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let paths = Paths::resolve(cli.library.clone(), cli.config.clone())?;
-    if reads_only(&cli.verb) && !paths.library_file.exists() {
+    // Only a library the user named: the default one is made on first use, whatever the
+    // verb, so a fresh install's first `world list` answers instead of failing.
+    if cli.library.is_some() && reads_only(&cli.verb) && !paths.library_file.exists() {
         bail!(
             "no library at {}: this verb only reads one and does not create it (check --library; a verb that writes, such as `world new`, creates it)",
             paths.library_file.display()
