@@ -270,12 +270,44 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
             let result = ctx.store.reader().map_err(InteropError::from).and_then(|conn| {
                 let (id, _) = library::resolve_lorebook(&conn, &lorebook)?;
                 let book = library::load_lorebook(&conn, &id)?;
-                Ok((id, crate::lorebook::activation::explain(&book, &text)))
+                // As a chat would: `vectorized` entries by their closeness to the text,
+                // with the memory embedder (left out, and said, when it cannot run), and
+                // `{{user}}` in keys as the configured user's name.
+                let similar = vector_closeness(ctx, &book, &text);
+                let user = ctx.config().companion.user_name;
+                let macros = crate::prompting::MacroContext { user: &user, ..Default::default() };
+                let expand = |key: &str| crate::prompting::expand(key, &macros).text;
+                Ok((id, crate::lorebook::activation::explain_with(&book, &text, similar, Some(&expand))))
             });
             match result {
                 Ok((id, verdicts)) => ctx.emit(InteropEvent::LoreTest { id, text, verdicts }),
                 Err(e) => ctx.emit(CoreEvent::error(format!("test lorebook {lorebook:?}"), e)),
             }
+        }
+    }
+}
+
+/// The `vectorized` entries of `book` close enough to `text` to fire, with their cosine
+/// (none when the embedder cannot run: the test then says they have no keys).
+fn vector_closeness(ctx: &Context, book: &crate::lorebook::Lorebook, text: &str) -> Vec<(usize, f32)> {
+    let vectorized: Vec<usize> = book.entries.iter().enumerate().filter(|(_, e)| e.vectorized && e.enabled).map(|(i, _)| i).collect();
+    if vectorized.is_empty() {
+        return Vec::new();
+    }
+    let measured = crate::memory::bank_for(ctx).and_then(|bank| {
+        let query = bank.embedder()?.embed_query(text)?;
+        let contents: Vec<&str> = vectorized.iter().map(|&i| book.entries[i].content.as_str()).collect();
+        bank.similarities(&query, &contents)
+    });
+    match measured {
+        Ok(scores) => vectorized
+            .into_iter()
+            .zip(scores)
+            .filter(|(_, s)| *s >= crate::memory::curate::LORE_SIMILARITY_THRESHOLD)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "vector-activated entries left out of the lore test");
+            Vec::new()
         }
     }
 }

@@ -748,3 +748,39 @@ fn a_key_is_looked_for_in_the_last_two_messages_as_in_sillytavern() {
     // Three messages back now: the user's "cat", the reply, and this one.
     assert!(!fired(&committed(&send(&engine, "Ok.", None))), "the key is two messages further back than the scan");
 }
+
+/// `lorebook test` says what a chat would do with the text: a `vectorized` entry close in
+/// meaning fires with its similarity, and a `{{user}}` key stands for the user's name.
+/// (It said "no keys and not constant" of the one and "no key found" of the other.)
+#[test]
+fn testing_a_lorebook_weighs_meaning_and_fills_the_users_name_as_a_chat_does() {
+    use lorekeeper::interop::{InteropCommand, InteropEvent};
+    let dir = tempfile::tempdir().unwrap();
+    let paths = setup(dir.path(), json!({ "default": "unused" }), |c| c.companion.user_name = "Corin".into());
+    let book = json!({ "entries": {
+        "0": { "uid": 0, "key": [], "content": "Chamomile and lemon balm tea helps a restless sleeper drift off.", "comment": "Tea blends", "vectorized": true },
+        "1": { "uid": 1, "key": ["{{user}}"], "content": "The archive keeps a file on every visitor.", "comment": "Visitor file" }
+    } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "archive-lore").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    let test = |text: &str| {
+        engine.send(Command::Interop(InteropCommand::TestLore { lorebook: "archive-lore".into(), text: text.into() })).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Event::Interop(InteropEvent::LoreTest { verdicts, .. })) => return verdicts,
+                Ok(_) => {}
+                Err(e) => panic!("no lore test: {e}"),
+            }
+        }
+    };
+    let verdicts = test("I can't sleep lately; maybe something calming to drink before bed. Corin walks by.");
+    let tea = verdicts.iter().find(|v| v.label.contains("Tea blends")).unwrap();
+    assert!(tea.fired && tea.reason.contains("vector similarity"), "{tea:?}");
+    let visitor = verdicts.iter().find(|v| v.label.contains("Visitor file")).unwrap();
+    assert!(visitor.fired, "{{{{user}}}} is Corin: {visitor:?}");
+    let verdicts = test("The price of salt went up again.");
+    assert!(verdicts.iter().all(|v| !v.fired), "{verdicts:?}");
+}

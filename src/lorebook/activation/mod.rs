@@ -314,9 +314,17 @@ pub struct EntryVerdict {
 /// chat (the book's own settings, no timers carried in) and say for every entry what
 /// happened to it.
 pub fn explain(book: &Lorebook, text: &str) -> Vec<EntryVerdict> {
+    explain_with(book, text, Vec::new(), None)
+}
+
+/// [`explain`] as a chat would activate the book: `similar` are the `vectorized`
+/// entries close to the text (position, cosine), and `macros` fills the keys' macros
+/// (`{{user}}` as the user's name), so a test says what the chat would do.
+pub fn explain_with(book: &Lorebook, text: &str, similar: Vec<(usize, f32)>, macros: Option<&dyn Fn(&str) -> String>) -> Vec<EntryVerdict> {
     let entries = book_entries("test", book);
-    let scan = ScanInput { messages: vec![text], message_number: 1, ..Default::default() };
-    let options = ActivationOptions::default().with_book(book);
+    let scan = ScanInput { messages: vec![text], message_number: 1, similar, ..Default::default() };
+    let mut options = ActivationOptions::default().with_book(book);
+    options.macros = macros;
     let report = activate(&entries, &scan, &mut ActivationState::default(), &options);
     let label = |i: usize| book.entries.get(i).map(|e| e.label()).unwrap_or_default();
     report
