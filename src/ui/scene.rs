@@ -338,7 +338,7 @@ impl ScenePanels {
             }
         });
         if self.scenes.is_empty() {
-            ui.label("No scene yet. Run `lorekeeper scene demo` or `lorekeeper scene new` to add one.");
+            ui.label("No scene yet. Make one in the Campaigns panel: a world, a campaign, an arc, then New scene (or `lorekeeper scene new` from a terminal).");
         }
     }
 
