@@ -390,6 +390,11 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
     Candidates { sections, lore_held_back, lore_places, notes }
 }
 
+/// The name the user plays under in `view` ("User" without a persona).
+pub fn persona_name(view: &SceneView) -> String {
+    Persona::of(view).name
+}
+
 /// The user's persona as the envelope tells it: `name: description`.
 struct Persona {
     name: String,

@@ -103,7 +103,9 @@ pub(super) fn narrate(
     let on_token = move |text: &str| {
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() })
     };
-    let who = super::prose::Speaker { scene_id: at.scene_id, round: at.round, character_id: "narrator", name: "the narrator" };
+    // The Narrator narrates: it speaks for no one of the cast, nor for the user.
+    let others = at.live.cast.iter().map(|c| c.name.clone()).chain([envelope::persona_name(at.live), "User".to_string()]).collect();
+    let who = super::prose::Speaker { scene_id: at.scene_id, round: at.round, character_id: "narrator", name: "the narrator", others };
     let completion = super::prose::draw(at.ctx, &narrator.0, request, who, at.cancel, &on_token)?;
     let content = completion.text.trim().to_string();
     emit(SceneEvent::NarratorFinished { scene_id: at.scene_id.to_string(), round: at.round, content: content.clone() });

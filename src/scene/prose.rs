@@ -14,10 +14,22 @@ use crate::prompting::echo::CopyGuard;
 /// Draws per turn, the first included.
 pub const MAX_DRAWS: u32 = 3;
 
-/// Why `text` is not a turn of the scene, or `None` when it is.
-pub fn fault(text: &str, copies: &CopyGuard) -> Option<String> {
+/// Why `text` is not a turn of the scene, or `None` when it is. `others` are the names
+/// whose lines this speaker must not write (the rest of the cast and the user's persona;
+/// for the Narrator, all of them): a draw with a line `Name:` or `[Name]:` of one of them
+/// speaks for them.
+pub fn fault(text: &str, copies: &CopyGuard, others: &[String]) -> Option<String> {
     if text.trim().is_empty() {
         return Some("it was empty".into());
+    }
+    for line in text.lines() {
+        let line = line.trim_start().trim_start_matches(['*', '"', '\'']).to_lowercase();
+        for other in others.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+            let other_lower = other.to_lowercase();
+            if line.starts_with(&format!("{other_lower}:")) || line.starts_with(&format!("[{other_lower}]:")) {
+                return Some(format!("it wrote {other}'s lines"));
+            }
+        }
     }
     copies.reason(text)
 }
@@ -28,6 +40,8 @@ pub(crate) struct Speaker<'a> {
     pub round: u32,
     pub character_id: &'a str,
     pub name: &'a str,
+    /// Whose lines it must not write (see [`fault`]).
+    pub others: Vec<String>,
 }
 
 /// Stream `request` (its tokens to `on_token`) until a draw passes [`fault`]. Returns the
@@ -40,7 +54,7 @@ pub(crate) fn draw(
     cancel: &CancelToken,
     on_token: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Completion, SceneError> {
-    let Speaker { scene_id, round, character_id, name } = who;
+    let Speaker { scene_id, round, character_id, name, others } = who;
     // A failure names who failed (a cancel stays a cancel, which the round reports as such).
     let failed = |e: LlmError| match e {
         LlmError::Cancelled => SceneError::Llm(e),
@@ -57,7 +71,7 @@ pub(crate) fn draw(
             completion_tokens: spent.completion_tokens.saturating_add(completion.usage.completion_tokens),
             reported: spent.reported && completion.usage.reported,
         };
-        let Some(reason) = fault(&completion.text, &copies).filter(|_| number < MAX_DRAWS) else {
+        let Some(reason) = fault(&completion.text, &copies, &others).filter(|_| number < MAX_DRAWS) else {
             completion.usage = spent;
             return Ok(completion);
         };
@@ -82,5 +96,21 @@ pub(crate) fn draw(
             None => request.messages.push(ChatMessage::user(note.trim().to_string())),
         }
         number += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_that_writes_others_lines_is_drawn_again() {
+        let copies = CopyGuard::new([""]);
+        let others = vec!["Wren".to_string(), "Corin".to_string()];
+        let narrated = "The lamp gutters.\nWren: Now, tell us how it sounds.\nCorin: Now, tell us if it feels.";
+        assert_eq!(fault(narrated, &copies, &others), Some("it wrote Wren's lines".into()));
+        assert_eq!(fault("[corin]: I'll go.", &copies, &others), Some("it wrote Corin's lines".into()));
+        assert_eq!(fault("Wren looks at Corin: a long, level look.", &copies, &others), None, "a name in the prose is no line of theirs");
+        assert_eq!(fault("The tide turns.", &copies, &others), None);
     }
 }
