@@ -218,7 +218,9 @@ pub fn activate_for_turn(
         let name = label(activated.index);
         let reason = trigger.reason(&label);
         out.notes.push(format!("lore fired: {name} ({reason})"));
-        let id = format!("lore {name} ({reason})");
+        // Two entries of one label fired by one key are two entries: each keeps its own
+        // place (a shared id gave every one of them the last one's role and depth).
+        let id = crate::lorebook::distinct_id(format!("lore {name} ({reason})"), |id| out.places.contains_key(id));
         out.places.insert(id.clone(), crate::lorebook::LorePlace::of(&entry.entry));
         out.hits.push(RetrievalHit {
             id,

@@ -528,6 +528,16 @@ pub fn split_keys(text: &str) -> Vec<String> {
     keys.into_iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect()
 }
 
+/// `base`, or `base [2]`, `base [3]`… the first that `taken` does not hold: the id of a
+/// fired entry in a prompt's ledger, which names it by label and reason, so two entries
+/// alike in both still get a place each.
+pub fn distinct_id(base: String, taken: impl Fn(&str) -> bool) -> String {
+    if !taken(&base) {
+        return base;
+    }
+    (2..).map(|n| format!("{base} [{n}]")).find(|id| !taken(id)).unwrap_or(base)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -262,7 +262,8 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         }
         // Higher priority, then higher order, is worth more: what SillyTavern budgets first.
         let value = scan.entry.priority.unwrap_or(0) as f64 * 1e6 + scan.entry.insertion_order as f64;
-        let id = format!("lore {} ({})", label(activated.index), trigger.reason(&label));
+        // Two entries of one label fired by one key keep a place each (see `distinct_id`).
+        let id = crate::lorebook::distinct_id(format!("lore {} ({})", label(activated.index), trigger.reason(&label)), |id| out.places.contains_key(id));
         out.places.insert(id.clone(), LorePlace { position: scan.entry.position, depth: scan.entry.depth, role: scan.entry.role });
         out.items.push(BudgetItem {
             id,

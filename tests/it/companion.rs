@@ -784,3 +784,30 @@ fn testing_a_lorebook_weighs_meaning_and_fills_the_users_name_as_a_chat_does() {
     let verdicts = test("The price of salt went up again.");
     assert!(verdicts.iter().all(|v| !v.fired), "{verdicts:?}");
 }
+
+/// Entries alike in label and key (no comment, one key) each keep their own place: three
+/// entries at one depth with three roles are said as three notes of their roles. (They
+/// shared one id, and all took the last one's role.)
+#[test]
+fn entries_alike_in_label_and_key_keep_their_own_roles() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Mm.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let entry = |uid: u32, role: u32, text: &str| json!({ "uid": uid, "key": ["lantern"], "content": text, "position": 4, "depth": 1, "role": role });
+    let book = json!({ "entries": {
+        "0": entry(0, 0, "SYSTEM-LANTERN"), "1": entry(1, 1, "USER-LANTERN"), "2": entry(2, 2, "ASSISTANT-LANTERN")
+    } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, book.to_string().as_bytes(), "lanterns").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine
+        .send(Command::Companion(CompanionCommand::ChatLorebook { character: ILSE.into(), lorebook: "lanterns".into(), attach: true, to_character: false }))
+        .unwrap();
+    until(&engine, |e| matches!(e, CompanionEvent::Changed { .. } | CompanionEvent::Failed { .. }));
+    let turn = committed(&send(&engine, "Tell me about the lantern, please.", None));
+    let text = turn.packet.text();
+    for note in ["[system note] SYSTEM-LANTERN", "[user note] USER-LANTERN", "[assistant note] ASSISTANT-LANTERN"] {
+        assert!(text.contains(note), "{note} missing:\n{text}");
+    }
+}
