@@ -255,12 +255,30 @@ pub fn export_lines(bank: &MemoryBank, scope: Option<&Scope>) -> Result<(String,
         let rows = stmt.query_map(rusqlite::params![scope.map(|s| s.kind.as_str()), scope.and_then(|s| s.id.clone())], |r| r.get(0))?;
         Ok(rows.collect::<Result<Vec<i64>, _>>()?)
     })?;
+    // A character's memories name it as a person would ("character:Wren Calloway"): an
+    // id means nothing to another library, where the import finds the character by name.
+    // A name two characters share stays an id.
+    let characters = bank.store().with(crate::character::list)?;
+    let scope_text = |scope: &Scope| -> String {
+        match (&scope.kind, &scope.id) {
+            (ScopeKind::Character, Some(id)) => {
+                let name = characters.iter().find(|c| &c.id == id).map(|c| c.name.trim());
+                match name {
+                    Some(name) if !name.is_empty() && characters.iter().filter(|c| c.name.trim().eq_ignore_ascii_case(name)).count() == 1 => {
+                        format!("character:{name}")
+                    }
+                    _ => scope.to_string(),
+                }
+            }
+            _ => scope.to_string(),
+        }
+    };
     let mut out = String::new();
     for chunk in rowids.chunks(1000) {
         let mut memories = bank.store().with(|c| super::records::load(c, chunk))?;
         memories.sort_by_key(|m| m.seq);
         for m in memories {
-            let mut line = serde_json::json!({ "id": m.id, "speaker": m.speaker.unwrap_or_default(), "text": m.text, "scope": m.scope.to_string() });
+            let mut line = serde_json::json!({ "id": m.id, "speaker": m.speaker.unwrap_or_default(), "text": m.text, "scope": scope_text(&m.scope) });
             let fields = [("time", m.time), ("session", m.session), ("fiction_time", m.fiction_time)];
             for (key, value) in fields {
                 if let Some(value) = value {

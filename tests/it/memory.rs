@@ -1400,3 +1400,29 @@ fn the_server_finds_what_the_cli_imported_while_it_ran() {
     assert!(search("zeppelin cathedral").iter().all(|h| h["id"] != "z"), "a memory deleted by the CLI is gone");
     server.stop();
 }
+
+/// A character's memories go out naming the character, so another library's character
+/// of that name recalls them (the old library's id meant nothing there).
+#[test]
+fn exported_memories_find_their_character_in_another_library() {
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Mara Vell", "description": "A smuggler.", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "", "character_version": "1", "extensions": {} } });
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let card_file = first.path().join("mara.json");
+    std::fs::write(&card_file, card.to_string()).unwrap();
+    let turns = first.path().join("turns.jsonl");
+    std::fs::write(&turns, r#"{"id":"m1","speaker":"Mara Vell","text":"I keep the lighthouse fire burning on stormy nights.","scope":"character:Mara Vell"}"#).unwrap();
+    for dir in [&first, &second] {
+        assert!(lorekeeper(dir, &["import", card_file.to_str().unwrap()]).status.success());
+    }
+    assert!(lorekeeper(&first, &["memory", "import", turns.to_str().unwrap()]).status.success());
+    let kept = first.path().join("kept.jsonl");
+    assert!(lorekeeper(&first, &["memory", "export", "--out", kept.to_str().unwrap()]).status.success());
+    assert!(std::fs::read_to_string(&kept).unwrap().contains(r#""scope":"character:Mara Vell""#));
+    let out = lorekeeper(&second, &["memory", "import", kept.to_str().unwrap()]);
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("no character"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lorekeeper(&second, &["--json", "memory", "search", "lighthouse fire", "--mode", "keyword", "--scope", "character:Mara Vell"]);
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(hits.iter().any(|h| h["id"] == "m1"), "{hits:?}");
+}
