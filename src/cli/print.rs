@@ -168,7 +168,8 @@ fn print_state(out: &mut impl Write, view: &SceneView) -> std::io::Result<()> {
     writeln!(out, "{} — {} / {} / {} — {} rounds, {} in-fiction minutes", view.name, view.world, view.campaign, view.arc, view.rounds, view.elapsed_minutes)?;
     for member in &view.cast {
         let state = serde_json::to_string(&member.state).unwrap_or_default();
-        writeln!(out, "  {} {}  {state}", if member.active { "*" } else { " " }, member.name)?;
+        let muted = if member.muted { " (muted)" } else { "" };
+        writeln!(out, "  {} {}{muted}  {state}", if member.active { "*" } else { " " }, member.name)?;
     }
     for (name, value) in &view.trackers {
         writeln!(out, "  tracker {name} = {value}")?;

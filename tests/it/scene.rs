@@ -742,6 +742,11 @@ fn undo_puts_the_scene_back_exactly_and_mute_and_force_overrule_the_director() {
 
     // Muted, Marguerite is not picked though the Director names her; forced, she acts.
     run(&["scene", "mute", &scene, "Marguerite Siltborne"]);
+    let state = std::process::Command::new(bin)
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "scene", "state", &scene])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&state.stdout).contains("Marguerite Siltborne (muted)"), "scene state says who is muted");
     let muted = run(&["scene", "round", &scene, "Who is at the door?"]);
     let speakers = |events: &[serde_json::Value]| -> Vec<String> {
         let done = events.iter().find(|e| e["event"] == "round_completed").unwrap();
