@@ -1426,3 +1426,32 @@ fn exported_memories_find_their_character_in_another_library() {
     let hits: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(hits.iter().any(|h| h["id"] == "m1"), "{hits:?}");
 }
+
+/// A memory kept without a vector (written while the model could not run) is weighed by
+/// the keyword list alone: an exact, rare word finds it first, not after every weak
+/// vector-only hit (it was held to the keyword list's share of the score).
+#[test]
+fn a_memory_without_a_vector_is_found_first_by_its_exact_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let searching = bank(&dir);
+    searching
+        .add(vec![
+            turn("v1", "Mira", "A great silver airship drifted slowly above the harbour town today.", &[]),
+            turn("v2", "user", "The hot air balloon rose high over the harbour fair today.", &[]),
+            turn("v3", "Mira", "We watched the blimp float over the harbour roofs this afternoon.", &[]),
+        ])
+        .unwrap();
+    // Another process, whose model could not run, keeps its memory for keyword search.
+    let config = MemoryConfig {
+        embedding: EmbeddingConfig { model_dir: Some(dir.path().join("no-model")), ..embedding_config() },
+        ..Default::default()
+    };
+    let blind = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config).unwrap();
+    let prepared = blind.prepare_or_keyword_only(vec![turn("z1", "user", "A great silver zeppelin drifted slowly above the harbour town today.", &[])]).unwrap();
+    assert!(prepared.keyword_only.is_some(), "no vector without the model");
+    let write = blind.store().transaction(|tx| prepared.write(tx)).unwrap();
+    blind.publish(write);
+    let hits = searching.search(&SearchRequest::new("the zeppelin", 3)).unwrap();
+    assert_eq!(hits.first().map(|h| h.id.as_str()), Some("z1"), "{hits:?}");
+    assert!(hits[0].vector_score.is_none());
+}

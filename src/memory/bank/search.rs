@@ -282,6 +282,23 @@ impl MemoryBank {
             (_, Some(q)) => (self.keyword_candidates(&request.query, &request.filter, n)?, self.vector_candidates(q, &request.filter, n)?),
         };
         let mut fused = fuse(&keyword, &vector, &config);
+        if request.mode == SearchMode::Hybrid && !vector.is_empty() && config.keyword_weight > 0.0 {
+            // A memory kept without a vector (written while the model could not run, or
+            // before a switch of model was reindexed) can only score through its words:
+            // it is weighed by the keyword list alone, not left at the keyword list's
+            // share, where any weak vector-only hit outranked an exact match.
+            let whole = (config.keyword_weight + config.vector_weight) / config.keyword_weight;
+            let mut rescored = false;
+            for (rowid, f) in fused.iter_mut() {
+                if f.vector.is_none() && f.keyword.is_some() && !self.index.contains(*rowid) {
+                    f.score *= whole;
+                    rescored = true;
+                }
+            }
+            if rescored {
+                crate::memory::retrieval::sort_fused(&mut fused);
+            }
+        }
         if request.mode == SearchMode::Hybrid
             && (config.short_turn_words > 0 || config.length_prior > 0.0 || config.speaker_boost > 0.0 || config.session_support > 0.0)
         {
