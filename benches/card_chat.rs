@@ -131,7 +131,7 @@ fn main() {
             })
             .expect("state");
         let number = lorekeeper::companion::lore::message_number(history.last().map_or(1, |t| t.seq + 1));
-        let turn_text = lorekeeper::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number: number };
+        let turn_text = lorekeeper::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number: number, variables: None };
         let mut timers = lorekeeper::lorebook::activation::ActivationState::default();
         let fired = lorekeeper::companion::lore::activate_for_turn(&books, &character, &turn_text, &mut timers, 4096, None, None);
         let (opening, chosen) = records::chat_greetings(&state, &character.card);
@@ -152,8 +152,10 @@ fn main() {
                 lore_places: &fired.places,
                 memories: &[],
                 max_context_tokens: 8192,
+                reply_tokens: 512,
                 retry_note: None,
                 notes: fired.notes,
+                variables: None,
             },
         )
         .expect("packet");

@@ -176,8 +176,10 @@ fn packet_benches(c: &mut Criterion) {
                 lore_places: &Default::default(),
                 memories: &memories,
                 max_context_tokens: 8192,
+                reply_tokens: 512,
                 retry_note: None,
                 notes,
+                variables: None,
             },
         )
         .expect("packet")

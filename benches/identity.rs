@@ -43,7 +43,7 @@ fn seed() -> CharacterSeed {
 fn one_run(engine: &EngineHandle) -> (Duration, Duration) {
     let started = Instant::now();
     engine
-        .send(Command::Identity(IdentityCommand::Start { seed: seed(), mode: Mode::Fast, profile: None, auto_approve: true }))
+        .send(Command::Identity(IdentityCommand::Start { seed: seed(), mode: Mode::Fast, profile: None, auto_approve: true, entry_input: None }))
         .expect("send");
     let mut wave2_start = None;
     let mut wave2 = Duration::ZERO;
