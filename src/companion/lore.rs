@@ -151,13 +151,12 @@ pub fn activate_for_turn(
     messages.push(format!("{user}: {input}"));
     let field = |key: &str| character.sheet.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     // Entries flagged `vectorized` fire when their content is close to the message.
-    let vectorized: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.entry.vectorized && e.entry.enabled).map(|(i, _)| i).collect();
     let similar: Vec<(usize, f32)> = match similarity {
-        Some(similarity) if !vectorized.is_empty() => {
-            let texts: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
-            vectorized.iter().copied().zip(similarity(&texts)).filter(|(_, s)| *s >= crate::memory::curate::LORE_SIMILARITY_THRESHOLD).collect()
+        Some(similarity) => {
+            let scored = crate::memory::curate::vector_activated(&entries, |texts| Ok::<_, std::convert::Infallible>(similarity(texts)));
+            scored.unwrap_or_else(|never| match never {})
         }
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     let scan = ScanInput {
         similar,

@@ -394,13 +394,13 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // What each budget governs, as kept (the blocks' tags and fixed words are not theirs).
     let sum = |texts: &[String]| texts.iter().map(|t| tokens::estimate(t)).fold(0u32, u32::saturating_add);
     let lore_content = sum(&context.lore);
+    let examples_content = sum(&context.examples);
     let directive_content = sum(&context.persona)
         + sum(&context.lore_before)
         + lore_content
         + sum(&context.lore_examples_top)
         + sum(&context.lore_examples_bottom)
-        + sum(&context.examples);
-    let examples_content = sum(&context.examples);
+        + examples_content;
     let memory_content = sum(&context.memories);
     let mut blocks = Vec::new();
     let all = format!("{}\n{}", messages[0].content, messages[1].content);

@@ -290,26 +290,15 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
 /// The `vectorized` entries of `book` close enough to `text` to fire, with their cosine
 /// (none when the embedder cannot run: the test then says they have no keys).
 fn vector_closeness(ctx: &Context, book: &crate::lorebook::Lorebook, text: &str) -> Vec<(usize, f32)> {
-    let vectorized: Vec<usize> = book.entries.iter().enumerate().filter(|(_, e)| e.vectorized && e.enabled).map(|(i, _)| i).collect();
-    if vectorized.is_empty() {
+    // `explain_with` scans the book's entries in this order: positions match.
+    let entries = crate::lorebook::activation::book_entries("test", book);
+    if !entries.iter().any(|e| e.entry.vectorized && e.entry.enabled) {
         return Vec::new();
     }
-    let measured = crate::memory::bank_for(ctx).and_then(|bank| {
-        let query = bank.embedder()?.embed_query(text)?;
-        let contents: Vec<&str> = vectorized.iter().map(|&i| book.entries[i].content.as_str()).collect();
-        bank.similarities(&query, &contents)
-    });
-    match measured {
-        Ok(scores) => vectorized
-            .into_iter()
-            .zip(scores)
-            .filter(|(_, s)| *s >= crate::memory::curate::LORE_SIMILARITY_THRESHOLD)
-            .collect(),
-        Err(e) => {
-            tracing::warn!(error = %e, "vector-activated entries left out of the lore test");
-            Vec::new()
-        }
-    }
+    crate::memory::bank_for(ctx).and_then(|bank| bank.vector_activated(&entries, text)).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "vector-activated entries left out of the lore test");
+        Vec::new()
+    })
 }
 
 /// Words for the tables that refer to characters, as a deletion's impact says them.

@@ -19,6 +19,22 @@ pub const MAX_PINNED: usize = 32;
 /// (all-MiniLM-L6-v2: related sentences score 0.4–0.8, unrelated ones under 0.2).
 pub const LORE_SIMILARITY_THRESHOLD: f32 = 0.4;
 
+/// The `vectorized`, enabled entries among `entries` whose content `similarity` scores at
+/// least [`LORE_SIMILARITY_THRESHOLD`], with that score (by position in `entries`): what
+/// fires by meaning, in chat, in scenes and in a lore test alike. `similarity` scores the
+/// contents it is given, and is asked only when some entry is vectorized.
+pub fn vector_activated<E>(
+    entries: &[crate::lorebook::activation::ScanEntry<'_>],
+    similarity: impl FnOnce(&[&str]) -> Result<Vec<f32>, E>,
+) -> Result<Vec<(usize, f32)>, E> {
+    let vectorized: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.entry.vectorized && e.entry.enabled).map(|(i, _)| i).collect();
+    if vectorized.is_empty() {
+        return Ok(Vec::new());
+    }
+    let contents: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
+    Ok(vectorized.into_iter().zip(similarity(&contents)?).filter(|(_, s)| *s >= LORE_SIMILARITY_THRESHOLD).collect())
+}
+
 /// Lore entry vectors kept in memory at most (a few MB).
 pub const MAX_ENTRY_VECTORS: usize = 8192;
 
@@ -224,6 +240,15 @@ impl MemoryBank {
         })?;
         self.publish(write);
         Ok(Curated { action: "forgot".into(), ids })
+    }
+
+    /// [`vector_activated`] with `text` (the recent text) embedded as the query by this
+    /// bank's model; nothing is embedded when no entry is vectorized.
+    pub fn vector_activated(&self, entries: &[crate::lorebook::activation::ScanEntry<'_>], text: &str) -> Result<Vec<(usize, f32)>, MemoryError> {
+        vector_activated(entries, |contents| {
+            let query = self.embedder()?.embed_query(text)?;
+            self.similarities(&query, contents)
+        })
     }
 
     /// Cosine similarity of each text to `query` (an embedding of the recent text), for

@@ -193,24 +193,12 @@ pub use crate::lorebook::LorePlace;
 /// similarity (at least [`crate::memory::curate::LORE_SIMILARITY_THRESHOLD`]). Nothing when no
 /// entry is vectorized, or the embedder cannot run (such entries then fire by keys only).
 fn similar_entries(entries: &[activation::ScanEntry<'_>], texts: &[String], bank: Option<&crate::memory::MemoryBank>) -> Vec<(usize, f32)> {
-    let vectorized: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.entry.vectorized).map(|(i, _)| i).collect();
-    let (Some(bank), false) = (bank, vectorized.is_empty() || texts.is_empty()) else { return Vec::new() };
+    let (Some(bank), false) = (bank, texts.is_empty()) else { return Vec::new() };
     let recent = texts.iter().rev().take(2).rev().cloned().collect::<Vec<_>>().join("\n");
-    let query = match bank.embedder().and_then(|e| Ok(e.embed_query(&recent)?)) {
-        Ok(q) => q,
-        Err(e) => {
-            tracing::debug!(error = %e, "no embedder: vectorized lore fires by keys only");
-            return Vec::new();
-        }
-    };
-    let contents: Vec<&str> = vectorized.iter().map(|&i| entries[i].entry.content.as_str()).collect();
-    match bank.similarities(&query, &contents) {
-        Ok(sims) => vectorized.into_iter().zip(sims).filter(|(_, s)| *s >= crate::memory::curate::LORE_SIMILARITY_THRESHOLD).collect(),
-        Err(e) => {
-            tracing::debug!(error = %e, "vectorized lore fires by keys only");
-            Vec::new()
-        }
-    }
+    bank.vector_activated(entries, &recent).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "vectorized lore fires by keys only");
+        Vec::new()
+    })
 }
 
 /// Activate the prepared lore for one call, advancing `state`'s timers.

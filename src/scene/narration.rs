@@ -104,7 +104,7 @@ pub(super) fn narrate(
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: "narrator".into(), text: text.to_string() })
     };
     // The Narrator narrates: it speaks for no one of the cast, nor for the user.
-    let others = at.live.cast.iter().map(|c| c.name.clone()).chain([envelope::persona_name(at.live), "User".to_string()]).collect();
+    let others = super::prose::others(at.live, None);
     let who = super::prose::Speaker { scene_id: at.scene_id, round: at.round, character_id: "narrator", name: "the narrator", others };
     let completion = super::prose::draw(at.ctx, &narrator.0, request, who, at.cancel, &on_token)?;
     let content = completion.text.trim().to_string();

@@ -44,6 +44,18 @@ pub(crate) struct Speaker<'a> {
     pub others: Vec<String>,
 }
 
+/// The names a speaker of `view` must not write lines for: every cast member but
+/// `speaker` (a character's id; `None` for the Narrator, who speaks for no one), and the
+/// user, by persona name and as "User".
+pub(crate) fn others(view: &super::model::SceneView, speaker: Option<&str>) -> Vec<String> {
+    view.cast
+        .iter()
+        .filter(|c| Some(c.id.as_str()) != speaker)
+        .map(|c| c.name.clone())
+        .chain([super::envelope::persona_name(view), "User".to_string()])
+        .collect()
+}
+
 /// Stream `request` (its tokens to `on_token`) until a draw passes [`fault`]. Returns the
 /// accepted completion with the usage of every draw added up.
 pub(crate) fn draw(

@@ -320,14 +320,7 @@ fn character_turn(
     let on_token = move |text: &str| {
         sink.emit(SceneEvent::Token { scene_id: scene.clone(), round, character_id: id.clone(), text: text.to_string() })
     };
-    let others = call
-        .live
-        .cast
-        .iter()
-        .filter(|c| c.id != member.id)
-        .map(|c| c.name.clone())
-        .chain([crate::scene::envelope::persona_name(call.live), "User".to_string()])
-        .collect();
+    let others = crate::scene::prose::others(call.live, Some(&member.id));
     let who = crate::scene::prose::Speaker { scene_id, round, character_id: &member.id, name: &member.name, others };
     let completion = crate::scene::prose::draw(ctx, &agents.character.0, request, who, cancel, &on_token)?;
     Ok((completion.text, completion.usage, envelope.ledger, envelope.notes))
