@@ -203,14 +203,7 @@ fn every_message_of_a_chat_can_be_redrawn_chosen_edited_and_deleted_and_memory_f
 #[test]
 fn a_cards_sheet_is_edited_and_the_chat_and_the_export_follow() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "default": "[Maren Vosk]: Hm." }).to_string()).unwrap();
-    let mut config = Config::default();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
-    config.default_profile = "script".into();
-    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
-    config.save(&paths.config_file).unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({ "default": "[Maren Vosk]: Hm." }));
     // As SillyTavern writes a V2 card: the V1 fields at the top too, and its own extensions.
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0",
         "name": "Maren Vosk", "description": "Keeps a lock.", "personality": "terse", "first_mes": "Closed.",
@@ -328,14 +321,7 @@ fn two_characters_of_one_name_are_told_apart_by_id() {
 #[test]
 fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "default": "[Odile Brask]: Mm." }).to_string()).unwrap();
-    let mut config = Config::default();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
-    config.default_profile = "script".into();
-    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
-    config.save(&paths.config_file).unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({ "default": "[Odile Brask]: Mm." }));
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
         "name": "Odile Brask", "description": "{{setvar::trade::ferrying}}{{char}} runs a night ferry ({{getvar::visits}} crossings so far).", "personality": "dry",
         "system_prompt": "{{original}} Trade: {{getvar::trade}}.",
@@ -396,14 +382,7 @@ fn a_cards_chat_variables_count_messages_once_and_travel_with_the_chat_file() {
 #[test]
 fn a_random_greeting_reads_the_same_shown_sent_and_exported() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "default": "[Mara Vell]: Aye." }).to_string()).unwrap();
-    let mut config = Config::default();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
-    config.default_profile = "script".into();
-    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
-    config.save(&paths.config_file).unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({ "default": "[Mara Vell]: Aye." }));
     let moods = ["foul", "grim", "wretched", "sour", "bleak", "dire", "black", "rotten"];
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
         "name": "Mara Vell", "description": "A smuggler.", "personality": "", "scenario": "",

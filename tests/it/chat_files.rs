@@ -61,26 +61,14 @@ pub fn tiny_png() -> Vec<u8> {
 #[test]
 fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    let script = dir.path().join("script.json");
-    std::fs::write(
-        &script,
-        json!({
-            "rules": [
-                { "when": { "user_contains": "stopped here" }, "reply": "[Maren Vosk]: and it stays shut till dawn." },
-                { "when": { "user_contains": "cormorant" }, "reply": "[Maren Vosk]: The cormorant fishes below the weir." },
-                { "when": { "user_contains": "gate" }, "reply": "[Maren Vosk]: The gate is shut" }
-            ],
-            "default": "[Maren Vosk]: Hm."
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let mut config = Config::default();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
-    config.default_profile = "script".into();
-    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
-    config.save(&paths.config_file).unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({
+        "rules": [
+            { "when": { "user_contains": "stopped here" }, "reply": "[Maren Vosk]: and it stays shut till dawn." },
+            { "when": { "user_contains": "cormorant" }, "reply": "[Maren Vosk]: The cormorant fishes below the weir." },
+            { "when": { "user_contains": "gate" }, "reply": "[Maren Vosk]: The gate is shut" }
+        ],
+        "default": "[Maren Vosk]: Hm."
+    }));
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
         "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
         "first_mes": "Lock's closed, {{user}}.", "alternate_greetings": ["Who goes there, {{user}}?"], "mes_example": "",
@@ -338,14 +326,7 @@ fn a_chat_played_again_keeps_its_deleted_memories_deleted_and_its_summaries() {
 #[test]
 fn switching_persona_does_not_rename_what_was_already_said() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "rules": [], "default": "[Maren Vosk]: Hm." }).to_string()).unwrap();
-    let mut config = Config::default();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
-    config.default_profile = "script".into();
-    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
-    config.save(&paths.config_file).unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({ "rules": [], "default": "[Maren Vosk]: Hm." }));
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
         "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
         "first_mes": "", "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
@@ -383,14 +364,7 @@ fn switching_persona_does_not_rename_what_was_already_said() {
 #[test]
 fn a_chat_file_bound_to_a_lorebook_comes_in_bound_to_it() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = Paths { config_file: dir.path().join("config.toml"), library_file: dir.path().join("library.sqlite"), log_dir: dir.path().join("logs") };
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "default": "[Maren Vosk]: Hm." }).to_string()).unwrap();
-    let mut config = Config::default();
-    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
-    config.default_profile = "script".into();
-    config.memory.embedding.model_dir = Some(dir.path().join("no-model"));
-    config.save(&paths.config_file).unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({ "default": "[Maren Vosk]: Hm." }));
     let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
         "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "Lock's closed.",
         "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",

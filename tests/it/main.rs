@@ -3,6 +3,7 @@
 //! compiled once. Each module is one area, as a user meets it.
 
 mod support {
+    pub mod library;
     pub mod mock_http;
     pub mod wire;
 }
