@@ -156,6 +156,8 @@ fn main() {
                 retry_note: None,
                 notes: fired.notes,
                 variables: None,
+                author_note: None,
+                user_messages: 1,
             },
         )
         .expect("packet");

@@ -180,6 +180,8 @@ fn packet_benches(c: &mut Criterion) {
                 retry_note: None,
                 notes,
                 variables: None,
+                author_note: None,
+                user_messages: 1,
             },
         )
         .expect("packet")

@@ -22,6 +22,23 @@ pub enum ChatFormatArg {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum NoteRoleArg {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum NotePositionArg {
+    #[value(alias = "chat")]
+    InChat,
+    #[value(alias = "before-character")]
+    Before,
+    #[value(alias = "after-character")]
+    After,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ChatVerb {
     /// Send one message and stream the reply.
@@ -116,6 +133,31 @@ pub enum ChatVerb {
         #[arg(long)]
         message: String,
         text: String,
+    },
+    /// Show or write the chat's Author's Note (SillyTavern's): your standing
+    /// instruction for this chat, put into the prompt every N user messages. With no
+    /// option it prints the note; options change only what they name.
+    Note {
+        #[arg(long)]
+        character: String,
+        /// The note's text; macros such as {{char}} and {{user}} are filled when it is sent.
+        #[arg(long)]
+        text: Option<String>,
+        /// Messages from the end of the chat (in the chat only; default 4).
+        #[arg(long)]
+        depth: Option<u32>,
+        /// Send it with every Nth user message (1: every message, 0: paused).
+        #[arg(long)]
+        every: Option<u32>,
+        /// Said as a system, user or assistant note (in the chat only).
+        #[arg(long, value_enum)]
+        role: Option<NoteRoleArg>,
+        /// In the chat at its depth, or before or after the character in the system prompt.
+        #[arg(long, value_enum)]
+        position: Option<NotePositionArg>,
+        /// Remove the note.
+        #[arg(long, conflicts_with_all = ["text", "depth", "every", "role", "position"])]
+        clear: bool,
     },
     /// Delete a message's exchange, or with --and-after it and everything after it.
     Delete {
@@ -233,6 +275,59 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                     outln!("{name} = {value}  (global)");
                 }
             }
+        }
+        ChatVerb::Note { character, text, depth, every, role, position, clear } => {
+            use crate::companion::model::{NotePosition, NoteRole};
+            send(CompanionCommand::History { character: character.clone(), limit: 1 })?;
+            let (current, user_messages) = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::History { author_note, user_messages, .. } => Some((author_note.clone(), *user_messages)),
+                _ => None,
+            })?;
+            let asks = text.is_some() || depth.is_some() || every.is_some() || role.is_some() || position.is_some();
+            if !asks && !clear {
+                match (&current, json) {
+                    (_, true) => outln!("{}", serde_json::json!({ "author_note": current, "user_messages": user_messages })),
+                    (None, false) => outln!("no author's note"),
+                    (Some(note), false) => {
+                        let next = match note.next_in(user_messages) {
+                            Some(_) if note.due(user_messages + 1) => "sent with your next message".to_string(),
+                            Some(n) => format!("next sent with user message {} (the chat has {user_messages})", user_messages + n),
+                            None => "paused".into(),
+                        };
+                        outln!("{}\n({}; {next})", note.text, crate::companion::note_summary(note));
+                    }
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let note = (!clear).then(|| {
+                let mut note = current.unwrap_or_default();
+                if let Some(text) = text {
+                    note.text = text;
+                }
+                if let Some(depth) = depth {
+                    note.depth = depth;
+                }
+                if let Some(every) = every {
+                    note.every = every;
+                }
+                if let Some(role) = role {
+                    note.role = match role {
+                        NoteRoleArg::System => NoteRole::System,
+                        NoteRoleArg::User => NoteRole::User,
+                        NoteRoleArg::Assistant => NoteRole::Assistant,
+                    };
+                }
+                if let Some(position) = position {
+                    note.position = match position {
+                        NotePositionArg::InChat => NotePosition::InChat,
+                        NotePositionArg::Before => NotePosition::BeforeCharacter,
+                        NotePositionArg::After => NotePosition::AfterCharacter,
+                    };
+                }
+                note
+            });
+            send(CompanionCommand::AuthorNote { character, note })?;
+            changed(engine, json)?;
         }
         ChatVerb::Regenerate { character } => {
             send(CompanionCommand::Regenerate { character })?;

@@ -242,6 +242,8 @@ pub struct ExportChat<'a> {
     /// The chat variables as they stand (`chat_metadata.variables`, where SillyTavern
     /// keeps them).
     pub variables: &'a std::collections::BTreeMap<String, String>,
+    /// The chat's Author's Note as it stands (`chat_metadata.note_*`).
+    pub author_note: Option<&'a super::model::AuthorNote>,
 }
 
 /// The chat variables a file's header keeps (`chat_metadata.variables`): text as text,
@@ -277,6 +279,18 @@ pub fn render(chat: &ExportChat<'_>) -> String {
             })
             .collect();
         header["chat_metadata"]["variables"] = Value::Object(values);
+    }
+    // The note as it is now, not as the file came in (one removed here is no longer
+    // SillyTavern's either); a header whose note is unchanged goes out as it came.
+    let as_read = super::model::AuthorNote::from_chat_metadata(&header["chat_metadata"]);
+    if as_read.as_ref() != chat.author_note {
+        if !header.get("chat_metadata").is_some_and(Value::is_object) {
+            header["chat_metadata"] = json!({});
+        }
+        let keys = chat.author_note.cloned().unwrap_or_default().to_chat_metadata();
+        for (k, v) in keys {
+            header["chat_metadata"][k] = v;
+        }
     }
     lines.push(header);
     match chat.raw.and_then(|r| r.get("opening")).and_then(Value::as_array) {
@@ -366,6 +380,7 @@ mod tests {
             created: "",
             exchanges,
             variables: &Default::default(),
+            author_note: None,
         });
         assert_eq!(out, FILE, "the same objects, in the same order, with the same keys");
     }
@@ -385,6 +400,7 @@ mod tests {
             created: "",
             exchanges: Vec::new(),
             variables: &vars,
+            author_note: None,
         });
         let header: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
         assert_eq!(
@@ -407,6 +423,7 @@ mod tests {
             created: "2026-11-23T10:00:00Z",
             exchanges: vec![ExportExchange { user_text: "Open?", user_name: None, reply: "Yes.", swipes: &swipes, swipe: 1, at: "2026-11-23T10:01:00Z", raw: None }],
             variables: &Default::default(),
+            author_note: None,
         });
         let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 4);

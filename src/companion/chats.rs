@@ -217,10 +217,10 @@ pub fn import(ctx: &Context, character: &CharacterInfo, text: &str, source: &str
         }
     }
     let metadata = &file.raw["header"]["chat_metadata"];
-    if metadata["note_prompt"].as_str().is_some_and(|n| !n.trim().is_empty()) {
-        notes.push(
-            "the file's Author's Note is kept for export, not sent: a chat here has none (put it in the card's post-history instructions, or a constant lorebook entry at a depth)".into(),
-        );
+    // The file's Author's Note goes on steering the chat as it did there.
+    whole.state.author_note = crate::companion::model::AuthorNote::from_chat_metadata(metadata);
+    if let Some(note) = &whole.state.author_note {
+        notes.push(format!("the file's Author's Note is this chat's: sent {} (see `chat note`)", super::note_summary(note)));
     }
     // The chat's own lorebook (SillyTavern's chat-bound World Info), found by name.
     let chat_book = metadata["world_info"].as_str().map(str::trim).filter(|b| !b.is_empty()).map(str::to_string);
@@ -398,6 +398,7 @@ pub fn export(ctx: &Context, character: &CharacterInfo) -> Result<String, Compan
             })
             .collect(),
         variables: &variables,
+        author_note: state.author_note.as_ref(),
     };
     Ok(chat_file::render(&chat))
 }

@@ -90,6 +90,8 @@ pub enum CompanionCommand {
     ChatLorebook { character: String, lorebook: String, attach: bool, to_character: bool },
     /// Play a persona in this chat (`None`: the configured name).
     UsePersona { character: String, persona: Option<String> },
+    /// Write the chat's Author's Note (`None`: remove it), from the next message on.
+    AuthorNote { character: String, note: Option<model::AuthorNote> },
     /// Change the text of a message (`{turn}-u` or `{turn}-r`, see `chat history --json`).
     Edit { character: String, message: String, text: String },
     /// Delete the exchange of a message, or with `and_after` it and everything after it.
@@ -129,6 +131,11 @@ pub enum CompanionEvent {
         /// Every lorebook of the library, with where it fires for this chat (`None`: not
         /// attached).
         books: Vec<ChatBook>,
+        /// The chat's Author's Note (`None`: none written), and how many user messages
+        /// the chat holds (the note's `every` counts them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        author_note: Option<model::AuthorNote>,
+        user_messages: u32,
         /// The card creator's notes, for the user to read; never sent to a model.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         creator_notes: String,
@@ -203,6 +210,27 @@ fn read_chat_file(path: &std::path::Path) -> Result<String, CompanionError> {
     }
     let bytes = std::fs::read(path).map_err(cannot)?;
     String::from_utf8(bytes).map_err(|e| CompanionError::Invalid(format!("{} is not UTF-8 text: {e}", path.display())))
+}
+
+/// Where and how often a note goes, in words ("in the chat at depth 4, as the system,
+/// every user message").
+pub fn note_summary(note: &model::AuthorNote) -> String {
+    let role = match note.role {
+        model::NoteRole::System => "system",
+        model::NoteRole::User => "user",
+        model::NoteRole::Assistant => "assistant",
+    };
+    let place = match note.position {
+        model::NotePosition::InChat => format!("in the chat at depth {}, as the {role}", note.depth),
+        model::NotePosition::BeforeCharacter => "before the character".into(),
+        model::NotePosition::AfterCharacter => "after the character".into(),
+    };
+    let when = match note.every {
+        0 => "paused".to_string(),
+        1 => "every user message".to_string(),
+        n => format!("every {n} user messages"),
+    };
+    format!("{place}, {when}")
 }
 
 /// The job key of a character's chat turn: one turn per character at a time, and a
@@ -291,6 +319,8 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 user,
                 personas,
                 books,
+                author_note: state.author_note.clone(),
+                user_messages: state.turns,
                 creator_notes,
                 variables: vars.local,
                 global_variables: vars.global,
@@ -401,6 +431,15 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             let action = match found {
                 Some(p) => format!("persona {}", p.name),
                 None => "persona none".into(),
+            };
+            emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
+        }
+        CompanionCommand::AuthorNote { character, note } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let kept = turn::control::set_author_note(ctx, &info, note)?;
+            let action = match kept {
+                Some(n) => format!("author's note set ({})", note_summary(&n)),
+                None => "author's note removed".into(),
             };
             emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
         }

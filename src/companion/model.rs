@@ -112,6 +112,129 @@ pub struct ChatState {
     /// An imported chat file's header and opening messages, as read (see `chat_file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<serde_json::Value>,
+    /// The user's Author's Note for this chat (`None`: none written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author_note: Option<AuthorNote>,
+}
+
+/// SillyTavern's Author's Note: the user's own standing instruction for one chat
+/// ("keep it tense", "it is raining"), put into the prompt every `every` user messages,
+/// `depth` messages from the end or around the character. Why: a game master steers a
+/// long chat with it without editing the card, and a migrated chat keeps steering the
+/// same way (the file's `chat_metadata.note_*` keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuthorNote {
+    /// Macros (`{{char}}`, `{{user}}`, …) are filled each time it is sent.
+    pub text: String,
+    /// Messages from the end of the chat as sent, the user's new message being the last
+    /// (used when `position` is `in_chat`).
+    pub depth: u32,
+    /// Sent with every `every`-th user message (1: always; 0: never, kept but paused).
+    pub every: u32,
+    /// Said as a system, user or assistant note (in the chat only).
+    pub role: NoteRole,
+    pub position: NotePosition,
+}
+
+impl Default for AuthorNote {
+    /// SillyTavern's defaults: in the chat at depth 4, every message, as the system.
+    fn default() -> Self {
+        Self { text: String::new(), depth: 4, every: 1, role: NoteRole::System, position: NotePosition::InChat }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteRole {
+    #[default]
+    System,
+    User,
+    Assistant,
+}
+
+/// Where the note goes: among the messages at its depth, or in the system prompt just
+/// before or after the character (SillyTavern's "before" / "after" the story string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotePosition {
+    #[default]
+    #[serde(alias = "chat")]
+    InChat,
+    #[serde(alias = "before")]
+    BeforeCharacter,
+    #[serde(alias = "after")]
+    AfterCharacter,
+}
+
+impl AuthorNote {
+    /// Whether the note goes with the `user_messages`-th user message (this one counted),
+    /// as SillyTavern counts: every message at 1, never at 0, else each multiple.
+    pub fn due(&self, user_messages: u32) -> bool {
+        match self.every {
+            0 => false,
+            1 => true,
+            k => user_messages > 0 && user_messages % k == 0,
+        }
+    }
+
+    /// How many user messages after the `user_messages`-th it is next sent (`None`: never).
+    pub fn next_in(&self, user_messages: u32) -> Option<u32> {
+        match self.every {
+            0 => None,
+            1 => Some(1),
+            k => Some(k - user_messages % k),
+        }
+    }
+
+    /// The note from a SillyTavern chat header's `chat_metadata` (`note_prompt`,
+    /// `note_interval`, `note_depth`, `note_position`, `note_role`); `None` when it has
+    /// no note text.
+    pub fn from_chat_metadata(metadata: &serde_json::Value) -> Option<Self> {
+        let text = metadata.get("note_prompt")?.as_str()?.trim();
+        if text.is_empty() {
+            return None;
+        }
+        let number = |key: &str| metadata.get(key).and_then(|v| v.as_f64().or_else(|| v.as_str()?.trim().parse().ok()));
+        let d = Self::default();
+        let count = |key: &str, default: u32| number(key).filter(|n| n.is_finite()).map(|n| n.abs().min(10_000.0) as u32).unwrap_or(default);
+        Some(Self {
+            text: text.to_string(),
+            depth: count("note_depth", d.depth),
+            every: number("note_interval").filter(|n| n.is_finite()).map(|n| if n <= 0.0 { 0 } else { n.min(10_000.0) as u32 }).unwrap_or(d.every),
+            role: match number("note_role").map(|n| n as i64) {
+                Some(1) => NoteRole::User,
+                Some(2) => NoteRole::Assistant,
+                _ => NoteRole::System,
+            },
+            position: match number("note_position").map(|n| n as i64) {
+                Some(0) => NotePosition::AfterCharacter,
+                Some(2) => NotePosition::BeforeCharacter,
+                _ => NotePosition::InChat,
+            },
+        })
+    }
+
+    /// The `chat_metadata` keys SillyTavern keeps the note in.
+    pub fn to_chat_metadata(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("note_prompt".into(), self.text.clone().into());
+        m.insert("note_interval".into(), self.every.into());
+        m.insert("note_depth".into(), self.depth.into());
+        let position = match self.position {
+            NotePosition::AfterCharacter => 0,
+            NotePosition::InChat => 1,
+            NotePosition::BeforeCharacter => 2,
+        };
+        m.insert("note_position".into(), position.into());
+        let role = match self.role {
+            NoteRole::System => 0,
+            NoteRole::User => 1,
+            NoteRole::Assistant => 2,
+        };
+        m.insert("note_role".into(), role.into());
+        m
+    }
 }
 
 /// Who the user is in a chat: the chat's persona, or the configured name.
@@ -171,5 +294,39 @@ impl ChatTurn {
     /// Who wrote this exchange's message: its own name, else the chat's `persona`.
     pub fn user_or<'a>(&'a self, persona: &'a str) -> &'a str {
         self.user_name.as_deref().filter(|n| !n.trim().is_empty()).unwrap_or(persona)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_note_is_due_as_sillytavern_counts_user_messages() {
+        let every = |k: u32| AuthorNote { every: k, ..Default::default() };
+        assert!((0..5).all(|n| every(1).due(n)), "every 1: always, before the first message too");
+        assert!((0..9).all(|n| !every(0).due(n)), "every 0: paused");
+        let due: Vec<u32> = (0..10).filter(|n| every(3).due(*n)).collect();
+        assert_eq!(due, [3, 6, 9]);
+        assert_eq!([1, 2, 3, 4].map(|n| every(3).next_in(n)), [Some(2), Some(1), Some(3), Some(2)]);
+        assert_eq!(every(0).next_in(4), None);
+    }
+
+    #[test]
+    fn the_note_reads_and_writes_sillytaverns_chat_metadata() {
+        let metadata = serde_json::json!({ "note_prompt": "  It is raining.  ", "note_interval": 3, "note_depth": "2", "note_position": 2, "note_role": 1 });
+        let note = AuthorNote::from_chat_metadata(&metadata).unwrap();
+        assert_eq!(
+            note,
+            AuthorNote { text: "It is raining.".into(), depth: 2, every: 3, role: NoteRole::User, position: NotePosition::BeforeCharacter }
+        );
+        let back = serde_json::Value::Object(note.to_chat_metadata());
+        assert_eq!(back, serde_json::json!({ "note_prompt": "It is raining.", "note_interval": 3, "note_depth": 2, "note_position": 2, "note_role": 1 }));
+        // Defaults for what a file leaves out; a negative interval pauses, as SillyTavern reads it.
+        let bare = AuthorNote::from_chat_metadata(&serde_json::json!({ "note_prompt": "Hush.", "note_interval": -1 })).unwrap();
+        assert_eq!((bare.depth, bare.every, bare.role, bare.position), (4, 0, NoteRole::System, NotePosition::InChat));
+        assert_eq!(AuthorNote::from_chat_metadata(&serde_json::json!({ "note_prompt": " " })), None);
+        assert_eq!(AuthorNote::from_chat_metadata(&serde_json::json!({ "note_prompt": 7 })), None);
+        assert_eq!(AuthorNote::from_chat_metadata(&serde_json::Value::Null), None);
     }
 }

@@ -8,7 +8,7 @@
 pub use crate::config::PacketBudgets;
 use crate::config::CompanionConfig;
 pub use super::model::{Packet, PacketBlock};
-use super::model::{CharacterInfo, ChatTurn};
+use super::model::{AuthorNote, CharacterInfo, ChatTurn, NotePosition, NoteRole};
 use crate::llm::{ChatMessage, tokens};
 use crate::memory::RetrievalHit;
 use crate::memory::detect::Proximity;
@@ -50,6 +50,11 @@ pub struct PacketInput<'a> {
     /// The chat variables the card's and lore's macros read and change (`None`: each
     /// text has its own).
     pub variables: Option<&'a std::cell::RefCell<crate::prompting::macros::Variables>>,
+    /// The chat's Author's Note (`None`: none written; World Info placed with the note
+    /// then goes where SillyTavern's default note would be).
+    pub author_note: Option<&'a AuthorNote>,
+    /// Which user message this is (the new one counted): the note's `every` counts them.
+    pub user_messages: u32,
 }
 
 #[derive(Serialize)]
@@ -72,10 +77,12 @@ struct Context<'a> {
     history: Vec<String>,
     input: String,
     retry_note: Option<&'a str>,
+    /// The Author's Note (with the World Info placed around it) when it goes before or
+    /// after the character rather than into the chat.
+    note_before: Option<String>,
+    note_after: Option<String>,
 }
 
-/// Where SillyTavern puts its author's note by default: four messages from the end.
-const AUTHOR_NOTE_DEPTH: u32 = 4;
 
 fn budget(percent: f64, max: u32) -> u32 {
     if !percent.is_finite() || percent <= 0.0 {
@@ -151,8 +158,9 @@ pub fn carried(packet: &Packet, hits: &[RetrievalHit]) -> Vec<RetrievalHit> {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 13] = [
+pub(crate) const TAGS: [&str; 14] = [
     "system_directive",
+    "authors_note",
     "lore_before",
     "lore",
     "user_persona",
@@ -303,20 +311,19 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // come before its bottom ones, as around SillyTavern's note.
     let (mut lore_before, mut lore, mut lore_at_depth) = (Vec::new(), Vec::new(), Vec::<(crate::lorebook::LorePlace, u8, String)>::new());
     let (mut lore_examples_top, mut lore_examples_bottom) = (Vec::new(), Vec::new());
+    let (mut note_top, mut note_bottom) = (Vec::new(), Vec::new());
+    use crate::lorebook::{InsertionPosition as At, LorePlace, PromptRole};
     for (item, kept) in lore_items.into_iter().zip(keep) {
         if !kept {
             continue;
         }
-        use crate::lorebook::{InsertionPosition as At, LorePlace, PromptRole};
         match input.lore_places.get(&item.id) {
             Some(place) if place.position == At::BeforeCharacter => lore_before.push(item.text),
             Some(place) if place.position == At::AtDepth => lore_at_depth.push((*place, 1, item.text)),
             Some(place) if place.position == At::ExamplesTop => lore_examples_top.push(item.text),
             Some(place) if place.position == At::ExamplesBottom => lore_examples_bottom.push(item.text),
-            Some(place) if matches!(place.position, At::AuthorNoteTop | At::AuthorNoteBottom) => {
-                let order = if place.position == At::AuthorNoteTop { 0 } else { 2 };
-                lore_at_depth.push((LorePlace { position: At::AtDepth, depth: AUTHOR_NOTE_DEPTH, role: PromptRole::System }, order, item.text))
-            }
+            Some(place) if place.position == At::AuthorNoteTop => note_top.push(item.text),
+            Some(place) if place.position == At::AuthorNoteBottom => note_bottom.push(item.text),
             _ => lore.push(item.text),
         }
     }
@@ -334,6 +341,44 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         };
         let place = crate::lorebook::LorePlace { position: crate::lorebook::InsertionPosition::AtDepth, depth: note.depth, role };
         lore_at_depth.push((place, 1, resolve(&note.prompt)));
+    }
+    // The Author's Note, with the World Info placed above and below it, goes where the
+    // note says when it is due this message (SillyTavern's default note when the chat
+    // has none: in the chat at depth 4, as the system); when it is not, neither does
+    // that World Info, as SillyTavern holds it back with the note.
+    let default_note = AuthorNote::default();
+    let note = input.author_note.unwrap_or(&default_note);
+    let (mut note_before, mut note_after, mut note_held) = (None, None, None);
+    if note.due(input.user_messages) {
+        let text = resolve(note.text.trim());
+        let parts: Vec<String> = note_top.into_iter().chain((!text.trim().is_empty()).then_some(text)).chain(note_bottom).collect();
+        if !parts.is_empty() {
+            let joined = parts.join("\n");
+            match note.position {
+                NotePosition::InChat => {
+                    let role = match note.role {
+                        NoteRole::System => PromptRole::System,
+                        NoteRole::User => PromptRole::User,
+                        NoteRole::Assistant => PromptRole::Assistant,
+                    };
+                    lore_at_depth.push((LorePlace { position: At::AtDepth, depth: note.depth, role }, 1, joined));
+                }
+                NotePosition::BeforeCharacter => note_before = Some(joined),
+                NotePosition::AfterCharacter => note_after = Some(joined),
+            }
+        }
+    } else {
+        let held = note_top.len() + note_bottom.len();
+        let next = note.next_in(input.user_messages).map(|n| format!("next in {n} message{}", if n == 1 { "" } else { "s" }));
+        note_held = Some(match (held, next) {
+            (0, Some(next)) => format!("author's note not sent with this message (every {} user messages; {next})", note.every),
+            (0, None) => "author's note paused (every 0): not sent".into(),
+            (n, next) => format!(
+                "author's note not sent with this message ({}), nor the {n} World Info entr{} placed with it",
+                next.unwrap_or_else(|| "paused".into()),
+                if n == 1 { "y" } else { "ies" }
+            ),
+        });
     }
     // Depth N puts an entry N messages from the end of the chat as sent, the user's new
     // message (its own block, after the history) being the last: so N - 1 history
@@ -386,6 +431,8 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         history,
         input: input.input.trim().to_string(),
         retry_note: input.retry_note,
+        note_before,
+        note_after,
     };
     let system = templates.render("companion/system.j2", &context)?;
     let user_part = templates.render("companion/packet.j2", &context)?;
@@ -423,6 +470,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
     notes.extend(directive_notes);
     notes.extend(examples_note);
+    notes.extend(note_held);
     Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: input.max_context_tokens, reply_tokens: input.reply_tokens })
 }
 
@@ -505,7 +553,74 @@ mod tests {
             retry_note: None,
             notes: Vec::new(),
             variables: None,
+            author_note: None,
+            user_messages: 1,
         }
+    }
+
+    /// The Author's Note goes where it says, said as its role, only with the user
+    /// messages it is due on; World Info placed with the note goes with it.
+    #[test]
+    fn the_authors_note_goes_where_and_when_it_says() {
+        use crate::lorebook::{InsertionPosition, LorePlace};
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let turn = |seq: u32, u: &str, r: &str| ChatTurn {
+            id: format!("t{seq}"),
+            character_id: c.id.clone(),
+            seq,
+            session: "s".into(),
+            user_text: u.into(),
+            reply: r.into(),
+            at: "2026-11-21T08:00:00Z".into(),
+            user_memory_id: None,
+            reply_memory_id: None,
+            proximity: Proximity::Remote,
+            packet: Packet::default(),
+            hits: Vec::new(),
+            attempts: 1,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            from_cache: false,
+            elapsed_ms: 0,
+            swipes: Vec::new(),
+            swipe: 0,
+            file: None,
+            user_name: None,
+        };
+        let history = [turn(1, "First question.", "First answer."), turn(2, "Second question.", "Second answer.")];
+        let lore = [hit("w1", "NOTE-TOP-LORE", 0.9)];
+        let places: std::collections::BTreeMap<String, LorePlace> =
+            [("w1".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, depth: 0, role: Default::default() })].into();
+        let build = |note: &AuthorNote, user_messages: u32| {
+            let mut i = input(&c, &[], None);
+            i.history = &history;
+            i.lore = &lore;
+            i.lore_places = &places;
+            i.author_note = Some(note);
+            i.user_messages = user_messages;
+            assemble(&templates, &config, i).unwrap()
+        };
+        let note = AuthorNote { text: "Keep {{char}} wary.".into(), depth: 2, every: 2, role: NoteRole::User, position: NotePosition::InChat };
+        // Due on the second user message: two messages from the end, between the last
+        // exchange's question and answer, the lore above the note.
+        let packet = build(&note, 2);
+        let chat = &packet.block("chat_history").unwrap().text;
+        let expected = "[User]: Second question.\n[user note] NOTE-TOP-LORE\nKeep Ilse Marrow wary.\n[Ilse Marrow]: Second answer.";
+        assert!(chat.contains(expected), "{chat}");
+        // Not due on the third: neither the note nor its lore, and the packet says so.
+        let packet = build(&note, 3);
+        assert!(!packet.text().contains("wary") && !packet.text().contains("NOTE-TOP-LORE"), "{}", packet.text());
+        assert!(packet.notes.iter().any(|n| n.contains("author's note not sent") && n.contains("next in 1 message")), "{:?}", packet.notes);
+        // Before or after the character, in the system prompt, in a block of its own.
+        let before = build(&AuthorNote { position: NotePosition::BeforeCharacter, every: 1, ..note.clone() }, 3);
+        let system = &before.messages[0].content;
+        assert!(system.contains("<authors_note>\nNOTE-TOP-LORE\nKeep Ilse Marrow wary.\n</authors_note>\n<assistant_persona>"), "{system}");
+        assert!(before.block("authors_note").is_some() && !before.block("chat_history").unwrap().text.contains("wary"));
+        let after = build(&AuthorNote { position: NotePosition::AfterCharacter, every: 1, ..note.clone() }, 3);
+        let system = &after.messages[0].content;
+        assert!(system.find("</assistant_persona>").unwrap() < system.find("<authors_note>").unwrap(), "{system}");
     }
 
     #[test]
@@ -701,11 +816,9 @@ mod tests {
         // SillyTavern's story string; the examples' own places go around them.
         assert!(at("LORE-AFTER") < at("LORE-EM-TOP") && at("LORE-EM-TOP") < at("<example_dialogue>"), "{text}");
         assert!(at("</example_dialogue>") < at("LORE-EM-BOTTOM"), "{text}");
-        // The author's note's places: at its usual depth, four messages from the end, its
-        // top entries before its bottom ones.
-        assert!(at("question two") < at("[system note] LORE-AN\n") && at("[system note] LORE-AN\n") < at("answer two"), "{text}");
-        assert!(at("[system note] LORE-AN\n") < at("[system note] LORE-AN-BOTTOM"), "{text}");
-        assert!(at("[system note] LORE-AN-BOTTOM") < at("answer two"), "{text}");
+        // The author's note's places, with no note written: where SillyTavern's default
+        // note goes, four messages from the end, its top entries before its bottom ones.
+        assert!(at("question two") < at("[system note] LORE-AN\nLORE-AN-BOTTOM") && at("LORE-AN-BOTTOM") < at("answer two"), "{text}");
     }
 
     #[test]

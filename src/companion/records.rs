@@ -54,7 +54,7 @@ pub fn list(conn: &Connection) -> Result<Vec<ChatCharacter>, StoreError> {
 pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, StoreError> {
     Ok(conn
         .query_row(
-            "SELECT proximity, session, last_chat_at, turns, greeting, persona_id, file_json FROM companion_chats WHERE character_id = ?1",
+            "SELECT proximity, session, last_chat_at, turns, greeting, persona_id, file_json, author_note_json FROM companion_chats WHERE character_id = ?1",
             [character_id],
             |r| {
                 Ok(ChatState {
@@ -65,6 +65,7 @@ pub fn load_state(conn: &Connection, character_id: &str) -> Result<ChatState, St
                     greeting: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
                     persona_id: r.get(5)?,
                     file: r.get::<_, Option<String>>(6)?.and_then(|j| serde_json::from_str(&j).ok()),
+                    author_note: r.get::<_, Option<String>>(7)?.and_then(|j| serde_json::from_str(&j).ok()),
                 })
             },
         )
@@ -166,6 +167,26 @@ pub fn set_greeting(conn: &Connection, character_id: &str, index: u32) -> Result
         params![character_id, index],
     )?;
     Ok(())
+}
+
+fn note_json(note: Option<&super::model::AuthorNote>) -> Option<String> {
+    note.and_then(|n| serde_json::to_string(n).ok())
+}
+
+/// Write (or with `None` remove) the chat's Author's Note.
+pub fn set_author_note(conn: &Connection, character_id: &str, note: Option<&super::model::AuthorNote>) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO companion_chats(character_id, author_note_json) VALUES (?1, ?2) \
+         ON CONFLICT(character_id) DO UPDATE SET author_note_json = excluded.author_note_json",
+        params![character_id, note_json(note)],
+    )?;
+    Ok(())
+}
+
+/// How many user messages the chat holds up to and with the exchange numbered `seq`
+/// (the Author's Note's count).
+pub fn user_messages_through(conn: &Connection, character_id: &str, seq: u32) -> Result<u32, StoreError> {
+    Ok(conn.query_row("SELECT count(*) FROM companion_turns WHERE character_id = ?1 AND seq <= ?2", params![character_id, seq], |r| r.get(0))?)
 }
 
 /// Choose the persona the user plays in this chat (`None`: the configured name).
@@ -342,11 +363,11 @@ pub fn replace_chat(conn: &Connection, character_id: &str, state: &ChatState, tu
         insert_turn(conn, turn)?;
     }
     conn.execute(
-        "INSERT INTO companion_chats(character_id, proximity, session, last_chat_at, turns, greeting, persona_id, file_json) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT id FROM personas WHERE id = ?7), ?8) \
+        "INSERT INTO companion_chats(character_id, proximity, session, last_chat_at, turns, greeting, persona_id, file_json, author_note_json) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT id FROM personas WHERE id = ?7), ?8, ?9) \
          ON CONFLICT(character_id) DO UPDATE SET proximity = excluded.proximity, session = excluded.session, \
          last_chat_at = excluded.last_chat_at, turns = excluded.turns, greeting = excluded.greeting, \
-         persona_id = excluded.persona_id, file_json = excluded.file_json",
+         persona_id = excluded.persona_id, file_json = excluded.file_json, author_note_json = excluded.author_note_json",
         params![
             character_id,
             proximity_str(state.proximity),
@@ -356,6 +377,7 @@ pub fn replace_chat(conn: &Connection, character_id: &str, state: &ChatState, tu
             state.greeting,
             state.persona_id,
             state.file.as_ref().map(|f| f.to_string()),
+            note_json(state.author_note.as_ref()),
         ],
     )?;
     Ok(())

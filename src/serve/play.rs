@@ -449,7 +449,7 @@ async fn relay<W: super::watch::Watched>(
     }
 }
 
-fn character_id(state: &AppState, character: &str) -> Result<crate::character::CharacterRecord, ApiError> {
+pub(super) fn character_id(state: &AppState, character: &str) -> Result<crate::character::CharacterRecord, ApiError> {
     state
         .store()
         .with(|c| crate::character::resolve(c, character))
@@ -487,7 +487,7 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 /// says whose fault the failure was — the request's (400, 404, 409 busy, 413 a message
 /// too long), the provider's (502: it failed or gave no reply worth keeping) or the
 /// server's (500) — whether it was a send, a redraw or an edit.
-fn chat_refusal(answer: Event) -> ApiError {
+pub(super) fn chat_refusal(answer: Event) -> ApiError {
     match answer {
         Event::Companion(CompanionEvent::Failed { message, fault, .. }) => ApiError::new(status_of(fault), message),
         Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::conflict("the reply was cancelled; nothing was saved"),

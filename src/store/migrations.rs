@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0031_companion_variables", include_str!("migrations/0031_companion_variables.sql")),
     ("0032_scene_redo_pending", include_str!("migrations/0032_scene_redo_pending.sql")),
     ("0033_identity_entry_input", include_str!("migrations/0033_identity_entry_input.sql")),
+    ("0034_chat_author_note", include_str!("migrations/0034_chat_author_note.sql")),
 ];
 
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {

@@ -56,6 +56,12 @@ pub struct ChatPanel {
     /// The library's lorebooks, with where each fires for this chat.
     books: Vec<crate::companion::ChatBook>,
     creator_notes: String,
+    /// The chat's Author's Note as stored, how many user messages the chat holds, and
+    /// the note as being edited (taken from the stored one until the user changes it).
+    author_note: Option<crate::companion::model::AuthorNote>,
+    user_messages: u32,
+    note_draft: crate::companion::model::AuthorNote,
+    note_dirty: bool,
     /// The chat's variables (`{{setvar}}`) and the library's globals, as they stand.
     variables: std::collections::BTreeMap<String, String>,
     global_variables: std::collections::BTreeMap<String, String>,
@@ -179,8 +185,16 @@ impl ChatPanel {
                 creator_notes,
                 variables,
                 global_variables,
+                author_note,
+                user_messages,
                 ..
             } if self.is_selected(character_id) => {
+                if !self.note_dirty || self.author_note != *author_note {
+                    self.note_draft = author_note.clone().unwrap_or_default();
+                    self.note_dirty = false;
+                }
+                self.author_note = author_note.clone();
+                self.user_messages = *user_messages;
                 self.variables = variables.clone();
                 self.global_variables = global_variables.clone();
                 self.books = books.clone();
@@ -247,8 +261,8 @@ impl ChatPanel {
                 if imported.saved.is_some() {
                     notice.push_str(" The chat it replaced is saved below.");
                 }
-                if !imported.notes.is_empty() {
-                    notice.push_str(&format!(" {} message(s) kept for export only.", imported.notes.len()));
+                for note in &imported.notes {
+                    notice.push_str(&format!(" {}.", sentence(note)));
                 }
                 self.notice = Some(notice);
                 self.packet = None;
@@ -266,6 +280,10 @@ impl ChatPanel {
                 if action.starts_with("branched") || action.starts_with("opened") {
                     self.notice = Some(format!("Chat {action}."));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: character_id.clone() }));
+                }
+                if action.starts_with("author's note") {
+                    self.note_dirty = false;
+                    self.notice = Some(format!("{}.", sentence(action)));
                 }
                 outbox.push(history(character_id));
                 outbox.push(Command::Companion(CompanionCommand::List));
@@ -596,6 +614,83 @@ impl ChatPanel {
         });
     }
 
+    /// The chat's Author's Note: the user's standing instruction, where it goes and how
+    /// often, saved for this chat only.
+    fn show_author_note(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        use crate::companion::model::{AuthorNote, NotePosition, NoteRole};
+        let Some(character) = self.selected.clone() else { return };
+        let title = match &self.author_note {
+            Some(note) if !note.text.trim().is_empty() => format!("Author's Note ({})", crate::companion::note_summary(note)),
+            _ => "Author's Note (none)".to_string(),
+        };
+        egui::CollapsingHeader::new(title).id_salt("chat_author_note").show(ui, |ui| {
+            let draft = &mut self.note_draft;
+            let before = draft.clone();
+            ui.weak("Your standing instruction for this chat, sent with the prompt; {{char}} and {{user}} are filled in.");
+            ui.add(
+                egui::TextEdit::multiline(&mut draft.text)
+                    .hint_text("e.g. Keep the scene tense; it is raining.")
+                    .desired_rows(3)
+                    .desired_width(f32::INFINITY)
+                    .id_salt("chat_note_text"),
+            )
+            .on_hover_text("Author's Note text");
+            ui.horizontal_wrapped(|ui| {
+                ui.label("Where");
+                egui::ComboBox::from_id_salt("chat_note_position")
+                    .selected_text(match draft.position {
+                        NotePosition::InChat => "in the chat",
+                        NotePosition::BeforeCharacter => "before the character",
+                        NotePosition::AfterCharacter => "after the character",
+                    })
+                    .show_ui(ui, |ui| {
+                        ui.selectable_value(&mut draft.position, NotePosition::InChat, "in the chat");
+                        ui.selectable_value(&mut draft.position, NotePosition::BeforeCharacter, "before the character");
+                        ui.selectable_value(&mut draft.position, NotePosition::AfterCharacter, "after the character");
+                    });
+                let in_chat = draft.position == NotePosition::InChat;
+                ui.add_enabled_ui(in_chat, |ui| {
+                    let label = ui.label("depth");
+                    ui.add(egui::DragValue::new(&mut draft.depth).range(0..=10_000)).labelled_by(label.id).on_hover_text("Messages from the end of the chat");
+                    egui::ComboBox::from_id_salt("chat_note_role")
+                        .selected_text(match draft.role {
+                            NoteRole::System => "as the system",
+                            NoteRole::User => "as the user",
+                            NoteRole::Assistant => "as the assistant",
+                        })
+                        .show_ui(ui, |ui| {
+                            ui.selectable_value(&mut draft.role, NoteRole::System, "as the system");
+                            ui.selectable_value(&mut draft.role, NoteRole::User, "as the user");
+                            ui.selectable_value(&mut draft.role, NoteRole::Assistant, "as the assistant");
+                        });
+                });
+                let label = ui.label("every");
+                ui.add(egui::DragValue::new(&mut draft.every).range(0..=10_000)).labelled_by(label.id).on_hover_text("1: every user message; 0: paused");
+                ui.label(if draft.every == 1 { "user message" } else { "user messages" });
+            });
+            if *draft != before {
+                self.note_dirty = true;
+            }
+            let next = match draft.next_in(self.user_messages) {
+                None => "Paused: not sent.".to_string(),
+                Some(_) if draft.due(self.user_messages + 1) => "Goes with your next message.".to_string(),
+                Some(n) => format!("Next goes with user message {} (the chat has {}).", self.user_messages + n, self.user_messages),
+            };
+            ui.weak(next);
+            ui.horizontal(|ui| {
+                let busy = self.live.is_some();
+                let changed = self.author_note.clone().unwrap_or_default() != self.note_draft;
+                if ui.add_enabled(!busy && changed, egui::Button::new("Save note")).clicked() {
+                    outbox.push(Command::Companion(CompanionCommand::AuthorNote { character: character.clone(), note: Some(self.note_draft.clone()) }));
+                }
+                if ui.add_enabled(!busy && self.author_note.is_some(), egui::Button::new("Remove note")).clicked() {
+                    self.note_draft = AuthorNote::default();
+                    outbox.push(Command::Companion(CompanionCommand::AuthorNote { character: character.clone(), note: None }));
+                }
+            });
+        });
+    }
+
     /// The chats put aside (open one), and SillyTavern chat files in and out.
     fn show_chat_files(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(character) = self.selected.clone() else { return };
@@ -661,6 +756,7 @@ impl ChatPanel {
         self.show_persona(ui, outbox);
         self.show_chat_files(ui, outbox);
         self.show_lorebooks(ui, outbox);
+        self.show_author_note(ui, outbox);
         let name = self
             .selected
             .as_deref()
@@ -863,6 +959,12 @@ fn beside_portrait<R>(
         }
         None => add(ui, outbox),
     }
+}
+
+/// `text` with its first letter capitalised, to stand as a sentence.
+fn sentence(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 fn history(character_id: &str) -> Command {

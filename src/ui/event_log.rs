@@ -30,7 +30,10 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
         E::Token { .. } | E::Characters { .. } | E::History { .. } | E::Idle { .. } | E::Chats { .. } => None,
         E::Imported { imported, .. } => Some((
             LogLevel::Info,
-            format!("chat: imported {} exchange(s), {} message(s) kept for export only", imported.exchanges, imported.notes.len()),
+            match imported.notes.as_slice() {
+                [] => format!("chat: imported {} exchange(s)", imported.exchanges),
+                notes => format!("chat: imported {} exchange(s); {}", imported.exchanges, notes.join("; ")),
+            },
         )),
         E::Exported { path, bytes, .. } => Some((LogLevel::Info, format!("chat: wrote {} ({bytes} bytes)", path.display()))),
         E::TurnStarted { name, attempt, packet, .. } => {

@@ -218,7 +218,7 @@ fn greetings_personas_continue_branches_and_sillytavern_chat_files() {
     assert!(imported["saved"].is_string());
     let notes = imported["notes"].as_array().unwrap();
     assert_eq!(notes.len(), 3, "the narrator's line is carried, and said: {imported}");
-    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("Author's Note is kept for export, not sent")), "{imported}");
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("Author's Note is this chat's: sent in the chat at depth 4")), "{imported}");
     assert!(notes.iter().any(|n| n.as_str().unwrap().contains("Ash, is no persona")), "{imported}");
     let messages = history(&paths);
     assert_eq!(

@@ -811,3 +811,84 @@ fn entries_alike_in_label_and_key_keep_their_own_roles() {
         assert!(text.contains(note), "{note} missing:\n{text}");
     }
 }
+
+/// The chat's Author's Note, set with `chat note`, reaches the model where and as often as
+/// it says (checked in the packet as sent), goes out in the chat file as SillyTavern's
+/// `note_*` keys, comes back in with a SillyTavern chat, and is gone once removed.
+#[test]
+fn the_authors_note_is_sent_where_and_as_often_as_it_says_and_travels_with_the_chat_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Mm, the weather.") } ] });
+    let paths = setup(dir.path(), script, |c| c.companion.user_name = "Tamsin".into());
+    let ok = |args: &[&str]| {
+        let out = cli(&paths, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let sent = |text: &str| -> (String, String, Vec<String>) {
+        let out = ok(&["--json", "chat", "send", "--character", ILSE, text]);
+        let line: serde_json::Value = out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+        let packet = &line["turn"]["packet"];
+        let content = |i: usize| packet["messages"][i]["content"].as_str().unwrap().to_string();
+        let notes = packet["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        (content(0), content(1), notes)
+    };
+    assert!(ok(&["chat", "note", "--character", ILSE]).contains("no author's note"));
+    ok(&["chat", "note", "--character", ILSE, "--text", "Keep {{char}} wary of {{user}}; it is raining.", "--depth", "1", "--role", "user", "--every", "2"]);
+    let shown: serde_json::Value = serde_json::from_str(ok(&["--json", "chat", "note", "--character", ILSE]).trim()).unwrap();
+    assert_eq!(
+        shown["author_note"],
+        json!({ "text": "Keep {{char}} wary of {{user}}; it is raining.", "depth": 1, "every": 2, "role": "user", "position": "in_chat" })
+    );
+    // Every second user message: not the first, the second, not the third.
+    let (system, user, notes) = sent("Good evening.");
+    assert!(!system.contains("raining") && !user.contains("raining"), "{user}");
+    assert!(notes.iter().any(|n| n.contains("author's note not sent")), "{notes:?}");
+    let (_, user, _) = sent("Is the roof holding?");
+    assert!(user.contains("[user note] Keep Ilse Marrow wary of Tamsin; it is raining.\n</chat_history>"), "depth 1, as the user, macros filled:\n{user}");
+    assert!(!sent("And the cellar?").1.contains("raining"));
+    // Before the character, every message: in the system prompt.
+    ok(&["chat", "note", "--character", ILSE, "--position", "before", "--every", "1"]);
+    let (system, user, _) = sent("Still raining?");
+    assert!(system.contains("<authors_note>\nKeep Ilse Marrow wary of Tamsin; it is raining.\n</authors_note>\n<assistant_persona>"), "{system}");
+    assert!(!user.contains("it is raining."), "{user}");
+
+    // Out in the chat file as SillyTavern keeps it, and back in with a chat of theirs.
+    let file = dir.path().join("chat.jsonl");
+    ok(&["chat", "export", "--character", ILSE, "--out", file.to_str().unwrap()]);
+    let header: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&file).unwrap().lines().next().unwrap()).unwrap();
+    let metadata = &header["chat_metadata"];
+    assert_eq!(
+        (&metadata["note_prompt"], &metadata["note_interval"], &metadata["note_depth"], &metadata["note_position"], &metadata["note_role"]),
+        (&json!("Keep {{char}} wary of {{user}}; it is raining."), &json!(1), &json!(1), &json!(2), &json!(1)),
+        "{header}"
+    );
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(
+        &theirs,
+        [
+            json!({ "user_name": "Tamsin", "character_name": ILSE, "create_date": "2026-10-02@21h15m40s",
+                "chat_metadata": { "note_prompt": "Speak softly.", "note_interval": 1, "note_depth": 0, "note_position": 1, "note_role": 2 } }),
+            json!({ "name": ILSE, "is_user": false, "is_system": false, "send_date": "October 2, 2026 9:15pm", "mes": "Evening.", "extra": {} }),
+            json!({ "name": "Tamsin", "is_user": true, "is_system": false, "send_date": "October 2, 2026 9:16pm", "mes": "Hello.", "extra": {} }),
+            json!({ "name": ILSE, "is_user": false, "is_system": false, "send_date": "October 2, 2026 9:16pm", "mes": "Hush now.", "extra": {} }),
+        ]
+        .map(|l| l.to_string())
+        .join("\n"),
+    )
+    .unwrap();
+    let imported = ok(&["chat", "import", theirs.to_str().unwrap(), "--character", ILSE]);
+    assert!(imported.contains("Author's Note is this chat's"), "{imported}");
+    let (_, user, _) = sent("Why whisper?");
+    assert!(user.contains("[assistant note] Speak softly.\n</chat_history>"), "depth 0, as the assistant:\n{user}");
+    // Removed: not sent, and not in the next export either.
+    ok(&["chat", "note", "--character", ILSE, "--clear"]);
+    assert!(!sent("Can I speak up?").1.contains("Speak softly"));
+    ok(&["chat", "export", "--character", ILSE, "--out", file.to_str().unwrap()]);
+    let header: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&file).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(header["chat_metadata"]["note_prompt"], "", "{header}");
+    // A bad value is refused and changes nothing.
+    let refused = cli(&paths, &["chat", "note", "--character", ILSE, "--text", "x", "--depth", "99999"]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("depth may be at most"), "{refused:?}");
+    assert!(ok(&["chat", "note", "--character", ILSE]).contains("no author's note"));
+}

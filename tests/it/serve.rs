@@ -1620,3 +1620,40 @@ fn a_front_end_sets_up_a_campaign_cast_persona_lorebooks_state_and_a_characters_
     let (status, _) = author_call(&agent, "post", &format!("{base}/api/scene/nowhere/character/Wren%20Talloway/state"), Some(json!({ "mood": "x" })));
     assert_eq!(status, 404);
 }
+
+/// A chat's Author's Note over HTTP: written whole with `PUT`, read back, sent with the
+/// next message where it says, refused with the field named when wrong, removed with
+/// `DELETE` — the command `chat note` sends.
+#[test]
+fn a_chats_authors_note_is_written_read_and_removed_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let url = format!("{base}/api/chat/ilse/note");
+    let (status, none) = send_as(&agent, "get", &url, None);
+    assert_eq!((status, &none["author_note"], &none["sent_with_next_message"]), (200, &Value::Null, &json!(true)), "{none}");
+    let note = json!({ "text": "{{char}} hums while she works.", "depth": 0, "every": 2, "role": "system" });
+    let (status, kept) = send_as(&agent, "put", &url, Some(&note.to_string()));
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(kept["author_note"], json!({ "text": "{{char}} hums while she works.", "depth": 0, "every": 2, "role": "system", "position": "in_chat" }));
+    assert_eq!((&kept["user_messages"], &kept["sent_with_next_message"]), (&json!(0), &json!(false)), "every 2: not the first message");
+    let send = |text: &str| {
+        let (status, turn) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(&json!({ "text": text }).to_string()), None);
+        assert_eq!(status, 200, "{turn}");
+        turn["packet"]["messages"][1]["content"].as_str().unwrap_or_else(|| panic!("{turn}")).to_string()
+    };
+    assert!(!send("Is the kettle on?").contains("hums"));
+    assert!(send("Did the ferry come?").contains("[system note] Ilse Marrow hums while she works.\n</chat_history>"));
+    for (bad, field) in [(json!({ "text": "x", "role": "narrator" }), "role"), (json!({ "text": "x", "positon": "before" }), "positon"), (json!({ "depth": 2 }), "text")] {
+        let (status, refused) = send_as(&agent, "put", &url, Some(&bad.to_string()));
+        assert_eq!(status, 400, "{refused}");
+        assert!(refused["detail"].as_str().unwrap().contains(field), "{refused}");
+    }
+    let (status, gone) = send_as(&agent, "delete", &url, None);
+    assert_eq!((status, &gone["author_note"]), (200, &Value::Null), "{gone}");
+    assert!(!send("And now?").contains("hums"));
+    let (status, missing) = send_as(&agent, "get", &format!("{base}/api/chat/nobody/note"), None);
+    assert_eq!(status, 404, "{missing}");
+}

@@ -6,6 +6,7 @@
 //! refused while a turn for that character runs.
 
 use super::{Accepted, Agent, Draw, TurnDraft, draw, prepare};
+use crate::companion::model::AuthorNote;
 use crate::companion::records::{self, CharacterInfo, ChatTurn};
 use crate::companion::{CompanionError, turn_job};
 use crate::context::Context;
@@ -311,6 +312,32 @@ pub fn use_persona(ctx: &Context, character: &CharacterInfo, persona: Option<&st
         records::set_persona(tx, &character.id, found.as_ref().map(|p| p.id.as_str()))?;
         Ok(found)
     })?)
+}
+
+/// The longest Author's Note kept, in characters, and its deepest place (SillyTavern's
+/// injection depth limit).
+const MAX_NOTE_CHARS: usize = 20_000;
+const MAX_NOTE_DEPTH: u32 = 10_000;
+
+/// Write this chat's Author's Note from the next message on (`None`, or a note with no
+/// text left at SillyTavern's defaults: remove it). Returns the note as kept.
+pub fn set_author_note(ctx: &Context, character: &CharacterInfo, note: Option<AuthorNote>) -> Result<Option<AuthorNote>, CompanionError> {
+    let note = note.map(|mut n| {
+        n.text = n.text.trim().to_string();
+        n
+    });
+    if let Some(n) = &note {
+        if n.text.chars().count() > MAX_NOTE_CHARS {
+            return Err(CompanionError::Invalid(format!("an author's note may be at most {MAX_NOTE_CHARS} characters; this one has {}", n.text.chars().count())));
+        }
+        if n.depth > MAX_NOTE_DEPTH {
+            return Err(CompanionError::Invalid(format!("an author's note's depth may be at most {MAX_NOTE_DEPTH}, not {}", n.depth)));
+        }
+    }
+    let note = note.filter(|n| *n != AuthorNote::default());
+    let _job = hold(ctx, character)?;
+    ctx.store.with(|c| records::set_author_note(c, &character.id, note.as_ref()))?;
+    Ok(note)
 }
 
 /// Change the text of any message, the user's or the character's.

@@ -174,6 +174,8 @@ fn draw(
             retry_note: retry_note.as_deref(),
             notes: prepared.notes.clone(),
             variables: Some(&variables),
+            author_note: prepared.state.author_note.as_ref(),
+            user_messages: prepared.user_messages,
         },
     )?;
     let variables = variables.into_inner();

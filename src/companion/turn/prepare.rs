@@ -29,6 +29,8 @@ pub struct Prepared {
     pub lore_state: crate::lorebook::activation::ActivationState,
     /// This message's number in the chat (the lore timers' and variables' count).
     pub message_number: u64,
+    /// How many user messages the chat holds with this one (the Author's Note's count).
+    pub user_messages: u32,
     /// The chat variables as they stood before this message (with what the message's
     /// own macros set): each draw's macros start from them, and the accepted draw's are
     /// stored with the exchange.
@@ -154,7 +156,7 @@ pub fn prepare(
     redo: Option<&ChatTurn>,
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
-    let (state, user, recent, message_number, mut lore_state, mut variables) = ctx.store.with(|c| {
+    let (state, user, recent, message_number, user_messages, mut lore_state, mut variables) = ctx.store.with(|c| {
         let state = records::load_state(c, &character.id)?;
         let user = records::chat_user(c, &state, &config.user_name)?;
         let recent = records::recent_turns(c, &character.id, config.history_turns, false)?;
@@ -165,7 +167,11 @@ pub fn prepare(
         let number = crate::companion::lore::message_number(seq);
         let lore_state = crate::companion::lore::load_state(c, &character.id, number)?;
         let variables = crate::companion::variables::for_message(c, &character.id, number)?;
-        Ok((state, user, recent, number, lore_state, variables))
+        let user_messages = match redo {
+            Some(turn) => records::user_messages_through(c, &character.id, turn.seq)?,
+            None => records::user_messages_through(c, &character.id, u32::MAX)? + 1,
+        };
+        Ok((state, user, recent, number, user_messages, lore_state, variables))
     })?;
     // A new message's macros are filled once, as it is sent (a redrawn one was filled
     // when it was first sent): what it says is what is searched, stored and shown.
@@ -275,6 +281,7 @@ pub fn prepare(
         notes,
         lore_state,
         message_number,
+        user_messages,
         variables,
         input: text.to_string(),
     })
