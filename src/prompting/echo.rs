@@ -66,6 +66,15 @@ impl CopyGuard {
         best.map(|(s, e)| w[s..e].join(" "))
     }
 
+    /// Why `reply` is nothing but a copy — a run taken from these texts makes up at
+    /// least four fifths of its words — or `None`. For texts a reply may quote (the
+    /// user's own message: "'Before dawn?' she repeats.") but not merely parrot.
+    pub fn only_copy(&self, reply: &str) -> Option<String> {
+        let run = self.copied(reply)?;
+        let (copied, all) = (run.split(' ').count(), words(reply).len());
+        (copied * 5 >= all * 4).then(|| format!("it only repeated {copied} words of the message it answers"))
+    }
+
     /// Why `reply` is a copy, for a discarded draw's reason, or `None`.
     pub fn reason(&self, reply: &str) -> Option<String> {
         self.copied(reply).map(|run| {

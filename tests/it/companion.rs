@@ -892,3 +892,26 @@ fn the_authors_note_is_sent_where_and_as_often_as_it_says_and_travels_with_the_c
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("depth may be at most"), "{refused:?}");
     assert!(ok(&["chat", "note", "--character", ILSE]).contains("no author's note"));
 }
+
+/// A reply may quote the user's own question back, as characters do; only a reply that
+/// does nothing but repeat it is drawn again. (Quoting eight words of it threw the reply
+/// away as "copied from its prompt", three draws in a row, and the turn was lost.)
+#[test]
+fn a_reply_may_quote_the_users_question_but_not_only_parrot_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let question = "Do you think the storm will reach the ship before dawn tomorrow?";
+    let script = json!({ "rules": [
+        { "when": { "user_contains": "before dawn tomorrow?\n</user_input>" },
+          "reply": reply(&format!("[Ilse Marrow]: *She blinks.* \"{question}\" Is that really what you came up three flights of stairs to ask me? Sit, the kettle is on.")) },
+        { "when": { "user_contains": "the harbour wall hold through the whole winter?\n</user_input>" },
+          "reply": reply("[Ilse Marrow]: Will the harbour wall hold through the whole winter?") }
+    ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    let turn = committed(&send(&engine, question, None));
+    assert!(turn.reply.contains("Is that really what you came up"), "{}", turn.reply);
+    let parrot = send(&engine, "Will the harbour wall hold through the whole winter?", None);
+    let discarded: Vec<&String> = parrot.iter().filter_map(|e| if let CompanionEvent::Discarded { reason, .. } = e { Some(reason) } else { None }).collect();
+    assert!(!discarded.is_empty() && discarded.iter().all(|r| r.contains("only repeated")), "{parrot:#?}");
+    assert!(matches!(parrot.last(), Some(CompanionEvent::Failed { .. })), "{parrot:#?}");
+}

@@ -82,8 +82,9 @@ impl LabelStripper {
 /// Judge a finished reply: the cleaned text, or why it is thrown away. `copies` holds
 /// the packet's text: a reply that repeats eight words of it in a row (the card's
 /// example dialogue, its description, an earlier line) is the model with nothing of its
-/// own to say, and is drawn again.
-pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard) -> Result<String, String> {
+/// own to say, and is drawn again. `input` holds the user's message, which a reply may
+/// quote (characters echo a question back) but not merely repeat.
+pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard, input: &CopyGuard) -> Result<String, String> {
     if completion.finish_reason.as_deref() == Some("length") {
         return Err("it was cut off at the token limit".into());
     }
@@ -111,7 +112,7 @@ pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard
     if tags.into_iter().any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>"))) {
         return Err("it repeated the prompt's markup".into());
     }
-    if let Some(reason) = copies.reason(text) {
+    if let Some(reason) = copies.reason(text).or_else(|| input.only_copy(text)) {
         return Err(reason);
     }
     Ok(text.to_string())
@@ -133,8 +134,8 @@ mod tests {
             from_cache: false,
             elapsed_ms: 0,
         };
-        assert_eq!(judge(&done("[Corvin Ashdale]: [Corvin Ashdale]:"), "Corvin Ashdale", "Sam", &copies), Err("it was empty".into()));
-        assert_eq!(judge(&done("[Corvin Ashdale]: Corvin Ashdale: Aye."), "Corvin Ashdale", "Sam", &copies), Ok("Aye.".into()));
+        assert_eq!(judge(&done("[Corvin Ashdale]: [Corvin Ashdale]:"), "Corvin Ashdale", "Sam", &copies, &CopyGuard::default()), Err("it was empty".into()));
+        assert_eq!(judge(&done("[Corvin Ashdale]: Corvin Ashdale: Aye."), "Corvin Ashdale", "Sam", &copies, &CopyGuard::default()), Ok("Aye.".into()));
     }
 
     /// The card's example dialogue, as the packet carries it.
@@ -169,7 +170,7 @@ mod tests {
         ];
         let shown: Vec<String> = cases
             .iter()
-            .map(|(text, finish)| match judge(&reply(text, finish), "Ilse Marrow", "Juno", &card()) {
+            .map(|(text, finish)| match judge(&reply(text, finish), "Ilse Marrow", "Juno", &card(), &CopyGuard::default()) {
                 Ok(kept) => format!("{text:?} -> kept {kept:?}"),
                 Err(why) => format!("{text:?} -> discarded: {why}"),
             })
@@ -187,7 +188,7 @@ mod tests {
 
     #[test]
     fn judging_replies() {
-        let ok = |t: &str| judge(&reply(t, "stop"), "Ilse Marrow", "Juno", &card());
+        let ok = |t: &str| judge(&reply(t, "stop"), "Ilse Marrow", "Juno", &card(), &CopyGuard::default());
         assert_eq!(ok("[Ilse Marrow]: Morning. The kettle's on.").unwrap(), "Morning. The kettle's on.");
         assert_eq!(ok("ilse marrow: Hm.").unwrap(), "Hm.");
         assert_eq!(ok("  Plain words.  ").unwrap(), "Plain words.");
@@ -195,7 +196,7 @@ mod tests {
         assert!(ok("").unwrap_err().contains("empty"));
         assert!(ok("[User]: I agree with myself.").unwrap_err().contains("spoke for Juno"));
         assert!(ok("Sure.\nJuno: and then I said...").unwrap_err().contains("spoke for Juno"));
-        assert!(judge(&reply("A long story that", "length"), "Ilse", "U", &card()).unwrap_err().contains("cut off"));
+        assert!(judge(&reply("A long story that", "length"), "Ilse", "U", &card(), &CopyGuard::default()).unwrap_err().contains("cut off"));
         // A name that merely starts the same way is not a label.
         assert_eq!(ok("Userland is far.").unwrap(), "Userland is far.");
         assert!(ok("<temporal_data>\nCurrent date: today").unwrap_err().contains("markup"));

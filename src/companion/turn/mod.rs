@@ -225,14 +225,21 @@ fn draw(
     // What the reply must not recite: the packet as sent, less the earlier turns and
     // the memories recalled from them (a character may repeat itself or what it was
     // told, as people do when they remember; it may not read out its card, its example
-    // dialogue or its instructions), plus the greeting it opened with.
-    let said: Vec<&str> =
-        ["chat_history", "memory_bank"].iter().filter_map(|b| packet.block(b)).map(|b| b.text.as_str()).filter(|t| !t.is_empty()).collect();
+    // dialogue or its instructions), plus the greeting it opened with. The user's new
+    // message may be quoted back ("'Before dawn?' she repeats."), not only parroted.
+    let said: Vec<&str> = ["chat_history", "memory_bank", "user_input"]
+        .iter()
+        .filter_map(|b| packet.block(b))
+        .map(|b| b.text.as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
     let sent: Vec<String> = packet.messages.iter().map(|m| said.iter().fold(m.content.clone(), |content, block| content.replace(block, ""))).collect();
     let greeting = opening.get(chosen as usize).cloned().unwrap_or_default();
     let copies = CopyGuard::new(sent.iter().map(String::as_str).chain([greeting.as_str()]));
-    let result =
-        agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user, &copies).is_ok());
+    let echoes = CopyGuard::new([draft.text]);
+    let result = agent
+        .client
+        .complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user, &copies, &echoes).is_ok());
     if let Some(rest) = stripper.lock().unwrap_or_else(|p| p.into_inner()).finish() {
         ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text: rest });
     }
@@ -249,7 +256,7 @@ fn draw(
     if cancel.is_cancelled() {
         return Err(LlmError::Cancelled.into());
     }
-    Ok(match judge(&completion, name, user, &copies) {
+    Ok(match judge(&completion, name, user, &copies, &echoes) {
         Ok(reply) => Draw::Accepted(Accepted { reply, packet, attempt, completion, variables }),
         Err(reason) => Draw::Discarded(reason),
     })
