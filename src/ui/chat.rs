@@ -627,6 +627,7 @@ impl ChatPanel {
             let draft = &mut self.note_draft;
             let before = draft.clone();
             ui.weak("Your standing instruction for this chat, sent with the prompt; {{char}} and {{user}} are filled in.");
+            let label = ui.label("Note text");
             ui.add(
                 egui::TextEdit::multiline(&mut draft.text)
                     .hint_text("e.g. Keep the scene tense; it is raining.")
@@ -634,9 +635,9 @@ impl ChatPanel {
                     .desired_width(f32::INFINITY)
                     .id_salt("chat_note_text"),
             )
-            .on_hover_text("Author's Note text");
+            .labelled_by(label.id);
             ui.horizontal_wrapped(|ui| {
-                ui.label("Where");
+                let where_label = ui.label("Where");
                 egui::ComboBox::from_id_salt("chat_note_position")
                     .selected_text(match draft.position {
                         NotePosition::InChat => "in the chat",
@@ -647,11 +648,14 @@ impl ChatPanel {
                         ui.selectable_value(&mut draft.position, NotePosition::InChat, "in the chat");
                         ui.selectable_value(&mut draft.position, NotePosition::BeforeCharacter, "before the character");
                         ui.selectable_value(&mut draft.position, NotePosition::AfterCharacter, "after the character");
-                    });
+                    })
+                    .response
+                    .labelled_by(where_label.id);
                 let in_chat = draft.position == NotePosition::InChat;
                 ui.add_enabled_ui(in_chat, |ui| {
                     let label = ui.label("depth");
                     ui.add(egui::DragValue::new(&mut draft.depth).range(0..=10_000)).labelled_by(label.id).on_hover_text("Messages from the end of the chat");
+                    let role_label = ui.label("said");
                     egui::ComboBox::from_id_salt("chat_note_role")
                         .selected_text(match draft.role {
                             NoteRole::System => "as the system",
@@ -662,7 +666,9 @@ impl ChatPanel {
                             ui.selectable_value(&mut draft.role, NoteRole::System, "as the system");
                             ui.selectable_value(&mut draft.role, NoteRole::User, "as the user");
                             ui.selectable_value(&mut draft.role, NoteRole::Assistant, "as the assistant");
-                        });
+                        })
+                        .response
+                        .labelled_by(role_label.id);
                 });
                 let label = ui.label("every");
                 ui.add(egui::DragValue::new(&mut draft.every).range(0..=10_000)).labelled_by(label.id).on_hover_text("1: every user message; 0: paused");

@@ -1545,3 +1545,52 @@ fn a_run_another_process_works_on_is_followed_and_does_not_hold_the_window_open(
         app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
     });
 }
+
+/// The chat's Author's Note is written, saved and removed in the chat panel, and the
+/// section's title says where and how often it goes.
+#[test]
+fn an_authors_note_is_written_and_removed_in_the_chat_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    let store = engine.context().store.clone();
+    let stored = move || -> Option<String> {
+        store
+            .with(|c| Ok(c.query_row("SELECT author_note_json FROM companion_chats LIMIT 1", [], |r| r.get::<_, Option<String>>(0)).ok().flatten()))
+            .expect("read the note")
+    };
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    step_until_shown(&mut harness, "Author's Note (none)");
+    harness.get_by_label("Author's Note (none)").click();
+    harness.run();
+    text_field(&harness, "Note text").click();
+    harness.run();
+    text_field(&harness, "Note text").type_text("Keep {{char}} wary; it is raining.");
+    harness.run();
+    step_until_shown(&mut harness, "Save note");
+    harness.get_by_label("Save note").click();
+    let start = Instant::now();
+    while harness.query_by_label_contains("Author's Note (in the chat at depth 4, as the system, every user message)").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(20), "the note's title never said where it goes");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    let kept: serde_json::Value = serde_json::from_str(&stored().expect("a note is stored")).unwrap();
+    assert_eq!(kept["text"], "Keep {{char}} wary; it is raining.");
+    harness.run();
+    assert!(harness.query_by_label_contains("Goes with your next message").is_some());
+    step_until_shown(&mut harness, "Remove note");
+    harness.get_by_label("Remove note").click();
+    let start = Instant::now();
+    while harness.query_by_label("Author's Note (none)").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(20), "the note was not removed");
+        std::thread::sleep(Duration::from_millis(10));
+        harness.step();
+    }
+    assert_eq!(stored(), None);
+}
