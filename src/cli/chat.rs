@@ -515,8 +515,14 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
 
 fn print_history(user: &str, name: &str, turns: &[ChatTurn]) -> Result<()> {
     for t in turns {
+        for m in t.carried_before() {
+            outln!("[{}] {}: {}  (from the chat file)", t.at, m.speaker(t, user, name), m.text);
+        }
         outln!("[{}] {}: {}", t.at, t.user_or(user), t.user_text);
         outln!("[{}] {name}: {}", t.at, t.reply);
+        for m in t.carried() {
+            outln!("[{}] {}: {}  (from the chat file)", t.at, m.speaker(t, user, name), m.text);
+        }
     }
     Ok(())
 }

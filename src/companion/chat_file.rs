@@ -6,10 +6,11 @@
 //! A Lorekeeper chat is a list of exchanges (the user's message, the character's reply),
 //! so a file maps onto it like this: each user message followed by a character message
 //! is an exchange; the messages before the first user message open the chat (the
-//! greeting); anything else (a system message, a second user message in a row, a second
-//! character message in a row) is carried with the exchange before it — kept for the
-//! export, not part of the conversation the model reads, and named in the import's
-//! notes. Every message object is kept as it was read, so a file that is imported and
+//! greeting); anything else (a hidden system message, a second user message in a row, a
+//! second character message in a row) is carried with the exchange before it and named
+//! in the import's notes: hidden messages are kept for the export only, as SillyTavern
+//! hides them from the model; the others are read as part of the conversation
+//! (`ChatTurn::carried`), though not edited or swiped here. Every message object is kept as it was read, so a file that is imported and
 //! exported again comes back with the same objects: only the fields Lorekeeper changed
 //! (`mes`, `swipes`, `swipe_id`) are written anew.
 //!
@@ -73,15 +74,16 @@ pub fn parse(text: &str) -> Result<ChatFile, ChatFileError> {
     let mut pending_user: Option<(usize, Map<String, Value>)> = None;
     let mut exchanges: Vec<FileExchange> = Vec::new();
     let mut seen_first = false;
-    // Messages that are not part of an exchange go after the last exchange (or into
-    // the opening before there is one).
-    let carry = |exchanges: &mut Vec<FileExchange>, opening: &mut Vec<Value>, object: Value| match exchanges.last_mut() {
+    // Messages that are not part of an exchange go after the last exchange, or before
+    // the first one while there is none (into the opening if none ever comes).
+    let mut before_first: Vec<Value> = Vec::new();
+    let carry = |exchanges: &mut Vec<FileExchange>, before_first: &mut Vec<Value>, object: Value| match exchanges.last_mut() {
         Some(last) => {
             if let Some(after) = last.raw.get_mut("after").and_then(Value::as_array_mut) {
                 after.push(object);
             }
         }
-        None => opening.push(object),
+        None => before_first.push(object),
     };
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
@@ -116,36 +118,45 @@ pub fn parse(text: &str) -> Result<ChatFile, ChatFileError> {
         match kind {
             Kind::User => {
                 if let Some((line, orphan)) = pending_user.take() {
-                    file.notes.push(format!("line {line}: a user message with no reply is kept for export, not sent to the model"));
-                    carry(&mut exchanges, &mut opening, Value::Object(orphan));
+                    file.notes.push(format!("line {line}: a user message with no reply of its own is kept after the exchange before it (sent to the model as part of the chat; it cannot be edited or swiped here)"));
+                    carry(&mut exchanges, &mut before_first, Value::Object(orphan));
                 }
                 pending_user = Some((number, object));
             }
             Kind::Character => match pending_user.take() {
-                Some((_, user)) => exchanges.push(exchange(user, object)),
-                None if exchanges.is_empty() && !opening.iter().any(is_character) => {
+                Some((_, user)) => {
+                    let mut made = exchange(user, object);
+                    if exchanges.is_empty() && !before_first.is_empty() {
+                        made.raw["before"] = Value::Array(std::mem::take(&mut before_first));
+                    }
+                    exchanges.push(made);
+                }
+                None if exchanges.is_empty() && !opening.iter().chain(&before_first).any(is_character) => {
                     file.greeting = object.get("mes").and_then(Value::as_str).map(str::to_string);
+                    // What came before the greeting stays before it.
+                    opening.append(&mut before_first);
                     opening.push(Value::Object(object));
                 }
                 None => {
-                    file.notes.push(format!("line {number}: a second character message in a row is kept for export, not sent to the model"));
-                    carry(&mut exchanges, &mut opening, Value::Object(object));
+                    file.notes.push(format!("line {number}: a second character message in a row is kept after the exchange before it (sent to the model as part of the chat; it cannot be edited or swiped here)"));
+                    carry(&mut exchanges, &mut before_first, Value::Object(object));
                 }
             },
             Kind::System => {
                 if let Some((line, orphan)) = pending_user.take() {
-                    file.notes.push(format!("line {line}: a user message with no reply is kept for export, not sent to the model"));
-                    carry(&mut exchanges, &mut opening, Value::Object(orphan));
+                    file.notes.push(format!("line {line}: a user message with no reply of its own is kept after the exchange before it (sent to the model as part of the chat; it cannot be edited or swiped here)"));
+                    carry(&mut exchanges, &mut before_first, Value::Object(orphan));
                 }
-                file.notes.push(format!("line {number}: a system message is kept for export, not sent to the model"));
-                carry(&mut exchanges, &mut opening, Value::Object(object));
+                file.notes.push(format!("line {number}: a hidden (system) message is kept for export, not sent to the model, as SillyTavern hides it"));
+                carry(&mut exchanges, &mut before_first, Value::Object(object));
             }
         }
     }
     if let Some((line, orphan)) = pending_user.take() {
-        file.notes.push(format!("line {line}: the last user message has no reply; it is kept for export, not sent to the model"));
-        carry(&mut exchanges, &mut opening, Value::Object(orphan));
+        file.notes.push(format!("line {line}: the last user message has no reply; it is kept after the last exchange (sent to the model as part of the chat)"));
+        carry(&mut exchanges, &mut before_first, Value::Object(orphan));
     }
+    opening.append(&mut before_first);
     if header.is_null() && opening.is_empty() && exchanges.is_empty() {
         return Err(ChatFileError { line: 0, message: "the file holds no chat".into() });
     }
@@ -307,6 +318,9 @@ pub fn render(chat: &ExportChat<'_>) -> String {
     }
     for e in &chat.exchanges {
         let stored = |key: &str| e.raw.and_then(|r| r.get(key)).filter(|v| v.is_object()).cloned();
+        if let Some(before) = e.raw.and_then(|r| r.get("before")).and_then(Value::as_array) {
+            lines.extend(before.iter().cloned());
+        }
         let mut user = stored("user")
             .unwrap_or_else(|| json!({ "name": e.user_name.unwrap_or(chat.user_name), "is_user": true, "is_system": false, "send_date": e.at, "mes": "", "extra": {} }));
         user["mes"] = Value::String(e.user_text.to_string());
@@ -360,8 +374,44 @@ mod tests {
         assert_eq!(file.exchanges[0].at.as_deref(), Some("2026-11-20T18:03:00Z"));
         assert_eq!(second.at.as_deref(), Some("2026-11-20T18:04:00Z"));
         assert_eq!(file.notes.len(), 2, "{:?}", file.notes);
-        assert!(file.notes[0].starts_with("line 7: a system message"), "{:?}", file.notes);
+        assert!(file.notes[0].starts_with("line 7: a hidden (system) message"), "{:?}", file.notes);
         assert!(file.notes[1].starts_with("line 8: the last user message has no reply"), "{:?}", file.notes);
+    }
+
+    /// Messages in a row before the first exchange go with it, before it; what came
+    /// before the greeting stays before it; the file round-trips in its order.
+    #[test]
+    fn messages_before_the_first_exchange_keep_their_place() {
+        let m = |name: &str, user: bool, system: bool, mes: &str| {
+            json!({ "name": name, "is_user": user, "is_system": system, "send_date": "", "mes": mes, "extra": {} }).to_string()
+        };
+        let text = [
+            json!({ "user_name": "Ash", "character_name": "Maren", "chat_metadata": {} }).to_string(),
+            m("System", false, true, "HIDDEN"),
+            m("Maren", false, false, "GREETING"),
+            m("Ash", true, false, "FIRST"),
+            m("Ash", true, false, "SECOND"),
+            m("Maren", false, false, "REPLY"),
+        ]
+        .join("\n")
+            + "\n";
+        let file = parse(&text).unwrap();
+        assert_eq!(file.greeting.as_deref(), Some("GREETING"));
+        let opening: Vec<&str> = file.raw["opening"].as_array().unwrap().iter().map(|o| o["mes"].as_str().unwrap()).collect();
+        assert_eq!(opening, ["HIDDEN", "GREETING"]);
+        assert_eq!((file.exchanges[0].user_text.as_str(), file.exchanges[0].raw["before"][0]["mes"].as_str()), ("SECOND", Some("FIRST")));
+        let e = &file.exchanges[0];
+        let out = render(&ExportChat {
+            user_name: "Ash",
+            character_name: "Maren",
+            raw: Some(&file.raw),
+            greeting: None,
+            created: "",
+            exchanges: vec![ExportExchange { user_text: &e.user_text, user_name: None, reply: &e.reply, swipes: &e.swipes, swipe: e.swipe, at: "", raw: Some(&e.raw) }],
+            variables: &Default::default(),
+            author_note: None,
+        });
+        assert_eq!(out, text);
     }
 
     #[test]

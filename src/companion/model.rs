@@ -295,6 +295,55 @@ impl ChatTurn {
     pub fn user_or<'a>(&'a self, persona: &'a str) -> &'a str {
         self.user_name.as_deref().filter(|n| !n.trim().is_empty()).unwrap_or(persona)
     }
+
+    /// The messages an imported chat file had after this exchange that make no exchange
+    /// of their own — a second message in a row from the user or a character, a last
+    /// message with no reply — as (name, is the user's, text). They are part of the
+    /// conversation the model reads, as in SillyTavern; hidden (`is_system`) messages
+    /// are not.
+    pub fn carried(&self) -> Vec<CarriedMessage> {
+        self.carried_in("after")
+    }
+
+    /// Such messages before the first exchange of an imported chat (after its greeting).
+    pub fn carried_before(&self) -> Vec<CarriedMessage> {
+        self.carried_in("before")
+    }
+
+    fn carried_in(&self, key: &str) -> Vec<CarriedMessage> {
+        let Some(after) = self.file.as_ref().and_then(|f| f.get(key)).and_then(serde_json::Value::as_array) else { return Vec::new() };
+        after
+            .iter()
+            .filter_map(serde_json::Value::as_object)
+            .filter(|o| !o.get("is_system").and_then(serde_json::Value::as_bool).unwrap_or(false))
+            .filter_map(|o| {
+                let text = o.get("mes")?.as_str()?.trim();
+                let name = o.get("name").and_then(serde_json::Value::as_str).map(str::trim).unwrap_or("").to_string();
+                let user = o.get("is_user").and_then(serde_json::Value::as_bool).unwrap_or(false);
+                (!text.is_empty()).then(|| CarriedMessage { name, user, text: text.to_string() })
+            })
+            .collect()
+    }
+}
+
+impl CarriedMessage {
+    /// Who said it: the name the file gives, else the exchange's user or `character`.
+    pub fn speaker<'a>(&'a self, turn: &'a ChatTurn, user: &'a str, character: &'a str) -> &'a str {
+        match (self.name.is_empty(), self.user) {
+            (false, _) => &self.name,
+            (true, true) => turn.user_or(user),
+            (true, false) => character,
+        }
+    }
+}
+
+/// A chat file's message carried with an exchange (see [`ChatTurn::carried`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CarriedMessage {
+    /// As the file names the speaker (empty when it does not).
+    pub name: String,
+    pub user: bool,
+    pub text: String,
 }
 
 #[cfg(test)]

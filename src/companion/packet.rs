@@ -276,7 +276,13 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         .map(|g| ("greeting".to_string(), vec![format!("[{name}]: {g}")]))
         .into_iter()
         .chain(input.history.iter().map(|t| {
-            (t.id.clone(), vec![format!("[{}]: {}", t.user_or(user), t.user_text.trim()), format!("[{name}]: {}", t.reply.trim())])
+            // An imported chat's messages that came in a row go around their exchange, as said.
+            let said = |m: &super::model::CarriedMessage| format!("[{}]: {}", m.speaker(t, user, name), m.text);
+            let mut lines: Vec<String> = t.carried_before().iter().map(said).collect();
+            lines.push(format!("[{}]: {}", t.user_or(user), t.user_text.trim()));
+            lines.push(format!("[{name}]: {}", t.reply.trim()));
+            lines.extend(t.carried().iter().map(said));
+            (t.id.clone(), lines)
         }))
         .collect();
     let mut history_items: Vec<BudgetItem> =

@@ -392,6 +392,7 @@ impl ChatPanel {
         let last = self.turns.len().saturating_sub(1);
         let character = self.selected.clone().unwrap_or_default();
         for (i, t) in self.turns.iter().enumerate() {
+            carried_lines(ui, t, &t.carried_before(), user, name);
             for (message, speaker, text, strong) in
                 [(format!("{}-u", t.id), t.user_or(user).to_string(), &t.user_text, true), (format!("{}-r", t.id), name.to_string(), &t.reply, false)]
             {
@@ -447,6 +448,7 @@ impl ChatPanel {
                     }
                 }));
             }
+            carried_lines(ui, t, &t.carried(), user, name);
             if i == last && !busy {
                 ui.horizontal(|ui| {
                     if ui.small_button("Regenerate").on_hover_text("Draw this reply again; every draw is kept").clicked() {
@@ -964,6 +966,14 @@ fn beside_portrait<R>(
             .inner
         }
         None => add(ui, outbox),
+    }
+}
+
+/// An imported chat's messages that came in a row: read by the model, shown, not edited here.
+fn carried_lines(ui: &mut egui::Ui, turn: &ChatTurn, carried: &[crate::companion::model::CarriedMessage], user: &str, name: &str) {
+    for m in carried {
+        ui.label(RichText::new(format!("{}: {}", super::short(m.speaker(turn, user, name)), m.text)).weak())
+            .on_hover_text("From the imported chat file: sent to the model with the chat; not edited or swiped here");
     }
 }
 

@@ -394,3 +394,65 @@ fn a_chat_file_bound_to_a_lorebook_comes_in_bound_to_it() {
     let notes = imported.last().unwrap()["notes"].to_string();
     assert!(notes.contains("is not attached") && notes.contains("lorebook attach"), "{notes}");
 }
+
+/// A SillyTavern chat where messages come in a row (two from the user, two from the
+/// character, a last message with no reply) is read whole: those messages are part of
+/// what the model reads, in order, and shown in the history; a hidden (system) message
+/// is not sent, as SillyTavern hides it; the file goes out again unchanged. (Every
+/// message in a row was dropped from the conversation, "kept for export" only.)
+#[test]
+fn messages_in_a_row_in_a_sillytavern_chat_are_read_as_part_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = crate::support::library::scripted(dir.path(), json!({ "default": "[Maren Vosk]: Hm." }));
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "A lock-keeper.", "personality": "", "scenario": "", "first_mes": "Lock's closed.",
+        "mes_example": "", "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    std::fs::write(dir.path().join("maren.json"), card.to_string()).unwrap();
+    run(&paths, &["import", dir.path().join("maren.json").to_str().unwrap()]);
+    let message = |name: &str, user: bool, system: bool, mes: &str| {
+        json!({ "name": name, "is_user": user, "is_system": system, "send_date": "October 2, 2026 9:15pm", "mes": mes, "extra": {} }).to_string()
+    };
+    let lines = [
+        json!({ "user_name": "Ash", "character_name": "Maren Vosk", "create_date": "2026-10-02@21h15m40s", "chat_metadata": {} }).to_string(),
+        message("Maren Vosk", false, false, "Lock's closed."),
+        message("Ash", true, false, "ROW-USER-ONE: I bring eel traps."),
+        message("Ash", true, false, "ROW-USER-TWO: And a letter for you."),
+        message("Maren Vosk", false, false, "ROW-REPLY-ONE: Leave them by the capstan."),
+        message("Maren Vosk", false, false, "ROW-REPLY-TWO: Who is the letter from?"),
+        message("Narrator", false, true, "HIDDEN-NOTE: the rain thickens."),
+        message("Ash", true, false, "ROW-LAST: From your sister."),
+    ];
+    let text = lines.join("\n") + "\n";
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(&theirs, &text).unwrap();
+    run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["chat", "history", "--character", "Maren"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).replace('\n', " ");
+    let sent = run(&paths, &["chat", "send", "--character", "Maren", "What does she write?"]);
+    let history = sent.last().unwrap()["turn"]["packet"]["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["tag"] == "chat_history")
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let at = |needle: &str| history.find(needle).unwrap_or_else(|| panic!("{needle} not sent:\n{history}"));
+    assert!(at("ROW-USER-ONE") < at("ROW-USER-TWO") && at("ROW-USER-TWO") < at("ROW-REPLY-ONE"), "{history}");
+    assert!(at("ROW-REPLY-ONE") < at("[Maren Vosk]: ROW-REPLY-TWO") && at("ROW-REPLY-TWO") < at("[Ash]: ROW-LAST"), "{history}");
+    assert!(!history.contains("HIDDEN-NOTE"), "a hidden message is not sent:\n{history}");
+    for needle in ["ROW-USER-ONE", "ROW-USER-TWO", "ROW-REPLY-ONE", "ROW-REPLY-TWO", "ROW-LAST"] {
+        assert!(shown.contains(needle), "{needle} not in the history shown: {shown}");
+    }
+    // The file goes out again as it came (with the new exchange after it).
+    let again = dir.path().join("again.jsonl");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&again).unwrap().starts_with(&text), "the file's own lines come back unchanged");
+}
