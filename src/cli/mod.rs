@@ -240,8 +240,10 @@ pub enum ProvidersAction {
     List,
     /// Send a short request through a profile and report the reply, latency and tokens.
     Test(TestArgs),
-    /// The newest LLM calls, exactly as sent (every message), with what came back, the
-    /// tokens and the time; the workbench's Prompt panel shows the same log.
+    /// The newest LLM calls: every message exactly as sent, and the request's settings
+    /// as Lorekeeper made them (each provider's wire format words them its own way:
+    /// `response_format`, `max_tokens`), with what came back, the tokens and the time;
+    /// the workbench's Prompt panel shows the same log.
     Calls {
         /// How many calls, newest first.
         #[arg(long, default_value_t = 5)]

@@ -26,7 +26,9 @@ pub struct CallRecord {
     pub agent: String,
     pub provider: String,
     pub model: String,
-    /// The request as sent (profile defaults applied).
+    /// The request as the client made it (profile defaults applied): its messages are
+    /// exactly what was sent; the provider's wire body words the same settings its own
+    /// way (an OpenAI `response_format.json_schema`, `max_tokens` at the top level).
     pub request: ChatRequest,
     pub reply: Option<String>,
     pub error: Option<String>,
