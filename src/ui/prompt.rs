@@ -130,7 +130,7 @@ impl PromptPanel {
         }
         ui.heading("Prompt");
         ui.horizontal_wrapped(|ui| {
-            ui.label(format!("The newest {} LLM calls, exactly as sent.", self.calls.len()));
+            ui.label(format!("The newest {} LLM calls, every message exactly as sent.", self.calls.len()));
             if ui.button("Refresh").clicked() {
                 self.refresh(outbox);
             }
