@@ -172,22 +172,35 @@ fn end_progress() {
 /// Wait for a vector-graph rebuild that the command's writes started in the background:
 /// the process would otherwise end in the middle of it, and the next open start over.
 fn finish_graph(engine: &EngineHandle) -> Result<()> {
+    let mut said = false;
     loop {
         if !fetch_stats(engine)?.rebuilding {
+            if said {
+                end_progress();
+            }
             return Ok(());
         }
-        eprintln!("building the vector graph in the background (searches work meanwhile)...");
-        wait(engine, |e| match e {
-            MemoryEvent::IndexRebuildProgress { done, total } => {
-                progress("graph", *done, *total);
-                None
+        if !said {
+            eprintln!("building the vector graph in the background (searches work meanwhile)...");
+            said = true;
+        }
+        // Progress until the build says it is done, or a moment: the graph is saved after
+        // the build's last event, and a save alone ends with no event, so the stats are
+        // asked again rather than waiting for an event that may not come.
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        loop {
+            match engine.events().recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                Ok(event) => match &event {
+                    Event::Memory(MemoryEvent::IndexRebuildProgress { done, total }) => progress("graph", *done, *total),
+                    Event::Memory(MemoryEvent::IndexRebuilt { .. }) => break,
+                    Event::Core(CoreEvent::Error { context, message }) => bail!("{context}: {message}"),
+                    Event::Core(CoreEvent::Stopped) => bail!("the engine stopped unexpectedly"),
+                    _ => {}
+                },
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("the engine stopped unexpectedly"),
             }
-            MemoryEvent::IndexRebuilt { .. } => {
-                end_progress();
-                Some(())
-            }
-            _ => None,
-        })?;
+        }
     }
 }
 
