@@ -45,12 +45,27 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0034_chat_author_note", include_str!("migrations/0034_chat_author_note.sql")),
 ];
 
+/// A file with no schema of ours but tables of its own is someone else's database:
+/// giving it our tables would change another program's file.
+pub(super) fn refuse_foreign(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current == 0 {
+        let tables: u32 =
+            conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", [], |r| r.get(0))?;
+        if tables > 0 {
+            return Err(StoreError::Foreign { path: path.to_path_buf(), tables });
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let known = MIGRATIONS.len() as u32;
     if current > known {
         return Err(StoreError::TooNew { path: path.to_path_buf(), found: current, known });
     }
+    refuse_foreign(conn, path)?;
     for (index, (name, sql)) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql).map_err(|source| StoreError::Migration { name, source })?;

@@ -21,6 +21,8 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("the library at {path} was written by a newer Lorekeeper (schema {found}, this build knows {known})")]
     TooNew { path: PathBuf, found: u32, known: u32 },
+    #[error("{path} is not a Lorekeeper library: it is another program's SQLite database, holding tables of its own ({tables}); nothing was changed — give --library a new file or a Lorekeeper library")]
+    Foreign { path: PathBuf, tables: u32 },
     #[error("migration {name} failed: {source}")]
     Migration { name: &'static str, source: rusqlite::Error },
     #[error("database error: {0}")]
@@ -54,6 +56,10 @@ impl Store {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        }
+        // Looked at read-only first: opening for writing switches the file to WAL.
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+            migrations::refuse_foreign(&open_connection(&path, true)?, &path)?;
         }
         let mut conn = open_connection(&path, false)?;
         migrations::migrate(&mut conn, &path)?;
@@ -224,6 +230,26 @@ mod tests {
         });
         assert!(result.is_err());
         assert_eq!(store.meta_get("a").unwrap(), None);
+    }
+
+    /// Another program's SQLite file is left as it was, not given our tables.
+    #[test]
+    fn refuses_another_programs_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.sqlite");
+        rusqlite::Connection::open(&path).unwrap().execute_batch("CREATE TABLE foo(x); INSERT INTO foo VALUES (1);").unwrap();
+        assert!(matches!(Store::open(&path), Err(StoreError::Foreign { tables: 1, .. })));
+        let tables: i64 = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 1, "nothing was added");
+        let mode: String = rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "delete", "not even switched to WAL");
+        // An empty SQLite file is a new library.
+        let empty = dir.path().join("empty.sqlite");
+        rusqlite::Connection::open(&empty).unwrap().execute_batch("PRAGMA user_version = 0;").unwrap();
+        Store::open(&empty).unwrap();
     }
 
     #[test]
