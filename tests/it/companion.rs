@@ -915,3 +915,40 @@ fn a_reply_may_quote_the_users_question_but_not_only_parrot_it() {
     assert!(!discarded.is_empty() && discarded.iter().all(|r| r.contains("only repeated")), "{parrot:#?}");
     assert!(matches!(parrot.last(), Some(CompanionEvent::Failed { .. })), "{parrot:#?}");
 }
+
+/// A reply that goes silent mid-stream is not asked for again: the server may still be
+/// writing (and billing) it. The turn fails, says so, and stores nothing — one request,
+/// as a scene's stalled speaker. (It was drawn three times.)
+#[test]
+fn a_reply_that_stalls_mid_stream_is_not_asked_for_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = MockServer::start(|request, _| {
+        if !OpenAi::is_endpoint(&request.target) {
+            return Action::json(404, &OpenAi::error("no route"));
+        }
+        // The fragments, then silence: no stop, no [DONE].
+        let events = OpenAi::stream(&["[Ilse Marrow]: ", "Well, ", "let me think"]);
+        let bytes: Vec<u8> = events.iter().filter(|(_, fragment)| fragment.is_some()).map(|(e, _)| e.as_str()).collect::<String>().into_bytes();
+        Action::event_stream(&bytes, 2, false, After::Stall)
+    });
+    let paths = setup(dir.path(), json!({ "rules": [] }), |c| {
+        c.upsert_profile(ProviderProfile {
+            name: "http".into(),
+            kind: ProviderKind::Openai,
+            base_url: Some(OpenAi::base_url(&server.url())),
+            model: MODEL.into(),
+            timeouts: Timeouts { connect_secs: 2.0, read_secs: 0.5, total_secs: 20.0 },
+            retry: RetryPolicy { max_retries: 2, base_delay_ms: 10, max_delay_ms: 100 },
+            ..Default::default()
+        });
+        c.roles.insert("companion".into(), "http".into());
+    });
+    let engine = engine::start(paths.clone()).unwrap();
+    let events = send(&engine, "Hello there!", None);
+    match events.last() {
+        Some(CompanionEvent::Failed { message, .. }) => assert!(message.contains("did not answer within"), "{message}"),
+        other => panic!("expected the turn to fail, got {other:#?}"),
+    }
+    assert_eq!(server.hits(), 1, "asked once");
+    assert_eq!(counts(&paths).0, 0, "nothing stored");
+}

@@ -246,6 +246,10 @@ fn draw(
     let completion = match result {
         Ok(c) => c,
         Err(LlmError::Cancelled) => return Err(LlmError::Cancelled.into()),
+        // A stream that went silent: the server may still be writing it (and billing
+        // it), so it is not asked again; the turn fails and nothing is stored, as a
+        // scene's stalled speaker fails.
+        Err(e @ LlmError::Timeout(_)) => return Err(e.into()),
         // A stream that broke after it started: the client does not retry a reply the
         // user has partly seen; this turn throws the draw away and asks again.
         Err(e) if e.is_transient() && delivered.load(Ordering::Relaxed) => {
