@@ -489,6 +489,10 @@ fn providers(engine: &EngineHandle, action: ProvidersAction, json: bool) -> Resu
         ProvidersAction::Key { action } => {
             let (profile, command) = match action {
                 KeyAction::Set(args) => {
+                    // A typo would keep the key under a name no profile reads.
+                    if config.profile(&args.profile).is_none() {
+                        bail!("no profile named {:?} (see `lorekeeper providers list`); no key was stored", args.profile);
+                    }
                     let key = read_key(&args.profile)?;
                     (args.profile.clone(), LlmCommand::SetKey { profile: args.profile, key })
                 }

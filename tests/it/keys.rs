@@ -176,6 +176,11 @@ fn the_command_line_reads_the_key_from_stdin_and_a_missing_keyring_is_a_clear_er
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     assert!(took < Duration::from_secs(30), "the missing keyring took {took:?}");
 
+    // A profile that does not exist takes no key (a typo would store it under a name no profile reads).
+    let (typo, _) = run(&["providers", "key", "set", "--profile", "remtoe"], &format!("{KEY}\n"));
+    assert!(!typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("no profile named \"remtoe\""), "{}", String::from_utf8_lossy(&typo.stderr));
+
     let (empty, _) = run(&["providers", "key", "set", "--profile", "remote"], "");
     assert!(!empty.status.success());
     assert!(String::from_utf8_lossy(&empty.stderr).contains("no key on standard input"));
