@@ -66,7 +66,10 @@ pub enum ImportOutcome {
 pub fn import_file(store: &Store, path: &Path) -> Result<ImportOutcome, InteropError> {
     let bytes = crate::paths::read_bounded(path, MAX_FILE_BYTES).map_err(|e| match e {
         crate::paths::ReadError::Io { source, .. } => InteropError::Read { path: path.to_path_buf(), source },
-        crate::paths::ReadError::TooLarge { limit, .. } => FormatError::TooLarge { size: limit + 1, limit }.into(),
+        // Its real size, not the byte past the limit where reading stopped.
+        crate::paths::ReadError::TooLarge { limit, .. } => {
+            FormatError::TooLarge { size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(limit + 1), limit }.into()
+        }
         other => InteropError::Read { path: path.to_path_buf(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()) },
     })?;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "Imported".into());
@@ -553,4 +556,20 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), InteropError> {
         let _ = std::fs::remove_file(&tmp);
         write_err(e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file over the limit is refused by its real size, not the byte where reading stopped.
+    #[test]
+    fn a_file_too_large_is_refused_with_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let big = dir.path().join("big.json");
+        std::fs::File::create(&big).unwrap().set_len(200 << 20).unwrap();
+        let message = import_file(&store, &big).unwrap_err().to_string();
+        assert!(message.contains(&format!("{} bytes", 200u64 << 20)), "{message}");
+    }
 }
