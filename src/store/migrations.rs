@@ -68,7 +68,7 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     refuse_foreign(conn, path)?;
     for (index, (name, sql)) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let tx = conn.transaction()?;
-        tx.execute_batch(sql).map_err(|source| StoreError::Migration { name, source })?;
+        tx.execute_batch(sql).map_err(|error| StoreError::Migration { name, error })?;
         tx.pragma_update(None, "user_version", index as u32 + 1)?;
         tx.commit()?;
         tracing::info!(migration = name, "applied schema migration");

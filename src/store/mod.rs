@@ -15,18 +15,19 @@ pub use migrations::MIGRATIONS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot open the library at {path}: {source}")]
-    Open { path: PathBuf, source: rusqlite::Error },
+    // Said whole here, and not chained as a source: SQLite's message would be said again.
+    #[error("cannot open the library at {path}: {}", describe(error))]
+    Open { path: PathBuf, error: rusqlite::Error },
     #[error("cannot create the library folder {path}: {source}")]
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("the library at {path} was written by a newer Lorekeeper (schema {found}, this build knows {known})")]
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("{path} is not a Lorekeeper library: it is another program's SQLite database, holding tables of its own ({tables}); nothing was changed — give --library a new file or a Lorekeeper library")]
     Foreign { path: PathBuf, tables: u32 },
-    #[error("migration {name} failed: {source}")]
-    Migration { name: &'static str, source: rusqlite::Error },
-    #[error("database error: {0}")]
-    Sql(#[from] rusqlite::Error),
+    #[error("migration {name} failed: {}", describe(error))]
+    Migration { name: &'static str, error: rusqlite::Error },
+    #[error("database error: {}", describe(.0))]
+    Sql(rusqlite::Error),
     #[error("stored data is damaged: {0}")]
     Corrupt(String),
     #[error("not found: {0}")]
@@ -34,6 +35,35 @@ pub enum StoreError {
     /// A change refused as it stands (an empty name, a delete not confirmed).
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::Sql(error)
+    }
+}
+
+/// SQLite's error said once (rusqlite repeats the message with its code), with what
+/// to do where there is something to do.
+fn describe(e: &rusqlite::Error) -> String {
+    use rusqlite::ffi::ErrorCode;
+    match e {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            let said = message.clone().unwrap_or_else(|| failure.to_string());
+            let said = said.split(": Error code").next().unwrap_or(&said).to_string();
+            match failure.code {
+                ErrorCode::DatabaseCorrupt => format!("{said}: the file is damaged; restore it from a backup, or move it away to start a new library"),
+                ErrorCode::NotADatabase => format!("{said}: this is not a Lorekeeper library (nor any SQLite file); check --library"),
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                    format!("{said}: another program has held the library for over 10 s (another Lorekeeper, or a tool with the file open); close it and try again")
+                }
+                ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied => format!("{said}: check the file's and its folder's permissions"),
+                ErrorCode::DiskFull => format!("{said}: the disk is full; nothing was written"),
+                _ => said,
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Handle to the library database. Cheap to clone; all clones share one writer
@@ -102,7 +132,7 @@ impl Store {
     /// threads that may run while another holds a write transaction.
     pub fn side_connection(&self, busy: Duration) -> Result<Connection, StoreError> {
         let conn = open_connection(&self.path, false)?;
-        conn.busy_timeout(busy).map_err(|source| StoreError::Open { path: self.path.clone(), source })?;
+        conn.busy_timeout(busy).map_err(|error| StoreError::Open { path: self.path.clone(), error })?;
         Ok(conn)
     }
 
@@ -135,7 +165,7 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI
     };
-    let open_err = |source| StoreError::Open { path: path.to_path_buf(), source };
+    let open_err = |error| StoreError::Open { path: path.to_path_buf(), error };
     let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
     conn.busy_timeout(Duration::from_secs(10)).map_err(open_err)?;
     conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
