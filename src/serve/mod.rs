@@ -150,6 +150,11 @@ pub fn start(engine: EngineHandle, options: ServeOptions) -> Result<ServerHandle
     let engine = Arc::new(engine);
     pump_events(engine.clone(), events.clone());
     let state = Arc::new(AppState { engine, events, token: options.token.filter(|t| !t.trim().is_empty()), start_lock: Default::default() });
+    // A run whose process died (a server killed mid-wave) goes on here, as the workbench
+    // resumes it: an HTTP client has no other way to get it moving again.
+    if let Err(e) = state.engine.send(crate::engine::Command::Identity(crate::identity::IdentityCommand::Resume { character_id: None })) {
+        tracing::warn!(error = %e, "could not resume interrupted identity runs");
+    }
     let app = router(state.clone(), cors);
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(options.addr))

@@ -779,3 +779,26 @@ fn a_developed_character_exports_as_a_card_with_its_narratives_and_a_greeting() 
     let again: serde_json::Value = serde_json::from_slice(&again.bytes).unwrap();
     assert_eq!(again, card);
 }
+
+/// A run started over HTTP whose server died mid-wave goes on when a server opens the
+/// library again: an HTTP client has no resume of its own. (Its status said
+/// `in_progress` for ever and approve answered 409.)
+#[test]
+fn a_server_resumes_a_run_its_dead_process_left_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path(), "slow-script.json");
+    let id = killed_run(&p);
+    let engine = engine::start(p).unwrap();
+    let store = engine.context().store.clone();
+    let server = lorekeeper::serve::start(
+        engine,
+        lorekeeper::serve::ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: None },
+    )
+    .unwrap();
+    let start = Instant::now();
+    while load_view(&store, &id).unwrap().checkpoints[2].versions.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "the server resumed the run");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+}
