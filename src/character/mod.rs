@@ -361,6 +361,35 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet, tags }))
 }
 
+/// One character's override for one world or campaign: the sheet fields set there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SheetOverride {
+    pub character_id: String,
+    /// The character's own name (the override may give it another here).
+    pub character: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+/// Every override set for one world or campaign (`scope`: `world` or `campaign`), by
+/// character name: what a front door shows as in effect there, and what an editor of
+/// the override starts from.
+pub fn overrides_in(conn: &Connection, scope: &str, scope_id: &str) -> Result<Vec<SheetOverride>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.character_id, c.name, o.override_json FROM character_overrides o JOIN characters c ON c.id = o.character_id
+         WHERE o.scope = ?1 AND o.scope_id = ?2 ORDER BY c.name COLLATE NOCASE, c.id",
+    )?;
+    let rows: Vec<(String, String, String)> =
+        stmt.query_map(params![scope, scope_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(character_id, character, json)| {
+            let value: serde_json::Value =
+                serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?;
+            let fields = value.as_object().into_iter().flatten().filter_map(|(k, v)| v.as_str().map(|t| (k.clone(), t.to_string()))).collect();
+            Ok(SheetOverride { character_id, character, fields })
+        })
+        .collect()
+}
+
 /// Set (or with an empty text, remove) sheet fields of `id` for one world or one
 /// campaign (`scope`: `world` or `campaign`); the fields not named keep their override.
 /// Returns the override as it now is (empty: none left, and the row is gone).

@@ -324,10 +324,12 @@ fn print_tree(tree: &Tree) -> Result<()> {
     };
     for w in &tree.worlds {
         outln!("world {} ({}){}", w.name, w.id, books(&w.lorebooks));
+        print_overrides("  ", &w.overrides)?;
         for c in &w.campaigns {
             let persona = c.persona.as_ref().map(|p| format!("  persona: {}", p.name)).unwrap_or_default();
             let cast = if c.cast.is_empty() { String::new() } else { format!("  cast: {}", c.cast.iter().map(|c| c.1.as_str()).collect::<Vec<_>>().join(", ")) };
             outln!("  campaign {} ({}){persona}{cast}{}", c.name, c.id, books(&c.lorebooks));
+            print_overrides("    ", &c.overrides)?;
             for a in &c.arcs {
                 outln!("    arc {} ({})", a.name, a.id);
                 for s in &a.scenes {
@@ -335,6 +337,23 @@ fn print_tree(tree: &Tree) -> Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The overrides in effect at one level: a line per character, each field with the
+/// start of its text (`--json` has them whole).
+fn print_overrides(indent: &str, overrides: &[crate::character::SheetOverride]) -> Result<()> {
+    for o in overrides {
+        let fields: Vec<String> = o
+            .fields
+            .iter()
+            .map(|(field, text)| {
+                let short: String = text.chars().take(60).collect();
+                format!("{field} {:?}", if short.len() < text.len() { format!("{short}…") } else { short })
+            })
+            .collect();
+        outln!("{indent}override {}: {}", o.character, fields.join(", "));
     }
     Ok(())
 }

@@ -36,11 +36,18 @@ struct Drafts {
     character_filter: String,
     lorebook_filter: String,
     /// A cast member whose sheet is being overridden for this campaign, and the
-    /// personality and scenario typed for it.
+    /// fields typed for it (by [`OVERRIDE_FIELDS`]).
     override_for: Option<String>,
-    override_personality: String,
-    override_scenario: String,
+    override_texts: std::collections::BTreeMap<String, String>,
+    /// The campaign's override of that member as the editor opened with it: a field left
+    /// as it was is not sent, so saving one field never touches the others.
+    override_loaded: std::collections::BTreeMap<String, String>,
 }
+
+/// The sheet fields a campaign override sets in the editor, with their labels (those
+/// `campaign override` takes).
+const OVERRIDE_FIELDS: [(&str, &str); 4] =
+    [("name", "Name here"), ("description", "Description here"), ("personality", "Personality here"), ("scenario", "Scenario here")];
 
 /// Library items offered at once (type in the filter to find the others).
 const LIST_LIMIT: usize = 30;
@@ -163,6 +170,37 @@ impl CampaignsPanel {
 
     fn campaign(&self, id: &str) -> Option<&CampaignNode> {
         self.tree.worlds.iter().flat_map(|w| &w.campaigns).find(|c| c.id == id)
+    }
+
+    /// The fields of `character` the world of campaign `id` overrides.
+    fn world_override(&self, id: &str, character: &str) -> std::collections::BTreeMap<String, String> {
+        let world = self.tree.worlds.iter().find(|w| w.campaigns.iter().any(|c| c.id == id));
+        world.and_then(|w| w.overrides.iter().find(|o| o.character_id == character)).map(|o| o.fields.clone()).unwrap_or_default()
+    }
+
+    /// Open the override editor of `character` in campaign `id`, filled with the
+    /// campaign's override as it stands.
+    fn open_override(&mut self, id: &str, character: &str) {
+        let current = self
+            .campaign(id)
+            .and_then(|c| c.overrides.iter().find(|o| o.character_id == character))
+            .map(|o| o.fields.clone())
+            .unwrap_or_default();
+        self.drafts.override_texts =
+            OVERRIDE_FIELDS.iter().map(|(field, _)| (field.to_string(), current.get(*field).cloned().unwrap_or_default())).collect();
+        self.drafts.override_loaded = current;
+        self.drafts.override_for = Some(character.to_string());
+    }
+
+    /// The fields the user changed in the override editor: a field emptied is sent empty
+    /// (its override removed), one left as it opened is not sent at all.
+    fn changed_override_fields(&self) -> std::collections::BTreeMap<String, String> {
+        self.drafts
+            .override_texts
+            .iter()
+            .filter(|(field, text)| text.trim() != self.drafts.override_loaded.get(*field).map(|t| t.trim()).unwrap_or(""))
+            .map(|(field, text)| (field.clone(), text.trim().to_string()))
+            .collect()
     }
 
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
@@ -417,30 +455,27 @@ impl CampaignsPanel {
 
         ui.label(RichText::new("Cast").strong());
         for (cid, name) in &campaign.cast {
-            ui.horizontal(|ui| {
+            let editing = self.drafts.override_for.as_deref() == Some(cid.as_str());
+            ui.horizontal_wrapped(|ui| {
                 ui.label(name);
                 if ui.small_button(format!("Remove {name}")).clicked() {
                     outbox.push(author(AuthorCommand::CastRemove { campaign: id.to_string(), character: cid.clone() }));
                 }
-                if ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
-                    self.drafts.override_for = Some(cid.clone());
+                if !editing && ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
+                    self.open_override(id, cid);
                 }
             });
-            if self.drafts.override_for.as_deref() == Some(cid.as_str()) {
-                ui.horizontal(|ui| {
-                    text_inline(ui, "Personality here", &mut self.drafts.override_personality, 200.0);
-                    text_inline(ui, "Scenario here", &mut self.drafts.override_scenario, 200.0);
-                    if ui.button("Save override").on_hover_text("An empty field keeps the card's").clicked() {
-                        let fields = [
-                            ("personality".to_string(), std::mem::take(&mut self.drafts.override_personality)),
-                            ("scenario".to_string(), std::mem::take(&mut self.drafts.override_scenario)),
-                        ]
-                        .into_iter()
-                        .collect();
-                        outbox.push(author(AuthorCommand::Override { level: Level::Campaign, owner: id.to_string(), character: cid.clone(), fields }));
-                        self.drafts.override_for = None;
-                    }
-                });
+            // What is in effect, so an override set elsewhere (the CLI, the world) is seen.
+            let world = self.world_override(id, cid);
+            let here = campaign.overrides.iter().find(|o| o.character_id == *cid).map(|o| o.fields.clone()).unwrap_or_default();
+            for (scope, fields) in [("in this campaign", &here), ("in the world", &world)] {
+                if !fields.is_empty() {
+                    let listed: Vec<String> = fields.iter().map(|(f, t)| format!("{f}: {}", super::short(t))).collect();
+                    ui.weak(format!("Overridden {scope}: {}", listed.join("; ")));
+                }
+            }
+            if editing {
+                self.override_editor(ui, outbox, id, cid, &world);
             }
         }
         let filter = self.drafts.character_filter.to_lowercase();
@@ -497,6 +532,49 @@ impl CampaignsPanel {
                 let fact = std::mem::take(&mut self.drafts.fact);
                 outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::AddFact { fact } }));
             }
+        });
+    }
+
+    /// The campaign override of cast member `character`, one field a row so it fits a
+    /// narrow tile with its buttons on screen; an empty field shows what the world's
+    /// override (else the card) gives instead.
+    fn override_editor(
+        &mut self,
+        ui: &mut egui::Ui,
+        outbox: &mut Vec<Command>,
+        id: &str,
+        character: &str,
+        world: &std::collections::BTreeMap<String, String>,
+    ) {
+        ui.indent(("override", character), |ui| {
+            for (field, label) in OVERRIDE_FIELDS {
+                let text = self.drafts.override_texts.entry(field.to_string()).or_default();
+                let hint = world.get(field).map(|t| format!("the world's: {}", super::short(t))).unwrap_or_else(|| "the card's".into());
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    let width = (ui.available_width() - 8.0).clamp(120.0, 420.0);
+                    let edit = egui::TextEdit::singleline(text).hint_text(hint).desired_width(width).id_salt(format!("campaigns_{label}"));
+                    ui.add(edit).labelled_by(l.id);
+                });
+            }
+            ui.horizontal_wrapped(|ui| {
+                let changed = self.changed_override_fields();
+                let save = ui
+                    .add_enabled(!changed.is_empty(), egui::Button::new("Save override"))
+                    .on_hover_text("Saves the fields you changed; a field you empty goes back to the world's or the card's");
+                if save.clicked() {
+                    outbox.push(author(AuthorCommand::Override {
+                        level: Level::Campaign,
+                        owner: id.to_string(),
+                        character: character.to_string(),
+                        fields: changed,
+                    }));
+                    self.drafts.override_for = None;
+                }
+                if ui.button("Close override").clicked() {
+                    self.drafts.override_for = None;
+                }
+            });
         });
     }
 

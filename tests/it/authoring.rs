@@ -368,6 +368,50 @@ mod gui {
         app.campaigns().tree().worlds.iter().flat_map(|w| &w.campaigns).find(|c| c.name == "Ashfall")
     }
 
+    /// An override set on the command line (which `campaign list` shows, with the
+    /// world's) is what the workbench's editor opens with; a scenario typed beside it is
+    /// saved and the personality kept. In a window 900 wide the editor's buttons are on
+    /// screen.
+    #[test]
+    fn the_override_editor_opens_with_the_override_in_effect_and_saves_only_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary, loyal."));
+        cli.ok(&["import", &bram]);
+        cli.ok(&["world", "new", "Vael"]);
+        cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+        cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram"]);
+        cli.ok(&["campaign", "override", "Ashfall", "Bram", "--personality", "Bitter since the fire."]);
+        cli.ok(&["world", "override", "Vael", "Bram", "--description", "The ash-town's cellar-keeper."]);
+        let listed = cli.text(&["campaign", "list"]);
+        assert!(listed.contains("  override Bram Holloway: description \"The ash-town's cellar-keeper.\""), "{listed}");
+        assert!(listed.contains("    override Bram Holloway: personality \"Bitter since the fire.\""), "{listed}");
+
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let width = 900.0;
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([width, 900.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some());
+        click(&mut harness, "Settings of Ashfall");
+        assert!(harness.query_by_label("Overridden in this campaign: personality: Bitter since the fire.").is_some(), "what is in effect here");
+        assert!(harness.query_by_label("Overridden in the world: description: The ash-town's cellar-keeper.").is_some(), "and in the world");
+        click(&mut harness, "Override Bram Holloway here");
+        assert_eq!(field(&harness, "Personality here").value().as_deref(), Some("Bitter since the fire."), "the editor opens filled");
+        assert_eq!(field(&harness, "Description here").value().as_deref(), Some(""), "the world's own override is not the campaign's");
+        type_into(&mut harness, "Scenario here", "The cellar floods at every tide.");
+        let button = harness.get_by_label("Save override").rect();
+        assert!(button.right() <= width, "the button is on screen: {button:?}");
+        click(&mut harness, "Save override");
+        run_until(&mut harness, "the scenario saved beside the personality", |app| {
+            campaign(app).is_some_and(|c| c.overrides.iter().any(|o| o.fields.get("scenario").is_some_and(|s| s == "The cellar floods at every tide.")))
+        });
+        let fields = &campaign(harness.state()).unwrap().overrides[0].fields;
+        assert_eq!(fields.get("personality").map(String::as_str), Some("Bitter since the fire."), "{fields:?}");
+        assert_eq!(fields.len(), 2, "{fields:?}");
+    }
+
     #[test]
     fn a_campaign_built_in_the_workbench_plays_with_its_own_lore() {
         let dir = tempfile::tempdir().unwrap();
