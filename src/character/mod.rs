@@ -549,6 +549,25 @@ pub fn edit_sheet(conn: &Connection, id: &str, edit: &SheetEdit) -> Result<Chara
     get(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("character {id}")))
 }
 
+/// A character written from scratch (origin `manual`): a V2 card of its own, blank but
+/// for what `edit` gives (its `name` is required), so it chats, plays, is edited and
+/// exports as an imported card does. A name another character already goes by is
+/// refused: names are how casts, chats and overrides find a character.
+pub fn create(conn: &Connection, edit: &SheetEdit) -> Result<CharacterRecord, StoreError> {
+    let name = edit.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
+    let name = name.ok_or_else(|| StoreError::Invalid("name: a character needs a name".into()))?;
+    if name_in_use(conn, name, "")? {
+        return Err(StoreError::Invalid(format!("a character already goes by {name:?}: give the new one another name")));
+    }
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": name, "description": "", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [],
+        "creator": "", "character_version": "", "extensions": {} } });
+    let json = serde_json::to_string(&card).map_err(|e| StoreError::Corrupt(format!("cannot encode the card: {e}")))?;
+    let id = insert(conn, NewCharacter { id: None, name, origin: Origin::Manual, card_json: Some(&json), profile_json: None })?;
+    edit_sheet(conn, &id, &SheetEdit { name: None, ..edit.clone() })
+}
+
 /// Delete a character from the library. What refers to it goes with it (its chat, its
 /// card's book, its places in casts and scenes: `ON DELETE CASCADE`; its identity run:
 /// migration 0020); scene messages it spoke keep their text and lose the link. The

@@ -222,6 +222,12 @@ pub enum PersonaVerb {
 
 #[derive(Debug, Subcommand)]
 pub enum LorebookVerb {
+    /// Start an empty lorebook of your own; add its entries with `lorebook entry add`.
+    New {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
     /// Make a lorebook fire in every scene of a world or a campaign, for a character (its
     /// chat and its campaigns' scenes), or in one character's chat only.
     Attach(AttachArgs),
@@ -471,10 +477,16 @@ pub fn persona(engine: &EngineHandle, verb: PersonaVerb, json: bool) -> Result<E
     author(engine, json, command)
 }
 
+/// `character new`: a character written from scratch, through the authoring commands.
+pub fn new_character(engine: &EngineHandle, sheet: crate::character::SheetEdit, json: bool) -> Result<ExitCode> {
+    author(engine, json, AuthorCommand::NewCharacter { sheet: Box::new(sheet) })
+}
+
 pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result<ExitCode> {
     let (args, attach) = match verb {
         LorebookVerb::Attach(args) => (args, true),
         LorebookVerb::Detach(args) => (args, false),
+        LorebookVerb::New { name, description } => return author(engine, json, AuthorCommand::NewLorebook { name, description }),
         LorebookVerb::Entry(verb) => return super::interop::entry(engine, verb, json),
         LorebookVerb::Test { lorebook, text } => return super::interop::test(engine, lorebook, text, json),
     };

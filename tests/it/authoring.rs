@@ -311,6 +311,52 @@ fn hand_edits_of_state_are_checked_and_kept_in_the_campaigns_history() {
     assert_eq!(edits, 3, "each accepted edit is in the history, refused ones are not");
 }
 
+/// A character and a lorebook written from scratch on the command line: the character
+/// is a card of its own holding the fields given (shown, cast and exported like an
+/// imported one), the book takes entries and is attached; a name already taken is refused.
+#[test]
+fn a_character_and_a_lorebook_are_written_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let made = cli.ok(&[
+        "character", "new", "Odalys Fenwright",
+        "--description", "A reed-cutter of the fen.",
+        "--personality", "Patient, dry.",
+        "--scenario", "The fen at dusk.",
+        "--first-mes", "Mind the soft ground.",
+    ]);
+    let created = last_event(&made, "authored");
+    assert_eq!((created["action"].as_str(), created["kind"].as_str(), created["name"].as_str()), (Some("created"), Some("character"), Some("Odalys Fenwright")));
+    let sheet = cli.text(&["character", "show", "Odalys"]);
+    for text in ["A reed-cutter of the fen.", "Patient, dry.", "The fen at dusk.", "Mind the soft ground."] {
+        assert!(sheet.contains(text), "{text:?} in {sheet}");
+    }
+    let taken = cli.run(&["character", "new", "odalys fenwright"]).unwrap_err();
+    assert!(taken.contains("already goes by"), "{taken}");
+    assert!(cli.run(&["character", "new", "  "]).is_err(), "a character needs a name");
+
+    let said = cli.text(&["lorebook", "new", "Fen Lore", "--description", "What the fen remembers."]);
+    assert!(said.starts_with("created lorebook Fen Lore ("), "{said}");
+    cli.ok(&["lorebook", "entry", "add", "Fen Lore", "--comment", "Soft ground", "--keys", "bog, mire", "--content", "The mire swallows carts whole."]);
+    let taken = cli.run(&["lorebook", "new", "fen lore"]).unwrap_err();
+    assert!(taken.contains("already named"), "{taken}");
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Odalys"]);
+    cli.ok(&["lorebook", "attach", "Fen Lore", "--campaign", "Ashfall"]);
+    let listed = cli.text(&["campaign", "list"]);
+    assert!(listed.contains("cast: Odalys Fenwright") && listed.contains("lore: Fen Lore"), "{listed}");
+
+    let out = dir.path().join("odalys.json");
+    cli.ok(&["export", "character", "Odalys", "--format", "card-v2", "--out", out.to_str().unwrap()]);
+    let card: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(card["data"]["name"], "Odalys Fenwright");
+    assert_eq!(card["data"]["first_mes"], "Mind the soft ground.");
+    let book = dir.path().join("fen.json");
+    cli.ok(&["export", "lorebook", "Fen Lore", "--format", "world-info", "--out", book.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&book).unwrap().contains("The mire swallows carts whole."));
+}
+
 /// The same campaign built in the workbench, by clicking and typing.
 mod gui {
     use super::*;
@@ -410,6 +456,56 @@ mod gui {
         let fields = &campaign(harness.state()).unwrap().overrides[0].fields;
         assert_eq!(fields.get("personality").map(String::as_str), Some("Bitter since the fire."), "{fields:?}");
         assert_eq!(fields.len(), 2, "{fields:?}");
+    }
+
+    /// "New character" in the Library panel makes a character and opens its sheet to
+    /// write; "New lorebook" makes an empty book and opens its entry editor; a name
+    /// already taken is refused in the status line.
+    #[test]
+    fn a_character_and_a_lorebook_are_written_from_scratch_in_the_library_panel() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let store = engine.context().store.clone();
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([1280.0, 1400.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Library").next().unwrap().click();
+        settle(&mut harness);
+        type_into(&mut harness, "New character", "Odalys Fenwright");
+        click(&mut harness, "Create character");
+        run_until(&mut harness, "the new character's sheet", |app| {
+            app.library().characters().iter().any(|c| c.name == "Odalys Fenwright") && app.library().sheet_value("name") == Some("Odalys Fenwright")
+        });
+        let description = "A reed-cutter of the fen.";
+        let start = Instant::now();
+        while harness.state().library().sheet_value("description") != Some(description) {
+            assert!(start.elapsed() < Duration::from_secs(20), "the description field did not take the text");
+            field(&harness, "Description").focus();
+            settle(&mut harness);
+            field(&harness, "Description").set_text_value_accesskit(description);
+            settle(&mut harness);
+        }
+        click(&mut harness, "Save sheet");
+        run_until(&mut harness, "the sheet saved", |app| app.library().status().is_some_and(|s| s.as_ref().is_ok_and(|t| t.contains("Saved the sheet"))));
+        let record = store.with(|c| lorekeeper::character::resolve(c, "Odalys Fenwright")).unwrap();
+        assert_eq!(lorekeeper::character::sheet(&record).description, description);
+        assert_eq!(record.origin, "manual");
+        click(&mut harness, "Close sheet");
+
+        type_into(&mut harness, "New lorebook", "Fen Lore");
+        click(&mut harness, "Create lorebook");
+        run_until(&mut harness, "the new book in its entry editor", |app| {
+            app.library().lorebooks().iter().any(|b| b.name == "Fen Lore") && app.library().lore_editor().is_open()
+        });
+
+        type_into(&mut harness, "New character", "odalys fenwright");
+        click(&mut harness, "Create character");
+        run_until(&mut harness, "the name refused", |app| {
+            app.library().status().is_some_and(|s| s.as_ref().is_err_and(|t| t.contains("already goes by")))
+        });
+        let named = harness.state().library().characters().iter().filter(|c| c.name.eq_ignore_ascii_case("Odalys Fenwright")).count();
+        assert_eq!(named, 1);
     }
 
     #[test]
