@@ -1,7 +1,8 @@
 //! The Campaigns panel: the library as a tree of worlds → campaigns → arcs → scenes,
 //! and beside it the selected node with everything a game master sets by hand — names,
-//! descriptions and notes, a campaign's cast and persona, attached lorebooks, trackers
-//! and facts, new children, delete with confirmation, and a scene's transcript export.
+//! descriptions and notes, a campaign's cast (and who they are here: its overrides) and
+//! persona, the personas themselves, attached lorebooks, trackers, facts and in-fiction
+//! time, new children, delete with confirmation, and a scene's transcript export.
 
 use crate::engine::{Command, Event};
 use crate::interop::{CharacterSummary, InteropCommand, InteropEvent, LorebookSummary};
@@ -29,6 +30,14 @@ struct Drafts {
     child_name: String,
     persona_name: String,
     persona_description: String,
+    /// The persona open in the editor (its id), and its name and description as typed.
+    persona_edit: Option<String>,
+    persona_edit_name: String,
+    persona_edit_description: String,
+    /// A persona whose delete waits for a second click.
+    persona_delete: Option<String>,
+    /// The campaign's in-fiction minutes, as typed.
+    minutes: String,
     tracker_name: String,
     tracker_value: String,
     fact: String,
@@ -452,6 +461,7 @@ impl CampaignsPanel {
                 outbox.push(author(AuthorCommand::NewPersona { name, description }));
             }
         });
+        self.persona_list(ui, outbox);
 
         ui.label(RichText::new("Cast").strong());
         for (cid, name) in &campaign.cast {
@@ -498,7 +508,26 @@ impl CampaignsPanel {
         });
         self.lore_form(ui, outbox, LoreLevel::Campaign, id);
 
-        ui.label(RichText::new(format!("State ({} minutes in)", campaign.elapsed_minutes)).strong());
+        ui.label(
+            RichText::new(format!("State ({} minutes in: {})", campaign.elapsed_minutes, crate::scene::envelope::said_duration(campaign.elapsed_minutes)))
+                .strong(),
+        );
+        // The in-fiction clock by hand (`campaign time`): a time skip, or a correction.
+        ui.horizontal_wrapped(|ui| {
+            let l = ui.label("In-fiction minutes");
+            let hint = campaign.elapsed_minutes.to_string();
+            ui.add(egui::TextEdit::singleline(&mut self.drafts.minutes).hint_text(hint).desired_width(100.0).id_salt("campaigns_minutes"))
+                .labelled_by(l.id);
+            let minutes = self.drafts.minutes.trim().parse::<u64>().ok();
+            if !self.drafts.minutes.trim().is_empty() && minutes.is_none() {
+                ui.colored_label(ui.visuals().warn_fg_color, "a whole number of minutes since the campaign began");
+            }
+            let set = ui.add_enabled(minutes.is_some(), egui::Button::new("Set time")).on_hover_text("Minutes since the campaign began");
+            if let (true, Some(minutes)) = (set.clicked(), minutes) {
+                self.drafts.minutes.clear();
+                outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::Elapsed { minutes } }));
+            }
+        });
         for (name, value) in &campaign.trackers {
             ui.horizontal(|ui| {
                 ui.label(format!("{name} = {value}"));
@@ -531,6 +560,70 @@ impl CampaignsPanel {
             if ui.add_enabled(!self.drafts.fact.trim().is_empty(), egui::Button::new("Add fact")).clicked() {
                 let fact = std::mem::take(&mut self.drafts.fact);
                 outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::AddFact { fact } }));
+            }
+        });
+    }
+
+    /// Every persona, each to edit (name, description) or delete (a second click; the
+    /// campaigns and chats that play it then play nobody in particular).
+    fn persona_list(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        if self.personas.is_empty() {
+            return;
+        }
+        egui::CollapsingHeader::new(format!("Personas ({})", self.personas.len())).id_salt("campaigns_personas").show(ui, |ui| {
+            for p in self.personas.clone() {
+                ui.horizontal_wrapped(|ui| {
+                    ui.label(super::short(&p.name)).on_hover_text(&p.description);
+                    if ui.small_button(format!("Edit persona {}", p.name)).clicked() {
+                        self.drafts.persona_edit = Some(p.id.clone());
+                        self.drafts.persona_edit_name = p.name.clone();
+                        self.drafts.persona_edit_description = p.description.clone();
+                    }
+                    if self.drafts.persona_delete.as_deref() == Some(p.id.as_str()) {
+                        ui.colored_label(ui.visuals().warn_fg_color, "campaigns and chats that play it will play nobody in particular");
+                        if ui.small_button(format!("Confirm delete of persona {}", p.name)).clicked() {
+                            outbox.push(author(AuthorCommand::DeletePersona { persona: p.id.clone() }));
+                            self.drafts.persona_delete = None;
+                        }
+                        if ui.small_button("Keep persona").clicked() {
+                            self.drafts.persona_delete = None;
+                        }
+                    } else if ui.small_button(format!("Delete persona {}", p.name)).clicked() {
+                        self.drafts.persona_delete = Some(p.id.clone());
+                    }
+                });
+                if self.drafts.persona_edit.as_deref() != Some(p.id.as_str()) {
+                    continue;
+                }
+                ui.indent(("persona_edit", &p.id), |ui| {
+                    ui.horizontal(|ui| {
+                        let l = ui.label("Persona's name");
+                        ui.add(egui::TextEdit::singleline(&mut self.drafts.persona_edit_name).desired_width(200.0).id_salt("campaigns_persona_edit_name"))
+                            .labelled_by(l.id);
+                    });
+                    ui.horizontal(|ui| {
+                        let l = ui.label("Persona's description");
+                        let width = (ui.available_width() - 8.0).clamp(120.0, 420.0);
+                        let edit = egui::TextEdit::multiline(&mut self.drafts.persona_edit_description)
+                            .desired_rows(2)
+                            .desired_width(width)
+                            .id_salt("campaigns_persona_edit_description");
+                        ui.add(edit).labelled_by(l.id);
+                    });
+                    ui.horizontal_wrapped(|ui| {
+                        // Only what changed is sent, as `persona edit` takes it.
+                        let name = Some(self.drafts.persona_edit_name.trim().to_string()).filter(|n| *n != p.name);
+                        let description = Some(self.drafts.persona_edit_description.clone()).filter(|d| *d != p.description);
+                        let ready = (name.is_some() || description.is_some()) && !self.drafts.persona_edit_name.trim().is_empty();
+                        if ui.add_enabled(ready, egui::Button::new("Save persona")).clicked() {
+                            outbox.push(author(AuthorCommand::EditPersona { persona: p.id.clone(), name, description }));
+                            self.drafts.persona_edit = None;
+                        }
+                        if ui.button("Close persona").clicked() {
+                            self.drafts.persona_edit = None;
+                        }
+                    });
+                });
             }
         });
     }

@@ -405,6 +405,18 @@ mod gui {
         settle(harness);
     }
 
+    /// Replace what a field holds (typing would add to it).
+    fn replace_text(harness: &mut Harness<'_, WorkbenchApp>, label: &str, text: &str) {
+        let start = Instant::now();
+        while field(harness, label).value().as_deref() != Some(text) {
+            assert!(start.elapsed() < Duration::from_secs(20), "{label:?} did not take {text:?}");
+            field(harness, label).focus();
+            settle(harness);
+            field(harness, label).set_text_value_accesskit(text);
+            settle(harness);
+        }
+    }
+
     fn click(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
         harness.get_by_label(label).click();
         settle(harness);
@@ -456,6 +468,46 @@ mod gui {
         let fields = &campaign(harness.state()).unwrap().overrides[0].fields;
         assert_eq!(fields.get("personality").map(String::as_str), Some("Bitter since the fire."), "{fields:?}");
         assert_eq!(fields.len(), 2, "{fields:?}");
+    }
+
+    /// What `persona edit`, `persona delete` and `campaign time` do, done in the
+    /// Campaigns panel: a persona renamed and re-described (the campaign that plays it
+    /// follows), the in-fiction clock set, the persona deleted after a second click.
+    #[test]
+    fn a_persona_is_edited_and_deleted_and_the_campaigns_time_set_in_the_workbench() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        cli.ok(&["persona", "new", "Kit", "--description", "a courier"]);
+        cli.ok(&["world", "new", "Vael"]);
+        cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael", "--persona", "Kit"]);
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some_and(|c| c.persona.is_some()));
+        click(&mut harness, "Settings of Ashfall");
+        click(&mut harness, "Personas (1)");
+        click(&mut harness, "Edit persona Kit");
+        assert_eq!(field(&harness, "Persona's description").value().as_deref(), Some("a courier"), "the editor opens filled");
+        replace_text(&mut harness, "Persona's name", "Kit Marlowe");
+        replace_text(&mut harness, "Persona's description", "a courier who asks too many questions");
+        click(&mut harness, "Save persona");
+        run_until(&mut harness, "the persona edited", |app| {
+            campaign(app).and_then(|c| c.persona.as_ref()).is_some_and(|p| p.name == "Kit Marlowe" && p.description == "a courier who asks too many questions")
+        });
+
+        type_into(&mut harness, "In-fiction minutes", "1500");
+        click(&mut harness, "Set time");
+        run_until(&mut harness, "the clock set", |app| campaign(app).is_some_and(|c| c.elapsed_minutes == 1500));
+        assert!(harness.query_by_label_contains("1500 minutes in: 1 day").is_some(), "the time in words");
+
+        click(&mut harness, "Delete persona Kit Marlowe");
+        assert!(campaign(harness.state()).is_some_and(|c| c.persona.is_some()), "not at the first click");
+        click(&mut harness, "Confirm delete of persona Kit Marlowe");
+        run_until(&mut harness, "the persona deleted", |app| campaign(app).is_some_and(|c| c.persona.is_none()));
+        let listed = cli.text(&["persona", "list"]);
+        assert!(!listed.contains("Kit"), "{listed}");
     }
 
     /// "New character" in the Library panel makes a character and opens its sheet to
