@@ -103,6 +103,14 @@ impl CampaignsPanel {
         match event {
             Event::Author(AuthorEvent::Tree { tree }) => {
                 self.tree = (**tree).clone();
+                // An override editor nobody has typed in yet follows the override as the
+                // library now has it (set by another process since this window read it).
+                if let (Some(character), Some(selected)) = (self.drafts.override_for.clone(), self.selected.clone())
+                    && selected.level == Level::Campaign
+                    && self.changed_override_fields().is_empty()
+                {
+                    self.open_override(&selected.id, &character);
+                }
                 // What was selected is gone (deleted here, or by another process): its
                 // settings are not left on screen to save into nothing.
                 if self.selected.as_ref().is_some_and(|s| !self.exists(s)) {
@@ -473,6 +481,8 @@ impl CampaignsPanel {
                 }
                 if !editing && ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
                     self.open_override(id, cid);
+                    // Read again: another process (the CLI, a server) may have changed it.
+                    outbox.push(author(AuthorCommand::Tree));
                 }
             });
             // What is in effect, so an override set elsewhere (the CLI, the world) is seen.

@@ -439,11 +439,7 @@ mod gui {
         cli.ok(&["world", "new", "Vael"]);
         cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
         cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram"]);
-        cli.ok(&["campaign", "override", "Ashfall", "Bram", "--personality", "Bitter since the fire."]);
         cli.ok(&["world", "override", "Vael", "Bram", "--description", "The ash-town's cellar-keeper."]);
-        let listed = cli.text(&["campaign", "list"]);
-        assert!(listed.contains("  override Bram Holloway: description \"The ash-town's cellar-keeper.\""), "{listed}");
-        assert!(listed.contains("    override Bram Holloway: personality \"Bitter since the fire.\""), "{listed}");
 
         let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
         let width = 900.0;
@@ -452,11 +448,19 @@ mod gui {
         settle(&mut harness);
         harness.get_all_by_label("Campaigns").next().unwrap().click();
         run_until(&mut harness, "the campaign", |app| campaign(app).is_some());
+        // Set by another process while the window is open.
+        cli.ok(&["campaign", "override", "Ashfall", "Bram", "--personality", "Bitter since the fire."]);
+        let listed = cli.text(&["campaign", "list"]);
+        assert!(listed.contains("  override Bram Holloway: description \"The ash-town's cellar-keeper.\""), "{listed}");
+        assert!(listed.contains("    override Bram Holloway: personality \"Bitter since the fire.\""), "{listed}");
         click(&mut harness, "Settings of Ashfall");
+        click(&mut harness, "Override Bram Holloway here");
+        run_until(&mut harness, "the editor filled with the override in effect", |app| {
+            campaign(app).is_some_and(|c| !c.overrides.is_empty())
+        });
+        assert_eq!(field(&harness, "Personality here").value().as_deref(), Some("Bitter since the fire."), "the editor opens filled");
         assert!(harness.query_by_label("Overridden in this campaign: personality: Bitter since the fire.").is_some(), "what is in effect here");
         assert!(harness.query_by_label("Overridden in the world: description: The ash-town's cellar-keeper.").is_some(), "and in the world");
-        click(&mut harness, "Override Bram Holloway here");
-        assert_eq!(field(&harness, "Personality here").value().as_deref(), Some("Bitter since the fire."), "the editor opens filled");
         assert_eq!(field(&harness, "Description here").value().as_deref(), Some(""), "the world's own override is not the campaign's");
         type_into(&mut harness, "Scenario here", "The cellar floods at every tide.");
         let button = harness.get_by_label("Save override").rect();
