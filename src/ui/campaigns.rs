@@ -347,6 +347,8 @@ impl CampaignsPanel {
             self.drafts.description = description;
             self.drafts.notes = notes;
             self.drafts.child_name.clear();
+            // An override editor belongs to the campaign it was opened in.
+            self.drafts.override_for = None;
             self.drafts.loaded_for = Some(selected.clone());
         }
         let level = selected.level;
