@@ -361,6 +361,35 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
     Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet, tags }))
 }
 
+/// One character's override for one world or campaign: the sheet fields set there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SheetOverride {
+    pub character_id: String,
+    /// The character's own name (the override may give it another here).
+    pub character: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+/// Every override set for one world or campaign (`scope`: `world` or `campaign`), by
+/// character name: what a front door shows as in effect there, and what an editor of
+/// the override starts from.
+pub fn overrides_in(conn: &Connection, scope: &str, scope_id: &str) -> Result<Vec<SheetOverride>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.character_id, c.name, o.override_json FROM character_overrides o JOIN characters c ON c.id = o.character_id
+         WHERE o.scope = ?1 AND o.scope_id = ?2 ORDER BY c.name COLLATE NOCASE, c.id",
+    )?;
+    let rows: Vec<(String, String, String)> =
+        stmt.query_map(params![scope, scope_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(character_id, character, json)| {
+            let value: serde_json::Value =
+                serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("character override: {e}")))?;
+            let fields = value.as_object().into_iter().flatten().filter_map(|(k, v)| v.as_str().map(|t| (k.clone(), t.to_string()))).collect();
+            Ok(SheetOverride { character_id, character, fields })
+        })
+        .collect()
+}
+
 /// Set (or with an empty text, remove) sheet fields of `id` for one world or one
 /// campaign (`scope`: `world` or `campaign`); the fields not named keep their override.
 /// Returns the override as it now is (empty: none left, and the row is gone).
@@ -518,6 +547,25 @@ pub fn edit_sheet(conn: &Connection, id: &str, edit: &SheetEdit) -> Result<Chara
         params![id, name, json, now_rfc3339()],
     )?;
     get(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("character {id}")))
+}
+
+/// A character written from scratch (origin `manual`): a V2 card of its own, blank but
+/// for what `edit` gives (its `name` is required), so it chats, plays, is edited and
+/// exports as an imported card does. A name another character already goes by is
+/// refused: names are how casts, chats and overrides find a character.
+pub fn create(conn: &Connection, edit: &SheetEdit) -> Result<CharacterRecord, StoreError> {
+    let name = edit.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
+    let name = name.ok_or_else(|| StoreError::Invalid("name: a character needs a name".into()))?;
+    if name_in_use(conn, name, "")? {
+        return Err(StoreError::Invalid(format!("a character already goes by {name:?}: give the new one another name")));
+    }
+    let card = serde_json::json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": name, "description": "", "personality": "", "scenario": "", "first_mes": "", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [],
+        "creator": "", "character_version": "", "extensions": {} } });
+    let json = serde_json::to_string(&card).map_err(|e| StoreError::Corrupt(format!("cannot encode the card: {e}")))?;
+    let id = insert(conn, NewCharacter { id: None, name, origin: Origin::Manual, card_json: Some(&json), profile_json: None })?;
+    edit_sheet(conn, &id, &SheetEdit { name: None, ..edit.clone() })
 }
 
 /// Delete a character from the library. What refers to it goes with it (its chat, its

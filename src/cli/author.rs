@@ -222,6 +222,12 @@ pub enum PersonaVerb {
 
 #[derive(Debug, Subcommand)]
 pub enum LorebookVerb {
+    /// Start an empty lorebook of your own; add its entries with `lorebook entry add`.
+    New {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
     /// Make a lorebook fire in every scene of a world or a campaign, for a character (its
     /// chat and its campaigns' scenes), or in one character's chat only.
     Attach(AttachArgs),
@@ -324,10 +330,12 @@ fn print_tree(tree: &Tree) -> Result<()> {
     };
     for w in &tree.worlds {
         outln!("world {} ({}){}", w.name, w.id, books(&w.lorebooks));
+        print_overrides("  ", &w.overrides)?;
         for c in &w.campaigns {
             let persona = c.persona.as_ref().map(|p| format!("  persona: {}", p.name)).unwrap_or_default();
             let cast = if c.cast.is_empty() { String::new() } else { format!("  cast: {}", c.cast.iter().map(|c| c.1.as_str()).collect::<Vec<_>>().join(", ")) };
             outln!("  campaign {} ({}){persona}{cast}{}", c.name, c.id, books(&c.lorebooks));
+            print_overrides("    ", &c.overrides)?;
             for a in &c.arcs {
                 outln!("    arc {} ({})", a.name, a.id);
                 for s in &a.scenes {
@@ -335,6 +343,23 @@ fn print_tree(tree: &Tree) -> Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The overrides in effect at one level: a line per character, each field with the
+/// start of its text (`--json` has them whole).
+fn print_overrides(indent: &str, overrides: &[crate::character::SheetOverride]) -> Result<()> {
+    for o in overrides {
+        let fields: Vec<String> = o
+            .fields
+            .iter()
+            .map(|(field, text)| {
+                let short: String = text.chars().take(60).collect();
+                format!("{field} {:?}", if short.len() < text.len() { format!("{short}…") } else { short })
+            })
+            .collect();
+        outln!("{indent}override {}: {}", o.character, fields.join(", "));
     }
     Ok(())
 }
@@ -452,10 +477,16 @@ pub fn persona(engine: &EngineHandle, verb: PersonaVerb, json: bool) -> Result<E
     author(engine, json, command)
 }
 
+/// `character new`: a character written from scratch, through the authoring commands.
+pub fn new_character(engine: &EngineHandle, sheet: crate::character::SheetEdit, json: bool) -> Result<ExitCode> {
+    author(engine, json, AuthorCommand::NewCharacter { sheet: Box::new(sheet) })
+}
+
 pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result<ExitCode> {
     let (args, attach) = match verb {
         LorebookVerb::Attach(args) => (args, true),
         LorebookVerb::Detach(args) => (args, false),
+        LorebookVerb::New { name, description } => return author(engine, json, AuthorCommand::NewLorebook { name, description }),
         LorebookVerb::Entry(verb) => return super::interop::entry(engine, verb, json),
         LorebookVerb::Test { lorebook, text } => return super::interop::test(engine, lorebook, text, json),
     };

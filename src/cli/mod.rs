@@ -162,6 +162,14 @@ pub enum Verb {
 
 #[derive(Debug, Subcommand)]
 pub enum CharacterVerb {
+    /// Write a new character from scratch (a card of its own; the fields not given stay
+    /// empty, to fill in with `character edit`).
+    New {
+        #[arg(value_name = "NAME")]
+        character: String,
+        #[command(flatten)]
+        fields: SheetArgs,
+    },
     /// Print a character's sheet (its card's text).
     Show { character: String },
     /// Change a character's sheet (only the fields given); an imported card keeps the
@@ -191,7 +199,7 @@ pub struct SheetArgs {
     #[arg(long)]
     pub scenario: Option<String>,
     /// The greeting (`first_mes`).
-    #[arg(long)]
+    #[arg(long, alias = "first-mes")]
     pub greeting: Option<String>,
     /// An alternate greeting (repeat for more; replaces the card's list; `""` alone clears it).
     #[arg(long = "alternate-greeting")]
@@ -355,6 +363,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Verb::Persona { verb }) => author::persona(&start(paths)?, verb, cli.json),
         Some(Verb::Lorebook { verb }) => author::lorebook(&start(paths)?, verb, cli.json),
         Some(Verb::Character { verb: CharacterVerb::Delete { character, yes } }) => interop::delete_character(&start(paths)?, character, yes, cli.json),
+        Some(Verb::Character { verb: CharacterVerb::New { character, fields } }) => {
+            if fields.name.is_some() {
+                anyhow::bail!("the new character's name is NAME; --name is for `character edit`");
+            }
+            let sheet = crate::character::SheetEdit { name: Some(character), ..fields.edit() };
+            author::new_character(&start(paths)?, sheet, cli.json)
+        }
         Some(Verb::Character { verb: CharacterVerb::Show { character } }) => {
             interop::sheet(&start(paths)?, crate::interop::InteropCommand::Sheet { character }, cli.json)
         }

@@ -77,10 +77,13 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::CharacterFinished { delta, .. } => {
             if delta.is_empty() { writeln!(out) } else { writeln!(out, "\n  (state: {})", serde_json::to_string(delta).unwrap_or_default()) }
         }
-        E::RoundCompleted { round, messages, conflicts, tokens, .. } => {
+        E::RoundCompleted { round, messages, conflicts, tokens, notices, .. } => {
             writeln!(out, "round {round} saved: {} messages, {tokens} tokens", messages.len())?;
             for c in conflicts {
                 writeln!(out, "  director overrode {}'s {}: {:?} -> {:?}", c.character, c.field, c.character_value, c.director_value)?;
+            }
+            for notice in notices {
+                writeln!(out, "  warning: {notice}")?;
             }
             Ok(())
         }

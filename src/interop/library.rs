@@ -167,6 +167,22 @@ pub fn insert_lorebook(
     Ok(id)
 }
 
+/// A lorebook written from scratch: named, empty, its entries added in the entry editor
+/// (`lorebook entry add`). A name another lorebook has is refused, since books are
+/// attached and edited by name. Returns its id.
+pub fn create_lorebook(conn: &Connection, name: &str, description: &str) -> Result<String, StoreError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(StoreError::Invalid("name: a lorebook needs a name".into()));
+    }
+    let taken: bool = conn.query_row("SELECT EXISTS(SELECT 1 FROM lorebooks WHERE name = ?1 COLLATE NOCASE)", [name], |r| r.get(0))?;
+    if taken {
+        return Err(StoreError::Invalid(format!("a lorebook is already named {name:?}: give the new one another name")));
+    }
+    let description = Some(description.trim().to_string()).filter(|d| !d.is_empty());
+    insert_lorebook(conn, name, None, &Lorebook { name: Some(name.to_string()), description, ..Default::default() }, None)
+}
+
 /// Replace one entry of a lorebook (by its position in the book), e.g. after an edit.
 /// Its `source` is kept as it is, so the next export changes only what was edited.
 pub fn update_entry(conn: &Connection, lorebook_id: &str, ordinal: usize, entry: &LoreEntry) -> Result<(), InteropError> {

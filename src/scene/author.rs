@@ -30,6 +30,10 @@ pub enum AuthorCommand {
     /// Who the user plays in the campaign's scenes (`None`: nobody in particular).
     UsePersona { campaign: String, persona: Option<String> },
     NewPersona { name: String, description: String },
+    /// Write a character from scratch (`edit.name` required): `character::create`.
+    NewCharacter { sheet: Box<character::SheetEdit> },
+    /// Start an empty lorebook (its entries are added in the entry editor).
+    NewLorebook { name: String, description: String },
     EditPersona { persona: String, name: Option<String>, description: Option<String> },
     DeletePersona { persona: String },
     /// Give a persona a picture (a PNG file), or take it away (`None`).
@@ -248,6 +252,14 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
             }
             let id = store.transaction(|tx| character::insert_persona(tx, name.trim(), description.trim()))?;
             Some(authored("created", "persona", id, name.trim().into()))
+        }
+        AuthorCommand::NewCharacter { sheet } => {
+            let record = store.transaction(|tx| character::create(tx, &sheet))?;
+            Some(authored("created", "character", record.id, record.name))
+        }
+        AuthorCommand::NewLorebook { name, description } => {
+            let id = store.transaction(|tx| crate::interop::library::create_lorebook(tx, &name, &description))?;
+            Some(authored("created", "lorebook", id, name.trim().into()))
         }
         AuthorCommand::EditPersona { persona, name, description } => {
             if name.as_deref().is_some_and(|n| n.trim().is_empty()) {

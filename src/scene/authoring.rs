@@ -66,6 +66,8 @@ pub struct WorldNode {
     pub notes: String,
     /// `(id, name)` of the lorebooks every campaign of this world scans.
     pub lorebooks: Vec<(String, String)>,
+    /// Who characters are in this world: the sheet fields overridden here.
+    pub overrides: Vec<character::SheetOverride>,
     pub campaigns: Vec<CampaignNode>,
 }
 
@@ -78,6 +80,9 @@ pub struct CampaignNode {
     pub persona: Option<character::Persona>,
     /// `(id, name)` of the campaign's cast.
     pub cast: Vec<(String, String)>,
+    /// Who characters are in this campaign: the sheet fields overridden here (over the
+    /// world's overrides and the card).
+    pub overrides: Vec<character::SheetOverride>,
     pub lorebooks: Vec<(String, String)>,
     pub trackers: std::collections::BTreeMap<String, serde_json::Value>,
     pub facts: Vec<String>,
@@ -466,6 +471,7 @@ pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
                     .collect::<Result<_, _>>()?;
                 arcs.push(ArcNode { id: aid, name: aname, notes: anotes, scenes });
             }
+            let overrides = character::overrides_in(conn, "campaign", &cid)?;
             campaigns.push(CampaignNode {
                 id: cid,
                 name: cname,
@@ -473,6 +479,7 @@ pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
                 notes: cnotes,
                 persona,
                 cast,
+                overrides,
                 lorebooks,
                 trackers,
                 facts,
@@ -480,7 +487,8 @@ pub fn tree(conn: &Connection) -> Result<Tree, StoreError> {
                 arcs,
             });
         }
-        worlds.push(WorldNode { id, name, description, notes, lorebooks, campaigns });
+        let overrides = character::overrides_in(conn, "world", &id)?;
+        worlds.push(WorldNode { id, name, description, notes, lorebooks, overrides, campaigns });
     }
     Ok(Tree { worlds })
 }

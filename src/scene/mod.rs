@@ -157,6 +157,10 @@ pub enum SceneEvent {
         active: Vec<String>,
         conflicts: Vec<Conflict>,
         tokens: u64,
+        /// What the user must hear beside the messages: a Director reconciliation that
+        /// was dropped after its attempts, and what that left unapplied.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        notices: Vec<String>,
     },
     /// The World agent's accepted update.
     WorldDecided { scene_id: String, round: u32, decision: Box<model::WorldUpdate> },

@@ -385,9 +385,17 @@ impl SceneView {
         self.cast.iter().filter(|c| c.active)
     }
 
+    /// The cast member `name` means: its id or its whole name (case ignored), else the
+    /// one member whose name, or a word of it, starts with `name` (`crate::names`, as the
+    /// CLI resolves what a person types). A Director, like a person, often names someone
+    /// by first name ("Maudry" for "Maudry Kettlewick"); a name two members share means
+    /// neither.
     pub fn member_by_name(&self, name: &str) -> Option<&CastMember> {
         let name = name.trim();
-        self.cast.iter().find(|c| c.name.eq_ignore_ascii_case(name) || c.id == name)
+        self.cast
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name) || c.id == name)
+            .or_else(|| crate::names::only(&self.cast, |c| c.name.as_str(), name).ok())
     }
 }
 

@@ -34,6 +34,8 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/campaign/{campaign}/arcs", post(new_arc))
         .route("/api/arc/{arc}/scenes", post(new_scene))
         .route("/api/personas", post(new_persona))
+        .route("/api/characters", post(new_character))
+        .route("/api/lorebooks", post(new_lorebook))
         .route("/api/world/{world}", delete(delete_world))
         .route("/api/campaign/{campaign}", delete(delete_campaign))
         .route("/api/arc/{arc}", delete(delete_arc))
@@ -172,7 +174,7 @@ pub(super) async fn identity_runs(State(state): State<Arc<AppState>>) -> Result<
 pub(super) struct Authored {
     /// `created`, `updated`, `deleted`, `attached`, `detached`.
     action: String,
-    /// `world`, `campaign`, `arc`, `scene`, `persona`, `cast`, `lorebook`, `campaign state`, `character state`.
+    /// `world`, `campaign`, `arc`, `scene`, `persona`, `character`, `cast`, `lorebook`, `campaign state`, `character state`.
     kind: String,
     /// The id of what was authored (for `cast`, `campaign state`: the campaign's; for
     /// `character state`: the scene's; for `lorebook`: the book's).
@@ -309,6 +311,67 @@ pub(super) struct NewPersona {
 pub(super) async fn new_persona(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Authored>, ApiError> {
     let NewPersona { name, description } = body(&bytes)?;
     author(&state, AuthorCommand::NewPersona { name, description }, false).await
+}
+
+/// A character to write from scratch: a card of its own, its fields empty where absent
+/// (as `lorekeeper character new` takes it).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NewCharacter {
+    /// Required; no other character may go by it.
+    name: String,
+    description: Option<String>,
+    personality: Option<String>,
+    scenario: Option<String>,
+    /// The greeting.
+    first_mes: Option<String>,
+    /// Example dialogue.
+    mes_example: Option<String>,
+    system_prompt: Option<String>,
+    post_history_instructions: Option<String>,
+    creator_notes: Option<String>,
+    alternate_greetings: Option<Vec<String>>,
+    tags: Option<Vec<String>>,
+}
+
+/// Create a character from scratch; its sheet is then edited like any card's.
+#[utoipa::path(post, path = "/api/characters", request_body = NewCharacter,
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody, description = "no name, or a name another character goes by")))]
+pub(super) async fn new_character(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Authored>, ApiError> {
+    let b: NewCharacter = body(&bytes)?;
+    let sheet = crate::character::SheetEdit {
+        name: Some(b.name),
+        description: b.description,
+        personality: b.personality,
+        scenario: b.scenario,
+        first_mes: b.first_mes,
+        mes_example: b.mes_example,
+        system_prompt: b.system_prompt,
+        post_history_instructions: b.post_history_instructions,
+        creator_notes: b.creator_notes,
+        alternate_greetings: b.alternate_greetings,
+        tags: b.tags,
+    };
+    author(&state, AuthorCommand::NewCharacter { sheet: Box::new(sheet) }, false).await
+}
+
+/// A lorebook to start, empty.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NewLorebook {
+    /// Required; no other lorebook may have it.
+    name: String,
+    #[serde(default)]
+    description: String,
+}
+
+/// Create an empty lorebook; its entries are added through the entry editor (the
+/// workbench's lore editor, `lorekeeper lorebook entry add`).
+#[utoipa::path(post, path = "/api/lorebooks", request_body = NewLorebook,
+    responses((status = 200, body = Authored), (status = 400, body = ErrorBody, description = "no name, or a name another lorebook has")))]
+pub(super) async fn new_lorebook(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<Authored>, ApiError> {
+    let NewLorebook { name, description } = body(&bytes)?;
+    author(&state, AuthorCommand::NewLorebook { name, description }, false).await
 }
 
 /// What to change of a world, campaign, arc or scene; what is absent stays.

@@ -63,6 +63,8 @@ use utoipa::OpenApi;
         super::author::new_arc,
         super::author::new_scene,
         super::author::new_persona,
+        super::author::new_character,
+        super::author::new_lorebook,
         super::author::edit_world,
         super::author::edit_campaign,
         super::author::edit_arc,

@@ -395,8 +395,9 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
             json!({ "type": "agentStatus", "sceneId": scene_id, "round": round, "agent": "world", "status": "complete" }),
             json!({ "type": "stateUpdated", "sceneId": scene_id, "trackers": decision.trackers, "elapsedMinutes": decision.elapsed_minutes }),
         ],
-        SceneEvent::RoundCompleted { scene_id, round, messages, active, conflicts, tokens } if mine(scene_id) => vec![json!({
+        SceneEvent::RoundCompleted { scene_id, round, messages, active, conflicts, tokens, notices } if mine(scene_id) => vec![json!({
             "type": "roundCompleted", "sceneId": scene_id, "round": round, "messages": messages, "activeCharacters": active, "conflicts": conflicts, "tokens": tokens,
+            "notices": notices,
         })],
         SceneEvent::RoundCancelled { scene_id } if mine(scene_id) => vec![json!({ "type": "roundCancelled", "sceneId": scene_id })],
         SceneEvent::RedoFailed { scene_id, round, message } if mine(scene_id) => {

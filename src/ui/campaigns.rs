@@ -1,7 +1,8 @@
 //! The Campaigns panel: the library as a tree of worlds → campaigns → arcs → scenes,
 //! and beside it the selected node with everything a game master sets by hand — names,
-//! descriptions and notes, a campaign's cast and persona, attached lorebooks, trackers
-//! and facts, new children, delete with confirmation, and a scene's transcript export.
+//! descriptions and notes, a campaign's cast (and who they are here: its overrides) and
+//! persona, the personas themselves, attached lorebooks, trackers, facts and in-fiction
+//! time, new children, delete with confirmation, and a scene's transcript export.
 
 use crate::engine::{Command, Event};
 use crate::interop::{CharacterSummary, InteropCommand, InteropEvent, LorebookSummary};
@@ -29,6 +30,14 @@ struct Drafts {
     child_name: String,
     persona_name: String,
     persona_description: String,
+    /// The persona open in the editor (its id), and its name and description as typed.
+    persona_edit: Option<String>,
+    persona_edit_name: String,
+    persona_edit_description: String,
+    /// A persona whose delete waits for a second click.
+    persona_delete: Option<String>,
+    /// The campaign's in-fiction minutes, as typed.
+    minutes: String,
     tracker_name: String,
     tracker_value: String,
     fact: String,
@@ -36,11 +45,18 @@ struct Drafts {
     character_filter: String,
     lorebook_filter: String,
     /// A cast member whose sheet is being overridden for this campaign, and the
-    /// personality and scenario typed for it.
+    /// fields typed for it (by [`OVERRIDE_FIELDS`]).
     override_for: Option<String>,
-    override_personality: String,
-    override_scenario: String,
+    override_texts: std::collections::BTreeMap<String, String>,
+    /// The campaign's override of that member as the editor opened with it: a field left
+    /// as it was is not sent, so saving one field never touches the others.
+    override_loaded: std::collections::BTreeMap<String, String>,
 }
+
+/// The sheet fields a campaign override sets in the editor, with their labels (those
+/// `campaign override` takes).
+const OVERRIDE_FIELDS: [(&str, &str); 4] =
+    [("name", "Name here"), ("description", "Description here"), ("personality", "Personality here"), ("scenario", "Scenario here")];
 
 /// Library items offered at once (type in the filter to find the others).
 const LIST_LIMIT: usize = 30;
@@ -87,6 +103,14 @@ impl CampaignsPanel {
         match event {
             Event::Author(AuthorEvent::Tree { tree }) => {
                 self.tree = (**tree).clone();
+                // An override editor nobody has typed in yet follows the override as the
+                // library now has it (set by another process since this window read it).
+                if let (Some(character), Some(selected)) = (self.drafts.override_for.clone(), self.selected.clone())
+                    && selected.level == Level::Campaign
+                    && self.changed_override_fields().is_empty()
+                {
+                    self.open_override(&selected.id, &character);
+                }
                 // What was selected is gone (deleted here, or by another process): its
                 // settings are not left on screen to save into nothing.
                 if self.selected.as_ref().is_some_and(|s| !self.exists(s)) {
@@ -163,6 +187,37 @@ impl CampaignsPanel {
 
     fn campaign(&self, id: &str) -> Option<&CampaignNode> {
         self.tree.worlds.iter().flat_map(|w| &w.campaigns).find(|c| c.id == id)
+    }
+
+    /// The fields of `character` the world of campaign `id` overrides.
+    fn world_override(&self, id: &str, character: &str) -> std::collections::BTreeMap<String, String> {
+        let world = self.tree.worlds.iter().find(|w| w.campaigns.iter().any(|c| c.id == id));
+        world.and_then(|w| w.overrides.iter().find(|o| o.character_id == character)).map(|o| o.fields.clone()).unwrap_or_default()
+    }
+
+    /// Open the override editor of `character` in campaign `id`, filled with the
+    /// campaign's override as it stands.
+    fn open_override(&mut self, id: &str, character: &str) {
+        let current = self
+            .campaign(id)
+            .and_then(|c| c.overrides.iter().find(|o| o.character_id == character))
+            .map(|o| o.fields.clone())
+            .unwrap_or_default();
+        self.drafts.override_texts =
+            OVERRIDE_FIELDS.iter().map(|(field, _)| (field.to_string(), current.get(*field).cloned().unwrap_or_default())).collect();
+        self.drafts.override_loaded = current;
+        self.drafts.override_for = Some(character.to_string());
+    }
+
+    /// The fields the user changed in the override editor: a field emptied is sent empty
+    /// (its override removed), one left as it opened is not sent at all.
+    fn changed_override_fields(&self) -> std::collections::BTreeMap<String, String> {
+        self.drafts
+            .override_texts
+            .iter()
+            .filter(|(field, text)| text.trim() != self.drafts.override_loaded.get(*field).map(|t| t.trim()).unwrap_or(""))
+            .map(|(field, text)| (field.clone(), text.trim().to_string()))
+            .collect()
     }
 
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
@@ -292,6 +347,8 @@ impl CampaignsPanel {
             self.drafts.description = description;
             self.drafts.notes = notes;
             self.drafts.child_name.clear();
+            // An override editor belongs to the campaign it was opened in.
+            self.drafts.override_for = None;
             self.drafts.loaded_for = Some(selected.clone());
         }
         let level = selected.level;
@@ -414,33 +471,33 @@ impl CampaignsPanel {
                 outbox.push(author(AuthorCommand::NewPersona { name, description }));
             }
         });
+        self.persona_list(ui, outbox);
 
         ui.label(RichText::new("Cast").strong());
         for (cid, name) in &campaign.cast {
-            ui.horizontal(|ui| {
+            let editing = self.drafts.override_for.as_deref() == Some(cid.as_str());
+            ui.horizontal_wrapped(|ui| {
                 ui.label(name);
                 if ui.small_button(format!("Remove {name}")).clicked() {
                     outbox.push(author(AuthorCommand::CastRemove { campaign: id.to_string(), character: cid.clone() }));
                 }
-                if ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
-                    self.drafts.override_for = Some(cid.clone());
+                if !editing && ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
+                    self.open_override(id, cid);
+                    // Read again: another process (the CLI, a server) may have changed it.
+                    outbox.push(author(AuthorCommand::Tree));
                 }
             });
-            if self.drafts.override_for.as_deref() == Some(cid.as_str()) {
-                ui.horizontal(|ui| {
-                    text_inline(ui, "Personality here", &mut self.drafts.override_personality, 200.0);
-                    text_inline(ui, "Scenario here", &mut self.drafts.override_scenario, 200.0);
-                    if ui.button("Save override").on_hover_text("An empty field keeps the card's").clicked() {
-                        let fields = [
-                            ("personality".to_string(), std::mem::take(&mut self.drafts.override_personality)),
-                            ("scenario".to_string(), std::mem::take(&mut self.drafts.override_scenario)),
-                        ]
-                        .into_iter()
-                        .collect();
-                        outbox.push(author(AuthorCommand::Override { level: Level::Campaign, owner: id.to_string(), character: cid.clone(), fields }));
-                        self.drafts.override_for = None;
-                    }
-                });
+            // What is in effect, so an override set elsewhere (the CLI, the world) is seen.
+            let world = self.world_override(id, cid);
+            let here = campaign.overrides.iter().find(|o| o.character_id == *cid).map(|o| o.fields.clone()).unwrap_or_default();
+            for (scope, fields) in [("in this campaign", &here), ("in the world", &world)] {
+                if !fields.is_empty() {
+                    let listed: Vec<String> = fields.iter().map(|(f, t)| format!("{f}: {}", super::short(t))).collect();
+                    ui.weak(format!("Overridden {scope}: {}", listed.join("; ")));
+                }
+            }
+            if editing {
+                self.override_editor(ui, outbox, id, cid, &world);
             }
         }
         let filter = self.drafts.character_filter.to_lowercase();
@@ -463,7 +520,26 @@ impl CampaignsPanel {
         });
         self.lore_form(ui, outbox, LoreLevel::Campaign, id);
 
-        ui.label(RichText::new(format!("State ({} minutes in)", campaign.elapsed_minutes)).strong());
+        ui.label(
+            RichText::new(format!("State ({} minutes in: {})", campaign.elapsed_minutes, crate::scene::envelope::said_duration(campaign.elapsed_minutes)))
+                .strong(),
+        );
+        // The in-fiction clock by hand (`campaign time`): a time skip, or a correction.
+        ui.horizontal_wrapped(|ui| {
+            let l = ui.label("In-fiction minutes");
+            let hint = campaign.elapsed_minutes.to_string();
+            ui.add(egui::TextEdit::singleline(&mut self.drafts.minutes).hint_text(hint).desired_width(100.0).id_salt("campaigns_minutes"))
+                .labelled_by(l.id);
+            let minutes = self.drafts.minutes.trim().parse::<u64>().ok();
+            if !self.drafts.minutes.trim().is_empty() && minutes.is_none() {
+                ui.colored_label(ui.visuals().warn_fg_color, "a whole number of minutes since the campaign began");
+            }
+            let set = ui.add_enabled(minutes.is_some(), egui::Button::new("Set time")).on_hover_text("Minutes since the campaign began");
+            if let (true, Some(minutes)) = (set.clicked(), minutes) {
+                self.drafts.minutes.clear();
+                outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::Elapsed { minutes } }));
+            }
+        });
         for (name, value) in &campaign.trackers {
             ui.horizontal(|ui| {
                 ui.label(format!("{name} = {value}"));
@@ -497,6 +573,113 @@ impl CampaignsPanel {
                 let fact = std::mem::take(&mut self.drafts.fact);
                 outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::AddFact { fact } }));
             }
+        });
+    }
+
+    /// Every persona, each to edit (name, description) or delete (a second click; the
+    /// campaigns and chats that play it then play nobody in particular).
+    fn persona_list(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        if self.personas.is_empty() {
+            return;
+        }
+        egui::CollapsingHeader::new(format!("Personas ({})", self.personas.len())).id_salt("campaigns_personas").show(ui, |ui| {
+            for p in self.personas.clone() {
+                ui.horizontal_wrapped(|ui| {
+                    ui.label(super::short(&p.name)).on_hover_text(&p.description);
+                    if ui.small_button(format!("Edit persona {}", p.name)).clicked() {
+                        self.drafts.persona_edit = Some(p.id.clone());
+                        self.drafts.persona_edit_name = p.name.clone();
+                        self.drafts.persona_edit_description = p.description.clone();
+                    }
+                    if self.drafts.persona_delete.as_deref() == Some(p.id.as_str()) {
+                        ui.colored_label(ui.visuals().warn_fg_color, "campaigns and chats that play it will play nobody in particular");
+                        if ui.small_button(format!("Confirm delete of persona {}", p.name)).clicked() {
+                            outbox.push(author(AuthorCommand::DeletePersona { persona: p.id.clone() }));
+                            self.drafts.persona_delete = None;
+                        }
+                        if ui.small_button("Keep persona").clicked() {
+                            self.drafts.persona_delete = None;
+                        }
+                    } else if ui.small_button(format!("Delete persona {}", p.name)).clicked() {
+                        self.drafts.persona_delete = Some(p.id.clone());
+                    }
+                });
+                if self.drafts.persona_edit.as_deref() != Some(p.id.as_str()) {
+                    continue;
+                }
+                ui.indent(("persona_edit", &p.id), |ui| {
+                    ui.horizontal(|ui| {
+                        let l = ui.label("Persona's name");
+                        ui.add(egui::TextEdit::singleline(&mut self.drafts.persona_edit_name).desired_width(200.0).id_salt("campaigns_persona_edit_name"))
+                            .labelled_by(l.id);
+                    });
+                    ui.horizontal(|ui| {
+                        let l = ui.label("Persona's description");
+                        let width = (ui.available_width() - 8.0).clamp(120.0, 420.0);
+                        let edit = egui::TextEdit::multiline(&mut self.drafts.persona_edit_description)
+                            .desired_rows(2)
+                            .desired_width(width)
+                            .id_salt("campaigns_persona_edit_description");
+                        ui.add(edit).labelled_by(l.id);
+                    });
+                    ui.horizontal_wrapped(|ui| {
+                        // Only what changed is sent, as `persona edit` takes it.
+                        let name = Some(self.drafts.persona_edit_name.trim().to_string()).filter(|n| *n != p.name);
+                        let description = Some(self.drafts.persona_edit_description.clone()).filter(|d| *d != p.description);
+                        let ready = (name.is_some() || description.is_some()) && !self.drafts.persona_edit_name.trim().is_empty();
+                        if ui.add_enabled(ready, egui::Button::new("Save persona")).clicked() {
+                            outbox.push(author(AuthorCommand::EditPersona { persona: p.id.clone(), name, description }));
+                            self.drafts.persona_edit = None;
+                        }
+                        if ui.button("Close persona").clicked() {
+                            self.drafts.persona_edit = None;
+                        }
+                    });
+                });
+            }
+        });
+    }
+
+    /// The campaign override of cast member `character`, one field a row so it fits a
+    /// narrow tile with its buttons on screen; an empty field shows what the world's
+    /// override (else the card) gives instead.
+    fn override_editor(
+        &mut self,
+        ui: &mut egui::Ui,
+        outbox: &mut Vec<Command>,
+        id: &str,
+        character: &str,
+        world: &std::collections::BTreeMap<String, String>,
+    ) {
+        ui.indent(("override", character), |ui| {
+            for (field, label) in OVERRIDE_FIELDS {
+                let text = self.drafts.override_texts.entry(field.to_string()).or_default();
+                let hint = world.get(field).map(|t| format!("the world's: {}", super::short(t))).unwrap_or_else(|| "the card's".into());
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    let width = (ui.available_width() - 8.0).clamp(120.0, 420.0);
+                    let edit = egui::TextEdit::singleline(text).hint_text(hint).desired_width(width).id_salt(format!("campaigns_{label}"));
+                    ui.add(edit).labelled_by(l.id);
+                });
+            }
+            ui.horizontal_wrapped(|ui| {
+                let changed = self.changed_override_fields();
+                let save = ui
+                    .add_enabled(!changed.is_empty(), egui::Button::new("Save override"))
+                    .on_hover_text("Saves the fields you changed; a field you empty goes back to the world's or the card's");
+                if save.clicked() {
+                    outbox.push(author(AuthorCommand::Override {
+                        level: Level::Campaign,
+                        owner: id.to_string(),
+                        character: character.to_string(),
+                        fields: changed,
+                    }));
+                    self.drafts.override_for = None;
+                }
+                if ui.button("Close override").clicked() {
+                    self.drafts.override_for = None;
+                }
+            });
         });
     }
 

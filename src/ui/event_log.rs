@@ -142,11 +142,15 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
         E::NarratorStarted { .. } => info("scene: the narrator is writing".into()),
         E::Redrawn { name, reason, .. } => Some((LogLevel::Warn, format!("scene: a reply of {name} was drawn again: {reason}"))),
         E::NarratorFinished { .. } => info("scene: the narrator finished".into()),
-        E::RoundCompleted { round, messages, conflicts, tokens, .. } => info(format!(
-            "scene: round {round} saved: {} messages, {tokens} tokens{}",
-            messages.len(),
-            if conflicts.is_empty() { String::new() } else { format!(", the Director overrode {} claim(s)", conflicts.len()) }
-        )),
+        E::RoundCompleted { round, messages, conflicts, tokens, notices, .. } => {
+            let saved = format!(
+                "scene: round {round} saved: {} messages, {tokens} tokens{}",
+                messages.len(),
+                if conflicts.is_empty() { String::new() } else { format!(", the Director overrode {} claim(s)", conflicts.len()) }
+            );
+            // A dropped reconciliation is a warning: the round stands, but less of it than planned.
+            if notices.is_empty() { info(saved) } else { Some((LogLevel::Warn, format!("{saved} — {}", notices.join("; ")))) }
+        }
         E::WorldDecided { decision, .. } => info(format!("scene: the world set {} tracker(s), {} minutes passed", decision.trackers.len(), decision.elapsed_minutes)),
         E::RoundCancelled { .. } => Some((LogLevel::Warn, "scene: round cancelled, nothing saved".into())),
         E::RoundUndone { round, .. } => info(format!("scene: round {round} taken back")),
@@ -367,7 +371,15 @@ mod tests {
         };
         log.record(&Event::Scene(SceneEvent::RoundStarted { scene_id: "s".into(), round: 3, input: Some("Knock.".into()) }));
         log.record(&Event::Scene(SceneEvent::DirectorDecided { scene_id: "s".into(), round: 3, pass: 1, decision: crate::scene::DirectorDecision::Plan(Box::new(plan)) }));
-        log.record(&Event::Scene(SceneEvent::RoundCompleted { scene_id: "s".into(), round: 3, messages: Vec::new(), active: Vec::new(), conflicts: Vec::new(), tokens: 812 }));
+        log.record(&Event::Scene(SceneEvent::RoundCompleted {
+            scene_id: "s".into(),
+            round: 3,
+            messages: Vec::new(),
+            active: Vec::new(),
+            conflicts: Vec::new(),
+            tokens: 812,
+            notices: Vec::new(),
+        }));
         log.record(&Event::Interop(crate::interop::InteropEvent::ImportReport { created: Vec::new(), skipped: Vec::new(), warnings: Vec::new() }));
         log.record(&Event::Interop(crate::interop::InteropEvent::Library { characters: Vec::new(), lorebooks: Vec::new() }));
         log.record(&Event::Llm(crate::engine::LlmEvent::ConfigSaved));
@@ -382,6 +394,27 @@ mod tests {
                 "providers: configuration saved",
             ]
         );
+    }
+
+    /// A round whose reconciliation was dropped is saved, but the log says so, as a
+    /// warning, with what was not applied.
+    #[test]
+    fn a_dropped_reconciliation_is_a_warning_in_the_log() {
+        use crate::scene::SceneEvent;
+        let mut log = EventLog::default();
+        let notice = "Director pass 2 (reconciliation) was dropped, so its state updates, in-fiction time, trackers and new facts were not applied: no valid Reconciliation after 3 attempt(s)";
+        log.record(&Event::Scene(SceneEvent::RoundCompleted {
+            scene_id: "s".into(),
+            round: 4,
+            messages: Vec::new(),
+            active: Vec::new(),
+            conflicts: Vec::new(),
+            tokens: 90,
+            notices: vec![notice.into()],
+        }));
+        assert_eq!(log.lines.back().map(|(level, _)| *level), Some(LogLevel::Warn));
+        let line = log.lines().last().unwrap_or_default();
+        assert!(line.starts_with("scene: round 4 saved: 0 messages, 90 tokens — Director pass 2 (reconciliation) was dropped"), "{line}");
     }
 
     /// With several runs waiting, each identity line names its run.

@@ -1,9 +1,12 @@
 //! The Library panel: characters and lorebooks, import by dropping files on the window
-//! (or typing a path, or choosing in the desktop's file dialog), export from a row's
-//! context menu.
+//! (or typing a path, or choosing in the desktop's file dialog), written from scratch
+//! ("New character", "New lorebook": the sheet or entry editor opens on the new one),
+//! export from a row's context menu.
 
 use crate::engine::Command;
 use crate::interop::{CardFormat, CharacterSummary, InteropCommand, InteropEvent, LorebookFormat, LorebookSummary};
+use crate::scene::SceneCommand;
+use crate::scene::author::{AuthorCommand, AuthorEvent};
 use std::path::PathBuf;
 
 /// What an export dialog is about.
@@ -144,6 +147,12 @@ pub struct LibraryPanel {
     sheet: Option<SheetForm>,
     sheet_request: Option<String>,
     portraits: super::portrait::Portraits,
+    /// Names typed for a character or lorebook written from scratch.
+    new_character: String,
+    new_lorebook: String,
+    /// What this panel asked to create (`character` or `lorebook`, and the name), until
+    /// the engine says it was made — then its sheet or entry editor opens — or refused.
+    creating: Option<(&'static str, String)>,
 }
 
 impl LibraryPanel {
@@ -260,6 +269,19 @@ impl LibraryPanel {
                 outbox.push(Command::Interop(InteropCommand::List));
             }
         });
+        ui.horizontal_wrapped(|ui| {
+            if Self::create_field(ui, "New character", &mut self.new_character, "Create character") {
+                let name = std::mem::take(&mut self.new_character).trim().to_string();
+                let sheet = crate::character::SheetEdit { name: Some(name.clone()), ..Default::default() };
+                self.creating = Some(("character", name));
+                outbox.push(Command::Scene(SceneCommand::Author(AuthorCommand::NewCharacter { sheet: Box::new(sheet) })));
+            }
+            if Self::create_field(ui, "New lorebook", &mut self.new_lorebook, "Create lorebook") {
+                let name = std::mem::take(&mut self.new_lorebook).trim().to_string();
+                self.creating = Some(("lorebook", name.clone()));
+                outbox.push(Command::Scene(SceneCommand::Author(AuthorCommand::NewLorebook { name, description: String::new() })));
+            }
+        });
         if !self.report.is_empty() {
             ui.group(|ui| {
                 ui.strong("Last import");
@@ -315,6 +337,44 @@ impl LibraryPanel {
             outbox.push(self.editor.open(&id, &name));
         }
         self.export_dialog(ui, outbox);
+    }
+
+    /// A name field with the button (or Enter) that creates the thing named.
+    fn create_field(ui: &mut egui::Ui, label: &str, text: &mut String, button: &str) -> bool {
+        let l = ui.label(label);
+        let field = ui.add(egui::TextEdit::singleline(text).hint_text("a name").desired_width(160.0).id_salt(("library_new", label))).labelled_by(l.id);
+        let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        let ready = !text.trim().is_empty();
+        (ui.add_enabled(ready, egui::Button::new(button)).clicked() || entered) && ready
+    }
+
+    /// What the engine said about a character or lorebook this panel asked to create:
+    /// made (the list is read again and its sheet or entry editor opens, to fill in), or
+    /// refused (why, in the status line).
+    fn creation_answered(&mut self, event: &crate::engine::Event, outbox: &mut Vec<Command>) {
+        use crate::engine::Event;
+        let Some((kind, name)) = self.creating.clone() else { return };
+        match event {
+            Event::Author(AuthorEvent::Authored { action, kind: made, id, name: made_name, .. })
+                if action == "created" && made == kind && made_name.eq_ignore_ascii_case(&name) =>
+            {
+                self.creating = None;
+                outbox.push(Command::Interop(InteropCommand::List));
+                if kind == "character" {
+                    self.status = Some(Ok(format!("Created the character {made_name:?}: write its sheet below and save it.")));
+                    outbox.push(Command::Interop(InteropCommand::Sheet { character: id.clone() }));
+                } else {
+                    self.status = Some(Ok(format!("Created the lorebook {made_name:?}: add its entries.")));
+                    self.sheet = None;
+                    outbox.push(self.editor.open(id, made_name));
+                }
+            }
+            Event::Scene(crate::scene::SceneEvent::Error { scene_id: None, message, .. }) => {
+                self.creating = None;
+                self.status = Some(Err(message.clone()));
+            }
+            _ => {}
+        }
     }
 
     /// The characters; returns the one whose "Delete…" was chosen.
@@ -513,6 +573,7 @@ impl super::Panel for LibraryPanel {
     fn apply(&mut self, event: &crate::engine::Event, outbox: &mut Vec<crate::engine::Command>) {
         use crate::engine::Event;
         self.portraits.apply(event);
+        self.creation_answered(event, outbox);
         match event {
             Event::Interop(e) => LibraryPanel::apply(self, e),
             // A character made elsewhere (the demo companion, the demo scene's cast, a

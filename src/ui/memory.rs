@@ -780,6 +780,7 @@ mod tests {
             active: Vec::new(),
             conflicts: Vec::new(),
             tokens: 0,
+            notices: Vec::new(),
         };
         panel.observe(&Event::Scene(round), &mut outbox);
         assert!(matches!(outbox.as_slice(), [Command::Memory(MemoryCommand::Injections), Command::Memory(MemoryCommand::Stats)]));
@@ -809,7 +810,15 @@ mod tests {
         let listed = vec![injection("companion:Mira"), injection("scene:character:Tobin"), injection("scene:director")];
         panel.apply(&MemoryEvent::Injections { injections: listed.clone() });
         assert_eq!(panel.selected_agent(), Some("companion:Mira"), "the most recent, knowing nothing else");
-        let round = crate::scene::SceneEvent::RoundCompleted { scene_id: "s".into(), round: 1, messages: Vec::new(), active: Vec::new(), conflicts: Vec::new(), tokens: 0 };
+        let round = crate::scene::SceneEvent::RoundCompleted {
+            scene_id: "s".into(),
+            round: 1,
+            messages: Vec::new(),
+            active: Vec::new(),
+            conflicts: Vec::new(),
+            tokens: 0,
+            notices: Vec::new(),
+        };
         panel.observe(&Event::Scene(round), &mut outbox);
         assert_eq!(panel.selected_agent(), Some("scene:character:Tobin"), "a round played: the scene's agents");
         panel.agent = Some("scene:director".into());

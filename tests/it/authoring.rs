@@ -311,6 +311,52 @@ fn hand_edits_of_state_are_checked_and_kept_in_the_campaigns_history() {
     assert_eq!(edits, 3, "each accepted edit is in the history, refused ones are not");
 }
 
+/// A character and a lorebook written from scratch on the command line: the character
+/// is a card of its own holding the fields given (shown, cast and exported like an
+/// imported one), the book takes entries and is attached; a name already taken is refused.
+#[test]
+fn a_character_and_a_lorebook_are_written_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = setup(dir.path());
+    let made = cli.ok(&[
+        "character", "new", "Odalys Fenwright",
+        "--description", "A reed-cutter of the fen.",
+        "--personality", "Patient, dry.",
+        "--scenario", "The fen at dusk.",
+        "--first-mes", "Mind the soft ground.",
+    ]);
+    let created = last_event(&made, "authored");
+    assert_eq!((created["action"].as_str(), created["kind"].as_str(), created["name"].as_str()), (Some("created"), Some("character"), Some("Odalys Fenwright")));
+    let sheet = cli.text(&["character", "show", "Odalys"]);
+    for text in ["A reed-cutter of the fen.", "Patient, dry.", "The fen at dusk.", "Mind the soft ground."] {
+        assert!(sheet.contains(text), "{text:?} in {sheet}");
+    }
+    let taken = cli.run(&["character", "new", "odalys fenwright"]).unwrap_err();
+    assert!(taken.contains("already goes by"), "{taken}");
+    assert!(cli.run(&["character", "new", "  "]).is_err(), "a character needs a name");
+
+    let said = cli.text(&["lorebook", "new", "Fen Lore", "--description", "What the fen remembers."]);
+    assert!(said.starts_with("created lorebook Fen Lore ("), "{said}");
+    cli.ok(&["lorebook", "entry", "add", "Fen Lore", "--comment", "Soft ground", "--keys", "bog, mire", "--content", "The mire swallows carts whole."]);
+    let taken = cli.run(&["lorebook", "new", "fen lore"]).unwrap_err();
+    assert!(taken.contains("already named"), "{taken}");
+    cli.ok(&["world", "new", "Vael"]);
+    cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+    cli.ok(&["campaign", "cast", "add", "Ashfall", "Odalys"]);
+    cli.ok(&["lorebook", "attach", "Fen Lore", "--campaign", "Ashfall"]);
+    let listed = cli.text(&["campaign", "list"]);
+    assert!(listed.contains("cast: Odalys Fenwright") && listed.contains("lore: Fen Lore"), "{listed}");
+
+    let out = dir.path().join("odalys.json");
+    cli.ok(&["export", "character", "Odalys", "--format", "card-v2", "--out", out.to_str().unwrap()]);
+    let card: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(card["data"]["name"], "Odalys Fenwright");
+    assert_eq!(card["data"]["first_mes"], "Mind the soft ground.");
+    let book = dir.path().join("fen.json");
+    cli.ok(&["export", "lorebook", "Fen Lore", "--format", "world-info", "--out", book.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&book).unwrap().contains("The mire swallows carts whole."));
+}
+
 /// The same campaign built in the workbench, by clicking and typing.
 mod gui {
     use super::*;
@@ -359,6 +405,18 @@ mod gui {
         settle(harness);
     }
 
+    /// Replace what a field holds (typing would add to it).
+    fn replace_text(harness: &mut Harness<'_, WorkbenchApp>, label: &str, text: &str) {
+        let start = Instant::now();
+        while field(harness, label).value().as_deref() != Some(text) {
+            assert!(start.elapsed() < Duration::from_secs(20), "{label:?} did not take {text:?}");
+            field(harness, label).focus();
+            settle(harness);
+            field(harness, label).set_text_value_accesskit(text);
+            settle(harness);
+        }
+    }
+
     fn click(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
         harness.get_by_label(label).click();
         settle(harness);
@@ -366,6 +424,144 @@ mod gui {
 
     fn campaign(app: &WorkbenchApp) -> Option<&lorekeeper::scene::authoring::CampaignNode> {
         app.campaigns().tree().worlds.iter().flat_map(|w| &w.campaigns).find(|c| c.name == "Ashfall")
+    }
+
+    /// An override set on the command line (which `campaign list` shows, with the
+    /// world's) is what the workbench's editor opens with; a scenario typed beside it is
+    /// saved and the personality kept. In a window 900 wide the editor's buttons are on
+    /// screen.
+    #[test]
+    fn the_override_editor_opens_with_the_override_in_effect_and_saves_only_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        let bram = write(dir.path(), "bram.json", &card("Bram Holloway", "A cellar-keeper.", "Wary, loyal."));
+        cli.ok(&["import", &bram]);
+        cli.ok(&["world", "new", "Vael"]);
+        cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+        cli.ok(&["campaign", "cast", "add", "Ashfall", "Bram"]);
+        cli.ok(&["world", "override", "Vael", "Bram", "--description", "The ash-town's cellar-keeper."]);
+
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let width = 900.0;
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([width, 900.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some());
+        // Set by another process while the window is open.
+        cli.ok(&["campaign", "override", "Ashfall", "Bram", "--personality", "Bitter since the fire."]);
+        let listed = cli.text(&["campaign", "list"]);
+        assert!(listed.contains("  override Bram Holloway: description \"The ash-town's cellar-keeper.\""), "{listed}");
+        assert!(listed.contains("    override Bram Holloway: personality \"Bitter since the fire.\""), "{listed}");
+        click(&mut harness, "Settings of Ashfall");
+        click(&mut harness, "Override Bram Holloway here");
+        run_until(&mut harness, "the editor filled with the override in effect", |app| {
+            campaign(app).is_some_and(|c| !c.overrides.is_empty())
+        });
+        assert_eq!(field(&harness, "Personality here").value().as_deref(), Some("Bitter since the fire."), "the editor opens filled");
+        assert!(harness.query_by_label("Overridden in this campaign: personality: Bitter since the fire.").is_some(), "what is in effect here");
+        assert!(harness.query_by_label("Overridden in the world: description: The ash-town's cellar-keeper.").is_some(), "and in the world");
+        assert_eq!(field(&harness, "Description here").value().as_deref(), Some(""), "the world's own override is not the campaign's");
+        type_into(&mut harness, "Scenario here", "The cellar floods at every tide.");
+        let button = harness.get_by_label("Save override").rect();
+        assert!(button.right() <= width, "the button is on screen: {button:?}");
+        click(&mut harness, "Save override");
+        run_until(&mut harness, "the scenario saved beside the personality", |app| {
+            campaign(app).is_some_and(|c| c.overrides.iter().any(|o| o.fields.get("scenario").is_some_and(|s| s == "The cellar floods at every tide.")))
+        });
+        let fields = &campaign(harness.state()).unwrap().overrides[0].fields;
+        assert_eq!(fields.get("personality").map(String::as_str), Some("Bitter since the fire."), "{fields:?}");
+        assert_eq!(fields.len(), 2, "{fields:?}");
+    }
+
+    /// What `persona edit`, `persona delete` and `campaign time` do, done in the
+    /// Campaigns panel: a persona renamed and re-described (the campaign that plays it
+    /// follows), the in-fiction clock set, the persona deleted after a second click.
+    #[test]
+    fn a_persona_is_edited_and_deleted_and_the_campaigns_time_set_in_the_workbench() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        cli.ok(&["persona", "new", "Kit", "--description", "a courier"]);
+        cli.ok(&["world", "new", "Vael"]);
+        cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael", "--persona", "Kit"]);
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some_and(|c| c.persona.is_some()));
+        click(&mut harness, "Settings of Ashfall");
+        click(&mut harness, "Personas (1)");
+        click(&mut harness, "Edit persona Kit");
+        assert_eq!(field(&harness, "Persona's description").value().as_deref(), Some("a courier"), "the editor opens filled");
+        replace_text(&mut harness, "Persona's name", "Kit Marlowe");
+        replace_text(&mut harness, "Persona's description", "a courier who asks too many questions");
+        click(&mut harness, "Save persona");
+        run_until(&mut harness, "the persona edited", |app| {
+            campaign(app).and_then(|c| c.persona.as_ref()).is_some_and(|p| p.name == "Kit Marlowe" && p.description == "a courier who asks too many questions")
+        });
+
+        type_into(&mut harness, "In-fiction minutes", "1500");
+        click(&mut harness, "Set time");
+        run_until(&mut harness, "the clock set", |app| campaign(app).is_some_and(|c| c.elapsed_minutes == 1500));
+        assert!(harness.query_by_label_contains("1500 minutes in: 1 day").is_some(), "the time in words");
+
+        click(&mut harness, "Delete persona Kit Marlowe");
+        assert!(campaign(harness.state()).is_some_and(|c| c.persona.is_some()), "not at the first click");
+        click(&mut harness, "Confirm delete of persona Kit Marlowe");
+        run_until(&mut harness, "the persona deleted", |app| campaign(app).is_some_and(|c| c.persona.is_none()));
+        let listed = cli.text(&["persona", "list"]);
+        assert!(!listed.contains("Kit"), "{listed}");
+    }
+
+    /// "New character" in the Library panel makes a character and opens its sheet to
+    /// write; "New lorebook" makes an empty book and opens its entry editor; a name
+    /// already taken is refused in the status line.
+    #[test]
+    fn a_character_and_a_lorebook_are_written_from_scratch_in_the_library_panel() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let store = engine.context().store.clone();
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([1280.0, 1400.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Library").next().unwrap().click();
+        settle(&mut harness);
+        type_into(&mut harness, "New character", "Odalys Fenwright");
+        click(&mut harness, "Create character");
+        run_until(&mut harness, "the new character's sheet", |app| {
+            app.library().characters().iter().any(|c| c.name == "Odalys Fenwright") && app.library().sheet_value("name") == Some("Odalys Fenwright")
+        });
+        let description = "A reed-cutter of the fen.";
+        let start = Instant::now();
+        while harness.state().library().sheet_value("description") != Some(description) {
+            assert!(start.elapsed() < Duration::from_secs(20), "the description field did not take the text");
+            field(&harness, "Description").focus();
+            settle(&mut harness);
+            field(&harness, "Description").set_text_value_accesskit(description);
+            settle(&mut harness);
+        }
+        click(&mut harness, "Save sheet");
+        run_until(&mut harness, "the sheet saved", |app| app.library().status().is_some_and(|s| s.as_ref().is_ok_and(|t| t.contains("Saved the sheet"))));
+        let record = store.with(|c| lorekeeper::character::resolve(c, "Odalys Fenwright")).unwrap();
+        assert_eq!(lorekeeper::character::sheet(&record).description, description);
+        assert_eq!(record.origin, "manual");
+        click(&mut harness, "Close sheet");
+
+        type_into(&mut harness, "New lorebook", "Fen Lore");
+        click(&mut harness, "Create lorebook");
+        run_until(&mut harness, "the new book in its entry editor", |app| {
+            app.library().lorebooks().iter().any(|b| b.name == "Fen Lore") && app.library().lore_editor().is_open()
+        });
+
+        type_into(&mut harness, "New character", "odalys fenwright");
+        click(&mut harness, "Create character");
+        run_until(&mut harness, "the name refused", |app| {
+            app.library().status().is_some_and(|s| s.as_ref().is_err_and(|t| t.contains("already goes by")))
+        });
+        let named = harness.state().library().characters().iter().filter(|c| c.name.eq_ignore_ascii_case("Odalys Fenwright")).count();
+        assert_eq!(named, 1);
     }
 
     #[test]

@@ -1124,8 +1124,12 @@ fn a_reconciliation_that_never_works_leaves_the_round_standing() {
         }
     }
     let (paths, scene) = setup_with_script(dir.path(), &script);
-    let engine = engine::start(paths).unwrap();
-    round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let engine = engine::start(paths.clone()).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    // The user hears that pass 2 was dropped, not only the round's ledger.
+    let Some(SceneEvent::RoundCompleted { notices, .. }) = events.last() else { panic!("no round_completed") };
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].starts_with("Director pass 2 (reconciliation) was dropped") && notices[0].contains("no valid Reconciliation"), "{notices:?}");
     let after = view(&engine.context().store, &scene);
     assert_eq!(after.rounds, 1);
     let wren = after.cast.iter().find(|m| m.name == "Wren Talloway").unwrap();
@@ -1141,6 +1145,71 @@ fn a_reconciliation_that_never_works_leaves_the_round_standing() {
         .filter_map(|n| n.as_str().map(str::to_string))
         .collect();
     assert!(notes.iter().any(|n| n.starts_with("not applied: no valid Reconciliation after 3 attempt(s)")), "{notes:?}");
+    // And so does the command line.
+    drop(engine);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(["scene", "round", &scene, "I knock."])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("warning: Director pass 2 (reconciliation) was dropped"), "{stdout}");
+}
+
+/// A Director that names the cast by first name ("Wren", "ossian") is understood, as a
+/// person typing the start of a name is: pass 1's plan plays (and is recorded under the
+/// full names), and pass 2's state updates, time, trackers and facts are applied — not
+/// refused three times as "not characters in this scene".
+#[test]
+fn a_director_naming_the_cast_by_first_name_is_understood() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            rule["reply"] = serde_json::json!({"json": {
+                "actingCharacters": [
+                    {"name": "Wren", "guidance": "Read the letter aloud and refuse its request.", "priority": 1},
+                    {"name": "ossian", "guidance": "Make an excuse and go down to check the boat.", "priority": 1},
+                    {"name": "Marguerite", "guidance": "Enter soaked and amused; ask for the keeper.", "priority": 5}
+                ],
+                "activations": [{"name": "Marguerite", "entryGuidance": "She climbs the stair unannounced."}],
+                "deactivations": [{"name": "Ossian", "exitGuidance": "He leaves down the stair to the jetty."}],
+                "stateUpdates": {"Marguerite": {"location": "the lamp room door"}}
+            }});
+        }
+        if rule["name"] == "director pass 2" {
+            rule["reply"] = serde_json::json!({"json": {
+                "stateUpdates": {"wren": {"location": "the lamp room"}, "Ossian": {"location": "the jetty"}},
+                "trackers": {"fog": "lifting"},
+                "newFacts": ["The letter bears the harbour council's green seal."],
+                "elapsedMinutes": 10
+            }});
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let order: Vec<&str> =
+        events.iter().filter_map(|e| if let SceneEvent::CharacterStarted { name, .. } = e { Some(name.as_str()) } else { None }).collect();
+    assert_eq!(order, ["Marguerite Siltborne", "Ossian Vale", "Wren Talloway"]);
+    let Some(SceneEvent::RoundCompleted { notices, .. }) = events.last() else { panic!("no round_completed") };
+    assert!(notices.is_empty(), "{notices:?}");
+    let after = view(&engine.context().store, &scene);
+    let active: Vec<&str> = after.active().map(|c| c.name.as_str()).collect();
+    assert_eq!(active, ["Marguerite Siltborne", "Wren Talloway"], "Marguerite entered, Ossian left");
+    assert_eq!(after.member_by_name("Marguerite Siltborne").unwrap().state.location.as_deref(), Some("the lamp room door"));
+    assert_eq!(after.member_by_name("Wren Talloway").unwrap().state.location.as_deref(), Some("the lamp room"), "pass 2 applied");
+    assert_eq!(after.member_by_name("Ossian Vale").unwrap().state.location.as_deref(), Some("the jetty"));
+    assert_eq!(after.trackers["fog"], "lifting");
+    assert_eq!(after.elapsed_minutes, 10);
+    let record = engine.context().store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let acting: Vec<&str> = record.director["plan"]["actingCharacters"].as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
+    assert_eq!(acting, ["Wren Talloway", "Ossian Vale", "Marguerite Siltborne"], "recorded under the full names");
+    assert_eq!(record.director["ignored"], serde_json::json!([]), "{}", record.director);
+    let notes = record.ledgers.to_string();
+    assert!(!notes.contains("not applied"), "{notes}");
 }
 
 /// A small model's nonsense minutes (two thousand years in one round) do not move the

@@ -1402,6 +1402,33 @@ fn a_front_end_reads_the_authoring_tree_characters_lorebooks_personas_and_runs()
     assert_eq!(status, 200);
 }
 
+/// A front end writes a character and a lorebook from scratch, as `character new` and
+/// `lorebook new` do; a name already taken, or none, is a 400.
+#[test]
+fn a_front_end_writes_a_character_and_a_lorebook_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let body = json!({ "name": "Odalys Fenwright", "description": "A reed-cutter of the fen.", "first_mes": "Mind the soft ground.", "tags": ["fen"] });
+    let (status, made) = author_call(&agent, "post", &format!("{base}/api/characters"), Some(body));
+    assert_eq!(status, 200, "{made}");
+    assert_eq!((made["action"].as_str(), made["kind"].as_str(), made["name"].as_str()), (Some("created"), Some("character"), Some("Odalys Fenwright")));
+    let (_, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    let listed = characters.as_array().unwrap().iter().find(|c| c["id"] == made["id"]).unwrap_or_else(|| panic!("{characters}"));
+    assert_eq!((listed["origin"].as_str(), listed["has_card"].as_bool()), (Some("manual"), Some(true)), "{listed}");
+    let (status, again) = author_call(&agent, "post", &format!("{base}/api/characters"), Some(json!({ "name": "odalys fenwright" })));
+    assert_eq!(status, 400, "{again}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/characters"), Some(json!({ "name": " " })));
+    assert_eq!(status, 400);
+
+    let (status, book) = author_call(&agent, "post", &format!("{base}/api/lorebooks"), Some(json!({ "name": "Fen Lore" })));
+    assert_eq!(status, 200, "{book}");
+    assert_eq!((book["kind"].as_str(), book["name"].as_str()), (Some("lorebook"), Some("Fen Lore")));
+    let (_, books) = call(&agent, "GET", &format!("{base}/api/lorebooks"), None, None);
+    assert!(books.as_array().unwrap().iter().any(|b| b["id"] == book["id"] && b["entries"] == 0), "{books}");
+    let (status, again) = author_call(&agent, "post", &format!("{base}/api/lorebooks"), Some(json!({ "name": "Fen Lore" })));
+    assert_eq!(status, 400, "{again}");
+}
+
 /// POST `body` to `url` and the answer; `DELETE` when `body` is `None`.
 fn author_call(agent: &ureq::Agent, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
     send_as(agent, method, url, body.map(|b| b.to_string()).as_deref())

@@ -233,6 +233,7 @@ pub(crate) fn run_held(
         active: closed.active,
         conflicts: closed.conflicts,
         tokens: closed.tokens,
+        notices: closed.notices,
     });
     if summary_due {
         match super::summary::summarise(ctx, &scene_id, round - 1, cancel) {

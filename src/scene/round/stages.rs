@@ -62,6 +62,9 @@ pub(super) struct RoundDraft {
     pub cancel: CancelToken,
     /// The memory bank, for vector-activated lore (`None`: keys only).
     pub bank: Option<Arc<crate::memory::MemoryBank>>,
+    /// What the user must hear about the round beside its messages (a reconciliation
+    /// that was dropped), carried to `round_completed`.
+    pub notices: Vec<String>,
 }
 
 impl RoundDraft {
@@ -107,6 +110,7 @@ impl RoundDraft {
             character_deltas: BTreeMap::new(),
             force: Vec::new(),
             review: false,
+            notices: Vec::new(),
         };
         if let Some(text) = draft.input.clone().filter(|t| !t.trim().is_empty()) {
             let speaker = draft.view.persona.as_deref().and_then(|p| p.split(':').next()).unwrap_or("User").to_string();
@@ -324,11 +328,14 @@ pub(crate) fn cast_schema(mut schema: serde_json::Value, cast: &[Member<'_>]) ->
 /// at least one present (or entering) unmuted character acts, and state updates, when
 /// there are any, name at least one cast member. A plan that names only field names or
 /// strangers is re-asked instead of played as a round where nobody acts; a stray
-/// unknown name beside real ones is only ignored, as before, and recorded as such.
+/// unknown name beside real ones is only ignored, as before, and recorded as such. A
+/// name is anyone's [`SceneView::member_by_name`] finds, so a cast member named by a
+/// first name only is one of the cast.
 fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
+    let view = view.clone();
     let cast: Vec<(String, bool, bool)> = view.cast.iter().map(|m| (m.name.clone(), m.active, m.muted)).collect();
     Arc::new(move |value: &serde_json::Value| {
-        let known = |name: &str| cast.iter().any(|(n, _, _)| n.eq_ignore_ascii_case(name.trim()));
+        let known = |name: &str| view.member_by_name(name).is_some();
         let names = cast.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
         // Who the correction offers: only those who can act (muted characters cannot).
         let who = |present: bool| cast.iter().filter(|(_, a, m)| *a == present && !m).map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
@@ -353,8 +360,8 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
         let entering = listed("activations", "activations");
         let can_act = cast.iter().any(|(_, _, muted)| !muted);
         let acts = acting.iter().any(|name| {
-            cast.iter().any(|(n, active, muted)| {
-                n.eq_ignore_ascii_case(name.trim()) && !muted && (*active || entering.iter().any(|e| e.eq_ignore_ascii_case(n)))
+            view.member_by_name(name).is_some_and(|m| {
+                !m.muted && (m.active || entering.iter().any(|e| view.member_by_name(e).is_some_and(|entering| entering.id == m.id)))
             })
         });
         if someone_acts && can_act && !acts {
@@ -386,10 +393,11 @@ fn cast_check(view: &SceneView, someone_acts: bool) -> ContentCheck {
 /// that would silently drop that character from the round.
 fn reviewed_check(view: &SceneView, base: ContentCheck) -> ContentCheck {
     let cast: Vec<(String, String)> = view.cast.iter().map(|m| (m.id.clone(), m.name.clone())).collect();
+    let view = view.clone();
     Arc::new(move |value: &serde_json::Value| {
         let value = &ids_as_names(&cast, value);
         let mut problems = base(value);
-        let known = |name: &str| cast.iter().any(|(id, n)| n.eq_ignore_ascii_case(name.trim()) || id == name.trim());
+        let known = |name: &str| view.member_by_name(name).is_some();
         let names = cast.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(", ");
         let field = |camel: &str, snake: &str| value.get(camel).or_else(|| value.get(snake)).cloned();
         let mut said = Vec::new();
@@ -453,6 +461,27 @@ fn ids_as_names(cast: &[(String, String)], value: &serde_json::Value) -> serde_j
     value
 }
 
+/// Every cast member `plan` names by id or by part of the name (a first name), named by
+/// the full name instead, so the record, the round's flags and every later comparison
+/// read one name per character. A name no one of the cast answers to is left for the
+/// stages to record as ignored.
+fn plan_by_full_names(view: &SceneView, plan: &mut DirectorPlan) {
+    let names = plan
+        .acting_characters
+        .iter_mut()
+        .map(|a| &mut a.name)
+        .chain(plan.activations.iter_mut().map(|a| &mut a.name))
+        .chain(plan.deactivations.iter_mut().map(|a| &mut a.name));
+    names.for_each(|name| full_name(view, name));
+    plan.state_updates.iter_mut().for_each(|u| full_name(view, &mut u.name));
+}
+
+fn full_name(view: &SceneView, name: &mut String) {
+    if let Some(member) = view.member_by_name(name) {
+        *name = member.name.clone();
+    }
+}
+
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
 pub(super) fn director_plan(
     ctx: &Context,
@@ -479,8 +508,9 @@ pub(super) fn director_plan(
     draft.lore_state = lore_state;
     let fitted = fitted?;
     let check = cast_check(&draft.view, draft.force.is_empty());
-    let plan: DirectorPlan =
+    let mut plan: DirectorPlan =
         director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
+    plan_by_full_names(&draft.view, &mut plan);
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
@@ -517,16 +547,8 @@ pub(super) fn director_plan(
     if draft.review {
         let check = reviewed_check(&draft.view, cast_check(&draft.view, draft.force.is_empty()));
         let mut reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
-        // Whoever it names by id is named by name from here on (record, flags, turns).
-        let named = |key: &mut String| {
-            if let Some(member) = draft.view.cast.iter().find(|m| m.id == key.trim()) {
-                *key = member.name.clone();
-            }
-        };
-        reviewed.acting_characters.iter_mut().for_each(|a| named(&mut a.name));
-        reviewed.activations.iter_mut().for_each(|a| named(&mut a.name));
-        reviewed.deactivations.iter_mut().for_each(|a| named(&mut a.name));
-        reviewed.state_updates.iter_mut().for_each(|u| named(&mut u.name));
+        // Whoever it names by id or by a first name is named by name from here on.
+        plan_by_full_names(&draft.view, &mut reviewed);
         if reviewed != plan {
             draft.record.proposed = Some(plan);
         }
@@ -753,11 +775,18 @@ pub(super) fn reconcile(
     draft.lore_state = lore_state;
     let fitted = fitted?;
     let check = cast_check(&draft.view, false);
-    let Some(reconciliation) =
+    let Some(mut reconciliation) =
         director_call::<Reconciliation>(agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
     else {
+        // Said where the user reads the round, not only in its ledger: what this pass
+        // would have settled (states, time, trackers, facts) did not happen.
+        let lost = if pass == 2 { "its state updates, in-fiction time, trackers and new facts" } else { "its further state updates, trackers and facts" };
+        let why = draft.ledgers.last().and_then(|call| call.notes.last()).map(|n| n.trim_start_matches("not applied: ").to_string()).unwrap_or_default();
+        draft.notices.push(format!("Director pass {pass} (reconciliation) was dropped, so {lost} were not applied: {why}"));
+        tracing::warn!(scene = %draft.scene_id, round = draft.round, pass, "director reconciliation dropped: {why}");
         return Ok(false);
     };
+    reconciliation.state_updates.iter_mut().for_each(|u| full_name(&draft.view, &mut u.name));
     draft.emit_decision(ctx, pass, DirectorDecision::Reconciliation(Box::new(reconciliation.clone())));
     let changed = changes_anything(&reconciliation, draft, pass);
     if pass > 2 && reconciliation.elapsed_minutes > 0 && let Some(call) = draft.ledgers.last_mut() {
@@ -833,6 +862,7 @@ pub(super) struct Closed {
     pub active: Vec<String>,
     pub conflicts: Vec<Conflict>,
     pub tokens: u64,
+    pub notices: Vec<String>,
 }
 
 /// The round close: messages, states, active set, trackers, facts, time, lore timers,
@@ -889,7 +919,13 @@ pub(super) fn close(ctx: &Context, recall: &Recall, mut draft: RoundDraft, cance
     if let Some(bank) = recall.bank() {
         bank.publish(memory_write);
     }
-    Ok(Closed { messages: written, active: draft.active.into_iter().collect(), conflicts: draft.record.conflicts, tokens: draft.tokens })
+    Ok(Closed {
+        messages: written,
+        active: draft.active.into_iter().collect(),
+        conflicts: draft.record.conflicts,
+        tokens: draft.tokens,
+        notices: draft.notices,
+    })
 }
 
 #[cfg(test)]
