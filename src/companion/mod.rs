@@ -345,7 +345,9 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
         CompanionCommand::Undo { character } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let turn_id = turn::undo(ctx, &info)?;
-            emit(CompanionEvent::Undone { character_id: info.id, turn_id });
+            emit(CompanionEvent::Undone { character_id: info.id.clone(), turn_id });
+            // A summary the exchange was in was reopened: what is left is summarised again.
+            turn::summarise(ctx, &info);
         }
         CompanionCommand::Branch { character, message } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;

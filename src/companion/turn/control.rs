@@ -417,6 +417,12 @@ pub fn edit_greeting(ctx: &Context, character: &CharacterInfo, text: &str) -> Re
 /// together), or with `and_after` it and every later one. Returns the deleted ids.
 pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after: bool) -> Result<Vec<String>, CompanionError> {
     let _job = hold(ctx, character)?;
+    delete_held(ctx, character, message, and_after)
+}
+
+/// [`delete`], the character already held by the caller (undo is a delete of the last
+/// exchange).
+pub(crate) fn delete_held(ctx: &Context, character: &CharacterInfo, message: &str, and_after: bool) -> Result<Vec<String>, CompanionError> {
     let (turn, _) = find(ctx, character, message)?;
     let all = ctx.store.with(|c| records::all_turns(c, &character.id))?;
     // Taken back to the end of the chat: what those messages set goes with them.
