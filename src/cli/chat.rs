@@ -110,6 +110,25 @@ pub enum ChatVerb {
         character: String,
         chat: String,
     },
+    /// Start a new chat with the character: the chat being played is saved whole (see
+    /// `chat chats`), and the new one opens with the greeting.
+    New {
+        #[arg(long)]
+        character: String,
+    },
+    /// Delete a saved chat for good (ids from `chat chats`).
+    DeleteChat {
+        #[arg(long)]
+        character: String,
+        chat: String,
+    },
+    /// Give a saved chat a title of your own (ids from `chat chats`).
+    RenameChat {
+        #[arg(long)]
+        character: String,
+        chat: String,
+        title: String,
+    },
     /// Import a SillyTavern chat file (.jsonl) as the character's chat (the chat it
     /// replaces is saved).
     Import {
@@ -389,6 +408,34 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
         ChatVerb::Open { character, chat } => {
             send(CompanionCommand::Open { character, chat })?;
             changed(engine, json)?;
+        }
+        ChatVerb::New { character } => {
+            send(CompanionCommand::NewChat { character })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::DeleteChat { character, chat } => {
+            send(CompanionCommand::DeleteChat { character, chat: chat.clone() })?;
+            let saved = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::Chats { saved, .. } => Some(saved.clone()),
+                _ => None,
+            })?;
+            match json {
+                true => outln!("{}", serde_json::json!({ "deleted": chat, "saved": saved })),
+                false => outln!("deleted saved chat {chat} ({} left)", saved.len()),
+            }
+        }
+        ChatVerb::RenameChat { character, chat, title } => {
+            send(CompanionCommand::RenameChat { character, chat: chat.clone(), title })?;
+            let saved = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::Chats { saved, .. } => Some(saved.clone()),
+                _ => None,
+            })?;
+            let renamed = saved.iter().find(|c| c.id == chat);
+            match (json, renamed) {
+                (true, _) => outln!("{}", serde_json::json!({ "renamed": renamed, "saved": saved })),
+                (false, Some(c)) => outln!("saved chat {} is now titled {:?}", c.id, c.title),
+                (false, None) => outln!("renamed saved chat {chat}"),
+            }
         }
         ChatVerb::Chats { character } => {
             send(CompanionCommand::Chats { character })?;

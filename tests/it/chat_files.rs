@@ -424,6 +424,41 @@ fn by_hand(paths: &Paths, args: &[&str], stdin: &str) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// SillyTavern's "Start new chat": the chat played is saved whole and the new one opens
+/// with the greeting; a saved chat is retitled and deleted; a chat switched away from is
+/// saved under a title that says which chat took its place (it read "switched away from").
+#[test]
+fn a_new_chat_starts_from_the_greeting_and_saved_chats_are_renamed_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "rules": [], "default": "[Maren Vosk]: Hm." }));
+    run(&paths, &["chat", "send", "--character", "Maren", "Morning."]);
+    let changed = run(&paths, &["chat", "new", "--character", "Maren"]);
+    let action = changed.last().unwrap()["action"].as_str().unwrap().to_string();
+    assert!(action.starts_with("new chat (the chat before is saved chat "), "{action}");
+    assert_eq!(texts(&history(&paths)), ["Lock's closed, User."], "the new chat holds the greeting alone");
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren"]).last().unwrap().as_array().unwrap().clone();
+    assert_eq!((saved.len(), saved[0]["title"].as_str(), saved[0]["turns"].as_u64()), (1, Some("put aside for a new chat"), Some(1)), "{saved:?}");
+    let first = saved[0]["id"].as_str().unwrap().to_string();
+
+    // Switched back: the chat left is saved under a title naming the chat opened.
+    run(&paths, &["chat", "send", "--character", "Maren", "Evening."]);
+    run(&paths, &["chat", "open", "--character", "Maren", &first]);
+    assert_eq!(texts(&history(&paths))[1], "Morning.");
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren"]).last().unwrap().as_array().unwrap().clone();
+    assert_eq!(saved[0]["title"], "put aside to open “put aside for a new chat”", "{saved:?}");
+    let evening = saved[0]["id"].as_str().unwrap().to_string();
+
+    let renamed = run(&paths, &["chat", "rename-chat", "--character", "Maren", &evening, "Evening at the lock"]);
+    assert_eq!(renamed.last().unwrap()["renamed"]["title"], "Evening at the lock", "{renamed:?}");
+    let out = by_hand(&paths, &["chat", "chats", "--character", "Maren"], "");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Evening at the lock  (1 exchanges"), "{}", String::from_utf8_lossy(&out.stdout));
+    let left = run(&paths, &["chat", "delete-chat", "--character", "Maren", &evening]);
+    assert_eq!(left.last().unwrap()["saved"], json!([]), "{left:?}");
+    let again = command(&paths, &["chat", "delete-chat", "--character", "Maren", &evening]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("saved chat"), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
 /// `chat regenerate` by hand prints each draw on its own line with the speaker's name,
 /// as `chat send` does (a discarded draw used to run straight into the next one); a
 /// swipe that is not there is refused in good English ("has 1 swipes").
