@@ -385,7 +385,9 @@ pub fn export_as(ctx: &Context, character: &CharacterInfo, format: ChatFormat) -
         _ => {
             let mut out = format!("# {} and {}\n\n", character.name, user.name);
             for m in &messages {
-                let who = if m.role == "user" { user.name.as_str() } else { character.name.as_str() };
+                // A user message under the name it was sent as (a persona since put down, a file's user).
+                let sent_as = || turns.iter().find(|t| super::turn::control::user_message_id(&t.id) == m.id).map(|t| t.user_or(&user.name));
+                let who = if m.role == "user" { sent_as().unwrap_or(user.name.as_str()) } else { character.name.as_str() };
                 out.push_str(&format!("**{who}**: {}\n\n", m.text.trim()));
             }
             out
