@@ -50,7 +50,8 @@ pub enum ChatVerb {
         #[arg(long)]
         now: Option<String>,
     },
-    /// Chat interactively (`/undo`, `/history`, `/quit`).
+    /// Chat interactively (`/undo`, `/regenerate`, `/swipe N`, `/continue`, `/history`,
+    /// `/help`, `/quit`; `//text` sends a message that starts with a slash).
     Repl {
         #[arg(long)]
         character: String,
@@ -108,6 +109,25 @@ pub enum ChatVerb {
         #[arg(long)]
         character: String,
         chat: String,
+    },
+    /// Start a new chat with the character: the chat being played is saved whole (see
+    /// `chat chats`), and the new one opens with the greeting.
+    New {
+        #[arg(long)]
+        character: String,
+    },
+    /// Delete a saved chat for good (ids from `chat chats`).
+    DeleteChat {
+        #[arg(long)]
+        character: String,
+        chat: String,
+    },
+    /// Give a saved chat a title of your own (ids from `chat chats`).
+    RenameChat {
+        #[arg(long)]
+        character: String,
+        chat: String,
+        title: String,
     },
     /// Import a SillyTavern chat file (.jsonl) as the character's chat (the chat it
     /// replaces is saved).
@@ -192,32 +212,80 @@ fn changed(engine: &EngineHandle, json: bool) -> Result<()> {
 }
 
 fn changed_side(engine: &EngineHandle, json: bool, user_side: bool) -> Result<()> {
-    let mut out = std::io::stdout();
-    let event = wait(engine, TURN_LIMIT, |e| match e {
-        CompanionEvent::Token { text, .. } if !json => {
-            let _ = write!(out, "{text}");
-            let _ = out.flush();
-            None
+    // A redraw streams as a send does: each draw on its own line, with the speaker's name.
+    let mut stream = ReplyStream::new(json);
+    let event = wait(engine, TURN_LIMIT, |e| {
+        stream.hear(e);
+        match e {
+            CompanionEvent::Cancelled { .. } => Some(Err(anyhow!("cancelled; nothing was changed"))),
+            e @ CompanionEvent::Changed { .. } => Some(Ok(e.clone())),
+            _ => None,
         }
-        CompanionEvent::Discarded { attempt, reason, .. } => {
-            eprintln!("\n(reply {attempt} discarded: {reason})");
-            None
-        }
-        CompanionEvent::Cancelled { .. } => Some(Err(anyhow!("cancelled; nothing was changed"))),
-        e @ CompanionEvent::Changed { .. } => Some(Ok(e.clone())),
-        _ => None,
-    })??;
+    });
+    let streamed = stream.started;
+    stream.end();
+    let event = event??;
     if json {
         outln!("{}", serde_json::to_string(&event)?);
     } else if let CompanionEvent::Changed { action, turn, deleted, .. } = event {
         match turn {
             Some(t) if user_side => outln!("{action}: {}", t.user_text),
-            Some(t) => outln!("\n{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
+            // The reply was just streamed whole: no need to print it twice.
+            Some(t) if streamed && action == "regenerated" => outln!("{action} (swipe {} of {})", t.swipe + 1, t.swipes.len()),
+            Some(t) => outln!("{action}: {} (swipe {} of {})", t.reply, t.swipe + 1, t.swipes.len()),
             None if action == "deleted" => outln!("{action} {} exchange(s)", deleted.len()),
             None => outln!("{action}"),
         }
     }
     Ok(())
+}
+
+/// A reply streamed to stdout as it comes: the speaker's name with its first words (so a
+/// draw that fails before any leaves no half line), each new draw on a line of its own,
+/// a discarded draw said on stderr.
+struct ReplyStream {
+    out: std::io::Stdout,
+    quiet: bool,
+    speaker: Option<String>,
+    started: bool,
+}
+
+impl ReplyStream {
+    fn new(quiet: bool) -> Self {
+        Self { out: std::io::stdout(), quiet, speaker: None, started: false }
+    }
+
+    fn hear(&mut self, e: &CompanionEvent) {
+        match e {
+            CompanionEvent::TurnStarted { name, .. } if !self.quiet => {
+                self.end();
+                self.speaker = Some(name.clone());
+            }
+            CompanionEvent::Token { text, .. } if !self.quiet => {
+                if let Some(name) = self.speaker.take() {
+                    let _ = write!(self.out, "{name}: ");
+                    self.started = true;
+                }
+                let _ = write!(self.out, "{text}");
+                let _ = self.out.flush();
+            }
+            CompanionEvent::Discarded { attempt, reason, .. } => {
+                // The discarded draw's line ends before the note, and the next draw starts a new one.
+                self.end();
+                eprintln!("(reply {attempt} discarded: {reason})");
+            }
+            _ => {}
+        }
+    }
+
+    /// End the line a reply was streamed on, if one was.
+    fn end(&mut self) {
+        if self.started {
+            let _ = writeln!(self.out);
+            let _ = self.out.flush();
+            self.started = false;
+        }
+    }
 }
 
 pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode> {
@@ -340,6 +408,34 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
         ChatVerb::Open { character, chat } => {
             send(CompanionCommand::Open { character, chat })?;
             changed(engine, json)?;
+        }
+        ChatVerb::New { character } => {
+            send(CompanionCommand::NewChat { character })?;
+            changed(engine, json)?;
+        }
+        ChatVerb::DeleteChat { character, chat } => {
+            send(CompanionCommand::DeleteChat { character, chat: chat.clone() })?;
+            let saved = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::Chats { saved, .. } => Some(saved.clone()),
+                _ => None,
+            })?;
+            match json {
+                true => outln!("{}", serde_json::json!({ "deleted": chat, "saved": saved })),
+                false => outln!("deleted saved chat {chat} ({} left)", saved.len()),
+            }
+        }
+        ChatVerb::RenameChat { character, chat, title } => {
+            send(CompanionCommand::RenameChat { character, chat: chat.clone(), title })?;
+            let saved = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::Chats { saved, .. } => Some(saved.clone()),
+                _ => None,
+            })?;
+            let renamed = saved.iter().find(|c| c.id == chat);
+            match (json, renamed) {
+                (true, _) => outln!("{}", serde_json::json!({ "renamed": renamed, "saved": saved })),
+                (false, Some(c)) => outln!("saved chat {} is now titled {:?}", c.id, c.title),
+                (false, None) => outln!("renamed saved chat {chat}"),
+            }
         }
         ChatVerb::Chats { character } => {
             send(CompanionCommand::Chats { character })?;
@@ -464,48 +560,24 @@ fn wait<T>(engine: &EngineHandle, limit: Duration, mut pick: impl FnMut(&Compani
 
 /// Stream one turn's reply (unless `quiet`) until it is committed.
 fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
-    let mut out = std::io::stdout();
-    let mut started = false;
-    // The speaker's name is written with the first words of a reply, so a reply that
-    // fails before any leaves no half line behind.
-    let mut speaker: Option<String> = None;
+    let mut stream = ReplyStream::new(quiet);
     let turn = wait(engine, TURN_LIMIT, |e| {
+        stream.hear(e);
         match e {
-            CompanionEvent::TurnStarted { name, attempt, .. } if !quiet => {
-                if *attempt > 1 && started {
-                    let _ = writeln!(out);
-                    started = false;
-                }
-                speaker = Some(name.clone());
-            }
-            CompanionEvent::Token { text, .. } if !quiet => {
-                if let Some(name) = speaker.take() {
-                    let _ = write!(out, "{name}: ");
-                    started = true;
-                }
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
-            }
-            CompanionEvent::Discarded { attempt, reason, .. } => {
-                eprintln!("\n(reply {attempt} discarded: {reason})");
-            }
-            CompanionEvent::Cancelled { .. } => return Some(Err(anyhow!("cancelled; nothing was saved"))),
+            CompanionEvent::Cancelled { .. } => Some(Err(anyhow!("cancelled; nothing was saved"))),
             CompanionEvent::TurnCommitted { turn } => {
                 // A reply that came whole (from the cache) is printed whole.
-                if let Some(name) = speaker.take().filter(|_| !started) {
-                    let _ = write!(out, "{name}: {}", turn.reply);
-                    started = true;
+                if let Some(name) = stream.speaker.take().filter(|_| !stream.started) {
+                    let _ = write!(stream.out, "{name}: {}", turn.reply);
+                    stream.started = true;
                 }
-                return Some(Ok((**turn).clone()));
+                Some(Ok((**turn).clone()))
             }
-            _ => {}
+            _ => None,
         }
-        None
     });
     // The line a reply was streamed on ends, whether the reply was kept or not.
-    if started {
-        outln!();
-    }
+    stream.end();
     let turn = turn??;
     // The summarisation cycle runs after the commit; a process that left now would cut
     // it short (harmless — the turns stay unsummarised — but it would never finish).
@@ -527,36 +599,72 @@ fn print_history(user: &str, name: &str, turns: &[ChatTurn]) -> Result<()> {
     Ok(())
 }
 
+/// What `chat repl` takes besides a message.
+const REPL_COMMANDS: &str = "/undo, /regenerate, /swipe N, /continue, /history, /help, /quit";
+
 fn repl(engine: &EngineHandle, character: &str) -> Result<()> {
     let send = |c: CompanionCommand| engine.send(Command::Companion(c)).map_err(|e| anyhow!(e));
-    eprintln!("chatting with {character}; /undo takes back the last exchange, /history shows the chat, /quit ends");
+    let c = || character.to_string();
+    eprintln!("chatting with {character}; commands: {REPL_COMMANDS} (a line starting with // is sent as a message starting with /)");
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let line = line?;
         let text = line.trim();
-        match text {
-            "" => continue,
-            "/quit" | "/exit" => break,
-            "/undo" => {
-                send(CompanionCommand::Undo { character: character.to_string() })?;
-                wait(engine, QUICK_LIMIT, |e| matches!(e, CompanionEvent::Undone { .. }).then_some(()))?;
-                eprintln!("(took back the last exchange)");
+        // `//…` is a message that starts with a slash; any other `/word` is a command, and
+        // one this does not know is refused rather than sent to the character.
+        let (command, argument) = match text.strip_prefix('/') {
+            Some(rest) if !rest.starts_with('/') => {
+                let mut words = rest.splitn(2, char::is_whitespace);
+                (Some(words.next().unwrap_or_default().to_lowercase()), words.next().unwrap_or_default().trim().to_string())
             }
-            "/history" => {
-                send(CompanionCommand::History { character: character.to_string(), limit: 50 })?;
+            _ => (None, String::new()),
+        };
+        // A control's failure (nothing to regenerate, no such swipe) is said and the chat goes on.
+        let said = |result: Result<()>| {
+            if let Err(e) = result {
+                eprintln!("{e}");
+            }
+        };
+        match command.as_deref() {
+            None if text.is_empty() => continue,
+            None => {
+                let text = text.strip_prefix('/').unwrap_or(text);
+                send(CompanionCommand::Send { character: c(), text: text.to_string(), now: None })?;
+                // A failed turn is reported and the chat goes on: nothing was saved.
+                if let Err(e) = wait_turn(engine, false) {
+                    eprintln!("\n{e}");
+                }
+            }
+            Some("quit" | "exit") => break,
+            Some("help") => eprintln!("commands: {REPL_COMMANDS}"),
+            Some("undo") => {
+                send(CompanionCommand::Undo { character: c() })?;
+                said(wait(engine, QUICK_LIMIT, |e| matches!(e, CompanionEvent::Undone { .. }).then_some(())).map(|_| eprintln!("(took back the last exchange)")));
+            }
+            Some("regenerate" | "regen") => {
+                send(CompanionCommand::Regenerate { character: c() })?;
+                said(changed(engine, false));
+            }
+            Some("continue") => {
+                send(CompanionCommand::Continue { character: c() })?;
+                said(changed(engine, false));
+            }
+            Some("swipe") => match argument.parse::<usize>() {
+                Ok(index) => {
+                    send(CompanionCommand::Swipe { character: c(), index })?;
+                    said(changed(engine, false));
+                }
+                Err(_) => eprintln!("/swipe takes the swipe's number (from 0): /swipe 1"),
+            },
+            Some("history") => {
+                send(CompanionCommand::History { character: c(), limit: 50 })?;
                 let (name, turns, user) = wait(engine, QUICK_LIMIT, |e| match e {
                     CompanionEvent::History { name, turns, user, .. } => Some((name.clone(), turns.clone(), user.name.clone())),
                     _ => None,
                 })?;
                 print_history(&user, &name, &turns)?;
             }
-            _ => {
-                send(CompanionCommand::Send { character: character.to_string(), text: text.to_string(), now: None })?;
-                // A failed turn is reported and the chat goes on: nothing was saved.
-                if let Err(e) = wait_turn(engine, false) {
-                    eprintln!("\n{e}");
-                }
-            }
+            Some(other) => eprintln!("unknown command /{other}; commands: {REPL_COMMANDS} (nothing was sent)"),
         }
     }
     Ok(())

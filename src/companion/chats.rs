@@ -179,16 +179,69 @@ pub fn open(ctx: &Context, character: &CharacterInfo, saved_id: &str) -> Result<
     let bank = crate::memory::bank_for(ctx)?;
     // Read first, to embed outside the transaction; the character is held, so the row
     // is the same when the transaction takes it out.
-    let whole = ctx.store.with(|c| read_saved(c, character, saved_id))?;
+    let (whole, opened) = ctx.store.with(|c| Ok((read_saved(c, character, saved_id)?, saved_title(c, saved_id)?)))?;
     let prepared = prepare_memories(&bank, ctx, character, &whole)?;
+    // The title says which chat took its place ("switched away from" alone named none).
+    let title = format!("put aside to open “{opened}”");
     let (put, write) = bank.store().transaction(|tx| {
-        let put = put_aside(tx, &character.id, "switched away from")?;
+        let put = put_aside(tx, &character.id, &title)?;
         tx.execute("DELETE FROM companion_saved_chats WHERE id = ?1", [saved_id])?;
         let write = install(tx, &character.id, &whole, prepared)?;
         Ok((put, write))
     })?;
     bank.publish(write);
     Ok(put)
+}
+
+/// A saved chat's title (empty when it has none).
+fn saved_title(conn: &Connection, id: &str) -> Result<String, StoreError> {
+    let title: Option<String> = conn.query_row("SELECT title FROM companion_saved_chats WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+    Ok(title.unwrap_or_default())
+}
+
+/// Start a fresh chat, as SillyTavern's "Start new chat" does: the chat being played is
+/// put aside whole (as a branch or an open does), and the new one holds nothing but the
+/// greeting; the persona played goes on being played. Returns the id the put-aside chat
+/// got, if it had anything worth keeping.
+pub fn start_new(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
+    let _job = hold(ctx, character)?;
+    let bank = crate::memory::bank_for(ctx)?;
+    let persona_id = ctx.store.with(|c| records::load_state(c, &character.id))?.persona_id;
+    let fresh = WholeChat { state: ChatState { persona_id, ..Default::default() }, ..Default::default() };
+    let prepared = prepare_memories(&bank, ctx, character, &fresh)?;
+    let (put, write) = bank.store().transaction(|tx| {
+        let put = put_aside(tx, &character.id, "put aside for a new chat")?;
+        let write = install(tx, &character.id, &fresh, prepared)?;
+        Ok((put, write))
+    })?;
+    bank.publish(write);
+    Ok(put)
+}
+
+/// Delete a saved chat for good (the chat being played is not touched).
+pub fn delete_saved(ctx: &Context, character: &CharacterInfo, saved_id: &str) -> Result<(), CompanionError> {
+    let deleted = ctx.store.transaction(|tx| {
+        Ok(tx.execute("DELETE FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![saved_id, character.id])?)
+    })?;
+    match deleted {
+        0 => Err(StoreError::NotFound(format!("saved chat {saved_id:?} of {} (see `chat chats`)", character.name)).into()),
+        _ => Ok(()),
+    }
+}
+
+/// Give a saved chat a title of the user's own.
+pub fn rename_saved(ctx: &Context, character: &CharacterInfo, saved_id: &str, title: &str) -> Result<(), CompanionError> {
+    let title = title.trim();
+    if title.is_empty() {
+        return Err(CompanionError::Invalid("a saved chat's title cannot be empty".into()));
+    }
+    let renamed = ctx.store.transaction(|tx| {
+        Ok(tx.execute("UPDATE companion_saved_chats SET title = ?3 WHERE id = ?1 AND character_id = ?2", params![saved_id, character.id, title])?)
+    })?;
+    match renamed {
+        0 => Err(StoreError::NotFound(format!("saved chat {saved_id:?} of {} (see `chat chats`)", character.name)).into()),
+        _ => Ok(()),
+    }
 }
 
 /// What an import did.
@@ -332,7 +385,9 @@ pub fn export_as(ctx: &Context, character: &CharacterInfo, format: ChatFormat) -
         _ => {
             let mut out = format!("# {} and {}\n\n", character.name, user.name);
             for m in &messages {
-                let who = if m.role == "user" { user.name.as_str() } else { character.name.as_str() };
+                // A user message under the name it was sent as (a persona since put down, a file's user).
+                let sent_as = || turns.iter().find(|t| super::turn::control::user_message_id(&t.id) == m.id).map(|t| t.user_or(&user.name));
+                let who = if m.role == "user" { sent_as().unwrap_or(user.name.as_str()) } else { character.name.as_str() };
                 out.push_str(&format!("**{who}**: {}\n\n", m.text.trim()));
             }
             out

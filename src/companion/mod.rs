@@ -103,6 +103,12 @@ pub enum CompanionCommand {
     Chats { character: String },
     /// Play a saved chat; the chat being played is put aside.
     Open { character: String, chat: String },
+    /// Start a fresh chat (the greeting alone); the chat being played is put aside whole.
+    NewChat { character: String },
+    /// Delete a saved chat for good; answered with the saved chats left ([`CompanionEvent::Chats`]).
+    DeleteChat { character: String, chat: String },
+    /// Retitle a saved chat; answered with the saved chats ([`CompanionEvent::Chats`]).
+    RenameChat { character: String, chat: String, title: String },
     /// Import a SillyTavern chat file (`.jsonl`) as the chat being played.
     Import { character: String, path: std::path::PathBuf },
     /// Write the chat being played as a SillyTavern chat file, Markdown or JSON.
@@ -345,7 +351,9 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
         CompanionCommand::Undo { character } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let turn_id = turn::undo(ctx, &info)?;
-            emit(CompanionEvent::Undone { character_id: info.id, turn_id });
+            emit(CompanionEvent::Undone { character_id: info.id.clone(), turn_id });
+            // A summary the exchange was in was reopened: what is left is summarised again.
+            turn::summarise(ctx, &info);
         }
         CompanionCommand::Branch { character, message } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
@@ -365,6 +373,29 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 None => "opened".into(),
             };
             emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
+        }
+        CompanionCommand::NewChat { character } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            let action = match chats::start_new(ctx, &info)? {
+                Some(id) => format!("new chat (the chat before is saved chat {id})"),
+                None => "new chat".into(),
+            };
+            emit(CompanionEvent::Changed { character_id: info.id.clone(), action, turn: None, deleted: Vec::new() });
+            // The list of saved chats grew: whoever shows it hears so.
+            let saved = ctx.store.with(|c| chats::saved(c, &info.id))?;
+            emit(CompanionEvent::Chats { character_id: info.id, saved });
+        }
+        CompanionCommand::DeleteChat { character, chat } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            chats::delete_saved(ctx, &info, &chat)?;
+            let saved = ctx.store.with(|c| chats::saved(c, &info.id))?;
+            emit(CompanionEvent::Chats { character_id: info.id, saved });
+        }
+        CompanionCommand::RenameChat { character, chat, title } => {
+            let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
+            chats::rename_saved(ctx, &info, &chat, &title)?;
+            let saved = ctx.store.with(|c| chats::saved(c, &info.id))?;
+            emit(CompanionEvent::Chats { character_id: info.id, saved });
         }
         CompanionCommand::Import { character, path } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;

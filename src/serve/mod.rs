@@ -14,6 +14,7 @@ mod memory;
 pub mod openapi;
 mod play;
 mod chat_note;
+mod chats;
 mod scene_controls;
 mod watch;
 
@@ -192,7 +193,7 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 }
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
-    let api = identity::routes().merge(play::routes()).merge(scene_controls::routes()).merge(chat_note::routes()).merge(author::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
+    let api = identity::routes().merge(play::routes()).merge(scene_controls::routes()).merge(chat_note::routes()).merge(chats::routes()).merge(author::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
     // `limit_body` is the one limit: axum's own would answer a second time, in plain text.
     let app = api
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -248,7 +249,7 @@ async fn authorise(State(state): State<Arc<AppState>>, request: Request, next: N
 async fn limit_body(request: Request, next: Next) -> Response {
     use axum::body::HttpBody;
     let path = request.uri().path().to_string();
-    let limit = if path == "/api/library/import" { MAX_IMPORT_BYTES } else { MAX_BODY_BYTES };
+    let limit = if path == "/api/library/import" || chats::is_chat_import(&path) { MAX_IMPORT_BYTES } else { MAX_BODY_BYTES };
     let too_large = |close: bool| {
         let mut response =
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the {limit} bytes {path} takes")).into_response();

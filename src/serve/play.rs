@@ -655,7 +655,7 @@ fn hundred() -> u32 {
 #[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
     responses((status = 200, body = Object, description = "the chat: `turns` (each exchange, with `user_message_id` and `reply_message_id`: the ids \
 `edit` and `delete` take; an exchange's own `id` names both messages), `messages` (every message in order — the greeting while the chat reaches \
-back to its start, then each exchange's user message and reply — with its `id`, `role`, `text`, and a reply's `swipes` and `swipe`), the \
+back to its start, then each exchange's user message and reply — with its `id`, `role`, the speaker's `name`, `text`, and a reply's `swipes` and `swipe`), the \
 greeting, who the user plays, and the variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
 pub(super) async fn chat_history(
     State(state): State<Arc<AppState>>,
@@ -675,9 +675,23 @@ pub(super) async fn chat_history(
 /// messages?); clients used to have to build the message ids themselves.
 fn with_message_ids(history: &CompanionEvent) -> Result<Value, ApiError> {
     let mut value = serde_json::to_value(history).map_err(ApiError::internal)?;
-    if let CompanionEvent::History { turns, greetings, greeting_swipe, .. } = history {
+    if let CompanionEvent::History { turns, greetings, greeting_swipe, name, user, .. } = history {
         let messages = crate::companion::turn::control::messages(turns, Some((greetings, *greeting_swipe)));
-        value["messages"] = serde_json::to_value(messages).map_err(ApiError::internal)?;
+        // Each message with its speaker's name, as a client shows it: the character's, or
+        // the user's as that message was sent (an imported chat's messages carry their own).
+        let speakers: Vec<&str> = messages
+            .iter()
+            .map(|m| match m.role {
+                "user" => turns.iter().find(|t| crate::companion::turn::control::user_message_id(&t.id) == m.id).map_or(user.name.as_str(), |t| t.user_or(&user.name)),
+                _ => name.as_str(),
+            })
+            .collect();
+        value["messages"] = serde_json::to_value(&messages).map_err(ApiError::internal)?;
+        if let Some(listed) = value["messages"].as_array_mut() {
+            for (json, speaker) in listed.iter_mut().zip(speakers) {
+                json["name"] = Value::String(speaker.to_string());
+            }
+        }
         if let Some(listed) = value["turns"].as_array_mut() {
             for (json, turn) in listed.iter_mut().zip(turns) {
                 json["user_message_id"] = Value::String(crate::companion::turn::control::user_message_id(&turn.id));

@@ -704,14 +704,62 @@ impl ChatPanel {
         let Some(character) = self.selected.clone() else { return };
         let busy = self.live.is_some();
         egui::CollapsingHeader::new(format!("Chats and chat files ({} saved)", self.saved.len())).id_salt("chat_files").show(ui, |ui| {
+            if ui.add_enabled(!busy, egui::Button::new("New chat")).on_hover_text("Start again from the greeting; this chat is saved below").clicked() {
+                outbox.push(Command::Companion(CompanionCommand::NewChat { character: character.clone() }));
+            }
+            // Which saved chat is being retitled (its id and the title typed so far), or is
+            // asked about before it is deleted: kept in egui's memory, this section's own.
+            let renaming_id = egui::Id::unique("chat_files_renaming_saved_chat");
+            let deleting_id = egui::Id::unique("chat_files_deleting_saved_chat");
+            let mut renaming: Option<(String, String)> = ui.data(|d| d.get_temp(renaming_id));
+            let mut deleting: Option<String> = ui.data(|d| d.get_temp(deleting_id));
             for saved in &self.saved {
                 ui.horizontal(|ui| {
+                    if let Some((id, title)) = renaming.as_mut().filter(|(id, _)| *id == saved.id) {
+                        let label = ui.label("New title");
+                        ui.add(egui::TextEdit::singleline(title).desired_width(240.0).id_salt(("saved_chat_title", id.as_str()))).labelled_by(label.id);
+                        let ready = !title.trim().is_empty();
+                        if ui.add_enabled(ready, egui::Button::new("Save title").small()).clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::RenameChat { character: character.clone(), chat: id.clone(), title: title.trim().to_string() }));
+                            renaming = None;
+                        } else if ui.button("Cancel rename").clicked() {
+                            renaming = None;
+                        }
+                        return;
+                    }
                     ui.label(format!("{} — {} exchanges, {}", saved.title, saved.turns, saved.saved_at));
                     if ui.add_enabled(!busy, egui::Button::new("Open").small()).on_hover_text("Play this chat; the current one is saved").clicked() {
                         outbox.push(Command::Companion(CompanionCommand::Open { character: character.clone(), chat: saved.id.clone() }));
                     }
+                    if ui.add(egui::Button::new("Rename chat").small()).on_hover_text("Give this saved chat a title of your own").clicked() {
+                        renaming = Some((saved.id.clone(), saved.title.clone()));
+                    }
+                    if deleting.as_deref() == Some(saved.id.as_str()) {
+                        if ui.add(egui::Button::new("Delete for good").small()).on_hover_text("This saved chat cannot be brought back").clicked() {
+                            outbox.push(Command::Companion(CompanionCommand::DeleteChat { character: character.clone(), chat: saved.id.clone() }));
+                            deleting = None;
+                        } else if ui.add(egui::Button::new("Keep it").small()).clicked() {
+                            deleting = None;
+                        }
+                    } else if ui.add(egui::Button::new("Delete chat").small()).on_hover_text("Delete this saved chat (asks first)").clicked() {
+                        deleting = Some(saved.id.clone());
+                    }
                 });
             }
+            ui.data_mut(|d| {
+                match renaming {
+                    Some(r) => {
+                        d.insert_temp(renaming_id, r);
+                    }
+                    None => d.remove::<(String, String)>(renaming_id),
+                }
+                match deleting {
+                    Some(id) => {
+                        d.insert_temp(deleting_id, id);
+                    }
+                    None => d.remove::<String>(deleting_id),
+                }
+            });
             ui.horizontal(|ui| {
                 let label = ui.label("Chat file");
                 ui.add(egui::TextEdit::singleline(&mut self.file_path).hint_text("path/to/chat.jsonl").id_salt("chat_file_path")).labelled_by(label.id);

@@ -456,3 +456,109 @@ fn messages_in_a_row_in_a_sillytavern_chat_are_read_as_part_of_it() {
     run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&again).unwrap().starts_with(&text), "the file's own lines come back unchanged");
 }
+
+/// Maren's card (a greeting and an alternate) imported into a scripted library.
+fn maren_library(dir: &std::path::Path, script: Value) -> Paths {
+    let paths = crate::support::library::scripted(dir, script);
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Maren Vosk", "description": "{{char}} keeps a river lock.", "personality": "", "scenario": "",
+        "first_mes": "Lock's closed, {{user}}.", "alternate_greetings": ["Who goes there, {{user}}?"], "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "tags": [], "creator": "",
+        "character_version": "1", "extensions": {} } });
+    let file = dir.join("maren.json");
+    std::fs::write(&file, card.to_string()).unwrap();
+    run(&paths, &["import", file.to_str().unwrap()]);
+    paths
+}
+
+/// The real binary as a person runs it: no `--json`, `stdin` given.
+fn by_hand(paths: &Paths, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// SillyTavern's "Start new chat": the chat played is saved whole and the new one opens
+/// with the greeting; a saved chat is retitled and deleted; a chat switched away from is
+/// saved under a title that says which chat took its place (it read "switched away from").
+#[test]
+fn a_new_chat_starts_from_the_greeting_and_saved_chats_are_renamed_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "rules": [], "default": "[Maren Vosk]: Hm." }));
+    run(&paths, &["chat", "send", "--character", "Maren", "Morning."]);
+    let changed = run(&paths, &["chat", "new", "--character", "Maren"]);
+    let action = changed.last().unwrap()["action"].as_str().unwrap().to_string();
+    assert!(action.starts_with("new chat (the chat before is saved chat "), "{action}");
+    assert_eq!(texts(&history(&paths)), ["Lock's closed, User."], "the new chat holds the greeting alone");
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren"]).last().unwrap().as_array().unwrap().clone();
+    assert_eq!((saved.len(), saved[0]["title"].as_str(), saved[0]["turns"].as_u64()), (1, Some("put aside for a new chat"), Some(1)), "{saved:?}");
+    let first = saved[0]["id"].as_str().unwrap().to_string();
+
+    // Switched back: the chat left is saved under a title naming the chat opened.
+    run(&paths, &["chat", "send", "--character", "Maren", "Evening."]);
+    run(&paths, &["chat", "open", "--character", "Maren", &first]);
+    assert_eq!(texts(&history(&paths))[1], "Morning.");
+    let saved = run(&paths, &["chat", "chats", "--character", "Maren"]).last().unwrap().as_array().unwrap().clone();
+    assert_eq!(saved[0]["title"], "put aside to open “put aside for a new chat”", "{saved:?}");
+    let evening = saved[0]["id"].as_str().unwrap().to_string();
+
+    let renamed = run(&paths, &["chat", "rename-chat", "--character", "Maren", &evening, "Evening at the lock"]);
+    assert_eq!(renamed.last().unwrap()["renamed"]["title"], "Evening at the lock", "{renamed:?}");
+    let out = by_hand(&paths, &["chat", "chats", "--character", "Maren"], "");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Evening at the lock  (1 exchanges"), "{}", String::from_utf8_lossy(&out.stdout));
+    let left = run(&paths, &["chat", "delete-chat", "--character", "Maren", &evening]);
+    assert_eq!(left.last().unwrap()["saved"], json!([]), "{left:?}");
+    let again = command(&paths, &["chat", "delete-chat", "--character", "Maren", &evening]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("saved chat"), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
+/// `chat regenerate` by hand prints each draw on its own line with the speaker's name,
+/// as `chat send` does (a discarded draw used to run straight into the next one); a
+/// swipe that is not there is refused in good English ("has 1 swipes").
+#[test]
+fn a_regenerated_reply_prints_each_draw_on_its_own_line_and_swipes_are_counted_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "rules": [
+        { "when": { "user_contains": "kettle" }, "replies": ["[User]: I'll answer for myself.", "[Maren Vosk]: Tea's on."], "then": "repeat_last" }
+    ], "default": "[Maren Vosk]: Hm." }));
+    let out = by_hand(&paths, &["chat", "send", "--character", "Maren", "Is the kettle on?"], "");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let refused = by_hand(&paths, &["chat", "swipe", "--character", "Maren", "3"], "");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("the last reply has 1 swipe (number 0); there is no swipe 3"), "{said}");
+    let out = by_hand(&paths, &["chat", "regenerate", "--character", "Maren"], "");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("(reply 1 discarded"), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.contains(&"Maren Vosk: Tea's on."), "the kept draw on a line of its own, named: {stdout:?}");
+    assert_eq!(lines.last(), Some(&"regenerated (swipe 2 of 2)"), "{stdout:?}");
+    let refused = by_hand(&paths, &["chat", "swipe", "--character", "Maren", "2"], "");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has 2 swipes (numbered from 0)"), "{}", String::from_utf8_lossy(&refused.stderr));
+}
+
+/// `chat repl` answers a slash command it does not know with the ones it does, and sends
+/// nothing (`/regenerate` and a typo of `/history` used to go to the character as
+/// messages); `/regenerate`, `/swipe N` and `/continue` work the chat as their verbs do.
+#[test]
+fn the_repl_refuses_an_unknown_slash_command_and_regenerates_and_swipes() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "rules": [], "default": "[Maren Vosk]: Hm." }));
+    let out = by_hand(&paths, &["chat", "repl", "--character", "Maren"], "Morning.\n/hisotry\n/help\n/regenerate\n/swipe 0\n//slash\n/quit\n");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("unknown command /hisotry; commands: /undo, /regenerate, /swipe N, /continue, /history, /help, /quit"), "{stderr}");
+    assert!(stdout.contains("regenerated (swipe 2 of 2)") && stdout.contains("swiped: Hm. (swipe 1 of 2)"), "{stdout}");
+    let messages = history(&paths);
+    assert_eq!(texts(&messages), ["Lock's closed, User.", "Morning.", "Hm.", "/slash", "Hm."], "only the messages were sent");
+    assert_eq!(messages[2]["swipes"].as_array().map(Vec::len), Some(2));
+}

@@ -451,6 +451,35 @@ fn a_summary_covers_whole_exchanges() {
     assert_eq!((summarised, open), (2, 0), "both halves of the exchange are in the summary");
 }
 
+/// Undo of an exchange a summary already covers does what deleting it does: the exchange
+/// goes and the summary over it is reopened (undo used to refuse: "cannot be taken
+/// back", while `chat delete` of the same exchange worked).
+#[test]
+fn undo_takes_back_an_exchange_a_summary_covers_as_delete_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({
+        "rules": [
+            { "when": { "system_contains": "compress a stretch of conversation" }, "reply": "The user said hello and Ilse answered." },
+            { "when": { "system_contains": "Roleplay as Ilse Marrow" }, "reply": reply("[Ilse Marrow]: Morning.") }
+        ]
+    });
+    let paths = setup(dir.path(), script, |c| c.memory.summary_every = 1);
+    let engine = engine::start(paths.clone()).unwrap();
+    let turn = committed(&send(&engine, "Hello!", Some("2026-11-01T10:00:00Z")));
+    until(&engine, |e| matches!(e, CompanionEvent::Summarised { .. }));
+    until(&engine, |e| matches!(e, CompanionEvent::Idle { .. }));
+    engine.send(Command::Companion(CompanionCommand::Undo { character: ILSE.into() })).unwrap();
+    let events = until(&engine, |e| matches!(e, CompanionEvent::Undone { .. } | CompanionEvent::Failed { .. }));
+    match events.last() {
+        Some(CompanionEvent::Undone { turn_id, .. }) => assert_eq!(turn_id.as_deref(), Some(turn.id.as_str())),
+        other => panic!("undo refused: {other:#?}"),
+    }
+    assert_eq!(counts(&paths).0, 0, "the exchange is taken back");
+    let store = Store::open(&paths.library_file).unwrap();
+    let memories: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM memories WHERE kind IN ('turn', 'summary')", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(memories, 0, "its memory turns go, and the summary over them");
+}
+
 /// A pinned memory is given to its character in every prompt, whatever the message
 /// asks; unpinned, it goes back to being recalled only when relevant.
 #[test]

@@ -1684,3 +1684,136 @@ fn a_chats_authors_note_is_written_read_and_removed_over_http() {
     let (status, missing) = send_as(&agent, "get", &format!("{base}/api/chat/nobody/note"), None);
     assert_eq!(status, 404, "{missing}");
 }
+
+/// A SillyTavern user's whole chat over HTTP, as `lorekeeper chat` and `persona use
+/// --chat` do it (the door had only send, history and message controls): a persona
+/// chosen and put down, a branch, a new chat, the saved chats listed, renamed, opened
+/// and deleted, the chat exported in three formats and a chat file imported; and each
+/// message of the history names its speaker.
+#[test]
+fn a_chat_is_branched_renewed_saved_exported_and_imported_over_http_as_the_cli_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 0);
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    store.with(|c| lorekeeper::character::insert_persona(c, "Tamsin", "A courier.").map(|_| ())).unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let chat = |method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string());
+        send_as(&agent, method, &format!("{base}/api/chat/ilse{path}"), body.as_deref())
+    };
+    // The persona played in this chat, and none.
+    let (status, changed) = chat("post", "/persona", Some(json!({ "persona": "Tamsin" })));
+    assert_eq!((status, changed["action"].as_str()), (200, Some("persona Tamsin")), "{changed}");
+    for text in ["Is the kettle on?", "Did the ferry come?"] {
+        let (status, turn) = chat("post", "/send", Some(json!({ "text": text })));
+        assert_eq!(status, 200, "{turn}");
+    }
+    let (status, changed) = chat("post", "/persona", Some(json!({ "persona": null })));
+    assert_eq!((status, changed["action"].as_str()), (200, Some("persona none")), "{changed}");
+    for (bad, named) in [(json!({}), "persona"), (json!({ "persona": "Tamsin", "chat": true }), "chat")] {
+        let (status, refused) = chat("post", "/persona", Some(bad));
+        assert_eq!(status, 400, "{refused}");
+        assert!(refused["detail"].as_str().unwrap().contains(named), "{refused}");
+    }
+    // Every message names its speaker: the persona the user played then, the character.
+    let (_, history) = chat("get", "/history", None);
+    assert_eq!(history["user"]["name"], "User", "{history}");
+    let names: Vec<&str> = history["messages"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap_or("?")).collect();
+    assert_eq!(names, ["Ilse Marrow", "Tamsin", "Ilse Marrow", "Tamsin", "Ilse Marrow"], "{history}");
+    let first_reply = history["turns"][0]["reply_message_id"].as_str().unwrap().to_string();
+
+    // Branch at the first reply: the original is saved whole.
+    let (status, changed) = chat("post", "/branch", Some(json!({ "message": first_reply })));
+    assert_eq!(status, 200, "{changed}");
+    assert!(changed["action"].as_str().unwrap().starts_with("branched"), "{changed}");
+    let (status, refused) = chat("post", "/branch", Some(json!({ "message": "no-such-message-r" })));
+    assert_eq!(status, 400, "{refused}");
+    let (_, history) = chat("get", "/history", None);
+    assert_eq!(history["turns"].as_array().unwrap().len(), 1);
+    // A new chat: the one played is saved, the new one holds the greeting alone.
+    let (status, changed) = chat("post", "/new", None);
+    assert_eq!(status, 200, "{changed}");
+    assert!(changed["action"].as_str().unwrap().starts_with("new chat (the chat before is saved chat"), "{changed}");
+    let (_, history) = chat("get", "/history", None);
+    assert_eq!(history["turns"].as_array().unwrap().len(), 0, "{history}");
+    assert!(history["greeting"].as_str().is_some_and(|g| !g.is_empty()), "the greeting opens the new chat: {history}");
+    let (status, listed) = chat("get", "/chats", None);
+    assert_eq!(status, 200, "{listed}");
+    let saved = listed["saved"].as_array().unwrap().clone();
+    let titles: Vec<(&str, u64)> = saved.iter().map(|c| (c["title"].as_str().unwrap(), c["turns"].as_u64().unwrap())).collect();
+    assert_eq!(titles, [("put aside for a new chat", 1), (format!("before the branch at {first_reply}").as_str(), 2)], "{listed}");
+    let (original, put_aside) = (saved[1]["id"].as_str().unwrap().to_string(), saved[0]["id"].as_str().unwrap().to_string());
+
+    // Renamed, opened, deleted.
+    let (status, renamed) = chat("post", &format!("/chats/{original}/rename"), Some(json!({ "title": "Kettle and ferry" })));
+    assert_eq!(status, 200, "{renamed}");
+    assert_eq!(renamed["saved"][1]["title"], "Kettle and ferry", "{renamed}");
+    let (status, refused) = chat("post", &format!("/chats/{original}/rename"), Some(json!({ "title": "  " })));
+    assert_eq!(status, 400, "{refused}");
+    let (status, refused) = chat("post", "/chats/no-such-chat/rename", Some(json!({ "title": "x" })));
+    assert_eq!(status, 404, "{refused}");
+    let (status, changed) = chat("post", &format!("/chats/{original}/open"), None);
+    assert_eq!((status, changed["action"].as_str()), (200, Some("opened")), "the empty new chat is not worth saving: {changed}");
+    let (_, history) = chat("get", "/history", None);
+    assert_eq!(history["turns"].as_array().unwrap().len(), 2);
+    let (status, left) = chat("delete", &format!("/chats/{put_aside}"), None);
+    assert_eq!((status, left["saved"].as_array().map(Vec::len)), (200, Some(0)), "{left}");
+    let (status, refused) = chat("delete", &format!("/chats/{put_aside}"), None);
+    assert_eq!(status, 404, "{refused}");
+    let (status, refused) = chat("post", &format!("/chats/{put_aside}/open"), None);
+    assert_eq!(status, 404, "{refused}");
+
+    // Exported as SillyTavern's chat file, Markdown and JSON.
+    let export = |format: &str| {
+        let response = agent.get(&format!("{base}/api/chat/ilse/export?format={format}")).call().expect("the server answers");
+        let status = response.status().as_u16();
+        let kind = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        (status, kind, response.into_body().read_to_string().unwrap_or_default())
+    };
+    let (status, kind, jsonl) = export("jsonl");
+    assert_eq!(status, 200, "{jsonl}");
+    assert!(kind.starts_with("application/jsonl"), "{kind}");
+    let lines: Vec<Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 6, "a header, the greeting, two exchanges: {jsonl}");
+    assert_eq!(lines[2]["mes"], "Is the kettle on?");
+    let (status, kind, markdown) = export("markdown");
+    assert_eq!(status, 200);
+    assert!(kind.starts_with("text/markdown"), "{kind}");
+    assert!(markdown.contains("**Tamsin**: Is the kettle on?") && markdown.contains("**Ilse Marrow**:"), "{markdown}");
+    let (status, _, json_text) = export("json");
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&json_text).unwrap();
+    assert_eq!(doc["messages"].as_array().unwrap().len(), 5, "{doc}");
+    let (status, _, refused) = export("docx");
+    assert_eq!(status, 400, "{refused}");
+
+    // A SillyTavern chat file comes in as the body; the chat it replaces is saved.
+    let file = concat!(
+        r#"{"user_name":"Ash","character_name":"Ilse Marrow","create_date":"2026-10-02@21h15m40s","chat_metadata":{}}"#, "\n",
+        r#"{"name":"Ash","is_user":true,"is_system":false,"send_date":"","mes":"I bring eel traps.","extra":{}}"#, "\n",
+        r#"{"name":"Ilse Marrow","is_user":false,"is_system":false,"send_date":"","mes":"Leave them by the door.","extra":{}}"#, "\n",
+    );
+    let upload = |body: &str| {
+        let response = agent.post(&format!("{base}/api/chat/ilse/import?name=theirs.jsonl")).send(body).expect("the server answers");
+        let status = response.status().as_u16();
+        (status, serde_json::from_str::<Value>(&response.into_body().read_to_string().unwrap_or_default()).unwrap_or_default())
+    };
+    let (status, imported) = upload(file);
+    assert_eq!(status, 200, "{imported}");
+    assert_eq!(imported["imported"]["exchanges"], 1, "{imported}");
+    assert!(imported["imported"]["saved"].is_string(), "the chat it replaced is saved: {imported}");
+    let (_, history) = chat("get", "/history", None);
+    let names: Vec<&str> = history["messages"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap_or("?")).collect();
+    assert_eq!(names, ["Ash", "Ilse Marrow"], "the file's user names its messages: {history}");
+    let (_, listed) = chat("get", "/chats", None);
+    assert_eq!(listed["saved"][0]["title"], "before the import of theirs.jsonl", "{listed}");
+    let (status, refused) = upload("{\"not\": \"a chat\"}\nnonsense\n");
+    assert_eq!(status, 400, "{refused}");
+    let (status, refused) = upload("");
+    assert_eq!(status, 400, "{refused}");
+    let (status, missing) = send_as(&agent, "get", &format!("{base}/api/chat/nobody/chats"), None);
+    assert_eq!(status, 404, "{missing}");
+}

@@ -959,6 +959,29 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     harness.run();
     assert_eq!(harness.state().chat().turns()[0].reply, "It always rains.");
     assert!(harness.query_all_by_label_contains("capstan").next().is_none(), "the deleted reply is gone");
+
+    // A new chat: this one is saved whole, the new one opens with the greeting alone.
+    step_until_shown(&mut harness, "New chat");
+    harness.get_by_label("New chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().is_empty() && app.chat().saved_chats().len() == 2);
+    harness.run();
+    assert!(harness.query_by_label_contains("put aside for a new chat — 1 exchanges").is_some(), "the saved chat says what it was");
+    assert!(harness.query_by_label_contains("put aside to open “before the branch at").is_some(), "a chat switched away from names the chat opened");
+    // A saved chat retitled, and one deleted (asked first).
+    harness.get_all_by_label("Rename chat").next().expect("a rename button per saved chat").click();
+    harness.run();
+    text_field(&harness, "New title").focus();
+    harness.run();
+    text_field(&harness, "New title").set_text_value_accesskit("Eel traps");
+    harness.run();
+    harness.get_by_label("Save title").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().saved_chats().iter().any(|c| c.title == "Eel traps"));
+    harness.run();
+    harness.get_all_by_label("Delete chat").next().expect("a delete button per saved chat").click();
+    harness.run();
+    assert_eq!(harness.state().chat().saved_chats().len(), 2, "nothing deleted before it is confirmed");
+    harness.get_by_label("Delete for good").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().saved_chats().len() == 1);
 }
 
 #[test]

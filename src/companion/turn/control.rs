@@ -268,6 +268,15 @@ fn rewrite(bank: &MemoryBank, turn: &ChatTurn, changed: (String, String), inject
     Ok(())
 }
 
+/// "1 swipe (number 0)", "3 swipes (numbered from 0)": how many there are to choose from,
+/// counted as a person says it and numbered as `swipe` takes them.
+fn swipes(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what} (number 0)"),
+        n => format!("{n} {what}s (numbered from 0)"),
+    }
+}
+
 /// Choose swipe `index` (0-based) of the last character message: the conversation goes
 /// on from it. Before the first exchange that message is the greeting, whose swipes are
 /// the card's greetings (`Ok(None)`: a greeting was chosen).
@@ -282,7 +291,7 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
         if index >= count {
             return Err(CompanionError::Invalid(match count {
                 0 => format!("{}'s card has no greeting and the chat no reply yet", character.name),
-                n => format!("{}'s card has {n} greetings; there is no greeting {index}", character.name),
+                n => format!("{}'s card has {}; there is no greeting {index}", character.name, swipes(n, "greeting")),
             }));
         }
         // No exchange left: the chat starts again from the card's greetings as they are now.
@@ -295,7 +304,7 @@ pub fn choose_swipe(ctx: &Context, character: &CharacterInfo, index: usize) -> R
         return Ok(None);
     };
     let Some(text) = turn.swipes.get(index).cloned() else {
-        return Err(CompanionError::Invalid(format!("the last reply has {} swipes; there is no swipe {index}", turn.swipes.len())));
+        return Err(CompanionError::Invalid(format!("the last reply has {}; there is no swipe {index}", swipes(turn.swipes.len(), "swipe"))));
     };
     turn.swipe = index as u32;
     turn.reply = text.clone();
@@ -417,6 +426,12 @@ pub fn edit_greeting(ctx: &Context, character: &CharacterInfo, text: &str) -> Re
 /// together), or with `and_after` it and every later one. Returns the deleted ids.
 pub fn delete(ctx: &Context, character: &CharacterInfo, message: &str, and_after: bool) -> Result<Vec<String>, CompanionError> {
     let _job = hold(ctx, character)?;
+    delete_held(ctx, character, message, and_after)
+}
+
+/// [`delete`], the character already held by the caller (undo is a delete of the last
+/// exchange).
+pub(crate) fn delete_held(ctx: &Context, character: &CharacterInfo, message: &str, and_after: bool) -> Result<Vec<String>, CompanionError> {
     let (turn, _) = find(ctx, character, message)?;
     let all = ctx.store.with(|c| records::all_turns(c, &character.id))?;
     // Taken back to the end of the chat: what those messages set goes with them.

@@ -397,31 +397,20 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
     }
 }
 
-/// Take back the last exchange with its memory turns, in one transaction. Refused once
-/// a summary covers it (the summary cannot be taken apart), and while a turn runs: the
-/// turn would commit onto the exchange being taken back.
+/// Take back the last exchange with its memory turns, in one transaction: a delete of
+/// the last exchange (a summary over it is reopened, and written again from what is
+/// left). Refused while a turn runs: the turn would commit onto the exchange being taken
+/// back.
 pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
     let _job = control::hold(ctx, character)?;
-    let bank = crate::memory::bank_for(ctx)?;
-    let taken = ctx.store.transaction(|tx| {
-        let Some(last) = records::recent_turns(tx, &character.id, 1, false)?.pop() else {
-            return Ok(None);
-        };
-        // Checked inside the transaction, so a summary written meanwhile cannot slip in.
-        if crate::memory::records::any_summarised(tx, &format!("chat:{}", last.id))? {
-            return Err(crate::store::StoreError::Invalid(
-                "the last exchange is already part of a summary memory and cannot be taken back".into(),
-            ));
-        }
-        let write = crate::memory::remove_source(tx, &format!("chat:{}", last.id))?;
-        records::delete_last(tx, &character.id)?;
-        crate::companion::variables::forget_from(tx, &character.id, crate::companion::lore::message_number(last.seq))?;
-        Ok(Some((last.id, write)))
-    })?;
-    Ok(taken.map(|(id, write)| {
-        bank.publish(write);
-        id
-    }))
+    // The character is held: no exchange can be added between this read and the delete.
+    let Some(last) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, false))?.pop() else {
+        return Ok(None);
+    };
+    // Exactly what deleting the last exchange does, a summary over it reopened (undo used
+    // to refuse an exchange a summary covered while delete took it back).
+    control::delete_held(ctx, character, &control::reply_message_id(&last.id), false)?;
+    Ok(Some(last.id))
 }
 
 #[cfg(test)]
