@@ -155,6 +155,7 @@ impl ChatPanel {
                     self.selected = Some(wanted.clone());
                     self.turns.clear();
                     self.packet = None;
+                    outbox.push(watch(&wanted));
                     outbox.push(history(&wanted));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: wanted }));
                 }
@@ -168,6 +169,7 @@ impl ChatPanel {
                     && let Some(first) = self.characters.first()
                 {
                     self.selected = Some(first.id.clone());
+                    outbox.push(watch(&first.id));
                     outbox.push(history(&first.id));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: first.id.clone() }));
                 }
@@ -293,6 +295,20 @@ impl ChatPanel {
                 outbox.push(history(character_id));
                 outbox.push(Command::Companion(CompanionCommand::List));
             }
+            // Another process (the CLI, a server, a second window) changed this chat: read
+            // it again.
+            CompanionEvent::ChangedElsewhere { character_id: Some(id) } if self.is_selected(id) => {
+                if self.live.is_none() {
+                    self.packet = None;
+                }
+                // A refusal already says so (and two lines would crowd the message box).
+                if self.error.is_none() {
+                    self.notice = Some("This chat was changed elsewhere (another window, the command line or the server); it has been reloaded.".into());
+                }
+                outbox.push(history(id));
+                outbox.push(Command::Companion(CompanionCommand::List));
+            }
+            CompanionEvent::ChangedElsewhere { .. } => outbox.push(Command::Companion(CompanionCommand::List)),
             _ => {}
         }
     }
@@ -345,6 +361,7 @@ impl ChatPanel {
                 self.packet = None;
                 self.live = None;
                 self.saved.clear();
+                outbox.push(watch(&id));
                 outbox.push(history(&id));
                 outbox.push(Command::Companion(CompanionCommand::Chats { character: id.clone() }));
             }
@@ -450,7 +467,8 @@ impl ChatPanel {
             if i == last && !busy {
                 ui.horizontal(|ui| {
                     if ui.small_button("Regenerate").on_hover_text("Draw this reply again; every draw is kept").clicked() {
-                        outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone() }));
+                        // Named, so a chat changed elsewhere meanwhile is not redrawn blind.
+                        outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone(), expect: Some(t.id.clone()) }));
                     }
                     if ui.small_button("Continue").on_hover_text("Let the character say more, from where the reply stops").clicked() {
                         outbox.push(Command::Companion(CompanionCommand::Continue { character: character.clone() }));
@@ -797,7 +815,9 @@ impl ChatPanel {
             });
             return;
         }
-        let height = (ui.available_height() - 110.0).max(120.0);
+        // Room below for the message box and its buttons, and the notice and error lines.
+        let lines = [self.notice.is_some(), self.error.is_some()].into_iter().filter(|l| *l).count() as f32;
+        let height = (ui.available_height() - 110.0 - lines * 2.0 * ui.text_style_height(&egui::TextStyle::Body)).max(120.0);
         egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).min_scrolled_height(height).auto_shrink([false, false]).stick_to_bottom(true).show(ui, |ui| {
             let from_the_start = self.turns.first().is_none_or(|t| t.seq <= 1);
             match self.greeting.clone().filter(|_| from_the_start) {
@@ -865,7 +885,10 @@ impl ChatPanel {
                 && ui.button("Undo last").on_hover_text("Take back the last exchange and its memories").clicked()
                 && let Some(id) = self.selected.clone()
             {
-                outbox.push(Command::Companion(CompanionCommand::Undo { character: id }));
+                // The exchange on screen is the one to take back; the engine refuses when
+                // the chat's last is another (changed elsewhere since it was read).
+                let expect = self.turns.last().map(|t| t.id.clone());
+                outbox.push(Command::Companion(CompanionCommand::Undo { character: id, expect }));
             }
         });
     }
@@ -965,6 +988,11 @@ fn beside_portrait<R>(
 fn sentence(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// Ask the engine to watch this chat for changes another process makes.
+fn watch(character_id: &str) -> Command {
+    Command::Companion(CompanionCommand::Watch { character: Some(character_id.to_string()) })
 }
 
 fn history(character_id: &str) -> Command {

@@ -1545,3 +1545,83 @@ fn a_run_another_process_works_on_is_followed_and_does_not_hold_the_window_open(
         app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
     });
 }
+
+/// The real binary on the app's library (`dir`), as a second process would change it.
+fn cli_on(dir: &Path, args: &[&str]) -> std::process::Output {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .env("LOREKEEPER_LIBRARY", dir.join("library.sqlite"))
+        .env("LOREKEEPER_CONFIG", dir.join("config.toml"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// A message the command line sends to the chat open in the window shows there without
+/// a click (it used to stay hidden until the character was opened again), and "Undo
+/// last" clicked on a view that has not caught up yet is refused rather than taking back
+/// the exchange the user never saw.
+#[test]
+fn a_message_another_process_sends_shows_in_the_chat_and_a_stale_undo_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some() && app.chat().greeting().is_some());
+    harness.run();
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "Hello from the terminal."]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1);
+    harness.run();
+    assert_eq!(harness.state().chat().turns()[0].user_text, "Hello from the terminal.");
+    assert!(harness.query_all_by_label_contains("Hello from the terminal.").next().is_some(), "on screen");
+
+    // Another exchange from the terminal; the window is clicked before it has looked again.
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "One more thing, Ilse."]);
+    // By the widget, not its place: a reload landing in the same frame moves the layout.
+    harness.get_by_label("Undo last").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().error().is_some());
+    let error = harness.state().chat().error().unwrap_or_default().to_string();
+    assert!(error.contains("changed since you looked") && error.contains("reloaded"), "{error}");
+    // Nothing was taken back, and the chat on screen is the library's.
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 2);
+    harness.run();
+    assert_eq!(harness.state().chat().turns()[1].user_text, "One more thing, Ilse.");
+    let history = cli_on(dir.path(), &["chat", "history", "--character", "Ilse Marrow"]);
+    assert!(String::from_utf8_lossy(&history.stdout).contains("One more thing, Ilse."));
+    // Looked at, it can be taken back.
+    harness.get_by_label("Undo last").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1 || app.chat().error() != Some(error.as_str()));
+    assert_eq!(harness.state().chat().turns().len(), 1, "{:?}", harness.state().chat().error());
+}
+
+/// A round the command line plays in the scene open in the window shows there without a
+/// click, and "Undo last round" clicked on a view that has not caught up yet is refused
+/// rather than taking back the round the user never saw.
+#[test]
+fn a_round_another_process_plays_shows_in_the_scene_and_a_stale_undo_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1000.0);
+    play_first_round(&mut harness);
+    cli_on(dir.path(), &["scene", "round", &scene, "I ask the keeper about the lamp."]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
+    harness.run();
+    assert!(harness.query_all_by_label_contains("I ask the keeper about the lamp.").next().is_some(), "on screen");
+
+    cli_on(dir.path(), &["scene", "round", &scene, "I climb the stairs to the lamp room."]);
+    // By the widget, not its place: a reload landing in the same frame moves the layout.
+    harness.get_by_label("Undo last round").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().last_error().is_some());
+    let error = harness.state().scene().last_error().unwrap_or_default().to_string();
+    assert!(error.contains("changed since you looked") && error.contains("reloaded"), "{error}");
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 3));
+    harness.run();
+    assert!(harness.query_all_by_label_contains("I climb the stairs to the lamp room.").next().is_some(), "the round is kept and shown");
+    harness.get_by_label("Undo last round").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
+}

@@ -388,9 +388,11 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
 
 /// Take back the last exchange with its memory turns, in one transaction. Refused once
 /// a summary covers it (the summary cannot be taken apart), and while a turn runs: the
-/// turn would commit onto the exchange being taken back.
-pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
+/// turn would commit onto the exchange being taken back; and, with `expect`, when the
+/// last exchange is not that one ([`control::expect_last`]).
+pub fn undo(ctx: &Context, character: &CharacterInfo, expect: Option<&str>) -> Result<Option<String>, CompanionError> {
     let _job = control::hold(ctx, character)?;
+    ctx.store.with(|c| Ok(control::expect_last(c, character, expect)))??;
     let bank = crate::memory::bank_for(ctx)?;
     let taken = ctx.store.transaction(|tx| {
         let Some(last) = records::recent_turns(tx, &character.id, 1, false)?.pop() else {
