@@ -78,6 +78,10 @@ pub struct ChatPanel {
     error: Option<String>,
     /// A memory the user asked to open in the memory browser.
     open_memory: Option<String>,
+    /// The message whose Delete (or "Delete from here", `true`) was clicked, asking
+    /// "Really delete?" before anything goes: one click never deletes, so a double click
+    /// on a list that shifts under it cannot delete two exchanges.
+    confirm_delete: Option<(String, bool)>,
     /// The packet has a tile of its own in the layout, so the chat does not repeat it.
     packet_elsewhere: bool,
     /// The character to open once the list arrives (the one open at the last close).
@@ -155,6 +159,7 @@ impl ChatPanel {
                     self.selected = Some(wanted.clone());
                     self.turns.clear();
                     self.packet = None;
+                    self.switched();
                     outbox.push(watch(&wanted));
                     outbox.push(history(&wanted));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: wanted }));
@@ -164,6 +169,7 @@ impl ChatPanel {
                     self.selected = None;
                     self.turns.clear();
                     self.packet = None;
+                    self.switched();
                 }
                 if self.selected.is_none()
                     && let Some(first) = self.characters.first()
@@ -296,8 +302,9 @@ impl ChatPanel {
                 outbox.push(Command::Companion(CompanionCommand::List));
             }
             // Another process (the CLI, a server, a second window) changed this chat: read
-            // it again.
+            // it again, and drop a question asked about the chat as it was.
             CompanionEvent::ChangedElsewhere { character_id: Some(id) } if self.is_selected(id) => {
+                self.confirm_delete = None;
                 if self.live.is_none() {
                     self.packet = None;
                 }
@@ -311,6 +318,12 @@ impl ChatPanel {
             CompanionEvent::ChangedElsewhere { .. } => outbox.push(Command::Companion(CompanionCommand::List)),
             _ => {}
         }
+    }
+
+    /// What belongs to the character that was open: a question about one of its messages.
+    fn switched(&mut self) {
+        self.confirm_delete = None;
+        self.editing = None;
     }
 
     /// A turn that stored nothing gives the user their words back to edit or resend.
@@ -361,6 +374,7 @@ impl ChatPanel {
                 self.packet = None;
                 self.live = None;
                 self.saved.clear();
+                self.switched();
                 outbox.push(watch(&id));
                 outbox.push(history(&id));
                 outbox.push(Command::Companion(CompanionCommand::Chats { character: id.clone() }));
@@ -408,6 +422,10 @@ impl ChatPanel {
         let busy = self.live.is_some();
         let last = self.turns.len().saturating_sub(1);
         let character = self.selected.clone().unwrap_or_default();
+        // This frame's answer to "Really delete?" (`None`: no, or a new question) and a
+        // question asked: applied after the transcript is drawn.
+        let mut delete_answer: Option<Option<Command>> = None;
+        let mut delete_ask: Option<(String, bool)> = None;
         for (i, t) in self.turns.iter().enumerate() {
             for (message, speaker, text, strong) in
                 [(format!("{}-u", t.id), t.user_or(user).to_string(), &t.user_text, true), (format!("{}-r", t.id), name.to_string(), &t.reply, false)]
@@ -447,19 +465,33 @@ impl ChatPanel {
                         if !strong && ui.small_button("Branch here").on_hover_text("Save this chat as it is, and go on from this message").clicked() {
                             outbox.push(Command::Companion(CompanionCommand::Branch { character: character.clone(), message: message.clone() }));
                         }
-                        if strong && ui.small_button("Delete").on_hover_text("Delete this exchange (your message and the reply to it); the rest of the chat stays").clicked() {
-                            outbox.push(Command::Companion(CompanionCommand::Delete {
-                                character: character.clone(),
-                                message: message.clone(),
-                                and_after: false,
-                            }));
-                        }
-                        if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
-                            outbox.push(Command::Companion(CompanionCommand::Delete {
-                                character: character.clone(),
-                                message: message.clone(),
-                                and_after: true,
-                            }));
+                        let asked = self.confirm_delete.as_ref().filter(|(m, _)| *m == message).map(|(_, after)| *after);
+                        if strong && let Some(and_after) = asked {
+                            // The answer buttons sit right of the question, not where
+                            // Delete was: a double click on Delete only asks.
+                            ui.colored_label(
+                                ui.visuals().warn_fg_color,
+                                if and_after { "Really delete this exchange and everything after it?" } else { "Really delete this exchange?" },
+                            );
+                            if ui.small_button("No, keep it").clicked() {
+                                delete_answer = Some(None);
+                            }
+                            if ui.small_button("Yes, delete").clicked() {
+                                delete_answer = Some(Some(Command::Companion(CompanionCommand::Delete {
+                                    character: character.clone(),
+                                    message: message.clone(),
+                                    and_after,
+                                })));
+                            }
+                        } else {
+                            if strong && ui.small_button("Delete").on_hover_text("Delete this exchange (your message and the reply to it); the rest of the chat stays").clicked() {
+                                delete_answer = Some(None);
+                                delete_ask = Some((message.clone(), false));
+                            }
+                            if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
+                                delete_answer = Some(None);
+                                delete_ask = Some((message.clone(), true));
+                            }
                         }
                     }
                 }));
@@ -487,6 +519,10 @@ impl ChatPanel {
                 });
             }
             ui.add_space(6.0);
+        }
+        if let Some(answer) = delete_answer {
+            self.confirm_delete = delete_ask;
+            outbox.extend(answer);
         }
         if let Some(request) = self.edit_request.take() {
             self.editing = Some(request);

@@ -955,6 +955,8 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     assert!(written.contains("It always rains."));
     // One exchange deleted from the middle: the later one stays.
     harness.get_all_by_label("Delete").next().expect("a delete button per exchange").click();
+    harness.run();
+    harness.get_by_label("Yes, delete").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1);
     harness.run();
     assert_eq!(harness.state().chat().turns()[0].reply, "It always rains.");
@@ -1597,6 +1599,44 @@ fn a_message_another_process_sends_shows_in_the_chat_and_a_stale_undo_is_refused
     harness.get_by_label("Undo last").click_accesskit();
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1 || app.chat().error() != Some(error.as_str()));
     assert_eq!(harness.state().chat().turns().len(), 1, "{:?}", harness.state().chat().error());
+}
+
+/// Delete and "Delete from here" ask first: one click only asks (a double click on a
+/// list that shifts under it used to delete two exchanges), "No" keeps the exchange,
+/// "Yes" deletes it.
+#[test]
+fn deleting_a_chat_message_asks_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some() && app.chat().greeting().is_some());
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "First of all."]);
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "And second."]);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 2);
+    harness.run();
+    // A double click where the first exchange's Delete is.
+    harness.get_all_by_label("Delete").next().expect("a Delete per exchange").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete this exchange?").is_some(), "the click asks");
+    if let Some(next) = harness.get_all_by_label("Delete").next() {
+        next.click();
+    }
+    harness.run();
+    std::thread::sleep(Duration::from_millis(500));
+    harness.run();
+    assert_eq!(harness.state().chat().turns().len(), 2, "a click only asks; nothing is deleted");
+    harness.get_by_label("No, keep it").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete this exchange?").is_none());
+    assert_eq!(harness.state().chat().turns().len(), 2);
+    harness.get_all_by_label("Delete from here").next().expect("a Delete from here per exchange").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete this exchange and everything after it?").is_some());
+    harness.get_by_label("Yes, delete").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().is_empty());
 }
 
 /// A round the command line plays in the scene open in the window shows there without a
