@@ -82,6 +82,8 @@ pub struct ChatPanel {
     /// "Really delete?" before anything goes: one click never deletes, so a double click
     /// on a list that shifts under it cannot delete two exchanges.
     confirm_delete: Option<(String, bool)>,
+    /// The message box gets the keyboard back after a send (the Send button took it).
+    refocus: bool,
     /// The packet has a tile of its own in the layout, so the chat does not repeat it.
     packet_elsewhere: bool,
     /// The character to open once the list arrives (the one open at the last close).
@@ -895,7 +897,13 @@ impl ChatPanel {
             .desired_rows(2)
             .desired_width(f32::INFINITY)
             .id_salt("chat_input");
-        let response = ui.add_enabled(!busy, edit).labelled_by(label.id);
+        // The box stays enabled while the reply is written (a disabled widget loses the
+        // keyboard, and the keys typed next went to the workbench's shortcuts); only
+        // sending waits for the reply.
+        let response = ui.add(edit).labelled_by(label.id);
+        if std::mem::take(&mut self.refocus) {
+            response.request_focus();
+        }
         let ctrl_enter = response.has_focus() && ui.input(|i| i.modifiers.command && i.key_pressed(egui::Key::Enter));
         ui.horizontal(|ui| {
             let can_send = !busy && self.selected.is_some() && !self.input.trim().is_empty();
@@ -906,6 +914,7 @@ impl ChatPanel {
                 self.error = None;
                 self.notice = None;
                 self.live = Some(LiveReply { input: text.clone(), typed: true, ..Default::default() });
+                self.refocus = true;
                 outbox.push(Command::Companion(CompanionCommand::Send { character: id, text, now: None }));
             }
             // Esc stops the reply being written, as the button does.

@@ -1639,6 +1639,33 @@ fn deleting_a_chat_message_asks_first() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().is_empty());
 }
 
+/// After Ctrl+Enter sends a message, the message box keeps the keyboard while the reply
+/// is written and after it lands: the next keys typed are text (a `?` used to open the
+/// shortcuts overlay, the box having lost the focus).
+#[test]
+fn the_message_box_keeps_the_keyboard_after_sending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Evening, Ilse.");
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().turns().len() == 1 || app.chat().error().is_some());
+    harness.run();
+    assert_eq!(harness.state().chat().error(), None);
+    harness.event(egui::Event::Text("Why?".into()));
+    harness.run();
+    assert!(!harness.state().shortcuts_shown(), "the question mark is text in the box");
+    assert_eq!(harness.state().chat().draft(), "Why?");
+}
+
 /// A round the command line plays in the scene open in the window shows there without a
 /// click, and "Undo last round" clicked on a view that has not caught up yet is refused
 /// rather than taking back the round the user never saw.
