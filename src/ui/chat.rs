@@ -322,10 +322,13 @@ impl ChatPanel {
         }
     }
 
-    /// What belongs to the character that was open: a question about one of its messages.
+    /// What belongs to the character that was open: a question about one of its messages,
+    /// and the chat-file path typed for it (importing it into the next character's chat
+    /// would put one character's chat in another's).
     fn switched(&mut self) {
         self.confirm_delete = None;
         self.editing = None;
+        self.file_path.clear();
     }
 
     /// A turn that stored nothing gives the user their words back to edit or resend.

@@ -1666,6 +1666,43 @@ fn the_message_box_keeps_the_keyboard_after_sending() {
     assert_eq!(harness.state().chat().draft(), "Why?");
 }
 
+/// The chat-file path typed for one character is cleared when another is opened, so an
+/// import meant for the first cannot land in the second's chat.
+#[test]
+fn the_chat_file_path_is_cleared_when_another_character_is_opened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    lorekeeper::interop::library::import_bytes(&engine.context().store, maren_card().to_string().as_bytes(), "maren").expect("import");
+    let tobin = maren_card().to_string().replace("Maren Vosk", "Tobin Reed");
+    lorekeeper::interop::library::import_bytes(&engine.context().store, tobin.as_bytes(), "tobin").expect("import");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some() && app.chat().characters().len() == 2);
+    harness.run();
+    harness.get_by_label_contains("Chats and chat files").click();
+    harness.run();
+    text_field(&harness, "Chat file").click();
+    harness.run();
+    text_field(&harness, "Chat file").type_text("/tmp/someone-elses-chat.jsonl");
+    harness.run();
+    let before = harness.state().chat().selected().map(str::to_string);
+    let other = harness.state().chat().characters().iter().find(|c| Some(c.id.as_str()) != before.as_deref()).expect("two characters").clone();
+    let start = Instant::now();
+    while harness.state().chat().selected() != Some(other.id.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(30), "the other character was never opened");
+        harness.get_by_label("Character").click();
+        harness.run();
+        if let Some(row) = harness.query_by_label_contains(&format!("{} —", other.name)) {
+            row.click();
+        }
+        harness.run();
+    }
+    assert_eq!(text_field(&harness, "Chat file").value().as_deref(), Some(""), "the path is not carried to another character");
+}
+
 /// A round the command line plays in the scene open in the window shows there without a
 /// click, and "Undo last round" clicked on a view that has not caught up yet is refused
 /// rather than taking back the round the user never saw.
