@@ -23,3 +23,4 @@ pub mod scene;
 pub mod serve;
 pub mod store;
 pub mod ui;
+pub mod watch;

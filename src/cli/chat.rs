@@ -75,11 +75,18 @@ pub enum ChatVerb {
     Undo {
         #[arg(long)]
         character: String,
+        /// Only if the last exchange is this one (its id, see `chat history --json`):
+        /// refused when the chat changed since.
+        #[arg(long)]
+        expect: Option<String>,
     },
     /// Draw the last reply again; every draw is kept as a swipe.
     Regenerate {
         #[arg(long)]
         character: String,
+        /// Only if the last exchange is this one (its id): refused when the chat changed since.
+        #[arg(long)]
+        expect: Option<String>,
     },
     /// Extend the last reply: the model writes on from where it stops.
     Continue {
@@ -397,8 +404,8 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
             send(CompanionCommand::AuthorNote { character, note })?;
             changed(engine, json)?;
         }
-        ChatVerb::Regenerate { character } => {
-            send(CompanionCommand::Regenerate { character })?;
+        ChatVerb::Regenerate { character, expect } => {
+            send(CompanionCommand::Regenerate { character, expect })?;
             changed(engine, json)?;
         }
         ChatVerb::Branch { character, message } => {
@@ -522,8 +529,8 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                 }
             }
         }
-        ChatVerb::Undo { character } => {
-            send(CompanionCommand::Undo { character })?;
+        ChatVerb::Undo { character, expect } => {
+            send(CompanionCommand::Undo { character, expect })?;
             let undone = wait(engine, QUICK_LIMIT, |e| match e {
                 CompanionEvent::Undone { turn_id, .. } => Some(turn_id.clone()),
                 _ => None,
@@ -638,11 +645,11 @@ fn repl(engine: &EngineHandle, character: &str) -> Result<()> {
             Some("quit" | "exit") => break,
             Some("help") => eprintln!("commands: {REPL_COMMANDS}"),
             Some("undo") => {
-                send(CompanionCommand::Undo { character: c() })?;
+                send(CompanionCommand::Undo { character: c(), expect: None })?;
                 said(wait(engine, QUICK_LIMIT, |e| matches!(e, CompanionEvent::Undone { .. }).then_some(())).map(|_| eprintln!("(took back the last exchange)")));
             }
             Some("regenerate" | "regen") => {
-                send(CompanionCommand::Regenerate { character: c() })?;
+                send(CompanionCommand::Regenerate { character: c(), expect: None })?;
                 said(changed(engine, false));
             }
             Some("continue") => {

@@ -131,6 +131,8 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         }
         E::DemoReady { scene_id: Some(id) } => writeln!(out, "demo scene ready: {id}"),
         E::DemoReady { scene_id: None } => writeln!(out, "no demo added: this library has had it, or holds worlds, characters or lorebooks of yours"),
+        E::ChangedElsewhere { scene_id: Some(id) } => writeln!(out, "scene {id} changed elsewhere"),
+        E::ChangedElsewhere { scene_id: None } => Ok(()),
         E::Lore { round, lore, .. } => {
             writeln!(out, "round {round}: {} entries fired, {} held back", lore.fired.len(), lore.held_back.len())?;
             for line in lore.lines() {

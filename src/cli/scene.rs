@@ -31,7 +31,12 @@ pub enum SceneVerb {
         review: bool,
     },
     /// Take back the last round exactly: messages, states, trackers, facts, time, lore timers, memories.
-    Undo { scene: String },
+    Undo {
+        scene: String,
+        /// Only if the scene's last round is this one: refused when the scene changed since.
+        #[arg(long)]
+        expect_round: Option<u32>,
+    },
     /// Play the last round again from the same input; the old round is kept as an
     /// alternative (`scene alternatives`, `scene use-alternative`).
     Redo { scene: String },
@@ -223,8 +228,8 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             send(SceneCommand::Demo)?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::DemoReady { .. }))
         }
-        SceneVerb::Undo { scene } => {
-            send(SceneCommand::Undo { scene })?;
+        SceneVerb::Undo { scene, expect_round } => {
+            send(SceneCommand::Undo { scene, expect_round })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::RoundUndone { .. }))
         }
         SceneVerb::Redo { scene } => {

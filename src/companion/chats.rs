@@ -261,6 +261,13 @@ pub fn import(ctx: &Context, character: &CharacterInfo, text: &str, source: &str
     let _job = hold(ctx, character)?;
     let mut whole = whole_from_file(ctx, character, &file);
     let mut notes = file.notes.clone();
+    // A file of another character's chat is most likely the wrong file: said, not refused
+    // (a renamed character's own chat is as likely).
+    if let Some(other) = file.raw["header"]["character_name"].as_str().map(str::trim).filter(|n| !n.is_empty())
+        && !other.eq_ignore_ascii_case(character.name.trim())
+    {
+        notes.push(format!("the file is a chat with {other}, not {}: it was read in as {}'s chat", character.name, character.name));
+    }
     // Who the user played: the persona of the file's `user_name`, when the library has one.
     if let Some(user) = file.raw["header"]["user_name"].as_str().map(str::trim).filter(|u| !u.is_empty()) {
         let personas = ctx.store.with(crate::character::personas)?;

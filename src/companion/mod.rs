@@ -43,6 +43,10 @@ pub enum CompanionError {
     /// model's context cannot be answered.
     #[error("the message is too long: {tokens} tokens, and the prompt with it {prompt} of the {context} the profile's context holds; shorten or split it")]
     TooLong { tokens: u32, prompt: u32, context: u32 },
+    /// The sender named the exchange it acts on and the chat's last one is another:
+    /// another process (or window) changed the chat since the sender looked.
+    #[error("the chat changed since you looked ({0}); it has been reloaded")]
+    Stale(String),
     #[error("{0}")]
     Invalid(String),
 }
@@ -54,7 +58,7 @@ impl CompanionError {
         match self {
             CompanionError::Busy { .. } => Fault::Busy,
             CompanionError::TooLong { .. } => Fault::TooLong,
-            CompanionError::Invalid(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
+            CompanionError::Invalid(_) | CompanionError::Stale(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
             CompanionError::Store(crate::store::StoreError::NotFound(_)) => Fault::NotFound,
             CompanionError::Llm(_) | CompanionError::NoValidReply { .. } => Fault::Provider,
             CompanionError::Store(_) | CompanionError::Memory(_) | CompanionError::Template(_) => Fault::Library,
@@ -77,10 +81,13 @@ pub enum CompanionCommand {
     Send { character: String, text: String, now: Option<String> },
     /// Stop the reply being streamed; nothing of that turn is stored.
     Cancel { character: String },
-    /// Take back the last exchange (and its memory turns).
-    Undo { character: String },
-    /// Draw the last reply again, keeping every draw as a swipe.
-    Regenerate { character: String },
+    /// Take back the last exchange (and its memory turns). With `expect` (the id of the
+    /// last exchange the sender shows) it is refused when the last exchange is another
+    /// ([`CompanionError::Stale`]): a view another process made stale never takes back
+    /// an exchange its user has not seen.
+    Undo { character: String, expect: Option<String> },
+    /// Draw the last reply again, keeping every draw as a swipe; `expect` as for `Undo`.
+    Regenerate { character: String, expect: Option<String> },
     /// Extend the last reply: the model writes on from where it stops.
     Continue { character: String },
     /// Choose swipe `index` (0-based) of the last reply (before the first exchange: the greeting).
@@ -115,6 +122,10 @@ pub enum CompanionCommand {
     Export { character: String, path: std::path::PathBuf, format: chats::ChatFormat },
     /// Add the demo character if the library does not have it.
     Demo,
+    /// The chat this front door shows (`None`: none): while it is watched, a change
+    /// another process makes to it is said as [`CompanionEvent::ChangedElsewhere`]
+    /// within a couple of seconds ([`crate::watch`]). One per engine; the last wins.
+    Watch { character: Option<String> },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -178,6 +189,9 @@ pub enum CompanionEvent {
     /// Everything a message set off is done (the turn, then the summarisation cycle).
     Idle { character_id: String },
     DemoReady { character_id: Option<String> },
+    /// Another process changed the watched chat (`character_id`), or only other chats
+    /// (`None`: the character list's counts moved); read them again.
+    ChangedElsewhere { character_id: Option<String> },
 }
 
 /// A lorebook as the chat sees it.
@@ -270,12 +284,50 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
         }
         return;
     }
+    // The watch exists before the next command is spawned: commands run side by side,
+    // and one sent after `Watch` must count as ours, not as another process's change.
+    if matches!(command, CompanionCommand::Watch { .. }) {
+        watch(ctx);
+    }
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
-        if let Err(e) = run_command(&ctx, command, reply.as_ref()) {
+        let run = || run_command(&ctx, command, reply.as_ref());
+        // Our own changes are told by our events, not by the watch.
+        let outcome = match watching(&ctx) {
+            Some(watch) => watch.ours(run),
+            None => run(),
+        };
+        if let Err(e) = outcome {
             crate::context::report_failure(reply.as_ref(), e.failed(None), e.fault(), |failed| ctx.emit(failed));
         }
     });
+}
+
+/// The watch of the chat a front door shows, once one asked for it.
+fn watching(ctx: &Context) -> Option<Arc<crate::watch::Watch<records::ChatStanding>>> {
+    ctx.service::<crate::watch::Watch<records::ChatStanding>>().lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// [`watching`], started on first use.
+fn watch(ctx: &Context) -> Arc<crate::watch::Watch<records::ChatStanding>> {
+    let slot = ctx.service::<crate::watch::Watch<records::ChatStanding>>();
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    slot.get_or_insert_with(|| {
+        let emitter = ctx.emitter::<CompanionEvent>();
+        crate::watch::Watch::start(&ctx.runtime, ctx.store.clone(), records::standing, move |subject, before, now| {
+            let character_id = (before.chat != now.chat).then(|| subject.map(str::to_string)).flatten();
+            tracing::info!(character = ?character_id, "the chat changed in another process");
+            emitter.send(CompanionEvent::ChangedElsewhere { character_id });
+        })
+    })
+    .clone()
+}
+
+/// A refusal because the chat moved: every front door watching it reads it again.
+fn reload_if_stale(ctx: &Context, error: &CompanionError, character_id: &str) {
+    if matches!(error, CompanionError::Stale(_)) {
+        ctx.emit(CompanionEvent::ChangedElsewhere { character_id: Some(character_id.to_string()) });
+    }
 }
 
 fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Reply<CompanionEvent>>) -> Result<(), CompanionError> {
@@ -286,6 +338,10 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
         ctx.emit(e)
     };
     let command_is_continue = matches!(command, CompanionCommand::Continue { .. });
+    let expect = match &command {
+        CompanionCommand::Regenerate { expect, .. } => expect.clone(),
+        _ => None,
+    };
     match command {
         CompanionCommand::List => emit(CompanionEvent::Characters { characters: ctx.store.with(records::list)? }),
         CompanionCommand::History { character, limit } => {
@@ -348,12 +404,26 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             emit(CompanionEvent::Idle { character_id: info.id });
         }
         CompanionCommand::Cancel { .. } => {}
-        CompanionCommand::Undo { character } => {
+        CompanionCommand::Undo { character, expect } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
-            let turn_id = turn::undo(ctx, &info)?;
-            emit(CompanionEvent::Undone { character_id: info.id.clone(), turn_id });
-            // A summary the exchange was in was reopened: what is left is summarised again.
-            turn::summarise(ctx, &info);
+            match turn::undo(ctx, &info, expect.as_deref()) {
+                Ok(turn_id) => {
+                    emit(CompanionEvent::Undone { character_id: info.id.clone(), turn_id });
+                    // A summary the exchange was in was reopened: what is left is summarised again.
+                    turn::summarise(ctx, &info);
+                }
+                Err(e) => {
+                    crate::context::report_failure(reply, e.failed(Some(info.id.clone())), e.fault(), |failed| ctx.emit(failed));
+                    reload_if_stale(ctx, &e, &info.id);
+                }
+            }
+        }
+        CompanionCommand::Watch { character } => {
+            let id = match character {
+                Some(c) => Some(ctx.store.with(|conn| records::resolve_character(conn, &c))?.id),
+                None => None,
+            };
+            watch(ctx).set(id);
         }
         CompanionCommand::Branch { character, message } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
@@ -414,19 +484,22 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             let character_id = demo::ensure(&ctx.store)?;
             emit(CompanionEvent::DemoReady { character_id });
         }
-        CompanionCommand::Regenerate { character } | CompanionCommand::Continue { character } => {
+        CompanionCommand::Regenerate { character, .. } | CompanionCommand::Continue { character } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let (mode, action) = match command_is_continue {
                 true => (turn::control::Redraw::Continue, "continued"),
                 false => (turn::control::Redraw::Swipe, "regenerated"),
             };
-            match turn::control::redraw(ctx, &info, mode, &CancelToken::new()) {
+            match turn::control::redraw(ctx, &info, mode, expect.as_deref(), &CancelToken::new()) {
                 Ok(turn) => {
                     let changed = CompanionEvent::Changed { character_id: info.id.clone(), action: action.into(), turn: Some(Box::new(turn)), deleted: Vec::new() };
                     emit(changed);
                 }
                 Err(CompanionError::Llm(crate::llm::LlmError::Cancelled)) => emit(CompanionEvent::Cancelled { character_id: info.id.clone() }),
-                Err(e) => crate::context::report_failure(reply, e.failed(Some(info.id.clone())), e.fault(), |failed| ctx.emit(failed)),
+                Err(e) => {
+                    crate::context::report_failure(reply, e.failed(Some(info.id.clone())), e.fault(), |failed| ctx.emit(failed));
+                    reload_if_stale(ctx, &e, &info.id);
+                }
             }
             emit(CompanionEvent::Idle { character_id: info.id });
         }

@@ -249,6 +249,39 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, S
     ))
 }
 
+/// A chat as a watch compares it ([`crate::watch`]): the open chat's exchanges (their
+/// count, and the newest 500's ids, texts and chosen swipes, so an edit or a swipe
+/// moves it too), and how many
+/// exchanges the library holds, for the character list's counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatStanding {
+    pub chat: Option<u64>,
+    pub library: (i64, i64),
+}
+
+/// The standing of `character_id`'s chat (none: only the library's counts).
+pub fn standing(conn: &Connection, character_id: Option<&str>) -> Result<ChatStanding, StoreError> {
+    use std::hash::{Hash, Hasher};
+    let library = conn.query_row("SELECT count(*), coalesce(max(rowid), 0) FROM companion_turns", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let chat = match character_id {
+        Some(id) => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, seq, user_text, reply, swipe FROM companion_turns WHERE character_id = ?1 ORDER BY seq DESC LIMIT 500",
+            )?;
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            let count: i64 = conn.query_row("SELECT count(*) FROM companion_turns WHERE character_id = ?1", [id], |r| r.get(0))?;
+            count.hash(&mut hasher);
+            let rows = stmt.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get::<_, i64>(4)?)))?;
+            for row in rows {
+                row?.hash(&mut hasher);
+            }
+            Some(hasher.finish())
+        }
+        None => None,
+    };
+    Ok(ChatStanding { chat, library })
+}
+
 /// The last `limit` exchanges, oldest first. `with_packets` also decodes each turn's
 /// packet and hits (the history block needs neither).
 pub fn recent_turns(conn: &Connection, character_id: &str, limit: u32, with_packets: bool) -> Result<Vec<ChatTurn>, StoreError> {

@@ -44,6 +44,10 @@ pub enum SceneError {
     /// model's context cannot be played (the same limit as a chat message).
     #[error("the message is too long: {tokens} tokens, more than half of the {context} the {role} profile's context holds; shorten or split it")]
     InputTooLong { tokens: u32, role: &'static str, context: u32 },
+    /// The sender named the round it acts on and the scene's last one is another:
+    /// another process (or window) changed the scene since the sender looked.
+    #[error("the scene changed since you looked ({0}); it has been reloaded")]
+    Stale(String),
     #[error("{0}")]
     Invalid(String),
 }
@@ -55,7 +59,7 @@ impl SceneError {
         match self {
             SceneError::Busy(_) => Fault::Busy,
             SceneError::InputTooLong { .. } => Fault::TooLong,
-            SceneError::Invalid(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
+            SceneError::Invalid(_) | SceneError::Stale(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
             SceneError::Store(StoreError::NotFound(_)) => Fault::NotFound,
             SceneError::Llm(_) | SceneError::Agent { .. } => Fault::Provider,
             SceneError::Store(_) | SceneError::Template(_) => Fault::Library,
@@ -73,8 +77,11 @@ pub enum SceneCommand {
     /// The plan for the round waiting in `scene` (after [`SceneEvent::PlanReview`]).
     SubmitPlan { scene: String, plan: model::DirectorPlan },
     /// Take back the last round: messages, states, trackers, facts, time, lore timers
-    /// and memories as they were before it.
-    Undo { scene: String },
+    /// and memories as they were before it. With `expect_round` (the last round the
+    /// sender shows) it is refused when the scene's last round is another
+    /// ([`SceneError::Stale`]): a view another process made stale never takes back a
+    /// round its user has not seen.
+    Undo { scene: String, expect_round: Option<u32> },
     /// Play the last round again from the same input; the old round is kept as an
     /// alternative to switch back to.
     Redo { scene: String },
@@ -117,6 +124,10 @@ pub enum SceneCommand {
     /// Report the candidates of `agent`'s next call as [`SceneEvent::Preview`]
     /// (`character`: a name or id for [`envelope::AgentKind::Character`]).
     Preview { scene: String, agent: envelope::AgentKind, character: Option<String> },
+    /// The scene this front door shows (`None`: none): while it is watched, a change
+    /// another process makes to it is said as [`SceneEvent::ChangedElsewhere`] within a
+    /// couple of seconds ([`crate::watch`]). One per engine; the last wins.
+    Watch { scene: Option<String> },
 }
 
 /// What the Director decided in one pass; serialised as the decision itself.
@@ -201,6 +212,9 @@ pub enum SceneEvent {
     Preview { preview: Box<preview::EnvelopePreview> },
     /// A command failed; `fault` says whose fault it was.
     Error { scene_id: Option<String>, message: String, fault: crate::context::Fault },
+    /// Another process changed the watched scene (`scene_id`), or only other scenes
+    /// (`None`: the scene list's and campaign tree's counts moved); read them again.
+    ChangedElsewhere { scene_id: Option<String> },
 }
 
 pub fn handle(ctx: &Arc<Context>, command: SceneCommand) {
@@ -224,10 +238,15 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Ans
         Some(Answer { scene, author }) => (Some(scene), Some(author)),
         None => (None, None),
     };
+    // The watch exists before the next command is spawned: commands run side by side,
+    // and one sent after `Watch` must count as ours, not as another process's change.
+    if matches!(command, SceneCommand::Watch { .. }) {
+        watch(&ctx);
+    }
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
-            | SceneCommand::Undo { scene }
+            | SceneCommand::Undo { scene, .. }
             | SceneCommand::Redo { scene }
             | SceneCommand::SubmitPlan { scene, .. }
             | SceneCommand::Alternatives { scene }
@@ -244,11 +263,42 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Ans
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
-        if let Err(e) = run_command(&ctx, command, reply.as_ref(), author_reply.as_ref()) {
-            let error = SceneEvent::Error { scene_id: subject, message: e.to_string(), fault: e.fault() };
+        let run = || run_command(&ctx, command, reply.as_ref(), author_reply.as_ref());
+        // Our own changes are told by our events, not by the watch.
+        let outcome = match watching(&ctx) {
+            Some(watch) => watch.ours(run),
+            None => run(),
+        };
+        if let Err(e) = outcome {
+            let stale = matches!(e, SceneError::Stale(_));
+            let error = SceneEvent::Error { scene_id: subject.clone(), message: e.to_string(), fault: e.fault() };
             crate::context::report_failure(reply.as_ref(), error, e.fault(), |error| ctx.emit(error));
+            // A refusal because the scene moved: every front door watching it reads it again.
+            if stale {
+                ctx.emit(SceneEvent::ChangedElsewhere { scene_id: subject });
+            }
         }
     });
+}
+
+/// The watch of the scene a front door shows, once one asked for it.
+fn watching(ctx: &Context) -> Option<Arc<crate::watch::Watch<records::SceneStanding>>> {
+    ctx.service::<crate::watch::Watch<records::SceneStanding>>().lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// [`watching`], started on first use.
+fn watch(ctx: &Context) -> Arc<crate::watch::Watch<records::SceneStanding>> {
+    let slot = ctx.service::<crate::watch::Watch<records::SceneStanding>>();
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    slot.get_or_insert_with(|| {
+        let emitter = ctx.emitter::<SceneEvent>();
+        crate::watch::Watch::start(&ctx.runtime, ctx.store.clone(), records::standing, move |subject, before, now| {
+            let scene_id = (before.scene != now.scene).then(|| subject.map(str::to_string)).flatten();
+            tracing::info!(scene = ?scene_id, "a scene changed in another process");
+            emitter.send(SceneEvent::ChangedElsewhere { scene_id });
+        })
+    })
+    .clone()
 }
 
 /// The scene `scene` names, held as if a round ran on it: a change by hand is refused
@@ -451,8 +501,22 @@ fn run_command(
             Ok(())
         }),
         SceneCommand::Author(command) => author::handle(ctx, command, author_reply),
-        SceneCommand::Undo { scene } => {
+        SceneCommand::Watch { scene } => {
+            let id = match scene {
+                Some(s) => Some(ctx.store.with(|c| records::resolve_scene(c, &s))?),
+                None => None,
+            };
+            watch(ctx).set(id);
+            Ok(())
+        }
+        SceneCommand::Undo { scene, expect_round } => {
             let (scene_id, job) = hold(ctx, &scene)?;
+            if let Some(expected) = expect_round {
+                let rounds = ctx.store.with(|c| records::rounds_of(c, &scene_id))?;
+                if rounds != expected {
+                    return Err(SceneError::Stale(format!("its last round is now {rounds}, not {expected}")));
+                }
+            }
             let bank = crate::memory::bank_for(ctx).ok();
             let (round, write, forgotten) = ctx.store.transaction(|tx| {
                 let (round, memory_ids, forgotten) = records::undo_round(tx, &scene_id)?;

@@ -496,6 +496,46 @@ pub fn next_message_number(conn: &Connection, scene_id: &str) -> Result<u32, Sto
 /// Returns the round, the ids of the memories its messages became (for the caller's
 /// memory write), and — when the scene's summary told the round — the last round that
 /// summary covered: it is forgotten (it cannot be taken apart), and the caller writes it
+
+/// A scene as a watch compares it ([`crate::watch`]): the watched scene's row (rounds,
+/// who is present, when it last changed) and its newest 500 messages, and the library's
+/// rounds and messages in all, for the campaign tree's and scene list's counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SceneStanding {
+    pub scene: Option<u64>,
+    pub library: (i64, i64, i64),
+}
+
+/// The standing of `scene_id` (none: only the library's counts).
+pub fn standing(conn: &Connection, scene_id: Option<&str>) -> Result<SceneStanding, StoreError> {
+    use std::hash::{Hash, Hasher};
+    let library = conn.query_row(
+        "SELECT (SELECT coalesce(sum(rounds), 0) FROM scenes), (SELECT count(*) FROM scene_messages), (SELECT coalesce(max(rowid), 0) FROM scene_messages)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let scene = match scene_id {
+        Some(id) => {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            let row: Option<(i64, String, String)> =
+                conn.query_row("SELECT rounds, active_json, updated_at FROM scenes WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
+            row.hash(&mut hasher);
+            let mut stmt = conn.prepare_cached("SELECT number, round, content FROM scene_messages WHERE scene_id = ?1 ORDER BY number DESC LIMIT 500")?;
+            let rows = stmt.query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))?;
+            for row in rows {
+                row?.hash(&mut hasher);
+            }
+            Some(hasher.finish())
+        }
+        None => None,
+    };
+    Ok(SceneStanding { scene, library })
+}
+
+/// The number of the scene's last closed round (0: none yet).
+pub fn rounds_of(conn: &Connection, scene_id: &str) -> Result<u32, StoreError> {
+    Ok(conn.query_row("SELECT rounds FROM scenes WHERE id = ?1", [scene_id], |r| r.get(0))?)
+}
 /// again over what is left. Refused for a round closed before undo was possible.
 pub fn undo_round(conn: &Connection, scene_id: &str) -> Result<(u32, Vec<String>, u32), StoreError> {
     let (rounds, campaign_id): (u32, String) = conn.query_row(

@@ -196,7 +196,7 @@ pub(super) struct RoundUndone {
 pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<RoundUndone>, ApiError> {
     no_fields(&bytes, "undo")?;
     let id = scene_id(&state, &scene)?;
-    match state.ask(Command::Scene(SceneCommand::Undo { scene: id }), QUICK_LIMIT).await? {
+    match state.ask(Command::Scene(SceneCommand::Undo { scene: id, expect_round: None }), QUICK_LIMIT).await? {
         Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(RoundUndone { scene_id, round })),
         other => Err(scene_refusal(other)),
     }
@@ -555,9 +555,9 @@ pub(super) async fn chat_control(
     let c = info.id.clone();
     let need = |field: Option<String>, name: &str| field.ok_or_else(|| ApiError::bad_request(format!("invalid body: `{name}` is missing")));
     let command = match action.as_str() {
-        "regenerate" => CompanionCommand::Regenerate { character: c.clone() },
+        "regenerate" => CompanionCommand::Regenerate { character: c.clone(), expect: None },
         "continue" => CompanionCommand::Continue { character: c.clone() },
-        "undo" => CompanionCommand::Undo { character: c.clone() },
+        "undo" => CompanionCommand::Undo { character: c.clone(), expect: None },
         "swipe" => CompanionCommand::Swipe {
             character: c.clone(),
             index: request.index.ok_or_else(|| ApiError::bad_request("invalid body: `index` is missing"))?,

@@ -141,7 +141,8 @@ impl CampaignsPanel {
                 }
                 self.status = Some(Err(message.clone()));
             }
-            Event::Scene(SceneEvent::RoundCompleted { .. }) => outbox.push(author(AuthorCommand::Tree)),
+            // The tree's round counts follow rounds played here and elsewhere.
+            Event::Scene(SceneEvent::RoundCompleted { .. } | SceneEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Tree)),
             Event::Interop(InteropEvent::Library { characters, lorebooks }) => {
                 self.characters = characters.clone();
                 self.lorebooks = lorebooks.clone();

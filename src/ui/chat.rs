@@ -78,6 +78,12 @@ pub struct ChatPanel {
     error: Option<String>,
     /// A memory the user asked to open in the memory browser.
     open_memory: Option<String>,
+    /// The message whose Delete (or "Delete from here", `true`) was clicked, asking
+    /// "Really delete?" before anything goes: one click never deletes, so a double click
+    /// on a list that shifts under it cannot delete two exchanges.
+    confirm_delete: Option<(String, bool)>,
+    /// The message box gets the keyboard back after a send (the Send button took it).
+    refocus: bool,
     /// The packet has a tile of its own in the layout, so the chat does not repeat it.
     packet_elsewhere: bool,
     /// The character to open once the list arrives (the one open at the last close).
@@ -155,6 +161,8 @@ impl ChatPanel {
                     self.selected = Some(wanted.clone());
                     self.turns.clear();
                     self.packet = None;
+                    self.switched();
+                    outbox.push(watch(&wanted));
                     outbox.push(history(&wanted));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: wanted }));
                 }
@@ -163,11 +171,13 @@ impl ChatPanel {
                     self.selected = None;
                     self.turns.clear();
                     self.packet = None;
+                    self.switched();
                 }
                 if self.selected.is_none()
                     && let Some(first) = self.characters.first()
                 {
                     self.selected = Some(first.id.clone());
+                    outbox.push(watch(&first.id));
                     outbox.push(history(&first.id));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: first.id.clone() }));
                 }
@@ -293,8 +303,32 @@ impl ChatPanel {
                 outbox.push(history(character_id));
                 outbox.push(Command::Companion(CompanionCommand::List));
             }
+            // Another process (the CLI, a server, a second window) changed this chat: read
+            // it again, and drop a question asked about the chat as it was.
+            CompanionEvent::ChangedElsewhere { character_id: Some(id) } if self.is_selected(id) => {
+                self.confirm_delete = None;
+                if self.live.is_none() {
+                    self.packet = None;
+                }
+                // A refusal already says so (and two lines would crowd the message box).
+                if self.error.is_none() {
+                    self.notice = Some("This chat was changed elsewhere (another window, the command line or the server); it has been reloaded.".into());
+                }
+                outbox.push(history(id));
+                outbox.push(Command::Companion(CompanionCommand::List));
+            }
+            CompanionEvent::ChangedElsewhere { .. } => outbox.push(Command::Companion(CompanionCommand::List)),
             _ => {}
         }
+    }
+
+    /// What belongs to the character that was open: a question about one of its messages,
+    /// and the chat-file path typed for it (importing it into the next character's chat
+    /// would put one character's chat in another's).
+    fn switched(&mut self) {
+        self.confirm_delete = None;
+        self.editing = None;
+        self.file_path.clear();
     }
 
     /// A turn that stored nothing gives the user their words back to edit or resend.
@@ -345,6 +379,8 @@ impl ChatPanel {
                 self.packet = None;
                 self.live = None;
                 self.saved.clear();
+                self.switched();
+                outbox.push(watch(&id));
                 outbox.push(history(&id));
                 outbox.push(Command::Companion(CompanionCommand::Chats { character: id.clone() }));
             }
@@ -391,6 +427,10 @@ impl ChatPanel {
         let busy = self.live.is_some();
         let last = self.turns.len().saturating_sub(1);
         let character = self.selected.clone().unwrap_or_default();
+        // This frame's answer to "Really delete?" (`None`: no, or a new question) and a
+        // question asked: applied after the transcript is drawn.
+        let mut delete_answer: Option<Option<Command>> = None;
+        let mut delete_ask: Option<(String, bool)> = None;
         for (i, t) in self.turns.iter().enumerate() {
             carried_lines(ui, t, &t.carried_before(), user, name);
             for (message, speaker, text, strong) in
@@ -431,19 +471,33 @@ impl ChatPanel {
                         if !strong && ui.small_button("Branch here").on_hover_text("Save this chat as it is, and go on from this message").clicked() {
                             outbox.push(Command::Companion(CompanionCommand::Branch { character: character.clone(), message: message.clone() }));
                         }
-                        if strong && ui.small_button("Delete").on_hover_text("Delete this exchange (your message and the reply to it); the rest of the chat stays").clicked() {
-                            outbox.push(Command::Companion(CompanionCommand::Delete {
-                                character: character.clone(),
-                                message: message.clone(),
-                                and_after: false,
-                            }));
-                        }
-                        if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
-                            outbox.push(Command::Companion(CompanionCommand::Delete {
-                                character: character.clone(),
-                                message: message.clone(),
-                                and_after: true,
-                            }));
+                        let asked = self.confirm_delete.as_ref().filter(|(m, _)| *m == message).map(|(_, after)| *after);
+                        if strong && let Some(and_after) = asked {
+                            // The answer buttons sit right of the question, not where
+                            // Delete was: a double click on Delete only asks.
+                            ui.colored_label(
+                                ui.visuals().warn_fg_color,
+                                if and_after { "Really delete this exchange and everything after it?" } else { "Really delete this exchange?" },
+                            );
+                            if ui.small_button("No, keep it").clicked() {
+                                delete_answer = Some(None);
+                            }
+                            if ui.small_button("Yes, delete").clicked() {
+                                delete_answer = Some(Some(Command::Companion(CompanionCommand::Delete {
+                                    character: character.clone(),
+                                    message: message.clone(),
+                                    and_after,
+                                })));
+                            }
+                        } else {
+                            if strong && ui.small_button("Delete").on_hover_text("Delete this exchange (your message and the reply to it); the rest of the chat stays").clicked() {
+                                delete_answer = Some(None);
+                                delete_ask = Some((message.clone(), false));
+                            }
+                            if strong && ui.small_button("Delete from here").on_hover_text("Delete this exchange and everything after it").clicked() {
+                                delete_answer = Some(None);
+                                delete_ask = Some((message.clone(), true));
+                            }
                         }
                     }
                 }));
@@ -452,7 +506,8 @@ impl ChatPanel {
             if i == last && !busy {
                 ui.horizontal(|ui| {
                     if ui.small_button("Regenerate").on_hover_text("Draw this reply again; every draw is kept").clicked() {
-                        outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone() }));
+                        // Named, so a chat changed elsewhere meanwhile is not redrawn blind.
+                        outbox.push(Command::Companion(CompanionCommand::Regenerate { character: character.clone(), expect: Some(t.id.clone()) }));
                     }
                     if ui.small_button("Continue").on_hover_text("Let the character say more, from where the reply stops").clicked() {
                         outbox.push(Command::Companion(CompanionCommand::Continue { character: character.clone() }));
@@ -471,6 +526,10 @@ impl ChatPanel {
                 });
             }
             ui.add_space(6.0);
+        }
+        if let Some(answer) = delete_answer {
+            self.confirm_delete = delete_ask;
+            outbox.extend(answer);
         }
         if let Some(request) = self.edit_request.take() {
             self.editing = Some(request);
@@ -853,7 +912,9 @@ impl ChatPanel {
             });
             return;
         }
-        let height = (ui.available_height() - 110.0).max(120.0);
+        // Room below for the message box and its buttons, and the notice and error lines.
+        let lines = [self.notice.is_some(), self.error.is_some()].into_iter().filter(|l| *l).count() as f32;
+        let height = (ui.available_height() - 110.0 - lines * 2.0 * ui.text_style_height(&egui::TextStyle::Body)).max(120.0);
         egui::ScrollArea::vertical().id_salt("chat_transcript").max_height(height).min_scrolled_height(height).auto_shrink([false, false]).stick_to_bottom(true).show(ui, |ui| {
             let from_the_start = self.turns.first().is_none_or(|t| t.seq <= 1);
             match self.greeting.clone().filter(|_| from_the_start) {
@@ -895,7 +956,13 @@ impl ChatPanel {
             .desired_rows(2)
             .desired_width(f32::INFINITY)
             .id_salt("chat_input");
-        let response = ui.add_enabled(!busy, edit).labelled_by(label.id);
+        // The box stays enabled while the reply is written (a disabled widget loses the
+        // keyboard, and the keys typed next went to the workbench's shortcuts); only
+        // sending waits for the reply.
+        let response = ui.add(edit).labelled_by(label.id);
+        if std::mem::take(&mut self.refocus) {
+            response.request_focus();
+        }
         let ctrl_enter = response.has_focus() && ui.input(|i| i.modifiers.command && i.key_pressed(egui::Key::Enter));
         ui.horizontal(|ui| {
             let can_send = !busy && self.selected.is_some() && !self.input.trim().is_empty();
@@ -906,6 +973,7 @@ impl ChatPanel {
                 self.error = None;
                 self.notice = None;
                 self.live = Some(LiveReply { input: text.clone(), typed: true, ..Default::default() });
+                self.refocus = true;
                 outbox.push(Command::Companion(CompanionCommand::Send { character: id, text, now: None }));
             }
             // Esc stops the reply being written, as the button does.
@@ -921,7 +989,10 @@ impl ChatPanel {
                 && ui.button("Undo last").on_hover_text("Take back the last exchange and its memories").clicked()
                 && let Some(id) = self.selected.clone()
             {
-                outbox.push(Command::Companion(CompanionCommand::Undo { character: id }));
+                // The exchange on screen is the one to take back; the engine refuses when
+                // the chat's last is another (changed elsewhere since it was read).
+                let expect = self.turns.last().map(|t| t.id.clone());
+                outbox.push(Command::Companion(CompanionCommand::Undo { character: id, expect }));
             }
         });
     }
@@ -1029,6 +1100,11 @@ fn carried_lines(ui: &mut egui::Ui, turn: &ChatTurn, carried: &[crate::companion
 fn sentence(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// Ask the engine to watch this chat for changes another process makes.
+fn watch(character_id: &str) -> Command {
+    Command::Companion(CompanionCommand::Watch { character: Some(character_id.to_string()) })
 }
 
 fn history(character_id: &str) -> Command {

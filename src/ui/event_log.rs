@@ -57,6 +57,8 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
         E::Undone { turn_id, .. } => Some((LogLevel::Info, format!("chat: took back exchange {}", turn_id.as_deref().unwrap_or("(none)")))),
         E::DemoReady { character_id: Some(id) } => Some((LogLevel::Info, format!("chat: demo companion added ({id})"))),
         E::DemoReady { character_id: None } => None,
+        E::ChangedElsewhere { character_id: Some(id) } => Some((LogLevel::Info, format!("chat: {id}'s chat changed in another process; reloaded"))),
+        E::ChangedElsewhere { character_id: None } => None,
         E::Changed { action, turn, deleted, .. } => Some((
             LogLevel::Info,
             match turn {
@@ -125,6 +127,7 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
         | E::Transcript { .. }
         | E::Alternatives { .. } => None,
         E::DemoReady { scene_id } => scene_id.as_ref().map(|id| (LogLevel::Info, format!("demo scene added ({id})"))),
+        E::ChangedElsewhere { scene_id } => scene_id.as_ref().map(|id| (LogLevel::Info, format!("scene {id} changed in another process; reloaded"))),
         E::SceneCreated { name, .. } => info(format!("scene: created {name}")),
         E::RoundStarted { round, input, .. } => info(match input {
             Some(text) => format!("scene: round {round} started: {text}"),

@@ -237,6 +237,18 @@ impl ScenePanels {
                 // The scene list's round counts follow an undo.
                 outbox.push(Command::Scene(SceneCommand::List));
             }
+            // Another process (the CLI, a server, a second window) changed this scene: read
+            // it again (a round of ours running here is read when it ends).
+            SceneEvent::ChangedElsewhere { scene_id: Some(id) } if self.is_selected(id) => {
+                outbox.push(Command::Scene(SceneCommand::List));
+                outbox.push(Command::Scene(SceneCommand::Alternatives { scene: id.clone() }));
+                if self.live.is_none() {
+                    self.whole = None;
+                    self.refreshing = false;
+                    self.refresh(outbox);
+                }
+            }
+            SceneEvent::ChangedElsewhere { .. } => outbox.push(Command::Scene(SceneCommand::List)),
             SceneEvent::Error { scene_id, message, .. } => {
                 if scene_id.as_deref().is_none_or(|s| self.is_selected(s)) {
                     self.pending_plan = None;
@@ -295,6 +307,8 @@ impl ScenePanels {
             self.alternatives.clear();
             self.editing = None;
             self.whole = None;
+            // Rounds another process plays here are heard within a couple of seconds.
+            outbox.push(Command::Scene(SceneCommand::Watch { scene: Some(id.clone()) }));
         }
         outbox.push(self.budgets.preview_command(&id));
         outbox.push(Command::Scene(SceneCommand::Alternatives { scene: id.clone() }));
@@ -623,7 +637,9 @@ impl ScenePanels {
                 if rounds > 0
                     && ui.button("Undo last round").on_hover_text("Its messages and memories go; what it changed in states, trackers, facts, time and lore timers goes back, except what was edited since").clicked()
                 {
-                    outbox.push(Command::Scene(SceneCommand::Undo { scene: scene.clone() }));
+                    // The round on screen is the one to take back; the engine refuses when
+                    // the scene's last is another (changed elsewhere since it was read).
+                    outbox.push(Command::Scene(SceneCommand::Undo { scene: scene.clone(), expect_round: Some(rounds) }));
                 }
                 if rounds > 0
                     && ui.button("Redo last round").on_hover_text("Play it again from the same input; this version is kept to switch back to").clicked()

@@ -393,6 +393,13 @@ fn a_chat_file_bound_to_a_lorebook_comes_in_bound_to_it() {
     let imported = run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
     let notes = imported.last().unwrap()["notes"].to_string();
     assert!(notes.contains("is not attached") && notes.contains("lorebook attach"), "{notes}");
+    assert!(!notes.contains("is a chat with"), "Maren's own file is not called another's: {notes}");
+
+    // Another character's chat file, brought in by mistake: said.
+    std::fs::write(&theirs, file("Saltmarrow").replace("Maren Vosk", "Ilse Marrow")).unwrap();
+    let imported = run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let notes = imported.last().unwrap()["notes"].to_string();
+    assert!(notes.contains("the file is a chat with Ilse Marrow, not Maren Vosk"), "{notes}");
 }
 
 /// A SillyTavern chat where messages come in a row (two from the user, two from the

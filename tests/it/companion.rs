@@ -299,7 +299,7 @@ fn an_identical_request_is_served_from_the_cache_without_reaching_the_provider()
 
     // Take the exchange back and send the same words at the same moment: the packet is
     // identical, so the reply comes from the cache and the server hears nothing.
-    engine.send(Command::Companion(CompanionCommand::Undo { character: ILSE.into() })).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Undo { character: ILSE.into(), expect: None })).unwrap();
     until(&engine, |e| matches!(e, CompanionEvent::Undone { turn_id: Some(_), .. }));
     assert_eq!(counts(&paths), (0, 0, 1));
     let again = committed(&send(&engine, "Hello there!", now));
@@ -468,7 +468,7 @@ fn undo_takes_back_an_exchange_a_summary_covers_as_delete_does() {
     let turn = committed(&send(&engine, "Hello!", Some("2026-11-01T10:00:00Z")));
     until(&engine, |e| matches!(e, CompanionEvent::Summarised { .. }));
     until(&engine, |e| matches!(e, CompanionEvent::Idle { .. }));
-    engine.send(Command::Companion(CompanionCommand::Undo { character: ILSE.into() })).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Undo { character: ILSE.into(), expect: None })).unwrap();
     let events = until(&engine, |e| matches!(e, CompanionEvent::Undone { .. } | CompanionEvent::Failed { .. }));
     match events.last() {
         Some(CompanionEvent::Undone { turn_id, .. }) => assert_eq!(turn_id.as_deref(), Some(turn.id.as_str())),
@@ -657,7 +657,7 @@ fn sticky_and_cooldown_lore_carry_across_chat_messages_but_not_across_a_redraw()
     let second = committed(&send(&engine, "Only the horn now.", None));
     assert_eq!(fired(&second), ["lore fired: Bell (sticky since message 2, until 5)"], "{:?}", second.packet.notes);
     // The same message drawn again: the same lore, the timers where they were.
-    engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into() })).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into(), expect: None })).unwrap();
     let redrawn = changed(&engine);
     assert_eq!(fired(&redrawn), ["lore fired: Bell (sticky since message 2, until 5)"], "{:?}", redrawn.packet.notes);
     // Message 6: the bell's three messages are over, the horn still cools down.
@@ -676,7 +676,7 @@ fn sticky_and_cooldown_lore_carry_across_chat_messages_but_not_across_a_redraw()
         .send(Command::Companion(CompanionCommand::Edit { character: ILSE.into(), message: format!("{}-u", fifth.id), text: "A calm night.".into() }))
         .unwrap();
     changed(&engine);
-    engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into() })).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into(), expect: None })).unwrap();
     assert!(fired(&changed(&engine)).is_empty());
     let sixth = committed(&send(&engine, "Still calm.", None));
     assert!(fired(&sixth).is_empty(), "{:?}", sixth.packet.notes);
@@ -980,4 +980,52 @@ fn a_reply_that_stalls_mid_stream_is_not_asked_for_again() {
     }
     assert_eq!(server.hits(), 1, "asked once");
     assert_eq!(counts(&paths).0, 0, "nothing stored");
+}
+
+/// A watched chat: what another process commits is said as `changed_elsewhere`, what this
+/// engine does itself is not (its own events said it); an undo or a regenerate naming an
+/// exchange that is no longer the last is refused and changes nothing, and the CLI's
+/// `--expect` does the same.
+#[test]
+fn a_watched_chat_hears_another_process_and_a_stale_undo_or_regenerate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = setup(dir.path(), json!({ "default": "[Ilse Marrow]: Sit, then." }), |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Watch { character: Some(ILSE.into()) })).unwrap();
+    let mine = committed(&send(&engine, "Evening, Ilse.", None));
+    // Our own exchange is not news (the watch reads every two seconds).
+    let quiet = Instant::now() + Duration::from_secs(5);
+    while let Ok(event) = engine.events().recv_deadline(quiet) {
+        assert!(!matches!(event, Event::Companion(CompanionEvent::ChangedElsewhere { .. })), "our own turn was reported as another process's");
+    }
+    let out = cli(&paths, &["chat", "send", "--character", ILSE, "From the terminal."]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let heard = until(&engine, |e| matches!(e, CompanionEvent::ChangedElsewhere { .. }));
+    let id = match heard.last() {
+        Some(CompanionEvent::ChangedElsewhere { character_id }) => character_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(id.is_some(), "the watched chat is named");
+    assert_eq!(counts(&paths).0, 2);
+
+    for command in [
+        CompanionCommand::Undo { character: ILSE.into(), expect: Some(mine.id.clone()) },
+        CompanionCommand::Regenerate { character: ILSE.into(), expect: Some(mine.id.clone()) },
+    ] {
+        engine.send(Command::Companion(command)).unwrap();
+        let events = until(&engine, |e| matches!(e, CompanionEvent::Failed { .. } | CompanionEvent::Undone { .. } | CompanionEvent::Changed { .. }));
+        match events.last() {
+            Some(CompanionEvent::Failed { message, fault, .. }) => {
+                assert!(message.contains("changed since you looked") && message.contains("reloaded"), "{message}");
+                assert_eq!(*fault, lorekeeper::context::Fault::Request);
+            }
+            other => panic!("a stale command must be refused: {other:?}"),
+        }
+        until(&engine, |e| matches!(e, CompanionEvent::ChangedElsewhere { character_id: Some(_) }));
+    }
+    assert_eq!(counts(&paths).0, 2, "nothing was taken back");
+    let out = cli(&paths, &["chat", "undo", "--character", ILSE, "--expect", &mine.id]);
+    assert!(!out.status.success(), "the CLI's --expect refuses too");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("changed since you looked"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(counts(&paths).0, 2);
 }

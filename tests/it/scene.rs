@@ -1865,7 +1865,7 @@ fn a_summarised_round_can_be_taken_back_and_the_summary_follows() {
     // Back to round 0, one undo at a time, every one allowed.
     let mut rounds = view(&engine.context().store, &scene).rounds;
     while rounds > 0 {
-        engine.send(Command::Scene(SceneCommand::Undo { scene: scene.clone() })).unwrap();
+        engine.send(Command::Scene(SceneCommand::Undo { scene: scene.clone(), expect_round: None })).unwrap();
         collect(&engine, |e| matches!(e, SceneEvent::RoundUndone { .. }));
         rounds -= 1;
         assert_eq!(view(&engine.context().store, &scene).rounds, rounds);

@@ -955,6 +955,8 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     assert!(written.contains("It always rains."));
     // One exchange deleted from the middle: the later one stays.
     harness.get_all_by_label("Delete").next().expect("a delete button per exchange").click();
+    harness.run();
+    harness.get_by_label("Yes, delete").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1);
     harness.run();
     assert_eq!(harness.state().chat().turns()[0].reply, "It always rains.");
@@ -1567,6 +1569,188 @@ fn a_run_another_process_works_on_is_followed_and_does_not_hold_the_window_open(
     run_until(&mut harness, Duration::from_secs(20), |app| {
         app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "awaiting_approval")
     });
+}
+
+/// The real binary on the app's library (`dir`), as a second process would change it.
+fn cli_on(dir: &Path, args: &[&str]) -> std::process::Output {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .env("LOREKEEPER_LIBRARY", dir.join("library.sqlite"))
+        .env("LOREKEEPER_CONFIG", dir.join("config.toml"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// A message the command line sends to the chat open in the window shows there without
+/// a click (it used to stay hidden until the character was opened again), and "Undo
+/// last" clicked on a view that has not caught up yet is refused rather than taking back
+/// the exchange the user never saw.
+#[test]
+fn a_message_another_process_sends_shows_in_the_chat_and_a_stale_undo_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some() && app.chat().greeting().is_some());
+    harness.run();
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "Hello from the terminal."]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1);
+    harness.run();
+    assert_eq!(harness.state().chat().turns()[0].user_text, "Hello from the terminal.");
+    assert!(harness.query_all_by_label_contains("Hello from the terminal.").next().is_some(), "on screen");
+
+    // Another exchange from the terminal; the window is clicked before it has looked again.
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "One more thing, Ilse."]);
+    // By the widget, not its place: a reload landing in the same frame moves the layout.
+    harness.get_by_label("Undo last").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().error().is_some());
+    let error = harness.state().chat().error().unwrap_or_default().to_string();
+    assert!(error.contains("changed since you looked") && error.contains("reloaded"), "{error}");
+    // Nothing was taken back, and the chat on screen is the library's.
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 2);
+    harness.run();
+    assert_eq!(harness.state().chat().turns()[1].user_text, "One more thing, Ilse.");
+    let history = cli_on(dir.path(), &["chat", "history", "--character", "Ilse Marrow"]);
+    assert!(String::from_utf8_lossy(&history.stdout).contains("One more thing, Ilse."));
+    // Looked at, it can be taken back.
+    harness.get_by_label("Undo last").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 1 || app.chat().error() != Some(error.as_str()));
+    assert_eq!(harness.state().chat().turns().len(), 1, "{:?}", harness.state().chat().error());
+}
+
+/// Delete and "Delete from here" ask first: one click only asks (a double click on a
+/// list that shifts under it used to delete two exchanges), "No" keeps the exchange,
+/// "Yes" deletes it.
+#[test]
+fn deleting_a_chat_message_asks_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some() && app.chat().greeting().is_some());
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "First of all."]);
+    cli_on(dir.path(), &["chat", "send", "--character", "Ilse Marrow", "And second."]);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().len() == 2);
+    harness.run();
+    // A double click where the first exchange's Delete is.
+    harness.get_all_by_label("Delete").next().expect("a Delete per exchange").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete this exchange?").is_some(), "the click asks");
+    if let Some(next) = harness.get_all_by_label("Delete").next() {
+        next.click();
+    }
+    harness.run();
+    std::thread::sleep(Duration::from_millis(500));
+    harness.run();
+    assert_eq!(harness.state().chat().turns().len(), 2, "a click only asks; nothing is deleted");
+    harness.get_by_label("No, keep it").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete this exchange?").is_none());
+    assert_eq!(harness.state().chat().turns().len(), 2);
+    harness.get_all_by_label("Delete from here").next().expect("a Delete from here per exchange").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete this exchange and everything after it?").is_some());
+    harness.get_by_label("Yes, delete").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().is_empty());
+}
+
+/// After Ctrl+Enter sends a message, the message box keeps the keyboard while the reply
+/// is written and after it lands: the next keys typed are text (a `?` used to open the
+/// shortcuts overlay, the box having lost the focus).
+#[test]
+fn the_message_box_keeps_the_keyboard_after_sending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let mut harness = open_app(dir.path(), &config);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Evening, Ilse.");
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().turns().len() == 1 || app.chat().error().is_some());
+    harness.run();
+    assert_eq!(harness.state().chat().error(), None);
+    harness.event(egui::Event::Text("Why?".into()));
+    harness.run();
+    assert!(!harness.state().shortcuts_shown(), "the question mark is text in the box");
+    assert_eq!(harness.state().chat().draft(), "Why?");
+}
+
+/// The chat-file path typed for one character is cleared when another is opened, so an
+/// import meant for the first cannot land in the second's chat.
+#[test]
+fn the_chat_file_path_is_cleared_when_another_character_is_opened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    lorekeeper::interop::library::import_bytes(&engine.context().store, maren_card().to_string().as_bytes(), "maren").expect("import");
+    let tobin = maren_card().to_string().replace("Maren Vosk", "Tobin Reed");
+    lorekeeper::interop::library::import_bytes(&engine.context().store, tobin.as_bytes(), "tobin").expect("import");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some() && app.chat().characters().len() == 2);
+    harness.run();
+    harness.get_by_label_contains("Chats and chat files").click();
+    harness.run();
+    text_field(&harness, "Chat file").click();
+    harness.run();
+    text_field(&harness, "Chat file").type_text("/tmp/someone-elses-chat.jsonl");
+    harness.run();
+    let before = harness.state().chat().selected().map(str::to_string);
+    let other = harness.state().chat().characters().iter().find(|c| Some(c.id.as_str()) != before.as_deref()).expect("two characters").clone();
+    let start = Instant::now();
+    while harness.state().chat().selected() != Some(other.id.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(30), "the other character was never opened");
+        harness.get_by_label("Character").click();
+        harness.run();
+        if let Some(row) = harness.query_by_label_contains(&format!("{} —", other.name)) {
+            row.click();
+        }
+        harness.run();
+    }
+    assert_eq!(text_field(&harness, "Chat file").value().as_deref(), Some(""), "the path is not carried to another character");
+}
+
+/// A round the command line plays in the scene open in the window shows there without a
+/// click, and "Undo last round" clicked on a view that has not caught up yet is refused
+/// rather than taking back the round the user never saw.
+#[test]
+fn a_round_another_process_plays_shows_in_the_scene_and_a_stale_undo_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1000.0);
+    play_first_round(&mut harness);
+    cli_on(dir.path(), &["scene", "round", &scene, "I ask the keeper about the lamp."]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(30), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
+    harness.run();
+    assert!(harness.query_all_by_label_contains("I ask the keeper about the lamp.").next().is_some(), "on screen");
+
+    cli_on(dir.path(), &["scene", "round", &scene, "I climb the stairs to the lamp room."]);
+    // By the widget, not its place: a reload landing in the same frame moves the layout.
+    harness.get_by_label("Undo last round").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().last_error().is_some());
+    let error = harness.state().scene().last_error().unwrap_or_default().to_string();
+    assert!(error.contains("changed since you looked") && error.contains("reloaded"), "{error}");
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 3));
+    harness.run();
+    assert!(harness.query_all_by_label_contains("I climb the stairs to the lamp room.").next().is_some(), "the round is kept and shown");
+    harness.get_by_label("Undo last round").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
 }
 
 /// The chat's Author's Note is written, saved and removed in the chat panel, and the

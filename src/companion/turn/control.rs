@@ -112,6 +112,18 @@ pub(crate) fn hold(ctx: &Context, character: &CharacterInfo) -> Result<crate::co
         .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })
 }
 
+/// Refuse a change to the chat's last exchange when it is not the one the sender saw
+/// (`expect`: that exchange's id; `None`: unchecked, as the CLI sends by default). Called
+/// with the chat held, so nothing of ours or of another process moves it meanwhile.
+pub fn expect_last(conn: &rusqlite::Connection, character: &CharacterInfo, expect: Option<&str>) -> Result<(), CompanionError> {
+    let Some(expect) = expect else { return Ok(()) };
+    match records::recent_turns(conn, &character.id, 1, false)?.pop() {
+        Some(last) if last.id == expect => Ok(()),
+        Some(last) => Err(CompanionError::Stale(format!("its last exchange is now #{}, not the one you saw", last.seq))),
+        None => Err(CompanionError::Stale("it holds no exchange now".into())),
+    }
+}
+
 /// What a redraw of the last reply does with the draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Redraw {
@@ -122,11 +134,18 @@ pub enum Redraw {
 }
 
 /// Draw the last reply again (a new chosen swipe) or extend it (`mode`).
-pub fn redraw(ctx: &Arc<Context>, character: &CharacterInfo, mode: Redraw, cancel: &CancelToken) -> Result<ChatTurn, CompanionError> {
+pub fn redraw(
+    ctx: &Arc<Context>,
+    character: &CharacterInfo,
+    mode: Redraw,
+    expect: Option<&str>,
+    cancel: &CancelToken,
+) -> Result<ChatTurn, CompanionError> {
     let job = ctx
         .jobs
         .try_start(turn_job(&character.id), cancel)
         .ok_or_else(|| CompanionError::Busy { name: character.name.clone() })?;
+    ctx.store.with(|c| Ok(expect_last(c, character, expect)))??;
     let last = ctx
         .store
         .with(|c| records::recent_turns(c, &character.id, 1, true))?

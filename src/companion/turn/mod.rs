@@ -400,9 +400,11 @@ pub fn summarise(ctx: &Context, character: &CharacterInfo) {
 /// Take back the last exchange with its memory turns, in one transaction: a delete of
 /// the last exchange (a summary over it is reopened, and written again from what is
 /// left). Refused while a turn runs: the turn would commit onto the exchange being taken
-/// back.
-pub fn undo(ctx: &Context, character: &CharacterInfo) -> Result<Option<String>, CompanionError> {
+/// back; and, with `expect`, when the last exchange is not that one
+/// ([`control::expect_last`]).
+pub fn undo(ctx: &Context, character: &CharacterInfo, expect: Option<&str>) -> Result<Option<String>, CompanionError> {
     let _job = control::hold(ctx, character)?;
+    ctx.store.with(|c| Ok(control::expect_last(c, character, expect)))??;
     // The character is held: no exchange can be added between this read and the delete.
     let Some(last) = ctx.store.with(|c| records::recent_turns(c, &character.id, 1, false))?.pop() else {
         return Ok(None);
