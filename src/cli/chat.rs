@@ -71,6 +71,12 @@ pub enum ChatVerb {
     },
     /// List characters with their chat progress.
     List,
+    /// Stop the reply being written for a character, here or in another process (the
+    /// GUI, `serve`); nothing of it is stored.
+    Cancel {
+        #[arg(long)]
+        character: String,
+    },
     /// Take back the last exchange.
     Undo {
         #[arg(long)]
@@ -403,6 +409,20 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
             });
             send(CompanionCommand::AuthorNote { character, note })?;
             changed(engine, json)?;
+        }
+        ChatVerb::Cancel { character } => {
+            send(CompanionCommand::Cancel { character })?;
+            let running = wait(engine, QUICK_LIMIT, |e| match e {
+                CompanionEvent::CancelRequested { running, .. } => Some(*running),
+                _ => None,
+            })?;
+            if json {
+                outln!("{}", serde_json::json!({ "status": if running { "cancelling" } else { "idle" } }));
+            } else if running {
+                outln!("cancelling the reply; nothing of it is stored");
+            } else {
+                outln!("no reply is being written");
+            }
         }
         ChatVerb::Regenerate { character, expect } => {
             send(CompanionCommand::Regenerate { character, expect })?;

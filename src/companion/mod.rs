@@ -172,6 +172,9 @@ pub enum CompanionEvent {
     /// The exchange is stored.
     TurnCommitted { turn: Box<ChatTurn> },
     Cancelled { character_id: String },
+    /// A cancel was asked for: `running` says whether a reply was being written (here or
+    /// in another process); its `cancelled` follows from the turn itself.
+    CancelRequested { character_id: String, running: bool },
     /// The command failed and nothing was stored; `fault` says whose fault it was.
     Failed { character_id: Option<String>, message: String, fault: Fault },
     /// The summarisation cycle compressed older turns into a memory.
@@ -272,9 +275,14 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
         let id = ctx.store.with(|c| records::resolve_character(c, character)).map(|c| c.id);
         match id {
             Ok(id) => {
-                if !ctx.jobs.cancel(&turn_job(&id)) {
+                // Here or in another process on the library (its lease is asked to stop).
+                let running = ctx.jobs.cancel(&turn_job(&id));
+                if !running {
                     tracing::info!(character = %id, "cancel: no reply is running");
                 }
+                let requested = CompanionEvent::CancelRequested { character_id: id, running };
+                crate::context::answer(reply.as_ref(), &requested);
+                ctx.emit(requested);
             }
             Err(e) => {
                 let failed = CompanionError::from(e).failed(None);

@@ -39,6 +39,7 @@ use utoipa::OpenApi;
         super::play::chat_history,
         super::play::chat_socket,
         super::play::chat_control,
+        super::play::chat_cancel,
         super::chat_note::note,
         super::chat_note::put_note,
         super::chat_note::delete_note,

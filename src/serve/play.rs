@@ -42,6 +42,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/ws/scene/{scene}", get(scene_socket))
         .route("/api/chat/{character}/send", post(chat_send))
         .route("/api/chat/{character}/history", get(chat_history))
+        .route("/api/chat/{character}/cancel", post(chat_cancel))
         .route("/api/chat/{character}/{action}", post(chat_control))
         .route("/api/library/character/{character}/card", get(export_card))
         .route("/api/library/lorebook/{lorebook}", get(export_lorebook))
@@ -331,6 +332,33 @@ pub(super) struct CancelAnswer {
     scene_id: String,
     /// `cancelling`, or `idle` when no round was running (here or in another process).
     status: String,
+}
+
+/// What `POST /api/chat/{character}/cancel` answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ChatCancelAnswer {
+    character_id: String,
+    /// `cancelling`, or `idle` when no reply was being written (here or in another process).
+    status: String,
+}
+
+/// Stop the reply being written for a character (here or in another process); nothing of
+/// it is stored. The turn's own `cancelled` follows on the chat socket.
+#[utoipa::path(post, path = "/api/chat/{character}/cancel", params(("character" = String, Path)),
+    responses((status = 200, body = ChatCancelAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn chat_cancel(
+    State(state): State<Arc<AppState>>,
+    Path(character): Path<String>,
+    bytes: Bytes,
+) -> Result<axum::Json<ChatCancelAnswer>, ApiError> {
+    no_fields(&bytes, "cancel")?;
+    let id = character_id(&state, &character)?.id;
+    match state.ask(Command::Companion(CompanionCommand::Cancel { character: id.clone() }), QUICK_LIMIT).await? {
+        Event::Companion(CompanionEvent::CancelRequested { running, .. }) => {
+            Ok(axum::Json(ChatCancelAnswer { character_id: id, status: if running { "cancelling" } else { "idle" }.into() }))
+        }
+        other => Err(chat_refusal(other)),
+    }
 }
 
 /// Stop the round running in a scene; nothing of it is kept.

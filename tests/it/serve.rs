@@ -1817,3 +1817,42 @@ fn a_chat_is_branched_renewed_saved_exported_and_imported_over_http_as_the_cli_d
     let (status, missing) = send_as(&agent, "get", &format!("{base}/api/chat/nobody/chats"), None);
     assert_eq!(status, 404, "{missing}");
 }
+
+/// A reply being written is stopped over HTTP, and from the CLI of another process, as a
+/// scene's round is: nothing of it is stored; with nothing running the answer says so.
+/// (There was no `chat cancel`, and `POST …/cancel` was "no chat action".)
+#[test]
+fn a_chat_reply_is_cancelled_over_http_and_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 6000);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let (status, idle) = call(&agent, "POST", &format!("{base}/api/chat/ilse/cancel"), None, None);
+    assert_eq!((status, idle["status"].as_str()), (200, Some("idle")), "{idle}");
+    let cli_cancel = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(["chat", "cancel", "--character", "ilse"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for (how, cancel) in [("http", 0), ("cli", 1)] {
+        let url = format!("{base}/api/chat/ilse/send");
+        let sending = std::thread::spawn(move || call(&http(), "POST", &url, Some(&json!({ "text": "Is the kettle on?" }).to_string()), None));
+        std::thread::sleep(Duration::from_millis(1500));
+        if cancel == 0 {
+            let (status, answer) = call(&agent, "POST", &format!("{base}/api/chat/ilse/cancel"), None, None);
+            assert_eq!((status, answer["status"].as_str()), (200, Some("cancelling")), "{answer}");
+        } else {
+            let out = cli_cancel();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("cancelling"), "{}", String::from_utf8_lossy(&out.stdout));
+        }
+        let (status, refused) = sending.join().unwrap();
+        assert_eq!(status, 409, "{how}: {refused}");
+        let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+        assert_eq!(history["turns"].as_array().map(Vec::len), Some(0), "{how}: nothing stored");
+    }
+}
