@@ -710,6 +710,8 @@ fn with_message_ids(history: &CompanionEvent) -> Result<Value, ApiError> {
         let speakers: Vec<&str> = messages
             .iter()
             .map(|m| match m.role {
+                _ if m.speaker.is_some() => m.speaker.as_deref().unwrap_or_default(),
+                "user" if m.from_file => turns.iter().find(|t| m.id.starts_with(&t.id)).map_or(user.name.as_str(), |t| t.user_or(&user.name)),
                 "user" => turns.iter().find(|t| crate::companion::turn::control::user_message_id(&t.id) == m.id).map_or(user.name.as_str(), |t| t.user_or(&user.name)),
                 _ => name.as_str(),
             })

@@ -458,6 +458,12 @@ fn messages_in_a_row_in_a_sillytavern_chat_are_read_as_part_of_it() {
     for needle in ["ROW-USER-ONE", "ROW-USER-TWO", "ROW-REPLY-ONE", "ROW-REPLY-TWO", "ROW-LAST"] {
         assert!(shown.contains(needle), "{needle} not in the history shown: {shown}");
     }
+    // And in the history a script reads, in order, marked as the file's.
+    let listed = self::history(&paths);
+    let order: Vec<String> = texts(&listed).iter().map(|t| t.split(':').next().unwrap_or_default().to_string()).collect();
+    assert_eq!(&order[..6], ["Lock's closed.", "ROW-USER-ONE", "ROW-USER-TWO", "ROW-REPLY-ONE", "ROW-REPLY-TWO", "ROW-LAST"], "{listed:?}");
+    assert_eq!(listed[1]["from_file"], true);
+    assert_eq!(listed[1]["role"], "user");
     // The file goes out again as it came (with the new exchange after it).
     let again = dir.path().join("again.jsonl");
     run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);

@@ -28,6 +28,13 @@ pub struct MessageView {
     pub swipes: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swipe: Option<u32>,
+    /// A message an imported chat file had in a row with others (`{turn}-b{n}` before its
+    /// exchange, `{turn}-a{n}` after): sent to the model with the chat, not edited here.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub from_file: bool,
+    /// Who the file says wrote it (empty: the exchange's user or the character).
+    #[serde(skip)]
+    pub speaker: Option<String>,
 }
 
 /// The greeting's message id: it is the chat's first message, not an exchange.
@@ -47,22 +54,49 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
             text: all[swipe as usize].clone(),
             swipes: Some(all.to_vec()),
             swipe: Some(swipe),
+            from_file: false,
+            speaker: None,
         }
     });
+    let carried = |t: &ChatTurn, list: Vec<crate::companion::model::CarriedMessage>, mark: char| -> Vec<MessageView> {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, m)| MessageView {
+                id: format!("{}-{mark}{i}", t.id),
+                role: if m.user { "user" } else { "character" },
+                text: m.text,
+                swipes: None,
+                swipe: None,
+                from_file: true,
+                speaker: Some(m.name).filter(|n| !n.is_empty()),
+            })
+            .collect()
+    };
     opening
         .into_iter()
         .chain(turns.iter()
         .flat_map(|t| {
-            [
-                MessageView { id: user_message_id(&t.id), role: "user", text: t.user_text.clone(), swipes: None, swipe: None },
-                MessageView {
-                    id: reply_message_id(&t.id),
-                    role: "character",
-                    text: t.reply.clone(),
-                    swipes: Some(t.swipes.clone()),
-                    swipe: Some(t.swipe),
-                },
-            ]
+            let mut all = carried(t, t.carried_before(), 'b');
+            all.push(MessageView {
+                id: user_message_id(&t.id),
+                role: "user",
+                text: t.user_text.clone(),
+                swipes: None,
+                swipe: None,
+                from_file: false,
+                speaker: None,
+            });
+            all.push(MessageView {
+                id: reply_message_id(&t.id),
+                role: "character",
+                text: t.reply.clone(),
+                swipes: Some(t.swipes.clone()),
+                swipe: Some(t.swipe),
+                from_file: false,
+                speaker: None,
+            });
+            all.extend(carried(t, t.carried(), 'a'));
+            all
         }))
         .collect()
 }
