@@ -459,6 +459,12 @@ fn run(ctx: &Context, command: MemoryCommand, reply: Option<&Reply<MemoryAnswer>
             {
                 scope.id = Some(ctx.store.with(|c| crate::character::resolve(c, &key))?.id);
             }
+            // A bound that is no date would compare as text and quietly find nothing.
+            for (flag, bound) in [("from", &request.filter.time_from), ("to", &request.filter.time_to)] {
+                if let Some(t) = bound.as_deref().filter(|t| !super::records::is_time(t)) {
+                    return Err(MemoryError::Invalid(format!("`{flag}` {t:?} is not a date: use YYYY-MM-DD, \"YYYY-MM-DD HH:MM\" or RFC 3339")));
+                }
+            }
             let hits = if request.query.trim().is_empty() { bank.newest(&request.filter, request.k)? } else { bank.search(&request)? };
             settle(MemoryEvent::SearchResults {
                 query: request.query,

@@ -159,6 +159,11 @@ pub(crate) fn memory_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Memor
 
 /// Normalise a time given by a user or an import: RFC 3339 stays as is (in UTC), a bare
 /// date becomes midnight UTC, anything else is kept verbatim (still shown, never compared).
+/// Whether `text` is a time [`normalise_time`] understands (not kept as it came).
+pub fn is_time(text: &str) -> bool {
+    normalise_time(text).ends_with('Z') && chrono::DateTime::parse_from_rfc3339(&normalise_time(text)).is_ok()
+}
+
 pub fn normalise_time(text: &str) -> String {
     let t = text.trim();
     if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
@@ -350,6 +355,18 @@ pub fn store_vectors(conn: &Connection, model: &str, items: &[(i64, &[f32])]) ->
 
 #[cfg(test)]
 mod tests {
+
+    /// What a search's time bounds accept; anything else is refused, not compared as text.
+    #[test]
+    fn a_time_is_a_date_an_hour_or_rfc3339() {
+        for t in ["2024-05-01", "2024-05-01 10:30", "2024-05-01T10:30:00", "2024-05-01T10:30:00+02:00"] {
+            assert!(is_time(t), "{t}");
+        }
+        for t in ["notadate", "2024-99-99", "yesterday-ish", ""] {
+            assert!(!is_time(t), "{t}");
+        }
+    }
+
     use super::*;
 
     #[test]
