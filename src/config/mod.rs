@@ -24,6 +24,9 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("the config file {path} is not valid TOML: {message}")]
     Parse { path: PathBuf, message: String },
+    /// Valid TOML with a setting of the wrong kind (a word where a number goes).
+    #[error("the config file {path} has a setting Lorekeeper cannot take: {message}")]
+    Setting { path: PathBuf, message: String },
     #[error("cannot write the config file {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error("no profile named {0:?}")]
@@ -144,7 +147,8 @@ impl Config {
         let parse_err = |e: toml::de::Error| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() };
         let mut unknown = Vec::new();
         let deserializer = toml::Deserializer::parse(&text).map_err(parse_err)?;
-        let mut config: Config = serde_ignored::deserialize(deserializer, |key| unknown.push(key.to_string())).map_err(parse_err)?;
+        let mut config: Config = serde_ignored::deserialize(deserializer, |key| unknown.push(key.to_string()))
+            .map_err(|e: toml::de::Error| ConfigError::Setting { path: path.to_path_buf(), message: e.to_string() })?;
         // A file that lists profiles of its own still has the built-in ones (the embedded
         // model, the demo script, a local server) unless it names one the same: a role
         // mapped to `local` must not break because another profile was added by hand.
