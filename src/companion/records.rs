@@ -275,6 +275,19 @@ pub fn standing(conn: &Connection, character_id: Option<&str>) -> Result<ChatSta
             for row in rows {
                 row?.hash(&mut hasher);
             }
+            // The chat's own settings (greeting, persona, Author's Note) and the chats put
+            // aside: a note or a new chat written elsewhere must reach an open editor too.
+            let settings: Option<(i64, Option<String>, Option<String>)> = conn
+                .query_row("SELECT greeting, persona_id, author_note_json FROM companion_chats WHERE character_id = ?1", [id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?;
+            settings.hash(&mut hasher);
+            let saved: (i64, Option<String>) =
+                conn.query_row("SELECT count(*), group_concat(id || ':' || title, '|') FROM companion_saved_chats WHERE character_id = ?1", [id], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            saved.hash(&mut hasher);
             Some(hasher.finish())
         }
         None => None,

@@ -315,6 +315,7 @@ impl ChatPanel {
                     self.notice = Some("This chat was changed elsewhere (another window, the command line or the server); it has been reloaded.".into());
                 }
                 outbox.push(history(id));
+                outbox.push(Command::Companion(CompanionCommand::Chats { character: id.clone() }));
                 outbox.push(Command::Companion(CompanionCommand::List));
             }
             CompanionEvent::ChangedElsewhere { .. } => outbox.push(Command::Companion(CompanionCommand::List)),

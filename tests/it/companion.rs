@@ -1029,3 +1029,20 @@ fn a_watched_chat_hears_another_process_and_a_stale_undo_or_regenerate_is_refuse
     assert!(String::from_utf8_lossy(&out.stderr).contains("changed since you looked"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(counts(&paths).0, 2);
 }
+
+/// An Author's Note or a new chat written by another process reaches a watched chat, so
+/// an open editor does not save its old copy over it.
+#[test]
+fn a_watched_chat_hears_a_note_and_a_new_chat_written_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = setup(dir.path(), json!({ "default": "[Ilse Marrow]: Sit, then." }), |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Watch { character: Some(ILSE.into()) })).unwrap();
+    committed(&send(&engine, "Evening, Ilse.", None));
+    for args in [&["chat", "note", "--character", ILSE, "--text", "It is raining."][..], &["chat", "new", "--character", ILSE][..]] {
+        let out = cli(&paths, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let heard = until(&engine, |e| matches!(e, CompanionEvent::ChangedElsewhere { .. }));
+        assert!(matches!(heard.last(), Some(CompanionEvent::ChangedElsewhere { character_id: Some(_) })), "{args:?}: {heard:?}");
+    }
+}
