@@ -49,12 +49,18 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
 /// giving it our tables would change another program's file.
 pub(super) fn refuse_foreign(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if current == 0 {
-        let tables: u32 =
-            conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", [], |r| r.get(0))?;
-        if tables > 0 {
-            return Err(StoreError::Foreign { path: path.to_path_buf(), tables });
-        }
+    let tables: u32 =
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", [], |r| r.get(0))?;
+    if current == 0 && tables > 0 {
+        return Err(StoreError::Foreign { path: path.to_path_buf(), tables });
+    }
+    // A schema version with none of our first migration's tables is not ours either
+    // (another program's version number on an empty or unrelated file).
+    let ours: bool = conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'characters')", [], |r| {
+        r.get::<_, i64>(0).map(|n| n == 2)
+    })?;
+    if current > 0 && !ours {
+        return Err(StoreError::Foreign { path: path.to_path_buf(), tables });
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("the library at {path} was written by a newer Lorekeeper (schema {found}, this build knows {known})")]
     TooNew { path: PathBuf, found: u32, known: u32 },
-    #[error("{path} is not a Lorekeeper library: it is another program's SQLite database, holding tables of its own ({tables}); nothing was changed — give --library a new file or a Lorekeeper library")]
+    #[error("{path} is not a Lorekeeper library: it is another program's SQLite database (tables of its own: {tables}; its schema is not Lorekeeper's); nothing was changed — give --library a new file or a Lorekeeper library")]
     Foreign { path: PathBuf, tables: u32 },
     #[error("migration {name} failed: {}", describe(error))]
     Migration { name: &'static str, error: rusqlite::Error },
@@ -276,6 +276,10 @@ mod tests {
         assert_eq!(tables, 1, "nothing was added");
         let mode: String = rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "delete", "not even switched to WAL");
+        // A version number of another program's on an empty file is not ours either.
+        let numbered = dir.path().join("numbered.sqlite");
+        rusqlite::Connection::open(&numbered).unwrap().execute_batch("PRAGMA user_version = 3;").unwrap();
+        assert!(matches!(Store::open(&numbered), Err(StoreError::Foreign { tables: 0, .. })));
         // An empty SQLite file is a new library.
         let empty = dir.path().join("empty.sqlite");
         rusqlite::Connection::open(&empty).unwrap().execute_batch("PRAGMA user_version = 0;").unwrap();
