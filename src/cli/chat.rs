@@ -373,9 +373,13 @@ pub fn run(engine: &EngineHandle, verb: ChatVerb, json: bool) -> Result<ExitCode
                         let next = match note.next_in(user_messages) {
                             Some(_) if note.due(user_messages + 1) => "sent with your next message".to_string(),
                             Some(n) => format!("next sent with user message {} (the chat has {user_messages})", user_messages + n),
-                            None => "paused".into(),
+                            None => String::new(),
                         };
-                        outln!("{}\n({}; {next})", note.text, crate::companion::note_summary(note));
+                        let summary = crate::companion::note_summary(note);
+                        match next.is_empty() {
+                            true => outln!("{}\n({summary})", note.text),
+                            false => outln!("{}\n({summary}; {next})", note.text),
+                        }
                     }
                 }
                 return Ok(ExitCode::SUCCESS);

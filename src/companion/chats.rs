@@ -164,6 +164,14 @@ pub fn branch(ctx: &Context, character: &CharacterInfo, message: &str) -> Result
             write = write.and(crate::memory::remove_source(tx, &format!("chat:{}", t.id))?);
             records::delete_turn(tx, &character.id, &t.id)?;
         }
+        // The branch ends at its exchange: a chat file's messages that came after it go too.
+        if let Some(kept) = at.and_then(|seq| turns.iter().find(|t| t.seq == seq))
+            && let Some(mut file) = kept.file.clone()
+            && file.get("after").and_then(serde_json::Value::as_array).is_some_and(|a| !a.is_empty())
+        {
+            file["after"] = serde_json::json!([]);
+            records::set_turn_file(tx, &kept.id, Some(&file))?;
+        }
         // What the cut messages set goes with them.
         super::variables::forget_from(tx, &character.id, super::lore::message_number(at.map_or(1, |seq| seq + 1)))?;
         Ok((saved, write))

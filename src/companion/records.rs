@@ -364,6 +364,12 @@ pub fn delete_turn(conn: &Connection, character_id: &str, turn_id: &str) -> Resu
 }
 
 /// Write a finished exchange and the chat's new state (inside the commit transaction).
+/// Replace what an exchange keeps of the chat file it came from.
+pub fn set_turn_file(conn: &Connection, turn_id: &str, file: Option<&serde_json::Value>) -> Result<(), StoreError> {
+    conn.execute("UPDATE companion_turns SET file_json = ?2 WHERE id = ?1", params![turn_id, file.map(|f| f.to_string())])?;
+    Ok(())
+}
+
 pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError> {
     conn.execute(
         &format!("INSERT INTO companion_turns({TURN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),

@@ -468,6 +468,11 @@ fn messages_in_a_row_in_a_sillytavern_chat_are_read_as_part_of_it() {
     let again = dir.path().join("again.jsonl");
     run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&again).unwrap().starts_with(&text), "the file's own lines come back unchanged");
+    // A branch at the first reply ends there: the file's messages after it go with what follows.
+    let reply = listed.iter().find(|m| m["text"].as_str().is_some_and(|t| t.starts_with("ROW-REPLY-ONE"))).unwrap()["id"].as_str().unwrap().to_string();
+    run(&paths, &["chat", "branch", "--character", "Maren", "--message", &reply]);
+    let order: Vec<String> = texts(&self::history(&paths)).iter().map(|t| t.split(':').next().unwrap_or_default().to_string()).collect();
+    assert_eq!(order, ["Lock's closed.", "ROW-USER-ONE", "ROW-USER-TWO", "ROW-REPLY-ONE"]);
 }
 
 /// Maren's card (a greeting and an alternate) imported into a scripted library.
