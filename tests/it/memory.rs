@@ -1455,3 +1455,32 @@ fn a_memory_without_a_vector_is_found_first_by_its_exact_words() {
     assert_eq!(hits.first().map(|h| h.id.as_str()), Some("z1"), "{hits:?}");
     assert!(hits[0].vector_score.is_none());
 }
+
+/// A keyword hit the vector list did not reach is weighed with its own cosine, not held
+/// to the keyword share: an exact rare word finds its memory among many that are only a
+/// little closer in meaning. (It ranked under every one of the hundred vector candidates.)
+#[test]
+fn an_exact_rare_word_finds_its_memory_past_the_vector_lists_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let bank = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), MemoryConfig { embedding: embedding_config(), ..Default::default() })
+        .unwrap();
+    let mut rng = fastrand::Rng::with_seed(11);
+    let q = lorekeeper::memory::embedder::normalise((0..384).map(|_| rng.f32() - 0.5).collect());
+    // `weight` of the query plus noise: the higher, the closer in meaning.
+    let mut near = |weight: f32| {
+        let noise: Vec<f32> = (0..384).map(|_| rng.f32() - 0.5).collect();
+        let noise = lorekeeper::memory::embedder::normalise(noise);
+        lorekeeper::memory::embedder::normalise(q.iter().zip(&noise).map(|(a, b)| weight * a + b).collect())
+    };
+    let (mut items, mut vectors) = (Vec::new(), Vec::new());
+    for i in 0..240 {
+        items.push(turn(&format!("m{i}"), "Ann", &format!("We walked by the water and talked a while, {i}."), &[]));
+        vectors.push(near(3.0));
+    }
+    items.push(turn("target", "Bo", "The zeppelin left at dawn.", &[]));
+    vectors.push(near(2.2));
+    bank.add_with_vectors(items, vectors).unwrap();
+    let hits = bank.search_with_vector(&SearchRequest::new("zeppelin", 10), Some(&q)).unwrap();
+    assert_eq!(hits.first().map(|h| h.id.as_str()), Some("target"), "{:?}", hits.iter().map(|h| (&h.id, h.score)).collect::<Vec<_>>());
+    assert!(hits[0].vector_score.is_some_and(|c| c > 0.5), "its cosine is shown: {:?}", hits[0].vector_score);
+}

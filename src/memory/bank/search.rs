@@ -282,6 +282,30 @@ impl MemoryBank {
             (_, Some(q)) => (self.keyword_candidates(&request.query, &request.filter, n)?, self.vector_candidates(q, &request.filter, n)?),
         };
         let mut fused = fuse(&keyword, &vector, &config);
+        if let (SearchMode::Hybrid, Some(q), crate::config::Fusion::Weighted) = (request.mode, vector_query, config.fusion)
+            && !vector.is_empty()
+        {
+            // A keyword hit the vector list did not reach still has a vector: its cosine is
+            // read and weighed as the list's are, so an exact rare word ("4321", a name)
+            // is not held to the keyword share under a hundred vaguely similar turns.
+            let vec_max = vector.iter().map(|c| c.1).fold(0f32, f32::max);
+            let mut rescored = false;
+            for (rowid, f) in fused.iter_mut() {
+                if f.vector.is_none()
+                    && f.keyword.is_some()
+                    && vec_max > 0.0
+                    && let Some(v) = self.index.vector(*rowid)
+                {
+                    let cosine = crate::memory::vectors::dot(q, &v);
+                    f.score += config.vector_weight * (cosine / vec_max).max(0.0);
+                    f.vector = Some((vector.len() + 1, cosine));
+                    rescored = true;
+                }
+            }
+            if rescored {
+                crate::memory::retrieval::sort_fused(&mut fused);
+            }
+        }
         if request.mode == SearchMode::Hybrid && !vector.is_empty() && config.keyword_weight > 0.0 {
             // A memory kept without a vector (written while the model could not run, or
             // before a switch of model was reindexed) can only score through its words:
