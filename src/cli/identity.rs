@@ -328,7 +328,14 @@ fn follow(engine: &EngineHandle, json: bool, mut id: Option<String>) -> Result<E
                 }
                 Ok(())
             } else {
-                Err(anyhow!("checkpoint(s) {failed:?} failed; see `lorekeeper identity status`"))
+                {
+                    // What to run next, with this run's id and its first failed checkpoint.
+                    let run = id.as_deref().unwrap_or("ID");
+                    let first = failed.first().copied().unwrap_or(1);
+                    Err(anyhow!(
+                        "checkpoint(s) {failed:?} failed; `lorekeeper identity status {run}` says why, `lorekeeper identity rerun {run} {first}` tries again"
+                    ))
+                }
             }),
             IdentityEvent::Error { checkpoint: None, message, .. } => Some(Err(anyhow!("{message}"))),
             _ => None,

@@ -38,7 +38,7 @@ pub enum SceneError {
     Template(#[from] crate::prompting::TemplateError),
     #[error("the {agent} failed: {message}")]
     Agent { agent: String, message: String },
-    #[error("a round is already running in scene {0}")]
+    #[error("a round is already running in scene {0} (wait for it, or stop it with `lorekeeper scene cancel {0}`)")]
     Busy(String),
     /// The game master's words are never cut, so an input that alone fills most of a
     /// model's context cannot be played (the same limit as a chat message).
