@@ -528,7 +528,8 @@ pub(super) fn chat_refusal(answer: Event) -> ApiError {
 /// `{"message": "…", "text": "…"}`, `delete` `{"message": "…", "and_after": bool}`, where
 /// `message` is a message id from the history (`messages[].id`, or an exchange's
 /// `user_message_id` or `reply_message_id`: `<exchange id>-u` or `-r`; `greeting` for
-/// `edit`); `regenerate`, `continue` and `undo` take nothing.
+/// `edit`); `regenerate` and `undo` may take `{"expect": "<last exchange id>"}`,
+/// `continue` takes nothing.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ControlBody {
@@ -540,6 +541,10 @@ pub(super) struct ControlBody {
     text: Option<String>,
     #[serde(default)]
     and_after: Option<bool>,
+    /// `regenerate` and `undo`: the id of the exchange the client shows as the last; a
+    /// chat that has moved on since (another client, the CLI) is refused (400, saying so).
+    #[serde(default)]
+    expect: Option<String>,
 }
 
 impl ControlBody {
@@ -550,9 +555,16 @@ impl ControlBody {
             "swipe" => &["index"],
             "edit" => &["message", "text"],
             "delete" => &["message", "and_after"],
+            "regenerate" | "undo" => &["expect"],
             _ => &[],
         };
-        let sent = [("index", self.index.is_some()), ("message", self.message.is_some()), ("text", self.text.is_some()), ("and_after", self.and_after.is_some())];
+        let sent = [
+            ("index", self.index.is_some()),
+            ("message", self.message.is_some()),
+            ("text", self.text.is_some()),
+            ("and_after", self.and_after.is_some()),
+            ("expect", self.expect.is_some()),
+        ];
         match sent.iter().find(|(name, present)| *present && !takes.contains(name)) {
             Some((name, _)) if takes.is_empty() => Err(ApiError::bad_request(format!("invalid body: `{name}` is not taken by {action}, which takes no fields"))),
             Some((name, _)) => Err(ApiError::bad_request(format!(
@@ -583,9 +595,9 @@ pub(super) async fn chat_control(
     let c = info.id.clone();
     let need = |field: Option<String>, name: &str| field.ok_or_else(|| ApiError::bad_request(format!("invalid body: `{name}` is missing")));
     let command = match action.as_str() {
-        "regenerate" => CompanionCommand::Regenerate { character: c.clone(), expect: None },
+        "regenerate" => CompanionCommand::Regenerate { character: c.clone(), expect: request.expect.clone() },
         "continue" => CompanionCommand::Continue { character: c.clone() },
-        "undo" => CompanionCommand::Undo { character: c.clone(), expect: None },
+        "undo" => CompanionCommand::Undo { character: c.clone(), expect: request.expect.clone() },
         "swipe" => CompanionCommand::Swipe {
             character: c.clone(),
             index: request.index.ok_or_else(|| ApiError::bad_request("invalid body: `index` is missing"))?,

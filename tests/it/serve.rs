@@ -1856,3 +1856,29 @@ fn a_chat_reply_is_cancelled_over_http_and_from_the_cli() {
         assert_eq!(history["turns"].as_array().map(Vec::len), Some(0), "{how}: nothing stored");
     }
 }
+
+/// A client names the exchange it shows as the last when it undoes or regenerates: a
+/// chat that has moved on since is refused (400, saying it changed) and nothing changes.
+#[test]
+fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let mut ids = Vec::new();
+    for text in ["Is the kettle on?", "Did the ferry come?"] {
+        let (status, turn) = call(&agent, "POST", &format!("{base}/api/chat/ilse/send"), Some(&json!({ "text": text }).to_string()), None);
+        assert_eq!(status, 200, "{turn}");
+        ids.push(turn["id"].as_str().unwrap().to_string());
+    }
+    for action in ["undo", "regenerate"] {
+        let (status, refused) = call(&agent, "POST", &format!("{base}/api/chat/ilse/{action}"), Some(&json!({ "expect": ids[0] }).to_string()), None);
+        assert_eq!(status, 400, "{action}: {refused}");
+        assert!(refused["detail"].as_str().unwrap_or_default().contains("changed since you looked"), "{refused}");
+    }
+    let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
+    assert_eq!(history["turns"].as_array().map(Vec::len), Some(2), "nothing was taken back");
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/chat/ilse/undo"), Some(&json!({ "expect": ids[1] }).to_string()), None);
+    assert_eq!(status, 200, "{undone}");
+}
