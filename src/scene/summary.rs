@@ -170,10 +170,14 @@ pub fn summarise(ctx: &Context, scene_id: &str, through_round: u32, cancel: &Can
         if text.is_empty() {
             return Err(SceneError::Agent { agent: "summariser".into(), message: "the summary came back empty".into() });
         }
+        // Written only if the rounds it tells are still there as read: a round taken back
+        // (or a message deleted) while the summariser wrote must not be told.
+        let told = rounds.iter().filter(|(r, _)| *r > covered && *r <= to_round).map(|(_, group)| group.len()).sum::<usize>() as i64;
         let changed = ctx.store.transaction(|tx| {
             Ok(tx.execute(
-                "UPDATE scenes SET summary = ?2, summary_round = ?3 WHERE id = ?1 AND summary_round = ?4",
-                params![scene_id, text, to_round, covered],
+                "UPDATE scenes SET summary = ?2, summary_round = ?3 WHERE id = ?1 AND summary_round = ?4 \
+                 AND (SELECT count(*) FROM scene_messages WHERE scene_id = ?1 AND round > ?4 AND round <= ?3) = ?5",
+                params![scene_id, text, to_round, covered, told],
             )?)
         })?;
         if changed != 1 {

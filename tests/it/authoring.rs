@@ -417,7 +417,14 @@ mod gui {
         }
     }
 
+    /// Click `label` once it is on screen (a loaded machine may draw it some frames late).
     fn click(harness: &mut Harness<'_, WorkbenchApp>, label: &str) {
+        let start = Instant::now();
+        while harness.query_by_label(label).is_none() {
+            assert!(start.elapsed() < Duration::from_secs(20), "{label:?} not shown within 20 s");
+            std::thread::sleep(Duration::from_millis(10));
+            harness.step();
+        }
         harness.get_by_label(label).click();
         settle(harness);
     }
