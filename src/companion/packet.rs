@@ -538,6 +538,33 @@ mod tests {
         }
     }
 
+    /// A committed exchange of `c`'s chat, number `seq`, for a packet's history.
+    fn exchange(c: &CharacterInfo, seq: u32, user_text: &str, reply: &str) -> ChatTurn {
+        ChatTurn {
+            id: format!("t{seq}"),
+            character_id: c.id.clone(),
+            seq,
+            session: "s".into(),
+            user_text: user_text.into(),
+            reply: reply.into(),
+            at: "2026-11-21T08:00:00Z".into(),
+            user_memory_id: None,
+            reply_memory_id: None,
+            proximity: Proximity::Remote,
+            packet: Packet::default(),
+            hits: Vec::new(),
+            attempts: 1,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            from_cache: false,
+            elapsed_ms: 0,
+            swipes: Vec::new(),
+            swipe: 0,
+            file: None,
+            user_name: None,
+        }
+    }
+
     static NO_PLACES: std::collections::BTreeMap<String, crate::lorebook::LorePlace> = std::collections::BTreeMap::new();
 
     fn input<'a>(c: &'a CharacterInfo, memories: &'a [RetrievalHit], distance: Option<Proximity>) -> PacketInput<'a> {
@@ -572,30 +599,7 @@ mod tests {
         let templates = PromptTemplates::shipped().unwrap();
         let config = CompanionConfig::default();
         let c = character();
-        let turn = |seq: u32, u: &str, r: &str| ChatTurn {
-            id: format!("t{seq}"),
-            character_id: c.id.clone(),
-            seq,
-            session: "s".into(),
-            user_text: u.into(),
-            reply: r.into(),
-            at: "2026-11-21T08:00:00Z".into(),
-            user_memory_id: None,
-            reply_memory_id: None,
-            proximity: Proximity::Remote,
-            packet: Packet::default(),
-            hits: Vec::new(),
-            attempts: 1,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            from_cache: false,
-            elapsed_ms: 0,
-            swipes: Vec::new(),
-            swipe: 0,
-            file: None,
-            user_name: None,
-        };
-        let history = [turn(1, "First question.", "First answer."), turn(2, "Second question.", "Second answer.")];
+        let history = [exchange(&c, 1, "First question.", "First answer."), exchange(&c, 2, "Second question.", "Second answer.")];
         let lore = [hit("w1", "NOTE-TOP-LORE", 0.9)];
         let places: std::collections::BTreeMap<String, LorePlace> =
             [("w1".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, depth: 0, role: Default::default() })].into();
@@ -758,29 +762,7 @@ mod tests {
         let templates = PromptTemplates::shipped().unwrap();
         let config = CompanionConfig::default();
         let c = character();
-        let turn = |seq: u32, text: &str| ChatTurn {
-            id: format!("t{seq}"),
-            character_id: c.id.clone(),
-            seq,
-            session: "s".into(),
-            user_text: format!("question {text}"),
-            reply: format!("answer {text}"),
-            at: "2026-11-21T08:00:00Z".into(),
-            user_memory_id: None,
-            reply_memory_id: None,
-            proximity: Proximity::Remote,
-            packet: Packet::default(),
-            hits: Vec::new(),
-            attempts: 1,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            from_cache: false,
-            elapsed_ms: 0,
-            swipes: Vec::new(),
-            swipe: 0,
-            file: None,
-            user_name: None,
-        };
+        let turn = |seq: u32, text: &str| exchange(&c, seq, &format!("question {text}"), &format!("answer {text}"));
         let history = [turn(1, "one"), turn(2, "two"), turn(3, "three")];
         let lore = [
             hit("before", "LORE-BEFORE", 2.0),

@@ -161,7 +161,8 @@ pub(crate) fn memory_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Memor
 /// date becomes midnight UTC, anything else is kept verbatim (still shown, never compared).
 /// Whether `text` is a time [`normalise_time`] understands (not kept as it came).
 pub fn is_time(text: &str) -> bool {
-    normalise_time(text).ends_with('Z') && chrono::DateTime::parse_from_rfc3339(&normalise_time(text)).is_ok()
+    let normalised = normalise_time(text);
+    normalised.ends_with('Z') && chrono::DateTime::parse_from_rfc3339(&normalised).is_ok()
 }
 
 pub fn normalise_time(text: &str) -> String {
