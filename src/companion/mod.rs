@@ -58,7 +58,8 @@ impl CompanionError {
         match self {
             CompanionError::Busy { .. } => Fault::Busy,
             CompanionError::TooLong { .. } => Fault::TooLong,
-            CompanionError::Invalid(_) | CompanionError::Stale(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
+            CompanionError::Stale(_) | CompanionError::Store(crate::store::StoreError::Conflict(_)) => Fault::Conflict,
+            CompanionError::Invalid(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
             CompanionError::Store(crate::store::StoreError::NotFound(_)) => Fault::NotFound,
             CompanionError::Llm(_) | CompanionError::NoValidReply { .. } => Fault::Provider,
             CompanionError::Store(_) | CompanionError::Memory(_) | CompanionError::Template(_) => Fault::Library,

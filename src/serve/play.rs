@@ -224,14 +224,14 @@ pub(super) fn scene_refusal(answer: Event) -> ApiError {
     }
 }
 
-/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy, 413
-/// too long), the provider's (502) or the server's (500).
+/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy or
+/// changed since the sender looked, 413 too long), the provider's (502) or the server's (500).
 fn status_of(fault: crate::context::Fault) -> StatusCode {
     use crate::context::Fault;
     match fault {
         Fault::Request => StatusCode::BAD_REQUEST,
         Fault::NotFound => StatusCode::NOT_FOUND,
-        Fault::Busy => StatusCode::CONFLICT,
+        Fault::Busy | Fault::Conflict => StatusCode::CONFLICT,
         Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
         Fault::Provider => StatusCode::BAD_GATEWAY,
         Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
@@ -513,7 +513,7 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 }
 
 /// A chat command answered with something other than what it asked for: the status
-/// says whose fault the failure was — the request's (400, 404, 409 busy, 413 a message
+/// says whose fault the failure was — the request's (400, 404, 409 busy or stale, 413 a message
 /// too long), the provider's (502: it failed or gave no reply worth keeping) or the
 /// server's (500) — whether it was a send, a redraw or an edit.
 pub(super) fn chat_refusal(answer: Event) -> ApiError {
@@ -542,7 +542,7 @@ pub(super) struct ControlBody {
     #[serde(default)]
     and_after: Option<bool>,
     /// `regenerate` and `undo`: the id of the exchange the client shows as the last; a
-    /// chat that has moved on since (another client, the CLI) is refused (400, saying so).
+    /// chat that has moved on since (another client, the CLI) is refused (409, saying so).
     #[serde(default)]
     expect: Option<String>,
 }

@@ -1858,7 +1858,9 @@ fn a_chat_reply_is_cancelled_over_http_and_from_the_cli() {
 }
 
 /// A client names the exchange it shows as the last when it undoes or regenerates: a
-/// chat that has moved on since is refused (400, saying it changed) and nothing changes.
+/// chat that has moved on since is refused as a conflict (409, saying it changed; it was
+/// a 400, as if the request were malformed), to that request alone — the chat's socket
+/// hears no failure, as with a busy refusal — and nothing changes.
 #[test]
 fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
     let dir = tempfile::tempdir().unwrap();
@@ -1872,13 +1874,18 @@ fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
         assert_eq!(status, 200, "{turn}");
         ids.push(turn["id"].as_str().unwrap().to_string());
     }
+    let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
     for action in ["undo", "regenerate"] {
         let (status, refused) = call(&agent, "POST", &format!("{base}/api/chat/ilse/{action}"), Some(&json!({ "expect": ids[0] }).to_string()), None);
-        assert_eq!(status, 400, "{action}: {refused}");
+        assert_eq!(status, 409, "{action}: {refused}");
         assert!(refused["detail"].as_str().unwrap_or_default().contains("changed since you looked"), "{refused}");
     }
     let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     assert_eq!(history["turns"].as_array().map(Vec::len), Some(2), "nothing was taken back");
     let (status, undone) = call(&agent, "POST", &format!("{base}/api/chat/ilse/undo"), Some(&json!({ "expect": ids[1] }).to_string()), None);
     assert_eq!(status, 200, "{undone}");
+    let mut heard = Vec::new();
+    until(&chat, &mut heard, |m| m["type"] == "undone");
+    assert!(!heard.iter().any(|m| m["type"] == "failed"), "the refusals went to their requests alone: {heard:?}");
 }
