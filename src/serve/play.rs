@@ -747,7 +747,7 @@ fn with_message_ids(history: &CompanionEvent) -> Result<Value, ApiError> {
 /// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the
 /// stored exchange.
 #[utoipa::path(get, path = "/ws/chat/{character}", params(("character" = String, Path)),
-    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone")))]
+    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone; chats (the saved chats changed — a new chat, branch, open, rename, delete or an import that put the chat aside: `saved`, each with `id`, `title`, `saved_at`, `turns`); imported (a chat file read in as the chat played: `imported` with `exchanges`, `saved`, `notes`)")))]
 pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     let info = match character_id(&state, &character) {
         Ok(info) => info,
@@ -778,7 +778,9 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
         | CompanionEvent::Discarded { character_id, .. }
         | CompanionEvent::Cancelled { character_id }
         | CompanionEvent::Changed { character_id, .. }
-        | CompanionEvent::Undone { character_id, .. } => Some(character_id),
+        | CompanionEvent::Undone { character_id, .. }
+        | CompanionEvent::Chats { character_id, .. }
+        | CompanionEvent::Imported { character_id, .. } => Some(character_id),
         CompanionEvent::TurnCommitted { turn } => Some(&turn.character_id),
         CompanionEvent::Failed { character_id, .. } => character_id.as_deref(),
         _ => None,
