@@ -59,7 +59,8 @@ impl SceneError {
         match self {
             SceneError::Busy(_) => Fault::Busy,
             SceneError::InputTooLong { .. } => Fault::TooLong,
-            SceneError::Invalid(_) | SceneError::Stale(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
+            SceneError::Stale(_) | SceneError::Store(StoreError::Conflict(_)) => Fault::Conflict,
+            SceneError::Invalid(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
             SceneError::Store(StoreError::NotFound(_)) => Fault::NotFound,
             SceneError::Llm(_) | SceneError::Agent { .. } => Fault::Provider,
             SceneError::Store(_) | SceneError::Template(_) => Fault::Library,

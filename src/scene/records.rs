@@ -679,7 +679,7 @@ fn restore_whole(conn: &Connection, scene_id: &str, campaign_id: &str, closed_at
         |r| r.get(0),
     )?;
     if changed_since || super::authoring::edited_since(conn, campaign_id, closed_at)? {
-        return Err(StoreError::Invalid(format!(
+        return Err(StoreError::Conflict(format!(
             "round {rounds} cannot be undone: the campaign's state changed after it (another scene's round or an edit by hand)"
         )));
     }

@@ -205,12 +205,14 @@ async fn author(state: &AppState, command: AuthorCommand, with_tree: bool) -> Re
 }
 
 /// A store read refused: 404 for what is not there (or a name several things share,
-/// which names their ids), 400 for what cannot be done, 500 for the library's fault.
+/// which names their ids), 400 for what cannot be done, 409 for what changed since the
+/// sender looked, 500 for the library's fault.
 fn refused(e: crate::store::StoreError) -> ApiError {
     use crate::store::StoreError;
     match e {
         StoreError::NotFound(message) => ApiError::not_found(message),
         StoreError::Invalid(message) => ApiError::bad_request(message),
+        StoreError::Conflict(message) => ApiError::conflict(message),
         other => ApiError::internal(other),
     }
 }

@@ -1858,7 +1858,9 @@ fn a_chat_reply_is_cancelled_over_http_and_from_the_cli() {
 }
 
 /// A client names the exchange it shows as the last when it undoes or regenerates: a
-/// chat that has moved on since is refused (400, saying it changed) and nothing changes.
+/// chat that has moved on since is refused as a conflict (409, saying it changed; it was
+/// a 400, as if the request were malformed), to that request alone — the chat's socket
+/// hears no failure, as with a busy refusal — and nothing changes.
 #[test]
 fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
     let dir = tempfile::tempdir().unwrap();
@@ -1872,15 +1874,101 @@ fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
         assert_eq!(status, 200, "{turn}");
         ids.push(turn["id"].as_str().unwrap().to_string());
     }
+    let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
     for action in ["undo", "regenerate"] {
         let (status, refused) = call(&agent, "POST", &format!("{base}/api/chat/ilse/{action}"), Some(&json!({ "expect": ids[0] }).to_string()), None);
-        assert_eq!(status, 400, "{action}: {refused}");
+        assert_eq!(status, 409, "{action}: {refused}");
         assert!(refused["detail"].as_str().unwrap_or_default().contains("changed since you looked"), "{refused}");
     }
     let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     assert_eq!(history["turns"].as_array().map(Vec::len), Some(2), "nothing was taken back");
     let (status, undone) = call(&agent, "POST", &format!("{base}/api/chat/ilse/undo"), Some(&json!({ "expect": ids[1] }).to_string()), None);
     assert_eq!(status, 200, "{undone}");
+    let mut heard = Vec::new();
+    until(&chat, &mut heard, |m| m["type"] == "undone");
+    assert!(!heard.iter().any(|m| m["type"] == "failed"), "the refusals went to their requests alone: {heard:?}");
+}
+
+/// A chat's socket hears the saved chats change — a new chat, a branch, a rename, an
+/// open, a delete, an import that put the chat played aside — as `chats` with the list
+/// as it now stands, and a chat file read in as `imported` (neither reached the socket,
+/// so a front end showing the saved chats went stale when another client changed them).
+/// Reading the list is no change: it is its request's answer alone.
+#[test]
+fn a_chat_socket_hears_the_saved_chats_change_and_a_chat_file_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let chat = |method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string());
+        send_as(&agent, method, &format!("{base}/api/chat/ilse{path}"), body.as_deref())
+    };
+    for text in ["Is the kettle on?", "Did the ferry come?"] {
+        let (status, turn) = chat("post", "/send", Some(json!({ "text": text })));
+        assert_eq!(status, 200, "{turn}");
+    }
+    let socket = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut heard = Vec::new();
+    let next_chats = |heard: &mut Vec<Value>| until(&socket, heard, |m| m["type"] == "chats" || m["type"] == "imported");
+    let titles = |m: &Value| -> Vec<String> { m["saved"].as_array().into_iter().flatten().filter_map(|c| c["title"].as_str().map(str::to_string)).collect() };
+
+    let (_, history) = chat("get", "/history", None);
+    let first_reply = history["turns"][0]["reply_message_id"].as_str().unwrap().to_string();
+    let (status, changed) = chat("post", "/branch", Some(json!({ "message": first_reply })));
+    assert_eq!(status, 200, "{changed}");
+    let branched = next_chats(&mut heard);
+    assert_eq!(branched["type"], "chats", "{branched}");
+    assert_eq!(branched["character_id"], history["character_id"], "{branched}");
+    assert_eq!(titles(&branched), [format!("before the branch at {first_reply}")], "{branched}");
+    let original = branched["saved"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(branched["saved"][0]["turns"], 2, "{branched}");
+
+    let (status, _) = chat("post", "/new", None);
+    assert_eq!(status, 200);
+    let renewed = next_chats(&mut heard);
+    assert_eq!(titles(&renewed).len(), 2, "the branch put aside for the new chat: {renewed}");
+    let put_aside = renewed["saved"][0]["id"].as_str().unwrap().to_string();
+
+    // Reading the list is no change: no socket hears it.
+    let (status, listed) = chat("get", "/chats", None);
+    assert_eq!((status, listed["saved"].as_array().map(Vec::len)), (200, Some(2)), "{listed}");
+
+    let (status, _) = chat("post", &format!("/chats/{original}/rename"), Some(json!({ "title": "Kettle and ferry" })));
+    assert_eq!(status, 200);
+    let renamed = next_chats(&mut heard);
+    assert!(titles(&renamed).contains(&"Kettle and ferry".to_string()), "{renamed}");
+
+    let (status, _) = chat("post", &format!("/chats/{original}/open"), None);
+    assert_eq!(status, 200);
+    let opened = next_chats(&mut heard);
+    assert_eq!(titles(&opened).len(), 1, "the chat opened left the list (the empty new chat was not kept): {opened}");
+
+    let (status, _) = chat("delete", &format!("/chats/{put_aside}"), None);
+    assert_eq!(status, 200);
+    let deleted = next_chats(&mut heard);
+    assert_eq!(deleted["saved"], json!([]), "{deleted}");
+
+    let file = concat!(
+        r#"{"user_name":"Ash","character_name":"Ilse Marrow","create_date":"2026-10-02@21h15m40s","chat_metadata":{}}"#, "\n",
+        r#"{"name":"Ash","is_user":true,"is_system":false,"send_date":"","mes":"I bring eel traps.","extra":{}}"#, "\n",
+        r#"{"name":"Ilse Marrow","is_user":false,"is_system":false,"send_date":"","mes":"Leave them by the door.","extra":{}}"#, "\n",
+    );
+    let response = agent.post(&format!("{base}/api/chat/ilse/import?name=theirs.jsonl")).send(file).expect("the server answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let imported = next_chats(&mut heard);
+    assert_eq!(imported["type"], "imported", "{imported}");
+    assert_eq!(imported["imported"]["exchanges"], 1, "{imported}");
+    let put_aside = imported["imported"]["saved"].as_str().expect("the chat it replaced is saved").to_string();
+    let after_import = next_chats(&mut heard);
+    assert_eq!(after_import["type"], "chats", "{after_import}");
+    assert_eq!(after_import["saved"][0]["id"], put_aside.as_str(), "{after_import}");
+    assert_eq!(titles(&after_import)[0], "before the import of theirs.jsonl", "{after_import}");
+    let kinds: Vec<&str> = heard.iter().filter_map(|m| m["type"].as_str()).filter(|t| *t == "chats" || *t == "imported").collect();
+    assert_eq!(kinds, ["chats", "chats", "chats", "chats", "chats", "imported", "chats"], "one per change, none for the read: {heard:?}");
 }
 
 /// The status of checkpoint `n` of run `id`, once `want` takes it (or the last one read).
