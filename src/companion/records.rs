@@ -252,11 +252,13 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, S
 /// A chat as a watch compares it ([`crate::watch`]): the open chat's exchanges (their
 /// count, and the newest 500's ids, texts and chosen swipes, so an edit or a swipe
 /// moves it too), and how many
-/// exchanges the library holds, for the character list's counts.
+/// exchanges the library holds, for the character list's counts, and the characters,
+/// personas and lorebooks the lists show (one made, renamed or deleted elsewhere).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatStanding {
     pub chat: Option<u64>,
     pub library: (i64, i64),
+    pub characters: u64,
 }
 
 /// The standing of `character_id`'s chat (none: only the library's counts).
@@ -292,7 +294,14 @@ pub fn standing(conn: &Connection, character_id: Option<&str>) -> Result<ChatSta
         }
         None => None,
     };
-    Ok(ChatStanding { chat, library })
+    let characters = {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        crate::character::standing(conn)?.hash(&mut hasher);
+        let books: std::collections::BTreeMap<String, String> = crate::interop::library::lorebook_names(conn)?.into_iter().collect();
+        books.hash(&mut hasher);
+        hasher.finish()
+    };
+    Ok(ChatStanding { chat, library, characters })
 }
 
 /// The last `limit` exchanges, oldest first. `with_packets` also decodes each turn's

@@ -98,7 +98,13 @@ const HISTORY_LIMIT: u32 = 200;
 impl ChatPanel {
     /// Commands to send when the window opens.
     pub fn startup() -> Vec<Command> {
-        vec![Command::Companion(CompanionCommand::Demo), Command::Companion(CompanionCommand::List)]
+        // The library is watched from the start (characters, personas and lorebooks
+        // another process changes), before any chat is open.
+        vec![
+            Command::Companion(CompanionCommand::Watch { character: None }),
+            Command::Companion(CompanionCommand::Demo),
+            Command::Companion(CompanionCommand::List),
+        ]
     }
 
     pub fn characters(&self) -> &[ChatCharacter] {

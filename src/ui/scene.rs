@@ -71,7 +71,9 @@ pub struct ScenePanels {
 impl ScenePanels {
     /// Commands to send when the window opens.
     pub fn startup() -> Vec<Command> {
-        vec![Command::Scene(SceneCommand::List)]
+        // The library is watched from the start (scenes and the authoring tree another
+        // process changes), before any scene is open.
+        vec![Command::Scene(SceneCommand::Watch { scene: None }), Command::Scene(SceneCommand::List)]
     }
 
     pub fn selected(&self) -> Option<&str> {

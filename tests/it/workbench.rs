@@ -1753,6 +1753,52 @@ fn a_round_another_process_plays_shows_in_the_scene_and_a_stale_undo_is_refused(
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
 }
 
+/// Worlds another process makes, renames and deletes show in the Campaigns tree without
+/// a click (they used to wait for a restart when no scene was open), a character it
+/// imports shows in the Library and the chat's list, and what the user was typing in the
+/// tree's editor stays as typed.
+#[test]
+fn the_campaign_tree_and_the_character_lists_follow_another_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Campaigns").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.campaigns().tree().worlds.is_empty());
+    harness.run();
+    harness.get_by_label("Settings of world The Saltmarsh Coast").click();
+    harness.run();
+    text_field(&harness, "Description").click();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    text_field(&harness, "Description").type_text("Half a thought, not saved yet");
+    harness.run();
+    let worlds = |app: &WorkbenchApp| app.campaigns().tree().worlds.iter().map(|w| w.name.clone()).collect::<Vec<_>>();
+
+    cli_on(dir.path(), &["world", "new", "Ashfall"]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).iter().any(|w| w == "Ashfall"));
+    harness.run();
+    assert!(harness.query_by_label("Settings of world Ashfall").is_some(), "on screen");
+    cli_on(dir.path(), &["world", "edit", "Ashfall", "--name", "Ashfall Reach"]);
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).iter().any(|w| w == "Ashfall Reach"));
+    cli_on(dir.path(), &["world", "delete", "Ashfall Reach", "--yes"]);
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).len() == 1);
+    harness.run();
+    assert_eq!(text_field(&harness, "Description").value().as_deref(), Some("Half a thought, not saved yet"), "the typing is kept");
+
+    let card = dir.path().join("maren.json");
+    std::fs::write(&card, maren_card().to_string()).expect("write the card");
+    cli_on(dir.path(), &["import", card.to_str().expect("a UTF-8 path")]);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.library().characters().iter().any(|c| c.name == "Maren Vosk") && app.chat().characters().iter().any(|c| c.name == "Maren Vosk")
+    });
+    assert_eq!(text_field(&harness, "Description").value().as_deref(), Some("Half a thought, not saved yet"), "the typing is kept");
+}
+
 /// The chat's Author's Note is written, saved and removed in the chat panel, and the
 /// section's title says where and how often it goes.
 #[test]
