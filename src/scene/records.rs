@@ -282,10 +282,16 @@ pub fn load_round(conn: &Connection, scene_id: &str, round: u32) -> Result<Optio
         )
         .optional()?;
     row.map(|(input, director, ledgers, tokens)| {
+        let mut director: serde_json::Value = serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?;
+        for plan in ["plan", "proposed"] {
+            if let Some(plan) = director.get_mut(plan) {
+                crate::scene::model::ActingCharacter::read_forced_sentinel(plan);
+            }
+        }
         Ok(RoundRecord {
             round,
             input,
-            director: serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?,
+            director,
             ledgers: serde_json::from_str(&ledgers).map_err(|e| corrupt("round ledgers", e))?,
             tokens: tokens.max(0) as u64,
         })

@@ -1027,14 +1027,28 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     harness.step();
     let plan = harness.state().scene().pending_plan().expect("the plan waits").clone();
     assert!(plan.acting_characters.len() >= 2, "{plan:?}");
-    let skipped = plan.acting_characters[0].name.clone();
-    step_until_shown(&mut harness, &format!("Skip {skipped}"));
-    harness.get_by_label(&format!("Skip {skipped}")).click();
-    // The row goes in the frame that sees the click; the next frames lay out without it
-    // (a spinner repaints while the round waits: step, do not wait to settle).
-    run_until(&mut harness, Duration::from_secs(10), |app| app.scene().pending_plan().is_some_and(|p| p.acting_characters.len() + 1 == plan.acting_characters.len()));
+    let kept = plan.acting_characters[0].name.clone();
+    let skipped = plan.acting_characters[1].name.clone();
+    let acting = |app: &WorkbenchApp| app.scene().pending_plan().map(|p| p.acting_characters.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
+    // Both skipped; then the game master changes their mind about the first.
+    for name in [&kept, &skipped] {
+        step_until_shown(&mut harness, &format!("Skip {name}"));
+        harness.get_by_label(&format!("Skip {name}")).click();
+        // The row goes in the frame that sees the click; the next frames lay out without it
+        // (a spinner repaints while the round waits: step, do not wait to settle).
+        run_until(&mut harness, Duration::from_secs(10), |app| acting(app).is_some_and(|a| !a.contains(name)));
+        harness.step();
+        harness.step();
+    }
+    step_until_shown(&mut harness, &format!("Restore {kept}"));
+    harness.get_by_label(&format!("Restore {kept}")).click();
+    run_until(&mut harness, Duration::from_secs(10), |app| acting(app).is_some_and(|a| a.contains(&kept)));
     harness.step();
     harness.step();
+    let now = acting(harness.state()).expect("the plan waits");
+    assert_eq!(now.len() + 1, plan.acting_characters.len(), "{now:?}");
+    assert_eq!(now[0], kept, "back in the place it had: {now:?}");
+    assert!(!now.contains(&skipped), "{now:?}");
     harness.get_by_label("Play with this plan").click();
     run_until(&mut harness, Duration::from_secs(30), |app| {
         app.scene().last_error().is_some() || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
@@ -1043,7 +1057,7 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     assert_eq!(harness.state().scene().last_error(), None);
     let snapshot = harness.state().scene().snapshot().expect("snapshot");
     assert!(snapshot.messages.iter().all(|m| m.speaker != skipped), "{skipped} was taken out of the round: {:?}", snapshot.messages);
-    assert!(snapshot.messages.iter().any(|m| m.character_id.is_some()), "the others acted");
+    assert!(snapshot.messages.iter().any(|m| m.speaker == kept), "{kept} was restored and acted: {:?}", snapshot.messages);
 }
 
 #[test]
