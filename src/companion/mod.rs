@@ -391,6 +391,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             let greeting = greetings.get(greeting_swipe as usize).filter(|g| !g.is_empty()).cloned();
             let creator_notes = info.card.creator_notes.clone();
             let books = chat_books(&reader, &info.id)?;
+            let user_messages = records::user_messages_through(&reader, &info.id, u32::MAX)?;
             emit(CompanionEvent::History {
                 character_id: info.id,
                 name: info.name,
@@ -402,7 +403,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 personas,
                 books,
                 author_note: state.author_note.clone(),
-                user_messages: state.turns,
+                user_messages,
                 creator_notes,
                 variables: vars.local,
                 global_variables: vars.global,

@@ -525,6 +525,41 @@ fn an_imported_chat_keeps_each_messages_own_time() {
     assert_eq!(std::fs::read_to_string(&again).unwrap(), text, "the file comes back as it went in");
 }
 
+/// An Author's Note sent every N user messages counts the user messages of an imported
+/// chat that made no exchange of their own (two in a row), as SillyTavern counts every
+/// user message; they used to count only through their exchange, so the note went with
+/// the wrong message.
+#[test]
+fn the_authors_note_counts_every_user_message_of_an_imported_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "default": "[Maren Vosk]: Hm." }));
+    let message = |user: bool, mes: &str| {
+        let name = if user { "Ash" } else { "Maren Vosk" };
+        json!({ "name": name, "is_user": user, "is_system": false, "send_date": "November 24, 2026 7:00pm", "mes": mes, "extra": {} }).to_string()
+    };
+    let metadata = json!({ "note_prompt": "NOTE-EVERY-FIFTH", "note_interval": 5, "note_depth": 4, "note_position": 1, "note_role": 0 });
+    let lines = [
+        json!({ "user_name": "Ash", "character_name": "Maren Vosk", "create_date": "2026-11-24@19h00m00s", "chat_metadata": metadata }).to_string(),
+        message(false, "Lock's closed."),
+        // Four user messages, two exchanges: one user message before the first, one after it.
+        message(true, "One."),
+        message(true, "Two."),
+        message(false, "Hm."),
+        message(true, "Three."),
+        message(true, "Four."),
+        message(false, "Hm again."),
+    ];
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(&theirs, lines.join("\n") + "\n").unwrap();
+    run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let note = run(&paths, &["chat", "note", "--character", "Maren"]);
+    assert_eq!(note.last().unwrap()["user_messages"], 4, "{note:?}");
+    // The fifth user message carries the note; the sixth does not.
+    let sent = |text: &str| run(&paths, &["chat", "send", "--character", "Maren", text]).last().unwrap()["turn"]["packet"].to_string();
+    assert!(sent("Five.").contains("NOTE-EVERY-FIFTH"), "the fifth user message carries the note");
+    assert!(!sent("Six.").contains("NOTE-EVERY-FIFTH"), "the sixth does not");
+}
+
 /// Maren's card (a greeting and an alternate) imported into a scripted library.
 fn maren_library(dir: &std::path::Path, script: Value) -> Paths {
     let paths = crate::support::library::scripted(dir, script);
