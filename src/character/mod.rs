@@ -124,6 +124,21 @@ pub fn list(conn: &Connection) -> Result<Vec<CharacterRecord>, StoreError> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A fingerprint of the characters and personas as lists show them (ids, names, when
+/// each last changed), for a watch of what another process changes ([`crate::watch`]).
+pub fn standing(conn: &Connection) -> Result<u64, StoreError> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut stmt = conn.prepare_cached("SELECT id, name, updated_at FROM characters ORDER BY id")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))? {
+        row?.hash(&mut hasher);
+    }
+    for persona in personas(conn)? {
+        (persona.id, persona.name, persona.description).hash(&mut hasher);
+    }
+    Ok(hasher.finish())
+}
+
 /// Whether the library holds a character of the user's: any not added by a demo. The
 /// demos are added only to a library that holds none, so a user's own data never gets
 /// ours mixed in.

@@ -295,12 +295,14 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
     }
     // The watch exists before the next command is spawned: commands run side by side,
     // and one sent after `Watch` must count as ours, not as another process's change.
-    if matches!(command, CompanionCommand::Watch { .. }) {
-        watch(ctx);
-    }
+    // Its place in line is taken now too: the last one sent wins.
+    let ticket = matches!(command, CompanionCommand::Watch { .. }).then(|| watch(ctx).ticket());
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
-        let run = || run_command(&ctx, command, reply.as_ref());
+        let run = || match (command, ticket) {
+            (CompanionCommand::Watch { character }, Some(ticket)) => watch_chat(&ctx, ticket, character),
+            (command, _) => run_command(&ctx, command, reply.as_ref()),
+        };
         // Our own changes are told by our events, not by the watch.
         let outcome = match watching(&ctx) {
             Some(watch) => watch.ours(run),
@@ -338,6 +340,16 @@ fn watch(ctx: &Context) -> Arc<crate::watch::Watch<records::ChatStanding>> {
 fn saved_changed(ctx: &Context, character_id: &str) -> Result<(), CompanionError> {
     let saved = ctx.store.with(|c| chats::saved(c, character_id))?;
     ctx.emit(CompanionEvent::Chats { character_id: character_id.to_string(), saved });
+    Ok(())
+}
+
+/// Watch `character`'s chat (a name or id; `None`: only the library) from now on.
+fn watch_chat(ctx: &Context, ticket: u64, character: Option<String>) -> Result<(), CompanionError> {
+    let id = match character {
+        Some(c) => Some(ctx.store.with(|conn| records::resolve_character(conn, &c))?.id),
+        None => None,
+    };
+    watch(ctx).set(ticket, id);
     Ok(())
 }
 
@@ -389,6 +401,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             let greeting = greetings.get(greeting_swipe as usize).filter(|g| !g.is_empty()).cloned();
             let creator_notes = info.card.creator_notes.clone();
             let books = chat_books(&reader, &info.id)?;
+            let user_messages = records::user_messages_through(&reader, &info.id, u32::MAX)?;
             emit(CompanionEvent::History {
                 character_id: info.id,
                 name: info.name,
@@ -400,7 +413,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 personas,
                 books,
                 author_note: state.author_note.clone(),
-                user_messages: state.turns,
+                user_messages,
                 creator_notes,
                 variables: vars.local,
                 global_variables: vars.global,
@@ -436,13 +449,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 }
             }
         }
-        CompanionCommand::Watch { character } => {
-            let id = match character {
-                Some(c) => Some(ctx.store.with(|conn| records::resolve_character(conn, &c))?.id),
-                None => None,
-            };
-            watch(ctx).set(id);
-        }
+        CompanionCommand::Watch { character } => watch_chat(ctx, watch(ctx).ticket(), character)?,
         CompanionCommand::Branch { character, message } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let saved = chats::branch(ctx, &info, &message)?;

@@ -282,10 +282,16 @@ pub fn load_round(conn: &Connection, scene_id: &str, round: u32) -> Result<Optio
         )
         .optional()?;
     row.map(|(input, director, ledgers, tokens)| {
+        let mut director: serde_json::Value = serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?;
+        for plan in ["plan", "proposed"] {
+            if let Some(plan) = director.get_mut(plan) {
+                crate::scene::model::ActingCharacter::read_forced_sentinel(plan);
+            }
+        }
         Ok(RoundRecord {
             round,
             input,
-            director: serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?,
+            director,
             ledgers: serde_json::from_str(&ledgers).map_err(|e| corrupt("round ledgers", e))?,
             tokens: tokens.max(0) as u64,
         })
@@ -499,11 +505,14 @@ pub fn next_message_number(conn: &Connection, scene_id: &str) -> Result<u32, Sto
 
 /// A scene as a watch compares it ([`crate::watch`]): the watched scene's row (rounds,
 /// who is present, when it last changed) and its newest 500 messages, and the library's
-/// rounds and messages in all, for the campaign tree's and scene list's counts.
+/// rounds and messages in all, for the campaign tree's and scene list's counts, and the
+/// authoring tree as the Campaigns panel shows it (a world, campaign, arc or scene made,
+/// renamed or deleted elsewhere; a cast, persona or lorebook link changed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SceneStanding {
     pub scene: Option<u64>,
     pub library: (i64, i64, i64),
+    pub tree: u64,
 }
 
 /// The standing of `scene_id` (none: only the library's counts).
@@ -529,7 +538,13 @@ pub fn standing(conn: &Connection, scene_id: Option<&str>) -> Result<SceneStandi
         }
         None => None,
     };
-    Ok(SceneStanding { scene, library })
+    let tree = {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let tree = super::authoring::tree(conn)?;
+        serde_json::to_string(&tree).map_err(|e| corrupt("authoring tree", e))?.hash(&mut hasher);
+        hasher.finish()
+    };
+    Ok(SceneStanding { scene, library, tree })
 }
 
 /// The number of the scene's last closed round (0: none yet).

@@ -142,7 +142,11 @@ impl CampaignsPanel {
                 self.status = Some(Err(message.clone()));
             }
             // The tree's round counts follow rounds played here and elsewhere.
+            // and worlds, campaigns, arcs and scenes another process made, renamed or
+            // deleted (the scene watch's tree, [`crate::scene::records::SceneStanding`]).
             Event::Scene(SceneEvent::RoundCompleted { .. } | SceneEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Tree)),
+            // Personas (and characters: the Library panel lists them again) made elsewhere.
+            Event::Companion(crate::companion::CompanionEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Personas)),
             Event::Interop(InteropEvent::Library { characters, lorebooks }) => {
                 self.characters = characters.clone();
                 self.lorebooks = lorebooks.clone();

@@ -436,7 +436,7 @@ mod tests {
         use crate::scene::SceneEvent;
         let mut log = EventLog::default();
         let plan = crate::scene::model::DirectorPlan {
-            acting_characters: vec![crate::scene::model::ActingCharacter { name: "Wren".into(), guidance: String::new(), priority: 1, order: None }],
+            acting_characters: vec![crate::scene::model::ActingCharacter { name: "Wren".into(), guidance: String::new(), priority: 1, order: None, forced: false }],
             activations: vec![crate::scene::model::Activation { name: "Ossian".into(), entry_guidance: String::new() }],
             ..Default::default()
         };

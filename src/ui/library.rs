@@ -581,7 +581,10 @@ impl super::Panel for LibraryPanel {
             // answer reaches every panel that shows characters (an import sends its own).
             Event::Companion(crate::companion::CompanionEvent::DemoReady { character_id: Some(_) })
             | Event::Scene(crate::scene::SceneEvent::DemoReady { scene_id: Some(_) })
-            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
+            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. })
+            // Another process (the CLI, a server) imported, made, renamed or deleted one:
+            // the chat's watch hears it ([`crate::companion::records::ChatStanding`]).
+            | Event::Companion(crate::companion::CompanionEvent::ChangedElsewhere { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
             _ => {}
         }
     }

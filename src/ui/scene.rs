@@ -55,6 +55,9 @@ pub struct ScenePanels {
     /// Pause each round after the Director's plan, and the plan waiting for review.
     review_plan: bool,
     pending_plan: Option<crate::scene::model::DirectorPlan>,
+    /// Who the game master skipped in the waiting plan, with the place each had in it,
+    /// so a skip can be taken back before the plan is sent.
+    skipped: Vec<(usize, crate::scene::model::ActingCharacter)>,
     /// A transcript message being edited (its number and the text so far).
     editing: Option<(u32, String)>,
     /// Words to find in the transcript, and the whole transcript once asked for.
@@ -71,7 +74,9 @@ pub struct ScenePanels {
 impl ScenePanels {
     /// Commands to send when the window opens.
     pub fn startup() -> Vec<Command> {
-        vec![Command::Scene(SceneCommand::List)]
+        // The library is watched from the start (scenes and the authoring tree another
+        // process changes), before any scene is open.
+        vec![Command::Scene(SceneCommand::Watch { scene: None }), Command::Scene(SceneCommand::List)]
     }
 
     pub fn selected(&self) -> Option<&str> {
@@ -209,6 +214,7 @@ impl ScenePanels {
             }
             SceneEvent::PlanReview { scene_id, plan, .. } if self.is_selected(scene_id) => {
                 self.pending_plan = Some(plan.clone());
+                self.skipped.clear();
             }
             SceneEvent::Transcript { scene_id, messages } if self.is_selected(scene_id) => {
                 self.whole = Some(messages.clone());
@@ -492,7 +498,7 @@ impl ScenePanels {
         for (i, actor) in turn_order(plan.acting_characters.clone()).iter().enumerate() {
             let guidance = if actor.guidance.trim().is_empty() { String::new() } else { format!(" — {}", actor.guidance.trim()) };
             // A character the game master made act has no priority of the Director's.
-            let why = if actor.priority == i32::MIN { "asked by you".to_string() } else { format!("priority {}", actor.priority) };
+            let why = if actor.forced { "asked by you".to_string() } else { format!("priority {}", actor.priority) };
             ui.label(format!("  {}. {} ({why}){guidance}", i + 1, super::short(&actor.name)));
         }
         for a in &plan.activations {
@@ -572,7 +578,21 @@ impl ScenePanels {
                 });
             }
             if let Some(i) = remove {
-                plan.acting_characters.remove(i);
+                self.skipped.push((i, plan.acting_characters.remove(i)));
+            }
+            // A skip is taken back: the character returns to the place it had.
+            let mut restore = None;
+            for (i, (_, skipped)) in self.skipped.iter().enumerate() {
+                ui.horizontal(|ui| {
+                    ui.weak(format!("skipped: {}", super::short(&skipped.name)));
+                    if ui.small_button(format!("Restore {}", super::short(&skipped.name))).on_hover_text("Put them back in this round").clicked() {
+                        restore = Some(i);
+                    }
+                });
+            }
+            if let Some(i) = restore {
+                let (place, actor) = self.skipped.remove(i);
+                plan.acting_characters.insert(place.min(plan.acting_characters.len()), actor);
             }
             ui.horizontal(|ui| {
                 let label = ui.label("Guidance for everyone");
@@ -591,6 +611,7 @@ impl ScenePanels {
         });
         if submitted {
             self.pending_plan = None;
+            self.skipped.clear();
         }
     }
 

@@ -963,6 +963,68 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
     assert_eq!(flags["Ossian Vale"]["exitedThisRound"], true, "{flags}");
 }
 
+/// A character the game master forces shows in the plan under review as `forced`, with
+/// no priority of the Director's (it read as -2147483648), in the predecessor's field
+/// names; the round record says the same, and a round stored with the old sentinel is
+/// read as forced.
+#[test]
+fn a_forced_speaker_is_marked_forced_not_ranked_at_the_lowest_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let args = ["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"];
+    let muted = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "mute", &scene, "Marguerite Siltborne"]).output().unwrap();
+    assert!(muted.status.success(), "{}", String::from_utf8_lossy(&muted.stderr));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .args(["scene", "round", &scene, "Let her speak.", "--force", "Marguerite", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, Write};
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = String::new();
+    let plan = loop {
+        let line = lines.next().expect("the round shows its plan").unwrap();
+        said.push_str(&line);
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "plan_review" {
+            break event["plan"].clone();
+        }
+    };
+    let acting = plan["actingCharacters"].as_array().unwrap();
+    let her = acting.iter().find(|a| a["name"] == "Marguerite Siltborne").unwrap_or_else(|| panic!("forced in: {plan}"));
+    assert_eq!((her["forced"].as_bool(), her["priority"].as_i64()), (Some(true), Some(0)), "{her}");
+    assert!(acting.iter().filter(|a| a["name"] != "Marguerite Siltborne").all(|a| a.get("forced").is_none()), "only she was forced: {plan}");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin).unwrap();
+    drop(stdin);
+    for line in lines {
+        said.push_str(&line.unwrap());
+    }
+    assert!(child.wait().unwrap().success(), "{said}");
+    assert!(!said.contains("-2147483648"), "no sentinel number anywhere: {said}");
+    let store = Store::open(&paths.library_file).unwrap();
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let stored = record.director["plan"]["actingCharacters"].as_array().unwrap().iter().find(|a| a["name"] == "Marguerite Siltborne").cloned().unwrap();
+    assert_eq!((stored["forced"].as_bool(), stored["priority"].as_i64()), (Some(true), Some(0)), "{stored}");
+
+    // A round an older version stored: the sentinel priority, no flag.
+    store
+        .with(|c| {
+            let json: String = c.query_row("SELECT director_json FROM scene_rounds WHERE scene_id = ?1 AND round = 1", [&scene], |r| r.get(0))?;
+            let old = json.replace(r#""priority":0,"order":null,"forced":true"#, r#""priority":-2147483648,"order":null"#);
+            assert_ne!(old, json, "the record as an older version wrote it");
+            c.execute("UPDATE scene_rounds SET director_json = ?2 WHERE scene_id = ?1 AND round = 1", rusqlite::params![scene, old])?;
+            Ok(())
+        })
+        .unwrap();
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let stored = record.director["plan"]["actingCharacters"].as_array().unwrap().iter().find(|a| a["name"] == "Marguerite Siltborne").cloned().unwrap();
+    assert_eq!((stored["forced"].as_bool(), stored["priority"].as_i64()), (Some(true), Some(0)), "{stored}");
+}
+
 /// The Director plan contract names characters `{id|name}`: a plan sent back with
 /// `--review` may name a cast member by id, in its lists and its `stateUpdates` keys;
 /// the round plays and records it under the member's name.

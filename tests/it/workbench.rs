@@ -1027,14 +1027,28 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     harness.step();
     let plan = harness.state().scene().pending_plan().expect("the plan waits").clone();
     assert!(plan.acting_characters.len() >= 2, "{plan:?}");
-    let skipped = plan.acting_characters[0].name.clone();
-    step_until_shown(&mut harness, &format!("Skip {skipped}"));
-    harness.get_by_label(&format!("Skip {skipped}")).click();
-    // The row goes in the frame that sees the click; the next frames lay out without it
-    // (a spinner repaints while the round waits: step, do not wait to settle).
-    run_until(&mut harness, Duration::from_secs(10), |app| app.scene().pending_plan().is_some_and(|p| p.acting_characters.len() + 1 == plan.acting_characters.len()));
+    let kept = plan.acting_characters[0].name.clone();
+    let skipped = plan.acting_characters[1].name.clone();
+    let acting = |app: &WorkbenchApp| app.scene().pending_plan().map(|p| p.acting_characters.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
+    // Both skipped; then the game master changes their mind about the first.
+    for name in [&kept, &skipped] {
+        step_until_shown(&mut harness, &format!("Skip {name}"));
+        harness.get_by_label(&format!("Skip {name}")).click();
+        // The row goes in the frame that sees the click; the next frames lay out without it
+        // (a spinner repaints while the round waits: step, do not wait to settle).
+        run_until(&mut harness, Duration::from_secs(10), |app| acting(app).is_some_and(|a| !a.contains(name)));
+        harness.step();
+        harness.step();
+    }
+    step_until_shown(&mut harness, &format!("Restore {kept}"));
+    harness.get_by_label(&format!("Restore {kept}")).click();
+    run_until(&mut harness, Duration::from_secs(10), |app| acting(app).is_some_and(|a| a.contains(&kept)));
     harness.step();
     harness.step();
+    let now = acting(harness.state()).expect("the plan waits");
+    assert_eq!(now.len() + 1, plan.acting_characters.len(), "{now:?}");
+    assert_eq!(now[0], kept, "back in the place it had: {now:?}");
+    assert!(!now.contains(&skipped), "{now:?}");
     harness.get_by_label("Play with this plan").click();
     run_until(&mut harness, Duration::from_secs(30), |app| {
         app.scene().last_error().is_some() || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
@@ -1043,7 +1057,7 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     assert_eq!(harness.state().scene().last_error(), None);
     let snapshot = harness.state().scene().snapshot().expect("snapshot");
     assert!(snapshot.messages.iter().all(|m| m.speaker != skipped), "{skipped} was taken out of the round: {:?}", snapshot.messages);
-    assert!(snapshot.messages.iter().any(|m| m.character_id.is_some()), "the others acted");
+    assert!(snapshot.messages.iter().any(|m| m.speaker == kept), "{kept} was restored and acted: {:?}", snapshot.messages);
 }
 
 #[test]
@@ -1751,6 +1765,52 @@ fn a_round_another_process_plays_shows_in_the_scene_and_a_stale_undo_is_refused(
     assert!(harness.query_all_by_label_contains("I climb the stairs to the lamp room.").next().is_some(), "the round is kept and shown");
     harness.get_by_label("Undo last round").click_accesskit();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
+}
+
+/// Worlds another process makes, renames and deletes show in the Campaigns tree without
+/// a click (they used to wait for a restart when no scene was open), a character it
+/// imports shows in the Library and the chat's list, and what the user was typing in the
+/// tree's editor stays as typed.
+#[test]
+fn the_campaign_tree_and_the_character_lists_follow_another_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Campaigns").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.campaigns().tree().worlds.is_empty());
+    harness.run();
+    harness.get_by_label("Settings of world The Saltmarsh Coast").click();
+    harness.run();
+    text_field(&harness, "Description").click();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    text_field(&harness, "Description").type_text("Half a thought, not saved yet");
+    harness.run();
+    let worlds = |app: &WorkbenchApp| app.campaigns().tree().worlds.iter().map(|w| w.name.clone()).collect::<Vec<_>>();
+
+    cli_on(dir.path(), &["world", "new", "Ashfall"]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).iter().any(|w| w == "Ashfall"));
+    harness.run();
+    assert!(harness.query_by_label("Settings of world Ashfall").is_some(), "on screen");
+    cli_on(dir.path(), &["world", "edit", "Ashfall", "--name", "Ashfall Reach"]);
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).iter().any(|w| w == "Ashfall Reach"));
+    cli_on(dir.path(), &["world", "delete", "Ashfall Reach", "--yes"]);
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).len() == 1);
+    harness.run();
+    assert_eq!(text_field(&harness, "Description").value().as_deref(), Some("Half a thought, not saved yet"), "the typing is kept");
+
+    let card = dir.path().join("maren.json");
+    std::fs::write(&card, maren_card().to_string()).expect("write the card");
+    cli_on(dir.path(), &["import", card.to_str().expect("a UTF-8 path")]);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.library().characters().iter().any(|c| c.name == "Maren Vosk") && app.chat().characters().iter().any(|c| c.name == "Maren Vosk")
+    });
+    assert_eq!(text_field(&harness, "Description").value().as_deref(), Some("Half a thought, not saved yet"), "the typing is kept");
 }
 
 /// The chat's Author's Note is written, saved and removed in the chat panel, and the

@@ -535,12 +535,8 @@ pub(super) fn director_plan(
                     entry_guidance: "The game master brings you into the scene.".into(),
                 });
             }
-            plan.acting_characters.push(crate::scene::model::ActingCharacter {
-                name: member.name.clone(),
-                guidance: "The game master asks you to act this round.".into(),
-                priority: i32::MIN,
-                order: None,
-            });
+            plan.acting_characters
+                .push(crate::scene::model::ActingCharacter::forced(member.name.clone(), "The game master asks you to act this round.".into()));
         }
     }
     // The game master reviews the plan before anyone acts: their version is the plan.
