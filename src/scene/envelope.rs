@@ -305,7 +305,10 @@ pub fn assemble_for_call(
             *lore_state = state;
             return Ok((finish(envelope, &prompt), prompt));
         }
-        budget = budget.saturating_sub(total - max + 16);
+        // Shrink from what the sections used, not from what they were given: a section
+        // with room to spare (history's slack under one more message) would otherwise
+        // absorb the cut and the next fit send the same prompt again.
+        budget = envelope.ledger.used().min(budget).saturating_sub(total - max + 16);
     }
     // Four fits did not close the gap: send nothing of the sections rather than overflow.
     let mut state = lore_state.clone();
