@@ -15,7 +15,8 @@
 //! - notes: world / campaign / arc / scene notes, persona, trackers, facts and the
 //!   campaign's in-fiction time in words;
 //! - director guidance: the Director's words for the acting character;
-//! - character guidance: character sheets and their current states.
+//! - character guidance: character sheets and their current states; a character gets
+//!   its own sheet whole and an excerpt of each other present character's description.
 
 use super::model::{CastMember, STATE_FIELDS, SceneMessage, SceneView};
 use super::records::SceneNotes;
@@ -588,6 +589,11 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
             let expanded = expand(&summary, &macro_context(input, &persona, &member.name, Some(member)));
             text.push_str(&expanded.text);
             macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
+        } else if let Some(excerpt) = others_excerpt(input, member, macro_notes) {
+            // A character plays beside the others present: it is told who they are, in
+            // brief, so it can name and describe them rightly; its own sheet stays whole.
+            text.push('\n');
+            text.push_str(&excerpt);
         }
         // What others can see of a character (where it is, how it looks and seems, what
         // it is doing) is told to everyone; what it means to do only to itself and to
@@ -607,6 +613,24 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
 
 /// How much of an earlier arc's scene summary a later arc is told.
 const EARLIER_ARC_CHARS: usize = 480;
+
+/// How much of another present character's description a character is told.
+pub const OTHERS_EXCERPT_CHARS: usize = 320;
+
+/// Another present character as a character sees it: its description (its personality
+/// when it has none) in whole sentences up to [`OTHERS_EXCERPT_CHARS`], macros resolved
+/// as its own card's.
+fn others_excerpt(input: &EnvelopeInput<'_>, member: &CastMember, macro_notes: &mut Vec<String>) -> Option<String> {
+    let (field, text) = ["description", "personality"]
+        .into_iter()
+        .find_map(|field| member.sheet.get(field).filter(|t| !t.trim().is_empty()).map(|t| (field, t)))?;
+    let persona = Persona::of(input.view);
+    let expanded = expand(text, &macro_context(input, &persona, &member.name, Some(member)));
+    macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
+    let one_line = expanded.text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let excerpt = brief(&one_line, OTHERS_EXCERPT_CHARS);
+    (!excerpt.is_empty()).then(|| format!("{field}: {excerpt}"))
+}
 
 /// `text` cut to whole sentences within `max` characters (at least its first sentence,
 /// clipped, when that alone is longer), so an earlier arc's scene costs little.
@@ -1083,9 +1107,10 @@ mod tests {
 
     /// A long world description and campaign premise are cut at a sentence to fit the
     /// setting's share, never dropped whole, and the cut is in the ledger; the notes
-    /// (trackers, facts) keep their own share.
+    /// (trackers, facts) keep their own share. Another present character is told in a
+    /// bounded excerpt, the character's own card whole.
     #[test]
-    fn a_long_setting_is_cut_in_its_own_share() {
+    fn a_long_setting_is_cut_in_its_own_share_and_others_are_told_in_brief() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
         let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
@@ -1100,6 +1125,7 @@ mod tests {
             member.sheet.insert("description".into(), description);
         }
         let member = view.cast[0].clone();
+        let other = view.cast[1].clone();
         for max in [2048u32, 8192] {
             let profile = crate::llm::ProviderProfile { max_context_tokens: max, ..Default::default() };
             let input = EnvelopeInput {
@@ -1136,6 +1162,14 @@ mod tests {
             }
             assert!(prompt.system.contains("Campaign \"") && prompt.system.contains("Smugglers run stolen iron"), "{}", prompt.system);
             assert!(prompt.system.contains("- Trackers: "), "the notes keep their share: {}", prompt.system);
+            // The other character: a bounded excerpt, in whole sentences; its own card whole.
+            assert!(prompt.system.contains(&format!("description: {} has scar number 1.", other.name)), "{}", prompt.system);
+            assert!(!prompt.system.contains(&format!("{} has scar number 40.", other.name)), "{}", prompt.system);
+            let excerpt = prompt.system.split(&format!("description: {} has", other.name)).nth(1).unwrap().lines().next().unwrap();
+            assert!(excerpt.chars().count() < OTHERS_EXCERPT_CHARS, "{excerpt}");
+            if max == 8192 {
+                assert!(prompt.system.contains(&format!("{} has scar number 40.", member.name)), "{}", prompt.system);
+            }
         }
     }
 

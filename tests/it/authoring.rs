@@ -236,10 +236,11 @@ fn a_campaign_built_from_nothing_plays_with_its_own_lore_and_nothing_of_the_demo
 }
 
 /// What the game master wrote the world, the campaign and the scene to be reaches every
-/// agent of a round under "Setting"; the ledger of every call names the setting section
-/// and what it kept.
+/// agent of a round under "Setting", and each character is told who the others present
+/// are (an excerpt of their description) beside its own whole card; the ledger of every
+/// call names the setting section and what it kept.
 #[test]
-fn the_world_campaign_and_scene_descriptions_reach_the_agents() {
+fn the_world_campaign_and_scene_descriptions_and_the_other_characters_reach_the_agents() {
     let dir = tempfile::tempdir().unwrap();
     let cli = setup(dir.path());
     let world = "A drowned archipelago where iron is sacred and every blade is blessed by the tide-priests.";
@@ -282,7 +283,17 @@ fn the_world_campaign_and_scene_descriptions_reach_the_agents() {
         }
         assert!(system.contains("## Setting\n"), "{needle}: {system}");
     }
-    // The ledger of every call names the setting and what it kept.
+    // Each character is told who the other is, and its own card whole.
+    let tessa_prompt = system_of("You are playing Tessa Quill");
+    assert!(tessa_prompt.contains("description: A cellar-keeper with a hook for a left hand."), "{tessa_prompt}");
+    assert!(tessa_prompt.contains("A clerk who forges permits in violet ink."), "{tessa_prompt}");
+    assert!(tessa_prompt.matches("owes the harbourmaster").count() < 3, "only an excerpt of Bram: {tessa_prompt}");
+    let bram_prompt = system_of("You are playing Bram Holloway");
+    assert!(bram_prompt.contains("description: A clerk who forges permits in violet ink."), "{bram_prompt}");
+    assert_eq!(bram_prompt.matches("owes the harbourmaster").count(), 3, "its own card whole: {bram_prompt}");
+
+    // The ledger of every call names the setting and what it kept; a character's names
+    // the other character's sheet it was given.
     let record = store.with(|c| lorekeeper::scene::records::load_round(c, &scene, 1)).unwrap().unwrap();
     let ledgers = record.ledgers.as_array().unwrap();
     assert!(ledgers.len() >= 4, "{ledgers:?}");
@@ -293,6 +304,9 @@ fn the_world_campaign_and_scene_descriptions_reach_the_agents() {
         assert_eq!(kept, ["world description", "campaign description", "scene description"], "{call}");
         assert!(section("setting")["used"].as_u64().unwrap() > 30, "{call}");
     }
+    let tessa_call = ledgers.iter().find(|l| l["agent"] == "character" && l["character"] == "Tessa Quill").unwrap_or_else(|| panic!("{ledgers:?}"));
+    let guidance = tessa_call["ledger"]["sections"].as_array().unwrap().iter().find(|s| s["section"] == "character_guidance").unwrap();
+    assert!(guidance["kept"].as_array().unwrap().iter().any(|k| k == "character Bram Holloway"), "{guidance}");
 }
 
 /// Undo after edits by hand: what the round changed is taken back, what was edited since
