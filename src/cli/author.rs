@@ -19,6 +19,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Args)]
 pub struct Described {
+    /// What this world or campaign is (its setting or premise): every agent of its
+    /// scenes is told it under "Setting".
     #[arg(long, default_value = "")]
     pub description: String,
     /// Scenario / author notes: every prompt of this level's scenes carries them.
@@ -145,13 +147,16 @@ pub enum CampaignVerb {
         lore: Option<f64>,
         #[arg(long)]
         memories: Option<f64>,
+        /// The world's, campaign's and scene's descriptions.
+        #[arg(long)]
+        setting: Option<f64>,
         #[arg(long)]
         notes: Option<f64>,
         #[arg(long)]
         director_guidance: Option<f64>,
         #[arg(long)]
         character_guidance: Option<f64>,
-        #[arg(long, conflicts_with_all = ["history", "summaries", "lore", "memories", "notes", "director_guidance", "character_guidance"])]
+        #[arg(long, conflicts_with_all = ["history", "summaries", "lore", "memories", "setting", "notes", "director_guidance", "character_guidance"])]
         reset: bool,
     },
 }
@@ -421,13 +426,14 @@ pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result
         }
         CampaignVerb::Time { campaign, minutes } => AuthorCommand::EditState { campaign, edit: StateEdit::Elapsed { minutes } },
         CampaignVerb::Budgets { campaign, reset: true, .. } => AuthorCommand::SetBudgets { campaign, plan: None },
-        CampaignVerb::Budgets { campaign, history, summaries, lore, memories, notes, director_guidance, character_guidance, reset: false } => {
+        CampaignVerb::Budgets { campaign, history, summaries, lore, memories, setting, notes, director_guidance, character_guidance, reset: false } => {
             use crate::prompting::Section;
             let given = [
                 (Section::History, history),
                 (Section::Summaries, summaries),
                 (Section::Lore, lore),
                 (Section::Memories, memories),
+                (Section::Setting, setting),
                 (Section::Notes, notes),
                 (Section::DirectorGuidance, director_guidance),
                 (Section::CharacterGuidance, character_guidance),

@@ -232,9 +232,12 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                     return Err(StoreError::Invalid(format!("budgets.{}: {bad} is not a share between 0 and 100", section.label())));
                 }
                 let mut plan = authoring::budgets(tx, &campaign)?.unwrap_or(defaults);
+                // A plan saved before a section was added reads with that section's
+                // default share and may be over 100: a change that lowers it is taken.
+                let before: f64 = plan.percent.values().sum();
                 plan.percent.extend(shares);
                 let total: f64 = plan.percent.values().sum();
-                if total > 100.0 + 1e-6 {
+                if total > 100.0 + 1e-6 && total > before + 1e-6 {
                     let listed: Vec<String> = plan.percent.iter().map(|(s, p)| format!("{} {p}", s.label())).collect();
                     return Err(StoreError::Invalid(format!(
                         "the shares would add up to {total}% ({}): each is a share of the context, so together at most 100",

@@ -24,6 +24,13 @@ pub struct SceneNotes {
     pub campaign: String,
     pub arc: String,
     pub scene: String,
+    /// What the world is, as its game master described it (the envelope's setting; an
+    /// arc has no description, and the scene's own is in the view).
+    #[serde(default)]
+    pub world_description: String,
+    /// The campaign's premise, as described.
+    #[serde(default)]
+    pub campaign_description: String,
     /// Summaries of the campaign's earlier scenes (this arc's and earlier arcs'), oldest
     /// first.
     pub earlier_scenes: Vec<EarlierScene>,
@@ -58,14 +65,14 @@ fn created_before(param: &str) -> String {
 }
 
 pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, StoreError> {
-    type NotesRow = (String, String, String, String, String, String, String, u32);
-    let (world, campaign, arc, scene, arc_id, summary, _created, summary_round): NotesRow =
+    type NotesRow = (String, String, String, String, String, String, u32, String, String);
+    let (world, campaign, arc, scene, arc_id, summary, summary_round, world_description, campaign_description): NotesRow =
         conn.query_row(
-            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.created_at, s.summary_round
+            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.summary_round, w.description, c.description
              FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
              JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
             [scene_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?)),
         )
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
@@ -90,7 +97,7 @@ pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, Store
         earlier.cast = serde_json::from_str(&cast).map_err(|e| corrupt("earlier scene cast", e))?;
         earlier_scenes.push(earlier);
     }
-    Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary, summary_round })
+    Ok(SceneNotes { world, campaign, arc, scene, world_description, campaign_description, earlier_scenes, scene_summary: summary, summary_round })
 }
 
 /// The campaign's scenes created before `scene_id` whose running summary stops short of
