@@ -193,7 +193,7 @@ pub(super) struct Authored {
 
 /// Send `command` and answer with what it authored (its own answer, not another
 /// request's), with the tree after it when `with_tree`.
-async fn author(state: &AppState, command: AuthorCommand, with_tree: bool) -> Result<axum::Json<Authored>, ApiError> {
+pub(super) async fn author(state: &AppState, command: AuthorCommand, with_tree: bool) -> Result<axum::Json<Authored>, ApiError> {
     match state.ask(Command::Scene(SceneCommand::Author(command)), AUTHOR_LIMIT).await? {
         Event::Author(AuthorEvent::Authored { action, kind, id, name, impact }) => {
             let impact = impact.map(serde_json::to_value).transpose().map_err(ApiError::internal)?;
