@@ -186,9 +186,9 @@ pub struct EntryFields {
 
 impl EntryFields {
     /// The settings given, as the engine takes them (the HTTP entry routes take the same).
-    fn patch(self) -> crate::lorebook::EntryPatch {
-        use crate::lorebook::Keys;
-        crate::lorebook::EntryPatch {
+    fn patch(self) -> crate::interop::EntryPatch {
+        use crate::interop::EntryKeys as Keys;
+        crate::interop::EntryPatch {
             comment: self.comment,
             keys: self.keys.map(Keys::Line),
             secondary_keys: self.secondary_keys.map(Keys::Line),

@@ -6,11 +6,13 @@
 //! engine's blocking pool and reports with [`InteropEvent`]s. Invariant: a file that
 //! cannot be read changes nothing, and every event is sent after its transaction.
 
+pub mod entry_patch;
 pub mod format;
 pub mod library;
 pub mod profile;
 
 
+pub use entry_patch::{EntryKeys, EntryPatch};
 pub use library::{CardFormat, CharacterSummary, CreatedItem, ImportOutcome, InteropError, ItemKind, LorebookFormat, LorebookSummary};
 
 use crate::context::{Context, CoreEvent};
@@ -42,7 +44,7 @@ pub enum InteropCommand {
     SaveEntry { lorebook: String, ordinal: Option<usize>, entry: Box<crate::lorebook::LoreEntry> },
     /// Change some settings of the entry at `ordinal`, or add an entry with them at the end
     /// (`None`); checked as `SaveEntry` is, read and written in one transaction.
-    PatchEntry { lorebook: String, ordinal: Option<usize>, patch: Box<crate::lorebook::EntryPatch> },
+    PatchEntry { lorebook: String, ordinal: Option<usize>, patch: Box<EntryPatch> },
     DeleteEntry { lorebook: String, ordinal: usize },
     DuplicateEntry { lorebook: String, ordinal: usize },
     MoveEntry { lorebook: String, from: usize, to: usize },

@@ -18,10 +18,8 @@
 
 pub mod activation;
 mod decorators;
-mod patch;
 
 pub use decorators::{Decorator, split_decorators};
-pub use patch::{EntryPatch, Keys};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -41,7 +41,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
 
 /// A lorebook: what it holds and where it fires.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct LorebookUse {
+pub(super) struct LorebookInUse {
     id: String,
     name: String,
     entries: usize,
@@ -69,10 +69,10 @@ fn use_of(state: &AppState, key: &str) -> Result<crate::scene::lorebooks::Lorebo
 /// What a lorebook (id or name) holds and where it is attached: what deleting it would
 /// delete and detach.
 #[utoipa::path(get, path = "/api/lorebook/{lorebook}", params(("lorebook" = String, Path)),
-    responses((status = 200, body = LorebookUse), (status = 404, body = ErrorBody)))]
-pub(super) async fn show(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>) -> Result<axum::Json<LorebookUse>, ApiError> {
+    responses((status = 200, body = LorebookInUse), (status = 404, body = ErrorBody)))]
+pub(super) async fn show(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>) -> Result<axum::Json<LorebookInUse>, ApiError> {
     let found = use_of(&state, &lorebook)?;
-    Ok(axum::Json(LorebookUse { id: found.id, name: found.name, entries: found.entries, bound: found.bound }))
+    Ok(axum::Json(LorebookInUse { id: found.id, name: found.name, entries: found.entries, bound: found.bound }))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,23 +112,23 @@ pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(lorebook): P
 /// A lorebook's new name.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RenameBody {
+pub(super) struct LorebookRename {
     /// No other lorebook may have it (case aside).
     name: String,
 }
 
 /// Rename a lorebook (id or name); a name another book has is refused.
-#[utoipa::path(post, path = "/api/lorebook/{lorebook}/rename", request_body = RenameBody, params(("lorebook" = String, Path)),
+#[utoipa::path(post, path = "/api/lorebook/{lorebook}/rename", request_body = LorebookRename, params(("lorebook" = String, Path)),
     responses((status = 200, body = Authored), (status = 400, body = ErrorBody, description = "an empty name, or one another lorebook has"),
         (status = 404, body = ErrorBody)))]
 pub(super) async fn rename(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>, bytes: Bytes) -> Result<axum::Json<Authored>, ApiError> {
-    let RenameBody { name } = body(&bytes)?;
+    let LorebookRename { name } = body(&bytes)?;
     author(&state, AuthorCommand::RenameLorebook { lorebook, name }, false).await
 }
 
 /// A lorebook's entries in their order (an entry's index is its place in this list).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct Entries {
+pub(super) struct LorebookEntries {
     id: String,
     name: String,
     /// Each entry with every setting: keys, secondary_keys, content, comment, constant,
@@ -138,11 +138,11 @@ pub(super) struct Entries {
     /// What the change did (`added`, `saved`, `deleted`, `duplicated`, `moved`) and the
     /// index it concerns; absent for a list.
     #[serde(skip_serializing_if = "Option::is_none")]
-    changed: Option<Changed>,
+    changed: Option<EntryChange>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct Changed {
+pub(super) struct EntryChange {
     action: String,
     index: usize,
 }
@@ -161,13 +161,13 @@ fn interop_refusal(answer: Event) -> ApiError {
 }
 
 /// Send an entry command and answer with the entries as saved.
-async fn change(state: &AppState, command: InteropCommand) -> Result<axum::Json<Entries>, ApiError> {
+async fn change(state: &AppState, command: InteropCommand) -> Result<axum::Json<LorebookEntries>, ApiError> {
     match state.ask(Command::Interop(command), LIMIT).await? {
-        Event::Interop(InteropEvent::Entries { id, name, entries, changed }) => Ok(axum::Json(Entries {
+        Event::Interop(InteropEvent::Entries { id, name, entries, changed }) => Ok(axum::Json(LorebookEntries {
             id,
             name,
             entries: serde_json::to_value(entries).map_err(ApiError::internal)?,
-            changed: changed.map(|(action, index)| Changed { action, index }),
+            changed: changed.map(|(action, index)| EntryChange { action, index }),
         })),
         other => Err(interop_refusal(other)),
     }
@@ -180,32 +180,32 @@ fn index(text: &str) -> Result<usize, ApiError> {
 
 /// A lorebook's entries in their order, with every setting.
 #[utoipa::path(get, path = "/api/lorebook/{lorebook}/entries", params(("lorebook" = String, Path)),
-    responses((status = 200, body = Entries), (status = 404, body = ErrorBody)))]
-pub(super) async fn entries(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>) -> Result<axum::Json<Entries>, ApiError> {
+    responses((status = 200, body = LorebookEntries), (status = 404, body = ErrorBody)))]
+pub(super) async fn entries(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>) -> Result<axum::Json<LorebookEntries>, ApiError> {
     change(&state, InteropCommand::Entries { lorebook }).await
 }
 
 /// Add an entry at the end of a lorebook with the settings given (an empty body adds a
 /// blank one), checked as the entry editor checks it.
-#[utoipa::path(post, path = "/api/lorebook/{lorebook}/entries", request_body = crate::lorebook::EntryPatch, params(("lorebook" = String, Path)),
-    responses((status = 200, body = Entries), (status = 400, body = ErrorBody, description = "a setting out of range or a key that is not a valid regular expression (named)"),
+#[utoipa::path(post, path = "/api/lorebook/{lorebook}/entries", request_body = crate::interop::EntryPatch, params(("lorebook" = String, Path)),
+    responses((status = 200, body = LorebookEntries), (status = 400, body = ErrorBody, description = "a setting out of range or a key that is not a valid regular expression (named)"),
         (status = 404, body = ErrorBody)))]
-pub(super) async fn add_entry(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>, bytes: Bytes) -> Result<axum::Json<Entries>, ApiError> {
-    let patch: crate::lorebook::EntryPatch = if bytes.iter().all(u8::is_ascii_whitespace) { Default::default() } else { body(&bytes)? };
+pub(super) async fn add_entry(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>, bytes: Bytes) -> Result<axum::Json<LorebookEntries>, ApiError> {
+    let patch: crate::interop::EntryPatch = if bytes.iter().all(u8::is_ascii_whitespace) { Default::default() } else { body(&bytes)? };
     change(&state, InteropCommand::PatchEntry { lorebook, ordinal: None, patch: Box::new(patch) }).await
 }
 
 /// Change the settings given of the entry at `index`; the others stay.
-#[utoipa::path(post, path = "/api/lorebook/{lorebook}/entry/{index}/edit", request_body = crate::lorebook::EntryPatch,
+#[utoipa::path(post, path = "/api/lorebook/{lorebook}/entry/{index}/edit", request_body = crate::interop::EntryPatch,
     params(("lorebook" = String, Path), ("index" = usize, Path)),
-    responses((status = 200, body = Entries), (status = 400, body = ErrorBody, description = "nothing to change, a setting out of range or a bad key (named)"),
+    responses((status = 200, body = LorebookEntries), (status = 400, body = ErrorBody, description = "nothing to change, a setting out of range or a bad key (named)"),
         (status = 404, body = ErrorBody, description = "no such lorebook, or no entry at that index")))]
 pub(super) async fn edit_entry(
     State(state): State<Arc<AppState>>,
     Path((lorebook, at)): Path<(String, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Entries>, ApiError> {
-    let patch: crate::lorebook::EntryPatch = body(&bytes)?;
+) -> Result<axum::Json<LorebookEntries>, ApiError> {
+    let patch: crate::interop::EntryPatch = body(&bytes)?;
     if patch.is_empty() {
         return Err(ApiError::bad_request("nothing to change: give at least one setting (comment, keys, content, …)"));
     }
@@ -215,20 +215,20 @@ pub(super) async fn edit_entry(
 
 /// Delete the entry at `index`; the entries after it move up one.
 #[utoipa::path(delete, path = "/api/lorebook/{lorebook}/entry/{index}", params(("lorebook" = String, Path), ("index" = usize, Path)),
-    responses((status = 200, body = Entries), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(super) async fn delete_entry(State(state): State<Arc<AppState>>, Path((lorebook, at)): Path<(String, String)>) -> Result<axum::Json<Entries>, ApiError> {
+    responses((status = 200, body = LorebookEntries), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn delete_entry(State(state): State<Arc<AppState>>, Path((lorebook, at)): Path<(String, String)>) -> Result<axum::Json<LorebookEntries>, ApiError> {
     let ordinal = index(&at)?;
     change(&state, InteropCommand::DeleteEntry { lorebook, ordinal }).await
 }
 
 /// Copy the entry at `index` to the end of its book.
 #[utoipa::path(post, path = "/api/lorebook/{lorebook}/entry/{index}/duplicate", params(("lorebook" = String, Path), ("index" = usize, Path)),
-    responses((status = 200, body = Entries), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = LorebookEntries), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn duplicate_entry(
     State(state): State<Arc<AppState>>,
     Path((lorebook, at)): Path<(String, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Entries>, ApiError> {
+) -> Result<axum::Json<LorebookEntries>, ApiError> {
     super::play::no_fields(&bytes, "duplicate")?;
     let ordinal = index(&at)?;
     change(&state, InteropCommand::DuplicateEntry { lorebook, ordinal }).await
@@ -237,21 +237,21 @@ pub(super) async fn duplicate_entry(
 /// Where an entry moves.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct MoveBody {
+pub(super) struct EntryMove {
     /// Its new index (past the end: last).
     to: usize,
 }
 
 /// Move the entry at `index` to another index; the others keep their order.
-#[utoipa::path(post, path = "/api/lorebook/{lorebook}/entry/{index}/move", request_body = MoveBody,
+#[utoipa::path(post, path = "/api/lorebook/{lorebook}/entry/{index}/move", request_body = EntryMove,
     params(("lorebook" = String, Path), ("index" = usize, Path)),
-    responses((status = 200, body = Entries), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = LorebookEntries), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn move_entry(
     State(state): State<Arc<AppState>>,
     Path((lorebook, at)): Path<(String, String)>,
     bytes: Bytes,
-) -> Result<axum::Json<Entries>, ApiError> {
-    let MoveBody { to } = body(&bytes)?;
+) -> Result<axum::Json<LorebookEntries>, ApiError> {
+    let EntryMove { to } = body(&bytes)?;
     let from = index(&at)?;
     change(&state, InteropCommand::MoveEntry { lorebook, from, to }).await
 }
@@ -259,13 +259,13 @@ pub(super) async fn move_entry(
 /// A text to test a lorebook on.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct TestBody {
+pub(super) struct LoreTestBody {
     text: String,
 }
 
 /// Why each entry fires or stays out.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct LoreTest {
+pub(super) struct LoreTestAnswer {
     id: String,
     text: String,
     /// Per entry: `ordinal`, `label`, `fired`, `reason`.
@@ -275,16 +275,16 @@ pub(super) struct LoreTest {
 
 /// Run a lorebook's activation on a text, as a chat would, and say why each entry fires
 /// or stays out (`lorekeeper lorebook test`, the lore editor's test box).
-#[utoipa::path(post, path = "/api/lorebook/{lorebook}/test", request_body = TestBody, params(("lorebook" = String, Path)),
-    responses((status = 200, body = LoreTest), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(super) async fn test(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>, bytes: Bytes) -> Result<axum::Json<LoreTest>, ApiError> {
-    let TestBody { text } = body(&bytes)?;
+#[utoipa::path(post, path = "/api/lorebook/{lorebook}/test", request_body = LoreTestBody, params(("lorebook" = String, Path)),
+    responses((status = 200, body = LoreTestAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn test(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>, bytes: Bytes) -> Result<axum::Json<LoreTestAnswer>, ApiError> {
+    let LoreTestBody { text } = body(&bytes)?;
     if text.trim().is_empty() {
         return Err(ApiError::bad_request("invalid body: `text` is empty"));
     }
     match state.ask(Command::Interop(InteropCommand::TestLore { lorebook, text }), LIMIT).await? {
         Event::Interop(InteropEvent::LoreTest { id, text, verdicts }) => {
-            Ok(axum::Json(LoreTest { id, text, verdicts: serde_json::to_value(verdicts).map_err(ApiError::internal)? }))
+            Ok(axum::Json(LoreTestAnswer { id, text, verdicts: serde_json::to_value(verdicts).map_err(ApiError::internal)? }))
         }
         other => Err(interop_refusal(other)),
     }
@@ -293,14 +293,14 @@ pub(super) async fn test(State(state): State<Arc<AppState>>, Path(lorebook): Pat
 /// A lorebook of the library, by id or name.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct BookBody {
+pub(super) struct LorebookChoice {
     lorebook: String,
 }
 
 /// Attach a lorebook to a character (`attach`: it fires in the character's chat and in the
 /// scenes of campaigns the character is cast in, beside its card's own book) or detach it
 /// (`detach`; 400 when it is not attached there), as `lorebook attach --character` does.
-#[utoipa::path(post, path = "/api/character/{character_id}/lorebook/{action}", request_body = BookBody,
+#[utoipa::path(post, path = "/api/character/{character_id}/lorebook/{action}", request_body = LorebookChoice,
     params(("character_id" = String, Path, description = "a character's id or name"), ("action" = String, Path, description = "attach or detach")),
     responses((status = 200, body = Authored), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn character_lorebook(
@@ -308,7 +308,7 @@ pub(super) async fn character_lorebook(
     Path((character, action)): Path<(String, String)>,
     bytes: Bytes,
 ) -> Result<axum::Json<Authored>, ApiError> {
-    let BookBody { lorebook } = body(&bytes)?;
+    let LorebookChoice { lorebook } = body(&bytes)?;
     let command = match action.as_str() {
         "attach" => AuthorCommand::Attach { lorebook, level: LoreLevel::Character, owner: character },
         "detach" => AuthorCommand::Detach { lorebook, level: LoreLevel::Character, owner: character },
@@ -319,7 +319,7 @@ pub(super) async fn character_lorebook(
 
 /// Attach a lorebook to one character's chat only (`attach`) or detach it (`detach`; 400
 /// when it is not attached there), as `lorebook attach --chat` does.
-#[utoipa::path(post, path = "/api/chat/{character}/lorebook/{action}", request_body = BookBody,
+#[utoipa::path(post, path = "/api/chat/{character}/lorebook/{action}", request_body = LorebookChoice,
     params(("character" = String, Path), ("action" = String, Path, description = "attach or detach")),
     responses((status = 200, body = Object, description = "the `changed` event: `action` says what was attached or detached"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -328,7 +328,7 @@ pub(super) async fn chat_lorebook(
     Path((character, action)): Path<(String, String)>,
     bytes: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let BookBody { lorebook } = body(&bytes)?;
+    let LorebookChoice { lorebook } = body(&bytes)?;
     let attach = match action.as_str() {
         "attach" => true,
         "detach" => false,

@@ -1,24 +1,24 @@
-//! A change to some of an entry's settings, as the command line's `lorebook entry add|edit`
+//! A change to some of a lorebook entry's settings, as the command line's `lorebook entry add|edit`
 //! flags and the HTTP entry routes' bodies say it: one set of names and one parser, so
 //! every front door takes the same fields and refuses the same words.
 
-use super::{InsertionPosition, LoreEntry, PromptRole, SelectiveLogic};
+use crate::lorebook::{InsertionPosition, LoreEntry, PromptRole, SelectiveLogic};
 use serde::Deserialize;
 
 /// Keys as one comma-separated line (a `/regular expression/` keeps its commas, see
-/// [`super::split_keys`]) or as a list.
+/// [`crate::lorebook::split_keys`]) or as a list.
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
-pub enum Keys {
+pub enum EntryKeys {
     Line(String),
     List(Vec<String>),
 }
 
-impl Keys {
+impl EntryKeys {
     fn into_list(self) -> Vec<String> {
         match self {
-            Keys::Line(line) => super::split_keys(&line),
-            Keys::List(list) => list.into_iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect(),
+            EntryKeys::Line(line) => crate::lorebook::split_keys(&line),
+            EntryKeys::List(list) => list.into_iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect(),
         }
     }
 }
@@ -30,8 +30,8 @@ pub struct EntryPatch {
     /// Title / memo (never sent to the model).
     pub comment: Option<String>,
     /// Primary keys: comma-separated text (`/pattern/flags` for a regular expression) or a list.
-    pub keys: Option<Keys>,
-    pub secondary_keys: Option<Keys>,
+    pub keys: Option<EntryKeys>,
+    pub secondary_keys: Option<EntryKeys>,
     /// How secondary keys combine: `and-any`, `and-all`, `not-any`, `not-all`.
     pub logic: Option<String>,
     pub content: Option<String>,
@@ -63,7 +63,7 @@ impl EntryPatch {
 
     /// Apply the settings given to `entry`; a word that is not a setting is refused with the
     /// field named. Ranges and keys are checked afterwards, as every edit is
-    /// ([`super::activation::check_entry`]).
+    /// ([`crate::lorebook::activation::check_entry`]).
     pub fn apply(self, entry: &mut LoreEntry) -> Result<(), String> {
         if let Some(v) = self.comment {
             entry.comment = v;
