@@ -72,7 +72,8 @@ pub enum AuthorCommand {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum AuthorEvent {
-    /// Something was created, changed or removed (`action`: created, updated, deleted).
+    /// Something was created, changed or removed (`action`: created, updated, renamed,
+    /// deleted, attached, detached).
     Authored { action: String, kind: String, id: String, name: String, impact: Option<Impact> },
     Tree { tree: Box<Tree> },
     Personas { personas: Vec<character::Persona> },

@@ -172,7 +172,7 @@ pub(super) async fn identity_runs(State(state): State<Arc<AppState>>) -> Result<
 /// after it where the change shows there.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Authored {
-    /// `created`, `updated`, `deleted`, `attached`, `detached`.
+    /// `created`, `updated`, `renamed` (a lorebook), `deleted`, `attached`, `detached`.
     action: String,
     /// `world`, `campaign`, `arc`, `scene`, `persona`, `character`, `cast`, `lorebook`, `campaign state`, `character state`.
     kind: String,
@@ -181,7 +181,8 @@ pub(super) struct Authored {
     id: String,
     /// Its name (for `cast`, `character state`: the character's).
     name: String,
-    /// What went with a deletion: `{campaigns, arcs, scenes, messages}`.
+    /// What went with a deletion: `{campaigns, arcs, scenes, messages}`; a lorebook's adds
+    /// `lore_entries` and `detached` (what it was attached to, in words).
     #[schema(value_type = Option<Object>)]
     #[serde(skip_serializing_if = "Option::is_none")]
     impact: Option<Value>,
