@@ -612,6 +612,17 @@ pub fn lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<String>, S
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The characters a lorebook is attached to by hand, `(id, name)` by name (what deleting
+/// the book would detach it from).
+pub fn holding_lorebook(conn: &Connection, lorebook_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT c.id, c.name FROM character_lorebooks l JOIN characters c ON c.id = l.character_id
+         WHERE l.lorebook_id = ?1 ORDER BY c.name COLLATE NOCASE, c.id",
+    )?;
+    let rows = stmt.query_map([lorebook_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// A persona: who the user plays.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Persona {

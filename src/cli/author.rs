@@ -233,6 +233,15 @@ pub enum LorebookVerb {
         #[arg(long, default_value = "")]
         description: String,
     },
+    /// Give a lorebook another name (no other lorebook may have it).
+    Rename { lorebook: String, name: String },
+    /// Delete a lorebook with its entries, detached from every world, campaign, character
+    /// and chat it is attached to; one that holds entries or is attached anywhere needs --yes.
+    Delete {
+        lorebook: String,
+        #[arg(long)]
+        yes: bool,
+    },
     /// Make a lorebook fire in every scene of a world or a campaign, for a character (its
     /// chat and its campaigns' scenes), or in one character's chat only.
     Attach(AttachArgs),
@@ -493,6 +502,8 @@ pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result
         LorebookVerb::Attach(args) => (args, true),
         LorebookVerb::Detach(args) => (args, false),
         LorebookVerb::New { name, description } => return author(engine, json, AuthorCommand::NewLorebook { name, description }),
+        LorebookVerb::Rename { lorebook, name } => return author(engine, json, AuthorCommand::RenameLorebook { lorebook, name }),
+        LorebookVerb::Delete { lorebook, yes } => return author(engine, json, AuthorCommand::DeleteLorebook { lorebook, confirmed: yes }),
         LorebookVerb::Entry(verb) => return super::interop::entry(engine, verb, json),
         LorebookVerb::Test { lorebook, text } => return super::interop::test(engine, lorebook, text, json),
     };

@@ -185,78 +185,28 @@ pub struct EntryFields {
 }
 
 impl EntryFields {
-    /// Apply the settings given to `entry`; a word that is not a setting is refused.
-    fn apply(&self, entry: &mut crate::lorebook::LoreEntry) -> Result<()> {
-        use crate::lorebook::{InsertionPosition, PromptRole, SelectiveLogic};
-        if let Some(v) = &self.comment {
-            entry.comment = v.clone();
+    /// The settings given, as the engine takes them (the HTTP entry routes take the same).
+    fn patch(self) -> crate::interop::EntryPatch {
+        use crate::interop::EntryKeys as Keys;
+        crate::interop::EntryPatch {
+            comment: self.comment,
+            keys: self.keys.map(Keys::Line),
+            secondary_keys: self.secondary_keys.map(Keys::Line),
+            logic: self.logic,
+            content: self.content,
+            constant: self.constant,
+            enabled: self.enabled,
+            order: self.order,
+            position: self.position,
+            depth: self.depth,
+            role: self.role,
+            probability: self.probability,
+            group: self.group,
+            sticky: self.sticky,
+            cooldown: self.cooldown,
+            delay: self.delay,
+            scan_depth: self.scan_depth,
         }
-        if let Some(v) = &self.keys {
-            entry.keys = crate::lorebook::split_keys(v);
-        }
-        if let Some(v) = &self.secondary_keys {
-            entry.secondary_keys = crate::lorebook::split_keys(v);
-            entry.selective = !entry.secondary_keys.is_empty() || entry.selective;
-        }
-        if let Some(v) = &self.logic {
-            entry.selective_logic = match v.as_str() {
-                "and-any" => SelectiveLogic::AndAny,
-                "and-all" => SelectiveLogic::AndAll,
-                "not-any" => SelectiveLogic::NotAny,
-                "not-all" => SelectiveLogic::NotAll,
-                other => anyhow::bail!("--logic {other:?}: say and-any, and-all, not-any or not-all"),
-            };
-        }
-        if let Some(v) = &self.content {
-            entry.content = v.clone();
-        }
-        if let Some(v) = self.constant {
-            entry.constant = v;
-        }
-        if let Some(v) = self.enabled {
-            entry.enabled = v;
-        }
-        if let Some(v) = self.order {
-            entry.insertion_order = v;
-        }
-        if let Some(v) = &self.position {
-            entry.position = match v.as_str() {
-                "before-char" => InsertionPosition::BeforeCharacter,
-                "after-char" => InsertionPosition::AfterCharacter,
-                "an-top" => InsertionPosition::AuthorNoteTop,
-                "an-bottom" => InsertionPosition::AuthorNoteBottom,
-                "at-depth" => InsertionPosition::AtDepth,
-                "examples-top" => InsertionPosition::ExamplesTop,
-                "examples-bottom" => InsertionPosition::ExamplesBottom,
-                other => anyhow::bail!("--position {other:?}: say before-char, after-char, an-top, an-bottom, at-depth, examples-top or examples-bottom"),
-            };
-        }
-        if let Some(v) = self.depth {
-            entry.depth = v;
-        }
-        if let Some(v) = &self.role {
-            entry.role = match v.as_str() {
-                "system" => PromptRole::System,
-                "user" => PromptRole::User,
-                "assistant" => PromptRole::Assistant,
-                other => anyhow::bail!("--role {other:?}: say system, user or assistant"),
-            };
-        }
-        if let Some(v) = self.probability {
-            entry.probability = v;
-        }
-        if let Some(v) = &self.group {
-            entry.group = v.clone();
-        }
-        for (given, slot) in [(self.sticky, &mut entry.sticky), (self.cooldown, &mut entry.cooldown), (self.delay, &mut entry.delay)] {
-            if let Some(v) = given {
-                *slot = (v > 0).then_some(v);
-            }
-        }
-        if let Some(v) = self.scan_depth {
-            entry.scan_depth = Some(v);
-        }
-        Ok(())
     }
 }
 
@@ -276,20 +226,12 @@ pub fn entry(engine: &EngineHandle, verb: EntryVerb, json: bool) -> Result<ExitC
             entries_after(engine, json, InteropCommand::Entries { lorebook })?;
         }
         EntryVerb::Add { lorebook, fields } => {
-            let mut entry = crate::lorebook::LoreEntry::default();
-            fields.apply(&mut entry)?;
-            entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: None, entry: Box::new(entry) })?;
+            let patch = Box::new(fields.patch());
+            entries_after(engine, json, InteropCommand::PatchEntry { lorebook, ordinal: None, patch })?;
         }
         EntryVerb::Edit { lorebook, index, fields } => {
-            // Read quietly, change only what was given, save (and print what was saved).
-            engine.send(Command::Interop(InteropCommand::Entries { lorebook: lorebook.clone() }))?;
-            let current = super::drive::wait(engine, TIMEOUT, |event| match event {
-                Event::Interop(InteropEvent::Entries { entries, .. }) => Some(entries.get(index).cloned()),
-                _ => None,
-            });
-            let Some(mut entry) = current? else { anyhow::bail!("{lorebook:?} has no entry at index {index} (see `lorebook entry list`)") };
-            fields.apply(&mut entry)?;
-            entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: Some(index), entry: Box::new(entry) })?;
+            let patch = Box::new(fields.patch());
+            entries_after(engine, json, InteropCommand::PatchEntry { lorebook, ordinal: Some(index), patch })?;
         }
         EntryVerb::Delete { lorebook, index } => {
             entries_after(engine, json, InteropCommand::DeleteEntry { lorebook, ordinal: index })?;

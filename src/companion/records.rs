@@ -159,6 +159,13 @@ pub fn chat_lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<Strin
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The characters whose chat alone a lorebook is attached to, by id.
+pub fn chats_with_lorebook(conn: &Connection, lorebook_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT character_id FROM companion_chat_lorebooks WHERE lorebook_id = ?1 ORDER BY character_id")?;
+    let rows = stmt.query_map([lorebook_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// Choose which greeting opens the chat (the first message's swipe).
 pub fn set_greeting(conn: &Connection, character_id: &str, index: u32) -> Result<(), StoreError> {
     conn.execute(

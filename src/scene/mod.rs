@@ -7,6 +7,7 @@
 
 pub mod author;
 pub mod authoring;
+pub mod lorebooks;
 pub mod demo;
 pub mod envelope;
 pub mod lore;

@@ -223,7 +223,7 @@ fn interop_line(event: &crate::interop::InteropEvent) -> Option<(LogLevel, Strin
     use crate::interop::InteropEvent as E;
     let info = |text: String| Some((LogLevel::Info, text));
     match event {
-        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } | E::Portrait { .. } => None,
+        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } | E::Portrait { .. } | E::Refused { .. } => None,
         E::ImportReport { created, skipped, warnings } => Some((
             if skipped.iter().any(|s| s.error) { LogLevel::Warn } else { LogLevel::Info },
             format!("library: imported {} item(s), skipped {} file(s), {} warning(s)", created.len(), skipped.len(), warnings.len()),
@@ -258,7 +258,7 @@ fn author_line(event: &crate::scene::author::AuthorEvent) -> Option<(LogLevel, S
             Some((LogLevel::Info, format!("{action} {kind} {name}{gone}")))
         }
         E::TranscriptExported { path, messages, .. } => Some((LogLevel::Info, format!("exported {messages} messages to {}", path.display()))),
-        E::Tree { .. } | E::Personas { .. } | E::Budgets { .. } => None,
+        E::Tree { .. } | E::Personas { .. } | E::Budgets { .. } | E::LorebookUse { .. } => None,
     }
 }
 
