@@ -57,6 +57,9 @@ pub struct ScenePanels {
     pending_plan: Option<crate::scene::model::DirectorPlan>,
     /// A transcript message being edited (its number and the text so far).
     editing: Option<(u32, String)>,
+    /// The message whose Delete was clicked, asking "Really delete?" before it goes (as
+    /// the chat asks): Delete sits beside Edit, and a slip must not take a message out.
+    confirm_delete: Option<u32>,
     /// Words to find in the transcript, and the whole transcript once asked for.
     search: String,
     whole: Option<Vec<SceneMessage>>,
@@ -306,6 +309,7 @@ impl ScenePanels {
             self.budgets.clear();
             self.alternatives.clear();
             self.editing = None;
+            self.confirm_delete = None;
             self.whole = None;
             // Rounds another process plays here are heard within a couple of seconds.
             outbox.push(Command::Scene(SceneCommand::Watch { scene: Some(id.clone()) }));
@@ -735,7 +739,9 @@ impl ScenePanels {
             return;
         }
         let mut start_edit = None;
-        let mut delete = None;
+        // This frame's answer to "Really delete?" (`Some(None)`: keep it) and a question asked.
+        let mut delete_answer: Option<Option<u32>> = None;
+        let mut delete_ask = None;
         let mut save = None;
         let mut stop_edit = false;
         egui::ScrollArea::vertical().id_salt("scene_transcript").stick_to_bottom(true).show(ui, |ui| {
@@ -753,14 +759,24 @@ impl ScenePanels {
                     if !running && self.editing.is_none() && ui.small_button(format!("Edit message {}", m.number)).on_hover_text("Change its text (its memory follows)").clicked() {
                         start_edit = Some((m.number, m.content.clone()));
                     }
-                    if !running
-                        && self.editing.is_none()
-                        && ui
+                    if !running && self.editing.is_none() {
+                        if self.confirm_delete == Some(m.number) {
+                            // The answers sit right of the question, not where Delete
+                            // was: a double click on Delete only asks.
+                            ui.colored_label(ui.visuals().warn_fg_color, format!("Really delete message {}?", m.number));
+                            if ui.small_button("No, keep it").clicked() {
+                                delete_answer = Some(None);
+                            }
+                            if ui.small_button("Yes, delete").clicked() {
+                                delete_answer = Some(Some(m.number));
+                            }
+                        } else if ui
                             .small_button(format!("Delete message {}", m.number))
                             .on_hover_text("Take it out of the transcript, and its memory with it (the round's state stays; Undo takes back a round)")
                             .clicked()
-                    {
-                        delete = Some(m.number);
+                        {
+                            delete_ask = Some(m.number);
+                        }
                     }
                 });
                 match self.editing.as_mut().filter(|(n, _)| *n == m.number) {
@@ -785,7 +801,9 @@ impl ScenePanels {
             if let Some(live) = &self.live {
                 ui.weak(format!("— round {}{} —", live.round, if live.completed { "" } else { " (playing)" }));
                 if let Some(input) = live.input.as_deref().filter(|t| !t.trim().is_empty()) {
-                    ui.label(RichText::new("You:").strong());
+                    // Named as the stored message will be: the campaign's persona, else "User".
+                    let persona = snapshot.view.persona.as_deref().and_then(|p| p.split(':').next()).map(str::trim).filter(|p| !p.is_empty());
+                    ui.label(RichText::new(format!("{}:", super::short(persona.unwrap_or("User")))).strong());
                     ui.label(input);
                 }
                 for turn in &live.turns {
@@ -802,8 +820,14 @@ impl ScenePanels {
         if let Some(request) = start_edit {
             self.editing = Some(request);
         }
-        if let Some(number) = delete {
-            outbox.push(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number }));
+        if let Some(answer) = delete_answer {
+            self.confirm_delete = None;
+            if let Some(number) = answer {
+                outbox.push(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number }));
+            }
+        }
+        if let Some(number) = delete_ask {
+            self.confirm_delete = Some(number);
         }
         if let Some((number, text)) = save {
             outbox.push(Command::Scene(SceneCommand::EditMessage { scene, number, text }));

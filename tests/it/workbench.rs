@@ -575,6 +575,9 @@ fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, Workb
 fn closing_while_a_round_runs_asks_first() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut harness, _scene) = slow_round_streaming(dir.path());
+    // While the round plays, the user's line is under the campaign persona's name, as stored.
+    assert!(harness.query_by_label("Juno:").is_some(), "the persona names the user's line");
+    assert!(harness.query_by_label("You:").is_none());
     let close = |harness: &mut Harness<'static, WorkbenchApp>| {
         harness.input_mut().viewports.entry(egui::ViewportId::ROOT).or_default().events.push(egui::ViewportEvent::Close);
         harness.step();
@@ -1148,7 +1151,17 @@ fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
     harness.run();
     step_until_shown(&mut harness, "Delete message 2");
     let count = harness.state().scene().snapshot().map(|s| s.messages.len()).unwrap_or(0);
+    // Delete asks first, as the chat does; "No" keeps the message.
     harness.get_by_label("Delete message 2").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete message 2?").is_some(), "one click only asks");
+    harness.get_by_label("No, keep it").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete message 2?").is_none());
+    assert_eq!(harness.state().scene().snapshot().map(|s| s.messages.len()), Some(count), "nothing deleted");
+    harness.get_by_label("Delete message 2").click();
+    harness.run();
+    harness.get_by_label("Yes, delete").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.messages.len() + 1 == count && s.messages.iter().all(|m| m.number != 2)));
 }
 
