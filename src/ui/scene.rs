@@ -69,6 +69,8 @@ pub struct ScenePanels {
     portraits: super::portrait::Portraits,
     /// A character (by name) to bring into the scene's cast or take out of it.
     cast_change: String,
+    /// What was typed and not sent, per scene (the open scene's is `input`).
+    drafts: super::drafts::Drafts,
 }
 
 impl ScenePanels {
@@ -287,6 +289,16 @@ impl ScenePanels {
     /// The message box's text (for tests).
     pub fn input(&self) -> &str {
         &self.input
+    }
+
+    /// Every scene's unsent message, by scene id (what the window saves).
+    pub fn drafts(&self) -> std::collections::BTreeMap<String, String> {
+        self.drafts.all(&self.input)
+    }
+
+    /// The unsent messages a previous window kept.
+    pub fn restore_drafts(&mut self, drafts: std::collections::BTreeMap<String, String>) {
+        self.drafts.restore(drafts);
     }
 
     /// Open `scene` as the workbench did when it last closed, once the scene list
@@ -602,6 +614,7 @@ impl ScenePanels {
         let Some(scene) = self.selected.clone() else { return };
         self.plan_review(ui, outbox, &scene);
         let running = self.live.as_ref().is_some_and(|l| !l.completed);
+        self.drafts.follow(Some(&scene), &mut self.input);
         let label = ui.label("Your message");
         let field = ui
             .add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do (Ctrl+Enter plays the round)"))

@@ -1814,3 +1814,43 @@ fn an_authors_note_is_written_and_removed_in_the_chat_panel() {
     }
     assert_eq!(stored(), None);
 }
+
+/// A scene message and a chat message typed and not sent are there again when the
+/// window is closed and opened (each with its own scene or character), not lost.
+#[test]
+fn unsent_scene_and_chat_messages_survive_closing_the_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let (mut harness, scene) = open_demo_scene_with(dir.path(), &config, 1000.0);
+    write_first_message(&mut harness);
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    let character = harness.state().chat().selected().map(str::to_string).expect("a chat is open");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Evening, Ilse.");
+    harness.run();
+    let state = harness.state().state();
+    assert_eq!(state.scene_drafts.get(&scene).map(String::as_str), Some("I knock on the lighthouse door."));
+    assert_eq!(state.chat_drafts.get(&character).map(String::as_str), Some("Evening, Ilse."));
+    drop(harness);
+
+    // Opened again from what the window saved (through its JSON, as eframe keeps it).
+    let state: lorekeeper::ui::layout::WorkbenchState = serde_json::from_str(&serde_json::to_string(&state).expect("saves")).expect("reads");
+    let engine = start_engine(dir.path(), &config);
+    let mut harness = Harness::builder()
+        .with_max_steps(MAX_STEPS)
+        .with_size([1280.0, 1000.0])
+        .build_eframe(move |cc| WorkbenchApp::with_state(&cc.egui_ctx, engine, state));
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    assert_eq!(harness.state().scene().input(), "I knock on the lighthouse door.");
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected() == Some(character.as_str()));
+    harness.run();
+    assert_eq!(harness.state().chat().draft(), "Evening, Ilse.");
+}
