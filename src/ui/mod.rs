@@ -571,11 +571,15 @@ impl WorkbenchApp {
                 self.panels.library.lore_editor_mut().failed(&format!("{context}: {message}"));
             }
         }
-        // Events that follow an LLM call: the Prompt panel refreshes when next shown.
+        // Events that follow an LLM call, here or in another process (a round the CLI
+        // played is heard as `ChangedElsewhere`): the Prompt panel refreshes when next shown.
         if matches!(
             event,
-            Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. } | crate::companion::CompanionEvent::Failed { .. })
-                | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
+            Event::Companion(
+                crate::companion::CompanionEvent::TurnCommitted { .. }
+                    | crate::companion::CompanionEvent::Failed { .. }
+                    | crate::companion::CompanionEvent::ChangedElsewhere { .. }
+            ) | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. } | crate::scene::SceneEvent::ChangedElsewhere { .. })
                 | Event::Identity(crate::identity::IdentityEvent::CheckpointReady { .. })
                 | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
         ) {

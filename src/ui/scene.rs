@@ -247,6 +247,8 @@ impl ScenePanels {
             SceneEvent::ChangedElsewhere { scene_id: Some(id) } if self.is_selected(id) => {
                 outbox.push(Command::Scene(SceneCommand::List));
                 outbox.push(Command::Scene(SceneCommand::Alternatives { scene: id.clone() }));
+                // The Budgets panel's refit and telemetry count that round too.
+                outbox.push(self.budgets.preview_command(id));
                 if self.live.is_none() {
                     self.whole = None;
                     self.refreshing = false;

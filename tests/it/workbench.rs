@@ -1854,3 +1854,31 @@ fn unsent_scene_and_chat_messages_survive_closing_the_window() {
     harness.run();
     assert_eq!(harness.state().chat().draft(), "Evening, Ilse.");
 }
+
+/// A round the command line plays in the open scene reaches the Budgets, Injected
+/// memories and Prompt panels without a click (they used to keep showing the round
+/// before), and the Prompt panel's detail moves on to the newest call.
+#[test]
+fn a_round_another_process_plays_reaches_budgets_injections_and_prompt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1000.0);
+    play_first_round(&mut harness);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.iter().any(|t| t.round == 1)) && !app.memory().injections().is_empty()
+    });
+    nav(&harness, "Prompt").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.prompt().calls().is_empty());
+    harness.run();
+    let newest = harness.state().prompt().calls()[0].id;
+    assert_eq!(harness.state().prompt().selected_call(), Some(newest), "the newest call is shown");
+    let injections = harness.state().memory().injections().to_vec();
+
+    cli_on(dir.path(), &["scene", "round", &scene, "I ask the keeper about the lamp."]);
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.iter().any(|t| t.round == 2))
+            && app.memory().injections() != injections.as_slice()
+            && app.prompt().calls().first().is_some_and(|c| c.id != newest)
+    });
+    let prompt = harness.state().prompt();
+    assert_eq!(prompt.selected_call(), prompt.calls().first().map(|c| c.id), "the detail follows to the newest call");
+}
