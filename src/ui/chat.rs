@@ -90,6 +90,8 @@ pub struct ChatPanel {
     wanted: Option<String>,
     /// The character's portrait beside its messages.
     portraits: super::portrait::Portraits,
+    /// What was typed and not sent, per character (the open one's is `input`).
+    drafts: super::drafts::Drafts,
 }
 
 /// Exchanges loaded when a character is opened.
@@ -114,6 +116,16 @@ impl ChatPanel {
     /// The message being written.
     pub fn draft(&self) -> &str {
         &self.input
+    }
+
+    /// Every chat's unsent message, by character id (what the window saves).
+    pub fn drafts(&self) -> std::collections::BTreeMap<String, String> {
+        self.drafts.all(&self.input)
+    }
+
+    /// The unsent messages a previous window kept.
+    pub fn restore_drafts(&mut self, drafts: std::collections::BTreeMap<String, String>) {
+        self.drafts.restore(drafts);
     }
 
     pub fn selected(&self) -> Option<&str> {
@@ -960,6 +972,7 @@ impl ChatPanel {
         }
         ui.separator();
         let busy = self.live.is_some();
+        self.drafts.follow(self.selected.as_deref(), &mut self.input);
         let label = ui.label("Message");
         let edit = egui::TextEdit::multiline(&mut self.input)
             .hint_text("Write to the character (Ctrl+Enter sends)")

@@ -555,6 +555,39 @@ mod gui {
         assert_eq!(fields.len(), 2, "{fields:?}");
     }
 
+    /// Notes typed in one node and not saved are still there after another node was
+    /// opened, marked as not saved; saved, they are clean; reverted, they are as saved.
+    #[test]
+    fn unsaved_notes_survive_opening_another_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        cli.ok(&["world", "new", "Vael"]);
+        cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael"]);
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some());
+        click(&mut harness, "Settings of world Vael");
+        assert!(harness.query_by_label("Not saved yet").is_none());
+        type_into(&mut harness, "Notes", "Ash falls every autumn.");
+        assert!(harness.query_by_label("Not saved yet").is_some());
+        click(&mut harness, "Settings of Ashfall");
+        assert_eq!(field(&harness, "Notes").value().as_deref(), Some(""), "the campaign's own notes");
+        assert!(harness.query_by_label("Not saved yet").is_none());
+        click(&mut harness, "Settings of world Vael");
+        assert_eq!(field(&harness, "Notes").value().as_deref(), Some("Ash falls every autumn."), "kept, not discarded");
+        assert!(harness.query_by_label("Not saved yet").is_some());
+        click(&mut harness, "Save");
+        run_until(&mut harness, "the notes saved", |app| app.campaigns().tree().worlds.iter().any(|w| w.notes == "Ash falls every autumn."));
+        assert!(harness.query_by_label("Not saved yet").is_none());
+        type_into(&mut harness, "Notes", " And winter.");
+        click(&mut harness, "Revert changes");
+        assert_eq!(field(&harness, "Notes").value().as_deref(), Some("Ash falls every autumn."));
+        assert!(harness.query_by_label("Not saved yet").is_none());
+    }
+
     /// What `persona edit`, `persona delete` and `campaign time` do, done in the
     /// Campaigns panel: a persona renamed and re-described (the campaign that plays it
     /// follows), the in-fiction clock set, the persona deleted after a second click.
