@@ -113,6 +113,11 @@ impl IdentityPanels {
         }
     }
 
+    /// The runs the character lists offer.
+    pub fn runs(&self) -> &[RunRecord] {
+        &self.runs
+    }
+
     pub fn selected(&self) -> Option<&str> {
         self.selected.as_deref()
     }
