@@ -728,6 +728,117 @@ fn a_failed_regenerate_leaves_the_message_box_empty_and_the_packet_says_so() {
     assert!(harness.query_by_label_contains("no reply was kept").is_some());
 }
 
+/// Pick `name` in the Chat panel's Character list.
+fn pick_chat_character(harness: &mut Harness<'_, WorkbenchApp>, name: &str) {
+    harness.get_by_label("Character").click();
+    harness.run();
+    harness.get_by_label_contains(&format!("{name} —")).click();
+    harness.run();
+    let id = harness.state().chat().characters().iter().find(|c| c.name == name).map(|c| c.id.clone());
+    assert_eq!(harness.state().chat().selected(), id.as_deref(), "{name} is open");
+}
+
+/// A failed send's error and the words given back belong to that chat: picking another
+/// character shows that one's own (none), and coming back brings them again. They stayed
+/// on screen, one Send from posting Odile's message to Bastien.
+#[test]
+fn a_failed_sends_error_and_draft_stay_with_their_own_chat() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("script.json");
+    let fail = serde_json::json!({ "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } });
+    std::fs::write(&script, serde_json::json!({ "default": fail }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    let engine = start_engine(dir.path(), &config);
+    // The demo companion first: a library with a card of the user's gets none.
+    lorekeeper::companion::demo::ensure(&engine.context().store).expect("demo");
+    lorekeeper::interop::library::import_bytes(&engine.context().store, maren_card().to_string().as_bytes(), "maren").expect("import");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.chat().selected().is_some() && ["Ilse Marrow", "Maren Vosk"].iter().all(|n| app.chat().characters().iter().any(|c| c.name == *n))
+    });
+    harness.run();
+    pick_chat_character(&mut harness, "Ilse Marrow");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("For Ilse only.");
+    harness.run();
+    harness.get_by_label("Send").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().error().is_some());
+    harness.run();
+    assert_eq!(harness.state().chat().draft(), "For Ilse only.", "the words come back to send again");
+    // Under the chat (and in the event log, which keeps it).
+    let shown = harness.query_all_by_label_contains("overloaded").count();
+    assert!(shown >= 1);
+
+    pick_chat_character(&mut harness, "Maren Vosk");
+    assert_eq!(harness.state().chat().error(), None, "Ilse's error is not Maren's");
+    assert_eq!(harness.query_all_by_label_contains("overloaded").count(), shown - 1, "gone from under the chat");
+    assert_eq!(text_field(&harness, "Message").value().as_deref(), Some(""), "Ilse's words are not sent to Maren");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("For Maren.");
+    harness.run();
+
+    pick_chat_character(&mut harness, "Ilse Marrow");
+    assert!(harness.state().chat().error().is_some_and(|e| e.contains("overloaded")), "{:?}", harness.state().chat().error());
+    assert_eq!(harness.state().chat().draft(), "For Ilse only.");
+    pick_chat_character(&mut harness, "Maren Vosk");
+    assert_eq!(harness.state().chat().draft(), "For Maren.");
+    assert_eq!(harness.state().chat().error(), None);
+}
+
+/// The Character list keeps the order it opened with while it is open: a list sorted by
+/// the latest chat moved its rows under the pointer as chats were written, and a click
+/// went to the wrong character. Closed and opened again, it is in the new order.
+#[test]
+fn the_chat_character_list_holds_its_order_while_open() {
+    use lorekeeper::companion::CompanionEvent;
+    use lorekeeper::companion::model::ChatCharacter;
+    use lorekeeper::ui::chat::ChatPanel;
+    let character = |id: &str, name: &str, last: Option<&str>| ChatCharacter {
+        id: id.into(),
+        name: name.into(),
+        origin: "card".into(),
+        turns: 0,
+        last_chat_at: last.map(str::to_string),
+    };
+    let mut panel = ChatPanel::default();
+    let mut outbox = Vec::new();
+    let first = vec![character("a", "Ada", None), character("b", "Bastien", None)];
+    panel.apply(&CompanionEvent::Characters { characters: first }, &mut outbox);
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([900.0, 700.0]).build_ui_state(
+        |ui, panel: &mut ChatPanel| {
+            let mut outbox = Vec::new();
+            panel.show(ui, &mut outbox);
+        },
+        panel,
+    );
+    harness.run();
+    let rows = |harness: &Harness<'_, ChatPanel>| -> Vec<String> {
+        let mut rows: Vec<(f32, String)> =
+            harness.query_all_by_label_contains(" exchanges").map(|n| (n.rect().top(), egui_kittest::kittest::NodeT::accesskit_node(&n).label().unwrap_or_default())).collect();
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        rows.into_iter().map(|(_, label)| label).collect()
+    };
+    harness.get_by_label("Character").click();
+    harness.run();
+    assert_eq!(rows(&harness), ["Ada — 0 exchanges", "Bastien — 0 exchanges"]);
+    // Bastien's chat is written to while the list is open: the engine lists him first.
+    let moved = vec![character("b", "Bastien", Some("2026-11-25T11:00:00Z")), character("a", "Ada", None), character("c", "Cleo", None)];
+    harness.state_mut().apply(&CompanionEvent::Characters { characters: moved }, &mut outbox);
+    harness.run();
+    assert_eq!(rows(&harness), ["Ada — 0 exchanges", "Bastien — 0 exchanges", "Cleo — 0 exchanges"], "held; the new one last");
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    harness.get_by_label("Character").click();
+    harness.run();
+    assert_eq!(rows(&harness), ["Bastien — 0 exchanges", "Ada — 0 exchanges", "Cleo — 0 exchanges"], "opened again: the new order");
+}
+
 fn view_messages(harness: &Harness<'_, WorkbenchApp>) -> Vec<lorekeeper::llm::ChatMessage> {
     harness.state().chat().packet().expect("packet").packet.messages.clone()
 }
