@@ -914,7 +914,7 @@ impl ChatPanel {
                 if let Some(path) = self.file_picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
                     self.file_path = path.display().to_string();
                 }
-                let path = std::path::PathBuf::from(self.file_path.trim());
+                let path = super::platform::typed_path(&self.file_path);
                 let ready = !busy && !self.file_path.trim().is_empty();
                 if ui.add_enabled(ready, egui::Button::new("Import chat")).on_hover_text("Read a SillyTavern .jsonl chat; the current chat is saved").clicked() {
                     outbox.push(Command::Companion(CompanionCommand::Import { character: character.clone(), path: path.clone() }));

@@ -1214,6 +1214,41 @@ fn a_lorebook_entry_is_edited_and_tested_in_the_library_panel() {
     assert!(harness.query_by_label_contains("stays out: 1. New entry — no keys and not constant").is_some());
 }
 
+/// "~/bastien.png" typed in the Library's Import file field is read from the home folder
+/// ("cannot read ~/bastien.png" before: nothing expanded it).
+#[test]
+fn a_path_typed_with_a_tilde_is_under_the_home_folder() {
+    use lorekeeper::engine::Command;
+    use lorekeeper::interop::InteropCommand;
+    use lorekeeper::ui::library::LibraryPanel;
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1000.0, 700.0]).build_ui_state(
+        |ui, (panel, outbox): &mut (LibraryPanel, Vec<Command>)| panel.show(ui, outbox),
+        (LibraryPanel::default(), Vec::new()),
+    );
+    harness.run();
+    text_field_of(&harness, "Import file").click();
+    harness.run();
+    text_field_of(&harness, "Import file").type_text("~/bastien.png");
+    harness.run();
+    harness.get_by_label("Import").click();
+    harness.run();
+    let home = directories::BaseDirs::new().expect("a home folder").home_dir().to_path_buf();
+    let imports: Vec<&Command> = harness.state().1.iter().filter(|c| matches!(c, Command::Interop(InteropCommand::Import { .. }))).collect();
+    match imports.as_slice() {
+        [Command::Interop(InteropCommand::Import { paths })] => assert_eq!(paths, &vec![home.join("bastien.png")]),
+        other => panic!("one import of the expanded path, got {other:?}"),
+    }
+}
+
+/// [`text_field`] for a harness of any state.
+fn text_field_of<'h, S>(harness: &'h Harness<'_, S>, label: &'h str) -> egui_kittest::Node<'h> {
+    use egui::accesskit::Role;
+    harness
+        .query_by_role_and_label(Role::TextInput, label)
+        .or_else(|| harness.query_by_role_and_label(Role::MultilineTextInput, label))
+        .unwrap_or_else(|| panic!("no text field labelled {label:?}"))
+}
+
 #[test]
 fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
     let dir = tempfile::tempdir().expect("tempdir");
