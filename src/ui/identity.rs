@@ -315,9 +315,10 @@ impl IdentityPanels {
     /// A finished run out as a seed folder; any run deleted with its character.
     fn run_files(&mut self, ui: &mut egui::Ui, run_id: &str, name: &str, complete: bool, outbox: &mut Vec<Command>) {
         ui.separator();
-        ui.horizontal(|ui| {
+        // Wrapped, so a narrow tile still shows every button.
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("Seed folder");
-            ui.add(egui::TextEdit::singleline(&mut self.export_path).hint_text("/path/to/folder").desired_width(300.0).id_salt("identity_export_path"))
+            ui.add(egui::TextEdit::singleline(&mut self.export_path).hint_text("/path/to/folder").desired_width(ui.available_width().clamp(120.0, 300.0)).id_salt("identity_export_path"))
                 .labelled_by(label.id);
             if let Some(folder) = self.export_picker.button(ui, "Browse…", || super::platform::FileRequest::folder("Seed folder")).and_then(|p| p.into_iter().next()) {
                 self.export_path = folder.display().to_string();
@@ -326,21 +327,25 @@ impl IdentityPanels {
             if ui.add_enabled(ready, egui::Button::new("Export seed folder")).on_hover_text("The finished character as a seed folder").clicked() {
                 outbox.push(Command::Identity(IdentityCommand::Export {
                     character_id: run_id.to_string(),
-                    out: std::path::PathBuf::from(self.export_path.trim()),
+                    out: super::platform::typed_path(&self.export_path),
                 }));
             }
         });
         if let Some(done) = &self.exported {
             ui.colored_label(Color32::from_rgb(80, 170, 90), done);
         }
-        ui.horizontal(|ui| {
-            if !self.confirm_delete {
-                if ui.button("Delete run…").clicked() {
-                    self.confirm_delete = true;
-                }
-                return;
+        if !self.confirm_delete {
+            if ui.button("Delete run…").clicked() {
+                self.confirm_delete = true;
             }
-            ui.label(format!("Delete {name}'s run, every version, and the character with its chat and memories?"));
+            return;
+        }
+        ui.label(if complete {
+            format!("Delete {name}'s run, every version, and the character with its chat and memories?")
+        } else {
+            format!("Delete {name}'s run and every version? Its running agents are stopped.")
+        });
+        ui.horizontal_wrapped(|ui| {
             if ui.button(format!("Delete {name}")).clicked() {
                 outbox.push(Command::Interop(crate::interop::InteropCommand::DeleteCharacter { character: run_id.to_string(), confirmed: true }));
                 self.confirm_delete = false;
@@ -387,11 +392,13 @@ impl IdentityPanels {
                 ("Role", &mut f.role, 1),
                 ("Concept", &mut f.concept, 3),
                 ("Storyline", &mut f.storyline, 3),
-                ("Other characters (one per line: name - role - concept)", &mut f.others, 3),
+                ("Other characters", &mut f.others, 3),
             ] {
                 let label = ui.label(name);
                 let edit = if lines == 1 { egui::TextEdit::singleline(text) } else { egui::TextEdit::multiline(text).desired_rows(lines) };
-                ui.add(edit.desired_width(420.0)).labelled_by(label.id);
+                let edit = if name == "Other characters" { edit.hint_text("one per line: name - role - concept") } else { edit };
+                // As wide as the tile leaves (a narrow Waves tile cut the fields off).
+                ui.add(edit.desired_width(ui.available_width().clamp(120.0, 420.0))).labelled_by(label.id);
                 ui.end_row();
             }
             let label = ui.label("Depth");
@@ -405,10 +412,11 @@ impl IdentityPanels {
                 .response
                 .labelled_by(label.id);
             ui.end_row();
-            ui.label("");
-            ui.checkbox(&mut f.auto_approve, "Approve each checkpoint automatically");
-            ui.end_row();
         });
+        // Outside the grid, so the words wrap in a narrow tile instead of being cut: cut
+        // to "Approve each chec", it read as "I'll approve each one" and was ticked for that.
+        ui.checkbox(&mut f.auto_approve, "Auto-approve (skip my review)")
+            .on_hover_text("Every checkpoint is approved as soon as it is written; you do not review them");
         let ready = !f.name.trim().is_empty() && !f.concept.trim().is_empty();
         if ui.add_enabled(ready, egui::Button::new("Start development")).clicked() {
             let seed = CharacterSeed {

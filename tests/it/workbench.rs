@@ -1333,7 +1333,7 @@ fn start_identity(harness: &mut Harness<'_, WorkbenchApp>, auto_approve: bool) {
         harness.run();
     }
     if auto_approve {
-        harness.get_by_label("Approve each checkpoint automatically").click();
+        harness.get_by_label("Auto-approve (skip my review)").click();
         harness.run();
     }
     harness.get_by_label("Start development").click();
@@ -1398,6 +1398,64 @@ fn a_running_checkpoint_is_cancelled_from_the_inspector() {
     });
     harness.run();
     assert!(harness.query_by_label_contains("was cancelled; re-run it").is_some(), "the inspector says why");
+}
+
+/// The "Create a character" layout at 1600×1000, as a first-run tester had it: the
+/// approval checkbox says plainly what it does and fits its tile (cut to "Approve each
+/// chec" it was ticked as "I'll approve each one"), the seed-folder and delete buttons
+/// are within the Waves tile (they were off its right edge), and a run still working
+/// is deleted (it was "not found: character …" until its character existed).
+#[test]
+fn a_running_run_is_deleted_from_the_create_a_character_layout_whose_controls_fit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(shipped).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
+    );
+    let slow = dir.path().join("slow.json");
+    std::fs::write(&slow, script.to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "identity-script".into(), path: Some(slow), ..Default::default() });
+    config.default_profile = "script".into();
+    let engine = start_engine(dir.path(), &config);
+    let mut harness =
+        Harness::builder().with_max_steps(MAX_STEPS).with_size([1600.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    harness.get_by_label("Layouts").click();
+    harness.run();
+    harness.get_by_label("Create a character").click();
+    harness.run();
+    // The Waves tile ends where the Checkpoints tile's tab begins.
+    let nav = harness.get_all_by_label("Checkpoints").next().expect("navigation entry").rect();
+    let edge = harness
+        .get_all_by_label("Checkpoints")
+        .map(|n| n.rect())
+        .find(|r| r.top() > nav.bottom() + 2.0 && r.height() < 30.0)
+        .expect("the Checkpoints tab")
+        .left();
+    let fits = |harness: &Harness<'_, WorkbenchApp>, label: &str| {
+        let rect = harness.get_by_label(label).rect();
+        assert!(rect.right() <= edge, "{label:?} reaches {} past the Waves tile's edge at {edge}", rect.right());
+    };
+    fits(&harness, "Auto-approve (skip my review)");
+    start_identity(&mut harness, false);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.is_working()));
+    step_until_shown(&mut harness, "Delete run…");
+    fits(&harness, "Export seed folder");
+    // Below the timeline, out of view until the tile is scrolled.
+    harness.get_by_label("Delete run…").click_accesskit();
+    harness.run();
+    fits(&harness, "Delete Mira Voss");
+    fits(&harness, "Keep it");
+    harness.get_by_label("Delete Mira Voss").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.identity().last_error(), None);
+        app.identity().runs().is_empty() && app.identity().selected().is_none()
+    });
+    harness.run();
+    assert!(harness.query_all_by_label_contains("not found").next().is_none(), "no error in the event log");
 }
 
 #[test]
