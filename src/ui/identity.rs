@@ -19,6 +19,8 @@ pub struct IdentityPanels {
     view: Option<RunView>,
     /// Checkpoint number → streamed text of the running version.
     live: BTreeMap<u8, String>,
+    /// When each checkpoint's live text last grew.
+    live_at: BTreeMap<u8, std::time::Instant>,
     inspect: u8,
     compare: Option<(u32, u32)>,
     feedback: String,
@@ -179,6 +181,7 @@ impl IdentityPanels {
             }
             IdentityEvent::Token { character_id, checkpoint, text } => {
                 if self.selected.as_deref() == Some(character_id) {
+                    self.live_at.insert(*checkpoint, std::time::Instant::now());
                     let live = self.live.entry(*checkpoint).or_default();
                     live.push_str(text);
                     if live.len() > LIVE_TAIL * 2 {
@@ -293,15 +296,16 @@ impl IdentityPanels {
                 ui.label(current.map(|v| usage_text(v)).unwrap_or_default());
                 ui.label(current.map(|v| format!("{:.1}s", v.wall_ms as f64 / 1000.0)).unwrap_or_default());
                 ui.end_row();
-                if cp.record.status.is_working() {
-                    if let Some(live) = self.live.get(&cp.record.number) {
-                        ui.label("");
-                        ui.label(RichText::new(tail(live, 120)).monospace().small().weak());
-                        ui.end_row();
-                    }
-                }
             }
         }));
+        // What the running agents are writing, under the table: a preview in a cell of its
+        // own widened the Agent column and pushed State to Time out of a narrow tile.
+        for cp in view.checkpoints.iter().filter(|c| c.record.status.is_working()) {
+            if let Some(live) = self.live.get(&cp.record.number) {
+                let line = format!("{} {}: {}", cp.record.number, cp.record.agent.title(), tail(live, 120));
+                ui.add(egui::Label::new(RichText::new(line).monospace().small().weak()).truncate());
+            }
+        }
         if let Some(n) = open {
             self.inspect = n;
         }
@@ -483,7 +487,15 @@ impl IdentityPanels {
         let Some(current) = current_version(cp) else {
             match self.live.get(&cp.record.number) {
                 Some(live) if cp.record.status.is_working() => {
-                    ui.label("Streaming…");
+                    // The agent may write on with nothing to show (a part not streamed):
+                    // say so rather than "Streaming…" over text that stopped moving.
+                    let quiet = self.live_at.get(&cp.record.number).map_or(0, |at| at.elapsed().as_secs());
+                    if quiet < 3 {
+                        ui.label("Streaming…");
+                    } else {
+                        ui.label(format!("Still working — no new text for {quiet} s. The last words written:"));
+                    }
+                    ui.ctx().request_repaint_after(std::time::Duration::from_secs(1));
                     ui.label(RichText::new(tail(live, LIVE_TAIL)).monospace());
                 }
                 _ => {
@@ -655,9 +667,21 @@ fn usage_text(v: &VersionRecord) -> String {
     format!("{} tokens{}", v.usage.total(), if v.usage.reported { "" } else { " (est.)" })
 }
 
+/// The last `chars` characters of `text` on one line, from the start of a word and
+/// marked "…" when cut (a preview that began mid-word read as garbled).
 fn tail(text: &str, chars: usize) -> String {
     let count = text.chars().count();
-    text.chars().skip(count.saturating_sub(chars)).collect::<String>().replace('\n', " ")
+    let skip = count.saturating_sub(chars);
+    let kept: String = text.chars().skip(skip).collect();
+    let kept = if skip == 0 {
+        kept
+    } else {
+        match kept.find(char::is_whitespace).filter(|at| *at < kept.len() / 2) {
+            Some(at) => format!("…{}", kept[at..].trim_start()),
+            None => format!("…{kept}"),
+        }
+    };
+    kept.replace('\n', " ")
 }
 
 fn status_color(status: CheckpointStatus) -> Color32 {
@@ -834,6 +858,13 @@ mod tests {
         assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Anne-Marie Holt", "ferrywoman", "sells tickets - and secrets"));
         let o = super::other_character("Tobin -- brother");
         assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Tobin", "brother", ""));
+    }
+
+    #[test]
+    fn a_live_preview_starts_at_a_word() {
+        assert_eq!(super::tail("short text", 40), "short text");
+        assert_eq!(super::tail("the keeper climbs the lighthouse stairs", 20), "…lighthouse stairs");
+        assert_eq!(super::tail("one\nline", 40), "one line");
     }
 
     #[test]
