@@ -566,15 +566,37 @@ impl WorkbenchApp {
                 self.panels.library.lore_editor_mut().failed(&format!("{context}: {message}"));
             }
         }
-        // Events that follow an LLM call: the Prompt panel refreshes when next shown.
-        if matches!(
-            event,
-            Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. } | crate::companion::CompanionEvent::Failed { .. })
-                | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
-                | Event::Identity(crate::identity::IdentityEvent::CheckpointReady { .. })
-                | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
-        ) {
-            self.panels.prompt.mark_stale();
+        // Events that follow an LLM call: the Prompt panel refreshes when next shown. A
+        // call is logged as it ends, and one piece of work may make several (re-asks, the
+        // round's agents) before it reports: streaming says calls are being made, and
+        // the panel reads the log again every few seconds while it does.
+        {
+            use crate::companion::CompanionEvent as C;
+            use crate::identity::IdentityEvent as I;
+            use crate::scene::SceneEvent as S;
+            if matches!(
+                event,
+                Event::Companion(C::TurnCommitted { .. } | C::Failed { .. } | C::Cancelled { .. } | C::Discarded { .. } | C::Summarised { .. } | C::Changed { .. })
+                    | Event::Scene(
+                        S::RoundCompleted { .. }
+                            | S::RoundCancelled { .. }
+                            | S::PlanReview { .. }
+                            | S::DirectorDecided { .. }
+                            | S::CharacterFinished { .. }
+                            | S::NarratorFinished { .. }
+                            | S::WorldDecided { .. }
+                            | S::SummaryUpdated { .. }
+                            | S::SummaryFailed { .. }
+                            | S::RedoFailed { .. }
+                            | S::Error { .. }
+                    )
+                    | Event::Identity(I::CheckpointReady { .. } | I::Cancelled { .. } | I::Error { .. } | I::Idle { .. })
+                    | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
+            ) {
+                self.panels.prompt.mark_stale();
+            } else if matches!(event, Event::Companion(C::Token { .. }) | Event::Scene(S::Token { .. }) | Event::Identity(I::Token { .. })) {
+                self.panels.prompt.mark_calling();
+            }
         }
         for command in outbox {
             self.send(command);
