@@ -193,6 +193,12 @@ pub fn short(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("{}…", kept.trim_end()))
 }
 
+/// `n` and its noun, singular for one ("1 round", "3 rounds").
+pub fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Every keyboard shortcut of the workbench, as the `?` overlay lists them.
 pub const SHORTCUTS: [(&str, &str); 8] = [
     ("Ctrl+1 … Ctrl+9, Ctrl+0", "show a panel: Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library, Providers"),
