@@ -1240,6 +1240,42 @@ fn a_path_typed_with_a_tilde_is_under_the_home_folder() {
     }
 }
 
+/// The Prompt panel reads the call log again when calls may have been logged: at once
+/// after an agent's result, and every few seconds while replies stream (it said "The
+/// newest 0 LLM calls" after two were logged, until Refresh: a piece of work makes several
+/// calls before it reports).
+#[test]
+fn the_prompt_panel_reads_the_log_again_while_calls_are_made() {
+    use lorekeeper::engine::{Command, LlmCommand};
+    use lorekeeper::ui::PromptPanel;
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1000.0, 700.0]).build_ui_state(
+        |ui, (panel, outbox): &mut (PromptPanel, Vec<Command>)| panel.show(ui, outbox),
+        (PromptPanel::default(), Vec::new()),
+    );
+    let reads = |harness: &mut Harness<'_, (PromptPanel, Vec<Command>)>| -> usize {
+        harness.run();
+        let (_, outbox) = harness.state_mut();
+        let n = outbox.iter().filter(|c| matches!(c, Command::Llm(LlmCommand::Calls { .. }))).count();
+        outbox.clear();
+        n
+    };
+    assert_eq!(reads(&mut harness), 1, "read when first shown");
+    harness.state_mut().0.apply(&[]);
+    assert_eq!(reads(&mut harness), 0);
+    assert!(harness.query_by_label_contains("No LLM call logged yet").is_some());
+    // A reply streams: read again, then not more than once per few seconds.
+    harness.state_mut().0.mark_calling();
+    assert_eq!(reads(&mut harness), 0, "the last read was just now");
+    std::thread::sleep(Duration::from_millis(3100));
+    assert_eq!(reads(&mut harness), 1, "read again while calls are made");
+    harness.state_mut().0.apply(&[]);
+    harness.state_mut().0.mark_calling();
+    assert_eq!(reads(&mut harness), 0);
+    // An agent's result: read at once.
+    harness.state_mut().0.mark_stale();
+    assert_eq!(reads(&mut harness), 1);
+}
+
 /// [`text_field`] for a harness of any state.
 fn text_field_of<'h, S>(harness: &'h Harness<'_, S>, label: &'h str) -> egui_kittest::Node<'h> {
     use egui::accesskit::Role;
