@@ -95,7 +95,15 @@ pub fn advance(ctx: &Arc<Context>, run_id: &str) {
 }
 
 fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError> {
-    let run = ctx.store.with(|c| records::load_run(c, run_id))?;
+    let run = match ctx.store.with(|c| records::load_run(c, run_id)) {
+        Ok(run) => run,
+        // Deleted while an agent of it ran: that agent's follow-up has nothing to move on.
+        Err(crate::store::StoreError::NotFound(_)) => {
+            tracing::debug!(run = run_id, "the run was deleted; nothing to advance");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     // A failed run still reports where it stands (and runs what else is queued): the
     // user re-runs the failed checkpoint from there.
     if run.status == RunStatus::Completed {
@@ -635,6 +643,19 @@ pub fn cancel(ctx: &Context, run_id: &str, number: Option<u8>) -> Result<Vec<u8>
         None => (1..=7).collect(),
     };
     Ok(numbers.into_iter().filter(|n| ctx.jobs.cancel(&job(&run.id, *n))).collect())
+}
+
+/// Run `delete` (which deletes `run_id`'s run, or the character it became) with the run's
+/// agents cancelled first (here or in the process running them) and every transition
+/// held off until it is done: no agent of the run is started meanwhile, and none that
+/// was finishing makes the run a character (`complete` runs under the same lock, and its
+/// transaction fails once the run is gone). A cancelled agent's follow-up only says so.
+pub fn while_stopped<T>(ctx: &Context, run_id: &str, delete: impl FnOnce() -> T) -> T {
+    let _guard = transitions().lock().unwrap_or_else(|p| p.into_inner());
+    for number in 1..=7 {
+        ctx.jobs.cancel(&job(run_id, number));
+    }
+    delete()
 }
 
 /// Keep a stale checkpoint's version as it is: it goes back to awaiting approval.

@@ -415,13 +415,31 @@ pub fn bump_regenerations(conn: &Connection, run_id: &str) -> Result<(), StoreEr
     Ok(())
 }
 
+/// Mark a run finished; `NotFound` when it is gone (deleted while its last agent ran),
+/// so a transaction that would also make its character is rolled back.
 pub fn finish_run(conn: &Connection, run_id: &str, status: RunStatus, error: Option<&str>) -> Result<(), StoreError> {
     let completed_at = (status == RunStatus::Completed).then(now_rfc3339);
-    conn.execute(
+    let changed = conn.execute(
         "UPDATE identity_runs SET status = ?2, error = ?3, completed_at = ?4 WHERE id = ?1",
         params![run_id, status.as_str(), error, completed_at],
     )?;
+    if changed == 0 {
+        return Err(StoreError::NotFound(format!("identity run {run_id}")));
+    }
     Ok(())
+}
+
+/// Delete a run with its checkpoints and versions (they cascade); the run as it was, or
+/// `None` when there is no such run. A run that has become a character goes with it
+/// (`identity_runs_follow_characters`); this is for one that has not yet.
+pub fn delete_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    let run = match load_run(conn, run_id) {
+        Ok(run) => run,
+        Err(StoreError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    conn.execute("DELETE FROM identity_runs WHERE id = ?1", [run_id])?;
+    Ok(Some(run))
 }
 
 pub fn reopen_run(conn: &Connection, run_id: &str) -> Result<(), StoreError> {

@@ -348,10 +348,33 @@ fn impact_words(table: &str, count: u64) -> String {
 
 /// Delete a character once confirmed (or when nothing refers to it), with its
 /// memories, in one transaction.
+///
+/// `key` may also be an identity run that has not finished, so has no character yet:
+/// deleting it deletes the run. Either way the run's agents are stopped first.
 fn delete_character(ctx: &Context, key: &str, confirmed: bool) -> Result<InteropEvent, crate::store::StoreError> {
     let bank = crate::memory::bank_for(ctx).ok();
-    let outcome = ctx.store.transaction(|tx| {
-        let record = crate::character::resolve(tx, key)?;
+    let unfinished = || vec!["its unfinished identity run".to_string()];
+    // A run's id is its character's: the agents to stop are those of the character named.
+    let id = match ctx.store.with(|c| crate::character::resolve(c, key)) {
+        Ok(record) => record.id,
+        Err(crate::store::StoreError::NotFound(_)) if !confirmed => {
+            // Asked before anything is stopped.
+            if let Ok(run) = ctx.store.with(|c| crate::identity::records::load_run(c, key)) {
+                return Ok(InteropEvent::DeleteImpact { id: run.id, name: run.name, impact: unfinished() });
+            }
+            key.to_string()
+        }
+        Err(_) => key.to_string(),
+    };
+    let outcome = crate::identity::pipeline::while_stopped(ctx, &id, || ctx.store.transaction(|tx| {
+        let record = match crate::character::resolve(tx, key) {
+            Ok(record) => record,
+            Err(crate::store::StoreError::NotFound(missing)) => match crate::identity::records::delete_run(tx, key)? {
+                Some(run) => return Ok((InteropEvent::CharacterDeleted { id: run.id, name: run.name, impact: unfinished() }, None)),
+                None => return Err(crate::store::StoreError::NotFound(missing)),
+            },
+            Err(e) => return Err(e),
+        };
         let impact: Vec<String> =
             crate::store::dependents(tx, "characters", &record.id)?.into_iter().map(|(table, n)| impact_words(&table, n)).collect();
         if !confirmed && !impact.is_empty() {
@@ -368,7 +391,7 @@ fn delete_character(ctx: &Context, key: &str, confirmed: bool) -> Result<Interop
         }
         crate::character::delete(tx, &record.id)?;
         Ok((InteropEvent::CharacterDeleted { id: record.id, name: record.name, impact }, Some(write)))
-    })?;
+    }))?;
     let (event, write) = outcome;
     if let (Some(bank), Some(write)) = (bank, write) {
         bank.publish(write);

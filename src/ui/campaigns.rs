@@ -741,12 +741,13 @@ impl CampaignsPanel {
             if let Some(path) = self.transcript_picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
                 self.drafts.export_path = path.display().to_string();
             }
-            let path = self.drafts.export_path.trim().to_string();
-            if ui.add_enabled(!path.is_empty(), egui::Button::new("Export Markdown")).clicked() {
-                outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Markdown, out: path.clone().into() }));
+            let typed = !self.drafts.export_path.trim().is_empty();
+            let path = super::platform::typed_path(&self.drafts.export_path);
+            if ui.add_enabled(typed, egui::Button::new("Export Markdown")).clicked() {
+                outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Markdown, out: path.clone() }));
             }
-            if ui.add_enabled(!path.is_empty(), egui::Button::new("Export JSON")).clicked() {
-                outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Json, out: path.into() }));
+            if ui.add_enabled(typed, egui::Button::new("Export JSON")).clicked() {
+                outbox.push(author(AuthorCommand::ExportTranscript { scene: id.to_string(), format: TranscriptFormat::Json, out: path }));
             }
         });
     }

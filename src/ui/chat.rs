@@ -92,6 +92,23 @@ pub struct ChatPanel {
     portraits: super::portrait::Portraits,
     /// What was typed and not sent, per character (the open one's is `input`).
     drafts: super::drafts::Drafts,
+    /// What each chat left behind when another character was picked, by character id.
+    left: std::collections::HashMap<String, LeftChat>,
+    /// The characters' order as the Character list showed it when it opened: the list
+    /// sorts by the latest chat, and rows moving under the pointer while it is open
+    /// sent clicks to the wrong character.
+    menu_order: Option<Vec<String>>,
+}
+
+/// What belongs to one chat and waits while another is open: its last turn's error and
+/// notice, and the words of a turn still being answered (given back as its draft if that
+/// turn fails). Its unsent words are its draft (`drafts`): one chat's draft is never
+/// sent to another.
+#[derive(Default)]
+struct LeftChat {
+    error: Option<String>,
+    notice: Option<String>,
+    sent: Option<String>,
 }
 
 /// Exchanges loaded when a character is opened.
@@ -176,7 +193,7 @@ impl ChatPanel {
             CompanionEvent::Characters { characters } => {
                 self.characters = characters.clone();
                 if let Some(wanted) = self.wanted.take().filter(|w| characters.iter().any(|c| &c.id == w) && !self.is_selected(w)) {
-                    self.selected = Some(wanted.clone());
+                    self.open_chat(Some(wanted.clone()));
                     self.turns.clear();
                     self.packet = None;
                     self.switched();
@@ -186,15 +203,15 @@ impl ChatPanel {
                 }
                 let gone = self.selected.as_ref().is_some_and(|s| !characters.iter().any(|c| &c.id == s));
                 if gone {
-                    self.selected = None;
+                    self.open_chat(None);
                     self.turns.clear();
                     self.packet = None;
                     self.switched();
                 }
                 if self.selected.is_none()
-                    && let Some(first) = self.characters.first()
+                    && let Some(first) = self.characters.first().cloned()
                 {
-                    self.selected = Some(first.id.clone());
+                    self.open_chat(Some(first.id.clone()));
                     outbox.push(watch(&first.id));
                     outbox.push(history(&first.id));
                     outbox.push(Command::Companion(CompanionCommand::Chats { character: first.id.clone() }));
@@ -267,6 +284,27 @@ impl ChatPanel {
                 outbox.push(Command::Companion(CompanionCommand::List));
                 // The card's macros may have changed the chat's variables.
                 outbox.push(history(&turn.character_id));
+            }
+            // A turn of a chat left open elsewhere ended: its words and its error wait there.
+            CompanionEvent::TurnCommitted { turn } if self.left.contains_key(&turn.character_id) => {
+                if let Some(left) = self.left.get_mut(&turn.character_id) {
+                    left.sent = None;
+                    left.error = None;
+                    left.notice = None;
+                }
+            }
+            CompanionEvent::Cancelled { character_id } | CompanionEvent::Failed { character_id: Some(character_id), .. }
+                if !self.is_selected(character_id) && self.left.contains_key(character_id) =>
+            {
+                if let Some(left) = self.left.get_mut(character_id) {
+                    if let Some(sent) = left.sent.take() {
+                        self.drafts.give_back(character_id, sent);
+                    }
+                    match event {
+                        CompanionEvent::Failed { message, .. } => left.error = Some(message.clone()),
+                        _ => left.notice = Some("Cancelled: nothing of that turn was saved.".into()),
+                    }
+                }
             }
             CompanionEvent::Cancelled { character_id } if self.is_selected(character_id) => {
                 self.restore_input();
@@ -341,6 +379,30 @@ impl ChatPanel {
         }
     }
 
+    /// Open `id`'s chat: what the open one leaves (its draft, error and notice, a turn
+    /// still being answered) waits for it, and `id`'s comes back.
+    fn open_chat(&mut self, id: Option<String>) {
+        if let Some(old) = self.selected.take() {
+            let left = LeftChat {
+                error: self.error.take(),
+                notice: self.notice.take(),
+                sent: self.live.take().filter(|l| l.typed).map(|l| l.input),
+            };
+            if left.error.is_some() || left.notice.is_some() || left.sent.is_some() {
+                self.left.insert(old, left);
+            }
+        }
+        self.live = None;
+        let back = id.as_ref().and_then(|id| self.left.remove(id)).unwrap_or_default();
+        self.error = back.error;
+        self.notice = back.notice;
+        // Still unanswered (its end would have taken it): the reply is still being written.
+        self.live = back.sent.map(|input| LiveReply { input, typed: true, ..Default::default() });
+        self.selected = id;
+        // The open chat's unsent words stay with it, and the new one's come back.
+        self.drafts.follow(self.selected.as_deref(), &mut self.input);
+    }
+
     /// What belongs to the character that was open: a question about one of its messages,
     /// and the chat-file path typed for it (importing it into the next character's chat
     /// would put one character's chat in another's).
@@ -374,20 +436,34 @@ impl ChatPanel {
                 .map(|c| super::short(&c.name).into_owned())
                 .unwrap_or_else(|| "(none)".into());
             let mut choice = None;
+            let mut open = false;
             egui::ComboBox::from_id_salt("chat_character")
                 .selected_text(current)
                 .show_ui(ui, |ui| {
+                    open = true;
+                    // The order the list opened with holds while it is open; a character
+                    // added meanwhile goes last, one deleted drops out.
+                    let order = self.menu_order.get_or_insert_with(|| self.characters.iter().map(|c| c.id.clone()).collect());
                     for c in &self.characters {
+                        if !order.contains(&c.id) {
+                            order.push(c.id.clone());
+                        }
+                    }
+                    for id in order.iter() {
+                        let Some(c) = self.characters.iter().find(|c| &c.id == id) else { continue };
                         let text = format!("{} — {} exchanges", super::short(&c.name), c.turns);
-                        if ui.selectable_label(self.is_selected(&c.id), text).clicked() {
+                        if ui.selectable_label(self.selected.as_deref() == Some(c.id.as_str()), text).clicked() {
                             choice = Some(c.id.clone());
                         }
                     }
                 })
                 .response
                 .labelled_by(label.id);
+            if !open {
+                self.menu_order = None;
+            }
             if let Some(id) = choice.filter(|id| !self.is_selected(id)) {
-                self.selected = Some(id.clone());
+                self.open_chat(Some(id.clone()));
                 self.turns.clear();
                 self.greeting = None;
                 self.greetings.clear();
@@ -396,7 +472,6 @@ impl ChatPanel {
                 self.variables.clear();
                 self.global_variables.clear();
                 self.packet = None;
-                self.live = None;
                 self.saved.clear();
                 self.switched();
                 outbox.push(watch(&id));
@@ -851,7 +926,7 @@ impl ChatPanel {
                 if let Some(path) = self.file_picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
                     self.file_path = path.display().to_string();
                 }
-                let path = std::path::PathBuf::from(self.file_path.trim());
+                let path = super::platform::typed_path(&self.file_path);
                 let ready = !busy && !self.file_path.trim().is_empty();
                 if ui.add_enabled(ready, egui::Button::new("Import chat")).on_hover_text("Read a SillyTavern .jsonl chat; the current chat is saved").clicked() {
                     outbox.push(Command::Companion(CompanionCommand::Import { character: character.clone(), path: path.clone() }));

@@ -50,6 +50,14 @@ impl Drafts {
         self.owner = selected.map(str::to_string);
     }
 
+    /// `text` as the draft of `id`, an item not shown, unless it has one already: the
+    /// words of a message that failed after the user moved on wait for them to edit.
+    pub fn give_back(&mut self, id: &str, text: String) {
+        if self.owner.as_deref() != Some(id) && self.kept.get(id).is_none_or(|t| t.trim().is_empty()) {
+            self.kept.insert(id.to_string(), text);
+        }
+    }
+
     /// Every unsent text, the open item's (`input`) included, by id: what the window saves.
     pub fn all(&self, input: &str) -> BTreeMap<String, String> {
         let mut all = self.kept.clone();

@@ -270,13 +270,10 @@ fn memory_line(event: &crate::memory::MemoryEvent) -> Option<(LogLevel, String)>
         E::ImportProgress { .. } | E::ReindexProgress { .. } | E::IndexRebuildProgress { .. } => None,
         // Snapshots the panels asked for.
         E::Stats { .. } | E::Context { .. } | E::Injections { .. } | E::InjectionHistory { .. } => None,
-        E::SearchResults { query, hits, elapsed_ms, .. } => {
-            if query.trim().is_empty() {
-                info(format!("memory: the {} newest memories listed", hits.len()))
-            } else {
-                info(format!("memory: {} hits for {query:?} in {elapsed_ms:.1} ms", hits.len()))
-            }
-        }
+        // The memory browser's own list, read again after every change: a line each
+        // time buried the log under "the 0 newest memories listed".
+        E::SearchResults { query, .. } if query.trim().is_empty() => None,
+        E::SearchResults { query, hits, elapsed_ms, .. } => info(format!("memory: {} hits for {query:?} in {elapsed_ms:.1} ms", hits.len())),
         E::Imported { summary } => info(format!(
             "memory: imported {} turns from {} ({:.0}/s)",
             summary.imported, summary.path, summary.per_second
@@ -544,6 +541,9 @@ mod tests {
         log.record(&Event::Memory(MemoryEvent::ImportProgress { done: 1, total: 2 }));
         let token = crate::scene::SceneEvent::Token { scene_id: "s".into(), round: 1, character_id: "c".into(), text: "Hi".into() };
         log.record(&Event::Scene(token));
+        // The memory browser's list, read again after each authoring action, is no news.
+        let listed = MemoryEvent::SearchResults { query: String::new(), mode: Default::default(), hits: Vec::new(), elapsed_ms: 0.1 };
+        log.record(&Event::Memory(listed));
         assert_eq!(log.lines().count(), 0);
         log.record(&Event::Memory(MemoryEvent::IndexRebuilding { vectors: 5000 }));
         log.record(&Event::Memory(MemoryEvent::IndexRebuilt { vectors: 5000, elapsed_ms: 2500 }));

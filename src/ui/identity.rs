@@ -19,6 +19,8 @@ pub struct IdentityPanels {
     view: Option<RunView>,
     /// Checkpoint number → streamed text of the running version.
     live: BTreeMap<u8, String>,
+    /// When each checkpoint's live text last grew.
+    live_at: BTreeMap<u8, std::time::Instant>,
     inspect: u8,
     compare: Option<(u32, u32)>,
     feedback: String,
@@ -113,6 +115,11 @@ impl IdentityPanels {
         }
     }
 
+    /// The runs the character lists offer.
+    pub fn runs(&self) -> &[RunRecord] {
+        &self.runs
+    }
+
     pub fn selected(&self) -> Option<&str> {
         self.selected.as_deref()
     }
@@ -174,6 +181,7 @@ impl IdentityPanels {
             }
             IdentityEvent::Token { character_id, checkpoint, text } => {
                 if self.selected.as_deref() == Some(character_id) {
+                    self.live_at.insert(*checkpoint, std::time::Instant::now());
                     let live = self.live.entry(*checkpoint).or_default();
                     live.push_str(text);
                     if live.len() > LIVE_TAIL * 2 {
@@ -288,15 +296,16 @@ impl IdentityPanels {
                 ui.label(current.map(|v| usage_text(v)).unwrap_or_default());
                 ui.label(current.map(|v| format!("{:.1}s", v.wall_ms as f64 / 1000.0)).unwrap_or_default());
                 ui.end_row();
-                if cp.record.status.is_working() {
-                    if let Some(live) = self.live.get(&cp.record.number) {
-                        ui.label("");
-                        ui.label(RichText::new(tail(live, 120)).monospace().small().weak());
-                        ui.end_row();
-                    }
-                }
             }
         }));
+        // What the running agents are writing, under the table: a preview in a cell of its
+        // own widened the Agent column and pushed State to Time out of a narrow tile.
+        for cp in view.checkpoints.iter().filter(|c| c.record.status.is_working()) {
+            if let Some(live) = self.live.get(&cp.record.number) {
+                let line = format!("{} {}: {}", cp.record.number, cp.record.agent.title(), tail(live, 120));
+                ui.add(egui::Label::new(RichText::new(line).monospace().small().weak()).truncate());
+            }
+        }
         if let Some(n) = open {
             self.inspect = n;
         }
@@ -310,9 +319,10 @@ impl IdentityPanels {
     /// A finished run out as a seed folder; any run deleted with its character.
     fn run_files(&mut self, ui: &mut egui::Ui, run_id: &str, name: &str, complete: bool, outbox: &mut Vec<Command>) {
         ui.separator();
-        ui.horizontal(|ui| {
+        // Wrapped, so a narrow tile still shows every button.
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("Seed folder");
-            ui.add(egui::TextEdit::singleline(&mut self.export_path).hint_text("/path/to/folder").desired_width(300.0).id_salt("identity_export_path"))
+            ui.add(egui::TextEdit::singleline(&mut self.export_path).hint_text("/path/to/folder").desired_width(ui.available_width().clamp(120.0, 300.0)).id_salt("identity_export_path"))
                 .labelled_by(label.id);
             if let Some(folder) = self.export_picker.button(ui, "Browse…", || super::platform::FileRequest::folder("Seed folder")).and_then(|p| p.into_iter().next()) {
                 self.export_path = folder.display().to_string();
@@ -321,21 +331,25 @@ impl IdentityPanels {
             if ui.add_enabled(ready, egui::Button::new("Export seed folder")).on_hover_text("The finished character as a seed folder").clicked() {
                 outbox.push(Command::Identity(IdentityCommand::Export {
                     character_id: run_id.to_string(),
-                    out: std::path::PathBuf::from(self.export_path.trim()),
+                    out: super::platform::typed_path(&self.export_path),
                 }));
             }
         });
         if let Some(done) = &self.exported {
             ui.colored_label(Color32::from_rgb(80, 170, 90), done);
         }
-        ui.horizontal(|ui| {
-            if !self.confirm_delete {
-                if ui.button("Delete run…").clicked() {
-                    self.confirm_delete = true;
-                }
-                return;
+        if !self.confirm_delete {
+            if ui.button("Delete run…").clicked() {
+                self.confirm_delete = true;
             }
-            ui.label(format!("Delete {name}'s run, every version, and the character with its chat and memories?"));
+            return;
+        }
+        ui.label(if complete {
+            format!("Delete {name}'s run, every version, and the character with its chat and memories?")
+        } else {
+            format!("Delete {name}'s run and every version? Its running agents are stopped.")
+        });
+        ui.horizontal_wrapped(|ui| {
             if ui.button(format!("Delete {name}")).clicked() {
                 outbox.push(Command::Interop(crate::interop::InteropCommand::DeleteCharacter { character: run_id.to_string(), confirmed: true }));
                 self.confirm_delete = false;
@@ -382,11 +396,13 @@ impl IdentityPanels {
                 ("Role", &mut f.role, 1),
                 ("Concept", &mut f.concept, 3),
                 ("Storyline", &mut f.storyline, 3),
-                ("Other characters (one per line: name - role - concept)", &mut f.others, 3),
+                ("Other characters", &mut f.others, 3),
             ] {
                 let label = ui.label(name);
                 let edit = if lines == 1 { egui::TextEdit::singleline(text) } else { egui::TextEdit::multiline(text).desired_rows(lines) };
-                ui.add(edit.desired_width(420.0)).labelled_by(label.id);
+                let edit = if name == "Other characters" { edit.hint_text("one per line: name - role - concept") } else { edit };
+                // As wide as the tile leaves (a narrow Waves tile cut the fields off).
+                ui.add(edit.desired_width(ui.available_width().clamp(120.0, 420.0))).labelled_by(label.id);
                 ui.end_row();
             }
             let label = ui.label("Depth");
@@ -400,10 +416,11 @@ impl IdentityPanels {
                 .response
                 .labelled_by(label.id);
             ui.end_row();
-            ui.label("");
-            ui.checkbox(&mut f.auto_approve, "Approve each checkpoint automatically");
-            ui.end_row();
         });
+        // Outside the grid, so the words wrap in a narrow tile instead of being cut: cut
+        // to "Approve each chec", it read as "I'll approve each one" and was ticked for that.
+        ui.checkbox(&mut f.auto_approve, "Auto-approve (skip my review)")
+            .on_hover_text("Every checkpoint is approved as soon as it is written; you do not review them");
         let ready = !f.name.trim().is_empty() && !f.concept.trim().is_empty();
         if ui.add_enabled(ready, egui::Button::new("Start development")).clicked() {
             let seed = CharacterSeed {
@@ -470,7 +487,15 @@ impl IdentityPanels {
         let Some(current) = current_version(cp) else {
             match self.live.get(&cp.record.number) {
                 Some(live) if cp.record.status.is_working() => {
-                    ui.label("Streaming…");
+                    // The agent may write on with nothing to show (a part not streamed):
+                    // say so rather than "Streaming…" over text that stopped moving.
+                    let quiet = self.live_at.get(&cp.record.number).map_or(0, |at| at.elapsed().as_secs());
+                    if quiet < 3 {
+                        ui.label("Streaming…");
+                    } else {
+                        ui.label(format!("Still working — no new text for {quiet} s. The last words written:"));
+                    }
+                    ui.ctx().request_repaint_after(std::time::Duration::from_secs(1));
                     ui.label(RichText::new(tail(live, LIVE_TAIL)).monospace());
                 }
                 _ => {
@@ -642,9 +667,21 @@ fn usage_text(v: &VersionRecord) -> String {
     format!("{} tokens{}", v.usage.total(), if v.usage.reported { "" } else { " (est.)" })
 }
 
+/// The last `chars` characters of `text` on one line, from the start of a word and
+/// marked "…" when cut (a preview that began mid-word read as garbled).
 fn tail(text: &str, chars: usize) -> String {
     let count = text.chars().count();
-    text.chars().skip(count.saturating_sub(chars)).collect::<String>().replace('\n', " ")
+    let skip = count.saturating_sub(chars);
+    let kept: String = text.chars().skip(skip).collect();
+    let kept = if skip == 0 {
+        kept
+    } else {
+        match kept.find(char::is_whitespace).filter(|at| *at < kept.len() / 2) {
+            Some(at) => format!("…{}", kept[at..].trim_start()),
+            None => format!("…{kept}"),
+        }
+    };
+    kept.replace('\n', " ")
 }
 
 fn status_color(status: CheckpointStatus) -> Color32 {
@@ -821,6 +858,13 @@ mod tests {
         assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Anne-Marie Holt", "ferrywoman", "sells tickets - and secrets"));
         let o = super::other_character("Tobin -- brother");
         assert_eq!((o.name.as_str(), o.role.as_str(), o.concept.as_str()), ("Tobin", "brother", ""));
+    }
+
+    #[test]
+    fn a_live_preview_starts_at_a_word() {
+        assert_eq!(super::tail("short text", 40), "short text");
+        assert_eq!(super::tail("the keeper climbs the lighthouse stairs", 20), "…lighthouse stairs");
+        assert_eq!(super::tail("one\nline", 40), "one line");
     }
 
     #[test]

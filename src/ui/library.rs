@@ -53,7 +53,7 @@ impl ExportDialog {
     }
 
     fn command(&self) -> Command {
-        let out = PathBuf::from(self.path.trim());
+        let out = super::platform::typed_path(&self.path);
         Command::Interop(match &self.target {
             ExportTarget::Character { id, .. } => {
                 InteropCommand::ExportCharacter { character: id.clone(), format: self.card_format, png: self.png, out }
@@ -269,7 +269,7 @@ impl LibraryPanel {
                 .labelled_by(label.id);
             let ready = !self.import_path.trim().is_empty();
             if ui.add_enabled(ready, egui::Button::new("Import")).clicked() {
-                outbox.push(Self::import_command(vec![PathBuf::from(self.import_path.trim())]));
+                outbox.push(Self::import_command(vec![super::platform::typed_path(&self.import_path)]));
                 self.import_path.clear();
             }
             let request = || {

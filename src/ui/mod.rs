@@ -194,6 +194,12 @@ pub fn short(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("{}…", kept.trim_end()))
 }
 
+/// `n` and its noun, singular for one ("1 round", "3 rounds").
+pub fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Every keyboard shortcut of the workbench, as the `?` overlay lists them.
 pub const SHORTCUTS: [(&str, &str); 8] = [
     ("Ctrl+1 … Ctrl+9, Ctrl+0", "show a panel: Campaigns, Waves, Checkpoints, Scene, Chat, Memory, Budgets, Prompt, Library, Providers"),
@@ -572,18 +578,38 @@ impl WorkbenchApp {
             }
         }
         // Events that follow an LLM call, here or in another process (a round the CLI
-        // played is heard as `ChangedElsewhere`): the Prompt panel refreshes when next shown.
-        if matches!(
-            event,
-            Event::Companion(
-                crate::companion::CompanionEvent::TurnCommitted { .. }
-                    | crate::companion::CompanionEvent::Failed { .. }
-                    | crate::companion::CompanionEvent::ChangedElsewhere { .. }
-            ) | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. } | crate::scene::SceneEvent::ChangedElsewhere { .. })
-                | Event::Identity(crate::identity::IdentityEvent::CheckpointReady { .. })
-                | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
-        ) {
-            self.panels.prompt.mark_stale();
+        // played is heard as `ChangedElsewhere`): the Prompt panel refreshes when next shown. A
+        // call is logged as it ends, and one piece of work may make several (re-asks, the
+        // round's agents) before it reports: streaming says calls are being made, and
+        // the panel reads the log again every few seconds while it does.
+        {
+            use crate::companion::CompanionEvent as C;
+            use crate::identity::IdentityEvent as I;
+            use crate::scene::SceneEvent as S;
+            if matches!(
+                event,
+                Event::Companion(C::TurnCommitted { .. } | C::Failed { .. } | C::Cancelled { .. } | C::Discarded { .. } | C::Summarised { .. } | C::Changed { .. } | C::ChangedElsewhere { .. })
+                    | Event::Scene(
+                        S::RoundCompleted { .. }
+                            | S::RoundCancelled { .. }
+                            | S::PlanReview { .. }
+                            | S::DirectorDecided { .. }
+                            | S::CharacterFinished { .. }
+                            | S::NarratorFinished { .. }
+                            | S::WorldDecided { .. }
+                            | S::SummaryUpdated { .. }
+                            | S::SummaryFailed { .. }
+                            | S::RedoFailed { .. }
+                            | S::Error { .. }
+                            | S::ChangedElsewhere { .. }
+                    )
+                    | Event::Identity(I::CheckpointReady { .. } | I::Cancelled { .. } | I::Error { .. } | I::Idle { .. })
+                    | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
+            ) {
+                self.panels.prompt.mark_stale();
+            } else if matches!(event, Event::Companion(C::Token { .. }) | Event::Scene(S::Token { .. }) | Event::Identity(I::Token { .. })) {
+                self.panels.prompt.mark_calling();
+            }
         }
         for command in outbox {
             self.send(command);

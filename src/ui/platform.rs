@@ -12,6 +12,22 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
+/// A path as typed in a path field: trimmed, with a leading `~` (alone or before `/`)
+/// for the home folder, as a shell reads it ("cannot read ~/bastien.png" otherwise:
+/// nothing else expands it). `~user` and a `~` anywhere else are left as typed.
+pub fn typed_path(text: &str) -> PathBuf {
+    let text = text.trim();
+    let rest = match text.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => rest.trim_start_matches('/'),
+        _ => return PathBuf::from(text),
+    };
+    match directories::BaseDirs::new() {
+        Some(dirs) if rest.is_empty() => dirs.home_dir().to_path_buf(),
+        Some(dirs) => dirs.home_dir().join(rest),
+        None => PathBuf::from(text),
+    }
+}
+
 /// The app id the window announces (Wayland `app_id`, X11 `WM_CLASS`): it names the
 /// `assets/lorekeeper.desktop` file, which is how a desktop pairs the two.
 pub const APP_ID: &str = "lorekeeper";
@@ -80,7 +96,7 @@ impl FileRequest {
 
     /// A save dialog that starts at `suggested` (a full path: its folder and file name).
     pub fn save(title: &str, suggested: &str) -> Self {
-        let path = PathBuf::from(suggested.trim());
+        let path = typed_path(suggested);
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let directory = path.parent().filter(|p| p.is_dir()).map(PathBuf::from);
         Self { title: title.into(), kind: DialogKind::Save { file_name }, filters: Vec::new(), directory }
@@ -266,6 +282,17 @@ fn run_dialog(request: FileRequest) -> DialogOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typed_path_starting_with_a_tilde_is_under_home() {
+        let home = directories::BaseDirs::new().expect("a home folder").home_dir().to_path_buf();
+        assert_eq!(typed_path(" ~/bastien.png "), home.join("bastien.png"));
+        assert_eq!(typed_path("~"), home);
+        assert_eq!(typed_path("~/"), home);
+        assert_eq!(typed_path("~bob/x.png"), PathBuf::from("~bob/x.png"), "another user's home is not guessed");
+        assert_eq!(typed_path("cards/~/x.png"), PathBuf::from("cards/~/x.png"));
+        assert_eq!(typed_path("/tmp/x.png"), PathBuf::from("/tmp/x.png"));
+    }
 
     #[test]
     fn the_shipped_icon_decodes_and_a_broken_one_is_an_error() {

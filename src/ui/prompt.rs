@@ -11,6 +11,9 @@ use egui::RichText;
 /// Calls fetched per refresh.
 const LIMIT: u32 = 200;
 
+/// How often the log is read again while replies stream and the panel is shown.
+const CALLING_REFRESH: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Agents' colours in the charts, in the order of their names.
 const PALETTE: [egui::Color32; 8] = [
     egui::Color32::from_rgb(86, 156, 214),
@@ -33,6 +36,9 @@ pub struct PromptPanel {
     loaded: bool,
     /// Something new was probably sent since the last refresh.
     stale: bool,
+    /// A reply is being streamed: calls are being made (and logged as each ends).
+    calling: bool,
+    last_refresh: Option<std::time::Instant>,
     /// The calls as series per agent, built when the log arrives (not per frame).
     series: CallSeries,
 }
@@ -126,19 +132,35 @@ impl PromptPanel {
         self.stale = true;
     }
 
+    /// A reply is streaming somewhere in the engine: the work it belongs to may have
+    /// logged calls already (a re-ask, a round's earlier agents) before it reports.
+    pub fn mark_calling(&mut self) {
+        self.calling = true;
+    }
+
     fn refresh(&mut self, outbox: &mut Vec<Command>) {
         self.loading = true;
         self.stale = false;
+        self.calling = false;
+        self.last_refresh = Some(std::time::Instant::now());
         outbox.push(Command::Llm(LlmCommand::Calls { limit: LIMIT }));
     }
 
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
-        if !self.loading && (self.stale || !self.loaded) {
+        let since = self.last_refresh.map_or(CALLING_REFRESH, |at| at.elapsed());
+        if !self.loading && (self.stale || !self.loaded || (self.calling && since >= CALLING_REFRESH)) {
             self.refresh(outbox);
+        } else if self.calling {
+            ui.ctx().request_repaint_after(CALLING_REFRESH.saturating_sub(since));
         }
         ui.heading("Prompt");
         ui.horizontal_wrapped(|ui| {
-            ui.label(format!("The newest {} LLM calls, every message exactly as sent.", self.calls.len()));
+            ui.label(match self.calls.len() {
+                0 if !self.loaded => "Reading the call log…".to_string(),
+                0 => "No LLM call logged yet.".to_string(),
+                1 => "The newest LLM call, every message exactly as sent.".to_string(),
+                n => format!("The newest {n} LLM calls, every message exactly as sent."),
+            });
             if ui.button("Refresh").clicked() {
                 self.refresh(outbox);
             }

@@ -329,7 +329,9 @@ impl ProvidersPanel {
         ui.horizontal(|ui| {
             let exists = self.config.profile(&self.selected).is_some();
             if ui.add_enabled(parsed.is_ok(), egui::Button::new("Save profile")).clicked() {
-                if let Ok(profile) = parsed {
+                if let Ok(mut profile) = parsed {
+                    // A script path typed with `~` is saved as the folder it names.
+                    profile.path = profile.path.map(|p| super::platform::typed_path(&p.to_string_lossy()));
                     outbox.push(Command::Llm(LlmCommand::SaveProfile {
                         profile,
                         previous_name: Some(self.selected.clone()).filter(|s| !s.is_empty()),

@@ -355,7 +355,7 @@ impl ScenePanels {
                 .selected_text(shown)
                 .show_ui(ui, |ui| {
                     for s in &self.scenes {
-                        let text = format!("{} — {} / {} ({} rounds)", s.name, s.campaign, s.arc, s.rounds);
+                        let text = format!("{} — {} / {} ({})", s.name, s.campaign, s.arc, super::counted(s.rounds, "round", "rounds"));
                         if ui.selectable_label(self.selected.as_deref() == Some(&s.id), text).clicked() {
                             choice = Some(s.id.clone());
                         }
@@ -396,12 +396,12 @@ impl ScenePanels {
         };
         let view = &snapshot.view;
         ui.label(format!(
-            "{} / {} / {} — {} rounds — {} in-fiction minutes{}",
+            "{} / {} / {} — {} — {}{}",
             view.world,
             view.campaign,
             view.arc,
-            view.rounds,
-            view.elapsed_minutes,
+            super::counted(view.rounds, "round", "rounds"),
+            super::counted(view.elapsed_minutes, "in-fiction minute", "in-fiction minutes"),
             view.persona.as_deref().map(|p| format!(" — you play {}", p.split(':').next().unwrap_or(p))).unwrap_or_default()
         ));
         // Two columns when the tile is wide; in a narrow tile the cast, the state and the

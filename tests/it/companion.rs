@@ -682,6 +682,35 @@ fn sticky_and_cooldown_lore_carry_across_chat_messages_but_not_across_a_redraw()
     assert!(fired(&sixth).is_empty(), "{:?}", sixth.packet.notes);
 }
 
+/// A reply drawn again is asked as its message was first sent: the time since the last
+/// chat is from the exchange before it. A redrawn first message said "Time since last
+/// chat: moments ago" (measured from itself) instead of "this is your first conversation".
+#[test]
+fn a_redrawn_reply_counts_the_time_since_the_chat_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Ilse Marrow]: Sit down.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths).unwrap();
+    let since = |turn: &ChatTurn| -> String {
+        let text = serde_json::to_string(&turn.packet).unwrap();
+        let at = text.find("Time since last chat: ").expect("the temporal block");
+        text[at..].split("\\n").next().unwrap_or_default().to_string()
+    };
+    let redraw = |engine: &EngineHandle| -> ChatTurn {
+        engine.send(Command::Companion(CompanionCommand::Regenerate { character: ILSE.into(), expect: None })).unwrap();
+        match until(engine, |e| matches!(e, CompanionEvent::Changed { .. } | CompanionEvent::Failed { .. })).pop() {
+            Some(CompanionEvent::Changed { turn: Some(turn), .. }) => *turn,
+            other => panic!("expected a changed turn, got {other:#?}"),
+        }
+    };
+    let first = committed(&send(&engine, "Evening, Ilse.", Some("2026-11-21T08:00:00Z")));
+    assert_eq!(since(&first), "Time since last chat: this is your first conversation");
+    assert_eq!(since(&redraw(&engine)), "Time since last chat: this is your first conversation");
+    let second = committed(&send(&engine, "Back again.", Some("2026-11-21T11:00:00Z")));
+    assert_eq!(since(&second), "Time since last chat: 3.0 hours");
+    assert_eq!(since(&redraw(&engine)), "Time since last chat: 3.0 hours");
+}
+
 /// What a character said long ago comes back to it as a memory, with who said it; when
 /// asked to remember, it may say it again in the same words, as people do. (Its reply
 /// was thrown away as "copied from its prompt" three times, and the turn failed.)

@@ -557,6 +557,69 @@ fn a_running_agent_is_cancelled_from_another_process() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("checkpoint 1 is not running"), "{}", String::from_utf8_lossy(&again.stderr));
 }
 
+/// A run that has not finished has no character yet, and it is deleted all the same,
+/// from the workbench (Waves → Delete run…, which deletes "the character") and from the
+/// CLI while another process runs its agents: the agents are stopped and the run, its
+/// checkpoints and versions are gone. Before, both said "not found: character …" and
+/// the dead run stayed in every run list.
+#[test]
+fn an_unfinished_run_is_deleted_with_its_agents_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths_with_first_rule(
+        dir.path(),
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
+    );
+    let engine = engine::start(paths.clone()).unwrap();
+    let runs = |engine: &EngineHandle| engine.context().store.with(lorekeeper::identity::records::list_runs).unwrap();
+
+    // In the workbench's process, as its Delete button sends it.
+    let first = start(&engine, false);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::AgentStarted { character_id, checkpoint: 1, .. } if *character_id == first));
+    let started = Instant::now();
+    engine
+        .send(Command::Interop(lorekeeper::interop::InteropCommand::DeleteCharacter { character: first.clone(), confirmed: true }))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut deleted, mut cancelled) = (false, false);
+    while !(deleted && cancelled) {
+        match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Interop(lorekeeper::interop::InteropEvent::CharacterDeleted { id, name, impact })) => {
+                assert_eq!((id.as_str(), name.as_str()), (first.as_str(), seed().name.as_str()));
+                assert_eq!(impact, vec!["its unfinished identity run".to_string()]);
+                deleted = true;
+            }
+            Ok(Event::Identity(IdentityEvent::Cancelled { character_id, .. })) if character_id == first => cancelled = true,
+            Ok(Event::Identity(IdentityEvent::Error { message, .. })) => panic!("the deletion reported an error: {message}"),
+            Ok(Event::Core(lorekeeper::context::CoreEvent::Error { context, message })) => panic!("{context}: {message}"),
+            Ok(_) => {}
+            Err(e) => panic!("not deleted and stopped in time ({deleted}, {cancelled}): {e}"),
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(20), "the agent stopped long before its 60 s reply: {:?}", started.elapsed());
+    assert!(runs(&engine).iter().all(|r| r.id != first), "the run is gone");
+    assert!(load_view(&engine.context().store, &first).is_err());
+
+    // From the CLI, while this process runs the agents: asked first, then deleted.
+    let second = start(&engine, false);
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::AgentStarted { character_id, checkpoint: 1, .. } if *character_id == second));
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+            .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let asked = cli(&["identity", "delete", &second]);
+    assert!(!asked.status.success());
+    assert_eq!(runs(&engine).len(), 1, "nothing is deleted without --yes");
+    let out = cli(&["identity", "delete", &second, "--yes"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(runs(&engine).is_empty(), "the run is gone");
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Cancelled { character_id, checkpoint: 1 } if *character_id == second));
+}
+
 #[test]
 fn the_game_master_edits_a_checkpoint_before_approving_it_and_a_broken_edit_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -1274,6 +1274,35 @@ fn a_director_naming_the_cast_by_first_name_is_understood() {
     assert!(!notes.contains("not applied"), "{notes}");
 }
 
+/// A Director that has someone already in the scene enter it again is not followed: the
+/// plan shown and kept has no "Enters:" for her (round 3 said "Enters: Odile Marchetti"
+/// of a character there all along), and the record says why it was left out.
+#[test]
+fn a_director_bringing_in_someone_already_present_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            rule["reply"] = serde_json::json!({"json": {
+                "actingCharacters": [{"name": "Wren Talloway", "guidance": "Read the letter aloud.", "priority": 1}],
+                "activations": [{"name": "Wren Talloway", "entryGuidance": "She comes in from the gallery."}]
+            }});
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let shown = events.iter().find_map(|e| match e {
+        SceneEvent::DirectorDecided { decision: lorekeeper::scene::DirectorDecision::Plan(plan), .. } => Some(plan.clone()),
+        _ => None,
+    });
+    assert!(shown.expect("the plan is shown").activations.is_empty(), "no Enters: for someone present");
+    assert!(matches!(events.last(), Some(SceneEvent::RoundCompleted { .. })), "{:?}", events.last());
+    let record = engine.context().store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    assert_eq!(record.director["plan"]["activations"], serde_json::json!([]), "{}", record.director);
+    assert_eq!(record.director["ignored"], serde_json::json!(["Wren Talloway (entering, but already in the scene)"]), "{}", record.director);
+}
+
 /// A small model's nonsense minutes (two thousand years in one round) do not move the
 /// campaign's clock; the round's ledger says why.
 #[test]

@@ -731,6 +731,117 @@ fn a_failed_regenerate_leaves_the_message_box_empty_and_the_packet_says_so() {
     assert!(harness.query_by_label_contains("no reply was kept").is_some());
 }
 
+/// Pick `name` in the Chat panel's Character list.
+fn pick_chat_character(harness: &mut Harness<'_, WorkbenchApp>, name: &str) {
+    harness.get_by_label("Character").click();
+    harness.run();
+    harness.get_by_label_contains(&format!("{name} —")).click();
+    harness.run();
+    let id = harness.state().chat().characters().iter().find(|c| c.name == name).map(|c| c.id.clone());
+    assert_eq!(harness.state().chat().selected(), id.as_deref(), "{name} is open");
+}
+
+/// A failed send's error and the words given back belong to that chat: picking another
+/// character shows that one's own (none), and coming back brings them again. They stayed
+/// on screen, one Send from posting Odile's message to Bastien.
+#[test]
+fn a_failed_sends_error_and_draft_stay_with_their_own_chat() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("script.json");
+    let fail = serde_json::json!({ "fail": { "kind": "http", "status": 400, "message": "the model is overloaded" } });
+    std::fs::write(&script, serde_json::json!({ "default": fail }).to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "s".into(), path: Some(script), ..Default::default() });
+    config.default_profile = "script".into();
+    let engine = start_engine(dir.path(), &config);
+    // The demo companion first: a library with a card of the user's gets none.
+    lorekeeper::companion::demo::ensure(&engine.context().store).expect("demo");
+    lorekeeper::interop::library::import_bytes(&engine.context().store, maren_card().to_string().as_bytes(), "maren").expect("import");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.chat().selected().is_some() && ["Ilse Marrow", "Maren Vosk"].iter().all(|n| app.chat().characters().iter().any(|c| c.name == *n))
+    });
+    harness.run();
+    pick_chat_character(&mut harness, "Ilse Marrow");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("For Ilse only.");
+    harness.run();
+    harness.get_by_label("Send").click();
+    run_until(&mut harness, Duration::from_secs(30), |app| app.chat().error().is_some());
+    harness.run();
+    assert_eq!(harness.state().chat().draft(), "For Ilse only.", "the words come back to send again");
+    // Under the chat (and in the event log, which keeps it).
+    let shown = harness.query_all_by_label_contains("overloaded").count();
+    assert!(shown >= 1);
+
+    pick_chat_character(&mut harness, "Maren Vosk");
+    assert_eq!(harness.state().chat().error(), None, "Ilse's error is not Maren's");
+    assert_eq!(harness.query_all_by_label_contains("overloaded").count(), shown - 1, "gone from under the chat");
+    assert_eq!(text_field(&harness, "Message").value().as_deref(), Some(""), "Ilse's words are not sent to Maren");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("For Maren.");
+    harness.run();
+
+    pick_chat_character(&mut harness, "Ilse Marrow");
+    assert!(harness.state().chat().error().is_some_and(|e| e.contains("overloaded")), "{:?}", harness.state().chat().error());
+    assert_eq!(harness.state().chat().draft(), "For Ilse only.");
+    pick_chat_character(&mut harness, "Maren Vosk");
+    assert_eq!(harness.state().chat().draft(), "For Maren.");
+    assert_eq!(harness.state().chat().error(), None);
+}
+
+/// The Character list keeps the order it opened with while it is open: a list sorted by
+/// the latest chat moved its rows under the pointer as chats were written, and a click
+/// went to the wrong character. Closed and opened again, it is in the new order.
+#[test]
+fn the_chat_character_list_holds_its_order_while_open() {
+    use lorekeeper::companion::CompanionEvent;
+    use lorekeeper::companion::model::ChatCharacter;
+    use lorekeeper::ui::chat::ChatPanel;
+    let character = |id: &str, name: &str, last: Option<&str>| ChatCharacter {
+        id: id.into(),
+        name: name.into(),
+        origin: "card".into(),
+        turns: 0,
+        last_chat_at: last.map(str::to_string),
+    };
+    let mut panel = ChatPanel::default();
+    let mut outbox = Vec::new();
+    let first = vec![character("a", "Ada", None), character("b", "Bastien", None)];
+    panel.apply(&CompanionEvent::Characters { characters: first }, &mut outbox);
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([900.0, 700.0]).build_ui_state(
+        |ui, panel: &mut ChatPanel| {
+            let mut outbox = Vec::new();
+            panel.show(ui, &mut outbox);
+        },
+        panel,
+    );
+    harness.run();
+    let rows = |harness: &Harness<'_, ChatPanel>| -> Vec<String> {
+        let mut rows: Vec<(f32, String)> =
+            harness.query_all_by_label_contains(" exchanges").map(|n| (n.rect().top(), egui_kittest::kittest::NodeT::accesskit_node(&n).label().unwrap_or_default())).collect();
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        rows.into_iter().map(|(_, label)| label).collect()
+    };
+    harness.get_by_label("Character").click();
+    harness.run();
+    assert_eq!(rows(&harness), ["Ada — 0 exchanges", "Bastien — 0 exchanges"]);
+    // Bastien's chat is written to while the list is open: the engine lists him first.
+    let moved = vec![character("b", "Bastien", Some("2026-11-25T11:00:00Z")), character("a", "Ada", None), character("c", "Cleo", None)];
+    harness.state_mut().apply(&CompanionEvent::Characters { characters: moved }, &mut outbox);
+    harness.run();
+    assert_eq!(rows(&harness), ["Ada — 0 exchanges", "Bastien — 0 exchanges", "Cleo — 0 exchanges"], "held; the new one last");
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    harness.get_by_label("Character").click();
+    harness.run();
+    assert_eq!(rows(&harness), ["Bastien — 0 exchanges", "Ada — 0 exchanges", "Cleo — 0 exchanges"], "opened again: the new order");
+}
+
 fn view_messages(harness: &Harness<'_, WorkbenchApp>) -> Vec<lorekeeper::llm::ChatMessage> {
     harness.state().chat().packet().expect("packet").packet.messages.clone()
 }
@@ -1106,6 +1217,77 @@ fn a_lorebook_entry_is_edited_and_tested_in_the_library_panel() {
     assert!(harness.query_by_label_contains("stays out: 1. New entry — no keys and not constant").is_some());
 }
 
+/// "~/bastien.png" typed in the Library's Import file field is read from the home folder
+/// ("cannot read ~/bastien.png" before: nothing expanded it).
+#[test]
+fn a_path_typed_with_a_tilde_is_under_the_home_folder() {
+    use lorekeeper::engine::Command;
+    use lorekeeper::interop::InteropCommand;
+    use lorekeeper::ui::library::LibraryPanel;
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1000.0, 700.0]).build_ui_state(
+        |ui, (panel, outbox): &mut (LibraryPanel, Vec<Command>)| panel.show(ui, outbox),
+        (LibraryPanel::default(), Vec::new()),
+    );
+    harness.run();
+    text_field_of(&harness, "Import file").click();
+    harness.run();
+    text_field_of(&harness, "Import file").type_text("~/bastien.png");
+    harness.run();
+    harness.get_by_label("Import").click();
+    harness.run();
+    let home = directories::BaseDirs::new().expect("a home folder").home_dir().to_path_buf();
+    let imports: Vec<&Command> = harness.state().1.iter().filter(|c| matches!(c, Command::Interop(InteropCommand::Import { .. }))).collect();
+    match imports.as_slice() {
+        [Command::Interop(InteropCommand::Import { paths })] => assert_eq!(paths, &vec![home.join("bastien.png")]),
+        other => panic!("one import of the expanded path, got {other:?}"),
+    }
+}
+
+/// The Prompt panel reads the call log again when calls may have been logged: at once
+/// after an agent's result, and every few seconds while replies stream (it said "The
+/// newest 0 LLM calls" after two were logged, until Refresh: a piece of work makes several
+/// calls before it reports).
+#[test]
+fn the_prompt_panel_reads_the_log_again_while_calls_are_made() {
+    use lorekeeper::engine::{Command, LlmCommand};
+    use lorekeeper::ui::PromptPanel;
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1000.0, 700.0]).build_ui_state(
+        |ui, (panel, outbox): &mut (PromptPanel, Vec<Command>)| panel.show(ui, outbox),
+        (PromptPanel::default(), Vec::new()),
+    );
+    let reads = |harness: &mut Harness<'_, (PromptPanel, Vec<Command>)>| -> usize {
+        harness.run();
+        let (_, outbox) = harness.state_mut();
+        let n = outbox.iter().filter(|c| matches!(c, Command::Llm(LlmCommand::Calls { .. }))).count();
+        outbox.clear();
+        n
+    };
+    assert_eq!(reads(&mut harness), 1, "read when first shown");
+    harness.state_mut().0.apply(&[]);
+    assert_eq!(reads(&mut harness), 0);
+    assert!(harness.query_by_label_contains("No LLM call logged yet").is_some());
+    // A reply streams: read again, then not more than once per few seconds.
+    harness.state_mut().0.mark_calling();
+    assert_eq!(reads(&mut harness), 0, "the last read was just now");
+    std::thread::sleep(Duration::from_millis(3100));
+    assert_eq!(reads(&mut harness), 1, "read again while calls are made");
+    harness.state_mut().0.apply(&[]);
+    harness.state_mut().0.mark_calling();
+    assert_eq!(reads(&mut harness), 0);
+    // An agent's result: read at once.
+    harness.state_mut().0.mark_stale();
+    assert_eq!(reads(&mut harness), 1);
+}
+
+/// [`text_field`] for a harness of any state.
+fn text_field_of<'h, S>(harness: &'h Harness<'_, S>, label: &'h str) -> egui_kittest::Node<'h> {
+    use egui::accesskit::Role;
+    harness
+        .query_by_role_and_label(Role::TextInput, label)
+        .or_else(|| harness.query_by_role_and_label(Role::MultilineTextInput, label))
+        .unwrap_or_else(|| panic!("no text field labelled {label:?}"))
+}
+
 #[test]
 fn a_character_is_deleted_from_the_library_panel_after_confirmation() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1200,7 +1382,7 @@ fn start_identity(harness: &mut Harness<'_, WorkbenchApp>, auto_approve: bool) {
         harness.run();
     }
     if auto_approve {
-        harness.get_by_label("Approve each checkpoint automatically").click();
+        harness.get_by_label("Auto-approve (skip my review)").click();
         harness.run();
     }
     harness.get_by_label("Start development").click();
@@ -1265,6 +1447,64 @@ fn a_running_checkpoint_is_cancelled_from_the_inspector() {
     });
     harness.run();
     assert!(harness.query_by_label_contains("was cancelled; re-run it").is_some(), "the inspector says why");
+}
+
+/// The "Create a character" layout at 1600×1000, as a first-run tester had it: the
+/// approval checkbox says plainly what it does and fits its tile (cut to "Approve each
+/// chec" it was ticked as "I'll approve each one"), the seed-folder and delete buttons
+/// are within the Waves tile (they were off its right edge), and a run still working
+/// is deleted (it was "not found: character …" until its character existed).
+#[test]
+fn a_running_run_is_deleted_from_the_create_a_character_layout_whose_controls_fit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/identity/script.json");
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(shipped).unwrap()).unwrap();
+    script["rules"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
+    );
+    let slow = dir.path().join("slow.json");
+    std::fs::write(&slow, script.to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "script".into(), kind: ProviderKind::Scripted, model: "identity-script".into(), path: Some(slow), ..Default::default() });
+    config.default_profile = "script".into();
+    let engine = start_engine(dir.path(), &config);
+    let mut harness =
+        Harness::builder().with_max_steps(MAX_STEPS).with_size([1600.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+    harness.run();
+    harness.get_by_label("Layouts").click();
+    harness.run();
+    harness.get_by_label("Create a character").click();
+    harness.run();
+    // The Waves tile ends where the Checkpoints tile's tab begins.
+    let nav = harness.get_all_by_label("Checkpoints").next().expect("navigation entry").rect();
+    let edge = harness
+        .get_all_by_label("Checkpoints")
+        .map(|n| n.rect())
+        .find(|r| r.top() > nav.bottom() + 2.0 && r.height() < 30.0)
+        .expect("the Checkpoints tab")
+        .left();
+    let fits = |harness: &Harness<'_, WorkbenchApp>, label: &str| {
+        let rect = harness.get_by_label(label).rect();
+        assert!(rect.right() <= edge, "{label:?} reaches {} past the Waves tile's edge at {edge}", rect.right());
+    };
+    fits(&harness, "Auto-approve (skip my review)");
+    start_identity(&mut harness, false);
+    run_until(&mut harness, Duration::from_secs(20), |app| app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.is_working()));
+    step_until_shown(&mut harness, "Delete run…");
+    fits(&harness, "Export seed folder");
+    // Below the timeline, out of view until the tile is scrolled.
+    harness.get_by_label("Delete run…").click_accesskit();
+    harness.run();
+    fits(&harness, "Delete Mira Voss");
+    fits(&harness, "Keep it");
+    harness.get_by_label("Delete Mira Voss").click_accesskit();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.identity().last_error(), None);
+        app.identity().runs().is_empty() && app.identity().selected().is_none()
+    });
+    harness.run();
+    assert!(harness.query_all_by_label_contains("not found").next().is_none(), "no error in the event log");
 }
 
 #[test]

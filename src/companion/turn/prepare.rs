@@ -157,7 +157,14 @@ pub fn prepare(
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
     let (state, user, recent, message_number, user_messages, mut lore_state, mut variables) = ctx.store.with(|c| {
-        let state = records::load_state(c, &character.id)?;
+        let mut state = records::load_state(c, &character.id)?;
+        // A redrawn exchange is answered as it was first sent: the last chat before it
+        // is the exchange before it (none for a chat's first), not itself — a redrawn
+        // first message said "Time since last chat: moments ago".
+        if let Some(turn) = redo {
+            let before = records::recent_turns(c, &character.id, 2, false)?.into_iter().rfind(|t| t.seq < turn.seq);
+            state.last_chat_at = before.map(|t| t.at);
+        }
         let user = records::chat_user(c, &state, &config.user_name)?;
         let recent = records::recent_turns(c, &character.id, config.history_turns, false)?;
         let seq = match redo {

@@ -512,6 +512,19 @@ fn settle_actors(view: &SceneView, plan: &mut DirectorPlan, ignored: &mut Vec<St
     }
 }
 
+/// A character already in the scene does not enter it: a Director (or a reviewed plan)
+/// that lists one anyway is recorded as ignored, so no one is told "you enter" in a
+/// room they stood in all along, and the plan shown does not say "Enters:" for them.
+fn drop_entries_of_the_present(view: &SceneView, plan: &mut DirectorPlan, ignored: &mut Vec<String>) {
+    plan.activations.retain(|a| {
+        let present = view.member_by_name(&a.name).is_some_and(|m| m.active);
+        if present {
+            ignored.push(format!("{} (entering, but already in the scene)", a.name));
+        }
+        !present
+    });
+}
+
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
 pub(super) fn director_plan(
     ctx: &Context,
@@ -541,6 +554,7 @@ pub(super) fn director_plan(
     let mut plan: DirectorPlan =
         director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
     plan_by_full_names(&draft.view, &mut plan);
+    drop_entries_of_the_present(&draft.view, &mut plan, &mut draft.record.ignored);
 
     // The game master's word beats the Director's: muted characters do not act, and
     // forced ones do (after those it picked), present or not.
@@ -578,6 +592,7 @@ pub(super) fn director_plan(
         let mut reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
         // Whoever it names by id or by a first name is named by name from here on.
         plan_by_full_names(&draft.view, &mut reviewed);
+        drop_entries_of_the_present(&draft.view, &mut reviewed, &mut draft.record.ignored);
         settle_actors(&draft.view, &mut reviewed, &mut draft.record.ignored, &mut draft.notices);
         if reviewed != plan {
             draft.record.proposed = Some(plan);
