@@ -283,6 +283,7 @@ fn search(engine: &EngineHandle, args: SearchArgs, json: bool, out: &mut impl Wr
             scope,
             speaker: args.speaker,
             witness: args.witness,
+            witnessed_only: false,
             session: args.session,
             time_from: args.from,
             time_to: args.to,

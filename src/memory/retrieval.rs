@@ -37,6 +37,9 @@ pub struct SearchFilter {
     pub speaker: Option<String>,
     /// Only what this character witnessed or was told (or common knowledge).
     pub witness: Option<String>,
+    /// With `witness`: only what they witnessed, said or were told, not common knowledge
+    /// (a chat recalls the scenes its character played, not every campaign's facts).
+    pub witnessed_only: bool,
     pub session: Option<String>,
     /// Inclusive time range, RFC 3339 or a date.
     pub time_from: Option<String>,
@@ -71,11 +74,13 @@ impl SearchFilter {
             bind(&mut conds, "m.speaker = ? COLLATE NOCASE", Value::Text(s.clone()));
         }
         if let Some(w) = &self.witness {
+            let common = if self.witnessed_only { "" } else { "OR NOT EXISTS (SELECT 1 FROM memory_witnesses x WHERE x.memory_rowid = m.rowid) " };
             bind(
                 &mut conds,
-                "(m.speaker = ? COLLATE NOCASE \
-                 OR NOT EXISTS (SELECT 1 FROM memory_witnesses x WHERE x.memory_rowid = m.rowid) \
-                 OR EXISTS (SELECT 1 FROM memory_witnesses x WHERE x.memory_rowid = m.rowid AND x.witness = ? COLLATE NOCASE))",
+                &format!(
+                    "(m.speaker = ? COLLATE NOCASE {common}\
+                     OR EXISTS (SELECT 1 FROM memory_witnesses x WHERE x.memory_rowid = m.rowid AND x.witness = ? COLLATE NOCASE))"
+                ),
                 Value::Text(w.clone()),
             );
         }

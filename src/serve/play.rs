@@ -836,6 +836,7 @@ impl SearchQuery {
             kinds: Vec::new(),
             speaker: self.speaker,
             witness: self.witness,
+            witnessed_only: false,
             session: self.session,
             time_from: self.from,
             time_to: self.to,

@@ -316,6 +316,7 @@ impl MemoryPanel {
                 kinds: Vec::new(),
                 speaker: optional(&self.speaker),
                 witness: optional(&self.witness),
+                witnessed_only: false,
                 session: None,
                 time_from: optional(&self.from),
                 time_to: optional(&self.to),

@@ -2043,3 +2043,39 @@ fn an_absent_cast_member_named_to_act_enters_and_a_stranger_is_a_warning() {
     let Some(SceneEvent::RoundCompleted { notices, .. }) = events.last() else { panic!("no round_completed") };
     assert!(notices.iter().any(|n| n.contains("Ysolde Stranger") && n.contains("not in the scene's cast")), "{notices:?}");
 }
+
+/// A character asked in a one-to-one chat about a scene it played remembers it: its chat
+/// recalls what it said, saw or was told in the campaign's scenes, not what happened
+/// where it was not, and the packet says where those memories came from. Before, a
+/// chat's memory was its own chat only, so a character that had played three scenes
+/// knew nothing of them.
+#[test]
+fn a_character_remembers_in_a_chat_the_scenes_it_played() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("memory-script.json")).unwrap()).unwrap();
+    script["default"] = serde_json::json!("I remember it well.");
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    round(&engine, &scene, Some("I lost the brass key somewhere in the lighthouse."));
+
+    let chat = |character: &str, text: &str| -> String {
+        let command = lorekeeper::companion::CompanionCommand::Send { character: character.into(), text: text.into(), now: None };
+        engine.send(Command::Companion(command)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match engine.events().recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Event::Companion(lorekeeper::companion::CompanionEvent::TurnCommitted { turn })) => {
+                    return serde_json::to_string(&turn.packet).unwrap();
+                }
+                Ok(Event::Companion(lorekeeper::companion::CompanionEvent::Failed { message, .. })) => panic!("{message}"),
+                Ok(_) => {}
+                Err(e) => panic!("no reply in time: {e}"),
+            }
+        }
+    };
+    let wren = chat("Wren Talloway", "Do you remember where the brass key was lost?");
+    assert!(wren.contains("I lost the brass key somewhere in the lighthouse"), "Wren was there: {wren}");
+    assert!(wren.contains("from scenes Wren Talloway played"), "the packet says where the memory came from: {wren}");
+    let marguerite = chat("Marguerite Siltborne", "Do you remember where the brass key was lost?");
+    assert!(!marguerite.contains("I lost the brass key"), "Marguerite was not in the scene: {marguerite}");
+}

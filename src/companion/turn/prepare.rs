@@ -102,18 +102,51 @@ pub fn retrieve(
         },
         vector,
     )?;
+    // What the character lived in a campaign's scenes — its own lines and what it saw or
+    // was told there, not the campaign's common knowledge — is its memory too: a game
+    // master who asks a character about a scene it played expects it to remember.
+    let lived = bank.search_with_vector(
+        &SearchRequest {
+            query: text.to_string(),
+            k: config.memory_k,
+            mode,
+            filter: SearchFilter {
+                scope: Some(Scope { kind: crate::memory::ScopeKind::Campaign, id: None }),
+                kinds: vec![MemoryKind::Turn, MemoryKind::Summary],
+                witness: Some(character.name.clone()),
+                witnessed_only: true,
+                ..Default::default()
+            },
+        },
+        vector,
+    )?;
     let mut memories: Vec<RetrievalHit> = found.into_iter().filter(|h| !skip.contains(&h.id)).take(config.memory_k).collect();
+    let mut from_scenes = 0;
+    if !lived.is_empty() {
+        let lived_ids: HashSet<String> = lived.iter().map(|h| h.id.clone()).collect();
+        memories.extend(lived.into_iter().filter(|h| !skip.contains(&h.id)));
+        // Each list's fused score is scaled by its own best, so the lists are merged by
+        // what both measure alike: similarity to the message, then the fused score.
+        let key = |h: &RetrievalHit| h.vector_score.unwrap_or(0.0);
+        memories.sort_by(|a, b| key(b).total_cmp(&key(a)).then(b.score.total_cmp(&a.score)));
+        memories.truncate(config.memory_k);
+        from_scenes = memories.iter().filter(|m| lived_ids.contains(&m.id)).count();
+    }
     for (i, hit) in memories.iter_mut().enumerate() {
         hit.rank = i + 1;
     }
     let intent = is_memory_intent(text);
     let best = memories.iter().filter_map(|h| h.vector_score).fold(f32::MIN, f32::max);
+    let scenes_note = match from_scenes {
+        0 => String::new(),
+        n => format!(" ({n} from scenes {} played)", character.name),
+    };
     if memories.is_empty() {
         notes.push("memory bank: no stored memory matched the message".into());
     } else if intent {
-        notes.push("memory bank: the message asks to remember".into());
+        notes.push(format!("memory bank: the message asks to remember{scenes_note}"));
     } else if best >= config.memory_confidence {
-        notes.push(format!("memory bank: best memory similarity {best:.2} ≥ {:.2}", config.memory_confidence));
+        notes.push(format!("memory bank: best memory similarity {best:.2} ≥ {:.2}{scenes_note}", config.memory_confidence));
     } else {
         notes.push(format!(
             "memory bank left out: no recall asked and best similarity {} < {:.2}",
