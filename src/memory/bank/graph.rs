@@ -34,6 +34,10 @@ struct SavedGraph {
     /// Live vectors in the graph file.
     count: usize,
     saved_at: String,
+    /// Nodes the graph's walk does not reach, scanned exactly (see `vectors::Graph`).
+    /// A file saved before session 17 has none listed: its next build finds them.
+    #[serde(default)]
+    unreachable: Vec<i64>,
 }
 
 impl MemoryBank {
@@ -199,6 +203,7 @@ impl MemoryBank {
         if graph.len() != saved.count {
             return Err(MemoryError::Invalid(format!("the graph file holds {} vectors, its description {}", graph.len(), saved.count)));
         }
+        graph.restore_hidden(&saved.unreachable);
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         self.index.clear_tail();
         self.index.set_graph(graph);
@@ -367,7 +372,7 @@ impl MemoryBank {
         };
         let (graph_tmp, meta_tmp) = (tmp(&graph_path), tmp(&meta_path));
         let written = (|| -> Result<Option<usize>, MemoryError> {
-            let Some(count) = self.index.save_graph(&graph_tmp).map_err(|e| MemoryError::Invalid(e.to_string()))? else {
+            let Some((count, unreachable)) = self.index.save_graph(&graph_tmp).map_err(|e| MemoryError::Invalid(e.to_string()))? else {
                 return Ok(None);
             };
             let saved = SavedGraph {
@@ -376,6 +381,7 @@ impl MemoryBank {
                 journal: watermark,
                 count,
                 saved_at: crate::store::now_rfc3339(),
+                unreachable,
             };
             let text = serde_json::to_string(&saved).map_err(|e| MemoryError::Invalid(e.to_string()))?;
             let io = |e: std::io::Error| MemoryError::Invalid(format!("saving the vector graph: {e}"));
