@@ -686,6 +686,52 @@ fn lorekeeper(dir: &tempfile::TempDir, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Session 17: the graph file was written only every 5,000 changes, so each short
+/// process (a `chat send`, a search) replayed every change since on open — 2,204 of them
+/// took 2.4–13 s. Now a process that closes holding enough changes the file lacks (its
+/// own, or others' it replayed) saves it, and the next one opens without replaying.
+#[test]
+fn a_process_that_closes_with_changes_the_graph_file_lacks_saves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), "[memory.graph]\nmin_vectors = 30\n").unwrap();
+    let saved_count = || -> u64 {
+        let text = std::fs::read_to_string(dir.path().join("lib.sqlite.graph.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["count"].as_u64().unwrap()
+    };
+    let mut rng = fastrand::Rng::with_seed(3);
+    let write = |rng: &mut fastrand::Rng, from: usize, n: usize| {
+        let bank = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), graph_config(30, 100_000)).unwrap();
+        if from == 0 {
+            let (items, vectors) = synthetic(rng, 0, 40, "first");
+            bank.add_with_vectors(items, vectors).unwrap();
+            bank.rebuild_ann_waiting().unwrap();
+        } else {
+            let (items, vectors) = synthetic(rng, from, n, "more");
+            bank.add_with_vectors(items, vectors).unwrap();
+        }
+        // A bank dropped without its engine's close: what a killed process leaves.
+    };
+    let stats = || {
+        let out = lorekeeper(&dir, &["--json", "memory", "stats"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    write(&mut rng, 0, 40);
+    assert_eq!(saved_count(), 40);
+    // A few changes are not worth a save (the threshold is 32 here).
+    write(&mut rng, 40, 5);
+    stats();
+    assert_eq!(saved_count(), 40);
+    // Enough of them are: the process that replayed them saves the graph as it closes.
+    write(&mut rng, 45, 35);
+    stats();
+    assert_eq!(saved_count(), 80);
+    let bank = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), graph_config(30, 100_000)).unwrap();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.graph_loaded, stats.ann_indexed, stats.graph_builds), (true, 80, 0));
+    let pending: i64 = bank.store().with(|c| Ok(c.query_row("SELECT count(*) FROM memory_vector_changes", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(pending, 0, "nothing left to replay");
+}
+
 #[test]
 fn the_cli_imports_searches_evaluates_and_reports_stats() {
     let dir = tempfile::tempdir().unwrap();
