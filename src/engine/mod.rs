@@ -220,6 +220,8 @@ fn run_loop(runtime: tokio::runtime::Runtime, context: Arc<Context>, commands: R
         }
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    // Changes the saved vector graph lacks would be replayed by every later process.
+    crate::memory::close(&context);
     context.emit(CoreEvent::Stopped);
 }
 

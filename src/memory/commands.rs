@@ -331,6 +331,16 @@ pub fn bank_for(ctx: &Context) -> Result<Arc<MemoryBank>, MemoryError> {
     Ok(bank)
 }
 
+/// The engine is stopping: let its bank (if it opened one) save the vector graph when
+/// the changes the saved file lacks are worth it ([`MemoryBank::save_on_close`]).
+pub fn close(ctx: &Context) {
+    let slot = ctx.service::<MemoryBank>();
+    let bank = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(bank) = bank {
+        bank.save_on_close();
+    }
+}
+
 /// What settles a memory command for the one waiting on it: its result, or the error
 /// reported for it (memory reports errors as [`CoreEvent::Error`]).
 pub type MemoryAnswer = Result<MemoryEvent, CoreEvent>;

@@ -20,7 +20,7 @@ pub mod detect;
 pub mod vectors;
 
 pub use bank::{GraphProgress, MemoryBank, MemoryError, MemoryStats, MemoryWrite, PreparedEdit, PreparedMemories, remove_campaign, remove_character, remove_ids, remove_scene, remove_source};
-pub use commands::{ImportSummary, MemoryAnswer, MemoryCommand, MemoryEvent, bank_for, handle, handle_asked, import_file, read_import};
+pub use commands::{ImportSummary, MemoryAnswer, MemoryCommand, MemoryEvent, bank_for, close, handle, handle_asked, import_file, read_import};
 pub use crate::config::{EmbeddingConfig, Fusion, GraphConfig, MemoryConfig, Pooling, RetrievalConfig};
 pub use embedder::{EmbedError, Embedder, EmbeddingModel, MODELS, find_model};
 pub use records::{Memory, MemoryKind, NewMemory, Scope, ScopeKind};

@@ -26,6 +26,8 @@ pub const EXPANSION_ADD: usize = 128;
 pub const EXPANSION_SEARCH: usize = 64;
 /// Threads that may use the graph at once (searches and inserts); more wait.
 const GRAPH_THREADS: usize = 32;
+/// A node counts as reachable when a search for its own vector lists it in this many.
+const REACH_CHECK: usize = 10;
 
 /// Dot product written so the compiler vectorises it (8 independent accumulators).
 #[inline]
@@ -55,9 +57,20 @@ fn err(e: impl std::fmt::Display) -> GraphError {
 }
 
 /// An HNSW graph over unit vectors keyed by rowid; distance `1 - dot`.
+///
+/// Nodes the graph's own walk cannot find are also kept in `hidden` and scanned exactly
+/// by every search. HNSW links a new node to its nearest neighbours, but each of those
+/// keeps the link back only if the node beats its other neighbours; a memory unlike the
+/// rest of the library (an edited turn on a new topic among thousands alike) loses those
+/// contests, so no walk reaches it and a query that matches it at 0.9 came back with
+/// unrelated memories at 0.2 (session 17, BENCHMARKS.md). usearch offers no way to add
+/// the missing links, so each node is checked once as it goes in (a search for its own
+/// vector, ~1 ms) and, when not found, scanned exactly instead.
 pub struct Graph {
     index: usearch::Index,
     dim: usize,
+    /// Nodes a search for their own vector does not find, with their vectors.
+    hidden: RwLock<std::collections::HashMap<i64, Vec<f32>>>,
     /// Deleted nodes whose slots no insertion has reused yet.
     vacant: AtomicUsize,
     /// Serialises growing the reserved capacity (inserts themselves run in parallel).
@@ -77,7 +90,7 @@ impl Graph {
         };
         let index = usearch::Index::new(&options).map_err(err)?;
         index.reserve_capacity_and_threads(capacity.max(1024), GRAPH_THREADS).map_err(err)?;
-        Ok(Self { index, dim, vacant: AtomicUsize::new(0), grow: std::sync::Mutex::new(()) })
+        Ok(Self { index, dim, hidden: RwLock::default(), vacant: AtomicUsize::new(0), grow: std::sync::Mutex::new(()) })
     }
 
     /// A graph saved by [`Self::save`]; an error (never a crash) when the file is not one
@@ -158,8 +171,56 @@ impl Graph {
         Ok(())
     }
 
+    /// Whether a search for `rowid`'s own vector finds it; if not, it is kept in the
+    /// exactly scanned `hidden` set (see [`Graph`]). Returns whether it was found.
+    pub fn check_reachable(&self, rowid: i64, vector: &[f32]) -> bool {
+        let found = match self.index.search(vector, REACH_CHECK) {
+            Ok(m) => m.keys.contains(&(rowid as u64)),
+            Err(_) => false,
+        };
+        let mut hidden = self.hidden.write().unwrap_or_else(|p| p.into_inner());
+        if found {
+            hidden.remove(&rowid);
+        } else if self.index.contains(rowid as u64) {
+            hidden.insert(rowid, vector.to_vec());
+        }
+        found
+    }
+
+    /// [`Self::check_reachable`] for each of `rows`, on `threads` threads (after a build).
+    pub fn check_all(&self, rows: &[(i64, Vec<f32>)], threads: usize) {
+        let chunk = rows.len().div_ceil(threads.max(1)).max(1);
+        std::thread::scope(|scope| {
+            for part in rows.chunks(chunk) {
+                scope.spawn(move || {
+                    for (r, v) in part {
+                        self.check_reachable(*r, v);
+                    }
+                });
+            }
+        });
+    }
+
+    /// The nodes kept in the exactly scanned set, sorted (saved with the graph).
+    pub fn hidden(&self) -> Vec<i64> {
+        let mut rowids: Vec<i64> = self.hidden.read().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        rowids.sort_unstable();
+        rowids
+    }
+
+    /// Put the saved graph's hidden nodes back in the exactly scanned set.
+    pub fn restore_hidden(&self, rowids: &[i64]) {
+        let mut hidden = self.hidden.write().unwrap_or_else(|p| p.into_inner());
+        for &r in rowids {
+            if let Some(v) = self.get(r) {
+                hidden.insert(r, v);
+            }
+        }
+    }
+
     /// Remove `rowid` if present.
     pub fn remove(&self, rowid: i64) -> Result<(), GraphError> {
+        self.hidden.write().unwrap_or_else(|p| p.into_inner()).remove(&rowid);
         if self.index.remove(rowid as u64).map_err(err)? > 0 {
             self.vacant.fetch_add(1, Ordering::SeqCst);
         }
@@ -176,19 +237,37 @@ impl Graph {
     }
 
     /// The `n` nearest vectors `keep` accepts: `(rowid, cosine)`, best first. The
-    /// search keeps at least `n` candidates (ef = max(n, EXPANSION_SEARCH)).
+    /// search keeps at least `n` candidates (ef = max(n, EXPANSION_SEARCH)); the nodes
+    /// the walk cannot reach are scored exactly and merged in.
     pub fn search(&self, query: &[f32], n: usize, keep: &dyn Fn(i64) -> bool) -> Vec<(i64, f32)> {
         if n == 0 || query.len() != self.dim || self.index.size() == 0 {
             return Vec::new();
         }
         let found = self.index.filtered_search(query, n, |key: u64| keep(key as i64));
-        match found {
+        let mut hits: Vec<(i64, f32)> = match found {
             Ok(m) => m.keys.iter().zip(&m.distances).map(|(&k, &d)| (k as i64, 1.0 - d)).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "vector graph search failed");
                 Vec::new()
             }
+        };
+        let hidden = self.hidden.read().unwrap_or_else(|p| p.into_inner());
+        if !hidden.is_empty() {
+            let floor = if hits.len() >= n { hits.last().map_or(f32::NEG_INFINITY, |h| h.1) } else { f32::NEG_INFINITY };
+            let mut extra = false;
+            for (&r, v) in hidden.iter() {
+                let score = dot(query, v);
+                if score > floor && keep(r) && !hits.iter().any(|h| h.0 == r) {
+                    hits.push((r, score));
+                    extra = true;
+                }
+            }
+            if extra {
+                hits.sort_by(|a, b| b.1.total_cmp(&a.1));
+                hits.truncate(n);
+            }
         }
+        hits
     }
 
     /// How many candidates a search keeps (HNSW's ef): more finds more of the exact
@@ -405,6 +484,8 @@ impl VectorIndex {
                 if let Err(e) = g.insert(r, v) {
                     tracing::warn!(error = %e, "inserting into the vector graph failed; scanning it exactly");
                     push_tail(&mut outside, r, v, self.dim);
+                } else {
+                    g.check_reachable(r, v);
                 }
             }
         }
@@ -457,13 +538,19 @@ impl VectorIndex {
     }
 
     /// Save the graph to `path` while holding only a read lock on it (searches go on;
-    /// writes go to the tail because the caller marked it busy). Returns the live count.
-    pub fn save_graph(&self, path: &std::path::Path) -> Result<Option<usize>, GraphError> {
+    /// writes go to the tail because the caller marked it busy). Returns the live count
+    /// and the nodes its walk cannot reach (kept beside it, see [`Graph`]).
+    pub fn save_graph(&self, path: &std::path::Path) -> Result<Option<(usize, Vec<i64>)>, GraphError> {
         let graph = self.graph();
         match graph.as_ref() {
-            Some(g) => g.save(path).map(|_| Some(g.len())),
+            Some(g) => g.save(path).map(|_| Some((g.len(), g.hidden()))),
             None => Ok(None),
         }
+    }
+
+    /// Nodes of the graph scanned exactly because its walk cannot reach them.
+    pub fn unreachable(&self) -> usize {
+        self.graph().as_ref().map_or(0, |g| g.hidden.read().unwrap_or_else(|p| p.into_inner()).len())
     }
 
     /// Whether the graph's vector for `rowid` is exactly `vector` (a journal replay
@@ -598,12 +685,26 @@ fn insert_all<'a>(graph: &Graph, rows: &'a [(i64, Vec<f32>)]) -> Vec<(i64, &'a [
             }
         }
     };
+    // Checked once the whole batch is in: the batch's rows link to each other.
+    let check = |part: &'a [(i64, Vec<f32>)]| {
+        for (r, v) in part {
+            if graph.contains(*r) {
+                graph.check_reachable(*r, v);
+            }
+        }
+    };
     if threads <= 1 {
         insert(rows);
+        check(rows);
     } else {
         std::thread::scope(|scope| {
             for part in rows.chunks(rows.len().div_ceil(threads)) {
                 scope.spawn(move || insert(part));
+            }
+        });
+        std::thread::scope(|scope| {
+            for part in rows.chunks(rows.len().div_ceil(threads)) {
+                scope.spawn(move || check(part));
             }
         });
     }
@@ -640,7 +741,10 @@ pub fn build_graph(dim: usize, rows: &[(i64, Vec<f32>)], threads: usize, done: &
     });
     match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
-        None => Ok(graph),
+        None => {
+            graph.check_all(rows, threads);
+            Ok(graph)
+        }
     }
 }
 
@@ -752,7 +856,7 @@ mod tests {
         let index = graph_index(&rows, 16);
         index.apply(&[7], &[]);
         let path = dir.path().join("g.usearch");
-        assert_eq!(index.save_graph(&path).unwrap(), Some(299));
+        assert_eq!(index.save_graph(&path).unwrap().map(|s| s.0), Some(299));
         let loaded = VectorIndex::new(16);
         loaded.set_graph(Graph::load(&path, 16).unwrap());
         assert_eq!((loaded.in_graph(), loaded.vacant()), (299, 1));

@@ -683,6 +683,9 @@ pub(super) async fn export_lorebook(
 pub(super) struct HistoryQuery {
     #[serde(default = "hundred")]
     limit: u32,
+    /// Include each exchange's prompt packet (tens of KB each: 100 exchanges were 5 MB).
+    #[serde(default)]
+    packets: bool,
 }
 
 fn hundred() -> u32 {
@@ -692,11 +695,13 @@ fn hundred() -> u32 {
 /// A chat's exchanges, oldest first, with the greeting and who the user plays; its
 /// messages, each with the id `edit` and `delete` take (as `chat history --json` lists
 /// them), and each exchange's two message ids beside its own.
-#[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query)),
+#[utoipa::path(get, path = "/api/chat/{character}/history", params(("character" = String, Path), ("limit" = Option<u32>, Query),
+    ("packets" = Option<bool>, Query, description = "include each exchange's prompt `packet` (left out by default: tens of KB per exchange)")),
     responses((status = 200, body = Object, description = "the chat: `turns` (each exchange, with `user_message_id` and `reply_message_id`: the ids \
 `edit` and `delete` take; an exchange's own `id` names both messages), `messages` (every message in order — the greeting while the chat reaches \
 back to its start, then each exchange's user message and reply — with its `id`, `role`, the speaker's `name`, `text`, and a reply's `swipes` and `swipe`), the \
-greeting, who the user plays, and the variables (`variables`, `global_variables`) when it has any"), (status = 404, body = ErrorBody)))]
+greeting, who the user plays, and the variables (`variables`, `global_variables`) when it has any. A turn's prompt `packet` only with \
+`packets=true`"), (status = 404, body = ErrorBody)))]
 pub(super) async fn chat_history(
     State(state): State<Arc<AppState>>,
     Path(character): Path<String>,
@@ -704,7 +709,19 @@ pub(super) async fn chat_history(
 ) -> Result<axum::Json<Value>, ApiError> {
     let info = character_id(&state, &character)?;
     match state.ask(Command::Companion(CompanionCommand::History { character: info.id, limit: query.limit.min(10_000) }), QUICK_LIMIT).await? {
-        Event::Companion(history @ CompanionEvent::History { .. }) => Ok(axum::Json(with_message_ids(&history)?)),
+        Event::Companion(history @ CompanionEvent::History { .. }) => {
+            let mut value = with_message_ids(&history)?;
+            if !query.packets {
+                // Each packet is the whole prompt of its exchange (~70 KB in a long chat):
+                // a client showing the chat needs none of them.
+                for turn in value["turns"].as_array_mut().into_iter().flatten() {
+                    if let Some(turn) = turn.as_object_mut() {
+                        turn.remove("packet");
+                    }
+                }
+            }
+            Ok(axum::Json(value))
+        }
         other => Err(chat_refusal(other)),
     }
 }

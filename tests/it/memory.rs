@@ -502,6 +502,52 @@ fn the_vector_graph_takes_inserts_and_deletes_without_a_rebuild_and_reopens_from
     assert!((nearest(&bank, &fifth[1], 1)[0].1 - 1.0).abs() < 1e-4);
 }
 
+/// Session 17: in a 22k library of turns that all read alike, an edited turn on a new
+/// topic was in the graph but no walk reached it, so a query matching it at 0.9 came
+/// back with unrelated memories at 0.2. Here: 3,000 vectors crowded round one direction
+/// and 20 memories each off on its own (cosine 0.2 to the crowd's centre), written after
+/// the graph was built: every one is found first, also after a reopen from the file.
+#[test]
+fn a_memory_unlike_the_rest_of_the_library_is_found_though_the_graph_walk_misses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = graph_config(1_000, 100_000);
+    let open = || MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), config.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(11);
+    let unit = |v: Vec<f32>| lorekeeper::memory::embedder::normalise(v);
+    let base = unit((0..384).map(|_| rng.f32() - 0.5).collect());
+    let crowd: Vec<Vec<f32>> = (0..3_000).map(|_| unit(base.iter().map(|b| b + 0.07 * (rng.f32() - 0.5)).collect())).collect();
+    let loners: Vec<Vec<f32>> = (0..20)
+        .map(|_| {
+            let o: Vec<f32> = (0..384).map(|_| rng.f32() - 0.5).collect();
+            let along: f32 = o.iter().zip(&base).map(|(a, b)| a * b).sum();
+            let o = unit(o.iter().zip(&base).map(|(a, b)| a - along * b).collect());
+            unit(base.iter().zip(&o).map(|(b, x)| 0.2 * b + 0.98 * x).collect())
+        })
+        .collect();
+    let bank = open();
+    let items = |from: usize, n: usize, source: &str| -> Vec<NewMemory> {
+        (from..from + n).map(|i| NewMemory { source: Some(source.into()), ..turn(&format!("v{i}"), "user", &format!("note {i}"), &[]) }).collect()
+    };
+    bank.add_with_vectors(items(0, 3_000, "crowd"), crowd).unwrap();
+    bank.rebuild_ann_waiting().unwrap();
+    bank.add_with_vectors(items(3_000, 20, "loners"), loners.clone()).unwrap();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.ann_indexed, stats.ann_pending), (3_020, 0));
+    assert!(stats.ann_unreachable > 0, "the data should leave some nodes the walk cannot reach: {stats:?}");
+    let found = |bank: &MemoryBank| loners.iter().filter(|v| nearest(bank, v, 10).first().is_some_and(|h| h.1 > 0.999)).count();
+    assert_eq!(found(&bank), 20);
+    bank.save_graph().unwrap();
+    let unreachable = bank.stats().unwrap().ann_unreachable;
+    drop(bank);
+    let bank = open();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.graph_loaded, stats.ann_unreachable), (true, unreachable), "the file keeps them");
+    assert_eq!(found(&bank), 20);
+    // A fresh build (what `memory reindex` does) checks every node again.
+    bank.rebuild_ann_waiting().unwrap();
+    assert_eq!(found(&bank), 20);
+}
+
 #[test]
 fn an_edited_or_deleted_vector_is_never_returned_from_the_graph_even_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -638,6 +684,52 @@ fn lorekeeper(dir: &tempfile::TempDir, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap()
+}
+
+/// Session 17: the graph file was written only every 5,000 changes, so each short
+/// process (a `chat send`, a search) replayed every change since on open — 2,204 of them
+/// took 2.4–13 s. Now a process that closes holding enough changes the file lacks (its
+/// own, or others' it replayed) saves it, and the next one opens without replaying.
+#[test]
+fn a_process_that_closes_with_changes_the_graph_file_lacks_saves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), "[memory.graph]\nmin_vectors = 30\n").unwrap();
+    let saved_count = || -> u64 {
+        let text = std::fs::read_to_string(dir.path().join("lib.sqlite.graph.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["count"].as_u64().unwrap()
+    };
+    let mut rng = fastrand::Rng::with_seed(3);
+    let write = |rng: &mut fastrand::Rng, from: usize, n: usize| {
+        let bank = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), graph_config(30, 100_000)).unwrap();
+        if from == 0 {
+            let (items, vectors) = synthetic(rng, 0, 40, "first");
+            bank.add_with_vectors(items, vectors).unwrap();
+            bank.rebuild_ann_waiting().unwrap();
+        } else {
+            let (items, vectors) = synthetic(rng, from, n, "more");
+            bank.add_with_vectors(items, vectors).unwrap();
+        }
+        // A bank dropped without its engine's close: what a killed process leaves.
+    };
+    let stats = || {
+        let out = lorekeeper(&dir, &["--json", "memory", "stats"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    write(&mut rng, 0, 40);
+    assert_eq!(saved_count(), 40);
+    // A few changes are not worth a save (the threshold is 32 here).
+    write(&mut rng, 40, 5);
+    stats();
+    assert_eq!(saved_count(), 40);
+    // Enough of them are: the process that replayed them saves the graph as it closes.
+    write(&mut rng, 45, 35);
+    stats();
+    assert_eq!(saved_count(), 80);
+    let bank = MemoryBank::open(Store::open(dir.path().join("lib.sqlite")).unwrap(), graph_config(30, 100_000)).unwrap();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.graph_loaded, stats.ann_indexed, stats.graph_builds), (true, 80, 0));
+    let pending: i64 = bank.store().with(|c| Ok(c.query_row("SELECT count(*) FROM memory_vector_changes", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(pending, 0, "nothing left to replay");
 }
 
 #[test]

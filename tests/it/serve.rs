@@ -398,6 +398,11 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     let (status, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     assert_eq!(status, 200);
     assert_eq!(history["turns"].as_array().unwrap().len(), 1);
+    // The prompt packet (tens of KB per exchange in a long chat) only when asked for.
+    assert!(history["turns"][0].get("packet").is_none(), "{history}");
+    let (status, with_packets) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history?packets=true"), None, None);
+    assert_eq!(status, 200);
+    assert!(with_packets["turns"][0]["packet"]["messages"][1]["content"].as_str().unwrap().contains("Is the kettle on?"), "{with_packets}");
     // Message control: redraw, pick the first draw again, edit the reply.
     let (status, changed) = call(&agent, "POST", &format!("{base}/api/chat/ilse/regenerate"), None, None);
     assert_eq!(status, 200, "{changed}");

@@ -59,6 +59,9 @@ pub struct MemoryStats {
     pub ann_pending: usize,
     /// Deleted nodes the graph keeps as waypoints until insertions reuse their slots.
     pub ann_removed: usize,
+    /// Nodes of the graph its walk does not reach from their own vector, so every
+    /// search scans them exactly (memories unlike the rest of the library).
+    pub ann_unreachable: usize,
     /// A build or a save of the graph is running.
     pub rebuilding: bool,
     /// Points inserted so far by the running build, of `rebuild_total`.
@@ -239,6 +242,7 @@ impl MemoryBank {
         stats.dimension = self.index.dim;
         stats.ann_pending = self.index.pending();
         stats.ann_removed = self.index.vacant();
+        stats.ann_unreachable = self.index.unreachable();
         stats.ann_indexed = self.index.in_graph();
         stats.rebuilding = self.rebuilding.load(Ordering::SeqCst);
         stats.rebuild_total = self.build_total.load(Ordering::SeqCst);
