@@ -181,6 +181,9 @@ pub(crate) fn director_schema<T: schemars::JsonSchema>(profile: &crate::llm::Pro
     let schema = if profile.kind == crate::llm::ProviderKind::Local {
         let cast: Vec<Member<'_>> = view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
         options.schema_in_prompt = false;
+        // The fields the small schema leaves out (`openGuidance`, `stateUpdates`) are
+        // still the schema's words: a guidance of them is filler, and re-asked.
+        options.content.field_names.extend(crate::llm::structured::content::field_names(&full));
         small_model_schema(cast_schema(full, &cast))
     } else {
         full
@@ -928,6 +931,26 @@ pub(super) fn close(ctx: &Context, recall: &Recall, mut draft: RoundDraft, cance
 mod tests {
     use super::*;
     use crate::scene::model::{DirectorPlan, Reconciliation};
+
+    /// The embedded model's schema leaves `openGuidance` and `stateUpdates` out, but a
+    /// guidance made of them (what a 270M model wrote in 2 of 3 rounds) is still filler.
+    #[test]
+    fn guidance_of_the_schemas_field_names_is_filler_for_the_small_model_too() {
+        let view: SceneView = serde_json::from_value(serde_json::json!({
+            "id": "s", "name": "n", "description": "", "world": "", "campaign": "", "campaign_id": "", "arc": "", "rounds": 0,
+            "cast": [], "trackers": {}, "facts": [], "elapsed_minutes": 0, "persona": null
+        }))
+        .unwrap();
+        let profile = crate::llm::ProviderProfile { kind: crate::llm::ProviderKind::Local, ..Default::default() };
+        let (schema, options) = director_schema::<DirectorPlan>(&profile, &view);
+        assert!(schema.pointer("/properties/openGuidance").is_none());
+        for junk in ["openguidance 1 = stateUpdates", "stateupdate 1 = openGuidance 1 = ", "Open Guidance"] {
+            let plan = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway", "guidance": junk}]});
+            assert!(!crate::llm::structured::content::check(&schema, &plan, &options.content).is_empty(), "{junk}");
+        }
+        let plan = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway", "guidance": "Read the letter aloud."}]});
+        assert!(crate::llm::structured::content::check(&schema, &plan, &options.content).is_empty());
+    }
 
     /// Only cast names validate where the Director names someone, and the schema a
     /// grammar is built from says so.
