@@ -243,9 +243,10 @@ fn draw(
     let greeting = opening.get(chosen as usize).cloned().unwrap_or_default();
     let copies = CopyGuard::new(sent.iter().map(String::as_str).chain([greeting.as_str()]));
     let echoes = CopyGuard::new([draft.text]);
-    let result = agent
-        .client
-        .complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user, &copies, &echoes).is_ok());
+    let on_wait = |holder: &str| ctx.emit(CompanionEvent::Waiting { character_id: character.id.clone(), attempt, holder: holder.to_string() });
+    let result = agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token).with_wait(&on_wait), &|c| {
+        judge(c, name, user, &copies, &echoes).is_ok()
+    });
     let rest = {
         let mut held = stripper.lock().unwrap_or_else(|p| p.into_inner());
         let (label, drift) = &mut *held;

@@ -196,6 +196,7 @@ pub(crate) fn director_schema<T: schemars::JsonSchema>(profile: &crate::llm::Pro
 /// planned with, and keep the call's ledger and tokens in the draft.
 #[allow(clippy::too_many_arguments)]
 fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    ctx: &Context,
     agents: &Agents,
     name: &str,
     (envelope, prompt): (envelope::Envelope, envelope::RenderedPrompt),
@@ -211,7 +212,12 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     let mut notes = envelope.notes;
-    let (value, usage) = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel)) {
+    // The embedded model answers one call at a time: a round that waits behind an
+    // identity run says so, not only "planning…".
+    let round = draft.round;
+    let on_wait = |holder: &str| ctx.emit(crate::context::CoreEvent::info(format!("round {round}: the {name} waits for the embedded model: {holder}")));
+    let call = CallContext::new(cancel).with_wait(&on_wait);
+    let (value, usage) = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, call) {
         Ok(output) => (Some(output.value), output.usage),
         // Every attempt answered, none usable: for pass 2 the round still stands on the
         // characters' own state lines, and the ledger says why pass 2 changed nothing.
@@ -512,7 +518,7 @@ pub(super) fn director_plan(
     let fitted = fitted?;
     let check = cast_check(&draft.view, draft.force.is_empty());
     let mut plan: DirectorPlan =
-        director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
+        director_call(ctx, agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
     plan_by_full_names(&draft.view, &mut plan);
     draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
@@ -775,7 +781,7 @@ pub(super) fn reconcile(
     let fitted = fitted?;
     let check = cast_check(&draft.view, false);
     let Some(mut reconciliation) =
-        director_call::<Reconciliation>(agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
+        director_call::<Reconciliation>(ctx, agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
     else {
         // Said where the user reads the round, not only in its ledger: what this pass
         // would have settled (states, time, trackers, facts) did not happen.
