@@ -282,6 +282,9 @@ impl ReplyStream {
                 let _ = write!(self.out, "{text}");
                 let _ = self.out.flush();
             }
+            CompanionEvent::Waiting { holder, .. } if !self.quiet => {
+                eprintln!("(waiting for the embedded model: {holder})");
+            }
             CompanionEvent::Discarded { attempt, reason, .. } => {
                 // The discarded draw's line ends before the note, and the next draw starts a new one.
                 self.end();

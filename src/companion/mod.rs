@@ -166,6 +166,9 @@ pub enum CompanionEvent {
     },
     /// The packet of the attempt about to be sent, exactly as it will be sent.
     TurnStarted { character_id: String, name: String, input: String, attempt: u32, packet: Box<Packet>, hits: Vec<RetrievalHit> },
+    /// The draw of `attempt` waits for the model, busy with `holder` ("Tomas Reed,
+    /// checkpoint 1"): the embedded model answers one call at a time.
+    Waiting { character_id: String, attempt: u32, holder: String },
     /// A streamed fragment of the reply of `attempt`.
     Token { character_id: String, attempt: u32, text: String },
     /// A draw was thrown away (empty, spoke for the user, cut off); another may follow.

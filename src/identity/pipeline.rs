@@ -234,7 +234,7 @@ fn run_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option
         Some(name) => config.profile(name).ok_or_else(|| IdentityError::Invalid(format!("no profile named {name:?}")))?,
         None => config.profile_for_role(&agent.role()).map_err(|e| IdentityError::Invalid(e.to_string()))?,
     };
-    let client = LlmClient::from_profile(profile, Some(&ctx.store))?.for_agent(&agent.role());
+    let client = LlmClient::from_profile(profile, Some(&ctx.store))?.for_agent(&agent.role()).doing(format!("{}, checkpoint {number}", run.name));
     let options = StructuredOptions { content: content_rules(run, agent, Some("/narrative"), "/structured"), ..StructuredOptions::default() };
     let base = profile.kind == crate::llm::ProviderKind::Local;
     let request = if base {

@@ -178,14 +178,31 @@ pub struct CallContext<'a> {
     pub cancel: &'a CancelToken,
     /// Receives each streamed text fragment as it arrives.
     pub on_token: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// Told, while the call waits for a model another call holds (the embedded model
+    /// answers one call at a time), what that other call is for ("Tomas Reed,
+    /// checkpoint 1"): a wait of minutes is then a wait the user can read.
+    pub on_wait: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// What this call is for, as another call waiting behind it is told.
+    pub label: Option<&'a str>,
 }
 
 impl<'a> CallContext<'a> {
     pub fn new(cancel: &'a CancelToken) -> Self {
-        Self { cancel, on_token: None }
+        Self { cancel, on_token: None, on_wait: None, label: None }
     }
     pub fn with_tokens(cancel: &'a CancelToken, on_token: &'a (dyn Fn(&str) + Send + Sync)) -> Self {
-        Self { cancel, on_token: Some(on_token) }
+        Self { cancel, on_token: Some(on_token), on_wait: None, label: None }
+    }
+    /// The same context, telling `on_wait` what holds the model while the call waits.
+    pub fn with_wait(mut self, on_wait: &'a (dyn Fn(&str) + Send + Sync)) -> Self {
+        self.on_wait = Some(on_wait);
+        self
+    }
+    /// Say that the model is busy with `what`.
+    pub fn waiting(&self, what: &str) {
+        if let Some(f) = self.on_wait {
+            f(what);
+        }
     }
     pub fn emit(&self, fragment: &str) {
         if let Some(f) = self.on_token {

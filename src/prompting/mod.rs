@@ -7,6 +7,7 @@
 pub mod budget;
 pub mod echo;
 pub mod macros;
+pub mod salvage;
 pub mod templates;
 
 pub use budget::{

@@ -10,6 +10,7 @@ use super::{SceneError, SceneEvent};
 use crate::context::Context;
 use crate::llm::{CallContext, CancelToken, ChatMessage, ChatRequest, Completion, LlmClient, LlmError, Role, Usage};
 use crate::prompting::echo::CopyGuard;
+use crate::prompting::salvage::{self, StreamCut};
 
 /// Draws per turn, the first included.
 pub const MAX_DRAWS: u32 = 3;
@@ -76,14 +77,39 @@ pub(crate) fn draw(
     let copies = CopyGuard::new(request.messages.iter().map(|m| m.content.as_str()));
     let mut spent = Usage { prompt_tokens: 0, completion_tokens: 0, reported: true };
     let mut number = 1;
+    let names: Vec<&str> = others.iter().map(String::as_str).collect();
     loop {
-        let mut completion = client.complete(&request, CallContext::with_tokens(cancel, on_token)).map_err(failed)?;
+        // The stream shows what is kept: nothing from where the draw drifts into the
+        // prompt's markup or another's line (see `salvage`).
+        let stream = std::sync::Mutex::new(StreamCut::new(name, &names));
+        let relay = |fragment: &str| {
+            let shown = stream.lock().unwrap_or_else(|p| p.into_inner()).push(fragment);
+            if let Some(shown) = shown {
+                on_token(&shown);
+            }
+        };
+        let on_wait = |holder: &str| ctx.emit(crate::context::CoreEvent::info(format!("round {round}: {name} waits for the embedded model: {holder}")));
+        let result = client.complete(&request, CallContext::with_tokens(cancel, &relay).with_wait(&on_wait));
+        if let Some(rest) = stream.lock().unwrap_or_else(|p| p.into_inner()).finish() {
+            on_token(&rest);
+        }
+        let mut completion = result.map_err(failed)?;
+        // A good line and then the prompt's markup or someone else's line: the line is
+        // the turn; a draw with nothing before its drift is drawn again.
+        let drifted = match salvage::cut(&completion.text, name, &names) {
+            Ok((kept, Some(_))) => {
+                completion.text = kept;
+                None
+            }
+            Ok((_, None)) => None,
+            Err(why) => Some(why.reason()),
+        };
         spent = Usage {
             prompt_tokens: spent.prompt_tokens.saturating_add(completion.usage.prompt_tokens),
             completion_tokens: spent.completion_tokens.saturating_add(completion.usage.completion_tokens),
             reported: spent.reported && completion.usage.reported,
         };
-        let Some(reason) = fault(&completion.text, &copies, &others).filter(|_| number < MAX_DRAWS) else {
+        let Some(reason) = drifted.or_else(|| fault(&completion.text, &copies, &others)).filter(|_| number < MAX_DRAWS) else {
             completion.usage = spent;
             return Ok(completion);
         };

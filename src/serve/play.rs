@@ -793,6 +793,7 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
         CompanionEvent::TurnStarted { character_id, .. }
         | CompanionEvent::Token { character_id, .. }
         | CompanionEvent::Discarded { character_id, .. }
+        | CompanionEvent::Waiting { character_id, .. }
         | CompanionEvent::Cancelled { character_id }
         | CompanionEvent::Changed { character_id, .. }
         | CompanionEvent::Undone { character_id, .. }

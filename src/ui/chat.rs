@@ -17,6 +17,9 @@ pub struct LiveReply {
     pub text: String,
     /// Earlier draws of this turn that were thrown away, with the reason.
     pub discarded: Vec<String>,
+    /// What holds the model this draw waits for (see [`CompanionEvent::Waiting`]); gone
+    /// once the reply starts.
+    pub waiting: Option<String>,
     /// The user typed `input` into the message box for this turn (not a regenerate or a
     /// continue of a message already kept): a failed turn gives it back to the box.
     pub typed: bool,
@@ -261,11 +264,18 @@ impl ChatPanel {
                 live.input = input.clone();
                 live.attempt = *attempt;
                 live.text.clear();
+                live.waiting = None;
                 self.packet = Some(PacketView { packet: (**packet).clone(), hits: hits.clone(), attempt: *attempt, committed: false, abandoned: false });
             }
             CompanionEvent::Token { character_id, attempt, text } if self.is_selected(character_id) => {
                 if let Some(live) = self.live.as_mut().filter(|l| l.attempt == *attempt) {
                     live.text.push_str(text);
+                    live.waiting = None;
+                }
+            }
+            CompanionEvent::Waiting { character_id, attempt, holder } if self.is_selected(character_id) => {
+                if let Some(live) = self.live.as_mut().filter(|l| l.attempt == *attempt) {
+                    live.waiting = Some(holder.clone());
                 }
             }
             CompanionEvent::Discarded { character_id, attempt, reason } if self.is_selected(character_id) => {
@@ -1035,6 +1045,9 @@ impl ChatPanel {
                     ui.horizontal_wrapped(|ui| {
                         ui.label(super::prose::job(ui, Some(&name), &live.text));
                         ui.spinner();
+                        if let Some(holder) = &live.waiting {
+                            ui.weak(format!("waiting for the embedded model: {holder}"));
+                        }
                     })
                 });
             }

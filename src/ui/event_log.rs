@@ -45,6 +45,7 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
             Some((LogLevel::Info, format!("chat: {name}, attempt {attempt}, packet of {} tokens sent", packet.tokens)))
         }
         E::Discarded { attempt, reason, .. } => Some((LogLevel::Warn, format!("chat: reply {attempt} discarded: {reason}"))),
+        E::Waiting { holder, .. } => Some((LogLevel::Info, format!("chat: waiting for the embedded model: {holder}"))),
         E::TurnCommitted { turn } => Some((
             LogLevel::Info,
             format!(
@@ -84,6 +85,7 @@ fn chat_character(event: &crate::companion::CompanionEvent) -> Option<&str> {
     match event {
         E::TurnStarted { character_id, .. }
         | E::Discarded { character_id, .. }
+        | E::Waiting { character_id, .. }
         | E::Cancelled { character_id }
         | E::CancelRequested { character_id, .. }
         | E::Summarised { character_id, .. }

@@ -127,7 +127,7 @@ fn invalid_replies_are_discarded_and_never_committed() {
     let script = json!({
         "rules": [
             // The packet's user message holds the history too: the newer message's rule comes first.
-            { "when": { "user_contains": "second" }, "reply": { "text": "[Ilse Marrow]: Mm, you were saying—\nUser: yes, I was." } },
+            { "when": { "user_contains": "second" }, "reply": { "text": "[Ilse Marrow]:\nUser: yes, I was." } },
             { "when": { "user_contains": "first" }, "replies": [
                 reply("[User]: I'll answer for myself, thanks."),
                 reply("[Ilse Marrow]:   "),
@@ -172,6 +172,51 @@ fn invalid_replies_are_discarded_and_never_committed() {
         other => panic!("expected a failure, got {other:?}"),
     }
     assert_eq!(counts(&paths), (1, 2, 1));
+}
+
+/// The embedded model's usual draft: a good line, then the packet's markup or more
+/// lines of the conversation. The line is kept; what streamed is what is stored, and the
+/// drift reaches neither the history nor the memory bank.
+#[test]
+fn a_good_line_before_markup_or_another_speaker_is_kept_and_the_rest_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let odile = "*She taps her nose.* Oh, I'm so glad you're here. *She holds up a chart of the Hollow Reef.*";
+    let script = json!({
+        "rules": [
+            // The packet's user message holds the history too: the newer message's rule comes first.
+            { "when": { "user_contains": "third" }, "reply": reply(
+                "[Ilse Marrow]: Morning, dear.\n</assistant_user_input>\n</assistant_user_users>\n[Ilse Marrow]: The kettle's on.\n[Ilse Marrow]: Sugar?") },
+            { "when": { "user_contains": "second" }, "reply": reply("[Ilse Marrow]: Do you mean the reef?\n<context>\n</context>") },
+            { "when": { "user_contains": "first" }, "reply": reply(&format!("[Ilse Marrow]: {odile}\n</assistant_persona>")) },
+            { "when": { "system_contains": "compress" }, "reply": "unused" }
+        ]
+    });
+    let paths = setup(dir.path(), script, |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    for (message, kept) in [("The first message", odile), ("The second message", "Do you mean the reef?"), ("The third message", "Morning, dear.")] {
+        let events = send(&engine, message, None);
+        let streamed: String = events
+            .iter()
+            .filter_map(|e| match e {
+                CompanionEvent::Token { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(!events.iter().any(|e| matches!(e, CompanionEvent::Discarded { .. })), "{events:#?}");
+        let turn = committed(&events);
+        assert_eq!(turn.reply, kept);
+        assert_eq!(streamed, kept, "the stream shows what is stored");
+    }
+    let store = Store::open(&paths.library_file).unwrap();
+    let memories: Vec<String> = store
+        .with(|c| {
+            let mut q = c.prepare("SELECT text FROM memories WHERE kind = 'turn' AND speaker = 'Ilse Marrow'")?;
+            let rows = q.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .unwrap();
+    assert_eq!(memories.len(), 3);
+    assert!(memories.iter().all(|m| !m.contains('<') && !m.contains("[Ilse")), "{memories:?}");
 }
 
 #[test]

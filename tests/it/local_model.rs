@@ -164,6 +164,35 @@ fn cancellation_stops_a_long_generation_promptly() {
     assert!(matches!(provider.complete(&req, CallContext::new(&cancel)), Err(LlmError::Cancelled)));
 }
 
+/// A call queued behind another on the embedded model is told what holds it (an
+/// identity run's checkpoint), once, instead of waiting minutes in silence.
+#[test]
+fn a_call_waiting_for_the_model_hears_what_holds_it() {
+    let _ = provider();
+    let profile = ProviderProfile { name: "local".into(), kind: ProviderKind::Local, max_context_tokens: 2048, ..Default::default() };
+    let holder = lorekeeper::llm::LlmClient::from_profile(&profile, None).unwrap().for_agent("identity.personality").doing("Tomas Reed, checkpoint 1");
+    let waiter = lorekeeper::llm::LlmClient::from_profile(&profile, None).unwrap().for_agent("companion");
+    let mut long = request(vec![ChatMessage::user("Tell me a long story about the river city of Vell.")], 80, 7);
+    long.sampler.stop = Vec::new();
+    let short = request(vec![ChatMessage::user("Say hello.")], 4, 8);
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let heard = Mutex::new(Vec::<String>::new());
+    let cancel = CancelToken::new();
+    let on_token = |_: &str| started.store(true, std::sync::atomic::Ordering::Relaxed);
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| holder.complete(&long, CallContext::with_tokens(&cancel, &on_token)));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !started.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let on_wait = |holder: &str| heard.lock().unwrap().push(holder.to_string());
+        let second = waiter.complete(&short, CallContext::new(&cancel).with_wait(&on_wait));
+        assert!(first.join().unwrap().is_ok());
+        assert!(second.is_ok(), "{second:?}");
+    });
+    assert_eq!(*heard.lock().unwrap(), ["Tomas Reed, checkpoint 1"]);
+}
+
 #[test]
 fn parallel_callers_share_the_model_and_get_whole_answers() {
     let provider = provider();

@@ -1173,6 +1173,66 @@ fn a_plan_naming_nobody_real_is_re_asked_and_copied_prose_is_drawn_again() {
     assert!(messages.iter().all(|m| !m.speaker.contains("state_update")));
 }
 
+/// The embedded model's Director wrote its schema's field names as guidance
+/// ("openguidance 1 = stateUpdates"), and a character wrote a good turn followed by the
+/// prompt's markup and another's line: the plan is re-asked, and the turn is kept up to
+/// its drift (not drawn again), its state lines with it.
+#[test]
+fn field_name_guidance_is_re_asked_and_a_turn_is_kept_up_to_its_drift() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        let name = rule["name"].as_str().unwrap_or_default().to_string();
+        match name.as_str() {
+            "director pass 1" => {
+                let original = rule["reply"].take();
+                let mut junk = original.clone();
+                junk["json"]["actingCharacters"][0]["guidance"] = serde_json::json!("openguidance 1 = stateUpdates");
+                junk["json"]["actingCharacters"][1]["guidance"] = serde_json::json!("stateupdate 1 = openGuidance 1 = ");
+                rule["replies"] = serde_json::json!([junk, original]);
+                rule.as_object_mut().unwrap().remove("reply");
+            }
+            "Wren" => {
+                let text = rule["reply"]["text"].as_str().unwrap().to_string();
+                rule["reply"]["text"] = serde_json::json!(format!("{text}\n</assistant_persona>\nOssian Vale: I'll see to the boat."));
+            }
+            _ => {}
+        }
+    }
+    let (paths, scene) = setup_with_script(dir.path(), &script);
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("I hand the keeper the sealed letter."));
+    let plans: Vec<&lorekeeper::scene::model::DirectorPlan> = events
+        .iter()
+        .filter_map(|e| match e {
+            SceneEvent::DirectorDecided { pass: 1, decision: lorekeeper::scene::DirectorDecision::Plan(p), .. } => Some(&**p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(plans.len(), 1);
+    let guidance: Vec<&str> = plans[0].acting_characters.iter().map(|a| a.guidance.as_str()).collect();
+    assert!(guidance.contains(&"Read the letter aloud and refuse its request."), "{guidance:?}");
+    assert!(guidance.iter().all(|g| !g.to_lowercase().contains("guidance")), "{guidance:?}");
+    assert!(!events.iter().any(|e| matches!(e, SceneEvent::Redrawn { .. })), "a good turn is kept, not drawn again");
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match e {
+            SceneEvent::Token { character_id, text, .. } if character_id != "narrator" => Some((character_id, text)),
+            _ => None,
+        })
+        .filter(|(id, _)| events.iter().any(|e| matches!(e, SceneEvent::CharacterStarted { character_id, name, .. } if character_id == *id && name == "Wren Talloway")))
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert!(!streamed.contains('<') && !streamed.contains("Ossian Vale:"), "{streamed:?}");
+    let store = engine.context().store.clone();
+    let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    let wren = messages.iter().find(|m| m.speaker == "Wren Talloway").unwrap();
+    assert!(wren.content.contains("The light stays lit.") && !wren.content.contains('<') && !wren.content.contains("Ossian"), "{}", wren.content);
+    let after = view(&store, &scene);
+    let wren = after.cast.iter().find(|m| m.name == "Wren Talloway").unwrap();
+    assert_eq!(wren.state.mood.as_deref(), Some("defiant"), "her state lines before the drift stand");
+}
+
 /// Director pass 2 that never gives a usable reply does not cost the round: the
 /// characters spoke, their own state lines stand, and the ledger says pass 2 was not
 /// applied and why.

@@ -1,9 +1,9 @@
 //! The judge of a finished draw (is it the character's line, whole, and only theirs?)
 //! and the label stripper that keeps `[Name]:` out of the streamed text.
 
-use crate::companion::packet;
 use crate::llm::Completion;
 use crate::prompting::echo::CopyGuard;
+use crate::prompting::salvage;
 
 /// The labels a reply may start with (the trigger asks for `[Name]:`).
 fn labels(name: &str) -> [String; 4] {
@@ -85,9 +85,6 @@ impl LabelStripper {
 /// own to say, and is drawn again. `input` holds the user's message, which a reply may
 /// quote (characters echo a question back) but not merely repeat.
 pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard, input: &CopyGuard) -> Result<String, String> {
-    if completion.finish_reason.as_deref() == Some("length") {
-        return Err("it was cut off at the token limit".into());
-    }
     let mut text = completion.text.trim();
     // The trigger asks for `[Name]: ...`; the label is not part of what was said. A small
     // model may write it twice (`[Name]: [Name]:`): every leading one goes.
@@ -95,27 +92,26 @@ pub fn judge(completion: &Completion, name: &str, user: &str, copies: &CopyGuard
         text = rest.trim_start();
     }
     let text = text.trim();
+    let cut_off = completion.finish_reason.as_deref() == Some("length");
     if text.is_empty() {
-        return Err("it was empty".into());
+        return Err(if cut_off { "it was cut off at the token limit" } else { "it was empty" }.into());
     }
-    let speaks_for_user = text.lines().any(|line| {
-        let line = line.trim_start().to_lowercase();
-        [user.to_lowercase(), "user".to_string()]
-            .iter()
-            .any(|u| line.starts_with(&format!("[{u}]:")) || line.starts_with(&format!("{u}:")))
-    });
-    if speaks_for_user {
-        return Err(format!("it spoke for {user}"));
+    // A small model often writes a good line, then echoes the packet's markup or goes on
+    // with the user's next line (or its own again): the line before the drift is the
+    // reply, and only a draw with nothing before it is thrown away.
+    let (text, drifted) = salvage::cut(text, name, &[user, "User"]).map_err(|why| match why {
+        // "User" is the user, whatever their persona's name.
+        salvage::Drift::SpokeFor(_) => format!("it spoke for {user}"),
+        why => why.reason(),
+    })?;
+    // A reply cut at its drift ended before the token limit did.
+    if cut_off && drifted.is_none() {
+        return Err("it was cut off at the token limit".into());
     }
-    // A model that echoes the packet's markup has lost the thread, whatever else it wrote.
-    let tags = packet::TAGS.iter().chain(&["assistant_persona"]);
-    if tags.into_iter().any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>"))) {
-        return Err("it repeated the prompt's markup".into());
-    }
-    if let Some(reason) = copies.reason(text).or_else(|| input.only_copy(text)) {
+    if let Some(reason) = copies.reason(&text).or_else(|| input.only_copy(&text)) {
         return Err(reason);
     }
-    Ok(text.to_string())
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -178,7 +174,7 @@ mod tests {
         expect_test::expect![[r#"
             "[Ilse Marrow]: The kettle's on." -> kept "The kettle's on."
             "Ilse Marrow: *smiles* The kettle's on." -> kept "*smiles* The kettle's on."
-            "The kettle's on.\n[Juno]: Thanks!" -> discarded: it spoke for Juno
+            "The kettle's on.\n[Juno]: Thanks!" -> kept "The kettle's on."
             "Juno: I'll have tea." -> discarded: it spoke for Juno
             "<user_input>Do you remember?</user_input>" -> discarded: it repeated the prompt's markup
             "   " -> discarded: it was empty
@@ -195,7 +191,16 @@ mod tests {
         assert!(ok("[Ilse Marrow]:   ").unwrap_err().contains("empty"));
         assert!(ok("").unwrap_err().contains("empty"));
         assert!(ok("[User]: I agree with myself.").unwrap_err().contains("spoke for Juno"));
-        assert!(ok("Sure.\nJuno: and then I said...").unwrap_err().contains("spoke for Juno"));
+        // What came before the user's line is the reply; the rest never stands.
+        assert_eq!(ok("Sure.\nJuno: and then I said...").unwrap(), "Sure.");
+        // The embedded model's drafts a tester saw thrown away or kept whole (Odile, Ilse).
+        let odile = "*She taps her nose.* Oh, Kit, I'm so glad you're here. *She holds up a chart of the Hollow Reef.*";
+        assert_eq!(ok(&format!("[Ilse Marrow]: {odile}\n</assistant_persona>")).unwrap(), odile);
+        assert_eq!(ok("Mm. The kettle's on.\n</assistant_user_input>\n</assistant_user_users>").unwrap(), "Mm. The kettle's on.");
+        assert_eq!(ok("Do you mean the reef?\n<context>\n</context>").unwrap(), "Do you mean the reef?");
+        assert_eq!(ok("Morning.\n[Ilse Marrow]: The kettle's on.\n[Ilse Marrow]: Sugar?").unwrap(), "Morning.");
+        // A draft that drifts before the token limit ends is whole up to its drift.
+        assert_eq!(judge(&reply("Aye.\n<context>\n<context>\n<context", "length"), "Ilse Marrow", "Juno", &card(), &CopyGuard::default()).unwrap(), "Aye.");
         assert!(judge(&reply("A long story that", "length"), "Ilse", "U", &card(), &CopyGuard::default()).unwrap_err().contains("cut off"));
         // A name that merely starts the same way is not a label.
         assert_eq!(ok("Userland is far.").unwrap(), "Userland is far.");

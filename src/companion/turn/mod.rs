@@ -19,6 +19,7 @@ mod prepare;
 pub use judge::judge;
 pub use prepare::{Prepared, prepare, retrieve};
 use crate::prompting::echo::CopyGuard;
+use crate::prompting::salvage::StreamCut;
 use judge::LabelStripper;
 
 fn parse_now(now: Option<&str>) -> Result<DateTime<Utc>, CompanionError> {
@@ -214,10 +215,15 @@ fn draw(
     }
     request.sampler.stop = stops;
     let delivered = AtomicBool::new(false);
-    let stripper = Mutex::new(LabelStripper::new(name));
+    // The stream shows what the judge will keep: the label held back, and nothing from
+    // where the reply drifts into markup or someone else's line.
+    let stripper = Mutex::new((LabelStripper::new(name), StreamCut::new(name, &[user, "User"])));
     let on_token = |fragment: &str| {
         delivered.store(true, Ordering::Relaxed);
-        let shown = stripper.lock().unwrap_or_else(|p| p.into_inner()).push(fragment);
+        let mut held = stripper.lock().unwrap_or_else(|p| p.into_inner());
+        let (label, drift) = &mut *held;
+        let shown = label.push(fragment).and_then(|f| drift.push(&f));
+        drop(held);
         if let Some(text) = shown {
             ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text });
         }
@@ -237,10 +243,18 @@ fn draw(
     let greeting = opening.get(chosen as usize).cloned().unwrap_or_default();
     let copies = CopyGuard::new(sent.iter().map(String::as_str).chain([greeting.as_str()]));
     let echoes = CopyGuard::new([draft.text]);
-    let result = agent
-        .client
-        .complete_checked(&request, CallContext::with_tokens(cancel, &on_token), &|c| judge(c, name, user, &copies, &echoes).is_ok());
-    if let Some(rest) = stripper.lock().unwrap_or_else(|p| p.into_inner()).finish() {
+    let on_wait = |holder: &str| ctx.emit(CompanionEvent::Waiting { character_id: character.id.clone(), attempt, holder: holder.to_string() });
+    let result = agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token).with_wait(&on_wait), &|c| {
+        judge(c, name, user, &copies, &echoes).is_ok()
+    });
+    let rest = {
+        let mut held = stripper.lock().unwrap_or_else(|p| p.into_inner());
+        let (label, drift) = &mut *held;
+        let mut rest: String = label.finish().and_then(|f| drift.push(&f)).unwrap_or_default();
+        rest.extend(drift.finish());
+        rest
+    };
+    if !rest.is_empty() {
         ctx.emit(CompanionEvent::Token { character_id: character.id.clone(), attempt, text: rest });
     }
     let completion = match result {

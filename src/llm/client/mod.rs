@@ -54,6 +54,8 @@ pub struct LlmClient {
     slots: Option<Arc<parallel::Slots>>,
     /// The agent this client calls for, as the call log records it (see [`Self::for_agent`]).
     agent: String,
+    /// What the calls are for, told to calls waiting behind them (see [`Self::doing`]).
+    doing: Option<String>,
 }
 
 impl LlmClient {
@@ -112,7 +114,7 @@ impl LlmClient {
         let start = if profile.supports_json_schema { formats::FormatLevel::Schema } else { formats::FormatLevel::ObjectWithSchema };
         let formats = formats::FormatMemory::shared(&profile.name, &endpoint, start);
         let slots = parallel_limit(&profile).map(|limit| parallel::shared(&format!("{}|{endpoint}", profile.name), limit));
-        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats, slots, agent: String::new() }
+        Self { provider, profile, limiter, cache: None, secret: None, endpoint, calls: None, formats, slots, agent: String::new(), doing: None }
     }
 
     /// Use `store` for the response cache (only if the profile enables caching).
@@ -127,6 +129,14 @@ impl LlmClient {
     /// call log keeps it, so latency and tokens can be told apart per agent.
     pub fn for_agent(mut self, agent: &str) -> Self {
         self.agent = agent.to_string();
+        self
+    }
+
+    /// Say what this client's calls are for ("Tomas Reed, checkpoint 1"): a call waiting
+    /// for the embedded model while one of these holds it is told so (see
+    /// [`CallContext::on_wait`]). Without it, the agent's name is said.
+    pub fn doing(mut self, what: impl Into<String>) -> Self {
+        self.doing = Some(what.into());
         self
     }
 
@@ -236,9 +246,12 @@ impl LlmClient {
                 ctx.emit(&rest);
             }
         };
+        let label = ctx.label.or(self.doing.as_deref()).unwrap_or(&self.agent);
         let attempt_ctx = CallContext {
             cancel: ctx.cancel,
             on_token: ctx.on_token.map(|_| &relay as &(dyn Fn(&str) + Send + Sync)),
+            on_wait: ctx.on_wait,
+            label: Some(label).filter(|l| !l.is_empty()),
         };
 
         let policy = self.profile.retry;

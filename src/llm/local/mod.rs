@@ -55,6 +55,14 @@ fn workers() -> &'static Mutex<HashMap<WorkerConfig, Weak<SharedModel>>> {
 struct SharedModel {
     jobs: Sender<Job>,
     info: ModelInfo,
+    /// The job being answered now, for the calls queued behind it.
+    busy: worker::Busy,
+}
+
+/// What the model is busy with, as a waiting call is told: the holder's label, else
+/// "another call".
+fn holder(label: Option<&str>) -> String {
+    label.filter(|l| !l.trim().is_empty()).unwrap_or("another call").to_string()
 }
 
 /// The local provider. Cheap to clone; clones and every provider built for the same
@@ -119,8 +127,12 @@ impl LocalProvider {
         if ctx.cancel.is_cancelled() {
             return Err(LlmError::Cancelled);
         }
+        static NEXT_JOB: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_JOB.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (replies_tx, replies) = crossbeam_channel::unbounded();
         let job = Job {
+            id,
+            label: ctx.label.map(str::to_string),
             request: request.clone(),
             model_name: self.model_name.clone(),
             cancel: ctx.cancel.clone(),
@@ -133,6 +145,11 @@ impl LocalProvider {
             .jobs
             .send(job)
             .map_err(|_| LlmError::Config("the local model thread has stopped".into()))?;
+        // Until the model thread takes this job, the caller is told what holds the model
+        // (once per holder): a queue wait of minutes behind an identity run is otherwise
+        // a spinner that says nothing.
+        let mut told: Option<u64> = None;
+        let mut started = false;
         loop {
             // Poll so that a call still waiting in the queue returns as soon as it is
             // cancelled; the model thread skips cancelled jobs when it reaches them.
@@ -142,6 +159,17 @@ impl LocalProvider {
                 Err(RecvTimeoutError::Timeout) => {
                     if ctx.cancel.is_cancelled() {
                         return Err(LlmError::Cancelled);
+                    }
+                    if !started && ctx.on_wait.is_some() {
+                        let busy = self.model.busy.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                        match busy {
+                            Some((holder_id, _)) if holder_id == id => started = true,
+                            Some((holder_id, label)) if told != Some(holder_id) => {
+                                told = Some(holder_id);
+                                ctx.waiting(&holder(label.as_deref()));
+                            }
+                            _ => {}
+                        }
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -191,8 +219,8 @@ fn shared_model(config: WorkerConfig) -> Result<Arc<SharedModel>, LlmError> {
     if let Some(model) = workers.get(&config).and_then(Weak::upgrade) {
         return Ok(model);
     }
-    let (jobs, info) = worker::spawn(config.clone())?;
-    let model = Arc::new(SharedModel { jobs, info });
+    let (jobs, info, busy) = worker::spawn(config.clone())?;
+    let model = Arc::new(SharedModel { jobs, info, busy });
     workers.insert(config, Arc::downgrade(&model));
     Ok(model)
 }

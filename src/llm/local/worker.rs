@@ -123,7 +123,14 @@ pub struct Job {
     pub queued_at: Instant,
     pub replies: Sender<Reply>,
     pub options: CallOptions,
+    /// Which call this is (unique in the process), and what it is for: while it runs,
+    /// [`Busy`] says so to the calls queued behind it.
+    pub id: u64,
+    pub label: Option<String>,
 }
+
+/// The job the model thread is answering now (its id and label), for calls waiting.
+pub type Busy = std::sync::Arc<std::sync::Mutex<Option<(u64, Option<String>)>>>;
 
 /// Knobs for measuring rather than for use: the bench must time the same work every run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -209,7 +216,7 @@ fn loaded_cpu_variant() -> Option<PathBuf> {
 }
 
 /// Starts the model thread and waits until the model is loaded (or failed to).
-pub fn spawn(config: WorkerConfig) -> Result<(Sender<Job>, ModelInfo), LlmError> {
+pub fn spawn(config: WorkerConfig) -> Result<(Sender<Job>, ModelInfo, Busy), LlmError> {
     if !config.path.is_file() {
         return Err(LlmError::Config(format!(
             "the local model file {} does not exist (run `bash .ci/setup.sh` to install the default model)",
@@ -219,18 +226,20 @@ pub fn spawn(config: WorkerConfig) -> Result<(Sender<Job>, ModelInfo), LlmError>
     // Bounded: a flood of agents waits to enqueue instead of growing memory without end.
     let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(256);
     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    let busy = Busy::default();
+    let running = busy.clone();
     std::thread::Builder::new()
         .name("local-model".into())
-        .spawn(move || run(config, jobs_rx, ready_tx))
+        .spawn(move || run(config, jobs_rx, ready_tx, running))
         .map_err(|e| LlmError::Config(format!("cannot start the local model thread: {e}")))?;
     match ready_rx.recv() {
-        Ok(Ok(info)) => Ok((jobs_tx, info)),
+        Ok(Ok(info)) => Ok((jobs_tx, info, busy)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(LlmError::Config("the local model thread stopped while loading the model".into())),
     }
 }
 
-fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo, LlmError>>) {
+fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo, LlmError>>, busy: Busy) {
     let started = Instant::now();
     let loaded = (|| {
         let (backend, cpu_backend) = backend()?;
@@ -291,6 +300,7 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
     // Ends when every provider holding the queue has been dropped.
     for job in jobs {
         let queued_ms = job.queued_at.elapsed().as_secs_f64() * 1000.0;
+        *busy.lock().unwrap_or_else(|p| p.into_inner()) = Some((job.id, job.label.clone()));
         let result = if job.cancel.is_cancelled() {
             Err(LlmError::Cancelled)
         } else {
@@ -314,6 +324,7 @@ fn run(config: WorkerConfig, jobs: Receiver<Job>, ready: Sender<Result<ModelInfo
                 (completion, timings)
             })
         };
+        *busy.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let _ = job.replies.send(Reply::Done(result));
     }
 }

@@ -152,6 +152,49 @@ fn schema_words(schema: &Value, words: &mut SchemaWords) {
     }
 }
 
+/// `text` without spaces, `_` or `-`, lowercase: `Open Guidance`, `openguidance` and
+/// `open_guidance` alike.
+fn compact(text: &str) -> String {
+    normalise(text).replace(' ', "")
+}
+
+/// The field a string of field names is made of: only field names (any case or
+/// spacing), numbers and `=` (`openguidance 1 = stateUpdates`, `stateupdate 1 =`), or
+/// `name = value` fragments keyed by field names (`mood = tense`) — a small model
+/// writing the schema's words back with the grammar's punctuation, not content.
+fn field_filler(text: &str, words: &SchemaWords) -> Option<String> {
+    let fields: Vec<(String, &String)> = words.fields.iter().map(|f| (f.replace(' ', ""), f)).filter(|(c, _)| !c.is_empty()).collect();
+    let field_of = |piece: &str| {
+        let piece = compact(piece);
+        fields.iter().find(|(c, _)| same_word(&piece, c)).map(|(_, f)| (*f).clone())
+    };
+    // Only field names between numbers and `=`.
+    let pieces: Vec<&str> = text.split(|c: char| c.is_ascii_digit() || matches!(c, '=' | ':' | ',' | ';' | '#')).filter(|p| p.chars().any(char::is_alphanumeric)).collect();
+    if !pieces.is_empty() {
+        let named: Option<Vec<String>> = pieces.iter().map(|p| field_of(p)).collect();
+        if let Some(first) = named.and_then(|n| n.into_iter().next()) {
+            return Some(first);
+        }
+    }
+    // `name = value` fragments, each keyed by a field name.
+    if text.contains('=') {
+        let keys: Vec<&str> = text.split([',', ';', '\n']).filter(|f| !f.trim().is_empty()).map(|f| f.split('=').next().unwrap_or("")).collect();
+        let keyed: Option<Vec<String>> = keys.iter().map(|k| field_of(k.trim_matches(|c: char| c.is_ascii_digit() || c.is_whitespace()))).collect();
+        if let Some(first) = keyed.and_then(|k| k.into_iter().next()) {
+            return Some(first);
+        }
+    }
+    None
+}
+
+/// The property names `schema` declares, at any depth: for a caller that sends a model
+/// less of a schema than its type has, whose left-out fields are still not content.
+pub fn field_names(schema: &Value) -> Vec<String> {
+    let mut words = SchemaWords::default();
+    schema_words(schema, &mut words);
+    words.fields.into_iter().collect()
+}
+
 /// Whether `word` is `field` or its singular or plural.
 fn same_word(word: &str, field: &str) -> bool {
     word == field || format!("{word}s") == field || format!("{field}s") == word
@@ -295,6 +338,9 @@ fn junk_string(text: &str, words: &SchemaWords) -> Option<String> {
     if let Some(field) = words.fields.iter().find(|field| same_word(&norm, field)) {
         return Some(format!("{text:?} is the name of the field {field:?}, not content"));
     }
+    if let Some(field) = field_filler(text, words) {
+        return Some(format!("{text:?} is made of the field name {field:?}, not content"));
+    }
     if PLACEHOLDERS.contains(&norm.as_str()) || words.descriptions.contains(&norm) {
         return Some(format!("{text:?} is a placeholder or the schema's own description, not content"));
     }
@@ -349,6 +395,22 @@ mod tests {
 
     fn problems(value: Value, rules: &ContentRules) -> Vec<String> {
         check(&schema(), &value, rules).iter().map(|p| format!("{} [{}]", p, p.schema_path)).collect()
+    }
+
+    /// The Director's guidance a 270M model wrote (schema field names with the grammar's
+    /// punctuation) is filler; prose that merely uses such a word is not.
+    #[test]
+    fn field_names_with_numbers_and_equals_are_filler() {
+        let rules = ContentRules { field_names: vec!["openGuidance".into(), "stateUpdates".into(), "mood".into()], ..ContentRules::default() };
+        let junk = ["openguidance 1 = stateUpdates", "stateupdate 1 = openGuidance 1 = ", "Open Guidance", "openguidance 2 = stateUpdates", "mood = tense, fears = 2"];
+        for text in junk {
+            let found = problems(json!({ "narrative": text }), &rules);
+            assert!(found.iter().any(|p| p.contains("field")), "{text:?}: {found:?}");
+        }
+        for text in ["Offer the open guidance of the harbour master.", "Her mood = grim, she says.", "Ask Bastien about the chart: 3 crowns."] {
+            let found = problems(json!({ "narrative": text }), &rules);
+            assert!(found.is_empty(), "{text:?}: {found:?}");
+        }
     }
 
     #[test]

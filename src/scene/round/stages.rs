@@ -181,6 +181,9 @@ pub(crate) fn director_schema<T: schemars::JsonSchema>(profile: &crate::llm::Pro
     let schema = if profile.kind == crate::llm::ProviderKind::Local {
         let cast: Vec<Member<'_>> = view.cast.iter().map(|m| Member { name: &m.name, present: m.active, muted: m.muted }).collect();
         options.schema_in_prompt = false;
+        // The fields the small schema leaves out (`openGuidance`, `stateUpdates`) are
+        // still the schema's words: a guidance of them is filler, and re-asked.
+        options.content.field_names.extend(crate::llm::structured::content::field_names(&full));
         small_model_schema(cast_schema(full, &cast))
     } else {
         full
@@ -193,6 +196,7 @@ pub(crate) fn director_schema<T: schemars::JsonSchema>(profile: &crate::llm::Pro
 /// planned with, and keep the call's ledger and tokens in the draft.
 #[allow(clippy::too_many_arguments)]
 fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    ctx: &Context,
     agents: &Agents,
     name: &str,
     (envelope, prompt): (envelope::Envelope, envelope::RenderedPrompt),
@@ -208,7 +212,12 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     let schema = OutputSchema::<T>::with_schema(&schema_name::<T>(), schema)
         .map_err(|e| SceneError::Agent { agent: name.into(), message: e.to_string() })?;
     let mut notes = envelope.notes;
-    let (value, usage) = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, CallContext::new(cancel)) {
+    // The embedded model answers one call at a time: a round that waits behind an
+    // identity run says so, not only "planning…".
+    let round = draft.round;
+    let on_wait = |holder: &str| ctx.emit(crate::context::CoreEvent::info(format!("round {round}: the {name} waits for the embedded model: {holder}")));
+    let call = CallContext::new(cancel).with_wait(&on_wait);
+    let (value, usage) = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, call) {
         Ok(output) => (Some(output.value), output.usage),
         // Every attempt answered, none usable: for pass 2 the round still stands on the
         // characters' own state lines, and the ledger says why pass 2 changed nothing.
@@ -552,7 +561,7 @@ pub(super) fn director_plan(
     let fitted = fitted?;
     let check = cast_check(&draft.view, draft.force.is_empty());
     let mut plan: DirectorPlan =
-        director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
+        director_call(ctx, agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
     plan_by_full_names(&draft.view, &mut plan);
     drop_entries_of_the_present(&draft.view, &mut plan, &mut draft.record.ignored);
 
@@ -821,7 +830,7 @@ pub(super) fn reconcile(
     let fitted = fitted?;
     let check = cast_check(&draft.view, false);
     let Some(mut reconciliation) =
-        director_call::<Reconciliation>(agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
+        director_call::<Reconciliation>(ctx, agents, "director (reconcile)", fitted, (schema, options, reply), draft, check, true, cancel)?
     else {
         // Said where the user reads the round, not only in its ledger: what this pass
         // would have settled (states, time, trackers, facts) did not happen.
@@ -977,6 +986,26 @@ pub(super) fn close(ctx: &Context, recall: &Recall, mut draft: RoundDraft, cance
 mod tests {
     use super::*;
     use crate::scene::model::{DirectorPlan, Reconciliation};
+
+    /// The embedded model's schema leaves `openGuidance` and `stateUpdates` out, but a
+    /// guidance made of them (what a 270M model wrote in 2 of 3 rounds) is still filler.
+    #[test]
+    fn guidance_of_the_schemas_field_names_is_filler_for_the_small_model_too() {
+        let view: SceneView = serde_json::from_value(serde_json::json!({
+            "id": "s", "name": "n", "description": "", "world": "", "campaign": "", "campaign_id": "", "arc": "", "rounds": 0,
+            "cast": [], "trackers": {}, "facts": [], "elapsed_minutes": 0, "persona": null
+        }))
+        .unwrap();
+        let profile = crate::llm::ProviderProfile { kind: crate::llm::ProviderKind::Local, ..Default::default() };
+        let (schema, options) = director_schema::<DirectorPlan>(&profile, &view);
+        assert!(schema.pointer("/properties/openGuidance").is_none());
+        for junk in ["openguidance 1 = stateUpdates", "stateupdate 1 = openGuidance 1 = ", "Open Guidance"] {
+            let plan = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway", "guidance": junk}]});
+            assert!(!crate::llm::structured::content::check(&schema, &plan, &options.content).is_empty(), "{junk}");
+        }
+        let plan = serde_json::json!({"actingCharacters": [{"name": "Wren Talloway", "guidance": "Read the letter aloud."}]});
+        assert!(crate::llm::structured::content::check(&schema, &plan, &options.content).is_empty());
+    }
 
     /// Only cast names validate where the Director names someone, and the schema a
     /// grammar is built from says so.
