@@ -295,7 +295,11 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let need = |items: &[BudgetItem]| items.iter().map(|i| i.tokens).fold(0u32, u32::saturating_add);
     let input_tokens = tokens::estimate(input.input.trim());
     let shares = [b.persona, b.lore, b.memory, b.examples, b.history, b.input].map(|p| budget(p, max));
-    let needs = [need(&persona_items), need(&lore_items), need(&memory_items), need(&example_items), need(&history_items), input_tokens];
+    // Entries marked `ignore_budget` are sent whatever the lore budget says, and are not
+    // counted against it (SillyTavern always sends them).
+    let unbudgeted: Vec<bool> = lore_items.iter().map(|i| input.lore_places.get(&i.id).is_some_and(|p| p.ignore_budget)).collect();
+    let budgeted_need = lore_items.iter().zip(&unbudgeted).filter(|(_, u)| !**u).map(|(i, _)| i.tokens).fold(0u32, u32::saturating_add);
+    let needs = [need(&persona_items), budgeted_need, need(&memory_items), need(&example_items), need(&history_items), input_tokens];
     let [persona_budget, lore_budget, memory_budget, examples_budget, history_budget, input_budget] =
         <[u32; 6]>::try_from(share_out(&shares, &needs)).unwrap_or(shares);
     let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
@@ -309,7 +313,28 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
             if blocks == 1 { "" } else { "s" }
         )
     });
-    let (keep, lore_dropped) = fit(&mut lore_items, lore_budget, DropPolicy::MostValuableFirst);
+    let mut budgeted: Vec<BudgetItem> = lore_items.iter().zip(&unbudgeted).filter(|(_, u)| !**u).map(|(i, _)| i.clone()).collect();
+    let (fitted_keep, lore_dropped) = fit(&mut budgeted, lore_budget, DropPolicy::MostValuableFirst);
+    let (mut fitted_keep, mut budgeted) = (fitted_keep.into_iter(), budgeted.into_iter());
+    let keep: Vec<bool> = unbudgeted
+        .iter()
+        .zip(lore_items.iter_mut())
+        .map(|(unbudgeted, item)| {
+            if *unbudgeted {
+                return true;
+            }
+            if let Some(fitted) = budgeted.next() {
+                *item = fitted;
+            }
+            fitted_keep.next().unwrap_or(false)
+        })
+        .collect();
+    // The notes said which lore fired: say which of it the lore budget then left out.
+    let lore_note = (!lore_dropped.is_empty()).then(|| {
+        let tokens = lore_dropped.iter().map(|d| d.tokens).fold(0u32, u32::saturating_add);
+        let names: Vec<&str> = lore_dropped.iter().map(|d| d.id.strip_prefix("lore ").unwrap_or(&d.id)).collect();
+        format!("lore left out by the packet's lore budget ({lore_budget} tokens): {} ({tokens} tokens)", names.join("; "))
+    });
     // Each kept entry where its position puts it, as SillyTavern places World Info:
     // before or after the character, around the example dialogue, in the chat at a depth;
     // the author's note's places (a chat here has no author's note) at its usual depth.
@@ -345,7 +370,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
             "assistant" => crate::lorebook::PromptRole::Assistant,
             _ => crate::lorebook::PromptRole::System,
         };
-        let place = crate::lorebook::LorePlace { position: crate::lorebook::InsertionPosition::AtDepth, depth: note.depth, role };
+        let place = crate::lorebook::LorePlace { position: crate::lorebook::InsertionPosition::AtDepth, depth: note.depth, role, ..Default::default() };
         lore_at_depth.push((place, 1, resolve(&note.prompt)));
     }
     // The Author's Note, with the World Info placed above and below it, goes where the
@@ -367,7 +392,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
                         NoteRole::User => PromptRole::User,
                         NoteRole::Assistant => PromptRole::Assistant,
                     };
-                    lore_at_depth.push((LorePlace { position: At::AtDepth, depth: note.depth, role }, 1, joined));
+                    lore_at_depth.push((LorePlace { position: At::AtDepth, depth: note.depth, role, ..Default::default() }, 1, joined));
                 }
                 NotePosition::BeforeCharacter => note_before = Some(joined),
                 NotePosition::AfterCharacter => note_after = Some(joined),
@@ -476,6 +501,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
     notes.extend(directive_notes);
     notes.extend(examples_note);
+    notes.extend(lore_note);
     notes.extend(note_held);
     Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: input.max_context_tokens, reply_tokens: input.reply_tokens })
 }
@@ -602,7 +628,7 @@ mod tests {
         let history = [exchange(&c, 1, "First question.", "First answer."), exchange(&c, 2, "Second question.", "Second answer.")];
         let lore = [hit("w1", "NOTE-TOP-LORE", 0.9)];
         let places: std::collections::BTreeMap<String, LorePlace> =
-            [("w1".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, depth: 0, role: Default::default() })].into();
+            [("w1".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, depth: 0, role: Default::default(), ..Default::default() })].into();
         let build = |note: &AuthorNote, user_messages: u32| {
             let mut i = input(&c, &[], None);
             i.history = &history;
@@ -756,6 +782,35 @@ mod tests {
         assert!(packet.blocks.iter().all(|b| !b.text.contains("word word")));
     }
 
+    /// An entry marked `ignore_budget` goes in even when the lore budget is spent, and the
+    /// notes say which fired lore the budget left out.
+    #[test]
+    fn ignore_budget_lore_is_always_sent_and_cut_lore_is_named() {
+        use crate::lorebook::LorePlace;
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let long = |tag: &str, n: usize| format!("{tag} {}", "lorem ipsum dolor sit amet ".repeat(n));
+        let lore = [hit("lore HIGH", &long("HIGH-ORDER", 80), 2.0), hit("lore KEEP", &long("IGNORES-BUDGET", 60), 1.5)];
+        let places: std::collections::BTreeMap<String, LorePlace> = [
+            ("lore HIGH".to_string(), LorePlace::default()),
+            ("lore KEEP".to_string(), LorePlace { ignore_budget: true, ..Default::default() }),
+        ]
+        .into();
+        let mut given = input(&c, &[], None);
+        given.lore = &lore;
+        given.lore_places = &places;
+        given.max_context_tokens = 400;
+        let packet = assemble(&templates, &config, given).unwrap();
+        let text = packet.text();
+        assert!(text.contains("IGNORES-BUDGET"), "{text}");
+        let dropped: Vec<&str> = packet.blocks.iter().flat_map(|b| &b.dropped).map(|d| d.id.as_str()).collect();
+        assert!(!dropped.contains(&"lore KEEP"), "{dropped:?}");
+        // The budgeted entry, worth more but too long for what is left, is cut and named.
+        assert!(dropped.contains(&"lore HIGH") && !text.contains("HIGH-ORDER"), "{dropped:?}");
+        assert!(packet.notes.iter().any(|n| n.starts_with("lore left out by the packet's lore budget") && n.contains("HIGH")), "{:?}", packet.notes);
+    }
+
     #[test]
     fn world_info_goes_where_each_entrys_position_says() {
         use crate::lorebook::{InsertionPosition, LorePlace, PromptRole};
@@ -776,7 +831,7 @@ mod tests {
         let places = [
             ("before".to_string(), LorePlace { position: InsertionPosition::BeforeCharacter, ..Default::default() }),
             ("after".to_string(), LorePlace { position: InsertionPosition::AfterCharacter, ..Default::default() }),
-            ("deep".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 2, role: PromptRole::System }),
+            ("deep".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 2, role: PromptRole::System, ..Default::default() }),
             ("em-top".to_string(), LorePlace { position: InsertionPosition::ExamplesTop, ..Default::default() }),
             ("em-bottom".to_string(), LorePlace { position: InsertionPosition::ExamplesBottom, ..Default::default() }),
             ("an-top".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, ..Default::default() }),

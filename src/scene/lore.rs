@@ -252,7 +252,7 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         let value = scan.entry.priority.unwrap_or(0) as f64 * 1e6 + scan.entry.insertion_order as f64;
         // Two entries of one label fired by one key keep a place each (see `distinct_id`).
         let id = crate::lorebook::distinct_id(format!("lore {} ({})", label(activated.index), trigger.reason(&label)), |id| out.places.contains_key(id));
-        out.places.insert(id.clone(), LorePlace { position: scan.entry.position, depth: scan.entry.depth, role: scan.entry.role });
+        out.places.insert(id.clone(), LorePlace::of(scan.entry));
         out.items.push(BudgetItem {
             id,
             tokens: count(&content),
