@@ -112,6 +112,10 @@ pub struct TurnText<'a> {
     pub user: &'a str,
     /// The exchanges before this one, oldest first.
     pub history: &'a [ChatTurn],
+    /// The chat's chosen greeting as written (`None`: none). Scanned as the chat's first
+    /// message while `history` reaches back to the first exchange, as SillyTavern scans
+    /// its chat (the greeting is message 1: the default depth 2 reads it and the user's first message).
+    pub greeting: Option<&'a str>,
     /// The user's new message.
     pub input: &'a str,
     /// This message's number ([`message_number`]): timers count in it.
@@ -135,7 +139,7 @@ pub fn activate_for_turn(
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
     }
-    let TurnText { user, history, input, message_number, variables } = *text;
+    let TurnText { user, history, greeting, input, message_number, variables } = *text;
     let settled: Vec<(&str, usize, std::borrow::Cow<'_, crate::lorebook::LoreEntry>)> = books
         .iter()
         .flat_map(|(id, book)| {
@@ -144,6 +148,18 @@ pub fn activate_for_turn(
         .collect();
     let entries: Vec<ScanEntry<'_>> = settled.iter().map(|(book, index, entry)| ScanEntry { book, index: *index, entry }).collect();
     let mut messages: Vec<String> = Vec::new();
+    let from_the_start = history.first().is_none_or(|t| t.seq <= 1);
+    if let Some(greeting) = greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()) {
+        // Its macros as the packet fills them (the greeting's own seed, no variables set).
+        let macros = crate::prompting::MacroContext {
+            char: &character.name,
+            user,
+            stable_seed: &character.id,
+            random_seed: Some(crate::prompting::greeting_seed(&character.id)),
+            ..Default::default()
+        };
+        messages.push(format!("{}: {}", character.name, crate::prompting::expand(greeting, &macros).text));
+    }
     for turn in history {
         messages.push(format!("{user}: {}", turn.user_text));
         messages.push(format!("{}: {}", character.name, turn.reply));
@@ -267,7 +283,7 @@ mod tests {
 
     /// The fired entries' names for one message, and the timers after it.
     fn turn(books: &[(String, Lorebook)], input: &str, number: u64, state: &mut ActivationState) -> Vec<String> {
-        let text = TurnText { user: "Ada", history: &[], input, message_number: number, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, input, message_number: number, variables: None };
         let lore = activate_for_turn(books, &character(), &text, state, 4096, None, None);
         lore.hits.iter().map(|h| h.id.clone()).collect()
     }
@@ -282,7 +298,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = TurnText { user: "Ada", history: &[], input: "the quay", message_number: 2, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the quay", message_number: 2, variables: None };
         let lore = activate_for_turn(&[("b".into(), book)], &character(), &text, &mut ActivationState::default(), 4096, None, None);
         // Hits stay in insertion order (ascending), but are worth most by descending order.
         let by_id: Vec<(&str, f32)> = lore.hits.iter().map(|h| (h.text.as_str(), h.score)).collect();
@@ -323,12 +339,24 @@ mod tests {
             file: None,
             user_name: None,
         }];
-        let text = TurnText { user: "Ada", history: &history, input: "An oar in the fog.", message_number: 4, variables: None };
+        let text = TurnText { user: "Ada", history: &history, greeting: None, input: "An oar in the fog.", message_number: 4, variables: None };
         let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
         let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
         fired.sort_unstable();
         // The first book recurses; the second does not, and scans only the last message.
         assert_eq!(fired, ["The fog brings voices.", "The oar is carved from a mast.", "v"]);
+    }
+
+    #[test]
+    fn the_greeting_is_scanned_as_the_chat_s_first_message() {
+        let book = Lorebook { entries: vec![entry(1, "citadel", "The Citadel has nine gates.", |_| {})], ..Default::default() };
+        let books = [("b".to_string(), book)];
+        let fire = |greeting: Option<&str>| {
+            let text = TurnText { user: "Ada", history: &[], greeting, input: "hi", message_number: 2, variables: None };
+            activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.len()
+        };
+        assert_eq!(fire(Some("Welcome to the {{char}} Citadel, {{user}}.")), 1);
+        assert_eq!(fire(None), 0);
     }
 
     #[test]

@@ -254,8 +254,15 @@ pub fn prepare(
             vec![0.0; texts.len()]
         })
     };
-    let turn_text =
-        crate::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number, variables: Some(&variables) };
+    let (greetings, chosen) = records::chat_greetings(&state, &character.card);
+    let turn_text = crate::companion::lore::TurnText {
+        user: &user.name,
+        history: &history,
+        greeting: greetings.get(chosen as usize).map(String::as_str),
+        input: text,
+        message_number,
+        variables: Some(&variables),
+    };
     let fired = crate::companion::lore::activate_for_turn(
         &books,
         character,
