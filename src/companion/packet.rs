@@ -77,6 +77,8 @@ struct Context<'a> {
     history: Vec<String>,
     input: String,
     retry_note: Option<&'a str>,
+    /// What goes in at depth 0: after the user's new message, the chat's last.
+    after_input: Vec<String>,
     /// The Author's Note (with the World Info placed around it) when it goes before or
     /// after the character rather than into the chat.
     note_before: Option<String>,
@@ -158,7 +160,7 @@ pub fn carried(packet: &Packet, hits: &[RetrievalHit]) -> Vec<RetrievalHit> {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 14] = [
+pub(crate) const TAGS: [&str; 15] = [
     "system_directive",
     "authors_note",
     "lore_before",
@@ -172,6 +174,7 @@ pub(crate) const TAGS: [&str; 14] = [
     "memory_bank",
     "chat_history",
     "user_input",
+    "after_input",
     "trigger",
 ];
 
@@ -413,23 +416,27 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
     // Depth N puts an entry N messages from the end of the chat as sent, the user's new
     // message (its own block, after the history) being the last: so N - 1 history
-    // messages follow it (depth 0 can go no later than the history's end). Said as its
-    // role; at one depth in the order they came.
+    // messages follow it, and depth 0 goes after the new message itself (its own block,
+    // as SillyTavern puts depth 0 after the last message). Said as its role; at one depth
+    // in the order they came.
     lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth).then(a.1.cmp(&b.1)));
-    let mut placed: Vec<(usize, String)> = lore_at_depth
-        .into_iter()
-        .map(|(place, _, text)| {
-            let at = history.len().saturating_sub(place.depth.saturating_sub(1) as usize);
-            // Said as its role, never as a line of the user's or the character's: a note
-            // written `[Tamsin]: ...` reads as something Tamsin said (as scenes write it).
-            let who = match place.role {
-                crate::lorebook::PromptRole::User => "user note",
-                crate::lorebook::PromptRole::Assistant => "assistant note",
-                _ => "system note",
-            };
-            (at, format!("[{who}] {text}"))
-        })
-        .collect();
+    let mut after_input = Vec::new();
+    let mut placed: Vec<(usize, String)> = Vec::new();
+    for (place, _, text) in lore_at_depth {
+        // Said as its role, never as a line of the user's or the character's: a note
+        // written `[Tamsin]: ...` reads as something Tamsin said (as scenes write it).
+        let who = match place.role {
+            crate::lorebook::PromptRole::User => "user note",
+            crate::lorebook::PromptRole::Assistant => "assistant note",
+            _ => "system note",
+        };
+        let line = format!("[{who}] {text}");
+        if place.depth == 0 {
+            after_input.push(line);
+        } else {
+            placed.push((history.len().saturating_sub(place.depth.saturating_sub(1) as usize), line));
+        }
+    }
     // Inserted from the last place back, each group in its order, so no insertion moves another.
     placed.sort_by(|a, b| b.0.cmp(&a.0));
     let mut i = 0;
@@ -462,6 +469,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         history,
         input: input.input.trim().to_string(),
         retry_note: input.retry_note,
+        after_input,
         note_before,
         note_after,
     };
@@ -827,6 +835,7 @@ mod tests {
             hit("em-bottom", "LORE-EM-BOTTOM", 2.0),
             hit("an-bottom", "LORE-AN-BOTTOM", 2.0),
             hit("an-top", "LORE-AN", 2.0),
+            hit("last", "LORE-DEPTH-ZERO", 2.0),
         ];
         let places = [
             ("before".to_string(), LorePlace { position: InsertionPosition::BeforeCharacter, ..Default::default() }),
@@ -836,6 +845,7 @@ mod tests {
             ("em-bottom".to_string(), LorePlace { position: InsertionPosition::ExamplesBottom, ..Default::default() }),
             ("an-top".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, ..Default::default() }),
             ("an-bottom".to_string(), LorePlace { position: InsertionPosition::AuthorNoteBottom, ..Default::default() }),
+            ("last".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 0, role: PromptRole::User, ..Default::default() }),
         ]
         .into_iter()
         .collect();
@@ -862,6 +872,9 @@ mod tests {
         // The author's note's places, with no note written: where SillyTavern's default
         // note goes, four messages from the end, its top entries before its bottom ones.
         assert!(at("question two") < at("[system note] LORE-AN\nLORE-AN-BOTTOM") && at("LORE-AN-BOTTOM") < at("answer two"), "{text}");
+        // Depth 0: after the user's new message, the last thing in the chat (SillyTavern).
+        assert!(at("</user_input>") < at("[user note] LORE-DEPTH-ZERO") && at("LORE-DEPTH-ZERO") < at("<trigger>"), "{text}");
+        assert!(packet.block("after_input").is_some_and(|b| b.text.contains("LORE-DEPTH-ZERO")), "{:?}", packet.blocks);
     }
 
     #[test]

@@ -909,7 +909,9 @@ fn the_authors_note_is_sent_where_and_as_often_as_it_says_and_travels_with_the_c
     let imported = ok(&["chat", "import", theirs.to_str().unwrap(), "--character", ILSE]);
     assert!(imported.contains("Author's Note is this chat's"), "{imported}");
     let (_, user, _) = sent("Why whisper?");
-    assert!(user.contains("[assistant note] Speak softly.\n</chat_history>"), "depth 0, as the assistant:\n{user}");
+    // Depth 0: after the user's new message, the chat's very end (SillyTavern).
+    let at = |needle: &str| user.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{user}"));
+    assert!(at("</user_input>") < at("<after_input>\n[assistant note] Speak softly.\n</after_input>"), "depth 0, as the assistant:\n{user}");
     // Removed: not sent, and not in the next export either.
     ok(&["chat", "note", "--character", ILSE, "--clear"]);
     assert!(!sent("Can I speak up?").1.contains("Speak softly"));
