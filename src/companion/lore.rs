@@ -106,6 +106,40 @@ pub fn save_state(conn: &Connection, character_id: &str, state: &ActivationState
     Ok(())
 }
 
+/// What kind of draw a chat turn's reply is: entries' `triggers` name these, and a new
+/// draw of the same message rolls probability and inclusion groups anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Generation {
+    /// A reply to a new message.
+    #[default]
+    Normal,
+    /// More of the last reply (`chat continue`): the same rolls as the draw it extends.
+    Continue,
+    /// A new draw of the last reply, kept as a swipe: SillyTavern's regenerate and its
+    /// swipe at once, so entries triggered by either fire. `draw` (1 for the first
+    /// redraw, then one more for each) seeds the new rolls.
+    Regenerate { draw: u32 },
+}
+
+impl Generation {
+    /// The SillyTavern generation types this draw counts as.
+    pub fn triggers(self) -> &'static [&'static str] {
+        match self {
+            Generation::Normal => &["normal"],
+            Generation::Continue => &["continue"],
+            Generation::Regenerate { .. } => &["regenerate", "swipe"],
+        }
+    }
+
+    /// What a new draw mixes into the rolls' seed (0: the message's own rolls).
+    fn reroll(self) -> u64 {
+        match self {
+            Generation::Normal | Generation::Continue => 0,
+            Generation::Regenerate { draw } => u64::from(draw).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        }
+    }
+}
+
 /// The conversation one turn's lore is activated on.
 pub struct TurnText<'a> {
     /// The user's name in this chat.
@@ -120,6 +154,8 @@ pub struct TurnText<'a> {
     pub input: &'a str,
     /// This message's number ([`message_number`]): timers count in it.
     pub message_number: u64,
+    /// The kind of draw: entries' triggers and the rolls' seed.
+    pub generation: Generation,
     /// The chat variables before this message, for `{{getvar}}` in keys (what a key's
     /// macros would set is not kept: only the packet's macros change variables).
     pub variables: Option<&'a crate::prompting::macros::Variables>,
@@ -139,7 +175,7 @@ pub fn activate_for_turn(
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
     }
-    let TurnText { user, history, greeting, input, message_number, variables } = *text;
+    let TurnText { user, history, greeting, input, message_number, generation, variables } = *text;
     let settled: Vec<(&str, usize, std::borrow::Cow<'_, crate::lorebook::LoreEntry>)> = books
         .iter()
         .flat_map(|(id, book)| {
@@ -178,6 +214,7 @@ pub fn activate_for_turn(
         similar,
         messages: messages.iter().map(String::as_str).collect(),
         message_number,
+        generation: generation.triggers(),
         character_description: field("description"),
         character_personality: field("personality"),
         scenario: field("scenario"),
@@ -188,9 +225,11 @@ pub fn activate_for_turn(
     // budget a book sets applies to all, as in scenes.
     let budget = activation::smallest_book_budget(books.iter().map(|(_, b)| b)).map_or(token_budget, |b| b.min(token_budget));
     let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(budget), cancel, ..Default::default() };
-    // Rolls (probability, groups) are the same for the same chat and message.
+    // Rolls (probability, groups) are the same for the same chat, message and draw: a
+    // regenerate rolls anew, as a SillyTavern swipe does, and a replay repeats them.
     options.seed = character.id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-        ^ scan.message_number;
+        ^ scan.message_number
+        ^ generation.reroll();
     // Macros in keys stand for this chat's names and values, as in the packet.
     let variables = std::cell::RefCell::new(variables.cloned().unwrap_or_default());
     let macros = crate::prompting::MacroContext {
@@ -283,7 +322,7 @@ mod tests {
 
     /// The fired entries' names for one message, and the timers after it.
     fn turn(books: &[(String, Lorebook)], input: &str, number: u64, state: &mut ActivationState) -> Vec<String> {
-        let text = TurnText { user: "Ada", history: &[], greeting: None, input, message_number: number, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, input, message_number: number, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(books, &character(), &text, state, 4096, None, None);
         lore.hits.iter().map(|h| h.id.clone()).collect()
     }
@@ -298,7 +337,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the quay", message_number: 2, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&[("b".into(), book)], &character(), &text, &mut ActivationState::default(), 4096, None, None);
         // Hits stay in insertion order (ascending), but are worth most by descending order.
         let by_id: Vec<(&str, f32)> = lore.hits.iter().map(|h| (h.text.as_str(), h.score)).collect();
@@ -339,7 +378,7 @@ mod tests {
             file: None,
             user_name: None,
         }];
-        let text = TurnText { user: "Ada", history: &history, greeting: None, input: "An oar in the fog.", message_number: 4, variables: None };
+        let text = TurnText { user: "Ada", history: &history, greeting: None, input: "An oar in the fog.", message_number: 4, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
         let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
         fired.sort_unstable();
@@ -352,11 +391,40 @@ mod tests {
         let book = Lorebook { entries: vec![entry(1, "citadel", "The Citadel has nine gates.", |_| {})], ..Default::default() };
         let books = [("b".to_string(), book)];
         let fire = |greeting: Option<&str>| {
-            let text = TurnText { user: "Ada", history: &[], greeting, input: "hi", message_number: 2, variables: None };
+            let text = TurnText { user: "Ada", history: &[], greeting, input: "hi", message_number: 2, generation: Generation::Normal, variables: None };
             activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.len()
         };
         assert_eq!(fire(Some("Welcome to the {{char}} Citadel, {{user}}.")), 1);
         assert_eq!(fire(None), 0);
+    }
+
+    #[test]
+    fn triggers_follow_the_kind_of_draw_and_a_regenerate_rolls_anew() {
+        let trig = |n: i64, t: &str| entry(n, "lantern", t, |e| e.triggers = vec![t.to_string()]);
+        let book = Lorebook { entries: vec![trig(1, "normal"), trig(2, "continue"), trig(3, "swipe"), trig(4, "regenerate"), trig(5, "quiet")], ..Default::default() };
+        let books = [("b".to_string(), book)];
+        let fired = |generation: Generation| {
+            let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the lantern", message_number: 2, generation, variables: None };
+            let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
+            let mut out: Vec<String> = lore.hits.iter().map(|h| h.text.clone()).collect();
+            out.sort();
+            out
+        };
+        assert_eq!(fired(Generation::Normal), ["normal"]);
+        assert_eq!(fired(Generation::Continue), ["continue"]);
+        assert_eq!(fired(Generation::Regenerate { draw: 1 }), ["regenerate", "swipe"]);
+
+        // A 50% entry: the first draw's roll repeats, each redraw rolls its own.
+        let coin = Lorebook { entries: vec![entry(1, "coin", "heads", |e| e.probability = 50)], ..Default::default() };
+        let books = [("b".to_string(), coin)];
+        let heads = |generation: Generation| {
+            let text = TurnText { user: "Ada", history: &[], greeting: None, input: "coin", message_number: 2, generation, variables: None };
+            !activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.is_empty()
+        };
+        assert_eq!(heads(Generation::Normal), heads(Generation::Continue), "a continuation keeps the draw's rolls");
+        let draws: Vec<bool> = (1..=16).map(|draw| heads(Generation::Regenerate { draw })).collect();
+        assert!(draws.contains(&true) && draws.contains(&false), "redraws roll anew: {draws:?}");
+        assert_eq!(draws, (1..=16).map(|draw| heads(Generation::Regenerate { draw })).collect::<Vec<_>>(), "and repeat on replay");
     }
 
     #[test]

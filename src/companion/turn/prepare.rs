@@ -146,7 +146,8 @@ const WORLD_INFO_TOKENS: u32 = 4096;
 
 /// Everything before the first LLM call: state, history, lore indexing, the message's
 /// embedding, proximity and retrieval. `redo` is the last exchange when its reply is
-/// drawn again: it is not its own history, and its message keeps its number.
+/// drawn again: it is not its own history, and its message keeps its number;
+/// `generation` says which kind of draw this is (World Info triggers and rolls).
 pub fn prepare(
     ctx: &Context,
     bank: &MemoryBank,
@@ -154,6 +155,7 @@ pub fn prepare(
     config: &CompanionConfig,
     text: &str,
     redo: Option<&ChatTurn>,
+    generation: crate::companion::lore::Generation,
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
     let (state, user, recent, message_number, user_messages, mut lore_state, mut variables) = ctx.store.with(|c| {
@@ -261,6 +263,7 @@ pub fn prepare(
         greeting: greetings.get(chosen as usize).map(String::as_str),
         input: text,
         message_number,
+        generation,
         variables: Some(&variables),
     };
     let fired = crate::companion::lore::activate_for_turn(
