@@ -64,11 +64,16 @@ pub fn book_ids(conn: &Connection, character_id: &str) -> Result<Vec<(String, Bo
     Ok(out)
 }
 
-/// The lorebooks that fire in a character's chat, loaded (with their library ids).
+/// The lorebooks that fire in a character's chat, loaded (with their library ids). A
+/// card's own book keeps its `token_budget` for export, but it caps nothing here:
+/// SillyTavern ignores a card book's budget (only its global World Info budget applies).
 pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Lorebook)>, StoreError> {
     let mut out = Vec::new();
-    for (id, _) in book_ids(conn, character_id)? {
-        let book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    for (id, source) in book_ids(conn, character_id)? {
+        let mut book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if source == BookSource::Card {
+            book.token_budget = None;
+        }
         out.push((id, book));
     }
     Ok(out)
@@ -262,6 +267,12 @@ pub fn activate_for_turn(
         worth[k] = place;
     }
     let mut out = ChatLore::default();
+    // Lore the activation's budget held back is said, beside the lore that fired.
+    for (i, outcome) in report.outcomes.iter().enumerate() {
+        if let Outcome::Skipped { skip: skip @ activation::SkipReason::Budget { .. } } = outcome {
+            out.notes.push(format!("lore held back: {} ({})", label(i), skip.describe(&label)));
+        }
+    }
     for (rank, activated) in report.activated.iter().enumerate() {
         let Some(entry) = entries.get(activated.index) else { continue };
         let Some(Outcome::Activated { trigger, .. }) = report.outcomes.get(activated.index) else { continue };
@@ -433,6 +444,9 @@ mod tests {
         let books = [("a".to_string(), book(None, "short")), ("b".to_string(), book(Some(20), &"word ".repeat(40)))];
         let mut state = ActivationState::default();
         assert_eq!(turn(&books, "the quay", 2, &mut state).len(), 1, "book b's 20 tokens hold the short entry, not its own");
+        let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
+        let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
+        assert!(lore.notes.iter().any(|n| n.starts_with("lore held back: E1 (skipped by the lore budget")), "{:?}", lore.notes);
     }
 
     #[test]

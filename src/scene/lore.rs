@@ -117,8 +117,12 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
          SELECT wl.lorebook_id FROM world_lorebooks wl JOIN campaigns c ON c.world_id = wl.world_id WHERE c.id = ?1",
     )?;
     let mut ids: std::collections::BTreeSet<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    // Cards' own books: their `token_budget` caps nothing (SillyTavern ignores it).
+    let mut card_books = std::collections::HashSet::new();
     for character in super::authoring::cast_of(conn, campaign_id)? {
-        ids.extend(crate::interop::library::books_of_character(conn, &character)?);
+        let own = crate::interop::library::books_of_character(conn, &character)?;
+        card_books.extend(own.iter().cloned());
+        ids.extend(own);
         ids.extend(crate::character::lorebooks(conn, &character)?);
     }
     let mut revision = conn.prepare_cached("SELECT revision FROM lorebook_revisions WHERE lorebook_id = ?1")?;
@@ -140,7 +144,10 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
     // Built outside the lock: another campaign's call need not wait half a second.
     let mut books = Vec::new();
     for (id, revision) in &key.1 {
-        let (book, entries) = crate::interop::library::enabled_entries(conn, id)?;
+        let (mut book, entries) = crate::interop::library::enabled_entries(conn, id)?;
+        if card_books.contains(id) {
+            book.token_budget = None;
+        }
         books.push((id.clone(), *revision, book, entries));
     }
     let prepared = Arc::new(PreparedLore::build(books));
