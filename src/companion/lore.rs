@@ -157,6 +157,9 @@ pub struct TurnText<'a> {
     pub greeting: Option<&'a str>,
     /// The user's new message.
     pub input: &'a str,
+    /// The user's persona description in this chat (`None`: none), for entries that
+    /// match it (`matchPersonaDescription`).
+    pub persona: Option<&'a str>,
     /// This message's number ([`message_number`]): timers count in it.
     pub message_number: u64,
     /// The kind of draw: entries' triggers and the rolls' seed.
@@ -180,7 +183,7 @@ pub fn activate_for_turn(
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
     }
-    let TurnText { user, history, greeting, input, message_number, generation, variables } = *text;
+    let TurnText { user, history, greeting, input, persona, message_number, generation, variables } = *text;
     let settled: Vec<(&str, usize, std::borrow::Cow<'_, crate::lorebook::LoreEntry>)> = books
         .iter()
         .flat_map(|(id, book)| {
@@ -220,9 +223,12 @@ pub fn activate_for_turn(
         messages: messages.iter().map(String::as_str).collect(),
         message_number,
         generation: generation.triggers(),
+        persona_description: persona.map(str::trim).filter(|p| !p.is_empty()),
         character_description: field("description"),
         character_personality: field("personality"),
+        character_depth_prompt: character.card.depth_prompt.as_ref().map(|d| d.prompt.as_str()).filter(|p| !p.trim().is_empty()),
         scenario: field("scenario"),
+        creator_notes: Some(character.card.creator_notes.as_str()).filter(|n| !n.trim().is_empty()),
         character: Some(CharacterRef { name: &character.name, tags: character.card.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
     };
@@ -333,7 +339,7 @@ mod tests {
 
     /// The fired entries' names for one message, and the timers after it.
     fn turn(books: &[(String, Lorebook)], input: &str, number: u64, state: &mut ActivationState) -> Vec<String> {
-        let text = TurnText { user: "Ada", history: &[], greeting: None, input, message_number: number, generation: Generation::Normal, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input, message_number: number, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(books, &character(), &text, state, 4096, None, None);
         lore.hits.iter().map(|h| h.id.clone()).collect()
     }
@@ -348,7 +354,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&[("b".into(), book)], &character(), &text, &mut ActivationState::default(), 4096, None, None);
         // Hits stay in insertion order (ascending), but are worth most by descending order.
         let by_id: Vec<(&str, f32)> = lore.hits.iter().map(|h| (h.text.as_str(), h.score)).collect();
@@ -389,7 +395,7 @@ mod tests {
             file: None,
             user_name: None,
         }];
-        let text = TurnText { user: "Ada", history: &history, greeting: None, input: "An oar in the fog.", message_number: 4, generation: Generation::Normal, variables: None };
+        let text = TurnText { user: "Ada", history: &history, greeting: None, persona: None, input: "An oar in the fog.", message_number: 4, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
         let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
         fired.sort_unstable();
@@ -402,7 +408,7 @@ mod tests {
         let book = Lorebook { entries: vec![entry(1, "citadel", "The Citadel has nine gates.", |_| {})], ..Default::default() };
         let books = [("b".to_string(), book)];
         let fire = |greeting: Option<&str>| {
-            let text = TurnText { user: "Ada", history: &[], greeting, input: "hi", message_number: 2, generation: Generation::Normal, variables: None };
+            let text = TurnText { user: "Ada", history: &[], greeting, persona: None, input: "hi", message_number: 2, generation: Generation::Normal, variables: None };
             activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.len()
         };
         assert_eq!(fire(Some("Welcome to the {{char}} Citadel, {{user}}.")), 1);
@@ -415,7 +421,7 @@ mod tests {
         let book = Lorebook { entries: vec![trig(1, "normal"), trig(2, "continue"), trig(3, "swipe"), trig(4, "regenerate"), trig(5, "quiet")], ..Default::default() };
         let books = [("b".to_string(), book)];
         let fired = |generation: Generation| {
-            let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the lantern", message_number: 2, generation, variables: None };
+            let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "the lantern", message_number: 2, generation, variables: None };
             let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
             let mut out: Vec<String> = lore.hits.iter().map(|h| h.text.clone()).collect();
             out.sort();
@@ -429,7 +435,7 @@ mod tests {
         let coin = Lorebook { entries: vec![entry(1, "coin", "heads", |e| e.probability = 50)], ..Default::default() };
         let books = [("b".to_string(), coin)];
         let heads = |generation: Generation| {
-            let text = TurnText { user: "Ada", history: &[], greeting: None, input: "coin", message_number: 2, generation, variables: None };
+            let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "coin", message_number: 2, generation, variables: None };
             !activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.is_empty()
         };
         assert_eq!(heads(Generation::Normal), heads(Generation::Continue), "a continuation keeps the draw's rolls");
@@ -439,12 +445,34 @@ mod tests {
     }
 
     #[test]
+    fn entries_match_the_persona_creator_notes_and_characters_note_when_they_opt_in() {
+        let book = Lorebook {
+            entries: vec![
+                entry(1, "courier", "persona", |e| e.match_sources.persona_description = true),
+                entry(2, "tested", "notes", |e| e.match_sources.creator_notes = true),
+                entry(3, "lighthouse", "depth", |e| e.match_sources.character_depth_prompt = true),
+                entry(4, "courier|tested|lighthouse", "none", |_| {}),
+            ],
+            ..Default::default()
+        };
+        let books = [("b".to_string(), book)];
+        let mut c = character();
+        c.card.creator_notes = "Tested with small models.".into();
+        c.card.depth_prompt = Some(crate::character::DepthPrompt { prompt: "Remember the lighthouse.".into(), depth: 4, role: "system".into() });
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: Some("A courier."), input: "hello", message_number: 2, generation: Generation::Normal, variables: None };
+        let lore = activate_for_turn(&books, &c, &text, &mut ActivationState::default(), 4096, None, None);
+        let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
+        fired.sort_unstable();
+        assert_eq!(fired, ["depth", "notes", "persona"]);
+    }
+
+    #[test]
     fn the_smallest_book_budget_applies() {
         let book = |budget: Option<u32>, content: &str| Lorebook { token_budget: budget, entries: vec![entry(1, "quay", content, |_| {})], ..Default::default() };
         let books = [("a".to_string(), book(None, "short")), ("b".to_string(), book(Some(20), &"word ".repeat(40)))];
         let mut state = ActivationState::default();
         assert_eq!(turn(&books, "the quay", 2, &mut state).len(), 1, "book b's 20 tokens hold the short entry, not its own");
-        let text = TurnText { user: "Ada", history: &[], greeting: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
         assert!(lore.notes.iter().any(|n| n.starts_with("lore held back: E1 (skipped by the lore budget")), "{:?}", lore.notes);
     }

@@ -238,6 +238,8 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         persona_description: call.persona,
         character_description: sheet("description"),
         character_personality: sheet("personality"),
+        character_depth_prompt: call.character.map(|c| c.depth_prompt.as_str()).filter(|t| !t.trim().is_empty()),
+        creator_notes: call.character.map(|c| c.creator_notes.as_str()).filter(|t| !t.trim().is_empty()),
         scenario: sheet("scenario").or(call.scenario),
         character: call.character.map(|c| CharacterRef { name: &c.name, tags: c.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
@@ -386,6 +388,8 @@ mod tests {
             state: Default::default(),
             muted: false,
             tags,
+            creator_notes: "Tested with small models.".into(),
+            depth_prompt: "Remember the lighthouse.".into(),
         };
         let fired = |m: &CastMember| {
             let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None, macros: None };
@@ -393,6 +397,18 @@ mod tests {
         };
         assert_eq!(fired(&member(vec!["clerk".into(), "smuggler".into()])), 1);
         assert_eq!(fired(&member(vec!["clerk".into()])), 0);
+        // Entries that opt in match the card's creator's notes and Character's Note.
+        let lore = prepared(
+            vec![
+                with(entry(1, "tested", "n"), |e| e.match_sources.creator_notes = true),
+                with(entry(2, "lighthouse", "d"), |e| e.match_sources.character_depth_prompt = true),
+                entry(3, "tested", "x"),
+            ],
+            Lorebook::default(),
+        );
+        let call = LoreCall { messages: &chat, message_number: 2, character: Some(&member(Vec::new())), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None, macros: None };
+        let texts: Vec<String> = activate(&lore, &call, &mut ActivationState::default()).items.into_iter().map(|i| i.text).collect();
+        assert_eq!(texts, ["n", "d"]);
     }
 
     #[test]

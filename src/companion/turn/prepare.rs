@@ -262,6 +262,7 @@ pub fn prepare(
         history: &history,
         greeting: greetings.get(chosen as usize).map(String::as_str),
         input: text,
+        persona: Some(user.description.as_str()),
         message_number,
         generation,
         variables: Some(&variables),
