@@ -791,6 +791,11 @@ fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
     let moved = cli.ok(&["lorebook", "entry", "move", "river", "2", "--to", "0"]);
     let labels: Vec<String> = entries(&moved).iter().map(|e| e["comment"].as_str().unwrap().to_string()).collect();
     assert_eq!(labels, ["The Gate (copy)", "The Black Seal", "The Gate"]);
+    // The order reaches SillyTavern's editor as displayIndex; the words name the entry moved.
+    let shown: Vec<Option<i64>> = entries(&moved).iter().map(|e| e["display_index"].as_i64()).collect();
+    assert_eq!(shown, [Some(0), Some(1), Some(2)]);
+    let said = cli.text(&["lorebook", "entry", "move", "river", "2", "--to", "9"]);
+    assert!(said.contains("moved entry 2 to 2 of"), "{said}");
     let deleted = cli.ok(&["lorebook", "entry", "delete", "river", "0"]);
     assert_eq!(entries(&deleted).len(), 2);
 
