@@ -182,6 +182,71 @@ pub struct EntryFields {
     pub delay: Option<u32>,
     #[arg(long)]
     pub scan_depth: Option<u32>,
+    /// true, false, or default (the engine's setting).
+    #[arg(long)]
+    pub case_sensitive: Option<String>,
+    /// true, false, or default (the engine's setting).
+    #[arg(long)]
+    pub whole_words: Option<String>,
+    /// Whether `--probability` is rolled at all.
+    #[arg(long)]
+    pub use_probability: Option<bool>,
+    /// Not fired by other entries' content.
+    #[arg(long)]
+    pub exclude_recursion: Option<bool>,
+    /// Its content fires no other entry.
+    #[arg(long)]
+    pub prevent_recursion: Option<bool>,
+    /// Fires only from this recursion level on (0: not delayed).
+    #[arg(long)]
+    pub delay_until_recursion: Option<u32>,
+    /// Weight in its inclusion group's random pick.
+    #[arg(long)]
+    pub group_weight: Option<u32>,
+    /// Wins its inclusion group outright (SillyTavern's "prioritize").
+    #[arg(long)]
+    pub group_override: Option<bool>,
+    /// true, false, or default: pick group members by how many keys matched.
+    #[arg(long)]
+    pub group_scoring: Option<String>,
+    /// Fired by meaning (embedding similarity) as well as keys.
+    #[arg(long)]
+    pub vectorized: Option<bool>,
+    /// Sent even when the lore budget is spent.
+    #[arg(long)]
+    pub ignore_budget: Option<bool>,
+    /// Only for these characters, comma-separated ("" clears).
+    #[arg(long)]
+    pub characters: Option<String>,
+    /// Only for characters with these tags, comma-separated ("" clears).
+    #[arg(long)]
+    pub character_tags: Option<String>,
+    /// The character filter excludes instead.
+    #[arg(long)]
+    pub exclude_characters: Option<bool>,
+    /// Generation types that may fire it, comma-separated: normal, continue, impersonate,
+    /// swipe, regenerate, quiet ("" : all).
+    #[arg(long)]
+    pub triggers: Option<String>,
+    /// Extra texts its keys are matched against, comma-separated: persona, description,
+    /// personality, depth-prompt, scenario, creator-notes ("" : the chat only).
+    #[arg(long = "match")]
+    pub match_sources: Option<String>,
+}
+
+/// Words for a setting that may be left to the engine: `true`, `false` or `default`.
+fn tri_state(flag: &str, value: &str) -> Result<Option<bool>> {
+    match value.trim() {
+        "true" | "yes" => Ok(Some(true)),
+        "false" | "no" => Ok(Some(false)),
+        "default" | "" => Ok(None),
+        other => anyhow::bail!("--{flag} {other:?}: say true, false or default"),
+    }
+}
+
+/// A comma-separated list, blanks dropped.
+fn list(value: &str) -> Vec<String> {
+    value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_string).collect()
 }
 
 impl EntryFields {
@@ -255,6 +320,63 @@ impl EntryFields {
         }
         if let Some(v) = self.scan_depth {
             entry.scan_depth = Some(v);
+        }
+        if let Some(v) = &self.case_sensitive {
+            entry.case_sensitive = tri_state("case-sensitive", v)?;
+        }
+        if let Some(v) = &self.whole_words {
+            entry.match_whole_words = tri_state("whole-words", v)?;
+        }
+        if let Some(v) = &self.group_scoring {
+            entry.use_group_scoring = tri_state("group-scoring", v)?;
+        }
+        for (given, slot) in [
+            (self.use_probability, &mut entry.use_probability),
+            (self.exclude_recursion, &mut entry.exclude_recursion),
+            (self.prevent_recursion, &mut entry.prevent_recursion),
+            (self.group_override, &mut entry.group_override),
+            (self.vectorized, &mut entry.vectorized),
+            (self.ignore_budget, &mut entry.ignore_budget),
+            (self.exclude_characters, &mut entry.character_filter.is_exclude),
+        ] {
+            if let Some(v) = given {
+                *slot = v;
+            }
+        }
+        if let Some(v) = self.delay_until_recursion {
+            entry.delay_until_recursion = v;
+        }
+        if let Some(v) = self.group_weight {
+            entry.group_weight = v;
+        }
+        if let Some(v) = &self.characters {
+            entry.character_filter.names = list(v);
+        }
+        if let Some(v) = &self.character_tags {
+            entry.character_filter.tags = list(v);
+        }
+        if let Some(v) = &self.triggers {
+            let triggers = list(v);
+            if let Some(bad) = triggers.iter().find(|t| !crate::lorebook::GENERATION_TRIGGERS.contains(&t.as_str())) {
+                anyhow::bail!("--triggers {bad:?}: say {}", crate::lorebook::GENERATION_TRIGGERS.join(", "));
+            }
+            entry.triggers = triggers;
+        }
+        if let Some(v) = &self.match_sources {
+            let mut sources = crate::lorebook::MatchSources::default();
+            for source in list(v) {
+                let slot = match source.as_str() {
+                    "persona" => &mut sources.persona_description,
+                    "description" => &mut sources.character_description,
+                    "personality" => &mut sources.character_personality,
+                    "depth-prompt" => &mut sources.character_depth_prompt,
+                    "scenario" => &mut sources.scenario,
+                    "creator-notes" => &mut sources.creator_notes,
+                    other => anyhow::bail!("--match {other:?}: say persona, description, personality, depth-prompt, scenario or creator-notes"),
+                };
+                *slot = true;
+            }
+            entry.match_sources = sources;
         }
         Ok(())
     }
