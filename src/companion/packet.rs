@@ -418,8 +418,14 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // message (its own block, after the history) being the last: so N - 1 history
     // messages follow it, and depth 0 goes after the new message itself (its own block,
     // as SillyTavern puts depth 0 after the last message). Said as its role; at one depth
-    // in the order they came.
-    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth).then(a.1.cmp(&b.1)));
+    // by role as SillyTavern orders them (assistant, then user, then system closest to the
+    // end), each role's in the order they came.
+    let role_rank = |role: PromptRole| match role {
+        PromptRole::Assistant => 0,
+        PromptRole::User => 1,
+        _ => 2,
+    };
+    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth).then(role_rank(a.0.role).cmp(&role_rank(b.0.role))).then(a.1.cmp(&b.1)));
     let mut after_input = Vec::new();
     let mut placed: Vec<(usize, String)> = Vec::new();
     for (place, _, text) in lore_at_depth {
@@ -817,6 +823,30 @@ mod tests {
         // The budgeted entry, worth more but too long for what is left, is cut and named.
         assert!(dropped.contains(&"lore HIGH") && !text.contains("HIGH-ORDER"), "{dropped:?}");
         assert!(packet.notes.iter().any(|n| n.starts_with("lore left out by the packet's lore budget") && n.contains("HIGH")), "{:?}", packet.notes);
+    }
+
+    /// At one depth, SillyTavern puts the assistant's injections first, then the user's,
+    /// then the system's (closest to the end), each role's in their order.
+    #[test]
+    fn at_one_depth_world_info_is_ordered_by_role_as_sillytavern_does() {
+        use crate::lorebook::{InsertionPosition, LorePlace, PromptRole};
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let history = [exchange(&c, 1, "question one", "answer one"), exchange(&c, 2, "question two", "answer two")];
+        let lore = [hit("s1", "SYS-ONE", 2.0), hit("s2", "SYS-TWO", 2.0), hit("u", "USER-ONE", 2.0), hit("a", "ASSISTANT-ONE", 2.0)];
+        let at = |role| LorePlace { position: InsertionPosition::AtDepth, depth: 2, role, ..Default::default() };
+        let places = [("s1".to_string(), at(PromptRole::System)), ("s2".to_string(), at(PromptRole::System)), ("u".to_string(), at(PromptRole::User)), ("a".to_string(), at(PromptRole::Assistant))]
+            .into_iter()
+            .collect();
+        let mut given = input(&c, &[], None);
+        given.history = &history;
+        given.lore = &lore;
+        given.lore_places = &places;
+        let text = assemble(&templates, &config, given).unwrap().text();
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
+        assert!(at("ASSISTANT-ONE") < at("USER-ONE") && at("USER-ONE") < at("SYS-ONE") && at("SYS-ONE") < at("SYS-TWO"), "{text}");
+        assert!(at("question two") < at("ASSISTANT-ONE") && at("SYS-TWO") < at("answer two"), "{text}");
     }
 
     #[test]
