@@ -81,7 +81,8 @@ impl<E: 'static> Emitter<E> {
 }
 
 /// Whose fault a failed command is, so a front door can say so (the HTTP server
-/// answers 4xx for the request's, 502 for the provider's, 500 for its own).
+/// answers 4xx for the request's — 409 for `Busy` and `Conflict` —, 502 for the
+/// provider's, 500 for its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fault {
@@ -91,6 +92,10 @@ pub enum Fault {
     NotFound,
     /// What it would change is busy (a round running, a reply being written).
     Busy,
+    /// What it acts on changed since the sender looked (another window, process or
+    /// client moved the chat or scene on, or edited what it would put back): the
+    /// request was right when it was made, so it is no bad request; read again, then ask.
+    Conflict,
     /// The user's text alone fills the model's context.
     TooLong,
     /// The model or its provider failed, or gave no reply worth keeping.
@@ -167,14 +172,15 @@ pub fn answer<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: &E) {
 
 /// Report a command's failure `event`: to the one waiting on `reply`, and on the event
 /// stream through `emit` — except a refusal because what the command would change is
-/// busy, when that refusal is the answer its sender waits for. Nothing was started
-/// then, and the event stream is what every watcher of the scene or chat hears (each
-/// WebSocket): there it read as the failure of the round or reply that is running,
-/// which goes on. Without a reply (the workbench, the CLI) the stream is how the sender
-/// hears it, so it is emitted.
+/// busy, or changed since its sender looked, when that refusal is the answer its sender
+/// waits for. Nothing was changed then, and the event stream is what every watcher of
+/// the scene or chat hears (each WebSocket): there a busy refusal read as the failure of
+/// the round or reply that is running, which goes on, and a conflict as a failure of
+/// theirs (the change itself they hear as changed elsewhere). Without a reply (the
+/// workbench, the CLI) the stream is how the sender hears it, so it is emitted.
 pub fn report_failure<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: E, fault: Fault, emit: impl FnOnce(E)) {
     let answered = reply.is_some_and(|r| r.answer(event.clone()));
-    if !(answered && fault == Fault::Busy) {
+    if !(answered && matches!(fault, Fault::Busy | Fault::Conflict)) {
         emit(event);
     }
 }

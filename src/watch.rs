@@ -32,11 +32,15 @@ pub struct Watch<S> {
     /// Commands of ours running now, and a count bumped as each starts and ends.
     busy: AtomicUsize,
     generation: AtomicU64,
+    /// Handed out in the order the subjects were asked for ([`Watch::ticket`]).
+    tickets: AtomicU64,
 }
 
 struct Standing<S> {
     subject: Option<String>,
     known: Option<S>,
+    /// The ticket of the [`Watch::set`] that named `subject`.
+    ticket: u64,
 }
 
 impl<S: PartialEq + Clone + Send + 'static> Watch<S> {
@@ -53,9 +57,10 @@ impl<S: PartialEq + Clone + Send + 'static> Watch<S> {
             store,
             read: Box::new(read),
             moved: Box::new(moved),
-            state: Mutex::new(Standing { subject: None, known: None }),
+            state: Mutex::new(Standing { subject: None, known: None, ticket: 0 }),
             busy: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
+            tickets: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&watch);
         runtime.spawn(async move {
@@ -78,11 +83,22 @@ impl<S: PartialEq + Clone + Send + 'static> Watch<S> {
         watch
     }
 
-    /// Watch `subject` from now on; its standing as it is now is the known one.
-    pub fn set(&self, subject: Option<String>) {
+    /// A place in line for [`Watch::set`], taken when the subject is asked for: the
+    /// sets themselves run side by side on the runtime, and the one asked for last wins
+    /// even when an earlier one (a window's "nothing open yet" at start) finishes after it.
+    pub fn ticket(&self) -> u64 {
+        self.tickets.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Watch `subject` from now on; its standing as it is now is the known one. A set
+    /// whose `ticket` is older than the one in force changes nothing.
+    pub fn set(&self, ticket: u64, subject: Option<String>) {
         let known = self.read_now(subject.as_deref());
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        *state = Standing { subject, known };
+        if ticket < state.ticket {
+            return;
+        }
+        *state = Standing { subject, known, ticket };
     }
 
     /// Run a command of ours: the watch does not judge while it runs, and takes what

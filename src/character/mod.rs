@@ -124,6 +124,21 @@ pub fn list(conn: &Connection) -> Result<Vec<CharacterRecord>, StoreError> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A fingerprint of the characters and personas as lists show them (ids, names, when
+/// each last changed), for a watch of what another process changes ([`crate::watch`]).
+pub fn standing(conn: &Connection) -> Result<u64, StoreError> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut stmt = conn.prepare_cached("SELECT id, name, updated_at FROM characters ORDER BY id")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))? {
+        row?.hash(&mut hasher);
+    }
+    for persona in personas(conn)? {
+        (persona.id, persona.name, persona.description).hash(&mut hasher);
+    }
+    Ok(hasher.finish())
+}
+
 /// Whether the library holds a character of the user's: any not added by a demo. The
 /// demos are added only to a library that holds none, so a user's own data never gets
 /// ours mixed in.
@@ -598,6 +613,17 @@ pub fn detach_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str)
 pub fn lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT lorebook_id FROM character_lorebooks WHERE character_id = ?1 ORDER BY lorebook_id")?;
     let rows = stmt.query_map([character_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The characters a lorebook is attached to by hand, `(id, name)` by name (what deleting
+/// the book would detach it from).
+pub fn holding_lorebook(conn: &Connection, lorebook_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT c.id, c.name FROM character_lorebooks l JOIN characters c ON c.id = l.character_id
+         WHERE l.lorebook_id = ?1 ORDER BY c.name COLLATE NOCASE, c.id",
+    )?;
+    let rows = stmt.query_map([lorebook_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

@@ -19,6 +19,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Args)]
 pub struct Described {
+    /// What this world or campaign is (its setting or premise): every agent of its
+    /// scenes is told it under "Setting".
     #[arg(long, default_value = "")]
     pub description: String,
     /// Scenario / author notes: every prompt of this level's scenes carries them.
@@ -145,13 +147,16 @@ pub enum CampaignVerb {
         lore: Option<f64>,
         #[arg(long)]
         memories: Option<f64>,
+        /// The world's, campaign's and scene's descriptions.
+        #[arg(long)]
+        setting: Option<f64>,
         #[arg(long)]
         notes: Option<f64>,
         #[arg(long)]
         director_guidance: Option<f64>,
         #[arg(long)]
         character_guidance: Option<f64>,
-        #[arg(long, conflicts_with_all = ["history", "summaries", "lore", "memories", "notes", "director_guidance", "character_guidance"])]
+        #[arg(long, conflicts_with_all = ["history", "summaries", "lore", "memories", "setting", "notes", "director_guidance", "character_guidance"])]
         reset: bool,
     },
 }
@@ -227,6 +232,15 @@ pub enum LorebookVerb {
         name: String,
         #[arg(long, default_value = "")]
         description: String,
+    },
+    /// Give a lorebook another name (no other lorebook may have it).
+    Rename { lorebook: String, name: String },
+    /// Delete a lorebook with its entries, detached from every world, campaign, character
+    /// and chat it is attached to; one that holds entries or is attached anywhere needs --yes.
+    Delete {
+        lorebook: String,
+        #[arg(long)]
+        yes: bool,
     },
     /// Make a lorebook fire in every scene of a world or a campaign, for a character (its
     /// chat and its campaigns' scenes), or in one character's chat only.
@@ -421,13 +435,14 @@ pub fn campaign(engine: &EngineHandle, verb: CampaignVerb, json: bool) -> Result
         }
         CampaignVerb::Time { campaign, minutes } => AuthorCommand::EditState { campaign, edit: StateEdit::Elapsed { minutes } },
         CampaignVerb::Budgets { campaign, reset: true, .. } => AuthorCommand::SetBudgets { campaign, plan: None },
-        CampaignVerb::Budgets { campaign, history, summaries, lore, memories, notes, director_guidance, character_guidance, reset: false } => {
+        CampaignVerb::Budgets { campaign, history, summaries, lore, memories, setting, notes, director_guidance, character_guidance, reset: false } => {
             use crate::prompting::Section;
             let given = [
                 (Section::History, history),
                 (Section::Summaries, summaries),
                 (Section::Lore, lore),
                 (Section::Memories, memories),
+                (Section::Setting, setting),
                 (Section::Notes, notes),
                 (Section::DirectorGuidance, director_guidance),
                 (Section::CharacterGuidance, character_guidance),
@@ -487,6 +502,8 @@ pub fn lorebook(engine: &EngineHandle, verb: LorebookVerb, json: bool) -> Result
         LorebookVerb::Attach(args) => (args, true),
         LorebookVerb::Detach(args) => (args, false),
         LorebookVerb::New { name, description } => return author(engine, json, AuthorCommand::NewLorebook { name, description }),
+        LorebookVerb::Rename { lorebook, name } => return author(engine, json, AuthorCommand::RenameLorebook { lorebook, name }),
+        LorebookVerb::Delete { lorebook, yes } => return author(engine, json, AuthorCommand::DeleteLorebook { lorebook, confirmed: yes }),
         LorebookVerb::Entry(verb) => return super::interop::entry(engine, verb, json),
         LorebookVerb::Test { lorebook, text } => return super::interop::test(engine, lorebook, text, json),
     };

@@ -618,13 +618,15 @@ fn wait_turn(engine: &EngineHandle, quiet: bool) -> Result<ChatTurn> {
 
 fn print_history(user: &str, name: &str, turns: &[ChatTurn]) -> Result<()> {
     for t in turns {
+        // Each message at its own time (an imported file's reply or carried message has
+        // its own `send_date`).
         for m in t.carried_before() {
-            outln!("[{}] {}: {}  (from the chat file)", t.at, m.speaker(t, user, name), m.text);
+            outln!("[{}] {}: {}  (from the chat file)", m.at, m.speaker(t, user, name), m.text);
         }
-        outln!("[{}] {}: {}", t.at, t.user_or(user), t.user_text);
-        outln!("[{}] {name}: {}", t.at, t.reply);
+        outln!("[{}] {}: {}", t.user_at(), t.user_or(user), t.user_text);
+        outln!("[{}] {name}: {}", t.reply_at(), t.reply);
         for m in t.carried() {
-            outln!("[{}] {}: {}  (from the chat file)", t.at, m.speaker(t, user, name), m.text);
+            outln!("[{}] {}: {}  (from the chat file)", m.at, m.speaker(t, user, name), m.text);
         }
     }
     Ok(())

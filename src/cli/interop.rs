@@ -234,151 +234,45 @@ pub struct EntryFields {
     pub match_sources: Option<String>,
 }
 
-/// Words for a setting that may be left to the engine: `true`, `false` or `default`.
-fn tri_state(flag: &str, value: &str) -> Result<Option<bool>> {
-    match value.trim() {
-        "true" | "yes" => Ok(Some(true)),
-        "false" | "no" => Ok(Some(false)),
-        "default" | "" => Ok(None),
-        other => anyhow::bail!("--{flag} {other:?}: say true, false or default"),
-    }
-}
-
-/// A comma-separated list, blanks dropped.
-fn list(value: &str) -> Vec<String> {
-    value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_string).collect()
-}
-
 impl EntryFields {
-    /// Apply the settings given to `entry`; a word that is not a setting is refused.
-    fn apply(&self, entry: &mut crate::lorebook::LoreEntry) -> Result<()> {
-        use crate::lorebook::{InsertionPosition, PromptRole, SelectiveLogic};
-        if let Some(v) = &self.comment {
-            entry.comment = v.clone();
+    /// The settings given, as the engine takes them (the HTTP entry routes take the same).
+    fn patch(self) -> crate::interop::EntryPatch {
+        use crate::interop::EntryKeys as Keys;
+        crate::interop::EntryPatch {
+            comment: self.comment,
+            keys: self.keys.map(Keys::Line),
+            secondary_keys: self.secondary_keys.map(Keys::Line),
+            logic: self.logic,
+            content: self.content,
+            constant: self.constant,
+            enabled: self.enabled,
+            order: self.order,
+            position: self.position,
+            depth: self.depth,
+            role: self.role,
+            probability: self.probability,
+            group: self.group,
+            sticky: self.sticky,
+            cooldown: self.cooldown,
+            delay: self.delay,
+            scan_depth: self.scan_depth,
+            case_sensitive: self.case_sensitive,
+            whole_words: self.whole_words,
+            use_probability: self.use_probability,
+            exclude_recursion: self.exclude_recursion,
+            prevent_recursion: self.prevent_recursion,
+            delay_until_recursion: self.delay_until_recursion,
+            group_weight: self.group_weight,
+            group_override: self.group_override,
+            group_scoring: self.group_scoring,
+            vectorized: self.vectorized,
+            ignore_budget: self.ignore_budget,
+            characters: self.characters.map(Keys::Line),
+            character_tags: self.character_tags.map(Keys::Line),
+            exclude_characters: self.exclude_characters,
+            triggers: self.triggers.map(Keys::Line),
+            match_sources: self.match_sources.map(Keys::Line),
         }
-        if let Some(v) = &self.keys {
-            entry.keys = crate::lorebook::split_keys(v);
-        }
-        if let Some(v) = &self.secondary_keys {
-            entry.secondary_keys = crate::lorebook::split_keys(v);
-            entry.selective = !entry.secondary_keys.is_empty() || entry.selective;
-        }
-        if let Some(v) = &self.logic {
-            entry.selective_logic = match v.as_str() {
-                "and-any" => SelectiveLogic::AndAny,
-                "and-all" => SelectiveLogic::AndAll,
-                "not-any" => SelectiveLogic::NotAny,
-                "not-all" => SelectiveLogic::NotAll,
-                other => anyhow::bail!("--logic {other:?}: say and-any, and-all, not-any or not-all"),
-            };
-        }
-        if let Some(v) = &self.content {
-            entry.content = v.clone();
-        }
-        if let Some(v) = self.constant {
-            entry.constant = v;
-        }
-        if let Some(v) = self.enabled {
-            entry.enabled = v;
-        }
-        if let Some(v) = self.order {
-            entry.insertion_order = v;
-        }
-        if let Some(v) = &self.position {
-            entry.position = match v.as_str() {
-                "before-char" => InsertionPosition::BeforeCharacter,
-                "after-char" => InsertionPosition::AfterCharacter,
-                "an-top" => InsertionPosition::AuthorNoteTop,
-                "an-bottom" => InsertionPosition::AuthorNoteBottom,
-                "at-depth" => InsertionPosition::AtDepth,
-                "examples-top" => InsertionPosition::ExamplesTop,
-                "examples-bottom" => InsertionPosition::ExamplesBottom,
-                other => anyhow::bail!("--position {other:?}: say before-char, after-char, an-top, an-bottom, at-depth, examples-top or examples-bottom"),
-            };
-        }
-        if let Some(v) = self.depth {
-            entry.depth = v;
-        }
-        if let Some(v) = &self.role {
-            entry.role = match v.as_str() {
-                "system" => PromptRole::System,
-                "user" => PromptRole::User,
-                "assistant" => PromptRole::Assistant,
-                other => anyhow::bail!("--role {other:?}: say system, user or assistant"),
-            };
-        }
-        if let Some(v) = self.probability {
-            entry.probability = v;
-        }
-        if let Some(v) = &self.group {
-            entry.group = v.clone();
-        }
-        for (given, slot) in [(self.sticky, &mut entry.sticky), (self.cooldown, &mut entry.cooldown), (self.delay, &mut entry.delay)] {
-            if let Some(v) = given {
-                *slot = (v > 0).then_some(v);
-            }
-        }
-        if let Some(v) = self.scan_depth {
-            entry.scan_depth = Some(v);
-        }
-        if let Some(v) = &self.case_sensitive {
-            entry.case_sensitive = tri_state("case-sensitive", v)?;
-        }
-        if let Some(v) = &self.whole_words {
-            entry.match_whole_words = tri_state("whole-words", v)?;
-        }
-        if let Some(v) = &self.group_scoring {
-            entry.use_group_scoring = tri_state("group-scoring", v)?;
-        }
-        for (given, slot) in [
-            (self.use_probability, &mut entry.use_probability),
-            (self.exclude_recursion, &mut entry.exclude_recursion),
-            (self.prevent_recursion, &mut entry.prevent_recursion),
-            (self.group_override, &mut entry.group_override),
-            (self.vectorized, &mut entry.vectorized),
-            (self.ignore_budget, &mut entry.ignore_budget),
-            (self.exclude_characters, &mut entry.character_filter.is_exclude),
-        ] {
-            if let Some(v) = given {
-                *slot = v;
-            }
-        }
-        if let Some(v) = self.delay_until_recursion {
-            entry.delay_until_recursion = v;
-        }
-        if let Some(v) = self.group_weight {
-            entry.group_weight = v;
-        }
-        if let Some(v) = &self.characters {
-            entry.character_filter.names = list(v);
-        }
-        if let Some(v) = &self.character_tags {
-            entry.character_filter.tags = list(v);
-        }
-        if let Some(v) = &self.triggers {
-            let triggers = list(v);
-            if let Some(bad) = triggers.iter().find(|t| !crate::lorebook::GENERATION_TRIGGERS.contains(&t.as_str())) {
-                anyhow::bail!("--triggers {bad:?}: say {}", crate::lorebook::GENERATION_TRIGGERS.join(", "));
-            }
-            entry.triggers = triggers;
-        }
-        if let Some(v) = &self.match_sources {
-            let mut sources = crate::lorebook::MatchSources::default();
-            for source in list(v) {
-                let slot = match source.as_str() {
-                    "persona" => &mut sources.persona_description,
-                    "description" => &mut sources.character_description,
-                    "personality" => &mut sources.character_personality,
-                    "depth-prompt" => &mut sources.character_depth_prompt,
-                    "scenario" => &mut sources.scenario,
-                    "creator-notes" => &mut sources.creator_notes,
-                    other => anyhow::bail!("--match {other:?}: say persona, description, personality, depth-prompt, scenario or creator-notes"),
-                };
-                *slot = true;
-            }
-            entry.match_sources = sources;
-        }
-        Ok(())
     }
 }
 
@@ -398,20 +292,12 @@ pub fn entry(engine: &EngineHandle, verb: EntryVerb, json: bool) -> Result<ExitC
             entries_after(engine, json, InteropCommand::Entries { lorebook })?;
         }
         EntryVerb::Add { lorebook, fields } => {
-            let mut entry = crate::lorebook::LoreEntry::default();
-            fields.apply(&mut entry)?;
-            entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: None, entry: Box::new(entry) })?;
+            let patch = Box::new(fields.patch());
+            entries_after(engine, json, InteropCommand::PatchEntry { lorebook, ordinal: None, patch })?;
         }
         EntryVerb::Edit { lorebook, index, fields } => {
-            // Read quietly, change only what was given, save (and print what was saved).
-            engine.send(Command::Interop(InteropCommand::Entries { lorebook: lorebook.clone() }))?;
-            let current = super::drive::wait(engine, TIMEOUT, |event| match event {
-                Event::Interop(InteropEvent::Entries { entries, .. }) => Some(entries.get(index).cloned()),
-                _ => None,
-            });
-            let Some(mut entry) = current? else { anyhow::bail!("{lorebook:?} has no entry at index {index} (see `lorebook entry list`)") };
-            fields.apply(&mut entry)?;
-            entries_after(engine, json, InteropCommand::SaveEntry { lorebook, ordinal: Some(index), entry: Box::new(entry) })?;
+            let patch = Box::new(fields.patch());
+            entries_after(engine, json, InteropCommand::PatchEntry { lorebook, ordinal: Some(index), patch })?;
         }
         EntryVerb::Delete { lorebook, index } => {
             entries_after(engine, json, InteropCommand::DeleteEntry { lorebook, ordinal: index })?;

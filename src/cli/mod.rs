@@ -589,3 +589,27 @@ fn calls(engine: &EngineHandle, limit: u32, agent: Option<&str>, json: bool) -> 
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every `scene` verb, at every depth, says in `--help` what it does: a bare name in
+    /// the list (`scene unmute` had one) leaves the user guessing.
+    #[test]
+    fn every_scene_verb_has_a_description() {
+        use clap::CommandFactory;
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none_or(|a| a.to_string().trim().is_empty()) {
+                    missing.push(path.clone());
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        let cli = super::Cli::command();
+        let scene = cli.find_subcommand("scene").expect("a scene verb");
+        walk(scene, "lorekeeper scene", &mut missing);
+        assert!(missing.is_empty(), "verbs without a description: {missing:?}");
+    }
+}

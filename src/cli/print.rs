@@ -268,6 +268,7 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
                 writeln!(out, "deleted {name:?} with {}", impact.join(", "))
             }
         }
+        InteropEvent::Refused { message, .. } => writeln!(out, "refused: {message}"),
         InteropEvent::LoreTest { verdicts, .. } => {
             for v in verdicts {
                 writeln!(out, "{} {:>3}. {}: {}", if v.fired { "fires" } else { "  -  " }, v.ordinal, v.label, v.reason)?;

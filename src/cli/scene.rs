@@ -54,6 +54,7 @@ pub enum SceneVerb {
     /// Stop the round running in a scene, in this process or another on the same
     /// library (the GUI, `serve`, another `scene round`); nothing of it is saved.
     Cancel { scene: String },
+    /// Let a muted character be picked to act again.
     Unmute { scene: String, character: String },
     /// Play a round without a user message.
     Continue { scene: String },

@@ -196,8 +196,9 @@ fn exchange(user: Map<String, Value>, reply: Map<String, Value>) -> FileExchange
 }
 
 /// A message's `send_date` as RFC 3339, when it is one of the forms SillyTavern has
-/// written: an RFC 3339 time, epoch milliseconds, `November 23, 2026 2:08pm`, or
-/// `2026-11-23 @14h 08m 37s 123ms`.
+/// written: an RFC 3339 time, epoch milliseconds (a number, or digits as text),
+/// `November 23, 2026 2:08pm`, or `2026-11-23 @14h 08m 37s 123ms`. The file's own text
+/// is what goes back out on export; this is only how it is read and shown.
 pub fn send_date(value: &Value) -> Option<String> {
     use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
     let rfc = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -205,6 +206,9 @@ pub fn send_date(value: &Value) -> Option<String> {
         return Utc.timestamp_millis_opt(ms).single().map(rfc);
     }
     let text = value.as_str()?.trim();
+    if let Some(ms) = text.parse::<i64>().ok().filter(|_| text.len() >= 10) {
+        return Utc.timestamp_millis_opt(ms).single().map(rfc);
+    }
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Some(rfc(t.with_timezone(&Utc)));
     }
@@ -498,5 +502,18 @@ mod tests {
         assert_eq!(e.line, 2);
         assert!(parse("").is_err());
         assert!(send_date(&json!("2026-11-23 @14h 08m 37s 123ms")).is_some_and(|t| t == "2026-11-23T14:08:37Z"));
+    }
+
+    #[test]
+    fn every_send_date_form_sillytavern_writes_is_read() {
+        let read = |v: Value| send_date(&v);
+        assert_eq!(read(json!("November 24, 2026 7:03pm")).as_deref(), Some("2026-11-24T19:03:00Z"));
+        assert_eq!(read(json!("November 4, 2026 11:03am")).as_deref(), Some("2026-11-04T11:03:00Z"));
+        assert_eq!(read(json!("2026-11-24T19:03:05.123Z")).as_deref(), Some("2026-11-24T19:03:05Z"));
+        assert_eq!(read(json!(1795716300000_i64)).as_deref(), Some("2026-11-26T18:05:00Z"));
+        assert_eq!(read(json!("1795716300000")).as_deref(), Some("2026-11-26T18:05:00Z"));
+        assert_eq!(read(json!("2026-11-24 @19h 03m 05s")).as_deref(), Some("2026-11-24T19:03:05Z"));
+        assert_eq!(read(json!("")), None);
+        assert_eq!(read(json!("yesterday")), None);
     }
 }

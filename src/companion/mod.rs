@@ -58,7 +58,8 @@ impl CompanionError {
         match self {
             CompanionError::Busy { .. } => Fault::Busy,
             CompanionError::TooLong { .. } => Fault::TooLong,
-            CompanionError::Invalid(_) | CompanionError::Stale(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
+            CompanionError::Stale(_) | CompanionError::Store(crate::store::StoreError::Conflict(_)) => Fault::Conflict,
+            CompanionError::Invalid(_) | CompanionError::Store(crate::store::StoreError::Invalid(_)) => Fault::Request,
             CompanionError::Store(crate::store::StoreError::NotFound(_)) => Fault::NotFound,
             CompanionError::Llm(_) | CompanionError::NoValidReply { .. } => Fault::Provider,
             CompanionError::Store(_) | CompanionError::Memory(_) | CompanionError::Template(_) => Fault::Library,
@@ -294,12 +295,14 @@ pub fn handle_asked(ctx: &Arc<Context>, command: CompanionCommand, reply: Option
     }
     // The watch exists before the next command is spawned: commands run side by side,
     // and one sent after `Watch` must count as ours, not as another process's change.
-    if matches!(command, CompanionCommand::Watch { .. }) {
-        watch(ctx);
-    }
+    // Its place in line is taken now too: the last one sent wins.
+    let ticket = matches!(command, CompanionCommand::Watch { .. }).then(|| watch(ctx).ticket());
     let ctx = ctx.clone();
     ctx.runtime.clone().spawn_blocking(move || {
-        let run = || run_command(&ctx, command, reply.as_ref());
+        let run = || match (command, ticket) {
+            (CompanionCommand::Watch { character }, Some(ticket)) => watch_chat(&ctx, ticket, character),
+            (command, _) => run_command(&ctx, command, reply.as_ref()),
+        };
         // Our own changes are told by our events, not by the watch.
         let outcome = match watching(&ctx) {
             Some(watch) => watch.ours(run),
@@ -329,6 +332,25 @@ fn watch(ctx: &Context) -> Arc<crate::watch::Watch<records::ChatStanding>> {
         })
     })
     .clone()
+}
+
+/// The list of saved chats changed (a new chat, a branch, a chat opened or imported in
+/// place of the one played): whoever shows it hears the list as it now stands, after the
+/// event that answers the command.
+fn saved_changed(ctx: &Context, character_id: &str) -> Result<(), CompanionError> {
+    let saved = ctx.store.with(|c| chats::saved(c, character_id))?;
+    ctx.emit(CompanionEvent::Chats { character_id: character_id.to_string(), saved });
+    Ok(())
+}
+
+/// Watch `character`'s chat (a name or id; `None`: only the library) from now on.
+fn watch_chat(ctx: &Context, ticket: u64, character: Option<String>) -> Result<(), CompanionError> {
+    let id = match character {
+        Some(c) => Some(ctx.store.with(|conn| records::resolve_character(conn, &c))?.id),
+        None => None,
+    };
+    watch(ctx).set(ticket, id);
+    Ok(())
 }
 
 /// A refusal because the chat moved: every front door watching it reads it again.
@@ -379,6 +401,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             let greeting = greetings.get(greeting_swipe as usize).filter(|g| !g.is_empty()).cloned();
             let creator_notes = info.card.creator_notes.clone();
             let books = chat_books(&reader, &info.id)?;
+            let user_messages = records::user_messages_through(&reader, &info.id, u32::MAX)?;
             emit(CompanionEvent::History {
                 character_id: info.id,
                 name: info.name,
@@ -390,7 +413,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 personas,
                 books,
                 author_note: state.author_note.clone(),
-                user_messages: state.turns,
+                user_messages,
                 creator_notes,
                 variables: vars.local,
                 global_variables: vars.global,
@@ -426,22 +449,23 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 }
             }
         }
-        CompanionCommand::Watch { character } => {
-            let id = match character {
-                Some(c) => Some(ctx.store.with(|conn| records::resolve_character(conn, &c))?.id),
-                None => None,
-            };
-            watch(ctx).set(id);
-        }
+        CompanionCommand::Watch { character } => watch_chat(ctx, watch(ctx).ticket(), character)?,
         CompanionCommand::Branch { character, message } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let saved = chats::branch(ctx, &info, &message)?;
-            emit(CompanionEvent::Changed { character_id: info.id, action: format!("branched (the original is saved chat {saved})"), turn: None, deleted: Vec::new() });
+            emit(CompanionEvent::Changed { character_id: info.id.clone(), action: format!("branched (the original is saved chat {saved})"), turn: None, deleted: Vec::new() });
+            saved_changed(ctx, &info.id)?;
         }
         CompanionCommand::Chats { character } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
             let saved = ctx.store.with(|c| chats::saved(c, &info.id))?;
-            emit(CompanionEvent::Chats { character_id: info.id, saved });
+            let listed = CompanionEvent::Chats { character_id: info.id, saved };
+            // A list asked for by one request (HTTP) is that request's answer alone: every
+            // chat socket hears `chats` when the list changes, not each time a client reads it.
+            match reply {
+                Some(reply) => crate::context::answer(Some(reply), &listed),
+                None => ctx.emit(listed),
+            }
         }
         CompanionCommand::Open { character, chat } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
@@ -450,7 +474,8 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 Some(id) => format!("opened (the chat before is saved chat {id})"),
                 None => "opened".into(),
             };
-            emit(CompanionEvent::Changed { character_id: info.id, action, turn: None, deleted: Vec::new() });
+            emit(CompanionEvent::Changed { character_id: info.id.clone(), action, turn: None, deleted: Vec::new() });
+            saved_changed(ctx, &info.id)?;
         }
         CompanionCommand::NewChat { character } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
@@ -459,9 +484,7 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
                 None => "new chat".into(),
             };
             emit(CompanionEvent::Changed { character_id: info.id.clone(), action, turn: None, deleted: Vec::new() });
-            // The list of saved chats grew: whoever shows it hears so.
-            let saved = ctx.store.with(|c| chats::saved(c, &info.id))?;
-            emit(CompanionEvent::Chats { character_id: info.id, saved });
+            saved_changed(ctx, &info.id)?;
         }
         CompanionCommand::DeleteChat { character, chat } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;
@@ -480,7 +503,11 @@ fn run_command(ctx: &Arc<Context>, command: CompanionCommand, reply: Option<&Rep
             let text = read_chat_file(&path)?;
             let source = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
             let imported = chats::import(ctx, &info, &text, &source)?;
-            emit(CompanionEvent::Imported { character_id: info.id, imported });
+            let replaced = imported.saved.is_some();
+            emit(CompanionEvent::Imported { character_id: info.id.clone(), imported });
+            if replaced {
+                saved_changed(ctx, &info.id)?;
+            }
         }
         CompanionCommand::Export { character, path, format } => {
             let info = ctx.store.with(|c| records::resolve_character(c, &character))?;

@@ -310,6 +310,22 @@ impl ChatTurn {
         self.carried_in("before")
     }
 
+    /// When the user's message was sent: its own `send_date` in the chat file it came
+    /// from (when one SillyTavern writes), else the exchange's time.
+    pub fn user_at(&self) -> String {
+        self.file_date("user").unwrap_or_else(|| self.at.clone())
+    }
+
+    /// When the character's reply was sent: its own `send_date` in the chat file it came
+    /// from (SillyTavern stamps each message), else the exchange's time.
+    pub fn reply_at(&self) -> String {
+        self.file_date("reply").unwrap_or_else(|| self.at.clone())
+    }
+
+    fn file_date(&self, key: &str) -> Option<String> {
+        self.file.as_ref()?.get(key)?.get("send_date").and_then(super::chat_file::send_date)
+    }
+
     fn carried_in(&self, key: &str) -> Vec<CarriedMessage> {
         let Some(after) = self.file.as_ref().and_then(|f| f.get(key)).and_then(serde_json::Value::as_array) else { return Vec::new() };
         after
@@ -320,7 +336,9 @@ impl ChatTurn {
                 let text = o.get("mes")?.as_str()?.trim();
                 let name = o.get("name").and_then(serde_json::Value::as_str).map(str::trim).unwrap_or("").to_string();
                 let user = o.get("is_user").and_then(serde_json::Value::as_bool).unwrap_or(false);
-                (!text.is_empty()).then(|| CarriedMessage { name, user, text: text.to_string() })
+                // Its own time, or the exchange's when the file gives none readable.
+                let at = o.get("send_date").and_then(super::chat_file::send_date).unwrap_or_else(|| self.at.clone());
+                (!text.is_empty()).then(|| CarriedMessage { name, user, text: text.to_string(), at })
             })
             .collect()
     }
@@ -344,6 +362,8 @@ pub struct CarriedMessage {
     pub name: String,
     pub user: bool,
     pub text: String,
+    /// When it was sent (RFC 3339): its own `send_date`, else its exchange's time.
+    pub at: String,
 }
 
 #[cfg(test)]

@@ -159,6 +159,13 @@ pub fn chat_lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<Strin
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The characters whose chat alone a lorebook is attached to, by id.
+pub fn chats_with_lorebook(conn: &Connection, lorebook_id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT character_id FROM companion_chat_lorebooks WHERE lorebook_id = ?1 ORDER BY character_id")?;
+    let rows = stmt.query_map([lorebook_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// Choose which greeting opens the chat (the first message's swipe).
 pub fn set_greeting(conn: &Connection, character_id: &str, index: u32) -> Result<(), StoreError> {
     conn.execute(
@@ -183,10 +190,17 @@ pub fn set_author_note(conn: &Connection, character_id: &str, note: Option<&supe
     Ok(())
 }
 
-/// How many user messages the chat holds up to and with the exchange numbered `seq`
-/// (the Author's Note's count).
+/// How many user messages the chat holds up to and with the user message of the
+/// exchange numbered `seq` (the Author's Note's count). As SillyTavern counts them (every
+/// message of the chat that `is_user`): an imported file's user messages that made no
+/// exchange of their own (two in a row, a last one with no reply, a hidden one) count
+/// too — those before an exchange with it, those after it once a later one is sent.
 pub fn user_messages_through(conn: &Connection, character_id: &str, seq: u32) -> Result<u32, StoreError> {
-    Ok(conn.query_row("SELECT count(*) FROM companion_turns WHERE character_id = ?1 AND seq <= ?2", params![character_id, seq], |r| r.get(0))?)
+    Ok(conn.query_row(
+        "SELECT (SELECT count(*) FROM companion_turns WHERE character_id = ?1 AND seq <= ?2)          + (SELECT count(*) FROM companion_turns t, json_each(t.file_json, '$.before') j             WHERE t.character_id = ?1 AND t.seq <= ?2 AND t.file_json IS NOT NULL AND json_extract(j.value, '$.is_user') = 1)          + (SELECT count(*) FROM companion_turns t, json_each(t.file_json, '$.after') j             WHERE t.character_id = ?1 AND t.seq < ?2 AND t.file_json IS NOT NULL AND json_extract(j.value, '$.is_user') = 1)",
+        params![character_id, seq],
+        |r| r.get(0),
+    )?)
 }
 
 /// Choose the persona the user plays in this chat (`None`: the configured name).
@@ -252,11 +266,13 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ChatTurn, String, S
 /// A chat as a watch compares it ([`crate::watch`]): the open chat's exchanges (their
 /// count, and the newest 500's ids, texts and chosen swipes, so an edit or a swipe
 /// moves it too), and how many
-/// exchanges the library holds, for the character list's counts.
+/// exchanges the library holds, for the character list's counts, and the characters,
+/// personas and lorebooks the lists show (one made, renamed or deleted elsewhere).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatStanding {
     pub chat: Option<u64>,
     pub library: (i64, i64),
+    pub characters: u64,
 }
 
 /// The standing of `character_id`'s chat (none: only the library's counts).
@@ -292,7 +308,14 @@ pub fn standing(conn: &Connection, character_id: Option<&str>) -> Result<ChatSta
         }
         None => None,
     };
-    Ok(ChatStanding { chat, library })
+    let characters = {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        crate::character::standing(conn)?.hash(&mut hasher);
+        let books: std::collections::BTreeMap<String, String> = crate::interop::library::lorebook_names(conn)?.into_iter().collect();
+        books.hash(&mut hasher);
+        hasher.finish()
+    };
+    Ok(ChatStanding { chat, library, characters })
 }
 
 /// The last `limit` exchanges, oldest first. `with_packets` also decodes each turn's

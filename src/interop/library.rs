@@ -35,6 +35,8 @@ pub enum InteropError {
     Damaged { what: String, reason: String },
     #[error("the entry was not saved: {0}")]
     InvalidEntry(String),
+    #[error("lorebook {book:?} has no entry {index}: it has {count} (numbered from 0, as its list shows)")]
+    NoEntry { book: String, index: usize, count: usize },
 }
 
 /// What an import created.
@@ -109,7 +111,8 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
             let mut detail = kind_label;
             let mut items = Vec::new();
             if let Some(book) = &card.character_book {
-                let name = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("{}'s lorebook", card.name));
+                let wanted = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("{}'s lorebook", card.name));
+                let name = unique_book_name(tx, &wanted, &mut warnings)?;
                 let book_id = insert_lorebook(tx, &name, Some(&id), book, None)?;
                 detail.push_str(&format!(", {} lore entries", book.entries.len()));
                 items.push(CreatedItem {
@@ -130,13 +133,28 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
             if let Some((id, name)) = existing {
                 return Ok(ImportOutcome::Duplicate { kind: ItemKind::Lorebook, id, name });
             }
-            let name = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| stem.to_string());
+            let wanted = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| stem.to_string());
+            let name = unique_book_name(tx, &wanted, &mut warnings)?;
             let id = insert_lorebook(tx, &name, None, &book, Some(&digest))?;
             let detail = format!("{kind_label}, {} entries", book.entries.len());
             Ok(ImportOutcome::Created { items: vec![CreatedItem { kind: ItemKind::Lorebook, id, name, detail }], warnings: warnings.clone() })
         }
     })
     .map_err(InteropError::from)
+}
+
+/// The name an imported lorebook gets: its own, or when another book has that one, the
+/// first free `name (2)`, `name (3)`, … — said in `warnings`. Books are attached and edited
+/// by name, and two of one name could then only be told apart by id; the file itself is
+/// kept as it came (its export still carries its own name).
+fn unique_book_name(conn: &Connection, wanted: &str, warnings: &mut Vec<String>) -> Result<String, StoreError> {
+    let name = free_name(conn, wanted)?;
+    if name != wanted {
+        warnings.push(format!(
+            "a lorebook is already named {wanted:?}: this one was imported as {name:?} (rename either one with `lorebook rename`)"
+        ));
+    }
+    Ok(name)
 }
 
 /// Add a lorebook to the library (the scene engine's demo content uses this too);
@@ -175,12 +193,81 @@ pub fn create_lorebook(conn: &Connection, name: &str, description: &str) -> Resu
     if name.is_empty() {
         return Err(StoreError::Invalid("name: a lorebook needs a name".into()));
     }
-    let taken: bool = conn.query_row("SELECT EXISTS(SELECT 1 FROM lorebooks WHERE name = ?1 COLLATE NOCASE)", [name], |r| r.get(0))?;
-    if taken {
+    if name_taken(conn, name, None)? {
         return Err(StoreError::Invalid(format!("a lorebook is already named {name:?}: give the new one another name")));
     }
     let description = Some(description.trim().to_string()).filter(|d| !d.is_empty());
     insert_lorebook(conn, name, None, &Lorebook { name: Some(name.to_string()), description, ..Default::default() }, None)
+}
+
+/// Whether a lorebook other than `except` is named `name` (case aside): books are attached,
+/// edited and exported by name, so two of one name would each need their id.
+fn name_taken(conn: &Connection, name: &str, except: Option<&str>) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM lorebooks WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2)",
+        params![name, except],
+        |r| r.get(0),
+    )?)
+}
+
+/// `name`, or the first of `name (2)`, `name (3)`, … no lorebook has: what an imported book
+/// is called when its own name is taken (the import says so).
+pub fn free_name(conn: &Connection, name: &str) -> Result<String, StoreError> {
+    let mut candidate = name.to_string();
+    let mut n = 2;
+    while name_taken(conn, &candidate, None)? {
+        candidate = format!("{name} ({n})");
+        n += 1;
+    }
+    Ok(candidate)
+}
+
+/// Rename a lorebook; a name another book has is refused, as [`create_lorebook`] refuses
+/// it. The book's own document takes the new name too when it had one (a World Info file
+/// has none), so an export carries it. Returns the name as kept (trimmed).
+pub fn rename_lorebook(conn: &Connection, id: &str, name: &str) -> Result<String, StoreError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(StoreError::Invalid("name: a lorebook needs a name".into()));
+    }
+    if name_taken(conn, name, Some(id))? {
+        return Err(StoreError::Invalid(format!("a lorebook is already named {name:?}: choose another name")));
+    }
+    let json: String = conn
+        .query_row("SELECT book_json FROM lorebooks WHERE id = ?1", [id], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("no lorebook with id {id:?}")))?;
+    let mut settings: Lorebook = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("lorebook {id}: {e}")))?;
+    if settings.name.is_some() {
+        settings.name = Some(name.to_string());
+    }
+    let json = serde_json::to_string(&settings).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    conn.execute("UPDATE lorebooks SET name = ?1, book_json = ?2, updated_at = ?3 WHERE id = ?4", params![name, json, now_rfc3339(), id])?;
+    Ok(name.to_string())
+}
+
+/// How many entries a lorebook holds, and the character whose card embeds it (if one does).
+pub fn lorebook_contents(conn: &Connection, id: &str) -> Result<(usize, Option<String>), StoreError> {
+    let (entries, character): (i64, Option<String>) = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM lore_entries WHERE lorebook_id = b.id), b.character_id FROM lorebooks b WHERE b.id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("no lorebook with id {id:?}")))?;
+    Ok((entries.max(0) as usize, character))
+}
+
+/// Delete a lorebook and its entries. Its attachments (to worlds, campaigns, characters
+/// and chats, each in its owner's table) go in the same statement, by the schema's
+/// `ON DELETE CASCADE`; the caller says first what they were. A card that embedded it
+/// exports without a book from then on.
+pub fn delete_lorebook(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    if conn.execute("DELETE FROM lorebooks WHERE id = ?1", [id])? == 0 {
+        return Err(StoreError::NotFound(format!("no lorebook with id {id:?}")));
+    }
+    Ok(())
 }
 
 /// Replace one entry of a lorebook (by its position in the book), e.g. after an edit.

@@ -6,11 +6,13 @@
 //! engine's blocking pool and reports with [`InteropEvent`]s. Invariant: a file that
 //! cannot be read changes nothing, and every event is sent after its transaction.
 
+pub mod entry_patch;
 pub mod format;
 pub mod library;
 pub mod profile;
 
 
+pub use entry_patch::{EntryKeys, EntryPatch};
 pub use library::{CardFormat, CharacterSummary, CreatedItem, ImportOutcome, InteropError, ItemKind, LorebookFormat, LorebookSummary};
 
 use crate::context::{Context, CoreEvent};
@@ -40,6 +42,9 @@ pub enum InteropCommand {
     Entries { lorebook: String },
     /// Replace the entry at `ordinal`, or add one at the end (`None`).
     SaveEntry { lorebook: String, ordinal: Option<usize>, entry: Box<crate::lorebook::LoreEntry> },
+    /// Change some settings of the entry at `ordinal`, or add an entry with them at the end
+    /// (`None`); checked as `SaveEntry` is, read and written in one transaction.
+    PatchEntry { lorebook: String, ordinal: Option<usize>, patch: Box<EntryPatch> },
     DeleteEntry { lorebook: String, ordinal: usize },
     DuplicateEntry { lorebook: String, ordinal: usize },
     MoveEntry { lorebook: String, from: usize, to: usize },
@@ -98,6 +103,10 @@ pub enum InteropEvent {
         #[serde(rename = "png_bytes")]
         png: Option<PngBytes>,
     },
+    /// A lorebook command was refused: the answer to a front door waiting for it (the
+    /// HTTP server), with whose fault it is. Never on the event stream, which hears the
+    /// refusal as the engine's `error` event, as it always has.
+    Refused { context: String, message: String, fault: crate::context::Fault },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -153,7 +162,8 @@ pub fn handle(ctx: &Arc<Context>, command: InteropCommand) {
 }
 
 /// [`handle`], answering `reply` with an import's report (two uploads at once each get
-/// their own); other commands leave it unanswered.
+/// their own), a lorebook's entries after a change to them, or a lore test — or with
+/// [`InteropEvent::Refused`]; other commands leave it unanswered.
 pub fn handle_asked(ctx: &Arc<Context>, command: InteropCommand, reply: Option<crate::context::Reply<InteropEvent>>) {
     let ctx = ctx.clone();
     // File and database work is blocking; keep it off the engine loop.
@@ -207,8 +217,24 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
             }
         }
         InteropCommand::List => emit_library(ctx),
-        InteropCommand::Entries { lorebook } => entries(ctx, &lorebook, |_, _| Ok(None)),
-        InteropCommand::SaveEntry { lorebook, ordinal, entry } => entries(ctx, &lorebook, |tx, id| {
+        InteropCommand::Entries { lorebook } => entries(ctx, reply, &lorebook, |_, _| Ok(None)),
+        InteropCommand::PatchEntry { lorebook, ordinal, patch } => entries(ctx, reply, &lorebook, |tx, id| {
+            let mut entry = match ordinal {
+                Some(n) => {
+                    let entries = library::load_lorebook(tx, id)?.entries;
+                    let count = entries.len();
+                    entries.into_iter().nth(n).ok_or_else(|| InteropError::NoEntry { book: lorebook.clone(), index: n, count })?
+                }
+                None => crate::lorebook::LoreEntry::default(),
+            };
+            patch.apply(&mut entry).map_err(InteropError::InvalidEntry)?;
+            crate::lorebook::activation::check_entry(&entry).map_err(InteropError::InvalidEntry)?;
+            match ordinal {
+                Some(n) => library::update_entry(tx, id, n, &entry).map(|_| Some(("saved".into(), n))),
+                None => library::add_entry(tx, id, &entry).map(|n| Some(("added".into(), n))),
+            }
+        }),
+        InteropCommand::SaveEntry { lorebook, ordinal, entry } => entries(ctx, reply, &lorebook, |tx, id| {
             crate::lorebook::activation::check_entry(&entry).map_err(InteropError::InvalidEntry)?;
             match ordinal {
                 Some(n) => library::update_entry(tx, id, n, &entry).map(|_| Some(("saved".into(), n))),
@@ -216,13 +242,13 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
             }
         }),
         InteropCommand::DeleteEntry { lorebook, ordinal } => {
-            entries(ctx, &lorebook, |tx, id| library::delete_entry(tx, id, ordinal).map(|_| Some(("deleted".into(), ordinal))))
+            entries(ctx, reply, &lorebook, |tx, id| library::delete_entry(tx, id, ordinal).map(|_| Some(("deleted".into(), ordinal))))
         }
         InteropCommand::DuplicateEntry { lorebook, ordinal } => {
-            entries(ctx, &lorebook, |tx, id| library::duplicate_entry(tx, id, ordinal).map(|n| Some(("duplicated".into(), n))))
+            entries(ctx, reply, &lorebook, |tx, id| library::duplicate_entry(tx, id, ordinal).map(|n| Some(("duplicated".into(), n))))
         }
         InteropCommand::MoveEntry { lorebook, from, to } => {
-            entries(ctx, &lorebook, |tx, id| library::move_entry(tx, id, from, to).map(|at| Some((format!("moved from {from}"), at))))
+            entries(ctx, reply, &lorebook, |tx, id| library::move_entry(tx, id, from, to).map(|at| Some((format!("moved from {from}"), at))))
         }
         InteropCommand::DeleteCharacter { character, confirmed } => match delete_character(ctx, &character, confirmed) {
             Ok(event) => {
@@ -280,8 +306,8 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
                 Ok((id, crate::lorebook::activation::explain_with(&book, &text, similar, Some(&expand))))
             });
             match result {
-                Ok((id, verdicts)) => ctx.emit(InteropEvent::LoreTest { id, text, verdicts }),
-                Err(e) => ctx.emit(CoreEvent::error(format!("test lorebook {lorebook:?}"), e)),
+                Ok((id, verdicts)) => settle(ctx, reply, InteropEvent::LoreTest { id, text, verdicts }),
+                Err(e) => refuse(ctx, reply, format!("test lorebook {lorebook:?}"), e),
             }
         }
     }
@@ -350,9 +376,39 @@ fn delete_character(ctx: &Context, key: &str, confirmed: bool) -> Result<Interop
     Ok(event)
 }
 
+/// Send `event`, answering `reply` with it first.
+fn settle(ctx: &Context, reply: Option<&crate::context::Reply<InteropEvent>>, event: InteropEvent) {
+    crate::context::answer(reply, &event);
+    ctx.emit(event);
+}
+
+/// Whose fault a refused lorebook command is: a book or entry that is not there (or a
+/// name several books share, which names their ids), a change that cannot be made, or
+/// the library's.
+fn fault_of(e: &InteropError) -> crate::context::Fault {
+    use crate::context::Fault;
+    use crate::store::StoreError;
+    match e {
+        InteropError::NotFound { .. } | InteropError::NoEntry { .. } | InteropError::Ambiguous { .. } | InteropError::Store(StoreError::NotFound(_)) => {
+            Fault::NotFound
+        }
+        InteropError::InvalidEntry(_) | InteropError::Format(_) | InteropError::Store(StoreError::Invalid(_)) => Fault::Request,
+        _ => Fault::Library,
+    }
+}
+
+/// Report a refused command: to `reply` with its fault, and on the stream as the error it
+/// always was.
+fn refuse(ctx: &Context, reply: Option<&crate::context::Reply<InteropEvent>>, context: String, e: InteropError) {
+    let fault = fault_of(&e);
+    crate::context::answer(reply, &InteropEvent::Refused { context: context.clone(), message: e.to_string(), fault });
+    ctx.emit(CoreEvent::error(context, e));
+}
+
 /// Apply `change` to a lorebook's entries in one transaction, then report the entries.
 fn entries(
     ctx: &Context,
+    reply: Option<&crate::context::Reply<InteropEvent>>,
     lorebook: &str,
     change: impl FnOnce(&rusqlite::Connection, &str) -> Result<Option<(String, usize)>, InteropError>,
 ) {
@@ -376,9 +432,9 @@ fn entries(
         Ok((id, name, book.entries, changed))
     });
     match (result, failure) {
-        (Ok((id, name, entries, changed)), _) => ctx.emit(InteropEvent::Entries { id, name, entries, changed }),
-        (Err(_), Some(e)) => ctx.emit(CoreEvent::error(format!("lorebook {lorebook:?}"), e)),
-        (Err(e), None) => ctx.emit(CoreEvent::error(format!("lorebook {lorebook:?}"), e)),
+        (Ok((id, name, entries, changed)), _) => settle(ctx, reply, InteropEvent::Entries { id, name, entries, changed }),
+        (Err(_), Some(e)) => refuse(ctx, reply, format!("lorebook {lorebook:?}"), e),
+        (Err(e), None) => refuse(ctx, reply, format!("lorebook {lorebook:?}"), e.into()),
     }
 }
 

@@ -515,7 +515,7 @@ fn run(ctx: &Context, command: MemoryCommand, reply: Option<&Reply<MemoryAnswer>
         }
         MemoryCommand::Injections => {
             let injections = super::injections::latest(&ctx.store.reader()?)?;
-            emit(ctx, MemoryEvent::Injections { injections });
+            settle(MemoryEvent::Injections { injections });
         }
         MemoryCommand::Pin { id, pinned } => settle(MemoryEvent::Curated { curated: bank.pin(&id, pinned)? }),
         MemoryCommand::Edit { id, text } => settle(MemoryEvent::Curated { curated: bank.edit(&id, &text)? }),

@@ -17,17 +17,21 @@ pub enum Section {
     Summaries,
     Lore,
     Memories,
+    /// What the game master wrote the world, campaign and scene to be (their
+    /// descriptions): what every agent plays inside.
+    Setting,
     Notes,
     DirectorGuidance,
     CharacterGuidance,
 }
 
 impl Section {
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 8] = [
         Section::History,
         Section::Summaries,
         Section::Lore,
         Section::Memories,
+        Section::Setting,
         Section::Notes,
         Section::DirectorGuidance,
         Section::CharacterGuidance,
@@ -39,6 +43,7 @@ impl Section {
             Section::Summaries => "summaries",
             Section::Lore => "lore",
             Section::Memories => "memories",
+            Section::Setting => "setting",
             Section::Notes => "scenario / author notes",
             Section::DirectorGuidance => "director guidance",
             Section::CharacterGuidance => "character guidance",
@@ -55,7 +60,8 @@ impl Section {
     }
 }
 
-/// Percentages per section. Defaults are SPEC §3's: 30/10/15/20/10/5/10.
+/// Percentages per section. Defaults are SPEC §3's, 30/10/15/20/10/5/10, with 5 of
+/// history's 30 given to the setting (which SPEC §3 counted among the notes).
 ///
 /// A plan read from a file names only the sections it changes: the ones left out keep
 /// their default share (`[scene.budgets.percent]` with only `history = 40` changes only
@@ -81,6 +87,7 @@ fn over_the_defaults<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Resul
         summaries: Option<f64>,
         lore: Option<f64>,
         memories: Option<f64>,
+        setting: Option<f64>,
         notes: Option<f64>,
         director_guidance: Option<f64>,
         character_guidance: Option<f64>,
@@ -91,6 +98,7 @@ fn over_the_defaults<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Resul
         (Section::Summaries, g.summaries),
         (Section::Lore, g.lore),
         (Section::Memories, g.memories),
+        (Section::Setting, g.setting),
         (Section::Notes, g.notes),
         (Section::DirectorGuidance, g.director_guidance),
         (Section::CharacterGuidance, g.character_guidance),
@@ -103,10 +111,11 @@ fn over_the_defaults<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Resul
 impl Default for BudgetPlan {
     fn default() -> Self {
         let percent = [
-            (Section::History, 30.0),
+            (Section::History, 25.0),
             (Section::Summaries, 10.0),
             (Section::Lore, 15.0),
             (Section::Memories, 20.0),
+            (Section::Setting, 5.0),
             (Section::Notes, 10.0),
             (Section::DirectorGuidance, 5.0),
             (Section::CharacterGuidance, 10.0),
@@ -448,10 +457,11 @@ mod tests {
             10_000,
             &Section::ALL,
             &[
-                (History, 3000),
+                (History, 2500),
                 (Summaries, 1000),
                 (Lore, 1500),
                 (Memories, 2000),
+                (Setting, 500),
                 (Notes, 1000),
                 (DirectorGuidance, 500),
                 (CharacterGuidance, 1000),
@@ -464,8 +474,8 @@ mod tests {
         // Lore (15) and memories (20) absent: the remaining 65 scale up to 100.
         check_allocation(
             6500,
-            &[History, Summaries, Notes, DirectorGuidance, CharacterGuidance],
-            &[(History, 3000), (Summaries, 1000), (Notes, 1000), (DirectorGuidance, 500), (CharacterGuidance, 1000)],
+            &[History, Summaries, Setting, Notes, DirectorGuidance, CharacterGuidance],
+            &[(History, 2500), (Summaries, 1000), (Setting, 500), (Notes, 1000), (DirectorGuidance, 500), (CharacterGuidance, 1000)],
         );
         // Only history: it gets everything.
         check_allocation(4096, &[History], &[(History, 4096)]);
@@ -475,22 +485,23 @@ mod tests {
 
     #[test]
     fn counts_are_rounded_down() {
-        // 1001 * 0.30 = 300.3 → 300; 1001 * 0.05 = 50.05 → 50; the sum never exceeds max.
+        // 1001 * 0.25 = 250.25 → 250; 1001 * 0.05 = 50.05 → 50; the sum never exceeds max.
         check_allocation(
             1001,
             &Section::ALL,
             &[
-                (History, 300),
+                (History, 250),
                 (Summaries, 100),
                 (Lore, 150),
                 (Memories, 200),
+                (Setting, 50),
                 (Notes, 100),
                 (DirectorGuidance, 50),
                 (CharacterGuidance, 100),
             ],
         );
-        // History + lore present: 30/45 and 15/45 of 1000 = 666.67 and 333.33.
-        check_allocation(1000, &[History, Lore], &[(History, 666), (Lore, 333)]);
+        // History + lore present: 25/40 and 15/40 of 1000 = 625 and 375.
+        check_allocation(1000, &[History, Lore], &[(History, 625), (Lore, 375)]);
         for max in [257u32, 999, 4097, 131_071] {
             let total: u32 = allocate(&BudgetPlan::default(), max, &Section::ALL).values().sum();
             assert!(total <= max);
@@ -499,31 +510,31 @@ mod tests {
 
     #[test]
     fn a_plan_naming_some_sections_keeps_the_defaults_of_the_others() {
-        let plan: BudgetPlan = toml::from_str("[percent]\nhistory = 40\n").unwrap();
-        assert_eq!(plan.percent(History), 40.0);
+        let plan: BudgetPlan = toml::from_str("[percent]\nhistory = 35\n").unwrap();
+        assert_eq!(plan.percent(History), 35.0);
         for section in Section::ALL.into_iter().filter(|s| *s != History) {
             assert_eq!(plan.percent(section), BudgetPlan::default().percent(section), "{section:?}");
         }
         // 110 in all: scaled to 100 in proportion, so nothing gets 0.
         let got = allocate(&plan, 1100, &Section::ALL);
-        assert_eq!((got[&History], got[&Lore], got[&CharacterGuidance]), (400, 150, 100));
+        assert_eq!((got[&History], got[&Lore], got[&CharacterGuidance]), (350, 150, 100));
         // A stored campaign plan is JSON; an empty plan is the defaults.
         let stored: BudgetPlan = serde_json::from_str(r#"{"percent":{"lore":5.0}}"#).unwrap();
-        assert_eq!((stored.percent(Lore), stored.percent(History)), (5.0, 30.0));
+        assert_eq!((stored.percent(Lore), stored.percent(History)), (5.0, 25.0));
         assert_eq!(serde_json::from_str::<BudgetPlan>("{}").unwrap(), BudgetPlan::default());
         // Through the whole config file, as `[scene.budgets.percent]`.
-        let config: crate::config::Config = toml::from_str("[scene.budgets.percent]\nhistory = 40\n").unwrap();
+        let config: crate::config::Config = toml::from_str("[scene.budgets.percent]\nhistory = 35\n").unwrap();
         assert_eq!(config.scene.budgets, plan);
     }
 
     #[test]
     fn a_plan_below_100_percent_keeps_its_unplanned_rest_when_reallocating() {
         let mut plan = BudgetPlan::default();
-        plan.percent.insert(History, 10.0); // total now 80%
+        plan.percent.insert(History, 10.0); // total now 85%
         let got = allocate(&plan, 1000, &[History, Memories]);
-        // 10/30 and 20/30 of 800.
-        assert_eq!(got[&History], 266);
-        assert_eq!(got[&Memories], 533);
+        // 10/30 and 20/30 of 850.
+        assert_eq!(got[&History], 283);
+        assert_eq!(got[&Memories], 566);
     }
 
     fn item(id: &str, tokens: u32, value: f64) -> BudgetItem {
@@ -601,8 +612,8 @@ mod tests {
         candidates.insert(Memories, (0..10).map(|i| item(&format!("mem{i}"), 40, i as f64)).collect::<Vec<_>>());
         candidates.insert(Lore, Vec::new());
         let (kept, ledger) = enforce(&BudgetPlan::default(), 1000, &candidates);
-        // Present: history (30) and memories (20) → 600 and 400; history needs only 500,
-        // and memories no more than their 400, so 100 stay unhanded.
+        // Present: history (25) and memories (20) → 555 and 444; history needs only 500,
+        // and memories 400, so 99 stay unhanded.
         let h = ledger.section(History).unwrap();
         assert_eq!((h.allocated, h.used), (500, 500));
         assert_eq!(kept[&History].len(), 20);
@@ -615,9 +626,9 @@ mod tests {
         }
         // Tighter: memories keep the five most valuable.
         let (kept, ledger) = enforce(&BudgetPlan::default(), 500, &candidates);
-        assert_eq!(ledger.section(Memories).unwrap().allocated, 200);
+        assert_eq!(ledger.section(Memories).unwrap().allocated, 222);
         assert_eq!(kept[&Memories].iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), vec!["mem5", "mem6", "mem7", "mem8", "mem9"]);
-        assert_eq!(ledger.section(History).unwrap().kept.len(), 12);
-        assert_eq!(ledger.section(History).unwrap().dropped.len(), 8);
+        assert_eq!(ledger.section(History).unwrap().kept.len(), 11);
+        assert_eq!(ledger.section(History).unwrap().dropped.len(), 9);
     }
 }

@@ -250,7 +250,7 @@ pub fn choose(
     } else if chosen.round == rounds + 1 {
         (None, MemoryWrite::default())
     } else {
-        return Err(StoreError::Invalid(format!(
+        return Err(StoreError::Conflict(format!(
             "the alternative is of round {}, and the scene has {rounds} rounds: only the last round can be swapped",
             chosen.round
         )));

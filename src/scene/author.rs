@@ -34,6 +34,15 @@ pub enum AuthorCommand {
     NewCharacter { sheet: Box<character::SheetEdit> },
     /// Start an empty lorebook (its entries are added in the entry editor).
     NewLorebook { name: String, description: String },
+    /// Rename a lorebook (id or name); a name another book has is refused.
+    RenameLorebook { lorebook: String, name: String },
+    /// Delete a lorebook with its entries, detached from every world, campaign, character
+    /// and chat in the same transaction; refused unless `confirmed` when it holds entries
+    /// or is attached anywhere (the refusal says what would go).
+    DeleteLorebook { lorebook: String, confirmed: bool },
+    /// Report what a lorebook holds and where it is attached, as
+    /// [`AuthorEvent::LorebookUse`] (what a deletion asks about first).
+    LorebookUse { lorebook: String },
     EditPersona { persona: String, name: Option<String>, description: Option<String> },
     DeletePersona { persona: String },
     /// Give a persona a picture (a PNG file), or take it away (`None`).
@@ -63,7 +72,8 @@ pub enum AuthorCommand {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum AuthorEvent {
-    /// Something was created, changed or removed (`action`: created, updated, deleted).
+    /// Something was created, changed or removed (`action`: created, updated, renamed,
+    /// deleted, attached, detached).
     Authored { action: String, kind: String, id: String, name: String, impact: Option<Impact> },
     Tree { tree: Box<Tree> },
     Personas { personas: Vec<character::Persona> },
@@ -71,6 +81,8 @@ pub enum AuthorEvent {
     /// campaign, else the config file's.
     Budgets { campaign_id: String, name: String, shares: Vec<(String, f64)>, own: bool },
     TranscriptExported { scene_id: String, path: PathBuf, messages: usize },
+    /// What a lorebook holds and where it is attached (sent for `LorebookUse`).
+    LorebookUse { lorebook: super::lorebooks::LorebookUse },
 }
 
 fn authored(action: &str, kind: &str, id: String, name: String) -> AuthorEvent {
@@ -232,9 +244,12 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                     return Err(StoreError::Invalid(format!("budgets.{}: {bad} is not a share between 0 and 100", section.label())));
                 }
                 let mut plan = authoring::budgets(tx, &campaign)?.unwrap_or(defaults);
+                // A plan saved before a section was added reads with that section's
+                // default share and may be over 100: a change that lowers it is taken.
+                let before: f64 = plan.percent.values().sum();
                 plan.percent.extend(shares);
                 let total: f64 = plan.percent.values().sum();
-                if total > 100.0 + 1e-6 {
+                if total > 100.0 + 1e-6 && total > before + 1e-6 {
                     let listed: Vec<String> = plan.percent.iter().map(|(s, p)| format!("{} {p}", s.label())).collect();
                     return Err(StoreError::Invalid(format!(
                         "the shares would add up to {total}% ({}): each is a share of the context, so together at most 100",
@@ -260,6 +275,19 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
         AuthorCommand::NewLorebook { name, description } => {
             let id = store.transaction(|tx| crate::interop::library::create_lorebook(tx, &name, &description))?;
             Some(authored("created", "lorebook", id, name.trim().into()))
+        }
+        AuthorCommand::RenameLorebook { lorebook, name } => {
+            let (id, name) = store.transaction(|tx| super::lorebooks::rename(tx, &lorebook, &name))?;
+            Some(authored("renamed", "lorebook", id, name))
+        }
+        AuthorCommand::DeleteLorebook { lorebook, confirmed } => {
+            let gone = store.transaction(|tx| super::lorebooks::delete(tx, &lorebook, confirmed))?;
+            let impact = gone.impact();
+            Some(AuthorEvent::Authored { action: "deleted".into(), kind: "lorebook".into(), id: gone.id, name: gone.name, impact: Some(impact) })
+        }
+        AuthorCommand::LorebookUse { lorebook } => {
+            let found = store.with(|c| super::lorebooks::LorebookUse::of(c, &lorebook))?;
+            return Ok(vec![AuthorEvent::LorebookUse { lorebook: found }]);
         }
         AuthorCommand::EditPersona { persona, name, description } => {
             if name.as_deref().is_some_and(|n| n.trim().is_empty()) {

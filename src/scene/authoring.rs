@@ -114,6 +114,17 @@ pub struct Impact {
     pub arcs: u32,
     pub scenes: u32,
     pub messages: u32,
+    /// A deleted lorebook's entries.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lore_entries: u32,
+    /// What a deleted lorebook was attached to, in words (`world "Eldoria"`, `the chat
+    /// with "Mira"`, …): it is detached from each in the same transaction.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub detached: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Impact {
@@ -123,10 +134,15 @@ impl Impact {
 
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        for (n, what) in [(self.campaigns, "campaign"), (self.arcs, "arc"), (self.scenes, "scene"), (self.messages, "message")] {
+        let counts = [(self.campaigns, "campaign"), (self.arcs, "arc"), (self.scenes, "scene"), (self.messages, "message"), (self.lore_entries, "lore entry")];
+        for (n, what) in counts {
             if n > 0 {
-                parts.push(format!("{n} {what}{}", if n == 1 { "" } else { "s" }));
+                let plural = if n == 1 { what.to_string() } else { what.strip_suffix('y').map_or(format!("{what}s"), |stem| format!("{stem}ies")) };
+                parts.push(format!("{n} {plural}"));
             }
+        }
+        if !self.detached.is_empty() {
+            parts.push(format!("detached from {}", self.detached.join(", ")));
         }
         parts.join(", ")
     }
@@ -262,14 +278,15 @@ pub fn impact(conn: &Connection, level: Level, id: &str) -> Result<Impact, Store
                 "SELECT count(*) FROM scene_messages m JOIN scenes s ON s.id = m.scene_id JOIN arcs a ON a.id = s.arc_id
                  JOIN campaigns c ON c.id = a.campaign_id WHERE c.world_id = ?1",
             )?,
+            ..Impact::default()
         },
         Level::Campaign => Impact {
-            campaigns: 0,
             arcs: count("SELECT count(*) FROM arcs WHERE campaign_id = ?1")?,
             scenes: count("SELECT count(*) FROM scenes s JOIN arcs a ON a.id = s.arc_id WHERE a.campaign_id = ?1")?,
             messages: count(
                 "SELECT count(*) FROM scene_messages m JOIN scenes s ON s.id = m.scene_id JOIN arcs a ON a.id = s.arc_id WHERE a.campaign_id = ?1",
             )?,
+            ..Impact::default()
         },
         Level::Arc => Impact {
             scenes: count("SELECT count(*) FROM scenes WHERE arc_id = ?1")?,
@@ -403,6 +420,24 @@ pub fn detach(conn: &Connection, level: LoreLevel, owner_id: &str, lorebook_id: 
         LoreLevel::Character => return crate::character::detach_lorebook(conn, owner_id, lorebook_id),
     };
     Ok(conn.execute(sql, params![owner_id, lorebook_id])? > 0)
+}
+
+/// The worlds and campaigns a lorebook is attached to, each as `("world" | "campaign", id,
+/// name)`, worlds first, by name.
+pub fn holding_lorebook(conn: &Connection, lorebook_id: &str) -> Result<Vec<(&'static str, String, String)>, StoreError> {
+    let mut out = Vec::new();
+    for (kind, sql) in [
+        ("world", "SELECT w.id, w.name FROM world_lorebooks l JOIN worlds w ON w.id = l.world_id WHERE l.lorebook_id = ?1 ORDER BY w.name COLLATE NOCASE"),
+        (
+            "campaign",
+            "SELECT c.id, c.name FROM campaign_lorebooks l JOIN campaigns c ON c.id = l.campaign_id WHERE l.lorebook_id = ?1 ORDER BY c.name COLLATE NOCASE",
+        ),
+    ] {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map([lorebook_id], |r| Ok((kind, r.get(0)?, r.get(1)?)))?;
+        out.extend(rows.collect::<Result<Vec<_>, _>>()?);
+    }
+    Ok(out)
 }
 
 /// The whole library as a tree, each level sorted by name (arcs in their order).

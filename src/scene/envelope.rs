@@ -10,10 +10,13 @@
 //!   [`super::lore`]); the activation's budget is the lore section's allocation, and
 //!   entries held back (budget, probability, groups, timers) are in the ledger;
 //! - memories: what the acting character witnessed, retrieved by the round;
+//! - setting: the world's, the campaign's and the scene's descriptions (an arc has
+//!   none), cut at a sentence when the section is short;
 //! - notes: world / campaign / arc / scene notes, persona, trackers, facts and the
 //!   campaign's in-fiction time in words;
 //! - director guidance: the Director's words for the acting character;
-//! - character guidance: character sheets and their current states.
+//! - character guidance: character sheets and their current states; a character gets
+//!   its own sheet whole and an excerpt of each other present character's description.
 
 use super::model::{CastMember, STATE_FIELDS, SceneMessage, SceneView};
 use super::records::SceneNotes;
@@ -26,6 +29,7 @@ use crate::lorebook::activation::ActivationState;
 use crate::memory::RetrievalHit;
 use crate::prompting::macros::{MacroContext, expand};
 use super::SceneError;
+use crate::prompting::budget::ESSENTIAL;
 use crate::prompting::{BudgetItem, BudgetLedger, BudgetPlan, DroppedItem, PromptTemplates, Section, TemplateError, allocate, enforce};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -305,7 +309,10 @@ pub fn assemble_for_call(
             *lore_state = state;
             return Ok((finish(envelope, &prompt), prompt));
         }
-        budget = budget.saturating_sub(total - max + 16);
+        // Shrink from what the sections used, not from what they were given: a section
+        // with room to spare (history's slack under one more message) would otherwise
+        // absorb the cut and the next fit send the same prompt again.
+        budget = envelope.ledger.used().min(budget).saturating_sub(total - max + 16);
     }
     // Four fits did not close the gap: send nothing of the sections rather than overflow.
     let mut state = lore_state.clone();
@@ -377,7 +384,7 @@ pub fn gather(plan: &BudgetPlan, max_context_tokens: u32, input: &EnvelopeInput<
         lore_held_back = activation.held_back;
         lore_places = activation.places;
     }
-    for section in [Section::Notes, Section::Lore] {
+    for section in [Section::Setting, Section::Notes, Section::Lore] {
         for item in sections.get_mut(&section).into_iter().flatten() {
             if item.text.contains("{{") || item.text.contains('<') {
                 let out = expand(&item.text, &ctx);
@@ -516,9 +523,6 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
             notes.push(item(label, format!("{}: {}", capitalise(label), text.trim()), value as f64));
         }
     }
-    if !input.view.description.trim().is_empty() {
-        notes.push(item("scene description", format!("Scene: {}", input.view.description.trim()), 5.0));
-    }
     if let Some(persona) = &input.view.persona {
         notes.push(item("persona", format!("The user plays {persona}"), 6.0));
     }
@@ -536,6 +540,21 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
         notes.push(item(format!("fact {}", i + 1), format!("Fact: {fact}"), 4.0 + i as f64 / 1000.0));
     }
     candidates.insert(Section::Notes, notes);
+
+    // What the game master wrote the world, campaign and scene to be. Each is cut at a
+    // sentence rather than dropped when the section is short (the cut is in the ledger):
+    // the scene, the most immediate, first, then the campaign's premise, then the world.
+    let view = input.view;
+    let setting = [
+        ("world description", "World", &view.world, &input.notes.world_description, 1.0),
+        ("campaign description", "Campaign", &view.campaign, &input.notes.campaign_description, 2.0),
+        ("scene description", "Scene", &view.name, &view.description, 3.0),
+    ]
+    .into_iter()
+    .filter(|(.., text, _)| !text.trim().is_empty())
+    .map(|(id, level, name, text, rank)| item(id, format!("{level} \"{}\": {}", name.trim(), text.trim()), ESSENTIAL + rank))
+    .collect();
+    candidates.insert(Section::Setting, setting);
 
     let guidance = input
         .director_guidance
@@ -570,6 +589,11 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
             let expanded = expand(&summary, &macro_context(input, &persona, &member.name, Some(member)));
             text.push_str(&expanded.text);
             macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
+        } else if let Some(excerpt) = others_excerpt(input, member, macro_notes) {
+            // A character plays beside the others present: it is told who they are, in
+            // brief, so it can name and describe them rightly; its own sheet stays whole.
+            text.push('\n');
+            text.push_str(&excerpt);
         }
         // What others can see of a character (where it is, how it looks and seems, what
         // it is doing) is told to everyone; what it means to do only to itself and to
@@ -589,6 +613,24 @@ pub fn candidates(input: &EnvelopeInput<'_>, macro_notes: &mut Vec<String>) -> B
 
 /// How much of an earlier arc's scene summary a later arc is told.
 const EARLIER_ARC_CHARS: usize = 480;
+
+/// How much of another present character's description a character is told.
+pub const OTHERS_EXCERPT_CHARS: usize = 320;
+
+/// Another present character as a character sees it: its description (its personality
+/// when it has none) in whole sentences up to [`OTHERS_EXCERPT_CHARS`], macros resolved
+/// as its own card's.
+fn others_excerpt(input: &EnvelopeInput<'_>, member: &CastMember, macro_notes: &mut Vec<String>) -> Option<String> {
+    let (field, text) = ["description", "personality"]
+        .into_iter()
+        .find_map(|field| member.sheet.get(field).filter(|t| !t.trim().is_empty()).map(|t| (field, t)))?;
+    let persona = Persona::of(input.view);
+    let expanded = expand(text, &macro_context(input, &persona, &member.name, Some(member)));
+    macro_notes.extend(expanded.notes.into_iter().map(|n| format!("{}'s sheet: {n}", member.name)));
+    let one_line = expanded.text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let excerpt = brief(&one_line, OTHERS_EXCERPT_CHARS);
+    (!excerpt.is_empty()).then(|| format!("{field}: {excerpt}"))
+}
 
 /// `text` cut to whole sentences within `max` characters (at least its first sentence,
 /// clipped, when that alone is longer), so an earlier arc's scene costs little.
@@ -737,6 +779,7 @@ pub fn render(
         "lore_an_top": an_top,
         "lore_an_bottom": an_bottom,
         "memories": text(Section::Memories),
+        "setting": text(Section::Setting),
         "notes": text(Section::Notes),
         "director_guidance": text(Section::DirectorGuidance),
         "characters": text(Section::CharacterGuidance),
@@ -1059,6 +1102,74 @@ mod tests {
                 assert!(cut.reason.starts_with("cut from"), "{cut:?}");
             }
             assert!(envelope.ledger.prompt_tokens + envelope.ledger.reply_tokens <= max);
+        }
+    }
+
+    /// A long world description and campaign premise are cut at a sentence to fit the
+    /// setting's share, never dropped whole, and the cut is in the ledger; the notes
+    /// (trackers, facts) keep their own share. Another present character is told in a
+    /// bounded excerpt, the character's own card whole.
+    #[test]
+    fn a_long_setting_is_cut_in_its_own_share_and_others_are_told_in_brief() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("lib.sqlite")).unwrap();
+        let scene = demo::ensure(&store).unwrap().expect("a fresh library gets the demo");
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = crate::config::SceneConfig::default();
+        let (mut view, mut notes) = store.with(|c| Ok((records::load_view(c, &scene)?, records::load_notes(c, &scene)?))).unwrap();
+        notes.world_description = (1..=200).map(|n| format!("Island {n} of the drowned archipelago keeps iron sacred. ")).collect();
+        notes.campaign_description = "Smugglers run stolen iron past the priests' lanterns.".into();
+        for member in &mut view.cast {
+            member.active = true;
+            let description: String = (1..=40).map(|n| format!("{} has scar number {n}. ", member.name)).collect();
+            member.sheet.insert("description".into(), description);
+        }
+        let member = view.cast[0].clone();
+        let other = view.cast[1].clone();
+        for max in [2048u32, 8192] {
+            let profile = crate::llm::ProviderProfile { max_context_tokens: max, ..Default::default() };
+            let input = EnvelopeInput {
+                agent: AgentKind::Character,
+                view: &view,
+                notes: &notes,
+                history: &[],
+                lore: None,
+                memories: &[],
+                character: Some(&member),
+                director_guidance: Vec::new(),
+                lore_scan_depth: 2,
+                message_number: 1,
+                seed: 7,
+                cancel: None,
+                bank: None,
+            };
+            let mut reply = ReplyPlan::prose(&profile);
+            let turn = character_turn(&member.name);
+            let (envelope, prompt) = assemble_for_call(
+                &templates, AgentKind::Character, Some(&member), &turn, &config.budgets, &profile, &mut reply, &input, &mut Default::default(),
+            )
+            .unwrap();
+            let setting = envelope.ledger.section(Section::Setting).expect("a setting section");
+            assert_eq!(setting.kept, ["world description", "campaign description", "scene description"], "at {max}: {setting:?}");
+            assert!(prompt.system.contains("World \"The Saltmarsh Coast\": Island 1 of the drowned archipelago keeps iron sacred."), "{}", prompt.system);
+            if max == 2048 {
+                let cut = setting.dropped.iter().find(|d| d.id == "world description").unwrap_or_else(|| panic!("no cut in the ledger: {setting:?}"));
+                assert!(cut.reason.starts_with("cut from"), "{cut:?}");
+                assert!(!prompt.system.contains("Island 200 of"), "cut at {max}");
+            } else {
+                // Nothing else asks for the room the other sections leave: the whole world.
+                assert!(prompt.system.contains("Island 200 of") && setting.dropped.is_empty(), "{setting:?}");
+            }
+            assert!(prompt.system.contains("Campaign \"") && prompt.system.contains("Smugglers run stolen iron"), "{}", prompt.system);
+            assert!(prompt.system.contains("- Trackers: "), "the notes keep their share: {}", prompt.system);
+            // The other character: a bounded excerpt, in whole sentences; its own card whole.
+            assert!(prompt.system.contains(&format!("description: {} has scar number 1.", other.name)), "{}", prompt.system);
+            assert!(!prompt.system.contains(&format!("{} has scar number 40.", other.name)), "{}", prompt.system);
+            let excerpt = prompt.system.split(&format!("description: {} has", other.name)).nth(1).unwrap().lines().next().unwrap();
+            assert!(excerpt.chars().count() < OTHERS_EXCERPT_CHARS, "{excerpt}");
+            if max == 8192 {
+                assert!(prompt.system.contains(&format!("{} has scar number 40.", member.name)), "{}", prompt.system);
+            }
         }
     }
 

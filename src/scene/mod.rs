@@ -7,6 +7,7 @@
 
 pub mod author;
 pub mod authoring;
+pub mod lorebooks;
 pub mod demo;
 pub mod envelope;
 pub mod lore;
@@ -59,7 +60,8 @@ impl SceneError {
         match self {
             SceneError::Busy(_) => Fault::Busy,
             SceneError::InputTooLong { .. } => Fault::TooLong,
-            SceneError::Invalid(_) | SceneError::Stale(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
+            SceneError::Stale(_) | SceneError::Store(StoreError::Conflict(_)) => Fault::Conflict,
+            SceneError::Invalid(_) | SceneError::Store(StoreError::Invalid(_)) => Fault::Request,
             SceneError::Store(StoreError::NotFound(_)) => Fault::NotFound,
             SceneError::Llm(_) | SceneError::Agent { .. } => Fault::Provider,
             SceneError::Store(_) | SceneError::Template(_) => Fault::Library,
@@ -240,9 +242,8 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Ans
     };
     // The watch exists before the next command is spawned: commands run side by side,
     // and one sent after `Watch` must count as ours, not as another process's change.
-    if matches!(command, SceneCommand::Watch { .. }) {
-        watch(&ctx);
-    }
+    // Its place in line is taken now too: the last one sent wins.
+    let ticket = matches!(command, SceneCommand::Watch { .. }).then(|| watch(&ctx).ticket());
     ctx.runtime.clone().spawn_blocking(move || {
         let subject = match &command {
             SceneCommand::Round { scene, .. }
@@ -263,7 +264,10 @@ pub fn handle_asked(ctx: &Arc<Context>, command: SceneCommand, reply: Option<Ans
             | SceneCommand::Preview { scene, .. } => Some(scene.clone()),
             _ => None,
         };
-        let run = || run_command(&ctx, command, reply.as_ref(), author_reply.as_ref());
+        let run = || match (command, ticket) {
+            (SceneCommand::Watch { scene }, Some(ticket)) => watch_scene(&ctx, ticket, scene),
+            (command, _) => run_command(&ctx, command, reply.as_ref(), author_reply.as_ref()),
+        };
         // Our own changes are told by our events, not by the watch.
         let outcome = match watching(&ctx) {
             Some(watch) => watch.ours(run),
@@ -299,6 +303,16 @@ fn watch(ctx: &Context) -> Arc<crate::watch::Watch<records::SceneStanding>> {
         })
     })
     .clone()
+}
+
+/// Watch `scene` (an id or name; `None`: only the library) from now on.
+fn watch_scene(ctx: &Context, ticket: u64, scene: Option<String>) -> Result<(), SceneError> {
+    let id = match scene {
+        Some(s) => Some(ctx.store.with(|c| records::resolve_scene(c, &s))?),
+        None => None,
+    };
+    watch(ctx).set(ticket, id);
+    Ok(())
 }
 
 /// The scene `scene` names, held as if a round ran on it: a change by hand is refused
@@ -501,14 +515,7 @@ fn run_command(
             Ok(())
         }),
         SceneCommand::Author(command) => author::handle(ctx, command, author_reply),
-        SceneCommand::Watch { scene } => {
-            let id = match scene {
-                Some(s) => Some(ctx.store.with(|c| records::resolve_scene(c, &s))?),
-                None => None,
-            };
-            watch(ctx).set(id);
-            Ok(())
-        }
+        SceneCommand::Watch { scene } => watch_scene(ctx, watch(ctx).ticket(), scene),
         SceneCommand::Undo { scene, expect_round } => {
             let (scene_id, job) = hold(ctx, &scene)?;
             if let Some(expected) = expect_round {

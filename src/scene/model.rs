@@ -92,6 +92,34 @@ pub struct ActingCharacter {
     /// Explicit turn position (1 = first); characters with one act before those without.
     #[serde(default)]
     pub order: Option<u32>,
+    /// The game master made them act (`scene round --force`, the Scene panel's "Acts this
+    /// round"), not the Director: they act after those it picked, and their `priority`
+    /// is no rank of the Director's. Not the Director's to set: out of its schema.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(skip)]
+    pub forced: bool,
+}
+
+impl ActingCharacter {
+    /// The priority a forced character was stored with before `forced` existed (it read
+    /// as -2147483648 in every plan shown).
+    const FORCED_SENTINEL: i64 = i32::MIN as i64;
+
+    pub fn forced(name: String, guidance: String) -> Self {
+        Self { name, guidance, priority: 0, order: None, forced: true }
+    }
+
+    /// A stored plan (`actingCharacters` JSON) of a version that marked a forced
+    /// character by its priority, read as `forced` with no priority.
+    pub fn read_forced_sentinel(plan: &mut serde_json::Value) {
+        let Some(acting) = plan.get_mut("actingCharacters").and_then(|a| a.as_array_mut()) else { return };
+        for actor in acting {
+            if actor.get("priority").and_then(|p| p.as_i64()) == Some(Self::FORCED_SENTINEL) {
+                actor["priority"] = 0.into();
+                actor["forced"] = true.into();
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -24,6 +24,13 @@ pub struct SceneNotes {
     pub campaign: String,
     pub arc: String,
     pub scene: String,
+    /// What the world is, as its game master described it (the envelope's setting; an
+    /// arc has no description, and the scene's own is in the view).
+    #[serde(default)]
+    pub world_description: String,
+    /// The campaign's premise, as described.
+    #[serde(default)]
+    pub campaign_description: String,
     /// Summaries of the campaign's earlier scenes (this arc's and earlier arcs'), oldest
     /// first.
     pub earlier_scenes: Vec<EarlierScene>,
@@ -58,14 +65,14 @@ fn created_before(param: &str) -> String {
 }
 
 pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, StoreError> {
-    type NotesRow = (String, String, String, String, String, String, String, u32);
-    let (world, campaign, arc, scene, arc_id, summary, _created, summary_round): NotesRow =
+    type NotesRow = (String, String, String, String, String, String, u32, String, String);
+    let (world, campaign, arc, scene, arc_id, summary, summary_round, world_description, campaign_description): NotesRow =
         conn.query_row(
-            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.created_at, s.summary_round
+            "SELECT w.notes, c.notes, a.notes, s.notes, a.id, s.summary, s.summary_round, w.description, c.description
              FROM scenes s JOIN arcs a ON a.id = s.arc_id JOIN campaigns c ON c.id = a.campaign_id
              JOIN worlds w ON w.id = c.world_id WHERE s.id = ?1",
             [scene_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?)),
         )
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("scene {scene_id}")))?;
@@ -90,7 +97,7 @@ pub fn load_notes(conn: &Connection, scene_id: &str) -> Result<SceneNotes, Store
         earlier.cast = serde_json::from_str(&cast).map_err(|e| corrupt("earlier scene cast", e))?;
         earlier_scenes.push(earlier);
     }
-    Ok(SceneNotes { world, campaign, arc, scene, earlier_scenes, scene_summary: summary, summary_round })
+    Ok(SceneNotes { world, campaign, arc, scene, world_description, campaign_description, earlier_scenes, scene_summary: summary, summary_round })
 }
 
 /// The campaign's scenes created before `scene_id` whose running summary stops short of
@@ -284,10 +291,16 @@ pub fn load_round(conn: &Connection, scene_id: &str, round: u32) -> Result<Optio
         )
         .optional()?;
     row.map(|(input, director, ledgers, tokens)| {
+        let mut director: serde_json::Value = serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?;
+        for plan in ["plan", "proposed"] {
+            if let Some(plan) = director.get_mut(plan) {
+                crate::scene::model::ActingCharacter::read_forced_sentinel(plan);
+            }
+        }
         Ok(RoundRecord {
             round,
             input,
-            director: serde_json::from_str(&director).map_err(|e| corrupt("round director", e))?,
+            director,
             ledgers: serde_json::from_str(&ledgers).map_err(|e| corrupt("round ledgers", e))?,
             tokens: tokens.max(0) as u64,
         })
@@ -501,11 +514,14 @@ pub fn next_message_number(conn: &Connection, scene_id: &str) -> Result<u32, Sto
 
 /// A scene as a watch compares it ([`crate::watch`]): the watched scene's row (rounds,
 /// who is present, when it last changed) and its newest 500 messages, and the library's
-/// rounds and messages in all, for the campaign tree's and scene list's counts.
+/// rounds and messages in all, for the campaign tree's and scene list's counts, and the
+/// authoring tree as the Campaigns panel shows it (a world, campaign, arc or scene made,
+/// renamed or deleted elsewhere; a cast, persona or lorebook link changed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SceneStanding {
     pub scene: Option<u64>,
     pub library: (i64, i64, i64),
+    pub tree: u64,
 }
 
 /// The standing of `scene_id` (none: only the library's counts).
@@ -531,7 +547,13 @@ pub fn standing(conn: &Connection, scene_id: Option<&str>) -> Result<SceneStandi
         }
         None => None,
     };
-    Ok(SceneStanding { scene, library })
+    let tree = {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let tree = super::authoring::tree(conn)?;
+        serde_json::to_string(&tree).map_err(|e| corrupt("authoring tree", e))?.hash(&mut hasher);
+        hasher.finish()
+    };
+    Ok(SceneStanding { scene, library, tree })
 }
 
 /// The number of the scene's last closed round (0: none yet).
@@ -681,7 +703,7 @@ fn restore_whole(conn: &Connection, scene_id: &str, campaign_id: &str, closed_at
         |r| r.get(0),
     )?;
     if changed_since || super::authoring::edited_since(conn, campaign_id, closed_at)? {
-        return Err(StoreError::Invalid(format!(
+        return Err(StoreError::Conflict(format!(
             "round {rounds} cannot be undone: the campaign's state changed after it (another scene's round or an edit by hand)"
         )));
     }

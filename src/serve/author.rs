@@ -172,7 +172,7 @@ pub(super) async fn identity_runs(State(state): State<Arc<AppState>>) -> Result<
 /// after it where the change shows there.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Authored {
-    /// `created`, `updated`, `deleted`, `attached`, `detached`.
+    /// `created`, `updated`, `renamed` (a lorebook), `deleted`, `attached`, `detached`.
     action: String,
     /// `world`, `campaign`, `arc`, `scene`, `persona`, `character`, `cast`, `lorebook`, `campaign state`, `character state`.
     kind: String,
@@ -181,7 +181,8 @@ pub(super) struct Authored {
     id: String,
     /// Its name (for `cast`, `character state`: the character's).
     name: String,
-    /// What went with a deletion: `{campaigns, arcs, scenes, messages}`.
+    /// What went with a deletion: `{campaigns, arcs, scenes, messages}`; a lorebook's adds
+    /// `lore_entries` and `detached` (what it was attached to, in words).
     #[schema(value_type = Option<Object>)]
     #[serde(skip_serializing_if = "Option::is_none")]
     impact: Option<Value>,
@@ -193,7 +194,7 @@ pub(super) struct Authored {
 
 /// Send `command` and answer with what it authored (its own answer, not another
 /// request's), with the tree after it when `with_tree`.
-async fn author(state: &AppState, command: AuthorCommand, with_tree: bool) -> Result<axum::Json<Authored>, ApiError> {
+pub(super) async fn author(state: &AppState, command: AuthorCommand, with_tree: bool) -> Result<axum::Json<Authored>, ApiError> {
     match state.ask(Command::Scene(SceneCommand::Author(command)), AUTHOR_LIMIT).await? {
         Event::Author(AuthorEvent::Authored { action, kind, id, name, impact }) => {
             let impact = impact.map(serde_json::to_value).transpose().map_err(ApiError::internal)?;
@@ -205,12 +206,14 @@ async fn author(state: &AppState, command: AuthorCommand, with_tree: bool) -> Re
 }
 
 /// A store read refused: 404 for what is not there (or a name several things share,
-/// which names their ids), 400 for what cannot be done, 500 for the library's fault.
+/// which names their ids), 400 for what cannot be done, 409 for what changed since the
+/// sender looked, 500 for the library's fault.
 fn refused(e: crate::store::StoreError) -> ApiError {
     use crate::store::StoreError;
     match e {
         StoreError::NotFound(message) => ApiError::not_found(message),
         StoreError::Invalid(message) => ApiError::bad_request(message),
+        StoreError::Conflict(message) => ApiError::conflict(message),
         other => ApiError::internal(other),
     }
 }

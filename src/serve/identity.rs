@@ -31,6 +31,11 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/character/{character_id}/final", get(final_profile))
         .route("/api/character/{character_id}/approve", post(approve))
         .route("/api/character/{character_id}/feedback", post(feedback))
+        .route("/api/character/{character_id}/reopen", post(reopen))
+        .route("/api/character/{character_id}/rerun", post(rerun))
+        .route("/api/character/{character_id}/keep", post(keep))
+        .route("/api/character/{character_id}/cancel", post(cancel))
+        .route("/api/character/{character_id}/checkpoint/{n}/edit", post(edit))
         .route("/ws/character/{character_id}", get(socket))
 }
 
@@ -340,6 +345,166 @@ pub(super) async fn feedback(State(state): State<Arc<AppState>>, Path(id): Path<
         checkpoint: request.checkpoint,
         estimated_time_seconds: estimate,
     }))
+}
+
+/// Re-open an approved checkpoint: it awaits approval again, and every checkpoint that
+/// read it goes stale (re-run or keep each), as `identity reopen` does.
+#[utoipa::path(post, path = "/api/character/{character_id}/reopen", request_body = ApproveBody,
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = ActionResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn reopen(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<ActionResponse>, ApiError> {
+    let request: ApproveBody = body(&bytes)?;
+    checkpoint_of(&load(&state, &id)?, request.checkpoint)?;
+    let n = request.checkpoint;
+    done(&state, Command::Identity(IdentityCommand::Reopen { character_id: id.clone(), checkpoint: n }), &id, |event| {
+        matches!(event, IdentityEvent::CheckpointReopened { checkpoint_number, .. } if *checkpoint_number == n)
+    })
+    .await?;
+    action(&state, &id, n, format!("Checkpoint {n} reopened"))
+}
+
+/// Run a stale or failed checkpoint's agent again as it is (no feedback), as
+/// `identity rerun` does: the way on for a run whose agent failed.
+#[utoipa::path(post, path = "/api/character/{character_id}/rerun", request_body = ApproveBody,
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = ActionResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn rerun(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<ActionResponse>, ApiError> {
+    let request: ApproveBody = body(&bytes)?;
+    let n = request.checkpoint;
+    let view = load(&state, &id)?;
+    let cp = checkpoint_of(&view, n)?;
+    if !matches!(cp.record.status, CheckpointStatus::Stale | CheckpointStatus::Failed) {
+        return Err(ApiError::conflict(format!("Checkpoint {n} is {}; only a stale or failed checkpoint re-runs", cp.record.status.as_str())));
+    }
+    settle(&state, Command::Identity(IdentityCommand::Rerun { character_id: id.clone(), checkpoint: n }), &id, n, |s| {
+        !matches!(s, CheckpointStatus::Stale | CheckpointStatus::Failed)
+    })
+    .await?;
+    action(&state, &id, n, format!("Checkpoint {n} is running again"))
+}
+
+/// Keep a stale checkpoint's version as it is: it awaits approval again (`identity keep`).
+#[utoipa::path(post, path = "/api/character/{character_id}/keep", request_body = ApproveBody,
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = ActionResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(super) async fn keep(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<ActionResponse>, ApiError> {
+    let request: ApproveBody = body(&bytes)?;
+    let n = request.checkpoint;
+    let view = load(&state, &id)?;
+    let cp = checkpoint_of(&view, n)?;
+    if cp.record.status != CheckpointStatus::Stale {
+        return Err(ApiError::conflict(format!("Checkpoint {n} is {}, not stale", cp.record.status.as_str())));
+    }
+    settle(&state, Command::Identity(IdentityCommand::Keep { character_id: id.clone(), checkpoint: n }), &id, n, |s| s != CheckpointStatus::Stale).await?;
+    action(&state, &id, n, format!("Checkpoint {n} kept as it is"))
+}
+
+/// Which running agent to stop: one checkpoint's, or (none given) every one of the run.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RunCancelBody {
+    #[serde(default)]
+    checkpoint: Option<u8>,
+}
+
+/// Stop a run's running agents (one checkpoint's, or all), here or in the process that
+/// runs them (`identity cancel`); a cancelled checkpoint waits as failed, to re-run.
+#[utoipa::path(post, path = "/api/character/{character_id}/cancel", request_body = RunCancelBody,
+    params(("character_id" = String, Path)),
+    responses((status = 200, body = Object, description = "`{\"cancelled\": [checkpoint numbers]}`"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "nothing of it is running")))]
+pub(super) async fn cancel(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: RunCancelBody = if bytes.is_empty() { RunCancelBody::default() } else { body(&bytes)? };
+    load(&state, &id)?;
+    let mut events = state.events.subscribe();
+    state.send(Command::Identity(IdentityCommand::Cancel { character_id: id.clone(), checkpoint: request.checkpoint }))?;
+    let outcome = wait_for(&mut events, Duration::from_secs(60), |event| match event {
+        Event::Identity(IdentityEvent::CancelRequested { character_id, checkpoints }) if *character_id == id => Some(Ok(checkpoints.clone())),
+        Event::Identity(IdentityEvent::Error { character_id, checkpoint: None, message }) if *character_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match outcome {
+        Some(Ok(checkpoints)) => Ok(axum::Json(json!({ "cancelled": checkpoints }))),
+        Some(Err(message)) => Err(ApiError::conflict(message)),
+        None => Err(ApiError::internal("the engine did not answer in time")),
+    }
+}
+
+/// The game master's own version of a checkpoint awaiting approval.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CheckpointEditBody {
+    /// The checkpoint's structured output, whole; checked against its agent's schema.
+    #[schema(value_type = Object)]
+    structured: Value,
+    /// Its narrative; left out, the current version's is kept.
+    #[serde(default)]
+    narrative: Option<String>,
+}
+
+/// Replace a checkpoint awaiting approval with your own version (`identity edit`): a new
+/// version, checked against the agent's schema (refused with the field named), put up for
+/// approval; the agent's versions stay in its history.
+#[utoipa::path(post, path = "/api/character/{character_id}/checkpoint/{n}/edit", request_body = CheckpointEditBody,
+    params(("character_id" = String, Path), ("n" = u8, Path)),
+    responses((status = 200, body = Object, description = "`{\"checkpoint\", \"version\", \"status\": \"awaiting_approval\"}`"), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not awaiting approval, or the edit breaks the schema")))]
+pub(super) async fn edit(State(state): State<Arc<AppState>>, Path((id, n)): Path<(String, u8)>, bytes: Bytes) -> Result<axum::Json<Value>, ApiError> {
+    let request: CheckpointEditBody = body(&bytes)?;
+    let view = load(&state, &id)?;
+    let cp = checkpoint_of(&view, n)?;
+    if cp.record.status != CheckpointStatus::AwaitingApproval {
+        return Err(ApiError::conflict(format!("Checkpoint {n} is {}: only a version awaiting approval can be edited", cp.record.status.as_str())));
+    }
+    let mut events = state.events.subscribe();
+    state.send(Command::Identity(IdentityCommand::Edit { character_id: id.clone(), checkpoint: n, narrative: request.narrative, structured: request.structured }))?;
+    let outcome = wait_for(&mut events, Duration::from_secs(60), |event| match event {
+        Event::Identity(IdentityEvent::CheckpointReady { character_id, checkpoint_number, version, .. }) if *character_id == id && *checkpoint_number == n => {
+            Some(Ok(*version))
+        }
+        Event::Identity(IdentityEvent::Error { character_id, checkpoint: None, message }) if *character_id == id => Some(Err(message.clone())),
+        _ => None,
+    })
+    .await;
+    match outcome {
+        Some(Ok(version)) => Ok(axum::Json(json!({ "checkpoint": n, "version": version, "status": "awaiting_approval" }))),
+        Some(Err(message)) => Err(ApiError::conflict(message)),
+        None => Err(ApiError::internal("the engine did not answer in time")),
+    }
+}
+
+/// The answer to a recovery: what was done and where the checkpoint stands now.
+fn action(state: &AppState, id: &str, n: u8, message: String) -> Result<axum::Json<ActionResponse>, ApiError> {
+    let view = load(state, id)?;
+    let cp = checkpoint_of(&view, n)?;
+    Ok(axum::Json(ActionResponse { message, status: cp.record.status.as_str().to_string(), checkpoint: n, estimated_time_seconds: None }))
+}
+
+/// Send `command` and answer once checkpoint `n` of run `id` is in a status `settled`
+/// takes (these commands change it and start agents without an event of their own), or
+/// with the engine's error about the run as a 409.
+async fn settle(state: &AppState, command: Command, id: &str, n: u8, settled: impl Fn(CheckpointStatus) -> bool) -> Result<(), ApiError> {
+    let mut events = state.events.subscribe();
+    state.send(command)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let view = load(state, id)?;
+        if checkpoint_of(&view, n).is_ok_and(|cp| settled(cp.record.status)) {
+            return Ok(());
+        }
+        let error = wait_for(&mut events, Duration::from_millis(50), |event| match event {
+            Event::Identity(IdentityEvent::Error { character_id, checkpoint: None, message }) if character_id == id => Some(message.clone()),
+            _ => None,
+        })
+        .await;
+        if let Some(message) = error {
+            return Err(ApiError::conflict(message));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::internal("the engine did not answer in time"));
+        }
+    }
 }
 
 /// Send `command` and answer once the engine did it (`is_done`), so a request that

@@ -22,6 +22,9 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/api/memory/forget", post(forget))
         .route("/api/memory/export", get(export))
+        .route("/api/memory/stats", get(stats))
+        .route("/api/memory/injections", get(injections))
+        .route("/api/memory/reindex", post(reindex))
         .route("/api/memory/{id}", delete(remove))
         .route("/api/memory/{id}/pin", post(pin))
         .route("/api/memory/{id}/edit", post(edit))
@@ -67,6 +70,46 @@ pub(super) struct Curation {
 async fn curate(state: &AppState, command: MemoryCommand) -> Result<axum::Json<Curation>, ApiError> {
     match state.ask(Command::Memory(command), LIMIT).await? {
         Event::Memory(MemoryEvent::Curated { curated }) => Ok(axum::Json(Curation { action: curated.action, ids: curated.ids })),
+        other => Err(super::play::memory_refusal(other, StatusCode::BAD_REQUEST)),
+    }
+}
+
+/// The library's memory counts, its embedding model and its vector graph, as
+/// `memory stats` prints them.
+#[utoipa::path(get, path = "/api/memory/stats", responses((status = 200, body = Object, description = "counts, model, graph")))]
+pub(super) async fn stats(State(state): State<Arc<AppState>>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    match state.ask(Command::Memory(MemoryCommand::Stats), LIMIT).await? {
+        Event::Memory(MemoryEvent::Stats { stats }) => Ok(axum::Json(serde_json::to_value(stats).map_err(ApiError::internal)?)),
+        other => Err(super::play::memory_refusal(other, StatusCode::INTERNAL_SERVER_ERROR)),
+    }
+}
+
+/// What each agent's last prompt was given from memory (`memory injections`): the
+/// memories injected, with their scores and why.
+#[utoipa::path(get, path = "/api/memory/injections", responses((status = 200, body = Object, description = "`{\"injections\": [...]}`, one per agent")))]
+pub(super) async fn injections(State(state): State<Arc<AppState>>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    match state.ask(Command::Memory(MemoryCommand::Injections), LIMIT).await? {
+        Event::Memory(MemoryEvent::Injections { injections }) => Ok(axum::Json(serde_json::json!({ "injections": injections }))),
+        other => Err(super::play::memory_refusal(other, StatusCode::INTERNAL_SERVER_ERROR)),
+    }
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReindexBody {
+    /// Embed every memory again, not only those without a vector of the current model.
+    #[serde(default)]
+    force: bool,
+}
+
+/// Embed the memories that have no vector of the current model (all of them with
+/// `force`) and rebuild the graph (`memory reindex`); answers when they are embedded.
+#[utoipa::path(post, path = "/api/memory/reindex", request_body = ReindexBody,
+    responses((status = 200, body = Object, description = "`{\"embedded\": n}`"), (status = 400, body = ErrorBody)))]
+pub(super) async fn reindex(State(state): State<Arc<AppState>>, bytes: Bytes) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let request: ReindexBody = if bytes.is_empty() { ReindexBody::default() } else { body(&bytes)? };
+    match state.ask(Command::Memory(MemoryCommand::Reindex { force: request.force }), Duration::from_secs(60 * 60)).await? {
+        Event::Memory(MemoryEvent::Reindexed { embedded }) => Ok(axum::Json(serde_json::json!({ "embedded": embedded }))),
         other => Err(super::play::memory_refusal(other, StatusCode::BAD_REQUEST)),
     }
 }

@@ -9,7 +9,9 @@
 //! and then every request carries it.
 
 mod author;
+mod characters;
 mod identity;
+mod lorebooks;
 mod memory;
 pub mod openapi;
 mod play;
@@ -193,7 +195,7 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 }
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
-    let api = identity::routes().merge(play::routes()).merge(scene_controls::routes()).merge(chat_note::routes()).merge(chats::routes()).merge(author::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
+    let api = identity::routes().merge(play::routes()).merge(scene_controls::routes()).merge(chat_note::routes()).merge(chats::routes()).merge(author::routes()).merge(characters::routes()).merge(lorebooks::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
     // `limit_body` is the one limit: axum's own would answer a second time, in plain text.
     let app = api
         .layer(axum::extract::DefaultBodyLimit::disable())

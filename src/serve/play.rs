@@ -224,14 +224,14 @@ pub(super) fn scene_refusal(answer: Event) -> ApiError {
     }
 }
 
-/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy, 413
-/// too long), the provider's (502) or the server's (500).
+/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy or
+/// changed since the sender looked, 413 too long), the provider's (502) or the server's (500).
 fn status_of(fault: crate::context::Fault) -> StatusCode {
     use crate::context::Fault;
     match fault {
         Fault::Request => StatusCode::BAD_REQUEST,
         Fault::NotFound => StatusCode::NOT_FOUND,
-        Fault::Busy => StatusCode::CONFLICT,
+        Fault::Busy | Fault::Conflict => StatusCode::CONFLICT,
         Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
         Fault::Provider => StatusCode::BAD_GATEWAY,
         Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
@@ -513,7 +513,7 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 }
 
 /// A chat command answered with something other than what it asked for: the status
-/// says whose fault the failure was — the request's (400, 404, 409 busy, 413 a message
+/// says whose fault the failure was — the request's (400, 404, 409 busy or stale, 413 a message
 /// too long), the provider's (502: it failed or gave no reply worth keeping) or the
 /// server's (500) — whether it was a send, a redraw or an edit.
 pub(super) fn chat_refusal(answer: Event) -> ApiError {
@@ -542,7 +542,7 @@ pub(super) struct ControlBody {
     #[serde(default)]
     and_after: Option<bool>,
     /// `regenerate` and `undo`: the id of the exchange the client shows as the last; a
-    /// chat that has moved on since (another client, the CLI) is refused (400, saying so).
+    /// chat that has moved on since (another client, the CLI) is refused (409, saying so).
     #[serde(default)]
     expect: Option<String>,
 }
@@ -747,7 +747,7 @@ fn with_message_ids(history: &CompanionEvent) -> Result<Value, ApiError> {
 /// A chat's live events: each attempt's packet, the reply's tokens, discarded draws, the
 /// stored exchange.
 #[utoipa::path(get, path = "/ws/chat/{character}", params(("character" = String, Path)),
-    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone")))]
+    responses((status = 101, description = "WebSocket: turn_started, token, discarded, turn_committed, failed; changed (a regenerate, continue, swipe, edit or delete: its action and the turn as it now stands), undone; chats (the saved chats changed — a new chat, branch, open, rename, delete or an import that put the chat aside: `saved`, each with `id`, `title`, `saved_at`, `turns`); imported (a chat file read in as the chat played: `imported` with `exchanges`, `saved`, `notes`)")))]
 pub(super) async fn chat_socket(State(state): State<Arc<AppState>>, Path(character): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     let info = match character_id(&state, &character) {
         Ok(info) => info,
@@ -778,7 +778,9 @@ fn companion_character(event: &CompanionEvent) -> Option<&str> {
         | CompanionEvent::Discarded { character_id, .. }
         | CompanionEvent::Cancelled { character_id }
         | CompanionEvent::Changed { character_id, .. }
-        | CompanionEvent::Undone { character_id, .. } => Some(character_id),
+        | CompanionEvent::Undone { character_id, .. }
+        | CompanionEvent::Chats { character_id, .. }
+        | CompanionEvent::Imported { character_id, .. } => Some(character_id),
         CompanionEvent::TurnCommitted { turn } => Some(&turn.character_id),
         CompanionEvent::Failed { character_id, .. } => character_id.as_deref(),
         _ => None,

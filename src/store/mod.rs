@@ -35,6 +35,10 @@ pub enum StoreError {
     /// A change refused as it stands (an empty name, a delete not confirmed).
     #[error("{0}")]
     Invalid(String),
+    /// A change refused because what it would act on changed after the sender's view of
+    /// it (a round's campaign state edited since, an alternative of a round since passed).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl From<rusqlite::Error> for StoreError {

@@ -25,8 +25,13 @@ struct Drafts {
     name: String,
     description: String,
     notes: String,
-    /// The node the name/description/notes fields were filled from.
+    /// The node the name/description/notes fields were filled from, and what they were
+    /// filled with (typed text differs from it until saved).
     loaded_for: Option<Selected>,
+    loaded: (String, String, String),
+    /// Name, description and notes typed in a node and not saved, kept when another node
+    /// is opened and given back when it is opened again (with what they were typed over).
+    unsaved: std::collections::BTreeMap<String, ((String, String, String), (String, String, String))>,
     child_name: String,
     persona_name: String,
     persona_description: String,
@@ -51,6 +56,18 @@ struct Drafts {
     /// The campaign's override of that member as the editor opened with it: a field left
     /// as it was is not sent, so saving one field never touches the others.
     override_loaded: std::collections::BTreeMap<String, String>,
+}
+
+impl Drafts {
+    /// The name, description and notes as typed.
+    fn typed(&self) -> (String, String, String) {
+        (self.name.clone(), self.description.clone(), self.notes.clone())
+    }
+}
+
+/// The key of a node's unsaved text.
+fn node_key(node: &Selected) -> String {
+    format!("{:?}:{}", node.level, node.id)
 }
 
 /// The sheet fields a campaign override sets in the editor, with their labels (those
@@ -142,7 +159,11 @@ impl CampaignsPanel {
                 self.status = Some(Err(message.clone()));
             }
             // The tree's round counts follow rounds played here and elsewhere.
+            // and worlds, campaigns, arcs and scenes another process made, renamed or
+            // deleted (the scene watch's tree, [`crate::scene::records::SceneStanding`]).
             Event::Scene(SceneEvent::RoundCompleted { .. } | SceneEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Tree)),
+            // Personas (and characters: the Library panel lists them again) made elsewhere.
+            Event::Companion(crate::companion::CompanionEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Personas)),
             Event::Interop(InteropEvent::Library { characters, lorebooks }) => {
                 self.characters = characters.clone();
                 self.lorebooks = lorebooks.clone();
@@ -342,15 +363,31 @@ impl CampaignsPanel {
             ui.label("Select a world, campaign, arc or scene.");
             return;
         };
+        let stored = self.texts(&selected);
         if self.drafts.loaded_for.as_ref() != Some(&selected) {
-            let (name, description, notes) = self.texts(&selected);
-            self.drafts.name = name;
-            self.drafts.description = description;
-            self.drafts.notes = notes;
+            // Clicking another node does not throw away what was typed in this one.
+            if let Some(left) = self.drafts.loaded_for.take() {
+                let typed = self.drafts.typed();
+                if typed != self.drafts.loaded && self.exists(&left) {
+                    self.drafts.unsaved.insert(node_key(&left), (typed, std::mem::take(&mut self.drafts.loaded)));
+                }
+            }
+            let (typed, loaded) = self.drafts.unsaved.remove(&node_key(&selected)).unwrap_or_else(|| (stored.clone(), stored.clone()));
+            (self.drafts.name, self.drafts.description, self.drafts.notes) = typed;
+            self.drafts.loaded = loaded;
             self.drafts.child_name.clear();
             // An override editor belongs to the campaign it was opened in.
             self.drafts.override_for = None;
             self.drafts.loaded_for = Some(selected.clone());
+        }
+        // Saved (here or elsewhere), the fields are clean again; untouched, they follow
+        // the node as the library now has it.
+        let typed = self.drafts.typed();
+        if typed == stored {
+            self.drafts.loaded = stored;
+        } else if typed == self.drafts.loaded {
+            (self.drafts.name, self.drafts.description, self.drafts.notes) = stored.clone();
+            self.drafts.loaded = stored;
         }
         let level = selected.level;
         ui.strong(format!("{} {}", capitalised(level.label()), self.drafts.name));
@@ -370,6 +407,13 @@ impl CampaignsPanel {
             }
             if ui.button("Delete").clicked() {
                 outbox.push(author(AuthorCommand::Delete { level, key: selected.id.clone(), confirmed: false }));
+            }
+            if self.drafts.typed() != self.drafts.loaded {
+                ui.colored_label(ui.visuals().warn_fg_color, "Not saved yet");
+                if ui.button("Revert changes").on_hover_text("Put back the name, description and notes as saved").clicked() {
+                    (self.drafts.name, self.drafts.description, self.drafts.notes) = self.texts(&selected);
+                    self.drafts.loaded = self.texts(&selected);
+                }
             }
         });
         if let Some((node, message)) = self.confirm.clone().filter(|(node, _)| *node == selected) {

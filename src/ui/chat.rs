@@ -90,6 +90,8 @@ pub struct ChatPanel {
     wanted: Option<String>,
     /// The character's portrait beside its messages.
     portraits: super::portrait::Portraits,
+    /// What was typed and not sent, per character (the open one's is `input`).
+    drafts: super::drafts::Drafts,
 }
 
 /// Exchanges loaded when a character is opened.
@@ -98,7 +100,13 @@ const HISTORY_LIMIT: u32 = 200;
 impl ChatPanel {
     /// Commands to send when the window opens.
     pub fn startup() -> Vec<Command> {
-        vec![Command::Companion(CompanionCommand::Demo), Command::Companion(CompanionCommand::List)]
+        // The library is watched from the start (characters, personas and lorebooks
+        // another process changes), before any chat is open.
+        vec![
+            Command::Companion(CompanionCommand::Watch { character: None }),
+            Command::Companion(CompanionCommand::Demo),
+            Command::Companion(CompanionCommand::List),
+        ]
     }
 
     pub fn characters(&self) -> &[ChatCharacter] {
@@ -108,6 +116,16 @@ impl ChatPanel {
     /// The message being written.
     pub fn draft(&self) -> &str {
         &self.input
+    }
+
+    /// Every chat's unsent message, by character id (what the window saves).
+    pub fn drafts(&self) -> std::collections::BTreeMap<String, String> {
+        self.drafts.all(&self.input)
+    }
+
+    /// The unsent messages a previous window kept.
+    pub fn restore_drafts(&mut self, drafts: std::collections::BTreeMap<String, String>) {
+        self.drafts.restore(drafts);
     }
 
     pub fn selected(&self) -> Option<&str> {
@@ -434,9 +452,10 @@ impl ChatPanel {
         let mut delete_ask: Option<(String, bool)> = None;
         for (i, t) in self.turns.iter().enumerate() {
             carried_lines(ui, t, &t.carried_before(), user, name);
-            for (message, speaker, text, strong) in
-                [(format!("{}-u", t.id), t.user_or(user).to_string(), &t.user_text, true), (format!("{}-r", t.id), name.to_string(), &t.reply, false)]
-            {
+            for (message, speaker, text, strong, at) in [
+                (format!("{}-u", t.id), t.user_or(user).to_string(), &t.user_text, true, t.user_at()),
+                (format!("{}-r", t.id), name.to_string(), &t.reply, false, t.reply_at()),
+            ] {
                 if let Some((_, draft)) = self.editing.as_mut().filter(|(m, _)| *m == message) {
                     ui.horizontal(|ui| {
                         let label = ui.label(format!("Edit {speaker}'s message"));
@@ -465,6 +484,8 @@ impl ChatPanel {
                     } else {
                         ui.label(super::prose::job(ui, Some(&speaker), &raw))
                     };
+                    // Each message's own time (an imported file's reply keeps its own).
+                    ui.weak(sent_at(&at)).on_hover_text(format!("Sent {at}"));
                     if !busy {
                         if ui.small_button("Edit").on_hover_text("Change this message (its memory follows)").clicked() {
                             self.edit_request = Some((message.clone(), raw.clone()));
@@ -951,6 +972,7 @@ impl ChatPanel {
         }
         ui.separator();
         let busy = self.live.is_some();
+        self.drafts.follow(self.selected.as_deref(), &mut self.input);
         let label = ui.label("Message");
         let edit = egui::TextEdit::multiline(&mut self.input)
             .hint_text("Write to the character (Ctrl+Enter sends)")
@@ -1092,9 +1114,18 @@ fn beside_portrait<R>(
 /// An imported chat's messages that came in a row: read by the model, shown, not edited here.
 fn carried_lines(ui: &mut egui::Ui, turn: &ChatTurn, carried: &[crate::companion::model::CarriedMessage], user: &str, name: &str) {
     for m in carried {
-        ui.label(RichText::new(format!("{}: {}", super::short(m.speaker(turn, user, name)), m.text)).weak())
-            .on_hover_text("From the imported chat file: sent to the model with the chat; not edited or swiped here");
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(format!("{}: {}", super::short(m.speaker(turn, user, name)), m.text)).weak())
+                .on_hover_text("From the imported chat file: sent to the model with the chat; not edited or swiped here");
+            ui.weak(sent_at(&m.at)).on_hover_text(format!("Sent {}", m.at));
+        });
     }
+}
+
+/// A message's time as shown beside it: `2026-11-24 19:03` (UTC, as stored), or the
+/// stored text when it is not a time.
+fn sent_at(at: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(at).map(|t| t.format("%Y-%m-%d %H:%M").to_string()).unwrap_or_else(|_| at.to_string())
 }
 
 /// `text` with its first letter capitalised, to stand as a sentence.

@@ -11,6 +11,11 @@ pub struct EventLog {
     /// Identity runs' names by id, so a line says whose checkpoint it was (several runs
     /// can wait at once: "checkpoint 1 approved" alone named nobody).
     runs: std::collections::HashMap<String, String>,
+    /// Chat characters' names by id, so a chat line says whose chat it was as the Chat
+    /// panel names it (it named the character's id, which the user never sees).
+    chats: std::collections::HashMap<String, String>,
+    /// Scenes' names by id, for the same reason.
+    scenes: std::collections::HashMap<String, String>,
 }
 
 /// Longest line kept, in characters.
@@ -56,10 +61,11 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
         E::CancelRequested { .. } => None,
         E::Failed { message, .. } => Some((LogLevel::Error, format!("chat: {message}"))),
         E::Summarised { memory_id, .. } => Some((LogLevel::Info, format!("chat: older turns summarised into memory {memory_id}"))),
-        E::Undone { turn_id, .. } => Some((LogLevel::Info, format!("chat: took back exchange {}", turn_id.as_deref().unwrap_or("(none)")))),
-        E::DemoReady { character_id: Some(id) } => Some((LogLevel::Info, format!("chat: demo companion added ({id})"))),
+        E::Undone { turn_id: Some(_), .. } => Some((LogLevel::Info, "chat: took back the last exchange".into())),
+        E::Undone { turn_id: None, .. } => Some((LogLevel::Info, "chat: nothing to take back".into())),
+        E::DemoReady { character_id: Some(_) } => Some((LogLevel::Info, "chat: demo companion added".into())),
         E::DemoReady { character_id: None } => None,
-        E::ChangedElsewhere { character_id: Some(id) } => Some((LogLevel::Info, format!("chat: {id}'s chat changed in another process; reloaded"))),
+        E::ChangedElsewhere { character_id: Some(_) } => Some((LogLevel::Info, "chat: changed in another process; reloaded".into())),
         E::ChangedElsewhere { character_id: None } => None,
         E::Changed { action, turn, deleted, .. } => Some((
             LogLevel::Info,
@@ -69,6 +75,25 @@ fn companion_line(event: &crate::companion::CompanionEvent) -> Option<(LogLevel,
                 None => format!("chat: {action} {} exchange(s)", deleted.len()),
             },
         )),
+    }
+}
+
+/// The character whose chat `event` is about, when it says.
+fn chat_character(event: &crate::companion::CompanionEvent) -> Option<&str> {
+    use crate::companion::CompanionEvent as E;
+    match event {
+        E::TurnStarted { character_id, .. }
+        | E::Discarded { character_id, .. }
+        | E::Cancelled { character_id }
+        | E::CancelRequested { character_id, .. }
+        | E::Summarised { character_id, .. }
+        | E::Undone { character_id, .. }
+        | E::Changed { character_id, .. }
+        | E::Imported { character_id, .. }
+        | E::Exported { character_id, .. } => Some(character_id),
+        E::TurnCommitted { turn } => Some(&turn.character_id),
+        E::Failed { character_id, .. } | E::ChangedElsewhere { character_id } => character_id.as_deref(),
+        E::Token { .. } | E::Characters { .. } | E::History { .. } | E::Chats { .. } | E::Idle { .. } | E::DemoReady { .. } => None,
     }
 }
 
@@ -128,8 +153,8 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
         | E::Preview { .. }
         | E::Transcript { .. }
         | E::Alternatives { .. } => None,
-        E::DemoReady { scene_id } => scene_id.as_ref().map(|id| (LogLevel::Info, format!("demo scene added ({id})"))),
-        E::ChangedElsewhere { scene_id } => scene_id.as_ref().map(|id| (LogLevel::Info, format!("scene {id} changed in another process; reloaded"))),
+        E::DemoReady { scene_id } => scene_id.as_ref().map(|_| (LogLevel::Info, "scene: demo scene added".into())),
+        E::ChangedElsewhere { scene_id } => scene_id.as_ref().map(|_| (LogLevel::Info, "scene: changed in another process; reloaded".into())),
         E::SceneCreated { name, .. } => info(format!("scene: created {name}")),
         E::RoundStarted { round, input, .. } => info(match input {
             Some(text) => format!("scene: round {round} started: {text}"),
@@ -198,7 +223,7 @@ fn interop_line(event: &crate::interop::InteropEvent) -> Option<(LogLevel, Strin
     use crate::interop::InteropEvent as E;
     let info = |text: String| Some((LogLevel::Info, text));
     match event {
-        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } | E::Portrait { .. } => None,
+        E::Library { .. } | E::Entries { changed: None, .. } | E::Sheet { saved: false, .. } | E::LoreTest { .. } | E::DeleteImpact { .. } | E::Portrait { .. } | E::Refused { .. } => None,
         E::ImportReport { created, skipped, warnings } => Some((
             if skipped.iter().any(|s| s.error) { LogLevel::Warn } else { LogLevel::Info },
             format!("library: imported {} item(s), skipped {} file(s), {} warning(s)", created.len(), skipped.len(), warnings.len()),
@@ -233,7 +258,7 @@ fn author_line(event: &crate::scene::author::AuthorEvent) -> Option<(LogLevel, S
             Some((LogLevel::Info, format!("{action} {kind} {name}{gone}")))
         }
         E::TranscriptExported { path, messages, .. } => Some((LogLevel::Info, format!("exported {messages} messages to {}", path.display()))),
-        E::Tree { .. } | E::Personas { .. } | E::Budgets { .. } => None,
+        E::Tree { .. } | E::Personas { .. } | E::Budgets { .. } | E::LorebookUse { .. } => None,
     }
 }
 
@@ -306,9 +331,50 @@ impl EventLog {
                     _ => (level, line),
                 })
             }
-            Event::Companion(e) => companion_line(e),
+            Event::Companion(e) => {
+                use crate::companion::CompanionEvent as E;
+                match e {
+                    E::Characters { characters } => self.chats.extend(characters.iter().map(|c| (c.id.clone(), c.name.clone()))),
+                    E::History { character_id, name, .. } | E::TurnStarted { character_id, name, .. } => {
+                        self.chats.insert(character_id.clone(), name.clone());
+                    }
+                    _ => {}
+                }
+                let whose = chat_character(e).and_then(|id| self.chats.get(id));
+                companion_line(e).map(|(level, line)| match (whose, line.strip_prefix("chat: ")) {
+                    // A turn's first line names its character already.
+                    (Some(name), Some(rest)) if !matches!(e, E::TurnStarted { .. }) => (level, format!("chat with {name}: {rest}")),
+                    _ => (level, line),
+                })
+            }
             Event::Memory(e) => memory_line(e),
-            Event::Scene(e) => scene_line(e),
+            Event::Scene(e) => {
+                use crate::scene::SceneEvent as E;
+                match e {
+                    E::Scenes { scenes } => self.scenes.extend(scenes.iter().map(|s| (s.id.clone(), s.name.clone()))),
+                    E::SceneCreated { scene_id, name } => {
+                        self.scenes.insert(scene_id.clone(), name.clone());
+                    }
+                    E::State { view } => {
+                        self.scenes.insert(view.id.clone(), view.name.clone());
+                    }
+                    E::Snapshot { snapshot } => {
+                        self.scenes.insert(snapshot.view.id.clone(), snapshot.view.name.clone());
+                    }
+                    _ => {}
+                }
+                // Only the line that named the scene by its id takes its name: a round's
+                // lines belong to the scene on screen, and crowding each with its name
+                // would bury what happened.
+                let named = match e {
+                    E::ChangedElsewhere { scene_id } => scene_id.as_ref().and_then(|id| self.scenes.get(id)),
+                    _ => None,
+                };
+                scene_line(e).map(|(level, line)| match (named, line.strip_prefix("scene: ")) {
+                    (Some(name), Some(rest)) => (level, format!("scene {name}: {rest}")),
+                    _ => (level, line),
+                })
+            }
             Event::Author(e) => author_line(e),
             Event::Interop(e) => interop_line(e),
         };
@@ -370,7 +436,7 @@ mod tests {
         use crate::scene::SceneEvent;
         let mut log = EventLog::default();
         let plan = crate::scene::model::DirectorPlan {
-            acting_characters: vec![crate::scene::model::ActingCharacter { name: "Wren".into(), guidance: String::new(), priority: 1, order: None }],
+            acting_characters: vec![crate::scene::model::ActingCharacter { name: "Wren".into(), guidance: String::new(), priority: 1, order: None, forced: false }],
             activations: vec![crate::scene::model::Activation { name: "Ossian".into(), entry_guidance: String::new() }],
             ..Default::default()
         };
@@ -420,6 +486,41 @@ mod tests {
         assert_eq!(log.lines.back().map(|(level, _)| *level), Some(LogLevel::Warn));
         let line = log.lines().last().unwrap_or_default();
         assert!(line.starts_with("scene: round 4 saved: 0 messages, 90 tokens — Director pass 2 (reconciliation) was dropped"), "{line}");
+    }
+
+    /// A chat line names the character whose chat it is, as the Chat panel does, and a
+    /// scene changed elsewhere its scene: they named the character's or the scene's id
+    /// (`chat: 01J…'s chat changed in another process`), which the user never sees.
+    #[test]
+    fn chat_and_scene_lines_name_the_character_and_the_scene_not_their_ids() {
+        use crate::companion::CompanionEvent as C;
+        use crate::scene::SceneEvent as S;
+        let mut log = EventLog::default();
+        let ilse = crate::companion::model::ChatCharacter { id: "01JCHAT".into(), name: "Ilse Marrow".into(), origin: "demo".into(), turns: 0, last_chat_at: None };
+        log.record(&Event::Companion(C::DemoReady { character_id: Some("01JCHAT".into()) }));
+        log.record(&Event::Companion(C::Characters { characters: vec![ilse] }));
+        log.record(&Event::Companion(C::ChangedElsewhere { character_id: Some("01JCHAT".into()) }));
+        log.record(&Event::Companion(C::Undone { character_id: "01JCHAT".into(), turn_id: Some("01JTURN".into()) }));
+        log.record(&Event::Companion(C::Failed { character_id: Some("01JCHAT".into()), message: "the chat changed since you looked".into(), fault: crate::context::Fault::Conflict }));
+        log.record(&Event::Companion(C::Cancelled { character_id: "01JOTHER".into() }));
+        let summary = crate::scene::model::SceneSummary { id: "01JSCENE".into(), name: "Harbour at dusk".into(), campaign: String::new(), arc: String::new(), rounds: 0, active: 0 };
+        log.record(&Event::Scene(S::Scenes { scenes: vec![summary] }));
+        log.record(&Event::Scene(S::ChangedElsewhere { scene_id: Some("01JSCENE".into()) }));
+        log.record(&Event::Scene(S::DemoReady { scene_id: Some("01JSCENE".into()) }));
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "chat: demo companion added",
+                "chat with Ilse Marrow: changed in another process; reloaded",
+                "chat with Ilse Marrow: took back the last exchange",
+                "chat with Ilse Marrow: the chat changed since you looked",
+                "chat: reply cancelled, nothing saved",
+                "scene Harbour at dusk: changed in another process; reloaded",
+                "scene: demo scene added",
+            ]
+        );
+        assert!(!lines.iter().any(|l| l.contains("01J")), "no id in a line: {lines:?}");
     }
 
     /// With several runs waiting, each identity line names its run.

@@ -140,6 +140,9 @@ pub struct WorkbenchState {
     pub identity_run: Option<String>,
     /// Transcripts as written rather than as prose.
     pub raw_text: bool,
+    /// Messages typed and not sent yet, by scene id and by chat character id.
+    pub scene_drafts: BTreeMap<String, String>,
+    pub chat_drafts: BTreeMap<String, String>,
 }
 
 /// The key of [`WorkbenchState`] in eframe's storage.
@@ -162,6 +165,8 @@ impl WorkbenchState {
             chat_character: None,
             identity_run: None,
             raw_text: false,
+            scene_drafts: BTreeMap::new(),
+            chat_drafts: BTreeMap::new(),
         }
     }
 

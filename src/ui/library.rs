@@ -153,6 +153,14 @@ pub struct LibraryPanel {
     /// What this panel asked to create (`character` or `lorebook`, and the name), until
     /// the engine says it was made — then its sheet or entry editor opens — or refused.
     creating: Option<(&'static str, String)>,
+    /// A lorebook being renamed: its id, its name, the new name as typed.
+    rename_book: Option<(String, String, String)>,
+    /// A lorebook whose deletion waits for confirmation: its id and name, and what it holds
+    /// and where it is attached once the engine has said.
+    confirm_book: Option<(String, String, Option<crate::scene::lorebooks::LorebookUse>)>,
+    /// A rename or deletion of a lorebook sent and not answered yet: a refusal then lands
+    /// in the status line.
+    book_pending: bool,
 }
 
 impl LibraryPanel {
@@ -177,6 +185,12 @@ impl LibraryPanel {
     /// The character whose deletion waits for confirmation, with what would go.
     pub fn confirming_delete(&self) -> Option<&(String, String, Vec<String>)> {
         self.confirm_delete.as_ref()
+    }
+
+    /// The lorebook whose deletion waits for confirmation, with what it holds and where it
+    /// is attached once known.
+    pub fn confirming_book_delete(&self) -> Option<&(String, String, Option<crate::scene::lorebooks::LorebookUse>)> {
+        self.confirm_book.as_ref()
     }
 
     pub fn lore_editor(&self) -> &super::lore_editor::LoreEditor {
@@ -233,7 +247,7 @@ impl LibraryPanel {
                 let with = if impact.is_empty() { String::new() } else { format!(" with {}", impact.join(", ")) };
                 self.status = Some(Ok(format!("Deleted {name:?}{with}.")));
             }
-            InteropEvent::Portrait { .. } => {}
+            InteropEvent::Portrait { .. } | InteropEvent::Refused { .. } => {}
         }
     }
 
@@ -321,9 +335,11 @@ impl LibraryPanel {
         egui::ScrollArea::vertical().auto_shrink([false, true]).show(ui, |ui| {
             ui.columns(2, |cols| {
                 delete = self.character_list(&mut cols[0], outbox);
-                edit = self.lorebook_list(&mut cols[1]);
+                edit = self.lorebook_list(&mut cols[1], outbox);
             });
         });
+        self.rename_book_window(ui, outbox);
+        self.confirm_book_window(ui, outbox);
         if let Some(character) = self.sheet_request.take() {
             outbox.push(Command::Interop(InteropCommand::Sheet { character }));
         }
@@ -424,13 +440,15 @@ impl LibraryPanel {
     }
 
     /// The lorebooks; returns the book whose "Edit entries" was clicked.
-    fn lorebook_list(&mut self, ui: &mut egui::Ui) -> Option<(String, String)> {
+    fn lorebook_list(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) -> Option<(String, String)> {
         ui.strong(format!("Lorebooks ({})", self.lorebooks.len()));
         if self.lorebooks.is_empty() {
             ui.weak("No lorebooks yet.");
         }
         let mut open = None;
         let mut edit = None;
+        let mut rename = None;
+        let mut delete = None;
         for b in &self.lorebooks {
             if ui.small_button(format!("Edit entries of {}", super::short(&b.name))).clicked() {
                 edit = Some((b.id.clone(), b.name.clone()));
@@ -447,6 +465,14 @@ impl LibraryPanel {
                     open = Some(target.clone());
                     ui.close();
                 }
+                if ui.button("Rename lorebook…").clicked() {
+                    rename = Some((b.id.clone(), b.name.clone()));
+                    ui.close();
+                }
+                if ui.button("Delete lorebook…").clicked() {
+                    delete = Some((b.id.clone(), b.name.clone()));
+                    ui.close();
+                }
             });
             if response.clicked() {
                 open = Some(target);
@@ -455,7 +481,113 @@ impl LibraryPanel {
         if let Some(target) = open {
             self.export = Some(ExportDialog::new(target));
         }
+        if let Some((id, name)) = rename {
+            self.rename_book = Some((id, name.clone(), name));
+        }
+        if let Some((id, name)) = delete {
+            // Always asked first: what it holds and where it fires are read, then shown.
+            outbox.push(Command::Scene(SceneCommand::Author(AuthorCommand::LorebookUse { lorebook: id.clone() })));
+            self.confirm_book = Some((id, name, None));
+        }
         edit
+    }
+
+    /// The rename dialog of a lorebook: a new name, which no other book may have.
+    fn rename_book_window(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some((id, name, typed)) = self.rename_book.as_mut() else { return };
+        let mut close = false;
+        egui::Window::new(format!("Rename lorebook {name}")).collapsible(false).resizable(false).show(ui.ctx(), |ui| {
+            let label = ui.label("New name");
+            let field = ui.add(egui::TextEdit::singleline(typed).desired_width(260.0).id_salt("library_rename_book")).labelled_by(label.id);
+            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            ui.horizontal(|ui| {
+                let ready = !typed.trim().is_empty() && typed.trim() != name.as_str();
+                if (ui.add_enabled(ready, egui::Button::new("Rename")).clicked() || entered) && ready {
+                    outbox.push(Command::Scene(SceneCommand::Author(AuthorCommand::RenameLorebook { lorebook: id.clone(), name: typed.trim().to_string() })));
+                    self.book_pending = true;
+                    close = true;
+                }
+                if ui.button("Cancel").clicked() {
+                    close = true;
+                }
+            });
+        });
+        if close {
+            self.rename_book = None;
+        }
+    }
+
+    /// The confirmation of a lorebook's deletion: its entries and everything it is
+    /// attached to are said before anything goes.
+    fn confirm_book_window(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+        let Some((id, name, known)) = self.confirm_book.clone() else { return };
+        let mut close = false;
+        egui::Window::new(format!("Delete lorebook {name}?")).collapsible(false).resizable(false).show(ui.ctx(), |ui| {
+            match &known {
+                None => {
+                    ui.label("Reading what it holds and where it is attached…");
+                }
+                Some(found) => {
+                    ui.label(match found.entries {
+                        0 => "It holds no entries.".to_string(),
+                        1 => "Its one entry goes with it.".to_string(),
+                        n => format!("Its {n} entries go with it."),
+                    });
+                    if found.bound.is_empty() {
+                        ui.label("It is attached nowhere.");
+                    } else {
+                        ui.label(format!("It is detached from {}.", found.bound.join(", ")));
+                    }
+                    ui.label("This cannot be undone.");
+                }
+            }
+            ui.horizontal(|ui| {
+                if ui.add_enabled(known.is_some(), egui::Button::new(format!("Delete lorebook {name}"))).clicked() {
+                    outbox.push(Command::Scene(SceneCommand::Author(AuthorCommand::DeleteLorebook { lorebook: id.clone(), confirmed: true })));
+                    self.book_pending = true;
+                    close = true;
+                }
+                if ui.button("Keep it").clicked() {
+                    close = true;
+                }
+            });
+        });
+        if close {
+            self.confirm_book = None;
+        }
+    }
+
+    /// What the engine said about a lorebook this panel renames or deletes: what it holds
+    /// (for the confirmation), that it was renamed or deleted (the list is read again and
+    /// an editor open on it follows), or why not.
+    fn book_answered(&mut self, event: &crate::engine::Event, outbox: &mut Vec<Command>) {
+        use crate::engine::Event;
+        match event {
+            Event::Author(AuthorEvent::LorebookUse { lorebook }) => {
+                if let Some((id, _, known)) = self.confirm_book.as_mut()
+                    && *id == lorebook.id
+                {
+                    *known = Some(lorebook.clone());
+                }
+            }
+            Event::Author(AuthorEvent::Authored { action, kind, id, name, impact }) if kind == "lorebook" && (action == "renamed" || action == "deleted") => {
+                self.book_pending = false;
+                outbox.push(Command::Interop(InteropCommand::List));
+                if action == "renamed" {
+                    self.editor.book_changed(id, Some(name));
+                    self.status = Some(Ok(format!("Renamed the lorebook to {name:?}.")));
+                } else {
+                    self.editor.book_changed(id, None);
+                    let with = impact.as_ref().filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
+                    self.status = Some(Ok(format!("Deleted the lorebook {name:?}{with}.")));
+                }
+            }
+            Event::Scene(crate::scene::SceneEvent::Error { scene_id: None, message, .. }) if self.book_pending => {
+                self.book_pending = false;
+                self.status = Some(Err(message.clone()));
+            }
+            _ => {}
+        }
     }
 
     /// The character sheet editor: every card field; saved as one edit.
@@ -574,6 +706,7 @@ impl super::Panel for LibraryPanel {
         use crate::engine::Event;
         self.portraits.apply(event);
         self.creation_answered(event, outbox);
+        self.book_answered(event, outbox);
         match event {
             Event::Interop(e) => LibraryPanel::apply(self, e),
             // A character made elsewhere (the demo companion, the demo scene's cast, a
@@ -581,7 +714,10 @@ impl super::Panel for LibraryPanel {
             // answer reaches every panel that shows characters (an import sends its own).
             Event::Companion(crate::companion::CompanionEvent::DemoReady { character_id: Some(_) })
             | Event::Scene(crate::scene::SceneEvent::DemoReady { scene_id: Some(_) })
-            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
+            | Event::Identity(crate::identity::IdentityEvent::CharacterComplete { .. })
+            // Another process (the CLI, a server) imported, made, renamed or deleted one:
+            // the chat's watch hears it ([`crate::companion::records::ChatStanding`]).
+            | Event::Companion(crate::companion::CompanionEvent::ChangedElsewhere { .. }) => outbox.push(Command::Interop(InteropCommand::List)),
             _ => {}
         }
     }

@@ -102,6 +102,23 @@ impl LoreEditor {
         self.book.is_some()
     }
 
+    /// A lorebook was renamed or deleted: the editor open on it follows (shows the new
+    /// name, or closes, leaving nothing to save into).
+    pub fn book_changed(&mut self, id: &str, renamed: Option<&str>) {
+        if self.book.as_ref().is_none_or(|(open, _)| open != id) {
+            return;
+        }
+        match renamed {
+            Some(name) => self.book = Some((id.to_string(), name.to_string())),
+            None => {
+                self.book = None;
+                self.entries.clear();
+                self.draft = None;
+                self.verdicts.clear();
+            }
+        }
+    }
+
     pub fn entries(&self) -> &[LoreEntry] {
         &self.entries
     }

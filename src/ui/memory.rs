@@ -138,7 +138,9 @@ impl MemoryPanel {
                 self.searching = false;
                 self.status = Some(format!("{context} failed: {message}"));
             }
-            Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. }) => {
+            // A round here, or one another process played (the CLI, a server): what its
+            // characters were given is in the library either way.
+            Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. } | crate::scene::SceneEvent::ChangedElsewhere { .. }) => {
                 self.follow("scene:");
                 outbox.push(Command::Memory(MemoryCommand::Injections));
                 self.memories_changed(outbox);

@@ -7,6 +7,7 @@
 mod budgets;
 pub mod campaigns;
 pub mod chat;
+mod drafts;
 mod event_log;
 mod identity;
 pub mod layout;
@@ -366,6 +367,8 @@ impl WorkbenchApp {
         if let Some(scene) = app.state.scene.clone() {
             app.panels.scene.restore(scene);
         }
+        app.panels.scene.restore_drafts(app.state.scene_drafts.clone());
+        app.panels.chat.restore_drafts(app.state.chat_drafts.clone());
         if let Some(character) = app.state.chat_character.clone() {
             app.panels.chat.restore(character);
         }
@@ -388,6 +391,8 @@ impl WorkbenchApp {
         state.scene = self.panels.scene.selected().map(str::to_string);
         state.chat_character = self.panels.chat.selected().map(str::to_string);
         state.identity_run = self.panels.identity.selected().map(str::to_string);
+        state.scene_drafts = self.panels.scene.drafts();
+        state.chat_drafts = self.panels.chat.drafts();
         state
     }
 
@@ -566,11 +571,15 @@ impl WorkbenchApp {
                 self.panels.library.lore_editor_mut().failed(&format!("{context}: {message}"));
             }
         }
-        // Events that follow an LLM call: the Prompt panel refreshes when next shown.
+        // Events that follow an LLM call, here or in another process (a round the CLI
+        // played is heard as `ChangedElsewhere`): the Prompt panel refreshes when next shown.
         if matches!(
             event,
-            Event::Companion(crate::companion::CompanionEvent::TurnCommitted { .. } | crate::companion::CompanionEvent::Failed { .. })
-                | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. })
+            Event::Companion(
+                crate::companion::CompanionEvent::TurnCommitted { .. }
+                    | crate::companion::CompanionEvent::Failed { .. }
+                    | crate::companion::CompanionEvent::ChangedElsewhere { .. }
+            ) | Event::Scene(crate::scene::SceneEvent::RoundCompleted { .. } | crate::scene::SceneEvent::ChangedElsewhere { .. })
                 | Event::Identity(crate::identity::IdentityEvent::CheckpointReady { .. })
                 | Event::Llm(crate::engine::LlmEvent::ProfileTested { .. })
         ) {

@@ -98,17 +98,25 @@ impl PromptPanel {
         &self.calls
     }
 
+    /// The call whose detail is shown.
+    pub fn selected_call(&self) -> Option<i64> {
+        self.selected
+    }
+
     /// The calls as chart series per agent.
     pub fn series(&self) -> &CallSeries {
         &self.series
     }
 
     pub fn apply(&mut self, calls: &[CallRecord]) {
+        // Showing the newest call, the pane moves on to the newest as calls arrive; one
+        // the user picked among older calls stays.
+        let on_newest = self.selected.is_some() && self.selected == self.calls.first().map(|c| c.id);
         self.calls = calls.to_vec();
         self.series = CallSeries::from_calls(calls);
         self.loading = false;
         self.loaded = true;
-        if self.selected.is_none_or(|id| !self.calls.iter().any(|c| c.id == id)) {
+        if on_newest || self.selected.is_none_or(|id| !self.calls.iter().any(|c| c.id == id)) {
             self.selected = self.calls.first().map(|c| c.id);
         }
     }

@@ -55,8 +55,14 @@ pub struct ScenePanels {
     /// Pause each round after the Director's plan, and the plan waiting for review.
     review_plan: bool,
     pending_plan: Option<crate::scene::model::DirectorPlan>,
+    /// Who the game master skipped in the waiting plan, with the place each had in it,
+    /// so a skip can be taken back before the plan is sent.
+    skipped: Vec<(usize, crate::scene::model::ActingCharacter)>,
     /// A transcript message being edited (its number and the text so far).
     editing: Option<(u32, String)>,
+    /// The message whose Delete was clicked, asking "Really delete?" before it goes (as
+    /// the chat asks): Delete sits beside Edit, and a slip must not take a message out.
+    confirm_delete: Option<u32>,
     /// Words to find in the transcript, and the whole transcript once asked for.
     search: String,
     whole: Option<Vec<SceneMessage>>,
@@ -66,12 +72,16 @@ pub struct ScenePanels {
     portraits: super::portrait::Portraits,
     /// A character (by name) to bring into the scene's cast or take out of it.
     cast_change: String,
+    /// What was typed and not sent, per scene (the open scene's is `input`).
+    drafts: super::drafts::Drafts,
 }
 
 impl ScenePanels {
     /// Commands to send when the window opens.
     pub fn startup() -> Vec<Command> {
-        vec![Command::Scene(SceneCommand::List)]
+        // The library is watched from the start (scenes and the authoring tree another
+        // process changes), before any scene is open.
+        vec![Command::Scene(SceneCommand::Watch { scene: None }), Command::Scene(SceneCommand::List)]
     }
 
     pub fn selected(&self) -> Option<&str> {
@@ -209,6 +219,7 @@ impl ScenePanels {
             }
             SceneEvent::PlanReview { scene_id, plan, .. } if self.is_selected(scene_id) => {
                 self.pending_plan = Some(plan.clone());
+                self.skipped.clear();
             }
             SceneEvent::Transcript { scene_id, messages } if self.is_selected(scene_id) => {
                 self.whole = Some(messages.clone());
@@ -242,6 +253,8 @@ impl ScenePanels {
             SceneEvent::ChangedElsewhere { scene_id: Some(id) } if self.is_selected(id) => {
                 outbox.push(Command::Scene(SceneCommand::List));
                 outbox.push(Command::Scene(SceneCommand::Alternatives { scene: id.clone() }));
+                // The Budgets panel's refit and telemetry count that round too.
+                outbox.push(self.budgets.preview_command(id));
                 if self.live.is_none() {
                     self.whole = None;
                     self.refreshing = false;
@@ -286,6 +299,16 @@ impl ScenePanels {
         &self.input
     }
 
+    /// Every scene's unsent message, by scene id (what the window saves).
+    pub fn drafts(&self) -> std::collections::BTreeMap<String, String> {
+        self.drafts.all(&self.input)
+    }
+
+    /// The unsent messages a previous window kept.
+    pub fn restore_drafts(&mut self, drafts: std::collections::BTreeMap<String, String>) {
+        self.drafts.restore(drafts);
+    }
+
     /// Open `scene` as the workbench did when it last closed, once the scene list
     /// arrives and if the scene is still there.
     pub fn restore(&mut self, scene: String) {
@@ -306,6 +329,7 @@ impl ScenePanels {
             self.budgets.clear();
             self.alternatives.clear();
             self.editing = None;
+            self.confirm_delete = None;
             self.whole = None;
             // Rounds another process plays here are heard within a couple of seconds.
             outbox.push(Command::Scene(SceneCommand::Watch { scene: Some(id.clone()) }));
@@ -492,7 +516,7 @@ impl ScenePanels {
         for (i, actor) in turn_order(plan.acting_characters.clone()).iter().enumerate() {
             let guidance = if actor.guidance.trim().is_empty() { String::new() } else { format!(" — {}", actor.guidance.trim()) };
             // A character the game master made act has no priority of the Director's.
-            let why = if actor.priority == i32::MIN { "asked by you".to_string() } else { format!("priority {}", actor.priority) };
+            let why = if actor.forced { "asked by you".to_string() } else { format!("priority {}", actor.priority) };
             ui.label(format!("  {}. {} ({why}){guidance}", i + 1, super::short(&actor.name)));
         }
         for a in &plan.activations {
@@ -572,7 +596,21 @@ impl ScenePanels {
                 });
             }
             if let Some(i) = remove {
-                plan.acting_characters.remove(i);
+                self.skipped.push((i, plan.acting_characters.remove(i)));
+            }
+            // A skip is taken back: the character returns to the place it had.
+            let mut restore = None;
+            for (i, (_, skipped)) in self.skipped.iter().enumerate() {
+                ui.horizontal(|ui| {
+                    ui.weak(format!("skipped: {}", super::short(&skipped.name)));
+                    if ui.small_button(format!("Restore {}", super::short(&skipped.name))).on_hover_text("Put them back in this round").clicked() {
+                        restore = Some(i);
+                    }
+                });
+            }
+            if let Some(i) = restore {
+                let (place, actor) = self.skipped.remove(i);
+                plan.acting_characters.insert(place.min(plan.acting_characters.len()), actor);
             }
             ui.horizontal(|ui| {
                 let label = ui.label("Guidance for everyone");
@@ -591,6 +629,7 @@ impl ScenePanels {
         });
         if submitted {
             self.pending_plan = None;
+            self.skipped.clear();
         }
     }
 
@@ -598,6 +637,7 @@ impl ScenePanels {
         let Some(scene) = self.selected.clone() else { return };
         self.plan_review(ui, outbox, &scene);
         let running = self.live.as_ref().is_some_and(|l| !l.completed);
+        self.drafts.follow(Some(&scene), &mut self.input);
         let label = ui.label("Your message");
         let field = ui
             .add(egui::TextEdit::multiline(&mut self.input).desired_rows(2).desired_width(f32::INFINITY).hint_text("what you say or do (Ctrl+Enter plays the round)"))
@@ -735,7 +775,9 @@ impl ScenePanels {
             return;
         }
         let mut start_edit = None;
-        let mut delete = None;
+        // This frame's answer to "Really delete?" (`Some(None)`: keep it) and a question asked.
+        let mut delete_answer: Option<Option<u32>> = None;
+        let mut delete_ask = None;
         let mut save = None;
         let mut stop_edit = false;
         egui::ScrollArea::vertical().id_salt("scene_transcript").stick_to_bottom(true).show(ui, |ui| {
@@ -753,14 +795,24 @@ impl ScenePanels {
                     if !running && self.editing.is_none() && ui.small_button(format!("Edit message {}", m.number)).on_hover_text("Change its text (its memory follows)").clicked() {
                         start_edit = Some((m.number, m.content.clone()));
                     }
-                    if !running
-                        && self.editing.is_none()
-                        && ui
+                    if !running && self.editing.is_none() {
+                        if self.confirm_delete == Some(m.number) {
+                            // The answers sit right of the question, not where Delete
+                            // was: a double click on Delete only asks.
+                            ui.colored_label(ui.visuals().warn_fg_color, format!("Really delete message {}?", m.number));
+                            if ui.small_button("No, keep it").clicked() {
+                                delete_answer = Some(None);
+                            }
+                            if ui.small_button("Yes, delete").clicked() {
+                                delete_answer = Some(Some(m.number));
+                            }
+                        } else if ui
                             .small_button(format!("Delete message {}", m.number))
                             .on_hover_text("Take it out of the transcript, and its memory with it (the round's state stays; Undo takes back a round)")
                             .clicked()
-                    {
-                        delete = Some(m.number);
+                        {
+                            delete_ask = Some(m.number);
+                        }
                     }
                 });
                 match self.editing.as_mut().filter(|(n, _)| *n == m.number) {
@@ -785,7 +837,9 @@ impl ScenePanels {
             if let Some(live) = &self.live {
                 ui.weak(format!("— round {}{} —", live.round, if live.completed { "" } else { " (playing)" }));
                 if let Some(input) = live.input.as_deref().filter(|t| !t.trim().is_empty()) {
-                    ui.label(RichText::new("You:").strong());
+                    // Named as the stored message will be: the campaign's persona, else "User".
+                    let persona = snapshot.view.persona.as_deref().and_then(|p| p.split(':').next()).map(str::trim).filter(|p| !p.is_empty());
+                    ui.label(RichText::new(format!("{}:", super::short(persona.unwrap_or("User")))).strong());
                     ui.label(input);
                 }
                 for turn in &live.turns {
@@ -802,8 +856,14 @@ impl ScenePanels {
         if let Some(request) = start_edit {
             self.editing = Some(request);
         }
-        if let Some(number) = delete {
-            outbox.push(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number }));
+        if let Some(answer) = delete_answer {
+            self.confirm_delete = None;
+            if let Some(number) = answer {
+                outbox.push(Command::Scene(SceneCommand::DeleteMessage { scene: scene.clone(), number }));
+            }
+        }
+        if let Some(number) = delete_ask {
+            self.confirm_delete = Some(number);
         }
         if let Some((number, text)) = save {
             outbox.push(Command::Scene(SceneCommand::EditMessage { scene, number, text }));

@@ -475,6 +475,91 @@ fn messages_in_a_row_in_a_sillytavern_chat_are_read_as_part_of_it() {
     assert_eq!(order, ["Lock's closed.", "ROW-USER-ONE", "ROW-USER-TWO", "ROW-REPLY-ONE"]);
 }
 
+/// Each message of an imported SillyTavern chat keeps its own time, in every form
+/// SillyTavern writes `send_date` (it used to show its exchange's, the user message's,
+/// for the reply and for messages carried in a row): in `chat history` as text and JSON,
+/// and written back as the file had it.
+#[test]
+fn an_imported_chat_keeps_each_messages_own_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "default": "[Maren Vosk]: Hm." }));
+    let message = |name: &str, user: bool, at: Value, mes: &str| {
+        json!({ "name": name, "is_user": user, "is_system": false, "send_date": at, "mes": mes, "extra": {} }).to_string()
+    };
+    let lines = [
+        json!({ "user_name": "Ash", "character_name": "Maren Vosk", "create_date": "2026-11-24@19h00m00s", "chat_metadata": {} }).to_string(),
+        message("Maren Vosk", false, json!("November 24, 2026 7:00pm"), "Lock's closed."),
+        message("Ash", true, json!("November 24, 2026 7:03pm"), "TIME-USER-ONE"),
+        message("Maren Vosk", false, json!("2026-11-24T19:05:30.000Z"), "TIME-REPLY-ONE"),
+        message("Maren Vosk", false, json!(1795547400000_i64), "TIME-CARRIED"),
+        message("Ash", true, json!("2026-11-24 @19h 12m 07s 250ms"), "TIME-USER-TWO"),
+        message("Maren Vosk", false, json!("1795547580000"), "TIME-REPLY-TWO"),
+    ];
+    let text = lines.join("\n") + "\n";
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(&theirs, &text).unwrap();
+    run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+
+    let listed = history(&paths);
+    let at: Vec<(String, String)> = listed
+        .iter()
+        .filter(|m| m["text"].as_str().is_some_and(|t| t.starts_with("TIME-")))
+        .map(|m| (m["text"].as_str().unwrap().to_string(), m["at"].as_str().unwrap_or("none").to_string()))
+        .collect();
+    let expected = [
+        ("TIME-USER-ONE", "2026-11-24T19:03:00Z"),
+        ("TIME-REPLY-ONE", "2026-11-24T19:05:30Z"),
+        ("TIME-CARRIED", "2026-11-24T19:10:00Z"),
+        ("TIME-USER-TWO", "2026-11-24T19:12:07Z"),
+        ("TIME-REPLY-TWO", "2026-11-24T19:13:00Z"),
+    ];
+    assert_eq!(at, expected.map(|(t, a)| (t.to_string(), a.to_string())), "{listed:?}");
+    let shown = by_hand(&paths, &["chat", "history", "--character", "Maren"], "");
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    for (text, at) in expected {
+        assert!(shown.lines().any(|l| l.starts_with(&format!("[{at}]")) && l.contains(text)), "{text} at {at}:\n{shown}");
+    }
+    // Written back as the file had it: the same send_date text, message for message.
+    let again = dir.path().join("again.jsonl");
+    run(&paths, &["chat", "export", "--character", "Maren", "--out", again.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), text, "the file comes back as it went in");
+}
+
+/// An Author's Note sent every N user messages counts the user messages of an imported
+/// chat that made no exchange of their own (two in a row), as SillyTavern counts every
+/// user message; they used to count only through their exchange, so the note went with
+/// the wrong message.
+#[test]
+fn the_authors_note_counts_every_user_message_of_an_imported_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = maren_library(dir.path(), json!({ "default": "[Maren Vosk]: Hm." }));
+    let message = |user: bool, mes: &str| {
+        let name = if user { "Ash" } else { "Maren Vosk" };
+        json!({ "name": name, "is_user": user, "is_system": false, "send_date": "November 24, 2026 7:00pm", "mes": mes, "extra": {} }).to_string()
+    };
+    let metadata = json!({ "note_prompt": "NOTE-EVERY-FIFTH", "note_interval": 5, "note_depth": 4, "note_position": 1, "note_role": 0 });
+    let lines = [
+        json!({ "user_name": "Ash", "character_name": "Maren Vosk", "create_date": "2026-11-24@19h00m00s", "chat_metadata": metadata }).to_string(),
+        message(false, "Lock's closed."),
+        // Four user messages, two exchanges: one user message before the first, one after it.
+        message(true, "One."),
+        message(true, "Two."),
+        message(false, "Hm."),
+        message(true, "Three."),
+        message(true, "Four."),
+        message(false, "Hm again."),
+    ];
+    let theirs = dir.path().join("theirs.jsonl");
+    std::fs::write(&theirs, lines.join("\n") + "\n").unwrap();
+    run(&paths, &["chat", "import", theirs.to_str().unwrap(), "--character", "Maren"]);
+    let note = run(&paths, &["chat", "note", "--character", "Maren"]);
+    assert_eq!(note.last().unwrap()["user_messages"], 4, "{note:?}");
+    // The fifth user message carries the note; the sixth does not.
+    let sent = |text: &str| run(&paths, &["chat", "send", "--character", "Maren", text]).last().unwrap()["turn"]["packet"].to_string();
+    assert!(sent("Five.").contains("NOTE-EVERY-FIFTH"), "the fifth user message carries the note");
+    assert!(!sent("Six.").contains("NOTE-EVERY-FIFTH"), "the sixth does not");
+}
+
 /// Maren's card (a greeting and an alternate) imported into a scripted library.
 fn maren_library(dir: &std::path::Path, script: Value) -> Paths {
     let paths = crate::support::library::scripted(dir, script);

@@ -1046,7 +1046,7 @@ fn a_watched_chat_hears_another_process_and_a_stale_undo_or_regenerate_is_refuse
         match events.last() {
             Some(CompanionEvent::Failed { message, fault, .. }) => {
                 assert!(message.contains("changed since you looked") && message.contains("reloaded"), "{message}");
-                assert_eq!(*fault, lorekeeper::context::Fault::Request);
+                assert_eq!(*fault, lorekeeper::context::Fault::Conflict, "a conflict, not a bad request");
             }
             other => panic!("a stale command must be refused: {other:?}"),
         }

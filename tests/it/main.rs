@@ -17,6 +17,7 @@ mod identity;
 mod interop;
 mod keys;
 mod local_model;
+mod lorebooks;
 mod memory;
 mod pictures;
 mod providers;

@@ -739,3 +739,31 @@ fn a_local_server_gets_one_request_of_a_profile_at_a_time() {
         assert_eq!(peak.load(Ordering::SeqCst), expected_peak, "max_parallel {max_parallel:?}");
     }
 }
+
+/// A base URL with a query (Azure OpenAI puts the API version there:
+/// `…/openai/deployments/x?api-version=2024-02-01`) gets the endpoint's path joined to its
+/// path, the query kept after it, for every dialect; it was appended to the string, so
+/// the request went to `…?api-version=2024-02-01/chat/completions`.
+#[test]
+fn a_base_url_with_a_query_keeps_it_after_the_endpoint_path() {
+    fn sent_to<D: Dialect>(base_path: &str, stream: bool) -> String {
+        let key = Key::new("query_base");
+        let server = MockServer::start(move |_, _| match stream {
+            true => Action::event_stream(&stream_bytes(&D::stream(&FRAGMENTS)), 7, true, After::End),
+            false => Action::json(200, &D::reply("Hello from the deployment.")),
+        });
+        let profile = ProviderProfile { base_url: Some(format!("{}{base_path}", server.url())), ..profile::<D>(&server, &key) };
+        let (result, _) = call(&client(&profile), &request(stream));
+        result.expect("a reply");
+        let sent = server.requests();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        sent[0].target.clone()
+    }
+    let azure = "/openai/deployments/gpt4o?api-version=2024-02-01";
+    assert_eq!(sent_to::<OpenAi>(azure, false), "/openai/deployments/gpt4o/chat/completions?api-version=2024-02-01");
+    assert_eq!(sent_to::<OpenAi>("/openai/deployments/gpt4o/?api-version=2024-02-01", true), "/openai/deployments/gpt4o/chat/completions?api-version=2024-02-01");
+    assert_eq!(sent_to::<Anthropic>("/proxy/v1?tenant=a", false), "/proxy/v1/messages?tenant=a");
+    assert_eq!(sent_to::<Anthropic>("/proxy?tenant=a", false), "/proxy/v1/messages?tenant=a");
+    assert_eq!(sent_to::<Gemini>("/gw?tenant=a", false), format!("/gw/v1beta/models/{MODEL}:generateContent?tenant=a"));
+    assert_eq!(sent_to::<Gemini>("/gw/v1beta?tenant=a", true), format!("/gw/v1beta/models/{MODEL}:streamGenerateContent?tenant=a&alt=sse"));
+}

@@ -963,6 +963,68 @@ fn the_game_master_edits_the_directors_plan_before_anyone_acts() {
     assert_eq!(flags["Ossian Vale"]["exitedThisRound"], true, "{flags}");
 }
 
+/// A character the game master forces shows in the plan under review as `forced`, with
+/// no priority of the Director's (it read as -2147483648), in the predecessor's field
+/// names; the round record says the same, and a round stored with the old sentinel is
+/// read as forced.
+#[test]
+fn a_forced_speaker_is_marked_forced_not_ranked_at_the_lowest_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = setup(dir.path(), "script.json");
+    let args = ["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap(), "--json"];
+    let muted = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(args).args(["scene", "mute", &scene, "Marguerite Siltborne"]).output().unwrap();
+    assert!(muted.status.success(), "{}", String::from_utf8_lossy(&muted.stderr));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(args)
+        .args(["scene", "round", &scene, "Let her speak.", "--force", "Marguerite", "--review"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, Write};
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = String::new();
+    let plan = loop {
+        let line = lines.next().expect("the round shows its plan").unwrap();
+        said.push_str(&line);
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "plan_review" {
+            break event["plan"].clone();
+        }
+    };
+    let acting = plan["actingCharacters"].as_array().unwrap();
+    let her = acting.iter().find(|a| a["name"] == "Marguerite Siltborne").unwrap_or_else(|| panic!("forced in: {plan}"));
+    assert_eq!((her["forced"].as_bool(), her["priority"].as_i64()), (Some(true), Some(0)), "{her}");
+    assert!(acting.iter().filter(|a| a["name"] != "Marguerite Siltborne").all(|a| a.get("forced").is_none()), "only she was forced: {plan}");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin).unwrap();
+    drop(stdin);
+    for line in lines {
+        said.push_str(&line.unwrap());
+    }
+    assert!(child.wait().unwrap().success(), "{said}");
+    assert!(!said.contains("-2147483648"), "no sentinel number anywhere: {said}");
+    let store = Store::open(&paths.library_file).unwrap();
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let stored = record.director["plan"]["actingCharacters"].as_array().unwrap().iter().find(|a| a["name"] == "Marguerite Siltborne").cloned().unwrap();
+    assert_eq!((stored["forced"].as_bool(), stored["priority"].as_i64()), (Some(true), Some(0)), "{stored}");
+
+    // A round an older version stored: the sentinel priority, no flag.
+    store
+        .with(|c| {
+            let json: String = c.query_row("SELECT director_json FROM scene_rounds WHERE scene_id = ?1 AND round = 1", [&scene], |r| r.get(0))?;
+            let old = json.replace(r#""priority":0,"order":null,"forced":true"#, r#""priority":-2147483648,"order":null"#);
+            assert_ne!(old, json, "the record as an older version wrote it");
+            c.execute("UPDATE scene_rounds SET director_json = ?2 WHERE scene_id = ?1 AND round = 1", rusqlite::params![scene, old])?;
+            Ok(())
+        })
+        .unwrap();
+    let record = store.with(|c| records::load_round(c, &scene, 1)).unwrap().unwrap();
+    let stored = record.director["plan"]["actingCharacters"].as_array().unwrap().iter().find(|a| a["name"] == "Marguerite Siltborne").cloned().unwrap();
+    assert_eq!((stored["forced"].as_bool(), stored["priority"].as_i64()), (Some(true), Some(0)), "{stored}");
+}
+
 /// The Director plan contract names characters `{id|name}`: a plan sent back with
 /// `--review` may name a cast member by id, in its lists and its `stateUpdates` keys;
 /// the round plays and records it under the member's name.
@@ -1872,4 +1934,83 @@ fn a_summarised_round_can_be_taken_back_and_the_summary_follows() {
         assert!(summary_round(&engine) <= rounds, "the summary never tells a round taken back");
     }
     assert_eq!(summary_round(&engine), 0);
+}
+
+/// [`setup_with_script`] whose Director names `acting` to act in pass 1, with no
+/// activations (Wren and Ossian are in the scene, Marguerite is of the cast but absent).
+fn setup_with_plan(dir: &Path, acting: serde_json::Value) -> (Paths, String) {
+    let mut script: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("script.json")).unwrap()).unwrap();
+    for rule in script["rules"].as_array_mut().unwrap() {
+        if rule["name"] == "director pass 1" {
+            rule["reply"] = serde_json::json!({"json": {
+                "actingCharacters": acting, "activations": [], "deactivations": [], "stateUpdates": {}, "openGuidance": ""
+            }});
+        }
+    }
+    setup_with_script(dir, &script)
+}
+
+fn cli_round(paths: &Paths, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lorekeeper"))
+        .args(["--library", paths.library_file.to_str().unwrap(), "--config", paths.config_file.to_str().unwrap()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The game master forces an absent cast member whom the Director also named to act
+/// (without bringing them in): they enter and act, as a forced speaker always does.
+#[test]
+fn a_forced_speaker_the_director_also_named_while_absent_enters_and_acts() {
+    let dir = tempfile::tempdir().unwrap();
+    let acting = serde_json::json!([
+        {"name": "Marguerite Siltborne", "guidance": "x", "priority": 10, "order": 1},
+        {"name": "Wren Talloway", "guidance": "y", "priority": 9, "order": 2}
+    ]);
+    let (paths, scene) = setup_with_plan(dir.path(), acting);
+    let out = cli_round(&paths, &["scene", "round", &scene, "Marguerite, answer me", "--force", "Marguerite Siltborne"]);
+    assert!(out.contains("Marguerite Siltborne: "), "{out}");
+    let store = Store::open(&paths.library_file).unwrap();
+    let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    assert!(messages.iter().any(|m| m.speaker == "Marguerite Siltborne"), "{messages:?}");
+    assert!(view(&store, &scene).member_by_name("Marguerite Siltborne").unwrap().active, "she entered");
+}
+
+/// A cast member the Director names to act without an activation enters and acts; a
+/// name no one of the cast answers to is said as a warning on the command line and in
+/// the round's notices, and the Director's decision as reported names only who acts.
+#[test]
+fn an_absent_cast_member_named_to_act_enters_and_a_stranger_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let acting = serde_json::json!([
+        {"name": "Marguerite Siltborne", "guidance": "Ask for the keeper.", "priority": 5},
+        {"name": "Wren Talloway", "guidance": "Read the letter.", "priority": 1},
+        {"name": "Ysolde Stranger", "guidance": "Speak.", "priority": 1}
+    ]);
+    let (paths, scene) = setup_with_plan(dir.path(), acting);
+    let out = cli_round(&paths, &["scene", "round", &scene, "Who is there?"]);
+    assert!(out.contains("warning:") && out.contains("Ysolde Stranger"), "{out}");
+    let store = Store::open(&paths.library_file).unwrap();
+    let messages = store.with(|c| records::recent_messages(c, &scene, 100)).unwrap();
+    let speakers: Vec<&str> = messages.iter().map(|m| m.speaker.as_str()).collect();
+    assert!(speakers.contains(&"Marguerite Siltborne") && speakers.contains(&"Wren Talloway"), "{speakers:?}");
+    assert!(view(&store, &scene).member_by_name("Marguerite Siltborne").unwrap().active);
+
+    // Through the engine: the decision it reports is the plan as played.
+    let engine = engine::start(paths).unwrap();
+    let events = round(&engine, &scene, Some("And now?"));
+    let plan = events
+        .iter()
+        .find_map(|e| match e {
+            SceneEvent::DirectorDecided { pass: 1, decision: lorekeeper::scene::DirectorDecision::Plan(p), .. } => Some(p.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let acting: Vec<&str> = plan.acting_characters.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(acting, ["Marguerite Siltborne", "Wren Talloway"]);
+    let Some(SceneEvent::RoundCompleted { notices, .. }) = events.last() else { panic!("no round_completed") };
+    assert!(notices.iter().any(|n| n.contains("Ysolde Stranger") && n.contains("not in the scene's cast")), "{notices:?}");
 }

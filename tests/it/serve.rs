@@ -1859,7 +1859,9 @@ fn a_chat_reply_is_cancelled_over_http_and_from_the_cli() {
 }
 
 /// A client names the exchange it shows as the last when it undoes or regenerates: a
-/// chat that has moved on since is refused (400, saying it changed) and nothing changes.
+/// chat that has moved on since is refused as a conflict (409, saying it changed; it was
+/// a 400, as if the request were malformed), to that request alone — the chat's socket
+/// hears no failure, as with a busy refusal — and nothing changes.
 #[test]
 fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
     let dir = tempfile::tempdir().unwrap();
@@ -1873,13 +1875,245 @@ fn an_undo_or_regenerate_naming_a_stale_last_exchange_is_refused_over_http() {
         assert_eq!(status, 200, "{turn}");
         ids.push(turn["id"].as_str().unwrap().to_string());
     }
+    let chat = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
     for action in ["undo", "regenerate"] {
         let (status, refused) = call(&agent, "POST", &format!("{base}/api/chat/ilse/{action}"), Some(&json!({ "expect": ids[0] }).to_string()), None);
-        assert_eq!(status, 400, "{action}: {refused}");
+        assert_eq!(status, 409, "{action}: {refused}");
         assert!(refused["detail"].as_str().unwrap_or_default().contains("changed since you looked"), "{refused}");
     }
     let (_, history) = call(&agent, "GET", &format!("{base}/api/chat/ilse/history"), None, None);
     assert_eq!(history["turns"].as_array().map(Vec::len), Some(2), "nothing was taken back");
     let (status, undone) = call(&agent, "POST", &format!("{base}/api/chat/ilse/undo"), Some(&json!({ "expect": ids[1] }).to_string()), None);
     assert_eq!(status, 200, "{undone}");
+    let mut heard = Vec::new();
+    until(&chat, &mut heard, |m| m["type"] == "undone");
+    assert!(!heard.iter().any(|m| m["type"] == "failed"), "the refusals went to their requests alone: {heard:?}");
+}
+
+/// A chat's socket hears the saved chats change — a new chat, a branch, a rename, an
+/// open, a delete, an import that put the chat played aside — as `chats` with the list
+/// as it now stands, and a chat file read in as `imported` (neither reached the socket,
+/// so a front end showing the saved chats went stale when another client changed them).
+/// Reading the list is no change: it is its request's answer alone.
+#[test]
+fn a_chat_socket_hears_the_saved_chats_change_and_a_chat_file_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = slow_play(dir.path(), 0);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let chat = |method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string());
+        send_as(&agent, method, &format!("{base}/api/chat/ilse{path}"), body.as_deref())
+    };
+    for text in ["Is the kettle on?", "Did the ferry come?"] {
+        let (status, turn) = chat("post", "/send", Some(json!({ "text": text })));
+        assert_eq!(status, 200, "{turn}");
+    }
+    let socket = listen(&format!("ws://{}/ws/chat/ilse", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut heard = Vec::new();
+    let next_chats = |heard: &mut Vec<Value>| until(&socket, heard, |m| m["type"] == "chats" || m["type"] == "imported");
+    let titles = |m: &Value| -> Vec<String> { m["saved"].as_array().into_iter().flatten().filter_map(|c| c["title"].as_str().map(str::to_string)).collect() };
+
+    let (_, history) = chat("get", "/history", None);
+    let first_reply = history["turns"][0]["reply_message_id"].as_str().unwrap().to_string();
+    let (status, changed) = chat("post", "/branch", Some(json!({ "message": first_reply })));
+    assert_eq!(status, 200, "{changed}");
+    let branched = next_chats(&mut heard);
+    assert_eq!(branched["type"], "chats", "{branched}");
+    assert_eq!(branched["character_id"], history["character_id"], "{branched}");
+    assert_eq!(titles(&branched), [format!("before the branch at {first_reply}")], "{branched}");
+    let original = branched["saved"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(branched["saved"][0]["turns"], 2, "{branched}");
+
+    let (status, _) = chat("post", "/new", None);
+    assert_eq!(status, 200);
+    let renewed = next_chats(&mut heard);
+    assert_eq!(titles(&renewed).len(), 2, "the branch put aside for the new chat: {renewed}");
+    let put_aside = renewed["saved"][0]["id"].as_str().unwrap().to_string();
+
+    // Reading the list is no change: no socket hears it.
+    let (status, listed) = chat("get", "/chats", None);
+    assert_eq!((status, listed["saved"].as_array().map(Vec::len)), (200, Some(2)), "{listed}");
+
+    let (status, _) = chat("post", &format!("/chats/{original}/rename"), Some(json!({ "title": "Kettle and ferry" })));
+    assert_eq!(status, 200);
+    let renamed = next_chats(&mut heard);
+    assert!(titles(&renamed).contains(&"Kettle and ferry".to_string()), "{renamed}");
+
+    let (status, _) = chat("post", &format!("/chats/{original}/open"), None);
+    assert_eq!(status, 200);
+    let opened = next_chats(&mut heard);
+    assert_eq!(titles(&opened).len(), 1, "the chat opened left the list (the empty new chat was not kept): {opened}");
+
+    let (status, _) = chat("delete", &format!("/chats/{put_aside}"), None);
+    assert_eq!(status, 200);
+    let deleted = next_chats(&mut heard);
+    assert_eq!(deleted["saved"], json!([]), "{deleted}");
+
+    let file = concat!(
+        r#"{"user_name":"Ash","character_name":"Ilse Marrow","create_date":"2026-10-02@21h15m40s","chat_metadata":{}}"#, "\n",
+        r#"{"name":"Ash","is_user":true,"is_system":false,"send_date":"","mes":"I bring eel traps.","extra":{}}"#, "\n",
+        r#"{"name":"Ilse Marrow","is_user":false,"is_system":false,"send_date":"","mes":"Leave them by the door.","extra":{}}"#, "\n",
+    );
+    let response = agent.post(&format!("{base}/api/chat/ilse/import?name=theirs.jsonl")).send(file).expect("the server answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let imported = next_chats(&mut heard);
+    assert_eq!(imported["type"], "imported", "{imported}");
+    assert_eq!(imported["imported"]["exchanges"], 1, "{imported}");
+    let put_aside = imported["imported"]["saved"].as_str().expect("the chat it replaced is saved").to_string();
+    let after_import = next_chats(&mut heard);
+    assert_eq!(after_import["type"], "chats", "{after_import}");
+    assert_eq!(after_import["saved"][0]["id"], put_aside.as_str(), "{after_import}");
+    assert_eq!(titles(&after_import)[0], "before the import of theirs.jsonl", "{after_import}");
+    let kinds: Vec<&str> = heard.iter().filter_map(|m| m["type"].as_str()).filter(|t| *t == "chats" || *t == "imported").collect();
+    assert_eq!(kinds, ["chats", "chats", "chats", "chats", "chats", "imported", "chats"], "one per change, none for the read: {heard:?}");
+}
+
+/// The status of checkpoint `n` of run `id`, once `want` takes it (or the last one read).
+fn checkpoint_status(agent: &ureq::Agent, base: &str, id: &str, n: u8, want: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, cp) = call(agent, "GET", &format!("{base}/api/character/{id}/checkpoint/{n}"), None, None);
+        let status = cp["status"].as_str().unwrap_or_default().to_string();
+        if want(&status) || Instant::now() > deadline {
+            assert!(want(&status), "checkpoint {n} never got there: {cp}");
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A script recovers an identity run over HTTP as the CLI and the workbench do: re-open
+/// an approved checkpoint (those that read it go stale), keep one stale checkpoint and
+/// re-run another, put its own version of a checkpoint up for approval (one that breaks
+/// the schema is refused with the field named), and is told when nothing is running to
+/// cancel. Before, each of these was a 404 and a failed run was a dead end over HTTP.
+#[test]
+fn an_identity_run_is_reopened_kept_rerun_edited_and_cancelled_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("identity/script.json"));
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let start = json!({ "characters": [{ "name": "Mira Voss", "concept": "A keeper who guards the sea she fears." }], "mode": "fast" });
+    let (status, started) = call(&agent, "POST", &format!("{base}/api/character/start"), Some(&start.to_string()), None);
+    assert_eq!(status, 200, "{started}");
+    let id = started["character_id"].as_str().unwrap().to_string();
+    let post = |route: &str, body: Value| call(&agent, "POST", &format!("{base}/api/character/{id}/{route}"), Some(&body.to_string()), None);
+
+    for n in [1, 2] {
+        assert_eq!(checkpoint_status(&agent, &base, &id, n, |s| s == "awaiting_approval"), "awaiting_approval");
+    }
+    // Your own version of checkpoint 2: its narrative kept, its structured output yours.
+    let (_, cp2) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/2"), None, None);
+    let mut mine = cp2["output"]["structured"].clone();
+    let field = "timeline";
+    mine[field][0]["event"] = json!("owed the river three lives, and has paid two");
+    let text = mine[field].clone();
+    let (status, edited) = post("checkpoint/2/edit", json!({ "structured": mine }));
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!((edited["version"].as_u64(), edited["status"].as_str()), (Some(2), Some("awaiting_approval")), "{edited}");
+    let (_, now) = call(&agent, "GET", &format!("{base}/api/character/{id}/checkpoint/2"), None, None);
+    assert_eq!(now["output"]["structured"][field], text, "{now}");
+    let mut broken = mine.clone();
+    broken[field][0]["age"] = json!("young");
+    let (status, refused) = post("checkpoint/2/edit", json!({ "structured": broken }));
+    assert!(status == 409 && refused["detail"].as_str().unwrap().contains("timeline.0.age"), "the field is named: {refused}");
+
+    for n in [1, 2] {
+        assert_eq!(post("approve", json!({ "checkpoint": n })).0, 200);
+    }
+    for n in [3, 4] {
+        assert_eq!(checkpoint_status(&agent, &base, &id, n, |s| s == "awaiting_approval"), "awaiting_approval");
+    }
+    let (status, reopened) = post("reopen", json!({ "checkpoint": 1 }));
+    assert_eq!((status, reopened["status"].as_str()), (200, Some("awaiting_approval")), "{reopened}");
+    for n in [3, 4] {
+        assert_eq!(checkpoint_status(&agent, &base, &id, n, |s| s == "stale"), "stale", "checkpoint {n} read checkpoint 1");
+    }
+    let (status, kept) = post("keep", json!({ "checkpoint": 3 }));
+    assert_eq!((status, kept["status"].as_str()), (200, Some("awaiting_approval")), "{kept}");
+    let (status, again) = post("keep", json!({ "checkpoint": 3 }));
+    assert!(status == 409 && again["detail"].as_str().unwrap().contains("not stale"), "{again}");
+    let (status, rerun) = post("rerun", json!({ "checkpoint": 4 }));
+    assert_eq!(status, 200, "{rerun}");
+    assert_ne!(rerun["status"], "stale", "{rerun}");
+    let (status, wrong) = post("rerun", json!({ "checkpoint": 3 }));
+    assert!(status == 409 && wrong["detail"].as_str().unwrap().contains("stale or failed"), "{wrong}");
+
+    let (status, idle) = call(&agent, "POST", &format!("{base}/api/character/{id}/cancel"), None, None);
+    assert!(status == 409 && idle["detail"].as_str().unwrap().contains("running"), "nothing runs once 4 is done: {idle}");
+    let (status, _) = call(&agent, "POST", &format!("{base}/api/character/no-such-run/rerun"), Some(r#"{"checkpoint": 1}"#), None);
+    assert_eq!(status, 404);
+}
+
+/// A front end reads, edits and deletes a library character as `character show|edit|
+/// delete` do, under `/api/characters/{id or name}`; a delete that would take chats or
+/// runs with it is refused with a 409 saying what, until confirmed. Before, all three
+/// were 404s and a typo in a character made over HTTP could not be fixed there.
+#[test]
+fn a_front_end_shows_edits_and_deletes_a_character() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let body = json!({ "name": "Odalys Fenwrigt", "description": "A reed-cutter of the fen.", "first_mes": "Mind the soft ground." });
+    let (status, made) = author_call(&agent, "post", &format!("{base}/api/characters"), Some(body));
+    assert_eq!(status, 200, "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+
+    let (status, sheet) = call(&agent, "GET", &format!("{base}/api/characters/Odalys%20Fenwrigt"), None, None);
+    assert_eq!(status, 200, "{sheet}");
+    assert_eq!((sheet["id"].as_str(), sheet["description"].as_str()), (Some(id.as_str()), Some("A reed-cutter of the fen.")), "{sheet}");
+    assert_eq!(sheet["card"]["first_mes"], "Mind the soft ground.", "{sheet}");
+
+    let (status, saved) = author_call(&agent, "post", &format!("{base}/api/characters/{id}/edit"), Some(json!({ "name": "Odalys Fenwright", "scenario": "Flood season." })));
+    assert_eq!(status, 200, "{saved}");
+    assert_eq!((saved["name"].as_str(), saved["scenario"].as_str(), saved["description"].as_str()), (Some("Odalys Fenwright"), Some("Flood season."), Some("A reed-cutter of the fen.")), "what was not sent is kept: {saved}");
+    let (status, _) = author_call(&agent, "post", &format!("{base}/api/characters/{id}/edit"), Some(json!({})));
+    assert_eq!(status, 400, "an edit of nothing");
+    let (status, typo) = author_call(&agent, "post", &format!("{base}/api/characters/{id}/edit"), Some(json!({ "descripton": "x" })));
+    assert!(status == 400 && typo["detail"].as_str().unwrap().contains("descripton"), "{typo}");
+    let (status, nameless) = author_call(&agent, "post", &format!("{base}/api/characters/{id}/edit"), Some(json!({ "name": " " })));
+    assert_eq!(status, 400, "{nameless}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/characters/Nobody%20Here"), None, None);
+    assert_eq!(status, 404);
+
+    // Cast in a campaign: the delete says so and waits for confirmation.
+    let (_, tree) = call(&agent, "GET", &format!("{base}/api/worlds"), None, None);
+    let campaign = tree["worlds"][0]["campaigns"][0]["id"].as_str().unwrap().to_string();
+    let (status, cast) = author_call(&agent, "post", &format!("{base}/api/campaign/{campaign}/cast/add"), Some(json!({ "character": id })));
+    assert_eq!(status, 200, "{cast}");
+    let (status, refused) = author_call(&agent, "delete", &format!("{base}/api/characters/{id}"), None);
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("confirm=true"), "{refused}");
+    let (_, still) = call(&agent, "GET", &format!("{base}/api/characters/{id}"), None, None);
+    assert_eq!(still["name"], "Odalys Fenwright", "nothing was deleted: {still}");
+    let (status, deleted) = author_call(&agent, "delete", &format!("{base}/api/characters/{id}?confirm=true"), None);
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted["name"], "Odalys Fenwright");
+    assert!(!deleted["deleted_with_it"].as_array().unwrap().is_empty(), "{deleted}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/characters/{id}"), None, None);
+    assert_eq!(status, 404);
+    let (_, characters) = call(&agent, "GET", &format!("{base}/api/characters"), None, None);
+    assert!(characters.as_array().unwrap().iter().all(|c| c["id"] != id.as_str()), "{characters}");
+}
+
+/// The memory's counts, what each agent was last given from memory, and a reindex, over
+/// HTTP as `memory stats|injections|reindex`: `GET /api/memory/stats` was a 405 (read as
+/// a memory id).
+#[test]
+fn memory_stats_injections_and_reindex_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base, agent) = authoring_library(dir.path());
+    let (status, stats) = call(&agent, "GET", &format!("{base}/api/memory/stats"), None, None);
+    assert_eq!(status, 200, "{stats}");
+    assert!(stats["memories"].as_u64().is_some() && stats["model"].as_str().unwrap().contains("MiniLM"), "{stats}");
+    let (status, injections) = call(&agent, "GET", &format!("{base}/api/memory/injections"), None, None);
+    assert_eq!(status, 200, "{injections}");
+    assert!(injections["injections"].is_array(), "{injections}");
+    let (status, reindexed) = call(&agent, "POST", &format!("{base}/api/memory/reindex"), Some(r#"{"force": true}"#), None);
+    assert_eq!(status, 200, "{reindexed}");
+    assert_eq!(reindexed["embedded"].as_u64(), stats["memories"].as_u64(), "{reindexed}");
 }

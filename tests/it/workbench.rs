@@ -575,6 +575,9 @@ fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, Workb
 fn closing_while_a_round_runs_asks_first() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut harness, _scene) = slow_round_streaming(dir.path());
+    // While the round plays, the user's line is under the campaign persona's name, as stored.
+    assert!(harness.query_by_label("Juno:").is_some(), "the persona names the user's line");
+    assert!(harness.query_by_label("You:").is_none());
     let close = |harness: &mut Harness<'static, WorkbenchApp>| {
         harness.input_mut().viewports.entry(egui::ViewportId::ROOT).or_default().events.push(egui::ViewportEvent::Close);
         harness.step();
@@ -1027,14 +1030,28 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     harness.step();
     let plan = harness.state().scene().pending_plan().expect("the plan waits").clone();
     assert!(plan.acting_characters.len() >= 2, "{plan:?}");
-    let skipped = plan.acting_characters[0].name.clone();
-    step_until_shown(&mut harness, &format!("Skip {skipped}"));
-    harness.get_by_label(&format!("Skip {skipped}")).click();
-    // The row goes in the frame that sees the click; the next frames lay out without it
-    // (a spinner repaints while the round waits: step, do not wait to settle).
-    run_until(&mut harness, Duration::from_secs(10), |app| app.scene().pending_plan().is_some_and(|p| p.acting_characters.len() + 1 == plan.acting_characters.len()));
+    let kept = plan.acting_characters[0].name.clone();
+    let skipped = plan.acting_characters[1].name.clone();
+    let acting = |app: &WorkbenchApp| app.scene().pending_plan().map(|p| p.acting_characters.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
+    // Both skipped; then the game master changes their mind about the first.
+    for name in [&kept, &skipped] {
+        step_until_shown(&mut harness, &format!("Skip {name}"));
+        harness.get_by_label(&format!("Skip {name}")).click();
+        // The row goes in the frame that sees the click; the next frames lay out without it
+        // (a spinner repaints while the round waits: step, do not wait to settle).
+        run_until(&mut harness, Duration::from_secs(10), |app| acting(app).is_some_and(|a| !a.contains(name)));
+        harness.step();
+        harness.step();
+    }
+    step_until_shown(&mut harness, &format!("Restore {kept}"));
+    harness.get_by_label(&format!("Restore {kept}")).click();
+    run_until(&mut harness, Duration::from_secs(10), |app| acting(app).is_some_and(|a| a.contains(&kept)));
     harness.step();
     harness.step();
+    let now = acting(harness.state()).expect("the plan waits");
+    assert_eq!(now.len() + 1, plan.acting_characters.len(), "{now:?}");
+    assert_eq!(now[0], kept, "back in the place it had: {now:?}");
+    assert!(!now.contains(&skipped), "{now:?}");
     harness.get_by_label("Play with this plan").click();
     run_until(&mut harness, Duration::from_secs(30), |app| {
         app.scene().last_error().is_some() || (app.scene().live().is_none() && app.scene().snapshot().is_some_and(|s| s.view.rounds == 1))
@@ -1043,7 +1060,7 @@ fn the_directors_plan_is_reviewed_in_the_scene_panel_before_anyone_acts() {
     assert_eq!(harness.state().scene().last_error(), None);
     let snapshot = harness.state().scene().snapshot().expect("snapshot");
     assert!(snapshot.messages.iter().all(|m| m.speaker != skipped), "{skipped} was taken out of the round: {:?}", snapshot.messages);
-    assert!(snapshot.messages.iter().any(|m| m.character_id.is_some()), "the others acted");
+    assert!(snapshot.messages.iter().any(|m| m.speaker == kept), "{kept} was restored and acted: {:?}", snapshot.messages);
 }
 
 #[test]
@@ -1166,7 +1183,17 @@ fn a_scene_message_is_edited_and_the_transcript_searched_in_the_scene_panel() {
     harness.run();
     step_until_shown(&mut harness, "Delete message 2");
     let count = harness.state().scene().snapshot().map(|s| s.messages.len()).unwrap_or(0);
+    // Delete asks first, as the chat does; "No" keeps the message.
     harness.get_by_label("Delete message 2").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete message 2?").is_some(), "one click only asks");
+    harness.get_by_label("No, keep it").click();
+    harness.run();
+    assert!(harness.query_by_label("Really delete message 2?").is_none());
+    assert_eq!(harness.state().scene().snapshot().map(|s| s.messages.len()), Some(count), "nothing deleted");
+    harness.get_by_label("Delete message 2").click();
+    harness.run();
+    harness.get_by_label("Yes, delete").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.messages.len() + 1 == count && s.messages.iter().all(|m| m.number != 2)));
 }
 
@@ -1771,6 +1798,52 @@ fn a_round_another_process_plays_shows_in_the_scene_and_a_stale_undo_is_refused(
     run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some_and(|s| s.view.rounds == 2));
 }
 
+/// Worlds another process makes, renames and deletes show in the Campaigns tree without
+/// a click (they used to wait for a restart when no scene was open), a character it
+/// imports shows in the Library and the chat's list, and what the user was typing in the
+/// tree's editor stays as typed.
+#[test]
+fn the_campaign_tree_and_the_character_lists_follow_another_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let engine = start_engine(dir.path(), &config);
+    lorekeeper::scene::demo::ensure(&engine.context().store).expect("demo");
+    let mut harness = harness(engine, 900.0);
+    harness.run();
+    nav(&harness, "Campaigns").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.campaigns().tree().worlds.is_empty());
+    harness.run();
+    harness.get_by_label("Settings of world The Saltmarsh Coast").click();
+    harness.run();
+    text_field(&harness, "Description").click();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    text_field(&harness, "Description").type_text("Half a thought, not saved yet");
+    harness.run();
+    let worlds = |app: &WorkbenchApp| app.campaigns().tree().worlds.iter().map(|w| w.name.clone()).collect::<Vec<_>>();
+
+    cli_on(dir.path(), &["world", "new", "Ashfall"]);
+    // No click, no event of this window's engine: the watch reads it.
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).iter().any(|w| w == "Ashfall"));
+    harness.run();
+    assert!(harness.query_by_label("Settings of world Ashfall").is_some(), "on screen");
+    cli_on(dir.path(), &["world", "edit", "Ashfall", "--name", "Ashfall Reach"]);
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).iter().any(|w| w == "Ashfall Reach"));
+    cli_on(dir.path(), &["world", "delete", "Ashfall Reach", "--yes"]);
+    run_until(&mut harness, Duration::from_secs(20), |app| worlds(app).len() == 1);
+    harness.run();
+    assert_eq!(text_field(&harness, "Description").value().as_deref(), Some("Half a thought, not saved yet"), "the typing is kept");
+
+    let card = dir.path().join("maren.json");
+    std::fs::write(&card, maren_card().to_string()).expect("write the card");
+    cli_on(dir.path(), &["import", card.to_str().expect("a UTF-8 path")]);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.library().characters().iter().any(|c| c.name == "Maren Vosk") && app.chat().characters().iter().any(|c| c.name == "Maren Vosk")
+    });
+    assert_eq!(text_field(&harness, "Description").value().as_deref(), Some("Half a thought, not saved yet"), "the typing is kept");
+}
+
 /// The chat's Author's Note is written, saved and removed in the chat panel, and the
 /// section's title says where and how often it goes.
 #[test]
@@ -1818,4 +1891,72 @@ fn an_authors_note_is_written_and_removed_in_the_chat_panel() {
         harness.step();
     }
     assert_eq!(stored(), None);
+}
+
+/// A scene message and a chat message typed and not sent are there again when the
+/// window is closed and opened (each with its own scene or character), not lost.
+#[test]
+fn unsent_scene_and_chat_messages_survive_closing_the_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.default_profile = "demo".into();
+    let (mut harness, scene) = open_demo_scene_with(dir.path(), &config, 1000.0);
+    write_first_message(&mut harness);
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected().is_some());
+    harness.run();
+    let character = harness.state().chat().selected().map(str::to_string).expect("a chat is open");
+    text_field(&harness, "Message").click();
+    harness.run();
+    text_field(&harness, "Message").type_text("Evening, Ilse.");
+    harness.run();
+    let state = harness.state().state();
+    assert_eq!(state.scene_drafts.get(&scene).map(String::as_str), Some("I knock on the lighthouse door."));
+    assert_eq!(state.chat_drafts.get(&character).map(String::as_str), Some("Evening, Ilse."));
+    drop(harness);
+
+    // Opened again from what the window saved (through its JSON, as eframe keeps it).
+    let state: lorekeeper::ui::layout::WorkbenchState = serde_json::from_str(&serde_json::to_string(&state).expect("saves")).expect("reads");
+    let engine = start_engine(dir.path(), &config);
+    let mut harness = Harness::builder()
+        .with_max_steps(MAX_STEPS)
+        .with_size([1280.0, 1000.0])
+        .build_eframe(move |cc| WorkbenchApp::with_state(&cc.egui_ctx, engine, state));
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    assert_eq!(harness.state().scene().input(), "I knock on the lighthouse door.");
+    nav(&harness, "Chat").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.chat().selected() == Some(character.as_str()));
+    harness.run();
+    assert_eq!(harness.state().chat().draft(), "Evening, Ilse.");
+}
+
+/// A round the command line plays in the open scene reaches the Budgets, Injected
+/// memories and Prompt panels without a click (they used to keep showing the round
+/// before), and the Prompt panel's detail moves on to the newest call.
+#[test]
+fn a_round_another_process_plays_reaches_budgets_injections_and_prompt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1000.0);
+    play_first_round(&mut harness);
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.iter().any(|t| t.round == 1)) && !app.memory().injections().is_empty()
+    });
+    nav(&harness, "Prompt").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| !app.prompt().calls().is_empty());
+    harness.run();
+    let newest = harness.state().prompt().calls()[0].id;
+    assert_eq!(harness.state().prompt().selected_call(), Some(newest), "the newest call is shown");
+    let injections = harness.state().memory().injections().to_vec();
+
+    cli_on(dir.path(), &["scene", "round", &scene, "I ask the keeper about the lamp."]);
+    run_until(&mut harness, Duration::from_secs(30), |app| {
+        app.scene().budgets().preview().is_some_and(|p| p.telemetry.iter().any(|t| t.round == 2))
+            && app.memory().injections() != injections.as_slice()
+            && app.prompt().calls().first().is_some_and(|c| c.id != newest)
+    });
+    let prompt = harness.state().prompt();
+    assert_eq!(prompt.selected_call(), prompt.calls().first().map(|c| c.id), "the detail follows to the newest call");
 }

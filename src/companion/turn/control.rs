@@ -35,6 +35,10 @@ pub struct MessageView {
     /// Who the file says wrote it (empty: the exchange's user or the character).
     #[serde(skip)]
     pub speaker: Option<String>,
+    /// When it was sent (RFC 3339): a message read from a chat file keeps its own
+    /// `send_date`; none for the greeting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// The greeting's message id: it is the chat's first message, not an exchange.
@@ -56,6 +60,7 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
             swipe: Some(swipe),
             from_file: false,
             speaker: None,
+            at: None,
         }
     });
     let carried = |t: &ChatTurn, list: Vec<crate::companion::model::CarriedMessage>, mark: char| -> Vec<MessageView> {
@@ -69,6 +74,7 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
                 swipe: None,
                 from_file: true,
                 speaker: Some(m.name).filter(|n| !n.is_empty()),
+                at: Some(m.at),
             })
             .collect()
     };
@@ -85,6 +91,7 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
                 swipe: None,
                 from_file: false,
                 speaker: None,
+                at: Some(t.user_at()),
             });
             all.push(MessageView {
                 id: reply_message_id(&t.id),
@@ -94,6 +101,7 @@ pub fn messages(turns: &[ChatTurn], greeting: Option<(&[String], u32)>) -> Vec<M
                 swipe: Some(t.swipe),
                 from_file: false,
                 speaker: None,
+                at: Some(t.reply_at()),
             });
             all.extend(carried(t, t.carried(), 'a'));
             all

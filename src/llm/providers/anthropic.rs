@@ -32,8 +32,8 @@ pub(crate) struct AnthropicProvider {
 
 impl AnthropicProvider {
     pub fn new(base_url: &str, timeouts: Timeouts, key: Secret) -> Self {
-        let base = base_url.trim_end_matches('/');
-        let url = if base.ends_with("/v1") { format!("{base}/messages") } else { format!("{base}/v1/messages") };
+        let base = crate::llm::providers::http::BaseUrl::parse(base_url);
+        let url = if base.path_ends_with("/v1") { base.join("/messages", None) } else { base.join("/v1/messages", None) };
         Self { http: HttpTransport::new(timeouts, Some(key.clone())), url, key }
     }
 }

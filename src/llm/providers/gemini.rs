@@ -14,15 +14,20 @@ use serde_json::{Map, Value, json};
 pub(crate) struct GeminiProvider {
     http: HttpTransport,
     base_url: String,
+    /// The base with its API version, joined to a model's path before its query.
+    base: crate::llm::providers::http::BaseUrl,
+    /// `/v1beta` when the base names no version, else nothing.
+    version: &'static str,
     key: Secret,
     supports_json_schema: bool,
 }
 
 impl GeminiProvider {
     pub fn new(base_url: &str, timeouts: Timeouts, key: Secret, supports_json_schema: bool) -> Self {
-        let base = base_url.trim_end_matches('/');
-        let base = if base.ends_with("/v1beta") || base.ends_with("/v1") { base.to_string() } else { format!("{base}/v1beta") };
-        Self { http: HttpTransport::new(timeouts, Some(key.clone())), base_url: base, key, supports_json_schema }
+        let base = crate::llm::providers::http::BaseUrl::parse(base_url);
+        let version = if base.path_ends_with("/v1beta") || base.path_ends_with("/v1") { "" } else { "/v1beta" };
+        let base_url = base_url.trim_end_matches('/').to_string();
+        Self { http: HttpTransport::new(timeouts, Some(key.clone())), base_url, base, version, key, supports_json_schema }
     }
 
     fn url(&self, model: &str, stream: bool) -> Result<String, LlmError> {
@@ -30,10 +35,11 @@ impl GeminiProvider {
         if model.is_empty() || model.contains(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace()) {
             return Err(LlmError::Config(format!("{model:?} is not a Gemini model name")));
         }
+        let version = self.version;
         Ok(if stream {
-            format!("{}/models/{model}:streamGenerateContent?alt=sse", self.base_url)
+            self.base.join(&format!("{version}/models/{model}:streamGenerateContent"), Some("alt=sse"))
         } else {
-            format!("{}/models/{model}:generateContent", self.base_url)
+            self.base.join(&format!("{version}/models/{model}:generateContent"), None)
         })
     }
 }

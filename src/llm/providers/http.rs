@@ -414,6 +414,62 @@ pub(crate) fn endpoint_of(url: &str) -> String {
     format!("{scheme}://{host}")
 }
 
+/// A profile's base URL, read so that a path is joined to its path and not to its query.
+/// Azure OpenAI puts the API version in the query (`https://host/openai/deployments/x?api-version=2024-02-01`):
+/// appended to the string, `/chat/completions` landed inside the query's value and the
+/// server answered for the deployment URL, not the endpoint. A base that does not parse
+/// as an http(s) URL is joined as text, as before, and the request says what is wrong.
+#[derive(Debug, Clone)]
+pub(crate) struct BaseUrl(Result<url::Url, String>);
+
+impl BaseUrl {
+    pub(crate) fn parse(base: &str) -> Self {
+        match url::Url::parse(base.trim()) {
+            Ok(mut url) if matches!(url.scheme(), "http" | "https") && !url.cannot_be_a_base() => {
+                // A fragment is never sent, and a path's trailing slash would double.
+                url.set_fragment(None);
+                let path = url.path().trim_end_matches('/').to_string();
+                url.set_path(&path);
+                Self(Ok(url))
+            }
+            _ => Self(Err(base.trim().trim_end_matches('/').to_string())),
+        }
+    }
+
+    /// Whether the base's path ends with `suffix` (an API version such as `/v1`), its
+    /// query aside.
+    pub(crate) fn path_ends_with(&self, suffix: &str) -> bool {
+        match &self.0 {
+            Ok(url) => url.path().trim_end_matches('/').ends_with(suffix),
+            Err(text) => text.ends_with(suffix),
+        }
+    }
+
+    /// The URL of `path` (from its `/`) under the base: the base's query kept after
+    /// the joined path, and `query` (`alt=sse`) added to it.
+    pub(crate) fn join(&self, path: &str, query: Option<&str>) -> String {
+        match &self.0 {
+            Ok(base) => {
+                let mut url = base.clone();
+                let joined = format!("{}/{}", url.path().trim_end_matches('/'), path.trim_start_matches('/'));
+                url.set_path(&joined);
+                if let Some(extra) = query {
+                    let all = match url.query() {
+                        Some(kept) if !kept.is_empty() => format!("{kept}&{extra}"),
+                        _ => extra.to_string(),
+                    };
+                    url.set_query(Some(&all));
+                }
+                url.into()
+            }
+            Err(text) => match query {
+                Some(extra) => format!("{text}/{}?{extra}", path.trim_start_matches('/')),
+                None => format!("{text}/{}", path.trim_start_matches('/')),
+            },
+        }
+    }
+}
+
 /// A duration from a configured number of seconds; nonsense (negative, NaN) becomes a
 /// small positive value rather than a panic.
 pub(crate) fn seconds(secs: f64) -> Duration {
@@ -423,6 +479,21 @@ pub(crate) fn seconds(secs: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_joins_the_base_path_and_the_base_query_follows_it() {
+        let azure = BaseUrl::parse("https://res.openai.azure.com/openai/deployments/gpt4o?api-version=2024-02-01");
+        assert_eq!(azure.join("/chat/completions", None), "https://res.openai.azure.com/openai/deployments/gpt4o/chat/completions?api-version=2024-02-01");
+        assert!(azure.path_ends_with("/gpt4o"));
+        let slash = BaseUrl::parse("http://127.0.0.1:8080/v1/?a=1&b=2");
+        assert!(slash.path_ends_with("/v1"));
+        assert_eq!(slash.join("/models/m:streamGenerateContent", Some("alt=sse")), "http://127.0.0.1:8080/v1/models/m:streamGenerateContent?a=1&b=2&alt=sse");
+        assert_eq!(BaseUrl::parse("http://localhost:11434/v1/").join("/chat/completions", None), "http://localhost:11434/v1/chat/completions");
+        assert_eq!(BaseUrl::parse("https://api.openai.com").join("/v1/messages", None), "https://api.openai.com/v1/messages");
+        assert_eq!(BaseUrl::parse("http://h/x#frag").join("/y", Some("alt=sse")), "http://h/x/y?alt=sse");
+        // Not an http(s) URL: joined as text, as before, for the request to say what is wrong.
+        assert_eq!(BaseUrl::parse("localhost:11434/v1/").join("/chat/completions", None), "localhost:11434/v1/chat/completions");
+    }
 
     #[test]
     fn endpoints_keep_only_scheme_and_authority() {

@@ -11,6 +11,8 @@ use serde_json::{Map, Value, json};
 pub(crate) struct OpenAiProvider {
     http: HttpTransport,
     base_url: String,
+    /// Where requests go: `/chat/completions` under the base, its query kept (Azure's `api-version`).
+    url: String,
     supports_json_schema: bool,
 }
 
@@ -19,6 +21,7 @@ impl OpenAiProvider {
         Self {
             http: HttpTransport::new(timeouts, key),
             base_url: base_url.trim_end_matches('/').to_string(),
+            url: crate::llm::providers::http::BaseUrl::parse(base_url).join("/chat/completions", None),
             supports_json_schema,
         }
     }
@@ -39,9 +42,8 @@ impl Provider for OpenAiProvider {
         if let Some(key) = self.http.secret() {
             headers.push(("authorization", format!("Bearer {}", key.expose())));
         }
-        let url = format!("{}/chat/completions", self.base_url);
         let mut response =
-            self.http.post_json(JsonPost { url: &url, headers, body: &body, stream: request.stream }, ctx.cancel)?;
+            self.http.post_json(JsonPost { url: &self.url, headers, body: &body, stream: request.stream }, ctx.cancel)?;
         let mut reply = ReplyBuilder::default();
         if request.stream && response.is_event_stream() {
             read_stream(&mut response, &mut reply, &ctx).map_err(|e| reply.annotate(e))?;

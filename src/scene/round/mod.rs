@@ -87,7 +87,12 @@ fn fits_every_context(input: Option<&str>, agents: &Agents) -> Result<(), SceneE
 pub fn turn_order(mut acting: Vec<ActingCharacter>) -> Vec<ActingCharacter> {
     acting.sort_by(|a, b| {
         let order = |c: &ActingCharacter| c.order.unwrap_or(u32::MAX);
-        order(a).cmp(&order(b)).then(b.priority.cmp(&a.priority)).then_with(|| a.name.to_lowercase().cmp(&b.name.to_lowercase()))
+        // Those the game master made act come after those the Director picked.
+        order(a)
+            .cmp(&order(b))
+            .then(a.forced.cmp(&b.forced))
+            .then(b.priority.cmp(&a.priority))
+            .then_with(|| a.name.to_lowercase().cmp(&b.name.to_lowercase()))
     });
     acting
 }
@@ -332,7 +337,7 @@ mod tests {
     use super::*;
 
     fn actor(name: &str, priority: i32, order: Option<u32>) -> ActingCharacter {
-        ActingCharacter { name: name.into(), guidance: String::new(), priority, order }
+        ActingCharacter { name: name.into(), guidance: String::new(), priority, order, forced: false }
     }
 
     #[test]
@@ -344,6 +349,8 @@ mod tests {
         check(vec![actor("Bram", 1, None), actor("Ada", 1, None), actor("Cole", 5, None)], &["Cole", "Ada", "Bram"]);
         check(vec![actor("Bram", 9, None), actor("Ada", 0, Some(2)), actor("Cole", 0, Some(1))], &["Cole", "Ada", "Bram"]);
         check(vec![actor("bram", 0, None), actor("Ada", 0, None)], &["Ada", "bram"]);
+        // Asked for by the game master: after the Director's own, whatever their priority.
+        check(vec![ActingCharacter::forced("Ada".into(), String::new()), actor("Bram", -3, None)], &["Bram", "Ada"]);
     }
 
     #[test]

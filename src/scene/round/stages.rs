@@ -482,6 +482,36 @@ fn full_name(view: &SceneView, name: &mut String) {
     }
 }
 
+/// `plan` as it will play: a cast member named to act while absent enters (models often
+/// name someone to act and forget the activation; the game master expects them to come
+/// in, not to vanish), and a name no one of the cast answers to is taken out of the
+/// acting list, recorded as ignored and said as a notice of the round, so neither the
+/// log nor the plan panel says that someone acts who will not.
+fn settle_actors(view: &SceneView, plan: &mut DirectorPlan, ignored: &mut Vec<String>, notices: &mut Vec<String>) {
+    let mut strangers = Vec::new();
+    plan.acting_characters.retain(|a| {
+        let known = view.member_by_name(&a.name).is_some();
+        if !known {
+            strangers.push(a.name.clone());
+        }
+        known
+    });
+    for name in strangers {
+        notices.push(format!("the Director named {name} to act, who is not in the scene's cast: ignored"));
+        ignored.push(format!("{name} (not in the cast)"));
+    }
+    for actor in &plan.acting_characters {
+        let Some(member) = view.member_by_name(&actor.name) else { continue };
+        let entering = plan.activations.iter().any(|a| view.member_by_name(&a.name).is_some_and(|m| m.id == member.id));
+        if !member.active && !entering {
+            plan.activations.push(crate::scene::model::Activation {
+                name: member.name.clone(),
+                entry_guidance: "You come into the scene to act this round.".into(),
+            });
+        }
+    }
+}
+
 /// Director pass 1: who acts, enters and leaves, and the state before anyone acts.
 pub(super) fn director_plan(
     ctx: &Context,
@@ -511,11 +541,9 @@ pub(super) fn director_plan(
     let mut plan: DirectorPlan =
         director_call(agents, "director", fitted, (schema, options, reply), draft, check, false, cancel)?.unwrap_or_default();
     plan_by_full_names(&draft.view, &mut plan);
-    draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
 
     // The game master's word beats the Director's: muted characters do not act, and
     // forced ones do (after those it picked), present or not.
-    let mut plan = plan;
     plan.acting_characters.retain(|a| {
         let silenced = draft.view.member_by_name(&a.name).is_some_and(|m| m.muted);
         if silenced {
@@ -528,27 +556,29 @@ pub(super) fn director_plan(
             draft.record.ignored.push(format!("{name} (forced, but not in the cast)"));
             continue;
         };
-        if !plan.acting_characters.iter().any(|a| draft.view.member_by_name(&a.name).is_some_and(|m| m.id == member.id)) {
-            if !member.active && !plan.activations.iter().any(|a| a.name == member.name) {
-                plan.activations.push(crate::scene::model::Activation {
-                    name: member.name.clone(),
-                    entry_guidance: "The game master brings you into the scene.".into(),
-                });
-            }
-            plan.acting_characters.push(crate::scene::model::ActingCharacter {
+        // Named by the Director too, absent, they still enter: [`settle_actors`] brings
+        // them in, with the game master's word for how.
+        if !member.active && !plan.activations.iter().any(|a| a.name == member.name) {
+            plan.activations.push(crate::scene::model::Activation {
                 name: member.name.clone(),
-                guidance: "The game master asks you to act this round.".into(),
-                priority: i32::MIN,
-                order: None,
+                entry_guidance: "The game master brings you into the scene.".into(),
             });
         }
+        if !plan.acting_characters.iter().any(|a| draft.view.member_by_name(&a.name).is_some_and(|m| m.id == member.id)) {
+            plan.acting_characters
+                .push(crate::scene::model::ActingCharacter::forced(member.name.clone(), "The game master asks you to act this round.".into()));
+        }
     }
+    settle_actors(&draft.view, &mut plan, &mut draft.record.ignored, &mut draft.notices);
+    // What the log and the plan panel show is who will act, not what the Director wrote.
+    draft.emit_decision(ctx, 1, DirectorDecision::Plan(Box::new(plan.clone())));
     // The game master reviews the plan before anyone acts: their version is the plan.
     if draft.review {
         let check = reviewed_check(&draft.view, cast_check(&draft.view, draft.force.is_empty()));
         let mut reviewed = super::review::wait_for_plan(ctx, &draft.scene_id, draft.round, plan.clone(), check, cancel)?;
         // Whoever it names by id or by a first name is named by name from here on.
         plan_by_full_names(&draft.view, &mut reviewed);
+        settle_actors(&draft.view, &mut reviewed, &mut draft.record.ignored, &mut draft.notices);
         if reviewed != plan {
             draft.record.proposed = Some(plan);
         }
