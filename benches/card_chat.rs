@@ -131,10 +131,19 @@ fn main() {
             })
             .expect("state");
         let number = lorekeeper::companion::lore::message_number(history.last().map_or(1, |t| t.seq + 1));
-        let turn_text = lorekeeper::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number: number, variables: None };
+        let (opening, chosen) = records::chat_greetings(&state, &character.card);
+        let turn_text = lorekeeper::companion::lore::TurnText {
+            user: &user.name,
+            history: &history,
+            greeting: opening.get(chosen as usize).map(String::as_str),
+            input: text,
+            persona: Some(user.description.as_str()),
+            message_number: number,
+            generation: lorekeeper::companion::lore::Generation::Normal,
+            variables: None,
+        };
         let mut timers = lorekeeper::lorebook::activation::ActivationState::default();
         let fired = lorekeeper::companion::lore::activate_for_turn(&books, &character, &turn_text, &mut timers, 4096, None, None);
-        let (opening, chosen) = records::chat_greetings(&state, &character.card);
         let packet = packet::assemble(
             &templates,
             &config,

@@ -303,6 +303,9 @@ pub struct PlacedCharacter {
     pub sheet: BTreeMap<String, String>,
     /// The card's tags (lorebook entries' character filters may name them).
     pub tags: Vec<String>,
+    /// The card's creator's notes and Character's Note text, which lore entries may match.
+    pub creator_notes: String,
+    pub depth_prompt: String,
 }
 
 /// The stored override of `id` for one world or campaign, as JSON text.
@@ -372,8 +375,9 @@ pub fn placed(conn: &Connection, id: &str, world_id: &str, campaign_id: &str) ->
             }
         }
     }
-    let tags = card_text(&record).tags;
-    Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet, tags }))
+    let card = card_text(&record);
+    let depth_prompt = card.depth_prompt.map(|d| d.prompt).unwrap_or_default();
+    Ok(Some(PlacedCharacter { id: record.id, base_name: record.name, name, sheet, tags: card.tags, creator_notes: card.creator_notes, depth_prompt }))
 }
 
 /// One character's override for one world or campaign: the sheet fields set there.

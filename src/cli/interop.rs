@@ -182,6 +182,56 @@ pub struct EntryFields {
     pub delay: Option<u32>,
     #[arg(long)]
     pub scan_depth: Option<u32>,
+    /// true, false, or default (the engine's setting).
+    #[arg(long)]
+    pub case_sensitive: Option<String>,
+    /// true, false, or default (the engine's setting).
+    #[arg(long)]
+    pub whole_words: Option<String>,
+    /// Whether `--probability` is rolled at all.
+    #[arg(long)]
+    pub use_probability: Option<bool>,
+    /// Not fired by other entries' content.
+    #[arg(long)]
+    pub exclude_recursion: Option<bool>,
+    /// Its content fires no other entry.
+    #[arg(long)]
+    pub prevent_recursion: Option<bool>,
+    /// Fires only from this recursion level on (0: not delayed).
+    #[arg(long)]
+    pub delay_until_recursion: Option<u32>,
+    /// Weight in its inclusion group's random pick.
+    #[arg(long)]
+    pub group_weight: Option<u32>,
+    /// Wins its inclusion group outright (SillyTavern's "prioritize").
+    #[arg(long)]
+    pub group_override: Option<bool>,
+    /// true, false, or default: pick group members by how many keys matched.
+    #[arg(long)]
+    pub group_scoring: Option<String>,
+    /// Fired by meaning (embedding similarity) as well as keys.
+    #[arg(long)]
+    pub vectorized: Option<bool>,
+    /// Sent even when the lore budget is spent.
+    #[arg(long)]
+    pub ignore_budget: Option<bool>,
+    /// Only for these characters, comma-separated ("" clears).
+    #[arg(long)]
+    pub characters: Option<String>,
+    /// Only for characters with these tags, comma-separated ("" clears).
+    #[arg(long)]
+    pub character_tags: Option<String>,
+    /// The character filter excludes instead.
+    #[arg(long)]
+    pub exclude_characters: Option<bool>,
+    /// Generation types that may fire it, comma-separated: normal, continue, impersonate,
+    /// swipe, regenerate, quiet ("" : all).
+    #[arg(long)]
+    pub triggers: Option<String>,
+    /// Extra texts its keys are matched against, comma-separated: persona, description,
+    /// personality, depth-prompt, scenario, creator-notes ("" : the chat only).
+    #[arg(long = "match")]
+    pub match_sources: Option<String>,
 }
 
 impl EntryFields {
@@ -206,6 +256,22 @@ impl EntryFields {
             cooldown: self.cooldown,
             delay: self.delay,
             scan_depth: self.scan_depth,
+            case_sensitive: self.case_sensitive,
+            whole_words: self.whole_words,
+            use_probability: self.use_probability,
+            exclude_recursion: self.exclude_recursion,
+            prevent_recursion: self.prevent_recursion,
+            delay_until_recursion: self.delay_until_recursion,
+            group_weight: self.group_weight,
+            group_override: self.group_override,
+            group_scoring: self.group_scoring,
+            vectorized: self.vectorized,
+            ignore_budget: self.ignore_budget,
+            characters: self.characters.map(Keys::Line),
+            character_tags: self.character_tags.map(Keys::Line),
+            exclude_characters: self.exclude_characters,
+            triggers: self.triggers.map(Keys::Line),
+            match_sources: self.match_sources.map(Keys::Line),
         }
     }
 }

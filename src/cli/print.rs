@@ -218,8 +218,13 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
             None => writeln!(out, "{id} has no portrait"),
         },
         InteropEvent::Entries { name, entries, changed, .. } => {
-            if let Some((what, n)) = changed {
-                writeln!(out, "{what} entry {n} of {name:?}")?;
+            match changed {
+                // A move names the entry moved and where it went.
+                Some((what, n)) => match what.strip_prefix("moved from ") {
+                    Some(from) => writeln!(out, "moved entry {from} to {n} of {name:?}")?,
+                    None => writeln!(out, "{what} entry {n} of {name:?}")?,
+                },
+                None => {}
             }
             for (n, e) in entries.iter().enumerate() {
                 writeln!(out, "{n:>3}. {}  [{}]  {}, order {}, {:?}", e.label(), e.keys.join(", "), e.strategy(), e.insertion_order, e.position)?;

@@ -64,11 +64,16 @@ pub fn book_ids(conn: &Connection, character_id: &str) -> Result<Vec<(String, Bo
     Ok(out)
 }
 
-/// The lorebooks that fire in a character's chat, loaded (with their library ids).
+/// The lorebooks that fire in a character's chat, loaded (with their library ids). A
+/// card's own book keeps its `token_budget` for export, but it caps nothing here:
+/// SillyTavern ignores a card book's budget (only its global World Info budget applies).
 pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Lorebook)>, StoreError> {
     let mut out = Vec::new();
-    for (id, _) in book_ids(conn, character_id)? {
-        let book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    for (id, source) in book_ids(conn, character_id)? {
+        let mut book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if source == BookSource::Card {
+            book.token_budget = None;
+        }
         out.push((id, book));
     }
     Ok(out)
@@ -106,16 +111,59 @@ pub fn save_state(conn: &Connection, character_id: &str, state: &ActivationState
     Ok(())
 }
 
+/// What kind of draw a chat turn's reply is: entries' `triggers` name these, and a new
+/// draw of the same message rolls probability and inclusion groups anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Generation {
+    /// A reply to a new message.
+    #[default]
+    Normal,
+    /// More of the last reply (`chat continue`): the same rolls as the draw it extends.
+    Continue,
+    /// A new draw of the last reply, kept as a swipe: SillyTavern's regenerate and its
+    /// swipe at once, so entries triggered by either fire. `draw` (1 for the first
+    /// redraw, then one more for each) seeds the new rolls.
+    Regenerate { draw: u32 },
+}
+
+impl Generation {
+    /// The SillyTavern generation types this draw counts as.
+    pub fn triggers(self) -> &'static [&'static str] {
+        match self {
+            Generation::Normal => &["normal"],
+            Generation::Continue => &["continue"],
+            Generation::Regenerate { .. } => &["regenerate", "swipe"],
+        }
+    }
+
+    /// What a new draw mixes into the rolls' seed (0: the message's own rolls).
+    fn reroll(self) -> u64 {
+        match self {
+            Generation::Normal | Generation::Continue => 0,
+            Generation::Regenerate { draw } => u64::from(draw).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        }
+    }
+}
+
 /// The conversation one turn's lore is activated on.
 pub struct TurnText<'a> {
     /// The user's name in this chat.
     pub user: &'a str,
     /// The exchanges before this one, oldest first.
     pub history: &'a [ChatTurn],
+    /// The chat's chosen greeting as written (`None`: none). Scanned as the chat's first
+    /// message while `history` reaches back to the first exchange, as SillyTavern scans
+    /// its chat (the greeting is message 1: the default depth 2 reads it and the user's first message).
+    pub greeting: Option<&'a str>,
     /// The user's new message.
     pub input: &'a str,
+    /// The user's persona description in this chat (`None`: none), for entries that
+    /// match it (`matchPersonaDescription`).
+    pub persona: Option<&'a str>,
     /// This message's number ([`message_number`]): timers count in it.
     pub message_number: u64,
+    /// The kind of draw: entries' triggers and the rolls' seed.
+    pub generation: Generation,
     /// The chat variables before this message, for `{{getvar}}` in keys (what a key's
     /// macros would set is not kept: only the packet's macros change variables).
     pub variables: Option<&'a crate::prompting::macros::Variables>,
@@ -135,7 +183,7 @@ pub fn activate_for_turn(
     if books.iter().all(|(_, b)| b.entries.is_empty()) {
         return ChatLore::default();
     }
-    let TurnText { user, history, input, message_number, variables } = *text;
+    let TurnText { user, history, greeting, input, persona, message_number, generation, variables } = *text;
     let settled: Vec<(&str, usize, std::borrow::Cow<'_, crate::lorebook::LoreEntry>)> = books
         .iter()
         .flat_map(|(id, book)| {
@@ -144,6 +192,18 @@ pub fn activate_for_turn(
         .collect();
     let entries: Vec<ScanEntry<'_>> = settled.iter().map(|(book, index, entry)| ScanEntry { book, index: *index, entry }).collect();
     let mut messages: Vec<String> = Vec::new();
+    let from_the_start = history.first().is_none_or(|t| t.seq <= 1);
+    if let Some(greeting) = greeting.map(str::trim).filter(|g| from_the_start && !g.is_empty()) {
+        // Its macros as the packet fills them (the greeting's own seed, no variables set).
+        let macros = crate::prompting::MacroContext {
+            char: &character.name,
+            user,
+            stable_seed: &character.id,
+            random_seed: Some(crate::prompting::greeting_seed(&character.id)),
+            ..Default::default()
+        };
+        messages.push(format!("{}: {}", character.name, crate::prompting::expand(greeting, &macros).text));
+    }
     for turn in history {
         messages.push(format!("{user}: {}", turn.user_text));
         messages.push(format!("{}: {}", character.name, turn.reply));
@@ -162,9 +222,13 @@ pub fn activate_for_turn(
         similar,
         messages: messages.iter().map(String::as_str).collect(),
         message_number,
+        generation: generation.triggers(),
+        persona_description: persona.map(str::trim).filter(|p| !p.is_empty()),
         character_description: field("description"),
         character_personality: field("personality"),
+        character_depth_prompt: character.card.depth_prompt.as_ref().map(|d| d.prompt.as_str()).filter(|p| !p.trim().is_empty()),
         scenario: field("scenario"),
+        creator_notes: Some(character.card.creator_notes.as_str()).filter(|n| !n.trim().is_empty()),
         character: Some(CharacterRef { name: &character.name, tags: character.card.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
     };
@@ -172,9 +236,11 @@ pub fn activate_for_turn(
     // budget a book sets applies to all, as in scenes.
     let budget = activation::smallest_book_budget(books.iter().map(|(_, b)| b)).map_or(token_budget, |b| b.min(token_budget));
     let mut options = ActivationOptions { scan_depth: SCAN_DEPTH, token_budget: Some(budget), cancel, ..Default::default() };
-    // Rolls (probability, groups) are the same for the same chat and message.
+    // Rolls (probability, groups) are the same for the same chat, message and draw: a
+    // regenerate rolls anew, as a SillyTavern swipe does, and a replay repeats them.
     options.seed = character.id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-        ^ scan.message_number;
+        ^ scan.message_number
+        ^ generation.reroll();
     // Macros in keys stand for this chat's names and values, as in the packet.
     let variables = std::cell::RefCell::new(variables.cloned().unwrap_or_default());
     let macros = crate::prompting::MacroContext {
@@ -207,6 +273,12 @@ pub fn activate_for_turn(
         worth[k] = place;
     }
     let mut out = ChatLore::default();
+    // Lore the activation's budget held back is said, beside the lore that fired.
+    for (i, outcome) in report.outcomes.iter().enumerate() {
+        if let Outcome::Skipped { skip: skip @ activation::SkipReason::Budget { .. } } = outcome {
+            out.notes.push(format!("lore held back: {} ({})", label(i), skip.describe(&label)));
+        }
+    }
     for (rank, activated) in report.activated.iter().enumerate() {
         let Some(entry) = entries.get(activated.index) else { continue };
         let Some(Outcome::Activated { trigger, .. }) = report.outcomes.get(activated.index) else { continue };
@@ -267,7 +339,7 @@ mod tests {
 
     /// The fired entries' names for one message, and the timers after it.
     fn turn(books: &[(String, Lorebook)], input: &str, number: u64, state: &mut ActivationState) -> Vec<String> {
-        let text = TurnText { user: "Ada", history: &[], input, message_number: number, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input, message_number: number, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(books, &character(), &text, state, 4096, None, None);
         lore.hits.iter().map(|h| h.id.clone()).collect()
     }
@@ -282,7 +354,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = TurnText { user: "Ada", history: &[], input: "the quay", message_number: 2, variables: None };
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&[("b".into(), book)], &character(), &text, &mut ActivationState::default(), 4096, None, None);
         // Hits stay in insertion order (ascending), but are worth most by descending order.
         let by_id: Vec<(&str, f32)> = lore.hits.iter().map(|h| (h.text.as_str(), h.score)).collect();
@@ -323,7 +395,7 @@ mod tests {
             file: None,
             user_name: None,
         }];
-        let text = TurnText { user: "Ada", history: &history, input: "An oar in the fog.", message_number: 4, variables: None };
+        let text = TurnText { user: "Ada", history: &history, greeting: None, persona: None, input: "An oar in the fog.", message_number: 4, generation: Generation::Normal, variables: None };
         let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
         let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
         fired.sort_unstable();
@@ -332,11 +404,77 @@ mod tests {
     }
 
     #[test]
+    fn the_greeting_is_scanned_as_the_chat_s_first_message() {
+        let book = Lorebook { entries: vec![entry(1, "citadel", "The Citadel has nine gates.", |_| {})], ..Default::default() };
+        let books = [("b".to_string(), book)];
+        let fire = |greeting: Option<&str>| {
+            let text = TurnText { user: "Ada", history: &[], greeting, persona: None, input: "hi", message_number: 2, generation: Generation::Normal, variables: None };
+            activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.len()
+        };
+        assert_eq!(fire(Some("Welcome to the {{char}} Citadel, {{user}}.")), 1);
+        assert_eq!(fire(None), 0);
+    }
+
+    #[test]
+    fn triggers_follow_the_kind_of_draw_and_a_regenerate_rolls_anew() {
+        let trig = |n: i64, t: &str| entry(n, "lantern", t, |e| e.triggers = vec![t.to_string()]);
+        let book = Lorebook { entries: vec![trig(1, "normal"), trig(2, "continue"), trig(3, "swipe"), trig(4, "regenerate"), trig(5, "quiet")], ..Default::default() };
+        let books = [("b".to_string(), book)];
+        let fired = |generation: Generation| {
+            let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "the lantern", message_number: 2, generation, variables: None };
+            let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
+            let mut out: Vec<String> = lore.hits.iter().map(|h| h.text.clone()).collect();
+            out.sort();
+            out
+        };
+        assert_eq!(fired(Generation::Normal), ["normal"]);
+        assert_eq!(fired(Generation::Continue), ["continue"]);
+        assert_eq!(fired(Generation::Regenerate { draw: 1 }), ["regenerate", "swipe"]);
+
+        // A 50% entry: the first draw's roll repeats, each redraw rolls its own.
+        let coin = Lorebook { entries: vec![entry(1, "coin", "heads", |e| e.probability = 50)], ..Default::default() };
+        let books = [("b".to_string(), coin)];
+        let heads = |generation: Generation| {
+            let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "coin", message_number: 2, generation, variables: None };
+            !activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None).hits.is_empty()
+        };
+        assert_eq!(heads(Generation::Normal), heads(Generation::Continue), "a continuation keeps the draw's rolls");
+        let draws: Vec<bool> = (1..=16).map(|draw| heads(Generation::Regenerate { draw })).collect();
+        assert!(draws.contains(&true) && draws.contains(&false), "redraws roll anew: {draws:?}");
+        assert_eq!(draws, (1..=16).map(|draw| heads(Generation::Regenerate { draw })).collect::<Vec<_>>(), "and repeat on replay");
+    }
+
+    #[test]
+    fn entries_match_the_persona_creator_notes_and_characters_note_when_they_opt_in() {
+        let book = Lorebook {
+            entries: vec![
+                entry(1, "courier", "persona", |e| e.match_sources.persona_description = true),
+                entry(2, "tested", "notes", |e| e.match_sources.creator_notes = true),
+                entry(3, "lighthouse", "depth", |e| e.match_sources.character_depth_prompt = true),
+                entry(4, "courier|tested|lighthouse", "none", |_| {}),
+            ],
+            ..Default::default()
+        };
+        let books = [("b".to_string(), book)];
+        let mut c = character();
+        c.card.creator_notes = "Tested with small models.".into();
+        c.card.depth_prompt = Some(crate::character::DepthPrompt { prompt: "Remember the lighthouse.".into(), depth: 4, role: "system".into() });
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: Some("A courier."), input: "hello", message_number: 2, generation: Generation::Normal, variables: None };
+        let lore = activate_for_turn(&books, &c, &text, &mut ActivationState::default(), 4096, None, None);
+        let mut fired: Vec<&str> = lore.hits.iter().map(|h| h.text.as_str()).collect();
+        fired.sort_unstable();
+        assert_eq!(fired, ["depth", "notes", "persona"]);
+    }
+
+    #[test]
     fn the_smallest_book_budget_applies() {
         let book = |budget: Option<u32>, content: &str| Lorebook { token_budget: budget, entries: vec![entry(1, "quay", content, |_| {})], ..Default::default() };
         let books = [("a".to_string(), book(None, "short")), ("b".to_string(), book(Some(20), &"word ".repeat(40)))];
         let mut state = ActivationState::default();
         assert_eq!(turn(&books, "the quay", 2, &mut state).len(), 1, "book b's 20 tokens hold the short entry, not its own");
+        let text = TurnText { user: "Ada", history: &[], greeting: None, persona: None, input: "the quay", message_number: 2, generation: Generation::Normal, variables: None };
+        let lore = activate_for_turn(&books, &character(), &text, &mut ActivationState::default(), 4096, None, None);
+        assert!(lore.notes.iter().any(|n| n.starts_with("lore held back: E1 (skipped by the lore budget")), "{:?}", lore.notes);
     }
 
     #[test]

@@ -77,6 +77,8 @@ struct Context<'a> {
     history: Vec<String>,
     input: String,
     retry_note: Option<&'a str>,
+    /// What goes in at depth 0: after the user's new message, the chat's last.
+    after_input: Vec<String>,
     /// The Author's Note (with the World Info placed around it) when it goes before or
     /// after the character rather than into the chat.
     note_before: Option<String>,
@@ -158,7 +160,7 @@ pub fn carried(packet: &Packet, hits: &[RetrievalHit]) -> Vec<RetrievalHit> {
 }
 
 /// The XML blocks the templates produce, in order.
-pub(crate) const TAGS: [&str; 14] = [
+pub(crate) const TAGS: [&str; 15] = [
     "system_directive",
     "authors_note",
     "lore_before",
@@ -172,6 +174,7 @@ pub(crate) const TAGS: [&str; 14] = [
     "memory_bank",
     "chat_history",
     "user_input",
+    "after_input",
     "trigger",
 ];
 
@@ -295,7 +298,11 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     let need = |items: &[BudgetItem]| items.iter().map(|i| i.tokens).fold(0u32, u32::saturating_add);
     let input_tokens = tokens::estimate(input.input.trim());
     let shares = [b.persona, b.lore, b.memory, b.examples, b.history, b.input].map(|p| budget(p, max));
-    let needs = [need(&persona_items), need(&lore_items), need(&memory_items), need(&example_items), need(&history_items), input_tokens];
+    // Entries marked `ignore_budget` are sent whatever the lore budget says, and are not
+    // counted against it (SillyTavern always sends them).
+    let unbudgeted: Vec<bool> = lore_items.iter().map(|i| input.lore_places.get(&i.id).is_some_and(|p| p.ignore_budget)).collect();
+    let budgeted_need = lore_items.iter().zip(&unbudgeted).filter(|(_, u)| !**u).map(|(i, _)| i.tokens).fold(0u32, u32::saturating_add);
+    let needs = [need(&persona_items), budgeted_need, need(&memory_items), need(&example_items), need(&history_items), input_tokens];
     let [persona_budget, lore_budget, memory_budget, examples_budget, history_budget, input_budget] =
         <[u32; 6]>::try_from(share_out(&shares, &needs)).unwrap_or(shares);
     let (persona, persona_dropped) = fitted(persona_items, persona_budget, DropPolicy::MostValuableFirst);
@@ -309,7 +316,28 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
             if blocks == 1 { "" } else { "s" }
         )
     });
-    let (keep, lore_dropped) = fit(&mut lore_items, lore_budget, DropPolicy::MostValuableFirst);
+    let mut budgeted: Vec<BudgetItem> = lore_items.iter().zip(&unbudgeted).filter(|(_, u)| !**u).map(|(i, _)| i.clone()).collect();
+    let (fitted_keep, lore_dropped) = fit(&mut budgeted, lore_budget, DropPolicy::MostValuableFirst);
+    let (mut fitted_keep, mut budgeted) = (fitted_keep.into_iter(), budgeted.into_iter());
+    let keep: Vec<bool> = unbudgeted
+        .iter()
+        .zip(lore_items.iter_mut())
+        .map(|(unbudgeted, item)| {
+            if *unbudgeted {
+                return true;
+            }
+            if let Some(fitted) = budgeted.next() {
+                *item = fitted;
+            }
+            fitted_keep.next().unwrap_or(false)
+        })
+        .collect();
+    // The notes said which lore fired: say which of it the lore budget then left out.
+    let lore_note = (!lore_dropped.is_empty()).then(|| {
+        let tokens = lore_dropped.iter().map(|d| d.tokens).fold(0u32, u32::saturating_add);
+        let names: Vec<&str> = lore_dropped.iter().map(|d| d.id.strip_prefix("lore ").unwrap_or(&d.id)).collect();
+        format!("lore left out by the packet's lore budget ({lore_budget} tokens): {} ({tokens} tokens)", names.join("; "))
+    });
     // Each kept entry where its position puts it, as SillyTavern places World Info:
     // before or after the character, around the example dialogue, in the chat at a depth;
     // the author's note's places (a chat here has no author's note) at its usual depth.
@@ -345,7 +373,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
             "assistant" => crate::lorebook::PromptRole::Assistant,
             _ => crate::lorebook::PromptRole::System,
         };
-        let place = crate::lorebook::LorePlace { position: crate::lorebook::InsertionPosition::AtDepth, depth: note.depth, role };
+        let place = crate::lorebook::LorePlace { position: crate::lorebook::InsertionPosition::AtDepth, depth: note.depth, role, ..Default::default() };
         lore_at_depth.push((place, 1, resolve(&note.prompt)));
     }
     // The Author's Note, with the World Info placed above and below it, goes where the
@@ -367,7 +395,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
                         NoteRole::User => PromptRole::User,
                         NoteRole::Assistant => PromptRole::Assistant,
                     };
-                    lore_at_depth.push((LorePlace { position: At::AtDepth, depth: note.depth, role }, 1, joined));
+                    lore_at_depth.push((LorePlace { position: At::AtDepth, depth: note.depth, role, ..Default::default() }, 1, joined));
                 }
                 NotePosition::BeforeCharacter => note_before = Some(joined),
                 NotePosition::AfterCharacter => note_after = Some(joined),
@@ -388,23 +416,33 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
     // Depth N puts an entry N messages from the end of the chat as sent, the user's new
     // message (its own block, after the history) being the last: so N - 1 history
-    // messages follow it (depth 0 can go no later than the history's end). Said as its
-    // role; at one depth in the order they came.
-    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth).then(a.1.cmp(&b.1)));
-    let mut placed: Vec<(usize, String)> = lore_at_depth
-        .into_iter()
-        .map(|(place, _, text)| {
-            let at = history.len().saturating_sub(place.depth.saturating_sub(1) as usize);
-            // Said as its role, never as a line of the user's or the character's: a note
-            // written `[Tamsin]: ...` reads as something Tamsin said (as scenes write it).
-            let who = match place.role {
-                crate::lorebook::PromptRole::User => "user note",
-                crate::lorebook::PromptRole::Assistant => "assistant note",
-                _ => "system note",
-            };
-            (at, format!("[{who}] {text}"))
-        })
-        .collect();
+    // messages follow it, and depth 0 goes after the new message itself (its own block,
+    // as SillyTavern puts depth 0 after the last message). Said as its role; at one depth
+    // by role as SillyTavern orders them (assistant, then user, then system closest to the
+    // end), each role's in the order they came.
+    let role_rank = |role: PromptRole| match role {
+        PromptRole::Assistant => 0,
+        PromptRole::User => 1,
+        _ => 2,
+    };
+    lore_at_depth.sort_by(|a, b| b.0.depth.cmp(&a.0.depth).then(role_rank(a.0.role).cmp(&role_rank(b.0.role))).then(a.1.cmp(&b.1)));
+    let mut after_input = Vec::new();
+    let mut placed: Vec<(usize, String)> = Vec::new();
+    for (place, _, text) in lore_at_depth {
+        // Said as its role, never as a line of the user's or the character's: a note
+        // written `[Tamsin]: ...` reads as something Tamsin said (as scenes write it).
+        let who = match place.role {
+            crate::lorebook::PromptRole::User => "user note",
+            crate::lorebook::PromptRole::Assistant => "assistant note",
+            _ => "system note",
+        };
+        let line = format!("[{who}] {text}");
+        if place.depth == 0 {
+            after_input.push(line);
+        } else {
+            placed.push((history.len().saturating_sub(place.depth.saturating_sub(1) as usize), line));
+        }
+    }
     // Inserted from the last place back, each group in its order, so no insertion moves another.
     placed.sort_by(|a, b| b.0.cmp(&a.0));
     let mut i = 0;
@@ -437,6 +475,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         history,
         input: input.input.trim().to_string(),
         retry_note: input.retry_note,
+        after_input,
         note_before,
         note_after,
     };
@@ -476,6 +515,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     }
     notes.extend(directive_notes);
     notes.extend(examples_note);
+    notes.extend(lore_note);
     notes.extend(note_held);
     Ok(Packet { tokens: tokens::estimate_messages(&messages), messages, blocks, notes, max_context_tokens: input.max_context_tokens, reply_tokens: input.reply_tokens })
 }
@@ -602,7 +642,7 @@ mod tests {
         let history = [exchange(&c, 1, "First question.", "First answer."), exchange(&c, 2, "Second question.", "Second answer.")];
         let lore = [hit("w1", "NOTE-TOP-LORE", 0.9)];
         let places: std::collections::BTreeMap<String, LorePlace> =
-            [("w1".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, depth: 0, role: Default::default() })].into();
+            [("w1".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, depth: 0, role: Default::default(), ..Default::default() })].into();
         let build = |note: &AuthorNote, user_messages: u32| {
             let mut i = input(&c, &[], None);
             i.history = &history;
@@ -756,6 +796,59 @@ mod tests {
         assert!(packet.blocks.iter().all(|b| !b.text.contains("word word")));
     }
 
+    /// An entry marked `ignore_budget` goes in even when the lore budget is spent, and the
+    /// notes say which fired lore the budget left out.
+    #[test]
+    fn ignore_budget_lore_is_always_sent_and_cut_lore_is_named() {
+        use crate::lorebook::LorePlace;
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let long = |tag: &str, n: usize| format!("{tag} {}", "lorem ipsum dolor sit amet ".repeat(n));
+        let lore = [hit("lore HIGH", &long("HIGH-ORDER", 80), 2.0), hit("lore KEEP", &long("IGNORES-BUDGET", 60), 1.5)];
+        let places: std::collections::BTreeMap<String, LorePlace> = [
+            ("lore HIGH".to_string(), LorePlace::default()),
+            ("lore KEEP".to_string(), LorePlace { ignore_budget: true, ..Default::default() }),
+        ]
+        .into();
+        let mut given = input(&c, &[], None);
+        given.lore = &lore;
+        given.lore_places = &places;
+        given.max_context_tokens = 400;
+        let packet = assemble(&templates, &config, given).unwrap();
+        let text = packet.text();
+        assert!(text.contains("IGNORES-BUDGET"), "{text}");
+        let dropped: Vec<&str> = packet.blocks.iter().flat_map(|b| &b.dropped).map(|d| d.id.as_str()).collect();
+        assert!(!dropped.contains(&"lore KEEP"), "{dropped:?}");
+        // The budgeted entry, worth more but too long for what is left, is cut and named.
+        assert!(dropped.contains(&"lore HIGH") && !text.contains("HIGH-ORDER"), "{dropped:?}");
+        assert!(packet.notes.iter().any(|n| n.starts_with("lore left out by the packet's lore budget") && n.contains("HIGH")), "{:?}", packet.notes);
+    }
+
+    /// At one depth, SillyTavern puts the assistant's injections first, then the user's,
+    /// then the system's (closest to the end), each role's in their order.
+    #[test]
+    fn at_one_depth_world_info_is_ordered_by_role_as_sillytavern_does() {
+        use crate::lorebook::{InsertionPosition, LorePlace, PromptRole};
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let c = character();
+        let history = [exchange(&c, 1, "question one", "answer one"), exchange(&c, 2, "question two", "answer two")];
+        let lore = [hit("s1", "SYS-ONE", 2.0), hit("s2", "SYS-TWO", 2.0), hit("u", "USER-ONE", 2.0), hit("a", "ASSISTANT-ONE", 2.0)];
+        let at = |role| LorePlace { position: InsertionPosition::AtDepth, depth: 2, role, ..Default::default() };
+        let places = [("s1".to_string(), at(PromptRole::System)), ("s2".to_string(), at(PromptRole::System)), ("u".to_string(), at(PromptRole::User)), ("a".to_string(), at(PromptRole::Assistant))]
+            .into_iter()
+            .collect();
+        let mut given = input(&c, &[], None);
+        given.history = &history;
+        given.lore = &lore;
+        given.lore_places = &places;
+        let text = assemble(&templates, &config, given).unwrap().text();
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
+        assert!(at("ASSISTANT-ONE") < at("USER-ONE") && at("USER-ONE") < at("SYS-ONE") && at("SYS-ONE") < at("SYS-TWO"), "{text}");
+        assert!(at("question two") < at("ASSISTANT-ONE") && at("SYS-TWO") < at("answer two"), "{text}");
+    }
+
     #[test]
     fn world_info_goes_where_each_entrys_position_says() {
         use crate::lorebook::{InsertionPosition, LorePlace, PromptRole};
@@ -772,15 +865,17 @@ mod tests {
             hit("em-bottom", "LORE-EM-BOTTOM", 2.0),
             hit("an-bottom", "LORE-AN-BOTTOM", 2.0),
             hit("an-top", "LORE-AN", 2.0),
+            hit("last", "LORE-DEPTH-ZERO", 2.0),
         ];
         let places = [
             ("before".to_string(), LorePlace { position: InsertionPosition::BeforeCharacter, ..Default::default() }),
             ("after".to_string(), LorePlace { position: InsertionPosition::AfterCharacter, ..Default::default() }),
-            ("deep".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 2, role: PromptRole::System }),
+            ("deep".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 2, role: PromptRole::System, ..Default::default() }),
             ("em-top".to_string(), LorePlace { position: InsertionPosition::ExamplesTop, ..Default::default() }),
             ("em-bottom".to_string(), LorePlace { position: InsertionPosition::ExamplesBottom, ..Default::default() }),
             ("an-top".to_string(), LorePlace { position: InsertionPosition::AuthorNoteTop, ..Default::default() }),
             ("an-bottom".to_string(), LorePlace { position: InsertionPosition::AuthorNoteBottom, ..Default::default() }),
+            ("last".to_string(), LorePlace { position: InsertionPosition::AtDepth, depth: 0, role: PromptRole::User, ..Default::default() }),
         ]
         .into_iter()
         .collect();
@@ -807,6 +902,9 @@ mod tests {
         // The author's note's places, with no note written: where SillyTavern's default
         // note goes, four messages from the end, its top entries before its bottom ones.
         assert!(at("question two") < at("[system note] LORE-AN\nLORE-AN-BOTTOM") && at("LORE-AN-BOTTOM") < at("answer two"), "{text}");
+        // Depth 0: after the user's new message, the last thing in the chat (SillyTavern).
+        assert!(at("</user_input>") < at("[user note] LORE-DEPTH-ZERO") && at("LORE-DEPTH-ZERO") < at("<trigger>"), "{text}");
+        assert!(packet.block("after_input").is_some_and(|b| b.text.contains("LORE-DEPTH-ZERO")), "{:?}", packet.blocks);
     }
 
     #[test]

@@ -53,6 +53,50 @@ pub struct EntryPatch {
     pub cooldown: Option<u32>,
     pub delay: Option<u32>,
     pub scan_depth: Option<u32>,
+    /// `true`, `false` or `default` (the engine's setting).
+    pub case_sensitive: Option<String>,
+    /// `true`, `false` or `default` (the engine's setting).
+    pub whole_words: Option<String>,
+    /// Whether `probability` is rolled at all.
+    pub use_probability: Option<bool>,
+    /// Not fired by other entries' content.
+    pub exclude_recursion: Option<bool>,
+    /// Its content fires no other entry.
+    pub prevent_recursion: Option<bool>,
+    /// Fires only from this recursion level on (0: not delayed).
+    pub delay_until_recursion: Option<u32>,
+    /// Weight in its inclusion group's random pick.
+    pub group_weight: Option<u32>,
+    /// Wins its inclusion group outright (SillyTavern's "prioritize").
+    pub group_override: Option<bool>,
+    /// `true`, `false` or `default`: pick group members by how many keys matched.
+    pub group_scoring: Option<String>,
+    /// Fired by meaning (embedding similarity) as well as keys.
+    pub vectorized: Option<bool>,
+    /// Sent even when the lore budget is spent.
+    pub ignore_budget: Option<bool>,
+    /// Only for these characters (comma-separated or a list; empty clears).
+    pub characters: Option<EntryKeys>,
+    /// Only for characters with these tags.
+    pub character_tags: Option<EntryKeys>,
+    /// The character filter excludes instead.
+    pub exclude_characters: Option<bool>,
+    /// Generation types that may fire it: `normal`, `continue`, `impersonate`, `swipe`,
+    /// `regenerate`, `quiet` (empty: all).
+    pub triggers: Option<EntryKeys>,
+    /// Extra texts its keys are matched against: `persona`, `description`, `personality`,
+    /// `depth-prompt`, `scenario`, `creator-notes` (empty: the chat only).
+    pub match_sources: Option<EntryKeys>,
+}
+
+/// Words for a setting that may be left to the engine: `true`, `false` or `default`.
+fn tri_state(field: &str, value: &str) -> Result<Option<bool>, String> {
+    match value.trim() {
+        "true" | "yes" => Ok(Some(true)),
+        "false" | "no" => Ok(Some(false)),
+        "default" | "" => Ok(None),
+        other => Err(format!("{field} {other:?}: say true, false or default")),
+    }
 }
 
 impl EntryPatch {
@@ -136,6 +180,63 @@ impl EntryPatch {
         }
         if let Some(v) = self.scan_depth {
             entry.scan_depth = Some(v);
+        }
+        if let Some(v) = &self.case_sensitive {
+            entry.case_sensitive = tri_state("case_sensitive", v)?;
+        }
+        if let Some(v) = &self.whole_words {
+            entry.match_whole_words = tri_state("whole_words", v)?;
+        }
+        if let Some(v) = &self.group_scoring {
+            entry.use_group_scoring = tri_state("group_scoring", v)?;
+        }
+        for (given, slot) in [
+            (self.use_probability, &mut entry.use_probability),
+            (self.exclude_recursion, &mut entry.exclude_recursion),
+            (self.prevent_recursion, &mut entry.prevent_recursion),
+            (self.group_override, &mut entry.group_override),
+            (self.vectorized, &mut entry.vectorized),
+            (self.ignore_budget, &mut entry.ignore_budget),
+            (self.exclude_characters, &mut entry.character_filter.is_exclude),
+        ] {
+            if let Some(v) = given {
+                *slot = v;
+            }
+        }
+        if let Some(v) = self.delay_until_recursion {
+            entry.delay_until_recursion = v;
+        }
+        if let Some(v) = self.group_weight {
+            entry.group_weight = v;
+        }
+        if let Some(v) = self.characters {
+            entry.character_filter.names = v.into_list();
+        }
+        if let Some(v) = self.character_tags {
+            entry.character_filter.tags = v.into_list();
+        }
+        if let Some(v) = self.triggers {
+            let triggers = v.into_list();
+            if let Some(bad) = triggers.iter().find(|t| !crate::lorebook::GENERATION_TRIGGERS.contains(&t.as_str())) {
+                return Err(format!("triggers {bad:?}: say {}", crate::lorebook::GENERATION_TRIGGERS.join(", ")));
+            }
+            entry.triggers = triggers;
+        }
+        if let Some(v) = self.match_sources {
+            let mut sources = crate::lorebook::MatchSources::default();
+            for source in v.into_list() {
+                let slot = match source.as_str() {
+                    "persona" => &mut sources.persona_description,
+                    "description" => &mut sources.character_description,
+                    "personality" => &mut sources.character_personality,
+                    "depth-prompt" => &mut sources.character_depth_prompt,
+                    "scenario" => &mut sources.scenario,
+                    "creator-notes" => &mut sources.creator_notes,
+                    other => return Err(format!("match_sources {other:?}: say persona, description, personality, depth-prompt, scenario or creator-notes")),
+                };
+                *slot = true;
+            }
+            entry.match_sources = sources;
         }
         Ok(())
     }

@@ -335,16 +335,26 @@ pub fn delete_entry(conn: &Connection, lorebook_id: &str, ordinal: usize) -> Res
     Ok(())
 }
 
-/// Move the entry at `from` to position `to` (the others keep their order).
-pub fn move_entry(conn: &Connection, lorebook_id: &str, from: usize, to: usize) -> Result<(), InteropError> {
+/// Move the entry at `from` to position `to` (the others keep their order); returns
+/// where it went (`to`, or the end when `to` is past it). Every entry's `display_index`
+/// becomes its new position, so SillyTavern's editor (its custom sort) shows the order too.
+pub fn move_entry(conn: &Connection, lorebook_id: &str, from: usize, to: usize) -> Result<usize, InteropError> {
     let mut ids = entry_ids(conn, lorebook_id)?;
     if from >= ids.len() {
         return Err(no_entry(lorebook_id, from));
     }
     let id = ids.remove(from);
-    ids.insert(to.min(ids.len()), id);
+    let at = to.min(ids.len());
+    ids.insert(at, id);
     renumber(conn, lorebook_id, &ids)?;
-    Ok(())
+    for (ordinal, mut entry) in load_lorebook(conn, lorebook_id)?.entries.into_iter().enumerate() {
+        let index = i64::try_from(ordinal).unwrap_or(i64::MAX);
+        if entry.display_index != Some(index) {
+            entry.display_index = Some(index);
+            update_entry(conn, lorebook_id, ordinal, &entry)?;
+        }
+    }
+    Ok(at)
 }
 
 /// Copy the entry at `ordinal` to the end of its book, as a new entry of its own (no

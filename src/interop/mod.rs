@@ -248,7 +248,7 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
             entries(ctx, reply, &lorebook, |tx, id| library::duplicate_entry(tx, id, ordinal).map(|n| Some(("duplicated".into(), n))))
         }
         InteropCommand::MoveEntry { lorebook, from, to } => {
-            entries(ctx, reply, &lorebook, |tx, id| library::move_entry(tx, id, from, to).map(|_| Some(("moved".into(), to))))
+            entries(ctx, reply, &lorebook, |tx, id| library::move_entry(tx, id, from, to).map(|at| Some((format!("moved from {from}"), at))))
         }
         InteropCommand::DeleteCharacter { character, confirmed } => match delete_character(ctx, &character, confirmed) {
             Ok(event) => {

@@ -258,11 +258,15 @@ pub struct LorePlace {
     pub position: InsertionPosition,
     pub depth: u32,
     pub role: PromptRole,
+    /// The entry's `ignore_budget`: it goes in whole even when the prompt's lore budget
+    /// is spent, and is not counted against it (SillyTavern sends such entries always).
+    #[serde(default)]
+    pub ignore_budget: bool,
 }
 
 impl LorePlace {
     pub fn of(entry: &LoreEntry) -> Self {
-        Self { position: entry.position, depth: entry.depth, role: entry.role }
+        Self { position: entry.position, depth: entry.depth, role: entry.role, ignore_budget: entry.ignore_budget }
     }
 }
 

@@ -865,7 +865,7 @@ mod tests {
             Section::Lore,
             vec![item("before", "LORE-BEFORE"), item("after", "LORE-AFTER"), item("top", "LORE-TOP"), item("bottom", "LORE-BOTTOM"), item("deep", "LORE-DEPTH")],
         );
-        let place = |position, depth, role| LorePlace { position, depth, role };
+        let place = |position, depth, role| LorePlace { position, depth, role, ..Default::default() };
         let lore_places = [
             ("before", place(InsertionPosition::BeforeCharacter, 4, PromptRole::System)),
             ("after", place(InsertionPosition::AfterCharacter, 4, PromptRole::System)),

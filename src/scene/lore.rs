@@ -117,8 +117,12 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
          SELECT wl.lorebook_id FROM world_lorebooks wl JOIN campaigns c ON c.world_id = wl.world_id WHERE c.id = ?1",
     )?;
     let mut ids: std::collections::BTreeSet<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    // Cards' own books: their `token_budget` caps nothing (SillyTavern ignores it).
+    let mut card_books = std::collections::HashSet::new();
     for character in super::authoring::cast_of(conn, campaign_id)? {
-        ids.extend(crate::interop::library::books_of_character(conn, &character)?);
+        let own = crate::interop::library::books_of_character(conn, &character)?;
+        card_books.extend(own.iter().cloned());
+        ids.extend(own);
         ids.extend(crate::character::lorebooks(conn, &character)?);
     }
     let mut revision = conn.prepare_cached("SELECT revision FROM lorebook_revisions WHERE lorebook_id = ?1")?;
@@ -140,7 +144,10 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
     // Built outside the lock: another campaign's call need not wait half a second.
     let mut books = Vec::new();
     for (id, revision) in &key.1 {
-        let (book, entries) = crate::interop::library::enabled_entries(conn, id)?;
+        let (mut book, entries) = crate::interop::library::enabled_entries(conn, id)?;
+        if card_books.contains(id) {
+            book.token_budget = None;
+        }
         books.push((id.clone(), *revision, book, entries));
     }
     let prepared = Arc::new(PreparedLore::build(books));
@@ -231,6 +238,8 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         persona_description: call.persona,
         character_description: sheet("description"),
         character_personality: sheet("personality"),
+        character_depth_prompt: call.character.map(|c| c.depth_prompt.as_str()).filter(|t| !t.trim().is_empty()),
+        creator_notes: call.character.map(|c| c.creator_notes.as_str()).filter(|t| !t.trim().is_empty()),
         scenario: sheet("scenario").or(call.scenario),
         character: call.character.map(|c| CharacterRef { name: &c.name, tags: c.tags.iter().map(String::as_str).collect() }),
         ..Default::default()
@@ -252,7 +261,7 @@ pub fn activate(lore: &PreparedLore, call: &LoreCall<'_>, state: &mut Activation
         let value = scan.entry.priority.unwrap_or(0) as f64 * 1e6 + scan.entry.insertion_order as f64;
         // Two entries of one label fired by one key keep a place each (see `distinct_id`).
         let id = crate::lorebook::distinct_id(format!("lore {} ({})", label(activated.index), trigger.reason(&label)), |id| out.places.contains_key(id));
-        out.places.insert(id.clone(), LorePlace { position: scan.entry.position, depth: scan.entry.depth, role: scan.entry.role });
+        out.places.insert(id.clone(), LorePlace::of(scan.entry));
         out.items.push(BudgetItem {
             id,
             tokens: count(&content),
@@ -379,6 +388,8 @@ mod tests {
             state: Default::default(),
             muted: false,
             tags,
+            creator_notes: "Tested with small models.".into(),
+            depth_prompt: "Remember the lighthouse.".into(),
         };
         let fired = |m: &CastMember| {
             let call = LoreCall { messages: &chat, message_number: 2, character: Some(m), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None, macros: None };
@@ -386,6 +397,18 @@ mod tests {
         };
         assert_eq!(fired(&member(vec!["clerk".into(), "smuggler".into()])), 1);
         assert_eq!(fired(&member(vec!["clerk".into()])), 0);
+        // Entries that opt in match the card's creator's notes and Character's Note.
+        let lore = prepared(
+            vec![
+                with(entry(1, "tested", "n"), |e| e.match_sources.creator_notes = true),
+                with(entry(2, "lighthouse", "d"), |e| e.match_sources.character_depth_prompt = true),
+                entry(3, "tested", "x"),
+            ],
+            Lorebook::default(),
+        );
+        let call = LoreCall { messages: &chat, message_number: 2, character: Some(&member(Vec::new())), persona: None, scenario: None, scan_depth: 2, budget: None, seed: 7, cancel: None, bank: None, macros: None };
+        let texts: Vec<String> = activate(&lore, &call, &mut ActivationState::default()).items.into_iter().map(|i| i.text).collect();
+        assert_eq!(texts, ["n", "d"]);
     }
 
     #[test]

@@ -375,6 +375,13 @@ pub struct CastMember {
     /// The card's tags, for lorebook entries' character filters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The card's creator's notes and Character's Note: never in a prompt here, but lore
+    /// entries may match them (`matchCreatorNotes`, `matchCharacterDepthPrompt`). Read
+    /// from the card each time the cast is loaded, so never stored with the scene.
+    #[serde(skip)]
+    pub creator_notes: String,
+    #[serde(skip)]
+    pub depth_prompt: String,
 }
 
 impl CastMember {

@@ -185,6 +185,8 @@ pub fn load_view(conn: &Connection, scene_id: &str) -> Result<SceneView, StoreEr
             name: character.name,
             sheet: character.sheet,
             tags: character.tags,
+            creator_notes: character.creator_notes,
+            depth_prompt: character.depth_prompt,
             state,
         });
     }

@@ -19,6 +19,9 @@ struct Draft {
     sticky: String,
     cooldown: String,
     delay: String,
+    /// The character filter's names and tags, comma-separated.
+    characters: String,
+    tags: String,
 }
 
 impl Draft {
@@ -31,6 +34,8 @@ impl Draft {
             sticky: number(entry.sticky),
             cooldown: number(entry.cooldown),
             delay: number(entry.delay),
+            characters: entry.character_filter.names.join(", "),
+            tags: entry.character_filter.tags.join(", "),
             entry: entry.clone(),
         }
     }
@@ -45,6 +50,9 @@ impl Draft {
         entry.sticky = number(&self.sticky);
         entry.cooldown = number(&self.cooldown);
         entry.delay = number(&self.delay);
+        let names = |text: &str| text.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        entry.character_filter.names = names(&self.characters);
+        entry.character_filter.tags = names(&self.tags);
         entry
     }
 }
@@ -274,6 +282,7 @@ impl LoreEditor {
                 }
             });
             field(ui, "Inclusion group", &mut draft.entry.group, "group");
+            egui::CollapsingHeader::new("More settings").id_salt("lore_more").show(ui, |ui| more_settings(ui, draft));
             if ui.button("Save entry").clicked() {
                 save = true;
             }
@@ -283,4 +292,75 @@ impl LoreEditor {
             outbox.push(Command::Interop(InteropCommand::SaveEntry { lorebook: id.to_string(), ordinal: Some(draft.ordinal), entry: Box::new(entry) }));
         }
     }
+}
+
+/// `None`, `Some(true)`, `Some(false)`: a setting left to the engine, or set either way.
+fn tri_state(ui: &mut egui::Ui, label: &str, value: &mut Option<bool>) {
+    let shown = match value {
+        None => "default",
+        Some(true) => "yes",
+        Some(false) => "no",
+    };
+    egui::ComboBox::from_label(label).selected_text(shown).show_ui(ui, |ui| {
+        ui.selectable_value(value, None, "default");
+        ui.selectable_value(value, Some(true), "yes");
+        ui.selectable_value(value, Some(false), "no");
+    });
+}
+
+/// The settings SillyTavern's entry editor has beyond the common ones: matching,
+/// recursion, groups, budget, character filter, triggers and match sources.
+fn more_settings(ui: &mut egui::Ui, draft: &mut Draft) {
+    let e = &mut draft.entry;
+    ui.horizontal(|ui| {
+        tri_state(ui, "Case-sensitive", &mut e.case_sensitive);
+        tri_state(ui, "Whole words", &mut e.match_whole_words);
+        tri_state(ui, "Group scoring", &mut e.use_group_scoring);
+    });
+    ui.horizontal(|ui| {
+        ui.checkbox(&mut e.use_probability, "Use probability");
+        ui.checkbox(&mut e.ignore_budget, "Ignore budget");
+        ui.checkbox(&mut e.vectorized, "Vectorized");
+    });
+    ui.horizontal(|ui| {
+        ui.checkbox(&mut e.exclude_recursion, "Non-recursable");
+        ui.checkbox(&mut e.prevent_recursion, "Prevent further recursion");
+        let l = ui.label("Delay until recursion");
+        ui.add(egui::DragValue::new(&mut e.delay_until_recursion).range(0..=100)).labelled_by(l.id);
+    });
+    ui.horizontal(|ui| {
+        ui.checkbox(&mut e.group_override, "Prioritize in group");
+        let l = ui.label("Group weight");
+        ui.add(egui::DragValue::new(&mut e.group_weight).range(1..=10_000)).labelled_by(l.id);
+    });
+    ui.horizontal(|ui| {
+        let l = ui.label("Only for characters");
+        ui.add(egui::TextEdit::singleline(&mut draft.characters).desired_width(200.0).id_salt("lore_filter_names")).labelled_by(l.id);
+        let l = ui.label("tags");
+        ui.add(egui::TextEdit::singleline(&mut draft.tags).desired_width(140.0).id_salt("lore_filter_tags")).labelled_by(l.id);
+        ui.checkbox(&mut draft.entry.character_filter.is_exclude, "Exclude them instead");
+    });
+    let e = &mut draft.entry;
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Triggers (none: all)");
+        for trigger in crate::lorebook::GENERATION_TRIGGERS {
+            let mut on = e.triggers.iter().any(|t| t == trigger);
+            if ui.checkbox(&mut on, trigger).changed() {
+                e.triggers.retain(|t| t != trigger);
+                if on {
+                    e.triggers.push(trigger.to_string());
+                }
+            }
+        }
+    });
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Also match");
+        let m = &mut e.match_sources;
+        ui.checkbox(&mut m.persona_description, "Persona");
+        ui.checkbox(&mut m.character_description, "Description");
+        ui.checkbox(&mut m.character_personality, "Personality");
+        ui.checkbox(&mut m.scenario, "Scenario");
+        ui.checkbox(&mut m.character_depth_prompt, "Character's Note");
+        ui.checkbox(&mut m.creator_notes, "Creator's notes");
+    });
 }

@@ -893,11 +893,36 @@ fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
     // SillyTavern's codes: position 4 is "at depth", role 1 is "user".
     assert_eq!((gate["position"].as_u64(), gate["depth"].as_u64(), gate["role"].as_u64(), gate["sticky"].as_u64()), (Some(4), Some(2), Some(1), Some(3)), "{gate}");
     assert_eq!(gate["content"], "The gate opens at dawn.", "settings not given are kept");
+    // Every SillyTavern setting can be set from the command line.
+    let all = cli.ok(&[
+        "lorebook", "entry", "add", "river", "--keys", "probe", "--content", "x", "--case-sensitive", "true", "--whole-words", "false", "--use-probability", "false",
+        "--exclude-recursion", "true", "--prevent-recursion", "true", "--delay-until-recursion", "2", "--group", "gates", "--group-weight", "30",
+        "--group-override", "true", "--group-scoring", "true", "--vectorized", "true", "--ignore-budget", "true", "--characters", "Tessa, Bram",
+        "--character-tags", "smuggler", "--exclude-characters", "true", "--triggers", "normal,swipe", "--match", "persona,creator-notes",
+    ]);
+    let set = &entries(&all)[2];
+    for (field, value) in [
+        ("case_sensitive", json!(true)), ("match_whole_words", json!(false)), ("use_probability", json!(false)), ("exclude_recursion", json!(true)),
+        ("prevent_recursion", json!(true)), ("delay_until_recursion", json!(2)), ("group_weight", json!(30)), ("group_override", json!(true)),
+        ("use_group_scoring", json!(true)), ("vectorized", json!(true)), ("ignore_budget", json!(true)), ("triggers", json!(["normal", "swipe"])),
+        ("character_filter", json!({"is_exclude": true, "names": ["Tessa", "Bram"], "tags": ["smuggler"]})),
+    ] {
+        assert_eq!(set[field], value, "{field}: {set}");
+    }
+    assert_eq!((set["match_sources"]["persona_description"].as_bool(), set["match_sources"]["creator_notes"].as_bool()), (Some(true), Some(true)));
+    let refused = cli.run(&["lorebook", "entry", "edit", "river", "2", "--triggers", "sometimes"]).unwrap_err();
+    assert!(refused.contains("triggers") && refused.contains("sometimes"), "{refused}");
+    cli.ok(&["lorebook", "entry", "delete", "river", "2"]);
     let duplicated = cli.ok(&["lorebook", "entry", "duplicate", "river", "1"]);
     assert_eq!(entries(&duplicated)[2]["comment"], "The Gate (copy)");
     let moved = cli.ok(&["lorebook", "entry", "move", "river", "2", "--to", "0"]);
     let labels: Vec<String> = entries(&moved).iter().map(|e| e["comment"].as_str().unwrap().to_string()).collect();
     assert_eq!(labels, ["The Gate (copy)", "The Black Seal", "The Gate"]);
+    // The order reaches SillyTavern's editor as displayIndex; the words name the entry moved.
+    let shown: Vec<Option<i64>> = entries(&moved).iter().map(|e| e["display_index"].as_i64()).collect();
+    assert_eq!(shown, [Some(0), Some(1), Some(2)]);
+    let said = cli.text(&["lorebook", "entry", "move", "river", "2", "--to", "9"]);
+    assert!(said.contains("moved entry 2 to 2 of"), "{said}");
     let deleted = cli.ok(&["lorebook", "entry", "delete", "river", "0"]);
     assert_eq!(entries(&deleted).len(), 2);
 

@@ -666,6 +666,33 @@ fn a_memory_search_is_scoped_to_a_character_by_name() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found: character \"Nobody\""), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A card's own lorebook keeps its `token_budget` for export, but the budget caps nothing
+/// in the chat (SillyTavern ignores it): every entry that fires is sent.
+#[test]
+fn a_card_books_token_budget_caps_no_lore_in_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Tam Reed]: Aye.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let long = "The quay is old and its stones are worn by a century of carts and boots. ".repeat(3);
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Tam Reed", "description": "A ferryman.", "first_mes": "Evening.",
+        "character_book": { "token_budget": 10, "entries": [
+            { "keys": ["quay"], "content": format!("QUAY-ONE {long}"), "enabled": true, "insertion_order": 10, "comment": "One" },
+            { "keys": ["quay"], "content": format!("QUAY-TWO {long}"), "enabled": true, "insertion_order": 20, "comment": "Two" }
+        ] } } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "tam.json").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine
+        .send(Command::Companion(CompanionCommand::Send { character: "Tam Reed".into(), text: "Meet me at the quay.".into(), now: None }))
+        .unwrap();
+    let turn = committed(&until(&engine, ends_turn));
+    let text = turn.packet.text();
+    assert!(text.contains("QUAY-ONE") && text.contains("QUAY-TWO"), "{:?}", turn.packet.notes);
+    assert!(!turn.packet.notes.iter().any(|n| n.starts_with("lore held back")), "{:?}", turn.packet.notes);
+}
+
 /// World Info timers carry across a chat's messages as in SillyTavern: a sticky entry
 /// stays in for its messages after the one that fired it, a cooling-down entry is held
 /// back though its key is there, and a redrawn reply is the same message again — the
@@ -983,7 +1010,9 @@ fn the_authors_note_is_sent_where_and_as_often_as_it_says_and_travels_with_the_c
     let imported = ok(&["chat", "import", theirs.to_str().unwrap(), "--character", ILSE]);
     assert!(imported.contains("Author's Note is this chat's"), "{imported}");
     let (_, user, _) = sent("Why whisper?");
-    assert!(user.contains("[assistant note] Speak softly.\n</chat_history>"), "depth 0, as the assistant:\n{user}");
+    // Depth 0: after the user's new message, the chat's very end (SillyTavern).
+    let at = |needle: &str| user.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{user}"));
+    assert!(at("</user_input>") < at("<after_input>\n[assistant note] Speak softly.\n</after_input>"), "depth 0, as the assistant:\n{user}");
     // Removed: not sent, and not in the next export either.
     ok(&["chat", "note", "--character", ILSE, "--clear"]);
     assert!(!sent("Can I speak up?").1.contains("Speak softly"));

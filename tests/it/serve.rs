@@ -1677,7 +1677,8 @@ fn a_chats_authors_note_is_written_read_and_removed_over_http() {
         turn["packet"]["messages"][1]["content"].as_str().unwrap_or_else(|| panic!("{turn}")).to_string()
     };
     assert!(!send("Is the kettle on?").contains("hums"));
-    assert!(send("Did the ferry come?").contains("[system note] Ilse Marrow hums while she works.\n</chat_history>"));
+    // Depth 0: after the user's new message (SillyTavern's depth 0, the chat's end).
+    assert!(send("Did the ferry come?").contains("<after_input>\n[system note] Ilse Marrow hums while she works.\n</after_input>"));
     for (bad, field) in [(json!({ "text": "x", "role": "narrator" }), "role"), (json!({ "text": "x", "positon": "before" }), "positon"), (json!({ "depth": 2 }), "text")] {
         let (status, refused) = send_as(&agent, "put", &url, Some(&bad.to_string()));
         assert_eq!(status, 400, "{refused}");

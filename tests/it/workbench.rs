@@ -1184,7 +1184,8 @@ fn a_lorebook_entry_is_edited_and_tested_in_the_library_panel() {
         "content": "The old weir drowned in the spring flood.", "constant": false, "selective": false, "order": 100, "position": 0,
         "disable": false, "probability": 100 } } });
     lorekeeper::interop::library::import_bytes(&engine.context().store, book.to_string().as_bytes(), "river-lore").expect("import");
-    let mut harness = harness(engine, 900.0);
+    // Tall enough for the entry form with its "More settings" open.
+    let mut harness = harness(engine, 1600.0);
     harness.run();
     nav(&harness, "Library").click();
     run_until(&mut harness, Duration::from_secs(20), |app| !app.library().lorebooks().is_empty());
@@ -1201,6 +1202,23 @@ fn a_lorebook_entry_is_edited_and_tested_in_the_library_panel() {
     harness.run();
     harness.get_by_label("Save entry").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().entries()[0].keys == ["weir", "sluice"]);
+    harness.run();
+    // SillyTavern's other settings are under "More settings": ignore the budget, fire only on a swipe.
+    harness.get_by_label("More settings").click();
+    harness.run();
+    harness.get_by_label("Ignore budget").click();
+    harness.run();
+    harness.get_by_label("swipe").click();
+    harness.run();
+    harness.get_by_label("Save entry").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().entries()[0].ignore_budget);
+    harness.run();
+    assert_eq!(harness.state().library().lore_editor().entries()[0].triggers, ["swipe"]);
+    // Back to firing on every generation, for the test below.
+    harness.get_by_label("swipe").click();
+    harness.run();
+    harness.get_by_label("Save entry").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.library().lore_editor().entries()[0].triggers.is_empty());
     harness.run();
     // Add a second entry, then ask why each fires on a text.
     harness.get_by_label("Add entry").click();

@@ -197,7 +197,12 @@ pub fn redraw(
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
-    let prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text, Some(&last), cancel)?;
+    // A regenerate is the message's next draw (1 for the first redraw): its rolls are new.
+    let generation = match mode {
+        Redraw::Swipe => crate::companion::lore::Generation::Regenerate { draw: u32::try_from(last.swipes.len().max(1)).unwrap_or(u32::MAX) },
+        Redraw::Continue => crate::companion::lore::Generation::Continue,
+    };
+    let prepared = prepare(ctx, &bank, character, &config.companion, &last.user_text, Some(&last), generation, cancel)?;
     let now = chrono::DateTime::parse_from_rfc3339(&last.at).map(|t| t.with_timezone(&chrono::Utc)).unwrap_or_else(|_| chrono::Utc::now());
     let continuing = match mode {
         Redraw::Swipe => None,

@@ -101,7 +101,7 @@ pub fn send(
     let profile = config.profile_for_role("companion").map_err(|e| CompanionError::Invalid(e.to_string()))?.clone();
     let agent = Agent { client: LlmClient::from_profile(&profile, Some(&ctx.store))?.for_agent("companion"), profile, templates: PromptTemplates::shipped()? };
     let bank = crate::memory::bank_for(ctx)?;
-    let prepared = prepare(ctx, &bank, character, &config.companion, text, None, cancel)?;
+    let prepared = prepare(ctx, &bank, character, &config.companion, text, None, crate::companion::lore::Generation::Normal, cancel)?;
     // The message as sent, its macros filled in.
     let input = prepared.input.clone();
     let draft = TurnDraft { character, config: config.companion, text: &input, now, prepared, continuing: None };

@@ -179,7 +179,8 @@ const WORLD_INFO_TOKENS: u32 = 4096;
 
 /// Everything before the first LLM call: state, history, lore indexing, the message's
 /// embedding, proximity and retrieval. `redo` is the last exchange when its reply is
-/// drawn again: it is not its own history, and its message keeps its number.
+/// drawn again: it is not its own history, and its message keeps its number;
+/// `generation` says which kind of draw this is (World Info triggers and rolls).
 pub fn prepare(
     ctx: &Context,
     bank: &MemoryBank,
@@ -187,6 +188,7 @@ pub fn prepare(
     config: &CompanionConfig,
     text: &str,
     redo: Option<&ChatTurn>,
+    generation: crate::companion::lore::Generation,
     cancel: &crate::llm::CancelToken,
 ) -> Result<Prepared, CompanionError> {
     let (state, user, recent, message_number, user_messages, mut lore_state, mut variables) = ctx.store.with(|c| {
@@ -294,8 +296,17 @@ pub fn prepare(
             vec![0.0; texts.len()]
         })
     };
-    let turn_text =
-        crate::companion::lore::TurnText { user: &user.name, history: &history, input: text, message_number, variables: Some(&variables) };
+    let (greetings, chosen) = records::chat_greetings(&state, &character.card);
+    let turn_text = crate::companion::lore::TurnText {
+        user: &user.name,
+        history: &history,
+        greeting: greetings.get(chosen as usize).map(String::as_str),
+        input: text,
+        persona: Some(user.description.as_str()),
+        message_number,
+        generation,
+        variables: Some(&variables),
+    };
     let fired = crate::companion::lore::activate_for_turn(
         &books,
         character,

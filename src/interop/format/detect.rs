@@ -15,6 +15,10 @@ pub enum DocumentKind {
     WorldInfo,
     LorebookV3,
     CharacterBook,
+    /// A NovelAI lorebook, converted to World Info as SillyTavern imports it.
+    NovelAi,
+    /// An Agnai memory book, converted to World Info as SillyTavern imports it.
+    AgnaiMemory,
 }
 
 impl DocumentKind {
@@ -25,6 +29,8 @@ impl DocumentKind {
             DocumentKind::WorldInfo => "SillyTavern World Info".into(),
             DocumentKind::LorebookV3 => "lorebook_v3".into(),
             DocumentKind::CharacterBook => "character book".into(),
+            DocumentKind::NovelAi => "NovelAI lorebook (converted to World Info)".into(),
+            DocumentKind::AgnaiMemory => "Agnai memory book (converted to World Info)".into(),
         }
     }
 }
@@ -100,6 +106,18 @@ pub fn parse_json_document(json: Value, from_png: bool) -> Result<Parsed, Format
     let Value::Object(map) = &json else {
         return Err(FormatError::NotRecognised(format!("the JSON is {}, not an object", super::fields::kind(&json))));
     };
+    // Other front ends' books, converted to World Info as SillyTavern's importer does
+    // (their array of entries would otherwise read as a character book's, losing text).
+    if let Some(foreign) = super::foreign::recognise(map).filter(|_| !from_png) {
+        let converted = super::foreign::to_world_info(map, foreign)?;
+        let book = world_info::decode_world_info(converted.clone())?;
+        let (kind, lost) = match foreign {
+            super::foreign::Foreign::NovelAi => (DocumentKind::NovelAi, "NovelAI's context settings but the budget priority (now the order)"),
+            super::foreign::Foreign::Agnai => (DocumentKind::AgnaiMemory, "Agnai's priority (the weight is now the order)"),
+        };
+        let warnings = vec![format!("converted to World Info as SillyTavern imports it; left out: {lost}")];
+        return Ok(Parsed { kind, document: Document::Lorebook(Box::new(book)), json: converted, warnings });
+    }
     let spec = map.get("spec").and_then(Value::as_str);
     let looks_v1 = map.get("name").is_some_and(Value::is_string)
         && ["description", "personality", "first_mes", "mes_example", "scenario"].iter().any(|k| map.get(*k).is_some_and(Value::is_string));
@@ -158,6 +176,22 @@ mod tests {
         assert!(matches!(kind(json!({"hello": 1})), Err(FormatError::NotRecognised(_))));
         assert!(matches!(kind(json!([1, 2])), Err(FormatError::NotRecognised(_))));
         assert!(parse_json_document(json!({"entries": {}}), true).is_err());
+    }
+
+    #[test]
+    fn novelai_and_agnai_books_import_with_their_keys_and_text() {
+        let read = |v: Value| match parse_json_document(v, false).unwrap() {
+            Parsed { kind, document: Document::Lorebook(book), .. } => (kind, *book),
+            other => panic!("{other:?}"),
+        };
+        let (kind, book) = read(json!({"lorebookVersion": 5, "entries": [{"text": "Black glass.", "keys": ["citadel"], "displayName": "Citadel"}]}));
+        assert_eq!(kind, DocumentKind::NovelAi);
+        assert_eq!((book.entries[0].keys.clone(), book.entries[0].content.as_str()), (vec!["citadel".to_string()], "Black glass."));
+        let (kind, book) = read(json!({"kind": "memory", "name": "Book", "entries": [{"name": "C", "entry": "Black glass.", "keywords": ["citadel"], "weight": 5}]}));
+        assert_eq!(kind, DocumentKind::AgnaiMemory);
+        assert_eq!(book.name.as_deref(), Some("Book"));
+        assert_eq!((book.entries[0].keys.clone(), book.entries[0].content.as_str()), (vec!["citadel".to_string()], "Black glass."));
+        assert_eq!(book.entries[0].insertion_order, 5);
     }
 
     #[test]

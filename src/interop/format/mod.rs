@@ -9,6 +9,7 @@ pub mod book;
 pub mod card;
 pub mod detect;
 pub mod fields;
+pub mod foreign;
 pub mod png;
 pub mod preserve;
 pub mod world_info;

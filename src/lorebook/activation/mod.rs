@@ -80,8 +80,10 @@ pub struct ScanInput<'a> {
     pub character_depth_prompt: Option<&'a str>,
     pub scenario: Option<&'a str>,
     pub creator_notes: Option<&'a str>,
-    /// Generation type checked against entries' `triggers` (`None` counts as `normal`).
-    pub generation: Option<&'a str>,
+    /// Generation types checked against entries' `triggers`: an entry naming any of them
+    /// may fire (empty counts as `normal`). More than one when a front door's action is
+    /// several of SillyTavern's at once (a regenerate kept as a swipe is both).
+    pub generation: &'a [&'a str],
     /// `None`: character filters are not applied.
     pub character: Option<CharacterRef<'a>>,
     /// Positions (in the entries slice) activated from outside, e.g. by the Director:

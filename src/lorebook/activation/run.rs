@@ -274,9 +274,9 @@ impl<'r> Run<'r> {
         if forced {
             return Pre::Fire(Trigger::Forced);
         }
-        let generation = self.input.generation.unwrap_or("normal");
-        if !e.triggers.is_empty() && !e.triggers.iter().any(|t| t.trim().eq_ignore_ascii_case(generation)) {
-            return Pre::Skip(SkipReason::Trigger { generation: generation.to_string() });
+        let generation: &[&str] = if self.input.generation.is_empty() { &["normal"] } else { self.input.generation };
+        if !e.triggers.is_empty() && !e.triggers.iter().any(|t| generation.iter().any(|g| t.trim().eq_ignore_ascii_case(g))) {
+            return Pre::Skip(SkipReason::Trigger { generation: generation.join("/") });
         }
         if let Some(character) = &self.input.character
             && !passes_filter(e, character)

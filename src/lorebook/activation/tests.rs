@@ -222,7 +222,7 @@ fn constant_disabled_keyless_decorators_triggers_filters_and_forced() {
         "forced",
         "disabled",
     ]);
-    let input = ScanInput { generation: Some("continue"), character: Some(CharacterRef { name: "mira", tags: vec![] }), ..input };
+    let input = ScanInput { generation: &["continue"], character: Some(CharacterRef { name: "mira", tags: vec![] }), ..input };
     let (_, got) = run_with(&entries[6..9], &input, &mut ActivationState::default(), &ActivationOptions::default());
     assert_eq!(got, ["key gate", "key gate", "key gate"]);
 }
