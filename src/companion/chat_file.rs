@@ -184,7 +184,7 @@ fn exchange(user: Map<String, Value>, reply: Map<String, Value>) -> FileExchange
     }
     // The shown text is the chosen swipe.
     swipes[swipe as usize] = reply_text.clone();
-    let at = user.get("send_date").and_then(send_date);
+    let at = user.get("send_date").and_then(super::model::send_date);
     FileExchange {
         user_text: text(&user),
         reply: reply_text,
@@ -195,40 +195,6 @@ fn exchange(user: Map<String, Value>, reply: Map<String, Value>) -> FileExchange
     }
 }
 
-/// A message's `send_date` as RFC 3339, when it is one of the forms SillyTavern has
-/// written: an RFC 3339 time, epoch milliseconds (a number, or digits as text),
-/// `November 23, 2026 2:08pm`, or `2026-11-23 @14h 08m 37s 123ms`. The file's own text
-/// is what goes back out on export; this is only how it is read and shown.
-pub fn send_date(value: &Value) -> Option<String> {
-    use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
-    let rfc = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    if let Some(ms) = value.as_i64() {
-        return Utc.timestamp_millis_opt(ms).single().map(rfc);
-    }
-    let text = value.as_str()?.trim();
-    if let Some(ms) = text.parse::<i64>().ok().filter(|_| text.len() >= 10) {
-        return Utc.timestamp_millis_opt(ms).single().map(rfc);
-    }
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Some(rfc(t.with_timezone(&Utc)));
-    }
-    let lower = text.to_lowercase();
-    for format in ["%B %d, %Y %I:%M%P", "%B %d, %Y %I:%M %P", "%B %e, %Y %l:%M%P", "%B %e, %Y %l:%M %P"] {
-        if let Ok(t) = NaiveDateTime::parse_from_str(&lower, format) {
-            return Some(rfc(t.and_utc()));
-        }
-    }
-    // `2026-11-23 @14h 08m 37s 123ms` (the milliseconds are optional).
-    let cleaned: String = text.replace(['@', 'h', 'm', 's'], " ");
-    let parts: Vec<&str> = cleaned.split_whitespace().collect();
-    if parts.len() >= 4 {
-        let joined = format!("{} {}:{}:{}", parts[0], parts[1], parts[2], parts[3]);
-        if let Ok(t) = NaiveDateTime::parse_from_str(&joined, "%Y-%m-%d %H:%M:%S") {
-            return Some(rfc(t.and_utc()));
-        }
-    }
-    None
-}
 
 /// One exchange as it is written out: its stored objects (if it came from a file) with
 /// the text Lorekeeper holds now, or new objects.
@@ -353,6 +319,7 @@ pub fn render(chat: &ExportChat<'_>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::send_date;
     use super::*;
 
     /// A chat as SillyTavern writes one: a header, a greeting with alternates, two

@@ -323,7 +323,7 @@ impl ChatTurn {
     }
 
     fn file_date(&self, key: &str) -> Option<String> {
-        self.file.as_ref()?.get(key)?.get("send_date").and_then(super::chat_file::send_date)
+        self.file.as_ref()?.get(key)?.get("send_date").and_then(send_date)
     }
 
     fn carried_in(&self, key: &str) -> Vec<CarriedMessage> {
@@ -337,7 +337,7 @@ impl ChatTurn {
                 let name = o.get("name").and_then(serde_json::Value::as_str).map(str::trim).unwrap_or("").to_string();
                 let user = o.get("is_user").and_then(serde_json::Value::as_bool).unwrap_or(false);
                 // Its own time, or the exchange's when the file gives none readable.
-                let at = o.get("send_date").and_then(super::chat_file::send_date).unwrap_or_else(|| self.at.clone());
+                let at = o.get("send_date").and_then(send_date).unwrap_or_else(|| self.at.clone());
                 (!text.is_empty()).then(|| CarriedMessage { name, user, text: text.to_string(), at })
             })
             .collect()
@@ -398,4 +398,39 @@ mod tests {
         assert_eq!(AuthorNote::from_chat_metadata(&serde_json::json!({ "note_prompt": 7 })), None);
         assert_eq!(AuthorNote::from_chat_metadata(&serde_json::Value::Null), None);
     }
+}
+
+/// A message's `send_date` as RFC 3339, when it is one of the forms SillyTavern has
+/// written: an RFC 3339 time, epoch milliseconds (a number, or digits as text),
+/// `November 23, 2026 2:08pm`, or `2026-11-23 @14h 08m 37s 123ms`. The file's own text
+/// is what goes back out on export; this is only how it is read and shown.
+pub(crate) fn send_date(value: &serde_json::Value) -> Option<String> {
+    use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+    let rfc = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    if let Some(ms) = value.as_i64() {
+        return Utc.timestamp_millis_opt(ms).single().map(rfc);
+    }
+    let text = value.as_str()?.trim();
+    if let Some(ms) = text.parse::<i64>().ok().filter(|_| text.len() >= 10) {
+        return Utc.timestamp_millis_opt(ms).single().map(rfc);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(rfc(t.with_timezone(&Utc)));
+    }
+    let lower = text.to_lowercase();
+    for format in ["%B %d, %Y %I:%M%P", "%B %d, %Y %I:%M %P", "%B %e, %Y %l:%M%P", "%B %e, %Y %l:%M %P"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(&lower, format) {
+            return Some(rfc(t.and_utc()));
+        }
+    }
+    // `2026-11-23 @14h 08m 37s 123ms` (the milliseconds are optional).
+    let cleaned: String = text.replace(['@', 'h', 'm', 's'], " ");
+    let parts: Vec<&str> = cleaned.split_whitespace().collect();
+    if parts.len() >= 4 {
+        let joined = format!("{} {}:{}:{}", parts[0], parts[1], parts[2], parts[3]);
+        if let Ok(t) = NaiveDateTime::parse_from_str(&joined, "%Y-%m-%d %H:%M:%S") {
+            return Some(rfc(t.and_utc()));
+        }
+    }
+    None
 }
