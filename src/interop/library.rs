@@ -94,6 +94,16 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
         if let Err(problem) = crate::lorebook::activation::check_entry(entry) {
             warnings.push(format!("lore entry {i} ({}): {problem}; kept as it came, fix it in the entry editor", entry.label()));
         }
+        // SillyTavern's tag ids name tags only in its own settings: said, so the user can
+        // choose the tags again by name (see `lorebook::CharacterFilter`).
+        if entry.filter_as_read().tags_as_read {
+            let how = if entry.character_filter.is_exclude { "fires for every character here" } else { "fires for no character here" };
+            warnings.push(format!(
+                "lore entry {i} ({}): its character filter names SillyTavern tag ids ({}), which no character here carries (tags here are names), so it {how}; choose the tags by name in the entry editor",
+                entry.label(),
+                entry.character_filter.tags.join(", ")
+            ));
+        }
     }
     store.transaction(|tx| match parsed.document {
         Document::Card(parsed_card) => {

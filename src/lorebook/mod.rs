@@ -466,6 +466,28 @@ pub struct MatchSources {
 }
 
 /// Restricts an entry to (or, with `is_exclude`, away from) characters and tags.
+///
+/// What the lists hold depends on who wrote them, and so does how they match.
+/// SillyTavern writes a character's avatar file name (without `.png`) in `names` and a
+/// tag's id in `tags` (a UUID, or a number in older versions; the tag's name lives only in
+/// SillyTavern's own settings, beside the map of which character has which tag), and it
+/// matches both exactly. Lorekeeper has no tag ids: a card brings its tags as names
+/// (`data.tags`, kept on the card as they came) and a person types names into the entry
+/// editor, so a character's tag names are its tag identities here, and its name stands
+/// for its file name. Hence:
+///
+/// - a list as SillyTavern wrote it (unchanged since the import, see
+///   [`LoreEntry::filter_as_read`]) matches exactly, as SillyTavern does: its tag ids
+///   never equal a tag name, so an entry kept to tags by id stays out for every character
+///   here and one kept away from them fires for every character — what SillyTavern does
+///   for a character that has none of those tags (the import says so, and the entry editor
+///   is where to choose the tags again by name), while a book written here and brought
+///   back through SillyTavern's format still matches its names;
+/// - a list written here (by the editor, the CLI or HTTP, or any list changed since the
+///   import) holds names and matches them with case and outer spaces aside.
+///
+/// Exported, both go out as they are: SillyTavern matches the names written here only
+/// when they are its file names and tag ids, which it alone knows.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CharacterFilter {
@@ -474,9 +496,72 @@ pub struct CharacterFilter {
     pub tags: Vec<String>,
 }
 
+/// Which of a character filter's lists stand as SillyTavern wrote them (exact matching)
+/// rather than as written here (names, case aside). See [`CharacterFilter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FilterOrigin {
+    pub names_as_read: bool,
+    pub tags_as_read: bool,
+}
+
 impl CharacterFilter {
     pub fn is_empty(&self) -> bool {
         !self.is_exclude && self.names.is_empty() && self.tags.is_empty()
+    }
+
+    /// Whether the character called `name` with the tags `tags` passes: the names, then
+    /// the tags, each required (or, with `is_exclude`, refused) when the list has any.
+    pub fn admits(&self, origin: FilterOrigin, name: &str, tags: &[&str]) -> bool {
+        let same = |exact: bool, a: &str, b: &str| if exact { a == b } else { a.trim().eq_ignore_ascii_case(b.trim()) };
+        if !self.names.is_empty() {
+            let named = self.names.iter().any(|n| same(origin.names_as_read, n, name));
+            if named == self.is_exclude {
+                return false;
+            }
+        }
+        if !self.tags.is_empty() {
+            let tagged = self.tags.iter().any(|t| tags.iter().any(|c| same(origin.tags_as_read, t, c)));
+            if tagged == self.is_exclude {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl LoreEntry {
+    /// Which lists of the character filter are exactly those of the document the entry
+    /// was read from in SillyTavern's shapes (World Info's `characterFilter`, a character
+    /// book's `extensions.character_filter`): those hold SillyTavern's file names and tag
+    /// ids. A list edited since, or an entry written here, holds names.
+    pub fn filter_as_read(&self) -> FilterOrigin {
+        let Some(source) = &self.source else { return FilterOrigin::default() };
+        let filter = match source.format {
+            SourceFormat::WorldInfo => source.json.get("characterFilter"),
+            SourceFormat::CharacterBook | SourceFormat::LorebookV3 => {
+                source.json.get("extensions").and_then(|x| x.get("character_filter"))
+            }
+        };
+        let Some(filter) = filter else { return FilterOrigin::default() };
+        // As the import reads a list: text kept, numbers as text, nulls skipped.
+        let list = |key: &str| -> Option<Vec<String>> {
+            let items = filter.get(key)?.as_array()?;
+            Some(
+                items
+                    .iter()
+                    .filter_map(|v| match v {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .collect(),
+            )
+        };
+        let cf = &self.character_filter;
+        FilterOrigin {
+            names_as_read: !cf.names.is_empty() && list("names").as_ref() == Some(&cf.names),
+            tags_as_read: !cf.tags.is_empty() && list("tags").as_ref() == Some(&cf.tags),
+        }
     }
 }
 

@@ -61,7 +61,10 @@ pub fn book_entries<'a>(book: &'a str, lorebook: &'a Lorebook) -> Vec<ScanEntry<
 /// The character whose prompt is being built, for entries' character filters.
 #[derive(Debug, Clone, Default)]
 pub struct CharacterRef<'a> {
+    /// Its name, which stands for SillyTavern's avatar file name.
     pub name: &'a str,
+    /// Its card's tags, names: Lorekeeper has no other tag ids
+    /// ([`crate::lorebook::CharacterFilter`]).
     pub tags: Vec<&'a str>,
 }
 

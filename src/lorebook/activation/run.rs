@@ -596,22 +596,15 @@ fn source_enabled(source: Source, sources: &MatchSources) -> bool {
     }
 }
 
-/// SillyTavern's character filter: names, then tags, each either required or excluded.
+/// SillyTavern's character filter: names, then tags, each either required or excluded,
+/// matched exactly as SillyTavern wrote them or by name as written here
+/// ([`crate::lorebook::CharacterFilter`]).
 fn passes_filter(e: &LoreEntry, character: &super::CharacterRef<'_>) -> bool {
     let filter = &e.character_filter;
-    if !filter.names.is_empty() {
-        let named = filter.names.iter().any(|n| n.trim().eq_ignore_ascii_case(character.name.trim()));
-        if named == filter.is_exclude {
-            return false;
-        }
+    if filter.names.is_empty() && filter.tags.is_empty() {
+        return true;
     }
-    if !filter.tags.is_empty() {
-        let tagged = filter.tags.iter().any(|t| character.tags.iter().any(|c| c.trim().eq_ignore_ascii_case(t.trim())));
-        if tagged == filter.is_exclude {
-            return false;
-        }
-    }
-    true
+    filter.admits(e.filter_as_read(), character.name, &character.tags)
 }
 
 fn set_timer(state: &mut ActivationState, se: &ScanEntry<'_>, now: u64) {

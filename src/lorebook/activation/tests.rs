@@ -180,6 +180,52 @@ fn secondary_keys_follow_selective_logic() {
     check(&entries, &["the king alone"], &o, &["no match"; 5]);
 }
 
+/// SillyTavern's filter holds tag ids and avatar file names and matches them exactly; a
+/// filter written here holds names and matches them case aside (`CharacterFilter`).
+#[test]
+fn a_character_filter_from_sillytavern_matches_ids_exactly_and_one_written_here_by_name() {
+    let doc = serde_json::json!({"entries": {
+        "0": {"uid": 0, "key": ["gate"], "content": "only tagged", "characterFilter": {"isExclude": false, "names": [], "tags": ["villain"]}},
+        "1": {"uid": 1, "key": ["gate"], "content": "never tagged", "characterFilter": {"isExclude": true, "names": [], "tags": ["5b1c2a9e-0d7e-4c1f-9a44-1f0e2f3a4b5c"]}},
+        "2": {"uid": 2, "key": ["gate"], "content": "only tagged by id", "characterFilter": {"isExclude": false, "names": [], "tags": [1712345678901_u64]}},
+        "3": {"uid": 3, "key": ["gate"], "content": "only for her file", "characterFilter": {"isExclude": false, "names": ["tomas"], "tags": []}},
+    }});
+    let book = crate::interop::format::world_info::decode_world_info(doc).unwrap();
+    let mut entries = book.entries.clone();
+    assert!(entries[0].filter_as_read().tags_as_read && entries[3].filter_as_read().names_as_read);
+    // The same lists written here (the editor changed them) are names.
+    let mut here = entries.clone();
+    for x in &mut here {
+        x.source = None;
+    }
+    entries.extend(here);
+    let input = ScanInput {
+        messages: vec!["at the gate"],
+        message_number: 1,
+        character: Some(CharacterRef { name: "Tomas", tags: vec!["Villain"] }),
+        ..Default::default()
+    };
+    let (_, got) = run_with(&entries, &input, &mut ActivationState::default(), &ActivationOptions::default());
+    assert_eq!(got, [
+        // As read from SillyTavern: exact, so "villain" is not "Villain", an id is no name.
+        "filtered for Tomas",
+        "key gate",
+        "filtered for Tomas",
+        "filtered for Tomas",
+        // Written here: names, case aside.
+        "key gate",
+        "key gate",
+        "filtered for Tomas",
+        "key gate",
+    ]);
+    // An edited list is the editor's: the same entry with its tags chosen again by name.
+    let mut edited = book.entries[2].clone();
+    edited.character_filter.tags = vec!["villain".into()];
+    assert!(!edited.filter_as_read().tags_as_read);
+    let (_, got) = run_with(&[edited], &input, &mut ActivationState::default(), &ActivationOptions::default());
+    assert_eq!(got, ["key gate"]);
+}
+
 #[test]
 fn constant_disabled_keyless_decorators_triggers_filters_and_forced() {
     let entries = [
