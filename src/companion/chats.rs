@@ -65,7 +65,7 @@ fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<
         state: records::load_state(tx, character_id)?,
         curation: crate::memory::curate::curation_of(tx, &ids)?,
         summaries: crate::memory::curate::summaries_over(tx, &ids)?,
-        lore_timers: super::lore::load_state(tx, character_id, u64::MAX)?,
+        lore_timers: super::lore::load_state(tx, character_id)?,
         variables: super::variables::load(tx, character_id)?,
         turns,
     };

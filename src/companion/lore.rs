@@ -85,19 +85,18 @@ pub fn message_number(seq: u32) -> u64 {
     2 * u64::from(seq)
 }
 
-/// The chat's lore timers as they stood before message `message_number`: timers set at
-/// that message or later belong to a draw being redone (a swipe, a regeneration) or to
-/// exchanges since deleted, and are dropped.
-pub fn load_state(conn: &Connection, character_id: &str, message_number: u64) -> Result<ActivationState, StoreError> {
+/// The chat's lore timers as last kept. Those set at the message being drawn or later
+/// belong to a draw being redone (a swipe, a regeneration) or to exchanges since deleted:
+/// activation drops them as SillyTavern does (unless protected, see
+/// [`activation::EntryTimer`]), so they are read whole here.
+pub fn load_state(conn: &Connection, character_id: &str) -> Result<ActivationState, StoreError> {
     let json: Option<String> = conn
         .query_row("SELECT state_json FROM companion_lore_state WHERE character_id = ?1", [character_id], |r| r.get(0))
         .optional()?;
-    let mut state: ActivationState = match json {
-        Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("chat lore timers: {e}")))?,
-        None => ActivationState::default(),
-    };
-    state.timers.retain(|_, t| t.fired_at < message_number);
-    Ok(state)
+    match json {
+        Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("chat lore timers: {e}"))),
+        None => Ok(ActivationState::default()),
+    }
 }
 
 /// Keep the chat's lore timers (called by the transaction that stores the exchange).
@@ -497,8 +496,11 @@ mod tests {
         assert_eq!(turn(&books, "bell and horn", message_number(1), &mut state).len(), 2);
         let second = turn(&books, "the horn again", message_number(2), &mut state);
         assert_eq!(second.len(), 1);
-        assert!(second[0].contains("sticky since message 2, until 5"), "{second:?}");
-        assert!(turn(&books, "horn", message_number(3), &mut state).is_empty(), "bell unstuck, horn cooling down until 6");
-        assert_eq!(turn(&books, "horn", message_number(4), &mut state).len(), 1);
+        // As in SillyTavern: sticky 3 set at length 2 holds length 4 only; cooldown 4 set
+        // at length 2 ends at 6, where the horn fires again and cools down anew.
+        assert!(second[0].contains("sticky since message 2, until 4"), "{second:?}");
+        let third = turn(&books, "horn", message_number(3), &mut state);
+        assert!(third.len() == 1 && third[0].contains("E2"), "bell unstuck, horn cooled down: {third:?}");
+        assert!(turn(&books, "horn", message_number(4), &mut state).is_empty(), "horn cooling down until 9");
     }
 }

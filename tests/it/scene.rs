@@ -171,7 +171,7 @@ fn a_round_activates_one_character_deactivates_another_and_plays_in_order() {
         store.with(|c| Ok(c.query_row("SELECT state_json FROM scene_lore_state WHERE scene_id = ?1 AND round = 1", [&scene], |r| r.get(0))?)).unwrap();
     let timers: serde_json::Value = serde_json::from_str(&timers).unwrap();
     let timer = timers["timers"].as_object().unwrap().values().next().expect("the sticky entry's timer is stored");
-    assert_eq!(timer["sticky_until"].as_u64().unwrap(), timer["fired_at"].as_u64().unwrap() + 2);
+    assert_eq!(timer["sticky"]["end"].as_u64().unwrap(), timer["sticky"]["start"].as_u64().unwrap() + 2);
     assert_eq!(record.input.as_deref(), Some("I hand the keeper the sealed letter."));
 }
 

@@ -207,7 +207,7 @@ pub fn prepare(
             None => recent.last().map(|t| t.seq).unwrap_or(0).max(state.turns) + 1,
         };
         let number = crate::companion::lore::message_number(seq);
-        let lore_state = crate::companion::lore::load_state(c, &character.id, number)?;
+        let lore_state = crate::companion::lore::load_state(c, &character.id)?;
         let variables = crate::companion::variables::for_message(c, &character.id, number)?;
         let user_messages = match redo {
             Some(turn) => records::user_messages_through(c, &character.id, turn.seq)?,

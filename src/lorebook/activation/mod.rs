@@ -11,8 +11,7 @@
 //! [`ActivationOptions::seed`], the message number and the entry, so the same inputs give
 //! the same report (a replay shows what the model really saw).
 //!
-//! Where we knowingly differ from SillyTavern: sticky and cooldown count exactly N
-//! messages after the firing one; whole-word matching treats every Unicode letter as a
+//! Where we knowingly differ from SillyTavern: whole-word matching treats every Unicode letter as a
 //! word character; `@@activate` / `@@dont_activate` are the only V3 decorators honoured;
 //! delay-until-recursion levels are those of entries that could fire (not disabled ones),
 //! and with recursion off no level is ever opened; books may set their own scan depth,
@@ -218,7 +217,8 @@ pub fn estimate_tokens(text: &str) -> u32 {
     u32::try_from(text.chars().count().div_ceil(4)).unwrap_or(u32::MAX)
 }
 
-/// Timed effects carried from message to message; the scene engine persists it.
+/// Timed effects carried from message to message, as SillyTavern keeps them in its chat's
+/// `timedWorldInfo`; the scene engine and the chat persist it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ActivationState {
@@ -226,14 +226,76 @@ pub struct ActivationState {
     pub timers: BTreeMap<String, EntryTimer>,
 }
 
-/// The sticky and cooldown window of an entry that fired at `fired_at`: it stays active
-/// for messages `fired_at + 1 ..= sticky_until` and cannot fire during
-/// `sticky_until + 1 ..= cooldown_until`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// An entry's running sticky and cooldown effects.
+///
+/// SillyTavern's model, kept as it keeps it, because its timings follow from the model
+/// and from nothing simpler: when an entry fires at chat length `L`, each of its effects
+/// not already running starts as `start = L, end = L + N`; an effect counts while the
+/// chat is shorter than `end` (so `sticky: 1` never outlasts the message that set it, and
+/// in a chat where each exchange adds two messages `sticky: 2` does not either); a sticky
+/// effect that ends starts the cooldown at the length where its end was seen, protected,
+/// and in force at once; an unprotected effect whose chat did not grow past its start (a
+/// swipe, a regeneration, a rewind) is dropped before the scan, so a redraw fires as the
+/// first draw did. Keeping the window instead (fired at, sticky until, cooling until) is
+/// off by one message from SillyTavern for every even value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredTimer")]
 pub struct EntryTimer {
-    pub fired_at: u64,
-    pub sticky_until: u64,
-    pub cooldown_until: u64,
+    pub sticky: Option<TimedEffect>,
+    pub cooldown: Option<TimedEffect>,
+}
+
+/// One timed effect: in force while the chat is at least `start` and shorter than `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedEffect {
+    pub start: u64,
+    pub end: u64,
+    /// Set on the cooldown a sticky effect's end started: it survives a redraw of the
+    /// message that saw the end (SillyTavern's `protected`).
+    #[serde(default)]
+    pub protected: bool,
+}
+
+impl TimedEffect {
+    fn new(now: u64, length: u32, protected: bool) -> Self {
+        Self { start: now, end: now + u64::from(length), protected }
+    }
+
+    /// The last message number it is in force for (`end` itself is not).
+    pub fn last(&self) -> u64 {
+        self.end.saturating_sub(1)
+    }
+}
+
+/// An [`EntryTimer`] as stored: this shape, or the window libraries before it stored
+/// (`fired_at`, `sticky_until`, `cooldown_until`, all inclusive), read as nearly as the
+/// new model allows, so a chat's running timers survive the upgrade.
+#[derive(Deserialize)]
+struct StoredTimer {
+    #[serde(default)]
+    sticky: Option<TimedEffect>,
+    #[serde(default)]
+    cooldown: Option<TimedEffect>,
+    fired_at: Option<u64>,
+    sticky_until: Option<u64>,
+    cooldown_until: Option<u64>,
+}
+
+impl From<StoredTimer> for EntryTimer {
+    fn from(stored: StoredTimer) -> Self {
+        let StoredTimer { sticky, cooldown, fired_at, sticky_until, cooldown_until } = stored;
+        let Some(start) = fired_at else { return Self { sticky, cooldown } };
+        let sticky_until = sticky_until.unwrap_or(start);
+        let cooldown_until = cooldown_until.unwrap_or(sticky_until);
+        Self {
+            sticky: (sticky_until > start).then_some(TimedEffect { start, end: sticky_until + 1, protected: false }),
+            cooldown: (cooldown_until > sticky_until).then_some(TimedEffect {
+                start: sticky_until.max(start),
+                end: cooldown_until + 1,
+                protected: sticky_until > start,
+            }),
+        }
+    }
 }
 
 /// Text an entry's key was found in.
@@ -260,7 +322,7 @@ pub enum Trigger {
     Forced,
     /// An `@@activate` decorator.
     Decorator,
-    /// Still within the sticky window of an earlier firing.
+    /// Its sticky effect, started at message `fired_at`, is in force through message `until`.
     Sticky { fired_at: u64, until: u64 },
     /// This primary key was found in `source`.
     Key { key: String, source: Source },

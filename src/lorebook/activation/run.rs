@@ -4,7 +4,7 @@
 use super::matcher::{self, Found, Key, KeyIndex};
 use super::{
     ActivatedEntry, ActivationOptions, ActivationReport, ActivationState, EntryTimer, GroupPick, Outcome, ScanEntry,
-    ScanInput, SelectiveLogic, SkipReason, Source, Trigger,
+    ScanInput, SelectiveLogic, SkipReason, Source, TimedEffect, Trigger,
 };
 use crate::lorebook::{LoreEntry, MatchSources};
 use std::collections::{HashMap, HashSet};
@@ -55,6 +55,8 @@ pub(super) struct Run<'r> {
     /// The index's macro keys resolved for this call, by slot.
     resolved: Vec<Key>,
     outcomes: Vec<Option<Outcome>>,
+    /// Per entry, the sticky and the cooldown effect in force for this message.
+    effects: Vec<(Option<TimedEffect>, Option<TimedEffect>)>,
 }
 
 impl<'r> Run<'r> {
@@ -108,20 +110,20 @@ impl<'r> Run<'r> {
             recursion_texts: Vec::new(),
             resolved: index.macro_keys.iter().map(|k| k.resolve(options.macros)).collect(),
             outcomes: vec![None; entries.len()],
+            effects: vec![(None, None); entries.len()],
         }
     }
 
     pub(super) fn run(mut self, state: &mut ActivationState) -> ActivationReport {
         let now = self.input.message_number;
-        // Timers from messages after this one belong to a chat that was rewound.
-        state.timers.retain(|_, t| t.fired_at <= now && t.cooldown_until >= now);
+        self.check_timers(state);
         let forced: HashSet<usize> = self.input.forced.iter().copied().collect();
 
         let mut fire: Vec<Option<Trigger>> = vec![None; self.entries.len()];
         let mut held: Vec<Option<SkipReason>> = vec![None; self.entries.len()];
         let mut pending = Vec::new();
         for i in 0..self.entries.len() {
-            match self.precheck(i, forced.contains(&i), state) {
+            match self.precheck(i, forced.contains(&i)) {
                 Pre::Skip(reason) => self.outcomes[i] = Some(Outcome::Skipped { skip: reason }),
                 Pre::Fire(trigger) => {
                     fire[i] = Some(trigger);
@@ -231,9 +233,7 @@ impl<'r> Run<'r> {
                 for group in e.groups() {
                     winners.entry(group.to_string()).or_insert(i);
                 }
-                if !matches!(trigger, Trigger::Sticky { .. }) {
-                    set_timer(state, &self.entries[i], now);
-                }
+                start_timers(state, &self.entries[i], now);
                 self.outcomes[i] = Some(Outcome::Activated { trigger, pass, tokens });
                 if self.options.recursive && !e.prevent_recursion {
                     let number = self.recursion_from.len() as u32;
@@ -264,8 +264,57 @@ impl<'r> Run<'r> {
         self.report(used, pass)
     }
 
+    /// SillyTavern's check of the timed effects before a scan (`checkTimedEffects`): an
+    /// unprotected effect whose chat did not grow past its start is dropped (the message
+    /// is being drawn again, or the chat was rewound); an effect of an entry not offered
+    /// here is kept until its end passes (it may be another character's lore); one whose
+    /// entry no longer has that setting is dropped; one that reached its end is dropped,
+    /// and a sticky effect's end starts the entry's cooldown, protected and in force now.
+    /// What is left is in force for this message.
+    fn check_timers(&mut self, state: &mut ActivationState) {
+        let now = self.input.message_number;
+        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
+        if !state.timers.is_empty() {
+            for (i, se) in self.entries.iter().enumerate() {
+                by_key.entry(se.timer_key()).or_default().push(i);
+            }
+        }
+        state.timers.retain(|key, timer| {
+            let found = by_key.get(key).map(Vec::as_slice).unwrap_or_default();
+            let entry = found.first().map(|&i| self.entries[i].entry);
+            let length = |e: &LoreEntry, sticky: bool| if sticky { e.sticky.unwrap_or(0) } else { e.cooldown.unwrap_or(0) };
+            for sticky in [true, false] {
+                let slot = if sticky { &mut timer.sticky } else { &mut timer.cooldown };
+                let Some(effect) = *slot else { continue };
+                if now <= effect.start && !effect.protected {
+                    *slot = None;
+                    continue;
+                }
+                let Some(e) = entry else {
+                    if now >= effect.end {
+                        *slot = None;
+                    }
+                    continue;
+                };
+                if length(e, sticky) == 0 {
+                    *slot = None;
+                } else if now >= effect.end {
+                    *slot = None;
+                    let cooldown = length(e, false);
+                    if sticky && cooldown > 0 {
+                        timer.cooldown = Some(TimedEffect::new(now, cooldown, true));
+                    }
+                }
+            }
+            for &i in found {
+                self.effects[i] = (timer.sticky, timer.cooldown);
+            }
+            timer.sticky.is_some() || timer.cooldown.is_some()
+        });
+    }
+
     /// The checks that do not depend on scanned text.
-    fn precheck(&self, i: usize, forced: bool, state: &ActivationState) -> Pre {
+    fn precheck(&self, i: usize, forced: bool) -> Pre {
         let se = &self.entries[i];
         let e = se.entry;
         if !e.enabled {
@@ -283,32 +332,37 @@ impl<'r> Run<'r> {
         {
             return Pre::Skip(SkipReason::CharacterFilter { character: character.name.to_string() });
         }
+        // Delayed, or cooling down and not sticky: held back (SillyTavern checks the delay
+        // first), but said so only if it would otherwise fire (an entry whose key is not
+        // in the text is "no key found", whatever its timers).
         let now = self.input.message_number;
-        let timer = if state.timers.is_empty() { None } else { state.timers.get(&se.timer_key()) };
-        let mut cooling = None;
-        if let Some(t) = timer {
-            if t.fired_at < now && now <= t.sticky_until {
-                return Pre::Fire(Trigger::Sticky { fired_at: t.fired_at, until: t.sticky_until });
-            }
-            if t.sticky_until < now && now <= t.cooldown_until {
-                cooling = Some(SkipReason::Cooldown { until: t.cooldown_until });
-            }
-        }
-        // Cooling down or delayed: held back, but said so only if it would otherwise fire
-        // (an entry whose key is not in the text is "no key found", whatever its timers).
-        let delayed = cooling.or_else(|| e.delay.filter(|&d| u64::from(d) > now).map(|from| SkipReason::Delay { from: u64::from(from) }));
+        let (sticky, cooling) = self.effects[i];
+        let delayed = e
+            .delay
+            .filter(|&d| u64::from(d) > now)
+            .map(|from| SkipReason::Delay { from: u64::from(from) })
+            .or_else(|| cooling.filter(|_| sticky.is_none()).map(|c| SkipReason::Cooldown { until: c.last() }));
         let fire = |trigger: Trigger| match &delayed {
             Some(reason) => Pre::Skip(reason.clone()),
             None => Pre::Fire(trigger),
         };
+        // A sticky entry fires as sticky whatever else would fire it: SillyTavern gives
+        // it the budget's first place and no new probability roll by its effect alone.
+        let sticky = sticky.map(|s| Trigger::Sticky { fired_at: s.start, until: s.last() });
         if e.content.starts_with("@@") {
             let (decorators, _) = e.decorators();
             if decorators.iter().any(|d| d.name == "dont_activate") {
                 return Pre::Skip(SkipReason::DecoratorDontActivate);
             }
+            if let Some(trigger) = sticky {
+                return fire(trigger);
+            }
             if decorators.iter().any(|d| d.name == "activate") {
                 return fire(Trigger::Decorator);
             }
+        }
+        if let Some(trigger) = sticky {
+            return fire(trigger);
         }
         if e.constant {
             return fire(Trigger::Constant);
@@ -607,15 +661,22 @@ fn passes_filter(e: &LoreEntry, character: &super::CharacterRef<'_>) -> bool {
     filter.admits(e.filter_as_read(), character.name, &character.tags)
 }
 
-fn set_timer(state: &mut ActivationState, se: &ScanEntry<'_>, now: u64) {
-    let sticky = u64::from(se.entry.sticky.unwrap_or(0));
-    let cooldown = u64::from(se.entry.cooldown.unwrap_or(0));
+/// The entry's sticky and cooldown effects that are not running already start now, as
+/// SillyTavern's `setTimedEffects` starts them for every entry that fired (a sticky one
+/// keeps its effect; its cooldown starts again if it ran out while it stuck).
+fn start_timers(state: &mut ActivationState, se: &ScanEntry<'_>, now: u64) {
+    let sticky = se.entry.sticky.unwrap_or(0);
+    let cooldown = se.entry.cooldown.unwrap_or(0);
     if sticky == 0 && cooldown == 0 {
         return;
     }
-    let sticky_until = now + sticky;
-    let timer = EntryTimer { fired_at: now, sticky_until, cooldown_until: sticky_until + cooldown };
-    state.timers.insert(se.timer_key(), timer);
+    let timer = state.timers.entry(se.timer_key()).or_insert_with(EntryTimer::default);
+    if sticky > 0 && timer.sticky.is_none() {
+        timer.sticky = Some(TimedEffect::new(now, sticky, false));
+    }
+    if cooldown > 0 && timer.cooldown.is_none() {
+        timer.cooldown = Some(TimedEffect::new(now, cooldown, false));
+    }
 }
 
 /// A deterministic draw from (seed, message, name): each entry and group rolls

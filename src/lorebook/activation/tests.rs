@@ -491,22 +491,24 @@ fn timeline(entry: LoreEntry, messages: &[(u64, &str)]) -> Vec<String> {
 
 #[test]
 fn sticky_cooldown_and_delay_count_messages() {
+    // An effect set at message 10 with value 2 ends at 12: in force for 11 only.
     let sticky = with(e(1, "storm", "x"), |x| x.sticky = Some(2));
-    assert_eq!(timeline(sticky, &[(10, "storm"), (11, "calm"), (12, "calm"), (13, "calm"), (14, "storm")]), [
-        "key storm", "sticky", "sticky", "no match", "key storm",
+    assert_eq!(timeline(sticky, &[(10, "storm"), (11, "calm"), (12, "calm"), (13, "storm")]), [
+        "key storm", "sticky", "no match", "key storm",
     ]);
     let cooldown = with(e(1, "storm", "x"), |x| x.cooldown = Some(2));
     assert_eq!(timeline(cooldown, &[(10, "storm"), (11, "storm"), (12, "storm"), (13, "storm")]), [
         "key storm",
-        "cooldown until 12",
-        "cooldown until 12",
+        "cooldown until 11",
         "key storm",
+        "cooldown until 13",
     ]);
     // Only an entry that would have fired is said to be cooling down.
     let cooling = with(e(1, "storm", "x"), |x| x.cooldown = Some(2));
     assert_eq!(timeline(cooling, &[(10, "storm"), (11, "calm")]), ["key storm", "no match"]);
+    // A sticky end starts the cooldown where it was seen, in force at once.
     let both = with(e(1, "storm", "x"), |x| {
-        x.sticky = Some(1);
+        x.sticky = Some(2);
         x.cooldown = Some(1);
     });
     assert_eq!(timeline(both, &[(10, "storm"), (11, "calm"), (12, "storm"), (13, "storm")]), [
@@ -524,13 +526,13 @@ fn sticky_cooldown_and_delay_count_messages() {
         x.delay = Some(2);
     });
     assert_eq!(timeline(constant, &[(1, "calm"), (2, "calm")]), ["delay until 2", "constant"]);
-    // Rewinding the chat (a lower message number) forgets timers set later.
+    // Rewinding the chat (a message number not past an effect's start) forgets it.
     let rewound = with(e(1, "storm", "x"), |x| x.cooldown = Some(5));
     assert_eq!(timeline(rewound, &[(10, "storm"), (11, "storm"), (9, "storm"), (10, "storm")]), [
         "key storm",
-        "cooldown until 15",
-        "key storm",
         "cooldown until 14",
+        "key storm",
+        "cooldown until 13",
     ]);
     // A sticky entry ignores probability while it sticks.
     let lucky = with(e(1, "storm", "x"), |x| {
@@ -539,11 +541,114 @@ fn sticky_cooldown_and_delay_count_messages() {
     });
     assert_eq!(timeline(lucky, &[(1, "storm")]), ["probability"]);
     let mut state = ActivationState::default();
-    state.timers.insert("b/1".into(), EntryTimer { fired_at: 1, sticky_until: 4, cooldown_until: 4 });
-    let entries = [with(e(1, "storm", "x"), |x| x.probability = 0)];
+    let effect = TimedEffect { start: 1, end: 4, protected: false };
+    state.timers.insert("b/1".into(), EntryTimer { sticky: Some(effect), cooldown: None });
+    let entries = [with(e(1, "storm", "x"), |x| {
+        x.probability = 0;
+        x.sticky = Some(3);
+    })];
     let input = ScanInput { messages: vec!["calm"], message_number: 2, ..Default::default() };
     let (_, got) = run_with(&entries, &input, &mut state, &ActivationOptions::default());
     assert_eq!(got, ["sticky"]);
+}
+
+/// A chat as SillyTavern counts it: the greeting is message 1 and every exchange adds two
+/// (its user message and the reply), so the lore of exchange `n` is activated at length
+/// `2n`. Each row is what entry 0 did on the exchanges 1–6, the key present in every
+/// message unless the row says otherwise; the expectations were worked out step by step
+/// from SillyTavern's `WorldInfoTimedEffects` (an effect set at length `L` ends at
+/// `L + N`, a sticky end starts a protected cooldown, the checks run before the scan).
+#[test]
+fn timed_effects_over_exchanges_match_sillytavern_for_values_one_to_four() {
+    let exchanges = |entry: LoreEntry, keyed: &[bool]| {
+        let turns: Vec<(u64, &str)> = keyed.iter().enumerate().map(|(n, k)| (2 * (n as u64 + 1), if *k { "storm" } else { "calm" })).collect();
+        timeline(entry, &turns)
+            .into_iter()
+            .map(|o| match o.as_str() {
+                "key storm" => "key",
+                "sticky" => "sticky",
+                "no match" => "-",
+                o if o.starts_with("cooldown") => "cool",
+                o if o.starts_with("delay") => "delay",
+                _ => "?",
+            })
+            .collect::<Vec<_>>()
+    };
+    let once = [true, false, false, false, false, false];
+    let always = [true; 6];
+    let sticky = |n: u32| with(e(1, "storm", "x"), |x| x.sticky = Some(n));
+    // Sticky 1 and 2 end before the next exchange; 3 and 4 hold one more; 5 two.
+    assert_eq!(exchanges(sticky(1), &once), ["key", "-", "-", "-", "-", "-"]);
+    assert_eq!(exchanges(sticky(2), &once), ["key", "-", "-", "-", "-", "-"]);
+    assert_eq!(exchanges(sticky(3), &once), ["key", "sticky", "-", "-", "-", "-"]);
+    assert_eq!(exchanges(sticky(4), &once), ["key", "sticky", "-", "-", "-", "-"]);
+    assert_eq!(exchanges(sticky(5), &once), ["key", "sticky", "sticky", "-", "-", "-"]);
+    // A sticky entry whose key stays keeps its first effect: it ends, then fires afresh.
+    assert_eq!(exchanges(sticky(3), &always), ["key", "sticky", "key", "sticky", "key", "sticky"]);
+    // Cooldown 1 and 2 are over by the next exchange; 3 and 4 hold one exchange off.
+    let cooldown = |n: u32| with(e(1, "storm", "x"), |x| x.cooldown = Some(n));
+    assert_eq!(exchanges(cooldown(1), &always), ["key"; 6]);
+    assert_eq!(exchanges(cooldown(2), &always), ["key"; 6]);
+    assert_eq!(exchanges(cooldown(3), &always), ["key", "cool", "key", "cool", "key", "cool"]);
+    assert_eq!(exchanges(cooldown(4), &always), ["key", "cool", "key", "cool", "key", "cool"]);
+    // Both: the cooldown starts where the sticky end is seen and holds at least that exchange.
+    let both = |s: u32, c: u32| {
+        with(e(1, "storm", "x"), |x| {
+            x.sticky = Some(s);
+            x.cooldown = Some(c);
+        })
+    };
+    assert_eq!(exchanges(both(1, 1), &always), ["key", "cool", "key", "cool", "key", "cool"]);
+    assert_eq!(exchanges(both(2, 2), &always), ["key", "cool", "key", "cool", "key", "cool"]);
+    assert_eq!(exchanges(both(3, 1), &always), ["key", "sticky", "cool", "key", "sticky", "cool"]);
+    assert_eq!(exchanges(both(3, 3), &always), ["key", "sticky", "cool", "cool", "key", "sticky"]);
+    assert_eq!(exchanges(both(4, 4), &always), ["key", "sticky", "cool", "cool", "key", "sticky"]);
+    assert_eq!(exchanges(both(2, 4), &once), ["key", "-", "-", "-", "-", "-"]);
+    // Delay counts the chat's length: 4 holds the first exchange (length 2) only.
+    let delay = |n: u32| with(e(1, "storm", "x"), |x| x.delay = Some(n));
+    assert_eq!(exchanges(delay(1), &always)[0], "key");
+    assert_eq!(exchanges(delay(2), &always)[0], "key");
+    assert_eq!(exchanges(delay(3), &always)[..2], ["delay", "key"]);
+    assert_eq!(exchanges(delay(4), &always)[..2], ["delay", "key"]);
+    // Delay and cooldown together: the delay is said first, then the cooldown counts.
+    let late = with(e(1, "storm", "x"), |x| {
+        x.delay = Some(4);
+        x.cooldown = Some(3);
+        x.sticky = Some(3);
+    });
+    assert_eq!(exchanges(late, &always), ["delay", "key", "sticky", "cool", "cool", "key"]);
+}
+
+/// A redraw of the same message (a swipe) drops what the first draw set, as SillyTavern
+/// drops an unprotected effect whose chat did not advance; a cooldown a sticky end started
+/// is protected and holds the redraw too.
+#[test]
+fn a_redraw_of_the_same_message_starts_from_the_effects_before_it() {
+    let entry = with(e(1, "storm", "x"), |x| {
+        x.sticky = Some(3);
+        x.cooldown = Some(3);
+    });
+    assert_eq!(timeline(entry.clone(), &[(2, "storm"), (2, "calm"), (2, "storm")]), ["key storm", "no match", "key storm"]);
+    assert_eq!(timeline(entry, &[(2, "storm"), (4, "calm"), (6, "storm"), (6, "storm"), (8, "storm"), (10, "storm")]), [
+        "key storm",
+        "sticky",
+        "cooldown until 8",
+        "cooldown until 8",
+        "cooldown until 8",
+        "key storm",
+    ]);
+}
+
+/// Timers stored before the effects were kept as SillyTavern keeps them still load.
+#[test]
+fn timers_in_the_old_window_shape_still_load() {
+    let old = r#"{"timers":{"b/1":{"fired_at":10,"sticky_until":12,"cooldown_until":14},"b/2":{"fired_at":3,"sticky_until":3,"cooldown_until":5}}}"#;
+    let state: ActivationState = serde_json::from_str(old).unwrap();
+    assert_eq!(state.timers["b/1"].sticky, Some(TimedEffect { start: 10, end: 13, protected: false }));
+    assert_eq!(state.timers["b/1"].cooldown, Some(TimedEffect { start: 12, end: 15, protected: true }));
+    assert_eq!(state.timers["b/2"], EntryTimer { sticky: None, cooldown: Some(TimedEffect { start: 3, end: 6, protected: false }) });
+    let again: ActivationState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(again, state);
 }
 
 #[test]
