@@ -162,9 +162,13 @@ pub struct EntryFields {
     pub enabled: Option<bool>,
     #[arg(long)]
     pub order: Option<i64>,
-    /// before-char, after-char, an-top, an-bottom, at-depth, examples-top, examples-bottom.
+    /// before-char, after-char, an-top, an-bottom, at-depth, examples-top, examples-bottom,
+    /// outlet (only where a card, a note or a prompt writes {{outlet::Name}}).
     #[arg(long)]
     pub position: Option<String>,
+    /// For outlet: the outlet's name, as {{outlet::Name}} writes it.
+    #[arg(long)]
+    pub outlet_name: Option<String>,
     #[arg(long)]
     pub depth: Option<u32>,
     /// For at-depth: system, user or assistant.
@@ -248,6 +252,7 @@ impl EntryFields {
             enabled: self.enabled,
             order: self.order,
             position: self.position,
+            outlet_name: self.outlet_name,
             depth: self.depth,
             role: self.role,
             probability: self.probability,

@@ -178,6 +178,9 @@ pub(crate) const TAGS: [&str; 15] = [
     "trigger",
 ];
 
+/// What `{{outlet::Name}}` puts in before World Info has fired: nothing.
+static NO_OUTLETS: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+
 /// Build the packet for one turn.
 pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: PacketInput<'_>) -> Result<Packet, TemplateError> {
     // The blocks share what the reply leaves; the packet still reports the whole context.
@@ -208,6 +211,8 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .and_then(|last| (input.now - last.with_timezone(&Utc)).to_std().ok()),
         variables: input.variables,
+        // Until World Info has fired (the greeting, the lore itself) every outlet is empty.
+        outlets: Some(&NO_OUTLETS),
         ..Default::default()
     };
     let mut notes = input.notes;
@@ -231,6 +236,19 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
     // personality, scenario, examples, the system prompt) and last its post-history
     // instructions; a `{{setvar}}` in one is read by every later one.
     let lore_texts: Vec<String> = input.lore.iter().map(|h| resolve(&h.text)).collect();
+    // Outlet entries go nowhere of their own: their text is what `{{outlet::Name}}` puts
+    // in the card, the note or the persona filled after them (SillyTavern fills World Info
+    // first, so an outlet in lore itself is empty).
+    let outlet_of = |h: &RetrievalHit| input.lore_places.get(&h.id).filter(|p| p.is_outlet());
+    let outlets = crate::prompting::macros::collect_outlets(
+        input.lore.iter().zip(&lore_texts).filter_map(|(h, text)| outlet_of(h).map(|p| (p.outlet.as_str(), text.as_str()))),
+    );
+    let macros = MacroContext { outlets: Some(&outlets), ..macros.clone() };
+    let mut resolve = |text: &str| {
+        let out = expand(text, &macros);
+        notes.extend(out.notes);
+        out.text
+    };
     let card = &input.character.card;
     let mut persona_items = vec![item("name".into(), format!("Name: {name}"), f64::MAX)];
     let fields = input.character.sheet.len();
@@ -241,8 +259,13 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         persona_items.push(item(key.clone(), format!("{}: {}", capitalise(key), resolve(value.trim())), worth));
     }
 
-    let mut lore_items: Vec<BudgetItem> =
-        input.lore.iter().zip(lore_texts).map(|(h, text)| item(h.id.clone(), one_line(&text), f64::from(h.score))).collect();
+    let mut lore_items: Vec<BudgetItem> = input
+        .lore
+        .iter()
+        .zip(lore_texts)
+        .filter(|(h, _)| outlet_of(h).is_none())
+        .map(|(h, text)| item(h.id.clone(), one_line(&text), f64::from(h.score)))
+        .collect();
 
     let memory_items: Vec<BudgetItem> = input
         .memories
@@ -353,7 +376,7 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         }
         match input.lore_places.get(&item.id) {
             Some(place) if place.position == At::BeforeCharacter => lore_before.push(item.text),
-            Some(place) if place.position == At::AtDepth => lore_at_depth.push((*place, 1, item.text)),
+            Some(place) if place.position == At::AtDepth => lore_at_depth.push((place.clone(), 1, item.text)),
             Some(place) if place.position == At::ExamplesTop => lore_examples_top.push(item.text),
             Some(place) if place.position == At::ExamplesBottom => lore_examples_bottom.push(item.text),
             Some(place) if place.position == At::AuthorNoteTop => note_top.push(item.text),
@@ -905,6 +928,35 @@ mod tests {
         // Depth 0: after the user's new message, the last thing in the chat (SillyTavern).
         assert!(at("</user_input>") < at("[user note] LORE-DEPTH-ZERO") && at("LORE-DEPTH-ZERO") < at("<trigger>"), "{text}");
         assert!(packet.block("after_input").is_some_and(|b| b.text.contains("LORE-DEPTH-ZERO")), "{:?}", packet.blocks);
+    }
+
+    /// Outlet entries go only where `{{outlet::Name}}` is written — the card's fields,
+    /// its system prompt, the Author's Note — highest order first; never in the lore block.
+    #[test]
+    fn outlet_lore_goes_only_where_its_macro_is_written() {
+        use crate::companion::model::{AuthorNote, NotePosition};
+        use crate::lorebook::{InsertionPosition, LorePlace};
+        let templates = PromptTemplates::shipped().unwrap();
+        let config = CompanionConfig::default();
+        let mut c = character();
+        c.sheet = vec![("description".into(), "A ferrywoman. Weather: {{outlet::sky}}".into())];
+        c.card.system_prompt = "{{original}} Mood: {{outlet::mood}}.".into();
+        // Hits come in insertion order, ascending: the outlet keeps the highest first.
+        let lore = [hit("low", "OUTLET-LOW", 2.0), hit("high", "OUTLET-HIGH", 2.0), hit("mood", "calm", 2.0), hit("plain", "LORE-PLAIN", 2.0)];
+        let outlet = |name: &str| LorePlace { position: InsertionPosition::Outlet, outlet: name.into(), ..Default::default() };
+        let places = [("low".to_string(), outlet("sky")), ("high".to_string(), outlet("sky")), ("mood".to_string(), outlet("mood"))].into_iter().collect();
+        let note = AuthorNote { text: "Sky again: {{outlet::sky}}; none: [{{outlet::nowhere}}]".into(), depth: 1, every: 1, position: NotePosition::InChat, ..Default::default() };
+        let mut given = input(&c, &[], None);
+        given.lore = &lore;
+        given.lore_places = &places;
+        given.author_note = Some(&note);
+        let packet = assemble(&templates, &config, given).unwrap();
+        let text = packet.text();
+        assert!(text.contains("Weather: OUTLET-HIGH\nOUTLET-LOW"), "{text}");
+        assert!(text.contains("Mood: calm."), "{text}");
+        assert!(text.contains("Sky again: OUTLET-HIGH\nOUTLET-LOW; none: []"), "{text}");
+        assert_eq!(text.matches("OUTLET-LOW").count(), 2, "nowhere else: {text}");
+        assert!(packet.block("lore").is_some_and(|b| b.text.contains("LORE-PLAIN") && !b.text.contains("calm")), "{:?}", packet.blocks);
     }
 
     #[test]

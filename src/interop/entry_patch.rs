@@ -39,8 +39,11 @@ pub struct EntryPatch {
     pub enabled: Option<bool>,
     /// Insertion order (higher goes later, nearer the end of the prompt).
     pub order: Option<i64>,
-    /// `before-char`, `after-char`, `an-top`, `an-bottom`, `at-depth`, `examples-top`, `examples-bottom`.
+    /// `before-char`, `after-char`, `an-top`, `an-bottom`, `at-depth`, `examples-top`, `examples-bottom`,
+    /// `outlet` (only where a card, a note or a prompt writes `{{outlet::Name}}`).
     pub position: Option<String>,
+    /// For `outlet`: the outlet's name, as `{{outlet::Name}}` writes it.
+    pub outlet_name: Option<String>,
     pub depth: Option<u32>,
     /// For `at-depth`: `system`, `user` or `assistant`.
     pub role: Option<String>,
@@ -149,12 +152,16 @@ impl EntryPatch {
                 "at-depth" => InsertionPosition::AtDepth,
                 "examples-top" => InsertionPosition::ExamplesTop,
                 "examples-bottom" => InsertionPosition::ExamplesBottom,
+                "outlet" => InsertionPosition::Outlet,
                 other => {
                     return Err(format!(
-                        "position {other:?}: say before-char, after-char, an-top, an-bottom, at-depth, examples-top or examples-bottom"
+                        "position {other:?}: say before-char, after-char, an-top, an-bottom, at-depth, examples-top, examples-bottom or outlet"
                     ));
                 }
             };
+        }
+        if let Some(v) = self.outlet_name {
+            entry.outlet_name = v.trim().to_string();
         }
         if let Some(v) = self.depth {
             entry.depth = v;

@@ -253,7 +253,7 @@ impl Default for LoreEntry {
 
 /// Where an activated entry goes in a prompt (its position, depth and role), kept by
 /// the prompt builders beside the entry's text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct LorePlace {
     pub position: InsertionPosition,
     pub depth: u32,
@@ -262,11 +262,25 @@ pub struct LorePlace {
     /// is spent, and is not counted against it (SillyTavern sends such entries always).
     #[serde(default)]
     pub ignore_budget: bool,
+    /// For [`InsertionPosition::Outlet`]: the outlet whose `{{outlet::Name}}` takes it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub outlet: String,
 }
 
 impl LorePlace {
     pub fn of(entry: &LoreEntry) -> Self {
-        Self { position: entry.position, depth: entry.depth, role: entry.role, ignore_budget: entry.ignore_budget }
+        Self {
+            position: entry.position,
+            depth: entry.depth,
+            role: entry.role,
+            ignore_budget: entry.ignore_budget,
+            outlet: if entry.position == InsertionPosition::Outlet { entry.outlet_name.trim().to_string() } else { String::new() },
+        }
+    }
+
+    /// An outlet entry: collected for `{{outlet::Name}}`, never placed where other lore goes.
+    pub fn is_outlet(&self) -> bool {
+        self.position == InsertionPosition::Outlet
     }
 }
 
@@ -382,7 +396,8 @@ pub enum InsertionPosition {
     ExamplesTop,
     /// 6: after the example messages.
     ExamplesBottom,
-    /// 7: a named outlet (`outlet_name`) placed by the prompt template.
+    /// 7: a named outlet (`outlet_name`): the entry fires as any other, but its content
+    /// goes only where a card, a note or a prompt writes `{{outlet::Name}}`.
     Outlet,
     /// A code this build does not know, kept as it was.
     Other(i64),

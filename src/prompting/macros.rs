@@ -6,7 +6,9 @@
 //! `{{roll:2d6+1}}`, `{{// comment}}`, `{{trim}}`, `{{newline}}`, the legacy
 //! `<USER>` / `<BOT>`, and the chat variables: `{{setvar::name::value}}`,
 //! `{{getvar::name}}`, `{{addvar::name::value}}`, `{{incvar::name}}`, `{{decvar::name}}`
-//! and their `…globalvar` twins, which cards use to keep score across messages.
+//! and their `…globalvar` twins, which cards use to keep score across messages, and
+//! `{{outlet::Name}}`: the content of the World Info entries that fired for this prompt
+//! with the position "outlet" and that outlet name (empty when none did).
 //!
 //! A macro may hold macros (`{{random::{{user}}'s friend::{{user}}'s cousin}}`); the
 //! inner ones are expanded first. Names are matched case-insensitively; a macro we do not know stays as written, so a
@@ -77,6 +79,49 @@ pub struct MacroContext<'a> {
     /// a value set in the card is read in the lore (`None`: each text has its own, thrown
     /// away after it).
     pub variables: Option<&'a RefCell<Variables>>,
+    /// What `{{outlet::Name}}` puts in, by outlet name: the prompt's fired outlet entries,
+    /// already expanded (`None`: not known yet, the macro stays as written for
+    /// [`fill_outlets`] once the prompt's lore has fired).
+    pub outlets: Option<&'a BTreeMap<String, String>>,
+}
+
+/// The fired outlet entries' content by outlet name, as SillyTavern collects it: entries
+/// given in ascending insertion order (as activation reports them) go highest order first,
+/// one per line; an entry with no outlet name, or with no content, goes nowhere.
+pub fn collect_outlets<'t>(entries: impl IntoIterator<Item = (&'t str, &'t str)>) -> BTreeMap<String, String> {
+    let mut by_name: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (name, text) in entries {
+        if name.is_empty() || text.trim().is_empty() {
+            continue;
+        }
+        by_name.entry(name.to_string()).or_default().push(text);
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut texts)| {
+            texts.reverse();
+            (name, texts.join("\n"))
+        })
+        .collect()
+}
+
+/// `{{outlet::Name}}` (or `{{outlet:Name}}`): the named outlet's text, empty when nothing
+/// fired for it. The name is matched as written, outer spaces aside.
+fn outlet(outlets: &BTreeMap<String, String>, args: &str) -> String {
+    let name = args.strip_prefix(':').unwrap_or(args).trim();
+    outlets.get(name).cloned().unwrap_or_default()
+}
+
+/// Only the `{{outlet::Name}}` macros of `text`, filled from `outlets`: for text whose
+/// other macros were expanded before the prompt's lore fired (a scene's sheets, setting
+/// and notes), which the expansion left them in.
+pub fn fill_outlets(text: &str, outlets: &BTreeMap<String, String>) -> String {
+    static OUTLET: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"(?i)\{\{\s*outlet\s*:(:?[^{}]*)\}\}").ok());
+    match OUTLET.as_ref() {
+        Some(re) if text.contains("{{") => re.replace_all(text, |c: &regex::Captures<'_>| outlet(outlets, &c[1])).into_owned(),
+        _ => text.to_string(),
+    }
 }
 
 /// The expanded text, and what was cut to keep it bounded.
@@ -243,6 +288,8 @@ impl Run<'_, '_> {
                 }
             }
             ("roll", Some(formula)) => self.roll(formula)?,
+            // Inserted as it is: its text was expanded when its lore was.
+            ("outlet", Some(args)) => outlet(ctx.outlets?, args),
             (var, Some(args)) if VARIABLE_MACROS.contains(&var) => self.variable(var, args)?,
             _ => return None,
         })
@@ -446,7 +493,24 @@ mod tests {
             stable_seed: "chat-1",
             random_seed: Some(7),
             variables: None,
+            outlets: None,
         }
+    }
+
+    /// `{{outlet::Name}}` puts in what fired for that outlet, highest order first; an
+    /// outlet nothing fired for, or a prompt with no lore, is empty.
+    #[test]
+    fn an_outlet_is_the_content_of_its_fired_entries() {
+        let outlets = collect_outlets([("weather", "low"), ("", "nameless"), ("weather", "high"), ("Mood", "calm"), ("Mood", " ")]);
+        assert_eq!(outlets.len(), 2);
+        let with = MacroContext { outlets: Some(&outlets), ..ctx() };
+        assert_eq!(expand("Sky: {{outlet::weather}}.", &with).text, "Sky: high\nlow.");
+        assert_eq!(expand("{{outlet:: Mood }}/{{OUTLET::mood}}/{{outlet::none}}", &with).text, "calm//");
+        // Before the lore fired the macro waits, as written, to be filled after.
+        let early = expand("[{{outlet::weather}}] {{char}}", &ctx()).text;
+        assert_eq!(early, "[{{outlet::weather}}] Seraphina");
+        assert_eq!(fill_outlets(&early, &outlets), "[high\nlow] Seraphina");
+        assert_eq!(fill_outlets("{{Outlet:Mood}}|{{outlet::gone}}|{{char}}", &outlets), "calm||{{char}}");
     }
 
     /// One case per macro: the text, and what it expands to.

@@ -739,18 +739,33 @@ pub fn render(
     character: Option<&CastMember>,
     turn: &str,
 ) -> Result<RenderedPrompt, TemplateError> {
+    // Kept outlet entries go where a sheet, the setting or a note writes `{{outlet::Name}}`
+    // (their macros were expanded before the lore fired, which left these as written), and
+    // nowhere else; in lore itself an outlet is empty, as World Info fills it first.
+    let kept_lore = envelope.kept.get(&Section::Lore).map(Vec::as_slice).unwrap_or_default();
+    use crate::prompting::macros::{collect_outlets, fill_outlets};
+    let no_outlets = BTreeMap::new();
+    let lore_texts: Vec<String> = kept_lore.iter().map(|i| fill_outlets(&i.text, &no_outlets)).collect();
+    let outlet_place = |id: &str| envelope.lore_places.get(id).filter(|p| p.is_outlet());
+    let outlets = collect_outlets(
+        kept_lore.iter().zip(&lore_texts).filter_map(|(i, text)| outlet_place(&i.id).map(|p| (p.outlet.as_str(), text.as_str()))),
+    );
     let text = |section: Section| -> Vec<String> {
-        envelope.kept.get(&section).map(|items| items.iter().map(|i| i.text.clone()).collect()).unwrap_or_default()
+        let fills = matches!(section, Section::Setting | Section::Notes | Section::CharacterGuidance);
+        let fill = |t: &str| if fills && t.contains("{{") { fill_outlets(t, &outlets) } else { t.to_string() };
+        envelope.kept.get(&section).map(|items| items.iter().map(|i| fill(&i.text)).collect()).unwrap_or_default()
     };
     // Each kept lore entry where its position puts it: before or after the characters,
     // at the top or bottom of the scenario / author notes, or inside the recent messages
-    // `depth` messages from the end, said as its role. (Scenes have no example dialogue
-    // or outlets: those go with the lore list, before the characters.)
+    // `depth` messages from the end, said as its role. (Scenes have no example dialogue:
+    // those go with the lore list, before the characters.)
     let mut lore = Vec::new();
     let (mut after, mut an_top, mut an_bottom, mut at_depth) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for item in envelope.kept.get(&Section::Lore).into_iter().flatten() {
-        let place = envelope.lore_places.get(&item.id).copied().unwrap_or_default();
+    for (item, text) in kept_lore.iter().zip(lore_texts) {
+        let place = envelope.lore_places.get(&item.id).cloned().unwrap_or_default();
+        let item = BudgetItem { text, ..item.clone() };
         match place.position {
+            InsertionPosition::Outlet => {}
             InsertionPosition::AfterCharacter => after.push(item.text.clone()),
             InsertionPosition::AuthorNoteTop => an_top.push(item.text.clone()),
             InsertionPosition::AuthorNoteBottom => an_bottom.push(item.text.clone()),
@@ -883,6 +898,31 @@ mod tests {
         assert!(at("LORE-BEFORE") < at("Wren Talloway: the keeper.") && at("Wren Talloway: the keeper.") < at("LORE-AFTER"), "{prompt}");
         // Two messages from the end, said as the user's note.
         assert!(at("Wren: line 3.") < at("[user note] LORE-DEPTH") && at("[user note] LORE-DEPTH") < at("Wren: line 4."), "{prompt}");
+    }
+
+    /// An outlet entry goes only where a sheet, the setting or a note writes its
+    /// `{{outlet::Name}}`, which waited as written until the lore fired.
+    #[test]
+    fn outlet_lore_fills_its_macro_and_goes_nowhere_else() {
+        let templates = PromptTemplates::shipped().unwrap();
+        let item = |id: &str, text: &str| BudgetItem { id: id.into(), tokens: estimate(text), text: text.into(), value: 1.0 };
+        let mut kept = BTreeMap::new();
+        kept.insert(Section::Notes, vec![item("n", "The lamp room is cold. Sky: {{outlet::sky}}")]);
+        kept.insert(Section::Setting, vec![item("s", "A lighthouse. {{OUTLET::sky}}")]);
+        kept.insert(Section::CharacterGuidance, vec![item("c", "Wren Talloway: the keeper, {{outlet::mood}}.")]);
+        kept.insert(Section::History, vec![item("h1", "Wren: {{outlet::sky}} is not filled in what was said.")]);
+        kept.insert(Section::Lore, vec![item("low", "STORM-LOW"), item("high", "STORM-HIGH"), item("plain", "LORE-PLAIN {{outlet::sky}}")]);
+        let outlet = LorePlace { position: InsertionPosition::Outlet, outlet: "sky".into(), ..Default::default() };
+        let lore_places =
+            [("low".to_string(), outlet.clone()), ("high".to_string(), outlet), ("plain".to_string(), LorePlace::default())].into_iter().collect();
+        let envelope = Envelope { kept, ledger: BudgetLedger::default(), notes: Vec::new(), lore_places, roster: Vec::new() };
+        let prompt = render(&templates, AgentKind::Director, &envelope, None, "turn").unwrap().system;
+        assert!(prompt.contains("Sky: STORM-HIGH\nSTORM-LOW"), "{prompt}");
+        assert!(prompt.contains("A lighthouse. STORM-HIGH\nSTORM-LOW"), "{prompt}");
+        assert!(prompt.contains("the keeper, ."), "an outlet nothing fired for is empty: {prompt}");
+        assert!(prompt.contains("Wren: {{outlet::sky}} is not filled"), "{prompt}");
+        assert!(prompt.contains("LORE-PLAIN") && !prompt.contains("LORE-PLAIN {{"), "in lore an outlet is empty: {prompt}");
+        assert_eq!(prompt.matches("STORM-LOW").count(), 2, "nowhere else: {prompt}");
     }
 
     /// The prompt as sent plus the reply's `max_tokens` never exceed the model's context,

@@ -68,7 +68,7 @@ pub struct LoreEditor {
     status: Option<String>,
 }
 
-const POSITIONS: [(InsertionPosition, &str); 7] = [
+const POSITIONS: [(InsertionPosition, &str); 8] = [
     (InsertionPosition::BeforeCharacter, "before the character"),
     (InsertionPosition::AfterCharacter, "after the character"),
     (InsertionPosition::AuthorNoteTop, "author's note, top"),
@@ -76,6 +76,7 @@ const POSITIONS: [(InsertionPosition, &str); 7] = [
     (InsertionPosition::AtDepth, "in the chat, at depth"),
     (InsertionPosition::ExamplesTop, "before the examples"),
     (InsertionPosition::ExamplesBottom, "after the examples"),
+    (InsertionPosition::Outlet, "an outlet: where {{outlet::Name}} is written"),
 ];
 
 const LOGICS: [(SelectiveLogic, &str); 4] = [
@@ -264,6 +265,10 @@ impl LoreEditor {
                         ui.selectable_value(&mut draft.entry.position, position, label);
                     }
                 });
+                if draft.entry.position == InsertionPosition::Outlet {
+                    let l = ui.label("Outlet name");
+                    ui.add(egui::TextEdit::singleline(&mut draft.entry.outlet_name).desired_width(140.0).id_salt("lore_outlet")).labelled_by(l.id);
+                }
                 if draft.entry.position == InsertionPosition::AtDepth {
                     let l = ui.label("Depth");
                     ui.add(egui::DragValue::new(&mut draft.entry.depth).range(0..=1000)).labelled_by(l.id);

@@ -298,3 +298,65 @@ fn a_lorebook_is_renamed_and_deleted_in_the_library_panel_after_confirmation() {
     let left: i64 = store.with(|c| Ok(c.query_row("SELECT count(*) FROM world_lorebooks", [], |r| r.get(0))?)).unwrap();
     assert_eq!(left, 0, "detached from the world in the same transaction");
 }
+
+/// SillyTavern's position "outlet": an entry chosen to go to an outlet through the command
+/// line or HTTP fires as any other, but goes only where `{{outlet::Name}}` is written — the
+/// card's description and the chat's Author's Note here — never into the lore block; an
+/// outlet without its name is refused with the field named, and the export keeps both.
+/// (Before, such an entry went with the lore before the character and the macro was sent
+/// as written.)
+#[test]
+fn an_outlet_entry_goes_only_where_its_macro_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = support::library::scripted(dir.path(), script());
+    let mut pilot = card("Mira");
+    pilot["data"]["description"] = json!("A harbour pilot. Tonight: {{outlet::weather}}");
+    let mira = write(dir.path(), "mira.json", &pilot);
+    ok(&paths, &["import", &mira]);
+    ok(&paths, &["lorebook", "new", "Harbour"]);
+    let nameless = refused(&paths, &["lorebook", "entry", "add", "Harbour", "--keys", "fog", "--content", "x", "--position", "outlet"]);
+    assert!(nameless.contains("outlet_name"), "{nameless}");
+    ok(&paths, &[
+        "lorebook", "entry", "add", "Harbour", "--keys", "fog", "--content", "Fog rolls over the quay.", "--position", "outlet", "--outlet-name", "weather",
+    ]);
+    ok(&paths, &["lorebook", "attach", "Harbour", "--character", "Mira"]);
+
+    let engine = lorekeeper::engine::start(paths.clone()).unwrap();
+    let options = lorekeeper::serve::ServeOptions { addr: "127.0.0.1:0".parse().unwrap(), token: None, cors: None };
+    let server = lorekeeper::serve::start(engine, options).unwrap();
+    let base = format!("http://{}/api", server.addr);
+    let agent = http();
+    let post = |path: &str, body: Value| call(&agent, "POST", &format!("{base}{path}"), Some(body));
+    let entry = json!({ "keys": "fog", "content": "The foghorn sounds twice.", "position": "outlet", "outlet_name": "weather", "order": 200 });
+    let (status, added) = post("/lorebook/Harbour/entries", entry);
+    assert_eq!(status, 200, "{added}");
+    let horn = &added["entries"][1];
+    assert_eq!((horn["position"].as_u64(), horn["outlet_name"].as_str()), (Some(7), Some("weather")), "{horn}");
+    let note = agent
+        .put(format!("{base}/chat/Mira/note"))
+        .header("Content-Type", "application/json")
+        .send(json!({ "text": "Keep the weather in mind: {{outlet::weather}}", "depth": 1 }).to_string())
+        .unwrap();
+    assert_eq!(note.status().as_u16(), 200);
+
+    let (status, turn) = post("/chat/Mira/send", json!({ "text": "Is there fog on the water?" }));
+    assert_eq!(status, 200, "{turn}");
+    let packet: String =
+        turn["packet"]["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    // Highest order first, one per line, as SillyTavern fills an outlet.
+    let filled = "The foghorn sounds twice.\nFog rolls over the quay.";
+    assert!(packet.contains(&format!("Tonight: {filled}")), "the description's outlet: {packet}");
+    assert!(packet.contains(&format!("Keep the weather in mind: {filled}")), "the note's outlet: {packet}");
+    assert_eq!(packet.matches("Fog rolls over the quay.").count(), 2, "nowhere else: {packet}");
+    assert!(!packet.contains("{{outlet"), "{packet}");
+    assert!(turn["packet"]["notes"].to_string().contains("lore fired"), "it fired as any entry: {turn}");
+
+    // Exported, the entries keep their position and outlet name.
+    let out = dir.path().join("harbour-out.json");
+    server.stop();
+    ok(&paths, &["export", "lorebook", "Harbour", "--format", "world-info", "--out", out.to_str().unwrap()]);
+    let exported: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    for entry in exported["entries"].as_object().unwrap().values() {
+        assert_eq!((entry["position"].as_u64(), entry["outletName"].as_str()), (Some(7), Some("weather")), "{entry}");
+    }
+}

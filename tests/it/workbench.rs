@@ -2200,3 +2200,47 @@ fn a_round_another_process_plays_reaches_budgets_injections_and_prompt() {
     let prompt = harness.state().prompt();
     assert_eq!(prompt.selected_call(), prompt.calls().first().map(|c| c.id), "the detail follows to the newest call");
 }
+
+/// The entry editor offers SillyTavern's "outlet" beside the other positions, with the
+/// outlet's name to fill when it is chosen (before, an outlet entry showed as "other" and
+/// its name could not be set).
+#[test]
+fn the_entry_editor_sends_an_entry_to_an_outlet_by_name() {
+    use lorekeeper::engine::Command;
+    use lorekeeper::interop::InteropCommand;
+    use lorekeeper::lorebook::{InsertionPosition, LoreEntry};
+    use lorekeeper::ui::lore_editor::LoreEditor;
+    let mut editor = LoreEditor::default();
+    editor.open("b1", "Harbour");
+    let entry = LoreEntry { comment: "Fog".into(), keys: vec!["fog".into()], content: "Fog rolls in.".into(), ..Default::default() };
+    editor.entries_arrived("b1", &[entry], None);
+    let mut harness = Harness::builder().with_max_steps(MAX_STEPS).with_size([1000.0, 900.0]).build_ui_state(
+        |ui, (editor, outbox): &mut (LoreEditor, Vec<Command>)| editor.show(ui, outbox),
+        (editor, Vec::new()),
+    );
+    harness.run();
+    harness.get_by_label("0. Fog").click();
+    harness.run();
+    assert!(harness.query_by_label("Outlet name").is_none(), "asked only for an outlet");
+    harness.get_by_role_and_label(egui::accesskit::Role::ComboBox, "Position").click();
+    harness.run();
+    harness.get_by_label("an outlet: where {{outlet::Name}} is written").click();
+    harness.run();
+    text_field_of(&harness, "Outlet name").click();
+    harness.run();
+    text_field_of(&harness, "Outlet name").type_text("weather");
+    harness.run();
+    harness.get_by_label("Save entry").click();
+    harness.run();
+    let saved: Vec<&LoreEntry> = harness
+        .state()
+        .1
+        .iter()
+        .filter_map(|c| match c {
+            Command::Interop(InteropCommand::SaveEntry { entry, .. }) => Some(&**entry),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(saved.len(), 1);
+    assert_eq!((saved[0].position, saved[0].outlet_name.as_str()), (InsertionPosition::Outlet, "weather"));
+}

@@ -355,6 +355,9 @@ pub fn check_entry(entry: &LoreEntry) -> Result<(), String> {
     if entry.probability > 100 {
         return Err(format!("probability: {} is not a percentage (0–100)", entry.probability));
     }
+    if entry.position == InsertionPosition::Outlet && entry.outlet_name.trim().is_empty() {
+        return Err("outlet_name: an entry at the outlet position needs the outlet's name ({{outlet::Name}} puts it in)".into());
+    }
     if entry.group_weight == 0 && !entry.group.trim().is_empty() {
         return Err("group_weight: a group member needs a weight above 0".into());
     }
