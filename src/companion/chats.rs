@@ -74,7 +74,16 @@ fn put_aside(tx: &Connection, character_id: &str, title: &str) -> Result<Option<
     if whole.turns.is_empty() && (whole.state.file.is_none() || records::opening_is_frozen(&whole.state)) {
         return Ok(None);
     }
-    let json = serde_json::to_string(&whole).map_err(|e| StoreError::Corrupt(format!("cannot encode a chat: {e}")))?;
+    let mut value = serde_json::to_value(&whole).map_err(|e| StoreError::Corrupt(format!("cannot encode a chat: {e}")))?;
+    // Its packets as the exchanges keep them: each block a span of its messages.
+    if let Some(turns) = value.get_mut("turns").and_then(serde_json::Value::as_array_mut) {
+        for (stored, turn) in turns.iter_mut().zip(&whole.turns) {
+            if let Some(stored) = stored.as_object_mut() {
+                stored.insert("packet".into(), super::stored_packet::to_stored(&turn.packet)?);
+            }
+        }
+    }
+    let json = value.to_string();
     let id = crate::store::new_id();
     tx.execute(
         "INSERT INTO companion_saved_chats(id, character_id, title, saved_at, turns, chat_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -89,7 +98,14 @@ fn read_saved(conn: &Connection, character: &CharacterInfo, id: &str) -> Result<
         .query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1 AND character_id = ?2", params![id, character.id], |r| r.get(0))
         .optional()?;
     let json = json.ok_or_else(|| StoreError::NotFound(format!("saved chat {id:?} of {} (see `chat chats`)", character.name)))?;
-    serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("saved chat {id}: {e}")))
+    let corrupt = |e: String| StoreError::Corrupt(format!("saved chat {id}: {e}"));
+    let mut value: serde_json::Value = serde_json::from_str(&json).map_err(|e| corrupt(e.to_string()))?;
+    if let Some(turns) = value.get_mut("turns").and_then(serde_json::Value::as_array_mut) {
+        for packet in turns.iter_mut().filter_map(|t| t.get_mut("packet")) {
+            super::stored_packet::restore_texts(packet).map_err(corrupt)?;
+        }
+    }
+    serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))
 }
 
 /// Replace the chat being played by `whole`, memories and all, inside `tx`: the old

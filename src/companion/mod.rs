@@ -13,6 +13,7 @@ pub mod lore;
 pub mod model;
 pub mod packet;
 pub mod records;
+mod stored_packet;
 pub mod turn;
 pub mod variables;
 

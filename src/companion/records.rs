@@ -329,7 +329,7 @@ pub fn recent_turns(conn: &Connection, character_id: &str, limit: u32, with_pack
     for row in rows {
         let (mut turn, packet, hits) = row?;
         if with_packets {
-            turn.packet = serde_json::from_str(&packet).map_err(|e| StoreError::Corrupt(format!("turn {} packet: {e}", turn.id)))?;
+            turn.packet = super::stored_packet::from_stored_json(&packet).map_err(|e| StoreError::Corrupt(format!("turn {} packet: {e}", turn.id)))?;
             turn.hits = serde_json::from_str(&hits).map_err(|e| StoreError::Corrupt(format!("turn {} hits: {e}", turn.id)))?;
         }
         out.push(turn);
@@ -354,7 +354,7 @@ pub fn update_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
             turn.reply,
             to_json(&turn.swipes)?,
             turn.swipe,
-            to_json(&turn.packet)?,
+            super::stored_packet::to_stored_json(&turn.packet)?,
             turn.attempts,
             turn.prompt_tokens,
             turn.completion_tokens,
@@ -407,7 +407,7 @@ pub fn insert_turn(conn: &Connection, turn: &ChatTurn) -> Result<(), StoreError>
             turn.user_memory_id,
             turn.reply_memory_id,
             proximity_str(turn.proximity),
-            to_json(&turn.packet)?,
+            super::stored_packet::to_stored_json(&turn.packet)?,
             to_json(&turn.hits)?,
             turn.attempts,
             turn.prompt_tokens,

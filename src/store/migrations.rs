@@ -43,6 +43,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0032_scene_redo_pending", include_str!("migrations/0032_scene_redo_pending.sql")),
     ("0033_identity_entry_input", include_str!("migrations/0033_identity_entry_input.sql")),
     ("0034_chat_author_note", include_str!("migrations/0034_chat_author_note.sql")),
+    ("0035_companion_packet_spans", include_str!("migrations/0035_companion_packet_spans.sql")),
 ];
 
 /// A file with no schema of ours but tables of its own is someone else's database:

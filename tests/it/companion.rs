@@ -1150,3 +1150,106 @@ fn a_watched_chat_hears_a_note_and_a_new_chat_written_elsewhere() {
         assert!(matches!(heard.last(), Some(CompanionEvent::ChangedElsewhere { character_id: Some(_) })), "{args:?}: {heard:?}");
     }
 }
+
+/// Session 18: every exchange stored its packet with its prompt two to three times over
+/// (the messages, then each block cut from them, the outer blocks holding the inner ones
+/// again) — ~69 KB per exchange on a tester's library. Now each block is kept as a span
+/// of its message, the chats put aside keep them so too, and migration 0035 rewrites what
+/// older versions stored; every reader gets the packet as it was sent.
+#[test]
+fn a_stored_exchange_keeps_its_prompt_once_and_reads_it_back_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = setup(dir.path(), json!({ "rules": [], "default": "[Ilse Marrow]: The bells ring at noon, and the gulls answer." }), |_| {});
+    let engine = engine::start(paths.clone()).unwrap();
+    let sent = [
+        committed(&send(&engine, "Tell me about the harbour bells.", Some("2026-11-21T12:00:00Z"))),
+        committed(&send(&engine, "And who rings them in winter?", Some("2026-11-21T12:05:00Z"))),
+    ];
+    let character = sent[0].character_id.clone();
+    let read_back = || {
+        let store = Store::open(&paths.library_file).unwrap();
+        let turns = store.with(|c| records::recent_turns(c, &character, 10, true)).unwrap();
+        let raw: Vec<String> =
+            store.with(|c| Ok(c.prepare("SELECT packet_json FROM companion_turns ORDER BY seq")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?)).unwrap();
+        (turns.into_iter().map(|t| t.packet).collect::<Vec<_>>(), raw)
+    };
+    let stored_once = |raw: &[String]| {
+        for (raw, turn) in raw.iter().zip(&sent) {
+            let whole = serde_json::to_string(&turn.packet).unwrap();
+            assert!(raw.len() * 10 < whole.len() * 6, "stored {} bytes of a {}-byte packet", raw.len(), whole.len());
+            // The card's description is in the directive block, itself in the system message: once.
+            let described = "A bookbinder";
+            assert_eq!((whole.matches(described).count(), raw.matches(described).count()), (2, 1), "{raw}");
+        }
+    };
+    let (packets, raw) = read_back();
+    assert_eq!(packets, [sent[0].packet.clone(), sent[1].packet.clone()], "the packets read back are those sent");
+    stored_once(&raw);
+
+    // Put aside (a new chat) and played again: the same packets, kept once meanwhile too.
+    engine.send(Command::Companion(CompanionCommand::NewChat { character: ILSE.into() })).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Chats { character: ILSE.into() })).unwrap();
+    let saved = match until(&engine, |e| matches!(e, CompanionEvent::Chats { saved, .. } if !saved.is_empty())).pop() {
+        Some(CompanionEvent::Chats { saved, .. }) => saved[0].id.clone(),
+        other => panic!("{other:?}"),
+    };
+    let chat_json = || -> String {
+        let store = Store::open(&paths.library_file).unwrap();
+        store.with(|c| Ok(c.query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1", [&saved], |r| r.get(0))?)).unwrap()
+    };
+    assert_eq!(chat_json().matches("A bookbinder").count(), 2, "one per exchange");
+    engine.send(Command::Companion(CompanionCommand::Open { character: ILSE.into(), chat: saved.clone() })).unwrap();
+    let opened = |e: &CompanionEvent| matches!(e, CompanionEvent::Changed { action, .. } if action.starts_with("opened")) || matches!(e, CompanionEvent::Failed { .. });
+    assert!(matches!(until(&engine, opened).pop(), Some(CompanionEvent::Changed { .. })));
+    assert_eq!(read_back().0, [sent[0].packet.clone(), sent[1].packet.clone()], "played again as sent");
+    // A branch at the last message: the chat goes on with both exchanges, a copy is put aside.
+    let message = format!("{}-r", sent[1].id);
+    engine.send(Command::Companion(CompanionCommand::Branch { character: ILSE.into(), message })).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Chats { character: ILSE.into() })).unwrap();
+    let saved = match until(&engine, |e| matches!(e, CompanionEvent::Chats { saved, .. } if !saved.is_empty())).pop() {
+        Some(CompanionEvent::Chats { saved, .. }) => saved,
+        other => panic!("{other:?}"),
+    };
+    drop(engine);
+
+    // A library of an older version: whole packets, in the exchanges and in every chat
+    // put aside. Migration 0035 keeps them once; they read back the same.
+    let conn = rusqlite::Connection::open(&paths.library_file).unwrap();
+    for turn in &sent {
+        conn.execute("UPDATE companion_turns SET packet_json = ?2 WHERE id = ?1", [&turn.id, &serde_json::to_string(&turn.packet).unwrap()]).unwrap();
+    }
+    for chat in &saved {
+        let text: String = conn.query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1", [&chat.id], |r| r.get(0)).unwrap();
+        let mut whole: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for stored in whole["turns"].as_array_mut().unwrap() {
+            if let Some(turn) = sent.iter().find(|t| stored["id"] == t.id.as_str()) {
+                stored["packet"] = serde_json::to_value(&turn.packet).unwrap();
+            }
+        }
+        conn.execute("UPDATE companion_saved_chats SET chat_json = ?2 WHERE id = ?1", [&chat.id, &whole.to_string()]).unwrap();
+    }
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    conn.pragma_update(None, "user_version", version - 1).unwrap();
+    assert_eq!(read_back_old(&conn).iter().map(|r| r.matches("A bookbinder").count()).collect::<Vec<_>>(), [2, 2], "whole, as before");
+    drop(conn);
+    let (packets, raw) = read_back();
+    assert_eq!(packets, [sent[0].packet.clone(), sent[1].packet.clone()]);
+    stored_once(&raw);
+    let conn = rusqlite::Connection::open(&paths.library_file).unwrap();
+    for chat in &saved {
+        let text: String = conn.query_row("SELECT chat_json FROM companion_saved_chats WHERE id = ?1", [&chat.id], |r| r.get(0)).unwrap();
+        assert!(text.matches("A bookbinder").count() <= 2, "a saved chat's packets are kept once too: {text}");
+    }
+    drop(conn);
+    // The saved chat played from its migrated shape: the same packets again.
+    let engine = engine::start(paths.clone()).unwrap();
+    engine.send(Command::Companion(CompanionCommand::Open { character: ILSE.into(), chat: saved[0].id.clone() })).unwrap();
+    let events = until(&engine, opened);
+    assert!(matches!(events.last(), Some(CompanionEvent::Changed { .. })), "{events:?}");
+    let (packets, _) = read_back();
+    assert!(packets.iter().all(|p| sent.iter().any(|t| &t.packet == p)), "played from the migrated saved chat as sent");
+}
+
+fn read_back_old(conn: &rusqlite::Connection) -> Vec<String> {
+    conn.prepare("SELECT packet_json FROM companion_turns ORDER BY seq").unwrap().query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+}

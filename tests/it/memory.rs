@@ -732,6 +732,60 @@ fn a_process_that_closes_with_changes_the_graph_file_lacks_saves_it() {
     assert_eq!(pending, 0, "nothing left to replay");
 }
 
+/// Session 18: a long-running process (the workbench, `serve`) saved the graph only every
+/// 5,000 changes or as it closed, so one killed after hours lost every change since and
+/// the next process replayed them all. Now changes the file lacks are saved once they are
+/// `save_after_secs` old, in the background, while the bank goes on serving.
+#[test]
+fn a_long_running_bank_saves_the_graph_once_its_changes_are_old_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("lib.sqlite");
+    let saved_count = || -> u64 {
+        let text = std::fs::read_to_string(dir.path().join("lib.sqlite.graph.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["count"].as_u64().unwrap()
+    };
+    let journal = |bank: &MemoryBank| -> i64 {
+        bank.store().with(|c| Ok(c.query_row("SELECT count(*) FROM memory_vector_changes", [], |r| r.get(0))?)).unwrap()
+    };
+    let config = |secs: f64| {
+        let mut config = graph_config(30, 100_000);
+        config.graph.save_after_secs = secs;
+        config
+    };
+    let mut rng = fastrand::Rng::with_seed(18);
+    let bank = MemoryBank::open(Store::open(&library).unwrap(), config(0.0)).unwrap();
+    let (items, vectors) = synthetic(&mut rng, 0, 40, "first");
+    bank.add_with_vectors(items, vectors).unwrap();
+    bank.rebuild_ann_waiting().unwrap();
+    assert_eq!(saved_count(), 40);
+    let saves = bank.stats().unwrap().graph_saves;
+    // With the clock off, a few changes (under every count threshold) stay unsaved.
+    let (items, vectors) = synthetic(&mut rng, 40, 5, "more");
+    bank.add_with_vectors(items, vectors).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!((saved_count(), bank.stats().unwrap().graph_saves), (40, saves));
+    // Turned on (settings apply to a running bank): saved in the background once they
+    // have waited, while searches and writes go on.
+    bank.set_config(config(0.3));
+    let started = std::time::Instant::now();
+    let (items, later) = synthetic(&mut rng, 45, 3, "later");
+    bank.add_with_vectors(items, later.clone()).unwrap();
+    while bank.stats().unwrap().graph_saves == saves {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "the clock never saved the graph");
+        assert!((nearest(&bank, &later[0], 1)[0].1 - 1.0).abs() < 1e-4, "searches go on");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300), "not before the changes were old enough");
+    assert_eq!(saved_count(), 48);
+    assert_eq!(journal(&bank), 0, "the saved changes leave the journal");
+    // Killed (dropped without its engine's close): the next process replays nothing.
+    drop(bank);
+    let bank = MemoryBank::open(Store::open(&library).unwrap(), config(0.3)).unwrap();
+    let stats = bank.stats().unwrap();
+    assert_eq!((stats.graph_loaded, stats.ann_indexed, stats.ann_pending, stats.synced_changes), (true, 48, 0, 0));
+    assert!((nearest(&bank, &later[2], 1)[0].1 - 1.0).abs() < 1e-4);
+}
+
 #[test]
 fn the_cli_imports_searches_evaluates_and_reports_stats() {
     let dir = tempfile::tempdir().unwrap();

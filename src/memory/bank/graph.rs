@@ -369,7 +369,7 @@ impl MemoryBank {
     }
 
     /// A background save, `rebuilding` already claimed; releases it.
-    fn save_graph_claimed(&self) -> Result<(), MemoryError> {
+    pub(super) fn save_graph_claimed(&self) -> Result<(), MemoryError> {
         let outcome = self.save_graph_inner();
         self.rebuilding.store(false, Ordering::SeqCst);
         // Compaction may be due, or more changes came in while saving.
@@ -633,7 +633,7 @@ impl MemoryBank {
 /// build at normal priority doubles the slowest searches while it runs (a 1.7 GB graph
 /// at a million memories takes seconds to write). Linux gives each thread its own nice
 /// value; elsewhere this does nothing.
-fn lower_this_threads_priority() {
+pub(super) fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.

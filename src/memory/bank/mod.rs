@@ -8,6 +8,7 @@ use super::MemoryConfig;
 
 mod graph;
 mod rerank;
+mod save_clock;
 mod search;
 mod write;
 
@@ -124,6 +125,8 @@ pub struct MemoryBank {
     /// Vectors of lore entries' contents, for vector-activated World Info: embedded once
     /// per content (keyed by its hash), never stored.
     pub(in crate::memory) entry_vectors: Mutex<std::collections::HashMap<u64, Arc<Vec<f32>>>>,
+    /// Dropped with the bank, which stops its save clock (see `save_clock`).
+    save_clock: Mutex<Option<save_clock::ClockStop>>,
 }
 
 impl MemoryBank {
@@ -160,9 +163,11 @@ impl MemoryBank {
             me: me.clone(),
             speakers: RwLock::new(None),
             entry_vectors: Mutex::new(std::collections::HashMap::new()),
+            save_clock: Mutex::new(None),
         });
         bank.index.set_ef_search(bank.config().graph.ef_search);
         bank.load_vectors()?;
+        *bank.save_clock.lock().unwrap_or_else(|p| p.into_inner()) = save_clock::start(&bank);
         Ok(bank)
     }
 
@@ -184,7 +189,11 @@ impl MemoryBank {
     /// Change retrieval settings (the embedding model needs a reopen and a reindex).
     pub fn set_config(&self, config: MemoryConfig) {
         self.index.set_ef_search(config.graph.ef_search);
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        let interval = config.graph.save_after_secs;
+        let old = std::mem::replace(&mut *self.config.write().unwrap_or_else(|p| p.into_inner()), config);
+        if old.graph.save_after_secs != interval {
+            self.poke_save_clock();
+        }
     }
 
     /// Names the embedding model in stored vectors, so vectors of another model are
