@@ -1438,7 +1438,10 @@ fn a_checkpoints_fields_are_edited_in_the_inspector_as_a_new_version() {
 }
 
 /// A checkpoint whose agent takes too long is cancelled from the inspector: it stops,
-/// says so, and waits for a re-run.
+/// says so, and waits for a re-run. The Cancel is clicked as soon as the checkpoint reads
+/// as running; on a loaded machine that used to land before its agent's job was registered
+/// ("checkpoint 1 is not running", and a 20 s wait for a cancel that never came), which
+/// `identity::a_checkpoint_is_cancellable_from_the_moment_it_reads_as_running` pins down.
 #[test]
 fn a_running_checkpoint_is_cancelled_from_the_inspector() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1461,6 +1464,7 @@ fn a_running_checkpoint_is_cancelled_from_the_inspector() {
     harness.run();
     harness.get_by_label("Cancel").click();
     run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.identity().last_error(), None, "the cancel was taken");
         app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "failed")
     });
     harness.run();
