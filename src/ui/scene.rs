@@ -30,6 +30,9 @@ pub struct LiveRound {
     pub plan: Option<DirectorPlan>,
     pub reconciliation: Option<Reconciliation>,
     pub turns: Vec<LiveTurn>,
+    /// Who of the round waits for the embedded model and what holds it (see
+    /// [`SceneEvent::Waiting`]), as the panel says it; gone once the call has the model.
+    pub waiting: Option<String>,
     /// Committed: shown until the stored snapshot that includes it arrives.
     pub completed: bool,
 }
@@ -157,8 +160,16 @@ impl ScenePanels {
                 self.cancelled = false;
                 self.live = Some(LiveRound { round: *round, input: input.clone(), ..Default::default() });
             }
+            // The embedded model answers one call at a time: a round waiting behind an
+            // identity run or a chat says so, not only "planning…".
+            SceneEvent::Waiting { scene_id, agent, holder, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.waiting = holder.as_ref().map(|holder| format!("{} waits for the embedded model, busy with {holder}", capitalised(agent)));
+                }
+            }
             SceneEvent::DirectorDecided { scene_id, decision, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
+                    live.waiting = None;
                     match decision {
                         DirectorDecision::Plan(plan) => live.plan = Some((**plan).clone()),
                         DirectorDecision::Reconciliation(r) => live.reconciliation = Some((**r).clone()),
@@ -167,11 +178,13 @@ impl ScenePanels {
             }
             SceneEvent::CharacterStarted { scene_id, name, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
+                    live.waiting = None;
                     live.turns.push(LiveTurn { name: name.clone(), text: String::new(), done: false });
                 }
             }
             SceneEvent::NarratorStarted { scene_id, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
+                    live.waiting = None;
                     live.turns.push(LiveTurn { name: "Narrator".into(), text: String::new(), done: false });
                 }
             }
@@ -182,6 +195,9 @@ impl ScenePanels {
                 }
             }
             SceneEvent::Token { scene_id, text, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.waiting = None;
+                }
                 if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
                     turn.text.push_str(text);
                 }
@@ -218,6 +234,9 @@ impl ScenePanels {
                 self.restore_input();
             }
             SceneEvent::PlanReview { scene_id, plan, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.waiting = None;
+                }
                 self.pending_plan = Some(plan.clone());
                 self.skipped.clear();
             }
@@ -667,6 +686,9 @@ impl ScenePanels {
                 ui.spinner();
             }
         });
+        if let Some(waiting) = self.live.as_ref().filter(|l| !l.completed).and_then(|l| l.waiting.as_deref()) {
+            ui.weak(waiting);
+        }
         if self.cancelled && !running {
             ui.weak("The round was cancelled; nothing of it was saved.");
         }
@@ -884,6 +906,15 @@ impl ScenePanels {
             self.snapshot.as_ref().map(|s| s.view.active().map(|c| c.name.clone()).collect()).unwrap_or_default();
         let campaign = self.snapshot.as_ref().map(|s| s.view.campaign_id.clone());
         self.budgets.show(ui, &scene, campaign.as_deref(), &active, outbox);
+    }
+}
+
+/// `text` with its first letter a capital ("the Director" opens a sentence).
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

@@ -569,6 +569,65 @@ fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, Workb
     assert_eq!(harness.state().scene().input(), "I hand the keeper the sealed letter.", "the typed message is given back");
 }
 
+/// A round on the embedded model waits while the model answers someone else (an identity
+/// run, a chat): the Scene panel says who waits and what holds the model, as the chat does,
+/// instead of "planning…" with nothing said; and stops saying it once the call has the model,
+/// though the Director's reply streams nothing. (The scripted Director waits as a call queued
+/// on the embedded model does: `wait_behind`.)
+#[test]
+fn the_scene_panel_says_when_a_round_waits_for_the_embedded_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut script: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scene/script.json")).unwrap()).unwrap();
+    let rules = script["rules"].as_array_mut().unwrap();
+    let director = rules.iter().position(|r| r["name"] == "director pass 1").expect("the Director's rule");
+    let plan = rules[director]["reply"]["json"].clone();
+    let when = rules[director]["when"].clone();
+    let holder = "Mira Voss, checkpoint 1";
+    // The round played waits a minute behind the identity run; a round continued has the
+    // model at once and then answers slowly.
+    rules[director]["reply"] = serde_json::json!({ "json": plan, "wait_behind": holder, "wait_ms": 0, "delay_ms": 60000 });
+    let mut played = when.clone();
+    played["user_contains"] = serde_json::json!("sealed letter");
+    rules.insert(director, serde_json::json!({ "when": played, "reply": { "json": plan, "wait_behind": holder, "wait_ms": 60000 } }));
+    let script_file = dir.path().join("script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "queued".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
+    config.default_profile = "queued".into();
+    let (mut harness, _scene) = open_demo_scene_with(dir.path(), &config, 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I hand the keeper the sealed letter.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    let said = format!("The Director waits for the embedded model, busy with {holder}");
+    step_until_shown(&mut harness, &said);
+    assert_eq!(harness.state().scene().last_error(), None);
+    harness.get_by_label("Cancel round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled());
+    harness.run();
+    assert!(harness.query_by_label(&said).is_none(), "a cancelled round waits for nothing");
+
+    // The next round is told it waits, then that it has the model: the line goes while
+    // the Director is still answering.
+    harness.get_by_label("Continue").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.log_lines().filter(|l| l.contains("the Director waits for the embedded model: Mira Voss, checkpoint 1")).count() == 2
+            && app.scene().live().is_some_and(|l| l.waiting.is_none())
+    });
+    harness.step();
+    assert!(harness.state().scene().live().is_some_and(|l| l.plan.is_none()), "the Director is still answering");
+    assert!(harness.query_by_label("planning…").is_some());
+    assert!(harness.query_by_label(&said).is_none(), "the wait is over");
+    harness.get_by_label("Cancel round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled());
+}
+
 /// Closing the window while a round streams asks first; "Keep working" keeps it open
 /// and the round going. With nothing running, a close is not held up.
 #[test]
