@@ -538,6 +538,46 @@ fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() 
     });
 }
 
+/// A character's state in the scene is edited by hand beside the cast, as `scene set-state`
+/// does (the GUI had no way to): only the fields changed are sent, the others keep theirs,
+/// and the cast table shows the new state.
+#[test]
+fn a_characters_state_in_the_scene_is_edited_beside_the_cast() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    harness.get_by_label("Edit state of Wren Talloway").click();
+    harness.run();
+    assert!(harness.query_by_label("Edit state of Ossian Vale").is_none(), "one edit at a time");
+    assert!(egui_kittest::kittest::NodeT::accesskit_node(&harness.get_by_label("Save state")).is_disabled(), "nothing changed yet");
+    text_field(&harness, "Activity").click();
+    harness.run();
+    text_field(&harness, "Activity").type_text("trimming the wick");
+    harness.run();
+    text_field(&harness, "Intentions").click();
+    harness.run();
+    text_field(&harness, "Intentions").type_text("keep the light burning");
+    harness.run();
+    harness.get_by_label("Save state").click();
+    let wren = |app: &WorkbenchApp| app.scene().snapshot().and_then(|s| s.view.cast.iter().find(|c| c.name == "Wren Talloway").cloned());
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.scene().last_error(), None);
+        wren(app).is_some_and(|w| w.state.activity.as_deref() == Some("trimming the wick"))
+    });
+    harness.run();
+    let state = wren(harness.state()).expect("Wren").state;
+    assert_eq!(state.intentions.as_deref(), Some("keep the light burning"));
+    assert_eq!(state.mood.as_deref(), Some("watchful"), "a field not changed keeps its value");
+    assert!(harness.query_by_label("trimming the wick").is_some(), "the cast table shows it");
+    assert!(harness.query_by_label("Save state").is_none(), "the editor closed");
+    let stored = harness.state().engine().context().store.with(|c| lorekeeper::scene::records::load_view(c, &scene)).expect("view");
+    let stored = stored.cast.iter().find(|c| c.name == "Wren Talloway").expect("Wren").state.clone();
+    assert_eq!(stored.activity.as_deref(), Some("trimming the wick"), "stored in the library");
+}
+
 #[test]
 fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
     a_running_round_is_stopped_by(|harness| harness.get_by_label("Cancel round").click());
