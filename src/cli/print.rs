@@ -74,6 +74,8 @@ fn print_scene(out: &mut impl Write, event: &SceneEvent) -> std::io::Result<()> 
         E::NarratorFinished { .. } => writeln!(out),
         E::Token { text, .. } => write!(out, "{text}"),
         E::Redrawn { reason, .. } => write!(out, "\n  [drawn again: {reason}]\n  "),
+        E::Waiting { agent, holder: Some(holder), .. } => writeln!(out, "({agent} waits for the embedded model: {holder})"),
+        E::Waiting { holder: None, .. } => Ok(()),
         E::CharacterFinished { delta, .. } => {
             if delta.is_empty() { writeln!(out) } else { writeln!(out, "\n  (state: {})", serde_json::to_string(delta).unwrap_or_default()) }
         }

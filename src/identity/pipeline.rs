@@ -125,10 +125,18 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
         }
     }
     // Stored as running before the wave is announced, so a reader of the store (a
-    // WebSocket that connects just then) sees the wave started whenever it missed the event.
-    for (agent, _, status) in &to_start {
+    // WebSocket that connects just then) sees the wave started whenever it missed the event;
+    // and each agent's job is registered before that, so whoever reads "running" (the
+    // workbench's Cancel, `identity cancel`) finds a job to cancel.
+    let mut claimed = Vec::new();
+    for (agent, feedback, status) in &to_start {
+        let Some(job) = claim(ctx, run_id, agent.number()) else {
+            tracing::debug!(run = run_id, checkpoint = agent.number(), "agent already running");
+            continue;
+        };
         let next = if *status == CheckpointStatus::Regenerating { *status } else { CheckpointStatus::Running };
         ctx.store.with(|c| records::set_status(c, run_id, agent.number(), next, None))?;
+        claimed.push((*agent, feedback.clone(), job));
     }
     if fresh_wave && !to_start.is_empty() {
         emit(
@@ -140,8 +148,8 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
             },
         );
     }
-    for (agent, feedback, _) in to_start {
-        spawn_agent(ctx, &run, agent, feedback);
+    for (agent, feedback, job) in claimed {
+        spawn_agent(ctx, &run, agent, feedback, job);
     }
     // Nothing running for this run any more: the user has the next move.
     let after = ctx.store.with(|c| records::checkpoints(c, run_id))?;
@@ -160,15 +168,17 @@ fn advance_locked(ctx: &Arc<Context>, run_id: &str) -> Result<(), IdentityError>
     Ok(())
 }
 
-fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<String>) {
-    // Registered before the task starts, so no other thread sees this checkpoint as
-    // interrupted in between. Its token reaches the agent's model calls, so `cancel`
-    // (here or from another process) stops the agent mid-generation.
+/// Register checkpoint `number`'s agent as running, or `None` when it already is. Done
+/// before its status says it works (and before its task starts), so no other thread sees
+/// the checkpoint as interrupted, and a cancel sent the moment it reads as running finds
+/// the job. The token reaches the agent's model calls, so `cancel` (here or from another
+/// process) stops the agent mid-generation, or before it begins.
+fn claim(ctx: &Context, run_id: &str, number: u8) -> Option<(CancelToken, crate::context::Job)> {
     let cancel = CancelToken::new();
-    let Some(job) = ctx.jobs.try_start(job(&run.id, agent.number()), &cancel) else {
-        tracing::debug!(run = %run.id, checkpoint = agent.number(), "agent already running");
-        return;
-    };
+    ctx.jobs.try_start(job(run_id, number), &cancel).map(|job| (cancel, job))
+}
+
+fn spawn_agent(ctx: &Arc<Context>, run: &RunRecord, agent: Agent, feedback: Option<String>, (cancel, job): (CancelToken, crate::context::Job)) {
     let ctx = ctx.clone();
     let run = run.clone();
     ctx.runtime.clone().spawn_blocking(move || {
@@ -543,6 +553,9 @@ pub fn reject(ctx: &Arc<Context>, run_id: &str, number: u8, feedback: &str) -> R
     if !matches!(cp.status, CheckpointStatus::AwaitingApproval | CheckpointStatus::Stale | CheckpointStatus::Failed) {
         return Err(IdentityError::Invalid(format!("checkpoint {number} is {} and cannot be rejected", cp.status.as_str())));
     }
+    let Some(job) = claim(ctx, run_id, number) else {
+        return Err(IdentityError::Invalid(format!("checkpoint {number} is already running")));
+    };
     let run = ctx.store.transaction(|tx| {
         records::set_status(tx, run_id, number, CheckpointStatus::Regenerating, None)?;
         records::set_pending_feedback(tx, run_id, number, Some(feedback))?;
@@ -561,9 +574,9 @@ pub fn reject(ctx: &Arc<Context>, run_id: &str, number: u8, feedback: &str) -> R
         ctx,
         IdentityEvent::CheckpointRejected { character_id: run_id.to_string(), checkpoint_number: number, feedback: feedback.to_string() },
     );
-    // Started under the transition lock, so no concurrent `advance` mistakes the
-    // regenerating checkpoint for an interrupted one.
-    spawn_agent(ctx, &run, cp.agent, Some(feedback.to_string()));
+    // Claimed before its status changed and started under the transition lock, so no
+    // concurrent `advance` mistakes the regenerating checkpoint for an interrupted one.
+    spawn_agent(ctx, &run, cp.agent, Some(feedback.to_string()), job);
     Ok(())
 }
 

@@ -179,9 +179,11 @@ pub struct CallContext<'a> {
     /// Receives each streamed text fragment as it arrives.
     pub on_token: Option<&'a (dyn Fn(&str) + Send + Sync)>,
     /// Told, while the call waits for a model another call holds (the embedded model
-    /// answers one call at a time), what that other call is for ("Tomas Reed,
-    /// checkpoint 1"): a wait of minutes is then a wait the user can read.
-    pub on_wait: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// answers one call at a time), what that other call is for (`Some("Tomas Reed,
+    /// checkpoint 1")`): a wait of minutes is then a wait the user can read. Told `None`
+    /// once the call has the model after such a wait, so a call that streams nothing (a
+    /// Director's structured reply) does not read as waiting while it is answered.
+    pub on_wait: Option<&'a (dyn Fn(Option<&str>) + Send + Sync)>,
     /// What this call is for, as another call waiting behind it is told.
     pub label: Option<&'a str>,
 }
@@ -194,14 +196,20 @@ impl<'a> CallContext<'a> {
         Self { cancel, on_token: Some(on_token), on_wait: None, label: None }
     }
     /// The same context, telling `on_wait` what holds the model while the call waits.
-    pub fn with_wait(mut self, on_wait: &'a (dyn Fn(&str) + Send + Sync)) -> Self {
+    pub fn with_wait(mut self, on_wait: &'a (dyn Fn(Option<&str>) + Send + Sync)) -> Self {
         self.on_wait = Some(on_wait);
         self
     }
     /// Say that the model is busy with `what`.
     pub fn waiting(&self, what: &str) {
         if let Some(f) = self.on_wait {
-            f(what);
+            f(Some(what));
+        }
+    }
+    /// Say that the wait [`CallContext::waiting`] told of is over: the call has the model.
+    pub fn waited(&self) {
+        if let Some(f) = self.on_wait {
+            f(None);
         }
     }
     pub fn emit(&self, fragment: &str) {

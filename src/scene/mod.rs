@@ -162,6 +162,12 @@ pub enum SceneEvent {
     /// away and drawn again: it was empty or copied its prompt (`reason`).
     Redrawn { scene_id: String, round: u32, character_id: String, name: String, reason: String },
     CharacterFinished { scene_id: String, round: u32, character_id: String, name: String, content: String, delta: CharacterState },
+    /// A call of the round waits for the embedded model, which answers one call at a time
+    /// and is busy with `holder` ("Tomas Reed, checkpoint 1", another scene's Director);
+    /// `agent` is who waits ("the Director", a character's name, "the narrator", "the World
+    /// agent"). Said once per holder, then with no `holder` once the call has the model
+    /// (the Director's reply streams nothing, so its next event may be a while coming).
+    Waiting { scene_id: String, round: u32, agent: String, holder: Option<String> },
     /// The round is committed: its messages as numbered in the store.
     RoundCompleted {
         scene_id: String,

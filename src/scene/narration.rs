@@ -132,7 +132,11 @@ pub(super) fn world(
     let (envelope, prompt) = at.envelope(AgentKind::World, &envelope::world_turn(at.round), &world.1, &mut reply, lore_state)?;
     let mut request = AfterCharacters::request(&world.1, prompt.system, prompt.user, false);
     reply.apply(&world.1, &mut request);
-    let output = complete_structured::<WorldUpdate>(&world.0, request, &options, CallContext::new(at.cancel))
+    let on_wait = |holder: Option<&str>| {
+        let agent = "the World agent".to_string();
+        at.ctx.emit(SceneEvent::Waiting { scene_id: at.scene_id.to_string(), round: at.round, agent, holder: holder.map(str::to_string) })
+    };
+    let output = complete_structured::<WorldUpdate>(&world.0, request, &options, CallContext::new(at.cancel).with_wait(&on_wait))
         .map_err(|e| SceneError::Agent { agent: "world".into(), message: e.to_string() })?;
     at.ctx.emit(SceneEvent::WorldDecided { scene_id: at.scene_id.to_string(), round: at.round, decision: Box::new(output.value.clone()) });
     let ledger = CallLedger {

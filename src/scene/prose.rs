@@ -88,7 +88,9 @@ pub(crate) fn draw(
                 on_token(&shown);
             }
         };
-        let on_wait = |holder: &str| ctx.emit(crate::context::CoreEvent::info(format!("round {round}: {name} waits for the embedded model: {holder}")));
+        let on_wait = |holder: Option<&str>| {
+            ctx.emit(SceneEvent::Waiting { scene_id: scene_id.to_string(), round, agent: name.to_string(), holder: holder.map(str::to_string) })
+        };
         let result = client.complete(&request, CallContext::with_tokens(cancel, &relay).with_wait(&on_wait));
         if let Some(rest) = stream.lock().unwrap_or_else(|p| p.into_inner()).finish() {
             on_token(&rest);

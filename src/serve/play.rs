@@ -377,7 +377,7 @@ pub(super) async fn cancel_round(State(state): State<Arc<AppState>>, Path(scene)
 
 /// A scene's live events, as the scene predecessor's socket named them.
 #[utoipa::path(get, path = "/ws/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 101, description = "WebSocket: roundStarted, agentStatus, token, redrawn, stateUpdated, roundCompleted, roundCancelled, redoFailed (a redo's round failed: the round it replaced is back), error")))]
+    responses((status = 101, description = "WebSocket: roundStarted, agentStatus, token, waiting (a call of the round waits for the embedded model, busy with `holder`; `holder` null: the wait is over), redrawn, stateUpdated, roundCompleted, roundCancelled, redoFailed (a redo's round failed: the round it replaced is back), error")))]
 pub(super) async fn scene_socket(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Upgrade(upgrade): Upgrade) -> Response {
     match scene_id(&state, &scene) {
         Ok(id) => upgrade
@@ -405,6 +405,9 @@ fn scene_messages(id: &str, event: &Event) -> Vec<Value> {
         })],
         SceneEvent::Token { scene_id, character_id, text, .. } if mine(scene_id) => {
             vec![json!({ "type": "token", "sceneId": scene_id, "characterId": character_id, "text": text })]
+        }
+        SceneEvent::Waiting { scene_id, round, agent, holder } if mine(scene_id) => {
+            vec![json!({ "type": "waiting", "sceneId": scene_id, "round": round, "agent": agent, "holder": holder })]
         }
         SceneEvent::Redrawn { scene_id, round, character_id, name, reason } if mine(scene_id) => {
             vec![json!({ "type": "redrawn", "sceneId": scene_id, "round": round, "characterId": character_id, "name": name, "reason": reason })]

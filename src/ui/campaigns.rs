@@ -39,6 +39,8 @@ struct Drafts {
     persona_edit: Option<String>,
     persona_edit_name: String,
     persona_edit_description: String,
+    /// The picture file typed (or chosen) for the persona open in the editor.
+    persona_image: String,
     /// A persona whose delete waits for a second click.
     persona_delete: Option<String>,
     /// The campaign's in-fiction minutes, as typed.
@@ -91,6 +93,7 @@ pub struct CampaignsPanel {
     status: Option<Result<String, String>>,
     open_scene: Option<String>,
     transcript_picker: super::platform::FilePicker,
+    persona_image_picker: super::platform::FilePicker,
 }
 
 fn author(command: AuthorCommand) -> Command {
@@ -141,6 +144,10 @@ impl CampaignsPanel {
                 self.status = Some(Ok(format!("{} {kind} {name}{gone}", capitalised(action))));
                 if kind == "persona" {
                     outbox.push(author(AuthorCommand::Personas));
+                }
+                // The picture is in: its path is typed no more (one refused stays, to correct).
+                if kind == "persona" && action == "pictured" {
+                    self.drafts.persona_image.clear();
                 }
                 if action == "deleted" {
                     self.confirm = None;
@@ -635,6 +642,7 @@ impl CampaignsPanel {
                         self.drafts.persona_edit = Some(p.id.clone());
                         self.drafts.persona_edit_name = p.name.clone();
                         self.drafts.persona_edit_description = p.description.clone();
+                        self.drafts.persona_image.clear();
                     }
                     if self.drafts.persona_delete.as_deref() == Some(p.id.as_str()) {
                         ui.colored_label(ui.visuals().warn_fg_color, "campaigns and chats that play it will play nobody in particular");
@@ -667,6 +675,7 @@ impl CampaignsPanel {
                             .id_salt("campaigns_persona_edit_description");
                         ui.add(edit).labelled_by(l.id);
                     });
+                    self.persona_image_row(ui, outbox, &p);
                     ui.horizontal_wrapped(|ui| {
                         // Only what changed is sent, as `persona edit` takes it.
                         let name = Some(self.drafts.persona_edit_name.trim().to_string()).filter(|n| *n != p.name);
@@ -681,6 +690,27 @@ impl CampaignsPanel {
                         }
                     });
                 });
+            }
+        });
+    }
+
+    /// The persona's picture, as `persona image` sets it: a PNG file typed or chosen, read
+    /// and checked to decode by the engine (a file that is no PNG image is refused, and the
+    /// status line says why), or taken away.
+    fn persona_image_row(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, persona: &crate::character::Persona) {
+        ui.horizontal_wrapped(|ui| {
+            text_inline(ui, "Persona's picture (PNG)", &mut self.drafts.persona_image, 240.0);
+            let request = || super::platform::FileRequest::open("A picture of the persona", false).filter("PNG image", &["png"]);
+            if let Some(path) = self.persona_image_picker.button(ui, "Browse…", request).and_then(|p| p.into_iter().next()) {
+                self.drafts.persona_image = path.display().to_string();
+            }
+            let typed = !self.drafts.persona_image.trim().is_empty();
+            if ui.add_enabled(typed, egui::Button::new("Set picture")).on_hover_text("Shown beside the chat when you play this persona").clicked() {
+                let path = super::platform::typed_path(&self.drafts.persona_image);
+                outbox.push(author(AuthorCommand::PersonaImage { persona: persona.id.clone(), path: Some(path) }));
+            }
+            if ui.button("Remove picture").clicked() {
+                outbox.push(author(AuthorCommand::PersonaImage { persona: persona.id.clone(), path: None }));
             }
         });
     }

@@ -172,6 +172,8 @@ fn scene_line(event: &crate::scene::SceneEvent) -> Option<(LogLevel, String)> {
             format!("scene: {name} finished ({})", fields.join(", "))
         }),
         E::NarratorStarted { .. } => info("scene: the narrator is writing".into()),
+        E::Waiting { round, agent, holder: Some(holder), .. } => info(format!("scene: round {round}: {agent} waits for the embedded model: {holder}")),
+        E::Waiting { holder: None, .. } => None,
         E::Redrawn { name, reason, .. } => Some((LogLevel::Warn, format!("scene: a reply of {name} was drawn again: {reason}"))),
         E::NarratorFinished { .. } => info("scene: the narrator finished".into()),
         E::RoundCompleted { round, messages, conflicts, tokens, notices, .. } => {

@@ -30,6 +30,9 @@ pub struct LiveRound {
     pub plan: Option<DirectorPlan>,
     pub reconciliation: Option<Reconciliation>,
     pub turns: Vec<LiveTurn>,
+    /// Who of the round waits for the embedded model and what holds it (see
+    /// [`SceneEvent::Waiting`]), as the panel says it; gone once the call has the model.
+    pub waiting: Option<String>,
     /// Committed: shown until the stored snapshot that includes it arrives.
     pub completed: bool,
 }
@@ -74,6 +77,44 @@ pub struct ScenePanels {
     cast_change: String,
     /// What was typed and not sent, per scene (the open scene's is `input`).
     drafts: super::drafts::Drafts,
+    /// A cast member's state in this scene being edited by hand (as `scene set-state`).
+    state_edit: Option<StateEdit>,
+}
+
+/// The state editor under the scene's cast: one character's fields as they were when it
+/// opened, and as typed. Only the fields changed are sent (a blank one is no change, as
+/// the engine reads it), so a round's later change to another field is kept.
+#[derive(Debug, Clone)]
+struct StateEdit {
+    scene: String,
+    character_id: String,
+    name: String,
+    before: crate::scene::model::CharacterState,
+    fields: [String; STATE_FIELDS.len()],
+}
+
+impl StateEdit {
+    fn of(scene: &str, member: &crate::scene::model::CastMember) -> Self {
+        Self {
+            scene: scene.to_string(),
+            character_id: member.id.clone(),
+            name: member.name.clone(),
+            before: member.state.clone(),
+            fields: STATE_FIELDS.map(|f| member.state.get(f).unwrap_or_default().to_string()),
+        }
+    }
+
+    /// The fields typed that differ from what the editor opened with.
+    fn changed(&self) -> crate::scene::model::CharacterState {
+        let mut changed = crate::scene::model::CharacterState::default();
+        for (field, typed) in STATE_FIELDS.iter().zip(&self.fields) {
+            let typed = typed.trim();
+            if !typed.is_empty() && Some(typed) != self.before.get(field).map(str::trim) {
+                changed.set(field, typed);
+            }
+        }
+        changed
+    }
 }
 
 impl ScenePanels {
@@ -157,8 +198,16 @@ impl ScenePanels {
                 self.cancelled = false;
                 self.live = Some(LiveRound { round: *round, input: input.clone(), ..Default::default() });
             }
+            // The embedded model answers one call at a time: a round waiting behind an
+            // identity run or a chat says so, not only "planning…".
+            SceneEvent::Waiting { scene_id, agent, holder, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.waiting = holder.as_ref().map(|holder| format!("{} waits for the embedded model, busy with {holder}", capitalised(agent)));
+                }
+            }
             SceneEvent::DirectorDecided { scene_id, decision, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
+                    live.waiting = None;
                     match decision {
                         DirectorDecision::Plan(plan) => live.plan = Some((**plan).clone()),
                         DirectorDecision::Reconciliation(r) => live.reconciliation = Some((**r).clone()),
@@ -167,11 +216,13 @@ impl ScenePanels {
             }
             SceneEvent::CharacterStarted { scene_id, name, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
+                    live.waiting = None;
                     live.turns.push(LiveTurn { name: name.clone(), text: String::new(), done: false });
                 }
             }
             SceneEvent::NarratorStarted { scene_id, .. } if self.is_selected(scene_id) => {
                 if let Some(live) = &mut self.live {
+                    live.waiting = None;
                     live.turns.push(LiveTurn { name: "Narrator".into(), text: String::new(), done: false });
                 }
             }
@@ -182,6 +233,9 @@ impl ScenePanels {
                 }
             }
             SceneEvent::Token { scene_id, text, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.waiting = None;
+                }
                 if let Some(turn) = self.live.as_mut().and_then(|l| l.turns.last_mut()) {
                     turn.text.push_str(text);
                 }
@@ -218,6 +272,9 @@ impl ScenePanels {
                 self.restore_input();
             }
             SceneEvent::PlanReview { scene_id, plan, .. } if self.is_selected(scene_id) => {
+                if let Some(live) = &mut self.live {
+                    live.waiting = None;
+                }
                 self.pending_plan = Some(plan.clone());
                 self.skipped.clear();
             }
@@ -438,6 +495,8 @@ impl ScenePanels {
 
     fn characters(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         let Some(snapshot) = &self.snapshot else { return };
+        let running = self.live.as_ref().is_some_and(|l| !l.completed);
+        let mut open_edit = None;
         ui.strong("Characters");
         egui::Grid::new("scene_characters").striped(true).num_columns(2 + STATE_FIELDS.len()).show(ui, |ui| {
             ui.strong("Name");
@@ -453,6 +512,16 @@ impl ScenePanels {
                 ui.horizontal(|ui| {
                     self.portraits.show(ui, &member.id, &member.name, super::portrait::SIZE, outbox);
                     ui.label(super::short(&member.name)).on_hover_text(&member.name);
+                    // A round writes states when it closes: edits wait until it has.
+                    if !running
+                        && self.state_edit.is_none()
+                        && ui
+                            .small_button(format!("Edit state of {}", super::short(&member.name)))
+                            .on_hover_text("Change where they are, their mood, clothing, activity or intentions in this scene")
+                            .clicked()
+                    {
+                        open_edit = Some(StateEdit::of(&snapshot.view.id, member));
+                    }
                 });
                 ui.label(if member.active { "yes" } else { "—" });
                 for field in STATE_FIELDS {
@@ -461,6 +530,50 @@ impl ScenePanels {
                 ui.end_row();
             }
         });
+        if open_edit.is_some() {
+            self.state_edit = open_edit;
+        }
+        self.state_editor(ui, running, outbox);
+    }
+
+    /// The open state edit's fields, saved as `AuthorCommand::EditCharacterState`; the
+    /// snapshot is read again when the authoring tree that follows arrives.
+    fn state_editor(&mut self, ui: &mut egui::Ui, running: bool, outbox: &mut Vec<Command>) {
+        let Some(edit) = self.state_edit.as_mut() else { return };
+        if self.selected.as_deref() != Some(edit.scene.as_str()) {
+            self.state_edit = None;
+            return;
+        }
+        ui.add_space(4.0);
+        ui.strong(format!("State of {} in this scene", super::short(&edit.name)));
+        egui::Grid::new("scene_state_edit").num_columns(2).show(ui, |ui| {
+            for (field, text) in STATE_FIELDS.iter().zip(edit.fields.iter_mut()) {
+                let label = ui.label(capitalised(field));
+                ui.add(egui::TextEdit::singleline(text).desired_width(220.0).id_salt(("scene_state_edit", *field))).labelled_by(label.id);
+                ui.end_row();
+            }
+        });
+        let changed = edit.changed();
+        let mut close = false;
+        ui.horizontal(|ui| {
+            let save = ui
+                .add_enabled(!running && !changed.is_empty(), egui::Button::new("Save state"))
+                .on_hover_text("Only the fields you changed are saved; a blank field is left as it was");
+            if save.clicked() {
+                outbox.push(Command::Scene(SceneCommand::Author(crate::scene::author::AuthorCommand::EditCharacterState {
+                    scene: edit.scene.clone(),
+                    character: edit.character_id.clone(),
+                    state: changed.clone(),
+                })));
+                close = true;
+            }
+            if ui.button("Cancel state edit").clicked() {
+                close = true;
+            }
+        });
+        if close {
+            self.state_edit = None;
+        }
     }
 
     fn campaign_state(&self, ui: &mut egui::Ui) {
@@ -667,6 +780,9 @@ impl ScenePanels {
                 ui.spinner();
             }
         });
+        if let Some(waiting) = self.live.as_ref().filter(|l| !l.completed).and_then(|l| l.waiting.as_deref()) {
+            ui.weak(waiting);
+        }
         if self.cancelled && !running {
             ui.weak("The round was cancelled; nothing of it was saved.");
         }
@@ -884,6 +1000,15 @@ impl ScenePanels {
             self.snapshot.as_ref().map(|s| s.view.active().map(|c| c.name.clone()).collect()).unwrap_or_default();
         let campaign = self.snapshot.as_ref().map(|s| s.view.campaign_id.clone());
         self.budgets.show(ui, &scene, campaign.as_deref(), &active, outbox);
+    }
+}
+
+/// `text` with its first letter a capital ("the Director" opens a sentence).
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

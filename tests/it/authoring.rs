@@ -628,6 +628,56 @@ mod gui {
         assert!(!listed.contains("Kit"), "{listed}");
     }
 
+    /// What `persona image` does, done in the persona editor (the GUI had no way to): a
+    /// file that is no PNG image is refused and the status line says why, a PNG is kept,
+    /// and "Remove picture" takes it away.
+    #[test]
+    fn a_personas_picture_is_set_and_removed_in_the_persona_editor() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = setup(dir.path());
+        cli.ok(&["persona", "new", "Kit", "--description", "a courier"]);
+        cli.ok(&["world", "new", "Vael"]);
+        cli.ok(&["campaign", "new", "Ashfall", "--world", "Vael", "--persona", "Kit"]);
+        let not_png = dir.path().join("kit.txt");
+        std::fs::write(&not_png, "a picture, honestly").unwrap();
+        let picture = dir.path().join("kit.png");
+        std::fs::write(&picture, crate::chat_files::tiny_png()).unwrap();
+        let engine = lorekeeper::engine::start(cli.paths.clone()).unwrap();
+        let store = engine.context().store.clone();
+        let image = move || {
+            store
+                .with(|c| {
+                    let id = lorekeeper::character::resolve_persona(c, "Kit")?.id;
+                    lorekeeper::character::persona_image(c, &id)
+                })
+                .unwrap()
+        };
+        let mut harness =
+            Harness::builder().with_max_steps(64).with_size([1280.0, 1000.0]).build_eframe(move |cc| WorkbenchApp::new(&cc.egui_ctx, engine));
+        settle(&mut harness);
+        harness.get_all_by_label("Campaigns").next().unwrap().click();
+        run_until(&mut harness, "the campaign", |app| campaign(app).is_some_and(|c| c.persona.is_some()));
+        click(&mut harness, "Settings of Ashfall");
+        click(&mut harness, "Personas (1)");
+        click(&mut harness, "Edit persona Kit");
+        type_into(&mut harness, "Persona's picture (PNG)", not_png.to_str().unwrap());
+        click(&mut harness, "Set picture");
+        run_until(&mut harness, "the refusal", |app| app.campaigns().status().is_some_and(|s| s.is_err()));
+        let said = harness.state().campaigns().status().cloned();
+        assert!(said.as_ref().is_some_and(|s| s.as_ref().is_err_and(|e| e.contains("not a PNG"))), "{said:?}");
+        assert!(harness.query_all_by_label_contains("not a PNG").next().is_some(), "the status line says why");
+        assert_eq!(image(), None, "nothing stored");
+        // The refused path stays to correct.
+        assert_eq!(field(&harness, "Persona's picture (PNG)").value().as_deref(), Some(not_png.to_str().unwrap()));
+        replace_text(&mut harness, "Persona's picture (PNG)", picture.to_str().unwrap());
+        click(&mut harness, "Set picture");
+        run_until(&mut harness, "the picture kept", |app| app.campaigns().status().is_some_and(|s| s.as_ref().is_ok_and(|t| t.contains("Pictured persona Kit"))));
+        assert_eq!(image().as_deref(), Some(crate::chat_files::tiny_png().as_slice()));
+        click(&mut harness, "Remove picture");
+        run_until(&mut harness, "the picture gone", |app| app.campaigns().status().is_some_and(|s| s.as_ref().is_ok_and(|t| t.contains("Unpictured persona Kit"))));
+        assert_eq!(image(), None);
+    }
+
     /// "New character" in the Library panel makes a character and opens its sheet to
     /// write; "New lorebook" makes an empty book and opens its entry editor; a name
     /// already taken is refused in the status line.

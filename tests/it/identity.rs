@@ -557,6 +557,61 @@ fn a_running_agent_is_cancelled_from_another_process() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("checkpoint 1 is not running"), "{}", String::from_utf8_lossy(&again.stderr));
 }
 
+/// A checkpoint reads as running only once its agent can be cancelled: a Cancel sent the
+/// moment the store (and so the workbench's inspector) says it runs stops it. The agent's job
+/// used to be registered after its status was stored, so a Cancel in between was told
+/// "checkpoint 1 is not running" and the agent ran on (the workbench's Cancel test failed so
+/// on a loaded machine). The waker runs in the thread that emits, so it asks at the first
+/// event after the status is stored, with that thread held until the answer comes.
+#[test]
+fn a_checkpoint_is_cancellable_from_the_moment_it_reads_as_running() {
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths_with_first_rule(
+        dir.path(),
+        serde_json::json!({ "when": { "system_contains": "Personality specialist" }, "reply": { "text": "{}", "delay_ms": 60000 } }),
+    );
+    let engine = engine::start(paths).unwrap();
+    let ctx = engine.context().clone();
+    let reader = Mutex::new(ctx.store.reader().unwrap());
+    let answer: Arc<Mutex<Option<Result<Vec<u8>, String>>>> = Arc::default();
+    let told = answer.clone();
+    engine.set_waker(move || {
+        let mut told = told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.is_some() {
+            return;
+        }
+        let running = {
+            let conn = reader.lock().unwrap();
+            let runs = lorekeeper::identity::records::list_runs(&conn).unwrap_or_default();
+            runs.into_iter().find(|run| {
+                lorekeeper::identity::records::checkpoints(&conn, &run.id)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.number == 1 && c.status.is_working())
+            })
+        };
+        let Some(run) = running else { return };
+        // Asked from another thread, so a store lock this thread held could not hang the test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(lorekeeper::identity::pipeline::cancel(&ctx, &run.id, Some(1)).map_err(|e| e.to_string()));
+        });
+        *told = Some(rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| Err("no answer within 10 s".into())));
+    });
+    let id = start(&engine, false);
+    let mut seen = Vec::new();
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::AgentStarted { checkpoint: 1, .. }));
+    assert_eq!(answer.lock().unwrap().clone(), Some(Ok(vec![1])), "the cancel found checkpoint 1's agent");
+    wait_for(&engine, &mut seen, |e| matches!(e, IdentityEvent::Cancelled { checkpoint: 1, .. }));
+    let view = load_view(&engine.context().store, &id).unwrap();
+    assert_eq!(view.checkpoints[0].record.status, CheckpointStatus::Failed);
+    assert!(view.checkpoints[0].versions.is_empty(), "nothing of the cancelled draw is kept");
+    // The waker holds the context: let it go before the engine stops.
+    engine.set_waker(|| {});
+}
+
 /// A run that has not finished has no character yet, and it is deleted all the same,
 /// from the workbench (Waves → Delete run…, which deletes "the character") and from the
 /// CLI while another process runs its agents: the agents are stopped and the run, its

@@ -165,7 +165,8 @@ fn cancellation_stops_a_long_generation_promptly() {
 }
 
 /// A call queued behind another on the embedded model is told what holds it (an
-/// identity run's checkpoint), once, instead of waiting minutes in silence.
+/// identity run's checkpoint), once, instead of waiting minutes in silence; and told the
+/// wait is over once it has the model (a Director's reply streams nothing to say so).
 #[test]
 fn a_call_waiting_for_the_model_hears_what_holds_it() {
     let _ = provider();
@@ -176,7 +177,7 @@ fn a_call_waiting_for_the_model_hears_what_holds_it() {
     long.sampler.stop = Vec::new();
     let short = request(vec![ChatMessage::user("Say hello.")], 4, 8);
     let started = std::sync::atomic::AtomicBool::new(false);
-    let heard = Mutex::new(Vec::<String>::new());
+    let heard = Mutex::new(Vec::<Option<String>>::new());
     let cancel = CancelToken::new();
     let on_token = |_: &str| started.store(true, std::sync::atomic::Ordering::Relaxed);
     std::thread::scope(|scope| {
@@ -185,12 +186,12 @@ fn a_call_waiting_for_the_model_hears_what_holds_it() {
         while !started.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let on_wait = |holder: &str| heard.lock().unwrap().push(holder.to_string());
+        let on_wait = |holder: Option<&str>| heard.lock().unwrap().push(holder.map(str::to_string));
         let second = waiter.complete(&short, CallContext::new(&cancel).with_wait(&on_wait));
         assert!(first.join().unwrap().is_ok());
         assert!(second.is_ok(), "{second:?}");
     });
-    assert_eq!(*heard.lock().unwrap(), ["Tomas Reed, checkpoint 1"]);
+    assert_eq!(*heard.lock().unwrap(), [Some("Tomas Reed, checkpoint 1".to_string()), None]);
 }
 
 #[test]

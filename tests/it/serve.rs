@@ -308,6 +308,9 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
         "reply": { "text": "[Ilse Marrow]: The kettle's on, and the fog is thick tonight.", "chunk_chars": 6 }
     }));
     script["default"] = json!("They talked over tea.");
+    // The Director's call waits as one queued behind an identity run on the embedded model.
+    let director = script["rules"].as_array_mut().unwrap().iter_mut().find(|r| r["name"] == "director pass 1").unwrap();
+    director["reply"]["wait_behind"] = json!("Mira Voss, checkpoint 1");
     let script_file = dir.path().join("script.json");
     std::fs::write(&script_file, script.to_string()).unwrap();
     let paths = paths(dir.path(), &script_file);
@@ -346,6 +349,11 @@ fn a_scene_round_and_a_chat_over_http_with_their_live_events() {
     assert_eq!(status, 400);
     assert!(missing["detail"].as_str().unwrap().contains("no round 9"), "{missing}");
     assert!(seen.iter().any(|m| m["type"] == "agentStatus" && m["agent"] == "director"));
+    // The wait is heard, and its end, before the Director's plan.
+    let waits: Vec<&Value> = seen.iter().take_while(|m| m["type"] != "agentStatus").filter(|m| m["type"] == "waiting").collect();
+    assert_eq!(waits.len(), 2, "{seen:?}");
+    assert_eq!((waits[0]["agent"].as_str(), waits[0]["holder"].as_str()), (Some("the Director"), Some("Mira Voss, checkpoint 1")));
+    assert!(waits[1]["holder"].is_null(), "{:?}", waits[1]);
     assert!(seen.iter().any(|m| m["type"] == "agentStatus" && m["agent"] == "character" && m["status"] == "complete"));
     assert!(seen.iter().any(|m| m["type"] == "stateUpdated"));
     assert!(seen.iter().any(|m| m["type"] == "token"));

@@ -538,6 +538,46 @@ fn playing_a_round_in_the_scene_panel_shows_the_reply_and_the_directors_order() 
     });
 }
 
+/// A character's state in the scene is edited by hand beside the cast, as `scene set-state`
+/// does (the GUI had no way to): only the fields changed are sent, the others keep theirs,
+/// and the cast table shows the new state.
+#[test]
+fn a_characters_state_in_the_scene_is_edited_beside_the_cast() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut harness, scene) = open_demo_scene(dir.path(), 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    harness.get_by_label("Edit state of Wren Talloway").click();
+    harness.run();
+    assert!(harness.query_by_label("Edit state of Ossian Vale").is_none(), "one edit at a time");
+    assert!(egui_kittest::kittest::NodeT::accesskit_node(&harness.get_by_label("Save state")).is_disabled(), "nothing changed yet");
+    text_field(&harness, "Activity").click();
+    harness.run();
+    text_field(&harness, "Activity").type_text("trimming the wick");
+    harness.run();
+    text_field(&harness, "Intentions").click();
+    harness.run();
+    text_field(&harness, "Intentions").type_text("keep the light burning");
+    harness.run();
+    harness.get_by_label("Save state").click();
+    let wren = |app: &WorkbenchApp| app.scene().snapshot().and_then(|s| s.view.cast.iter().find(|c| c.name == "Wren Talloway").cloned());
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.scene().last_error(), None);
+        wren(app).is_some_and(|w| w.state.activity.as_deref() == Some("trimming the wick"))
+    });
+    harness.run();
+    let state = wren(harness.state()).expect("Wren").state;
+    assert_eq!(state.intentions.as_deref(), Some("keep the light burning"));
+    assert_eq!(state.mood.as_deref(), Some("watchful"), "a field not changed keeps its value");
+    assert!(harness.query_by_label("trimming the wick").is_some(), "the cast table shows it");
+    assert!(harness.query_by_label("Save state").is_none(), "the editor closed");
+    let stored = harness.state().engine().context().store.with(|c| lorekeeper::scene::records::load_view(c, &scene)).expect("view");
+    let stored = stored.cast.iter().find(|c| c.name == "Wren Talloway").expect("Wren").state.clone();
+    assert_eq!(stored.activity.as_deref(), Some("trimming the wick"), "stored in the library");
+}
+
 #[test]
 fn the_cancel_button_stops_a_running_round_and_saves_nothing() {
     a_running_round_is_stopped_by(|harness| harness.get_by_label("Cancel round").click());
@@ -567,6 +607,65 @@ fn a_running_round_is_stopped_by(cancel: impl FnOnce(&mut Harness<'static, Workb
     let messages = context.store.with(|c| lorekeeper::scene::records::recent_messages(c, &scene, 10)).expect("messages");
     assert!(messages.is_empty(), "nothing of the cancelled round is stored");
     assert_eq!(harness.state().scene().input(), "I hand the keeper the sealed letter.", "the typed message is given back");
+}
+
+/// A round on the embedded model waits while the model answers someone else (an identity
+/// run, a chat): the Scene panel says who waits and what holds the model, as the chat does,
+/// instead of "planning…" with nothing said; and stops saying it once the call has the model,
+/// though the Director's reply streams nothing. (The scripted Director waits as a call queued
+/// on the embedded model does: `wait_behind`.)
+#[test]
+fn the_scene_panel_says_when_a_round_waits_for_the_embedded_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut script: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scene/script.json")).unwrap()).unwrap();
+    let rules = script["rules"].as_array_mut().unwrap();
+    let director = rules.iter().position(|r| r["name"] == "director pass 1").expect("the Director's rule");
+    let plan = rules[director]["reply"]["json"].clone();
+    let when = rules[director]["when"].clone();
+    let holder = "Mira Voss, checkpoint 1";
+    // The round played waits a minute behind the identity run; a round continued has the
+    // model at once and then answers slowly.
+    rules[director]["reply"] = serde_json::json!({ "json": plan, "wait_behind": holder, "wait_ms": 0, "delay_ms": 60000 });
+    let mut played = when.clone();
+    played["user_contains"] = serde_json::json!("sealed letter");
+    rules.insert(director, serde_json::json!({ "when": played, "reply": { "json": plan, "wait_behind": holder, "wait_ms": 60000 } }));
+    let script_file = dir.path().join("script.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let mut config = Config::default();
+    config.upsert_profile(ProviderProfile { name: "queued".into(), kind: ProviderKind::Scripted, model: "scene-script".into(), path: Some(script_file), ..Default::default() });
+    config.default_profile = "queued".into();
+    let (mut harness, _scene) = open_demo_scene_with(dir.path(), &config, 1000.0);
+    harness.run();
+    nav(&harness, "Scene").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().snapshot().is_some());
+    harness.run();
+    text_field(&harness, "Your message").click();
+    harness.run();
+    text_field(&harness, "Your message").type_text("I hand the keeper the sealed letter.");
+    harness.run();
+    harness.get_by_label("Play round").click();
+    let said = format!("The Director waits for the embedded model, busy with {holder}");
+    step_until_shown(&mut harness, &said);
+    assert_eq!(harness.state().scene().last_error(), None);
+    harness.get_by_label("Cancel round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled());
+    harness.run();
+    assert!(harness.query_by_label(&said).is_none(), "a cancelled round waits for nothing");
+
+    // The next round is told it waits, then that it has the model: the line goes while
+    // the Director is still answering.
+    harness.get_by_label("Continue").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| {
+        app.log_lines().filter(|l| l.contains("the Director waits for the embedded model: Mira Voss, checkpoint 1")).count() == 2
+            && app.scene().live().is_some_and(|l| l.waiting.is_none())
+    });
+    harness.step();
+    assert!(harness.state().scene().live().is_some_and(|l| l.plan.is_none()), "the Director is still answering");
+    assert!(harness.query_by_label("planning…").is_some());
+    assert!(harness.query_by_label(&said).is_none(), "the wait is over");
+    harness.get_by_label("Cancel round").click();
+    run_until(&mut harness, Duration::from_secs(20), |app| app.scene().was_cancelled());
 }
 
 /// Closing the window while a round streams asks first; "Keep working" keeps it open
@@ -1438,7 +1537,10 @@ fn a_checkpoints_fields_are_edited_in_the_inspector_as_a_new_version() {
 }
 
 /// A checkpoint whose agent takes too long is cancelled from the inspector: it stops,
-/// says so, and waits for a re-run.
+/// says so, and waits for a re-run. The Cancel is clicked as soon as the checkpoint reads
+/// as running; on a loaded machine that used to land before its agent's job was registered
+/// ("checkpoint 1 is not running", and a 20 s wait for a cancel that never came), which
+/// `identity::a_checkpoint_is_cancellable_from_the_moment_it_reads_as_running` pins down.
 #[test]
 fn a_running_checkpoint_is_cancelled_from_the_inspector() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1461,6 +1563,7 @@ fn a_running_checkpoint_is_cancelled_from_the_inspector() {
     harness.run();
     harness.get_by_label("Cancel").click();
     run_until(&mut harness, Duration::from_secs(20), |app| {
+        assert_eq!(app.identity().last_error(), None, "the cancel was taken");
         app.identity().view().is_some_and(|v| v.checkpoints[0].record.status.as_str() == "failed")
     });
     harness.run();

@@ -243,7 +243,12 @@ fn draw(
     let greeting = opening.get(chosen as usize).cloned().unwrap_or_default();
     let copies = CopyGuard::new(sent.iter().map(String::as_str).chain([greeting.as_str()]));
     let echoes = CopyGuard::new([draft.text]);
-    let on_wait = |holder: &str| ctx.emit(CompanionEvent::Waiting { character_id: character.id.clone(), attempt, holder: holder.to_string() });
+    // The end of a wait is not said: the reply's first token clears the chat's line.
+    let on_wait = |holder: Option<&str>| {
+        if let Some(holder) = holder {
+            ctx.emit(CompanionEvent::Waiting { character_id: character.id.clone(), attempt, holder: holder.to_string() })
+        }
+    };
     let result = agent.client.complete_checked(&request, CallContext::with_tokens(cancel, &on_token).with_wait(&on_wait), &|c| {
         judge(c, name, user, &copies, &echoes).is_ok()
     });

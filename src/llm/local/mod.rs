@@ -147,14 +147,23 @@ impl LocalProvider {
             .map_err(|_| LlmError::Config("the local model thread has stopped".into()))?;
         // Until the model thread takes this job, the caller is told what holds the model
         // (once per holder): a queue wait of minutes behind an identity run is otherwise
-        // a spinner that says nothing.
+        // a spinner that says nothing. Once it has the model, it is told the wait is over.
         let mut told: Option<u64> = None;
         let mut started = false;
         loop {
             // Poll so that a call still waiting in the queue returns as soon as it is
             // cancelled; the model thread skips cancelled jobs when it reaches them.
             match replies.recv_timeout(Duration::from_millis(50)) {
-                Ok(Reply::Token(text)) => ctx.emit(&text),
+                Ok(Reply::Token(text)) => {
+                    // A token is the model at work on this call: any wait told of is over.
+                    if !started {
+                        started = true;
+                        if told.is_some() {
+                            ctx.waited();
+                        }
+                    }
+                    ctx.emit(&text)
+                }
                 Ok(Reply::Done(result)) => return result,
                 Err(RecvTimeoutError::Timeout) => {
                     if ctx.cancel.is_cancelled() {
@@ -163,7 +172,12 @@ impl LocalProvider {
                     if !started && ctx.on_wait.is_some() {
                         let busy = self.model.busy.lock().unwrap_or_else(|p| p.into_inner()).clone();
                         match busy {
-                            Some((holder_id, _)) if holder_id == id => started = true,
+                            Some((holder_id, _)) if holder_id == id => {
+                                started = true;
+                                if told.is_some() {
+                                    ctx.waited();
+                                }
+                            }
                             Some((holder_id, label)) if told != Some(holder_id) => {
                                 told = Some(holder_id);
                                 ctx.waiting(&holder(label.as_deref()));

@@ -43,6 +43,9 @@
 //! - `text`, or `json` (any JSON value, sent as compact JSON text); `{{last_user}}` in
 //!   `text` is replaced by the last user message;
 //! - `delay_ms`: wait before the first token (default 0);
+//! - `wait_behind` and `wait_ms` (default 0): first wait `wait_ms` as a call queued behind
+//!   another on the embedded model does, told (`CallContext::waiting`) that the model is
+//!   busy with `wait_behind`, then that the wait is over; `delay_ms` follows;
 //! - `chunk_chars` (default 12) and `chunk_delay_ms` (default 0): how a streamed reply
 //!   is cut into fragments and paced;
 //! - `finish_reason` (default `stop`);
@@ -131,6 +134,10 @@ pub struct DetailedReply {
     pub json: Option<serde_json::Value>,
     #[serde(default)]
     pub delay_ms: u64,
+    /// What the embedded model would be busy with while this call waits for it.
+    pub wait_behind: Option<String>,
+    #[serde(default)]
+    pub wait_ms: u64,
     pub chunk_chars: Option<usize>,
     #[serde(default)]
     pub chunk_delay_ms: u64,
@@ -284,6 +291,11 @@ impl Provider for ScriptedProvider {
             (None, Some(json)) => json.to_string(),
             (None, None) => String::new(),
         };
+        if let Some(holder) = &reply.wait_behind {
+            ctx.waiting(holder);
+            sleep_cancellable(Duration::from_millis(reply.wait_ms), ctx.cancel)?;
+            ctx.waited();
+        }
         sleep_cancellable(Duration::from_millis(reply.delay_ms), ctx.cancel)?;
 
         let mut limit = None;

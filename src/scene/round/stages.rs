@@ -214,8 +214,11 @@ fn director_call<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     let mut notes = envelope.notes;
     // The embedded model answers one call at a time: a round that waits behind an
     // identity run says so, not only "planning…".
-    let round = draft.round;
-    let on_wait = |holder: &str| ctx.emit(crate::context::CoreEvent::info(format!("round {round}: the {name} waits for the embedded model: {holder}")));
+    let (scene_id, round) = (draft.scene_id.clone(), draft.round);
+    let agent = format!("the {}", name.replacen("director", "Director", 1));
+    let on_wait = |holder: Option<&str>| {
+        ctx.emit(SceneEvent::Waiting { scene_id: scene_id.clone(), round, agent: agent.clone(), holder: holder.map(str::to_string) })
+    };
     let call = CallContext::new(cancel).with_wait(&on_wait);
     let (value, usage) = match complete_with_schema::<T>(&agents.director.0, &schema, request, &options, call) {
         Ok(output) => (Some(output.value), output.usage),
