@@ -2122,3 +2122,43 @@ fn memory_stats_injections_and_reindex_over_http() {
     assert_eq!(status, 200, "{reindexed}");
     assert_eq!(reindexed["embedded"].as_u64(), stats["memories"].as_u64(), "{reindexed}");
 }
+
+/// A client names the round it shows as the last when it undoes one, as the workbench
+/// does: a scene that has moved on since is refused as a conflict (409) and nothing is
+/// taken back (the route took no `expect_round`, so a stale view undid a round its user
+/// had not seen); without it, the last round goes as before.
+#[test]
+fn a_scene_undo_naming_a_stale_round_is_refused_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut seen = Vec::new();
+    for input in ["I hand the keeper the sealed letter.", "I wait by the lamp."] {
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(&json!({ "input": input }).to_string()), None);
+        assert_eq!(status, 202, "{body}");
+        until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    }
+    // The client saw round 1 only: round 2 was played by someone else since.
+    let (status, refused) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some(r#"{"expect_round": 1}"#), None);
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["detail"].as_str().unwrap_or_default().contains("changed since you looked"), "{refused}");
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert_eq!(state["rounds"], 2, "nothing was taken back: {state}");
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some(r#"{"expect_round": 2}"#), None);
+    assert_eq!((status, undone["round"].as_u64()), (200, Some(2)), "{undone}");
+    // An old client sends nothing, or `{}`, and undoes the last round.
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some("{}"), None);
+    assert_eq!((status, undone["round"].as_u64()), (200, Some(1)), "{undone}");
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some(r#"{"expect_rounds": 1}"#), None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap_or_default().contains("`expect_rounds`"), "{typo}");
+    let document = serde_json::to_value(lorekeeper::serve::openapi::document()).unwrap();
+    let body = &document["paths"]["/api/scene/{scene}/undo"]["post"]["requestBody"];
+    assert!(body.to_string().contains("SceneUndoBody"), "the undo's body is documented: {body}");
+}
