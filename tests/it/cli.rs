@@ -369,3 +369,43 @@ fn approving_in_an_unknown_run_names_the_run() {
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("identity run \"doesnotexist\"") && !said.contains("checkpoints are 1"), "{said}");
 }
+
+/// Every verb at every depth says in `lorekeeper help` what it does: a bare name in a
+/// `Commands:` list (19 of `world`, `campaign`, `arc`, `persona`, `lorebook detach` and
+/// `lorebook entry delete` had one) leaves the user guessing. Walks the real binary's help.
+#[test]
+fn every_verb_in_help_says_what_it_does() {
+    fn commands(path: &[String]) -> Vec<(String, bool)> {
+        let output = Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(path).arg("--help").output().unwrap();
+        assert!(output.status.success(), "{path:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let Some(list) = text.split("\nCommands:\n").nth(1) else { return Vec::new() };
+        list.lines()
+            .take_while(|l| !l.trim().is_empty())
+            // A command's own line is indented two spaces; a wrapped description more.
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .map(|l| {
+                let mut words = l.split_whitespace();
+                let name = words.next().unwrap_or_default().to_string();
+                (name, words.next().is_some())
+            })
+            .filter(|(name, _)| name != "help")
+            .collect()
+    }
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    let mut queue: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(path) = queue.pop() {
+        for (name, described) in commands(&path) {
+            let mut sub = path.clone();
+            sub.push(name);
+            seen += 1;
+            if !described {
+                missing.push(sub.join(" "));
+            }
+            queue.push(sub);
+        }
+    }
+    assert!(seen > 80, "the walk reached the verbs: {seen}");
+    assert!(missing.is_empty(), "verbs with no description in --help: {missing:?}");
+}
