@@ -325,7 +325,7 @@ fn reads_only(verb: &Option<Verb>) -> bool {
                 | Verb::Arc { verb: ArcVerb::List }
                 | Verb::Persona { verb: PersonaVerb::List }
                 | Verb::Character { verb: CharacterVerb::Show { .. } }
-                | Verb::Scene { verb: SceneVerb::List | SceneVerb::State { .. } | SceneVerb::Lore { .. } | SceneVerb::Alternatives { .. } | SceneVerb::Export { .. } }
+                | Verb::Scene { verb: SceneVerb::List | SceneVerb::State { .. } | SceneVerb::Lore { .. } | SceneVerb::Preview { .. } | SceneVerb::Alternatives { .. } | SceneVerb::Export { .. } }
                 | Verb::Identity { verb: identity::IdentityVerb::List | identity::IdentityVerb::Status { .. } | identity::IdentityVerb::Diff { .. } | identity::IdentityVerb::Export(_) }
                 | Verb::Chat { verb: chat::ChatVerb::List | chat::ChatVerb::History { .. } }
                 | Verb::Memory { action: memory::MemoryAction::Search(_) | memory::MemoryAction::Stats | memory::MemoryAction::Injections { .. } }

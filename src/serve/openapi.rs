@@ -39,6 +39,7 @@ use utoipa::OpenApi;
         super::scene_controls::mute,
         super::scene_controls::unmute,
         super::scene_controls::export,
+        super::scene_controls::preview,
         super::play::scene_socket,
         super::play::chat_send,
         super::play::chat_history,

@@ -409,3 +409,35 @@ fn every_verb_in_help_says_what_it_does() {
     assert!(seen > 80, "the walk reached the verbs: {seen}");
     assert!(missing.is_empty(), "verbs with no description in --help: {missing:?}");
 }
+
+/// The next call's prompt shown from the command line, as the Budgets panel shows it: the
+/// sections with their share, allocated and used tokens, the reply's cap and the prompt's
+/// text; `--json` for a script. It was in the window only.
+#[test]
+fn the_next_calls_prompt_is_previewed_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), "default_profile = \"demo\"\n").unwrap();
+    let demo = lorekeeper(dir.path()).args(["scene", "demo"]).output().unwrap();
+    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
+
+    let out = lorekeeper(dir.path()).args(["scene", "preview", "The Lamp Room"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("Next call of the Director"), "{text}");
+    assert!(text.contains("history") && text.contains("allocated") && text.contains("reply's JSON Schema"), "{text}");
+    assert!(text.contains("--- system\n") && text.contains("--- user\n"), "{text}");
+
+    let out = lorekeeper(dir.path()).args(["--json", "scene", "preview", "The Lamp Room", "--character", "Wren", "--no-prompt"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let call: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!((call["agent"].as_str(), call["character"].as_str()), (Some("character"), Some("Wren Talloway")), "{call}");
+    let sections = call["sections"].as_array().unwrap();
+    assert!(sections.iter().any(|s| s["section"] == "setting" && s["used"].as_u64() > Some(0)), "{call}");
+    let used: u64 = sections.iter().map(|s| s["used"].as_u64().unwrap()).sum();
+    assert_eq!(call["section_tokens"].as_u64(), Some(used), "{call}");
+    assert!(call["prompt_tokens"].as_u64() > Some(used) && call.get("system").is_none(), "{call}");
+
+    let out = lorekeeper(dir.path()).args(["scene", "preview", "The Lamp Room", "--character", "Nobody At All"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no character"), "{}", String::from_utf8_lossy(&out.stderr));
+}
