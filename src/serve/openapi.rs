@@ -75,6 +75,7 @@ use utoipa::OpenApi;
         super::memory::forget,
         super::memory::export,
         super::play::import,
+        super::providers::list,
         super::author::worlds,
         super::author::characters,
         super::author::lorebooks,

@@ -410,6 +410,93 @@ fn every_verb_in_help_says_what_it_does() {
     assert!(missing.is_empty(), "verbs with no description in --help: {missing:?}");
 }
 
+/// Provider profiles managed from the command line as the Providers panel manages them:
+/// added, listed, shown, edited (renamed, settings changed and put back to the default),
+/// selected and deleted, each saved to the config file the workbench reads. The panel's
+/// own refusals hold (a taken name, the selected profile deleted, a context too small),
+/// and no key passes through: there is no flag for one, only its variable's name.
+#[test]
+fn provider_profiles_are_added_edited_selected_and_deleted_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = lorekeeper(dir.path())
+            .args(args)
+            // No keyring service here: a rename or delete still ends promptly.
+            .env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/lorekeeper-cli-test/bus")
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let config = || Config::load(&dir.path().join("config.toml")).unwrap();
+
+    let (ok, out, err) = run(&[
+        "providers", "add", "tavern", "--base-url", "http://127.0.0.1:5001/v1", "--model", "mistral-small", "--key-env", KEY_VAR,
+        "--max-context-tokens", "16384", "--temperature", "0.8", "--max-tokens", "300",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("tavern") && out.contains("mistral-small"), "{out}");
+    let saved = config();
+    let tavern = saved.profile("tavern").expect("saved to the config file");
+    assert_eq!((tavern.kind, tavern.base_url.as_deref(), tavern.max_context_tokens), (ProviderKind::Openai, Some("http://127.0.0.1:5001/v1"), 16384));
+    assert_eq!((tavern.sampler.temperature, tavern.sampler.max_tokens, tavern.api_key_env.as_deref()), (Some(0.8), Some(300), Some(KEY_VAR)));
+    assert_ne!(saved.default_profile, "tavern", "added, not selected");
+
+    // A taken name is refused, and nothing changes.
+    let (ok, _, err) = run(&["providers", "add", "tavern", "--model", "other"]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+    assert_eq!(config().profile("tavern").map(|p| p.model.as_str()), Some("mistral-small"));
+    // No key on the command line, where the shell history keeps it.
+    let (ok, _, err) = run(&["providers", "add", "leaky", "--key", KEY]);
+    assert!(!ok && !err.contains(KEY), "{err}");
+
+    // Edited: renamed, a setting changed, one put back to the server's default.
+    let (ok, _, err) = run(&["providers", "edit", "tavern", "--name", "inn", "--model", "mistral-large", "--temperature", "", "--cache", "true"]);
+    assert!(ok, "{err}");
+    let saved = config();
+    assert!(saved.profile("tavern").is_none(), "renamed");
+    let inn = saved.profile("inn").expect("renamed");
+    assert_eq!((inn.model.as_str(), inn.sampler.temperature, inn.sampler.max_tokens, inn.cache), ("mistral-large", None, Some(300), true));
+    let (ok, _, err) = run(&["providers", "edit", "inn", "--max-context-tokens", "100"]);
+    assert!(!ok && err.contains("at least 256"), "{err}");
+    let (ok, _, err) = run(&["providers", "edit", "inn", "--name", "demo"]);
+    assert!(!ok && err.contains("a profile has that name"), "{err}");
+    assert!(config().profile("inn").is_some() && config().profile("demo").is_some_and(|p| p.kind == ProviderKind::Scripted), "nothing overwritten");
+
+    // Selected: the listing says so, as text and as JSON.
+    let (ok, _, err) = run(&["providers", "select", "inn"]);
+    assert!(ok, "{err}");
+    assert_eq!(config().default_profile, "inn");
+    let (_, list, _) = run(&["providers", "list"]);
+    assert!(list.lines().any(|l| l.starts_with("inn (default)")), "{list}");
+    let (_, list, _) = run(&["--json", "providers", "list"]);
+    let rows: Vec<serde_json::Value> = list.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let row = rows.iter().find(|r| r["name"] == "inn").expect("listed");
+    assert_eq!((row["default"].as_bool(), row["key_env"].as_str(), row["base_url"].as_str()), (Some(true), Some(KEY_VAR), Some("http://127.0.0.1:5001")));
+    let (ok, shown, err) = run(&["--json", "providers", "show", "inn"]);
+    assert!(ok, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(shown.trim()).unwrap();
+    assert_eq!((shown["model"].as_str(), shown["sampler"]["max_tokens"].as_u64(), shown["cache"].as_bool()), (Some("mistral-large"), Some(300), Some(true)));
+
+    // The selected profile is not deleted; another is, then this one once it is not selected.
+    let (ok, _, err) = run(&["providers", "delete", "inn"]);
+    assert!(!ok && err.contains("select another"), "{err}");
+    assert!(config().profile("inn").is_some());
+    let (ok, _, err) = run(&["providers", "select", "local"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(&["providers", "delete", "inn"]);
+    assert!(ok && out.contains("deleted"), "{err}");
+    assert!(config().profile("inn").is_none());
+    let (ok, _, err) = run(&["providers", "delete", "inn"]);
+    assert!(!ok && err.contains("no profile named"), "{err}");
+
+    // The key was in the environment all along and is nowhere on disk.
+    let mut files = Vec::new();
+    every_file(dir.path(), &mut files);
+    for (path, bytes) in &files {
+        assert!(!contains(bytes, KEY), "the key leaked into {path}");
+    }
+}
+
 /// The next call's prompt shown from the command line, as the Budgets panel shows it: the
 /// sections with their share, allocated and used tokens, the reply's cap and the prompt's
 /// text; `--json` for a script. It was in the window only.

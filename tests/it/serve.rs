@@ -2162,3 +2162,64 @@ fn a_scene_undo_naming_a_stale_round_is_refused_over_http() {
     let body = &document["paths"]["/api/scene/{scene}/undo"]["post"]["requestBody"];
     assert!(body.to_string().contains("SceneUndoBody"), "the undo's body is documented: {body}");
 }
+
+/// A front end lists the provider profiles and sees which one is selected (there was no
+/// route for it), and previews the next call's prompt of a scene as the Budgets panel
+/// does: sections with their tokens, the reply's cap and the prompt's text. Both are in
+/// the OpenAPI document.
+#[test]
+fn a_front_end_lists_the_profiles_and_previews_the_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "remote".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some("http://127.0.0.1:5001/v1?key=not-for-the-list".into()),
+        model: "remote-model".into(),
+        api_key_env: Some("LOREKEEPER_SERVE_TEST_KEY".into()),
+        max_context_tokens: 16384,
+        ..Default::default()
+    });
+    config.roles.insert("narrator".into(), "remote".into());
+    config.save(&paths.config_file).unwrap();
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let (status, list) = call(&agent, "GET", &format!("{base}/api/providers"), None, None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!((list["default_profile"].as_str(), list["roles"]["narrator"].as_str()), (Some("script"), Some("remote")), "{list}");
+    let profiles = list["profiles"].as_array().unwrap();
+    let script = profiles.iter().find(|p| p["name"] == "script").expect("listed");
+    assert_eq!(script["default"], true, "{list}");
+    let remote = profiles.iter().find(|p| p["name"] == "remote").expect("listed");
+    assert_eq!((remote["kind"].as_str(), remote["model"].as_str(), remote["max_context_tokens"].as_u64()), (Some("openai"), Some("remote-model"), Some(16384)));
+    assert_eq!((remote["base_url"].as_str(), remote["key_env"].as_str(), remote["default"].as_bool()), (Some("http://127.0.0.1:5001"), Some("LOREKEEPER_SERVE_TEST_KEY"), Some(false)));
+    assert_eq!(remote["roles"], json!(["narrator"]));
+    assert!(!list.to_string().contains("not-for-the-list"), "an endpoint is shown as scheme, host and port: {list}");
+
+    let (status, next) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview"), None, None);
+    assert_eq!(status, 200, "{next}");
+    assert_eq!((next["agent"].as_str(), next["scene_id"].as_str()), (Some("director"), Some(scene.as_str())), "{next}");
+    assert!(next["sections"].as_array().is_some_and(|s| s.len() == 8 && s.iter().all(|s| s["allocated"].is_u64() && s["used"].is_u64())), "{next}");
+    assert!(next["schema_tokens"].as_u64() > Some(0) && next["system"].as_str().is_some_and(|s| !s.is_empty()), "{next}");
+    let (status, next) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?character=Wren"), None, None);
+    assert_eq!((status, next["character"].as_str()), (200, Some("Wren Talloway")), "{next}");
+    let (status, next) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?agent=narrator"), None, None);
+    assert_eq!((status, next["max_context_tokens"].as_u64()), (200, Some(16384)), "the narrator's profile: {next}");
+    let (status, bad) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?agent=bard"), None, None);
+    assert_eq!(status, 400, "{bad}");
+    let (status, bad) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?character=Nobody%20At%20All"), None, None);
+    assert_eq!(status, 400, "{bad}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene/preview"), None, None);
+    assert_eq!(status, 404);
+
+    let document = lorekeeper::serve::openapi::document();
+    for path in ["/api/providers", "/api/scene/{scene}/preview"] {
+        assert!(document.paths.paths.contains_key(path), "{path} is documented");
+    }
+}
