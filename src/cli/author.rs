@@ -50,14 +50,17 @@ pub struct DeleteArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum WorldVerb {
+    /// Create a world: the top of a campaign's tree, with a setting and notes its scenes carry.
     New {
         name: String,
         #[command(flatten)]
         text: Described,
     },
+    /// Rename a world or change its description or notes (only the fields given).
     Edit(EditArgs),
     /// Every world with its campaigns, arcs and scenes.
     List,
+    /// Delete a world with its campaigns, arcs and scenes; with any of them, only with --yes.
     Delete(DeleteArgs),
     /// Who a character is in this world: sheet fields over its card's.
     Override(OverrideArgs),
@@ -96,6 +99,7 @@ impl OverrideArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CampaignVerb {
+    /// Create a campaign in a world, optionally naming the persona the user plays in it.
     New {
         name: String,
         #[arg(long)]
@@ -106,8 +110,11 @@ pub enum CampaignVerb {
         #[arg(long)]
         persona: Option<String>,
     },
+    /// Rename a campaign or change its description or notes (only the fields given).
     Edit(EditArgs),
+    /// Every world with its campaigns, arcs and scenes.
     List,
+    /// Delete a campaign with its arcs and scenes; with any of them, only with --yes.
     Delete(DeleteArgs),
     /// Who a character is in this campaign: sheet fields over the world's and its card's.
     Override(OverrideArgs),
@@ -163,7 +170,9 @@ pub enum CampaignVerb {
 
 #[derive(Debug, Subcommand)]
 pub enum CastAction {
+    /// Put library characters (by id or name) in the campaign's cast.
     Add { campaign: String, characters: Vec<String> },
+    /// Take characters out of the campaign's cast (scenes already made keep theirs).
     Remove { campaign: String, characters: Vec<String> },
 }
 
@@ -175,6 +184,7 @@ pub enum FactAction {
 
 #[derive(Debug, Subcommand)]
 pub enum ArcVerb {
+    /// Create an arc in a campaign: a stretch of its story, with notes its scenes carry.
     New {
         name: String,
         #[arg(long)]
@@ -182,18 +192,23 @@ pub enum ArcVerb {
         #[arg(long, default_value = "")]
         notes: String,
     },
+    /// Rename an arc or change its description or notes (only the fields given).
     Edit(EditArgs),
+    /// Every world with its campaigns, arcs and scenes.
     List,
+    /// Delete an arc with its scenes; with any of them, only with --yes.
     Delete(DeleteArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PersonaVerb {
+    /// Create a persona: a name and a description the characters are told about the user.
     New {
         name: String,
         #[arg(long, default_value = "")]
         description: String,
     },
+    /// Rename a persona or change its description (only the fields given).
     Edit {
         persona: String,
         #[arg(long)]
@@ -201,6 +216,7 @@ pub enum PersonaVerb {
         #[arg(long)]
         description: Option<String>,
     },
+    /// Every persona, with its description.
     List,
     /// Play this persona in a campaign's scenes or in the chat with one character
     /// (`--none`: nobody in particular).
@@ -214,6 +230,7 @@ pub enum PersonaVerb {
         #[arg(long, conflicts_with = "persona")]
         none: bool,
     },
+    /// Delete a persona; campaigns and chats that played it play nobody in particular.
     Delete { persona: String },
     /// Give a persona a picture (a PNG file), or take it away with --none.
     Image {
@@ -245,6 +262,7 @@ pub enum LorebookVerb {
     /// Make a lorebook fire in every scene of a world or a campaign, for a character (its
     /// chat and its campaigns' scenes), or in one character's chat only.
     Attach(AttachArgs),
+    /// Stop a lorebook firing where `lorebook attach` made it fire (the book itself stays).
     Detach(AttachArgs),
     /// A lorebook's entries: list, add, edit, delete, duplicate, move.
     #[command(subcommand)]

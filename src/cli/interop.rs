@@ -128,6 +128,7 @@ pub enum EntryVerb {
         #[command(flatten)]
         fields: EntryFields,
     },
+    /// Delete the entry at an index; the entries after it move up one.
     Delete { lorebook: String, index: usize },
     /// Copy an entry to the end of its book.
     Duplicate { lorebook: String, index: usize },

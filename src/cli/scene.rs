@@ -1,6 +1,7 @@
 //! `lorekeeper scene ...`: scenes headless. A round prints its events (tokens stream
 //! as text without `--json`) and ends at `round_completed`.
 
+use crate::scene::envelope::AgentKind;
 use crate::scene::{SceneCommand, SceneEvent};
 use super::drive::drive;
 use crate::engine::{Command, EngineHandle, Event};
@@ -67,6 +68,22 @@ pub enum SceneVerb {
         #[arg(long)]
         round: Option<u32>,
     },
+    /// Show the next call's prompt as it would be sent (the Director's, or a character's
+    /// with --character): each section's share, allocated and used tokens and what it
+    /// drops, the reply's cap, and the prompt text — the Budgets panel's preview.
+    Preview {
+        scene: String,
+        /// Whose call: director (the default), reconcile, narrator, world, or character.
+        #[arg(long, value_enum)]
+        agent: Option<PreviewAgent>,
+        /// The character whose call it is (a name or id; implies --agent character;
+        /// without it a character call is the first present one's).
+        #[arg(long)]
+        character: Option<String>,
+        /// Leave out the prompt text: only the numbers.
+        #[arg(long)]
+        no_prompt: bool,
+    },
     /// List scenes.
     List,
     /// Add the demo world (once per library).
@@ -96,6 +113,28 @@ pub enum SceneVerb {
     },
     /// Change a character's state in a scene by hand.
     SetState(super::author::SetStateArgs),
+}
+
+/// The agent `scene preview` shows the next call of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreviewAgent {
+    Director,
+    Reconcile,
+    Character,
+    Narrator,
+    World,
+}
+
+impl PreviewAgent {
+    fn kind(self) -> AgentKind {
+        match self {
+            PreviewAgent::Director => AgentKind::Director,
+            PreviewAgent::Reconcile => AgentKind::Reconcile,
+            PreviewAgent::Character => AgentKind::Character,
+            PreviewAgent::Narrator => AgentKind::Narrator,
+            PreviewAgent::World => AgentKind::World,
+        }
+    }
 }
 
 /// `scene cast add|remove SCENE CHARACTER`.
@@ -246,6 +285,22 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
             })??;
             Ok(ExitCode::SUCCESS)
         }
+        SceneVerb::Preview { scene, agent, character, no_prompt } => {
+            let agent = match (agent, &character) {
+                (Some(a), Some(_)) if a != PreviewAgent::Character => anyhow::bail!("--character is for a character's call; leave out --agent or give --agent character"),
+                (Some(a), _) => a.kind(),
+                (None, Some(_)) => AgentKind::Character,
+                (None, None) => AgentKind::Director,
+            };
+            send(SceneCommand::Preview { scene, agent, character })?;
+            let preview = super::drive::wait(engine, QUICK_LIMIT, |event| match event {
+                Event::Scene(SceneEvent::Preview { preview }) => Some(Ok(preview.next_call())),
+                Event::Scene(SceneEvent::Error { message, .. }) => Some(Err(anyhow!("{message}"))),
+                _ => None,
+            })??;
+            print_next_call(&preview, json, no_prompt)?;
+            Ok(ExitCode::SUCCESS)
+        }
         SceneVerb::Lore { scene, round } => {
             send(SceneCommand::Lore { scene, round })?;
             wait(QUICK_LIMIT, |e| matches!(e, SceneEvent::Lore { .. }))
@@ -299,6 +354,67 @@ pub fn run(engine: &EngineHandle, verb: SceneVerb, json: bool) -> Result<ExitCod
     }
 }
 
+
+/// `scene preview`: one JSON line, or the numbers as the Budgets panel words them and
+/// the prompt below.
+fn print_next_call(call: &crate::scene::preview::NextCall, json: bool, no_prompt: bool) -> Result<()> {
+    if json {
+        let mut value = serde_json::to_value(call)?;
+        if no_prompt && let Some(object) = value.as_object_mut() {
+            object.remove("system");
+            object.remove("user");
+        }
+        outln!("{value}");
+        return Ok(());
+    }
+    let who = match (call.agent, &call.character) {
+        (AgentKind::Character, Some(name)) => name.clone(),
+        (AgentKind::Reconcile, _) => "the Director (reconcile)".into(),
+        (AgentKind::Narrator, _) => "the Narrator".into(),
+        (AgentKind::World, _) => "the World agent".into(),
+        _ => "the Director".into(),
+    };
+    outln!("Next call of {who} in scene {}", call.scene_id);
+    match call.prompt_tokens {
+        Some(prompt) => outln!(
+            "  prompt {prompt} tokens ({} of them the sections) + reply {} = {} of {} tokens",
+            call.section_tokens,
+            call.reply_tokens,
+            prompt + call.reply_tokens,
+            call.max_context_tokens
+        ),
+        None => outln!("  {} of {} tokens used by the sections", call.section_tokens, call.max_context_tokens),
+    }
+    let schema = match call.schema_tokens {
+        0 => String::new(),
+        n => format!(" ({n} of them the reply's JSON Schema)"),
+    };
+    outln!(
+        "  kept off the top: {} tokens for the instructions and the turn{schema}, {} for the reply",
+        call.reserved_tokens.saturating_sub(call.reply_tokens),
+        call.reply_tokens
+    );
+    outln!("  shares: {}", if call.campaign_plan { "the campaign's own" } else { "the config file's" });
+    outln!("  {:<20} {:>6} {:>9} {:>6} {:>8}", "section", "share", "allocated", "used", "dropped");
+    for s in &call.sections {
+        outln!("  {:<20} {:>5.0}% {:>9} {:>6} {:>8}", s.section.label(), s.percent, s.allocated, s.used, s.dropped.len());
+        for d in &s.dropped {
+            outln!("      dropped {} ({} tokens): {}", d.id, d.tokens, d.reason);
+        }
+    }
+    if let Some(error) = &call.template_error {
+        outln!("  the prompt templates cannot be loaded: {error}");
+    }
+    if !no_prompt {
+        if let Some(system) = &call.system {
+            outln!("--- system\n{system}");
+        }
+        if let Some(user) = &call.user {
+            outln!("--- user\n{user}");
+        }
+    }
+    Ok(())
+}
 
 /// A new library in `dir` holding the demo world after one round played by the shipped
 /// demo script (the `demo` profile), for `screenshot --demo-round`: the same picture on

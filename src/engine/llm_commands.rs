@@ -11,8 +11,13 @@ use std::time::Instant;
 pub enum LlmCommand {
     /// Send a tiny request through the named profile and report what came back.
     TestProfile { profile: String },
-    /// Insert or replace a profile (renaming when `previous_name` differs) and save.
+    /// Save a profile: a new one (`previous_name` `None`; refused when the name is taken)
+    /// or the one named `previous_name`, renamed when the name differs (refused onto
+    /// another profile's name). A rename moves the keyring's key along and then reports
+    /// [`LlmEvent::KeyStatus`] of the new name.
     SaveProfile { profile: ProviderProfile, previous_name: Option<String> },
+    /// Delete a profile and its keyring key (refused for the default profile: select
+    /// another first), then report [`LlmEvent::KeyStatus`] of the name, `cleared`.
     DeleteProfile { name: String },
     SetDefaultProfile { name: String },
     /// Map an agent role to a profile, or back to the default with `None`.
@@ -74,6 +79,65 @@ pub enum KeyAction {
     Checked,
 }
 
+/// One provider profile as the front doors list it (`providers list`, `GET
+/// /api/providers`): what it reaches and how, never a key — only where a key is read from.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProfileSummary {
+    pub name: String,
+    /// openai, anthropic, gemini, scripted or local.
+    pub kind: String,
+    pub model: String,
+    /// Scheme, host and port only (a path or query may carry a key).
+    pub base_url: Option<String>,
+    /// The environment variable a key is read from (the keyring is asked after it).
+    pub key_env: Option<String>,
+    pub max_context_tokens: u32,
+    /// The script or model file (scripted and local profiles).
+    pub path: Option<String>,
+    /// Whether it is the selected (default) profile: every role not mapped uses it.
+    pub default: bool,
+    /// The agent roles mapped to it.
+    pub roles: Vec<String>,
+}
+
+/// Every profile, the one selected and the role map: what the Providers panel shows.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProfileList {
+    /// The selected profile's name: every role not mapped uses it.
+    pub default_profile: String,
+    /// Role name → profile name.
+    pub roles: std::collections::BTreeMap<String, String>,
+    /// What the default profile runs on, in a plain line.
+    pub model: String,
+    pub profiles: Vec<ProfileSummary>,
+}
+
+impl ProfileList {
+    pub fn of(config: &Config) -> Self {
+        let profiles = config
+            .profiles
+            .iter()
+            .map(|p| ProfileSummary {
+                name: p.name.clone(),
+                kind: p.kind.label().to_string(),
+                model: p.model.clone(),
+                base_url: p.base_url().map(crate::llm::shown_endpoint),
+                key_env: p.key_env().map(str::to_string),
+                max_context_tokens: p.max_context_tokens,
+                path: p.path.as_ref().map(|p| p.display().to_string()),
+                default: p.name == config.default_profile,
+                roles: config.roles.iter().filter(|(_, v)| **v == p.name).map(|(k, _)| k.clone()).collect(),
+            })
+            .collect();
+        Self {
+            default_profile: config.default_profile.clone(),
+            roles: config.roles.clone(),
+            model: ModelLine::of(config).text,
+            profiles,
+        }
+    }
+}
+
 /// What the default profile runs on, said plainly, with a hint for switching.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelLine {
@@ -119,6 +183,23 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
             ctx.runtime.clone().spawn_blocking(move || test_profile(&ctx, &profile));
         }
         LlmCommand::SaveProfile { profile, previous_name } => {
+            // Checked here, for every front door: a new profile or a rename never writes
+            // over another profile (the list would lose it, and it would take its key).
+            let config = ctx.config();
+            let refusal = match previous_name.as_deref() {
+                None if config.profile(&profile.name).is_some() => {
+                    Some(format!("a profile named {:?} already exists; edit it, or choose another name", profile.name))
+                }
+                Some(old) if config.profile(old).is_none() => Some(format!("no profile named {old:?}")),
+                Some(old) if old != profile.name && config.profile(&profile.name).is_some() => {
+                    Some(format!("cannot rename {old:?} to {:?}: a profile has that name", profile.name))
+                }
+                _ => None,
+            };
+            if let Some(refusal) = refusal {
+                ctx.emit(CoreEvent::error("save profile", refusal));
+                return;
+            }
             let renamed = previous_name.clone().filter(|old| *old != profile.name).map(|old| (old, profile.name.clone()));
             save(ctx, "save profile", |c| {
                 if let Some(old) = previous_name.filter(|old| *old != profile.name) {
@@ -134,16 +215,37 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
             });
             // Keys are kept by profile name: a renamed profile takes its key along.
             if let Some((old, new)) = renamed {
-                ctx.runtime.clone().spawn_blocking(move || follow_rename(&old, &new));
+                let ctx = ctx.clone();
+                ctx.runtime.clone().spawn_blocking(move || {
+                    let problem = follow_rename(&old, &new);
+                    let source = ctx.config().profile(&new).map(crate::llm::client::key_source).unwrap_or(crate::llm::keyring::KeySource::None);
+                    ctx.emit(LlmEvent::KeyStatus { profile: new, source, action: KeyAction::Checked, problem });
+                });
             }
         }
         LlmCommand::DeleteProfile { name } => {
+            let config = ctx.config();
+            let refusal = if config.profile(&name).is_none() {
+                Some(format!("no profile named {name:?}"))
+            } else if config.default_profile == name {
+                Some(format!("{name:?} is the default profile; select another before deleting it"))
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                ctx.emit(CoreEvent::error("delete profile", refusal));
+                return;
+            }
             save(ctx, "delete profile", |c| {
                 c.profiles.retain(|p| p.name != name);
                 c.roles.retain(|_, p| *p != name);
             });
             // A deleted profile leaves no key behind in the keyring.
-            ctx.runtime.clone().spawn_blocking(move || forget_key(&name));
+            let ctx = ctx.clone();
+            ctx.runtime.clone().spawn_blocking(move || {
+                let problem = forget_key(&name);
+                ctx.emit(LlmEvent::KeyStatus { profile: name, source: crate::llm::keyring::KeySource::None, action: KeyAction::Cleared, problem });
+            });
         }
         LlmCommand::Calls { limit } => {
             let ctx = ctx.clone();
@@ -217,9 +319,9 @@ fn key_command(
 }
 
 /// Move the keyring entry of profile `old` to `new` (when there is one and `new` has
-/// none of its own). Failures are logged, never with the key.
-fn follow_rename(old: &str, new: &str) {
-    let Some(store) = crate::llm::keyring::installed() else { return };
+/// none of its own). Failures are logged, never with the key, and returned to report.
+fn follow_rename(old: &str, new: &str) -> Option<String> {
+    let Some(store) = crate::llm::keyring::installed() else { return None };
     let moved = (|| {
         let Some(key) = store.get(old)? else { return Ok(false) };
         if store.get(new)?.is_none() {
@@ -230,18 +332,30 @@ fn follow_rename(old: &str, new: &str) {
     match moved {
         Ok(true) => tracing::info!(from = old, to = new, "moved the profile's key in the keyring"),
         Ok(false) => {}
-        Err(e) => tracing::warn!(from = old, to = new, error = %e, "could not move the profile's key in the keyring"),
+        // No keyring at all holds no key to move: nothing to report.
+        Err(e @ crate::llm::keyring::KeyringError::Unavailable(_)) => tracing::debug!(from = old, to = new, error = %e, "no keyring to move a key in"),
+        Err(e) => {
+            tracing::warn!(from = old, to = new, error = %e, "could not move the profile's key in the keyring");
+            return Some(e.to_string());
+        }
     }
+    None
 }
 
-/// Remove the keyring entry of a deleted profile, if it has one.
-fn forget_key(name: &str) {
-    let Some(store) = crate::llm::keyring::installed() else { return };
+/// Remove the keyring entry of a deleted profile, if it has one; the keyring's problem,
+/// if it had one.
+fn forget_key(name: &str) -> Option<String> {
+    let Some(store) = crate::llm::keyring::installed() else { return None };
     match store.delete(name) {
         Ok(true) => tracing::info!(profile = name, "removed the deleted profile's key from the keyring"),
         Ok(false) => {}
-        Err(e) => tracing::warn!(profile = name, error = %e, "could not remove the deleted profile's key from the keyring"),
+        Err(e @ crate::llm::keyring::KeyringError::Unavailable(_)) => tracing::debug!(profile = name, error = %e, "no keyring to remove a key from"),
+        Err(e) => {
+            tracing::warn!(profile = name, error = %e, "could not remove the deleted profile's key from the keyring");
+            return Some(e.to_string());
+        }
     }
+    None
 }
 
 fn emit_config(ctx: &Context, config: &Config) {

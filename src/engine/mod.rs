@@ -7,7 +7,7 @@
 
 mod llm_commands;
 
-pub use llm_commands::{KeyAction, LlmCommand, LlmEvent, ModelLine};
+pub use llm_commands::{KeyAction, LlmCommand, LlmEvent, ModelLine, ProfileList, ProfileSummary};
 
 pub use crate::context::{CoreEvent, LogLevel, Reply};
 

@@ -219,6 +219,67 @@ impl EnvelopePreview {
     }
 }
 
+/// The next call of one agent as the configuration plans it: the preview fitted to the
+/// plan rounds use, with each section's share, allocation, use and what it drops, and the
+/// prompt as it would be sent. What `scene preview` prints and `GET
+/// /api/scene/{scene}/preview` answers — the Budgets panel's numbers before any slider moves.
+#[derive(Debug, Clone, Serialize)]
+pub struct NextCall {
+    pub scene_id: String,
+    pub agent: AgentKind,
+    /// The character the call speaks for (a character call).
+    pub character: Option<String>,
+    /// Whether the shares are the campaign's own (else the config file's).
+    pub campaign_plan: bool,
+    /// The agent profile's whole context, which prompt and reply share.
+    pub max_context_tokens: u32,
+    /// Kept off the top before the shares apply: the instructions, the turn and the reply.
+    pub reserved_tokens: u32,
+    /// The reply's cap.
+    pub reply_tokens: u32,
+    /// What a structured call appends to the prompt (its JSON Schema), in tokens.
+    pub schema_tokens: u32,
+    /// The whole prompt as sent, estimated (`None` when the templates cannot be loaded).
+    pub prompt_tokens: Option<u32>,
+    /// Of it, the sections' items.
+    pub section_tokens: u32,
+    /// Per section: its share, what it was given, used, kept and dropped (with why).
+    pub sections: Vec<crate::prompting::SectionLedger>,
+    /// The prompt as it would be sent (`None` when the templates cannot be loaded).
+    pub system: Option<String>,
+    pub user: Option<String>,
+    /// Why the templates could not be loaded, if they could not.
+    pub template_error: Option<String>,
+}
+
+impl EnvelopePreview {
+    /// The next call as the configured plan fits it ([`NextCall`]).
+    pub fn next_call(&self) -> NextCall {
+        let envelope = self.fit(&self.plan, self.max_context_tokens);
+        let rendered = self.render(&envelope);
+        let (prompt, template_error) = match rendered {
+            Ok(p) => (Some(p), self.template_error.clone()),
+            Err(e) => (None, Some(self.template_error.clone().unwrap_or_else(|| e.to_string()))),
+        };
+        NextCall {
+            scene_id: self.scene_id.clone(),
+            agent: self.agent,
+            character: self.character.as_ref().map(|c| c.name.clone()),
+            campaign_plan: self.campaign_plan,
+            max_context_tokens: self.max_context_tokens,
+            reserved_tokens: self.reserved_tokens,
+            reply_tokens: self.reply_tokens,
+            schema_tokens: self.reply.appended,
+            prompt_tokens: prompt.as_ref().map(|p| self.prompt_tokens(p)),
+            section_tokens: envelope.ledger.used(),
+            sections: envelope.ledger.sections,
+            system: prompt.as_ref().map(|p| p.system.clone()),
+            user: prompt.map(|p| p.user),
+            template_error,
+        }
+    }
+}
+
 /// Build the preview of the next `agent` call in `scene`. For a character, the
 /// Director guidance is what the last round's plan gave it (the next plan is not made
 /// yet); `character` is a name or id, or `None` for the first active character.

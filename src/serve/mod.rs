@@ -15,6 +15,7 @@ mod lorebooks;
 mod memory;
 pub mod openapi;
 mod play;
+mod providers;
 mod chat_note;
 mod chats;
 mod scene_controls;
@@ -195,7 +196,7 @@ fn pump_events(engine: Arc<EngineHandle>, events: broadcast::Sender<Arc<Event>>)
 }
 
 fn router(state: Arc<AppState>, cors: Option<HeaderValue>) -> Router {
-    let api = identity::routes().merge(play::routes()).merge(scene_controls::routes()).merge(chat_note::routes()).merge(chats::routes()).merge(author::routes()).merge(characters::routes()).merge(lorebooks::routes()).merge(memory::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
+    let api = identity::routes().merge(play::routes()).merge(scene_controls::routes()).merge(chat_note::routes()).merge(chats::routes()).merge(author::routes()).merge(characters::routes()).merge(lorebooks::routes()).merge(memory::routes()).merge(providers::routes()).merge(openapi::routes()).fallback(no_route).method_not_allowed_fallback(wrong_method);
     // `limit_body` is the one limit: axum's own would answer a second time, in plain text.
     let app = api
         .layer(axum::extract::DefaultBodyLimit::disable())

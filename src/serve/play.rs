@@ -190,14 +190,26 @@ pub(super) struct RoundUndone {
     round: u32,
 }
 
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SceneUndoBody {
+    /// The scene's last round as the client shows it: the undo is refused (409) when the
+    /// scene has moved on since (another client played or took back a round), so a view
+    /// gone stale never takes back a round its user has not seen. Leave it out to undo
+    /// whatever round is last.
+    #[serde(default)]
+    expect_round: Option<u32>,
+}
+
 /// Take back the scene's last round exactly (messages, states, trackers, facts, time,
-/// lore timers, memories).
-#[utoipa::path(post, path = "/api/scene/{scene}/undo", params(("scene" = String, Path)),
-    responses((status = 200, body = RoundUndone), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+/// lore timers, memories); `{"expect_round": n}` takes it back only if it is still round `n`.
+#[utoipa::path(post, path = "/api/scene/{scene}/undo", request_body = SceneUndoBody, params(("scene" = String, Path)),
+    responses((status = 200, body = RoundUndone), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "a round is running, or the last round is not `expect_round`")))]
 pub(super) async fn scene_undo(State(state): State<Arc<AppState>>, Path(scene): Path<String>, bytes: Bytes) -> Result<axum::Json<RoundUndone>, ApiError> {
-    no_fields(&bytes, "undo")?;
+    let request: SceneUndoBody = if bytes.iter().all(u8::is_ascii_whitespace) { SceneUndoBody::default() } else { body(&bytes)? };
     let id = scene_id(&state, &scene)?;
-    match state.ask(Command::Scene(SceneCommand::Undo { scene: id, expect_round: None }), QUICK_LIMIT).await? {
+    match state.ask(Command::Scene(SceneCommand::Undo { scene: id, expect_round: request.expect_round }), QUICK_LIMIT).await? {
         Event::Scene(SceneEvent::RoundUndone { scene_id, round }) => Ok(axum::Json(RoundUndone { scene_id, round })),
         other => Err(scene_refusal(other)),
     }

@@ -1,6 +1,6 @@
 //! What `lorekeeper scene` does to a played scene beside playing it, over HTTP: redo the
 //! last round, list the rounds redos kept and play one of them instead, mute or unmute
-//! a cast member, and export the transcript. Each goes through the same engine command
+//! a cast member, export the transcript, and preview the next call's prompt. Each goes through the same engine command
 //! as the CLI verb, with the statuses the other scene routes answer (400 a bad request
 //! naming the field, 404 an unknown scene, character or kept round, 409 a round running).
 
@@ -31,6 +31,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/scene/{scene}/mute", post(mute))
         .route("/api/scene/{scene}/unmute", post(unmute))
         .route("/api/scene/{scene}/export", get(export))
+        .route("/api/scene/{scene}/preview", get(preview))
 }
 
 /// The redo's new round, started.
@@ -176,4 +177,40 @@ pub(super) async fn export(State(state): State<Arc<AppState>>, Path(scene): Path
         TranscriptFormat::Json => "application/json",
     };
     Ok(([(header::CONTENT_TYPE, kind)], text).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PreviewQuery {
+    #[serde(default)]
+    agent: Option<crate::scene::envelope::AgentKind>,
+    #[serde(default)]
+    character: Option<String>,
+}
+
+/// The next call's prompt as `lorekeeper scene preview` shows it (the workbench's Budgets
+/// panel): the Director's by default, `?agent=reconcile|narrator|world`, or a character's
+/// (`?character=NAME`, or `?agent=character` for the first present one). Each section's
+/// share, allocated and used tokens and what it drops (with why), the reply's cap, the
+/// prompt's estimated tokens and its text. Nothing is stored or sent to a model.
+#[utoipa::path(get, path = "/api/scene/{scene}/preview",
+    params(("scene" = String, Path), ("agent" = Option<String>, Query, description = "director (default), reconcile, character, narrator or world"),
+        ("character" = Option<String>, Query, description = "the character whose call it is, by name or id")),
+    responses((status = 200, body = Object, description = "the next call: {scene_id, agent, character, campaign_plan, max_context_tokens, reserved_tokens, reply_tokens, schema_tokens, prompt_tokens, section_tokens, sections: [{section, percent, allocated, used, kept, dropped: [{id, tokens, reason}]}], system, user, template_error}"),
+        (status = 400, body = ErrorBody, description = "a bad query, or a character not present in the scene"), (status = 404, body = ErrorBody)))]
+pub(super) async fn preview(State(state): State<Arc<AppState>>, Path(scene): Path<String>, Query(query): Query<PreviewQuery>) -> Result<Response, ApiError> {
+    use crate::scene::envelope::AgentKind;
+    let agent = match (query.agent, &query.character) {
+        (Some(a), Some(_)) if a != AgentKind::Character => {
+            return Err(ApiError::bad_request("invalid query: `character` is for a character's call; leave out `agent` or send `agent=character`"));
+        }
+        (Some(a), _) => a,
+        (None, Some(_)) => AgentKind::Character,
+        (None, None) => AgentKind::Director,
+    };
+    let id = scene_id(&state, &scene)?;
+    match state.ask(Command::Scene(SceneCommand::Preview { scene: id, agent, character: query.character }), QUICK_LIMIT).await? {
+        Event::Scene(SceneEvent::Preview { preview }) => Ok(axum::Json(preview.next_call()).into_response()),
+        other => Err(scene_refusal(other)),
+    }
 }

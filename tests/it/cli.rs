@@ -369,3 +369,162 @@ fn approving_in_an_unknown_run_names_the_run() {
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("identity run \"doesnotexist\"") && !said.contains("checkpoints are 1"), "{said}");
 }
+
+/// Every verb at every depth says in `lorekeeper help` what it does: a bare name in a
+/// `Commands:` list (19 of `world`, `campaign`, `arc`, `persona`, `lorebook detach` and
+/// `lorebook entry delete` had one) leaves the user guessing. Walks the real binary's help.
+#[test]
+fn every_verb_in_help_says_what_it_does() {
+    fn commands(path: &[String]) -> Vec<(String, bool)> {
+        let output = Command::new(env!("CARGO_BIN_EXE_lorekeeper")).args(path).arg("--help").output().unwrap();
+        assert!(output.status.success(), "{path:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let Some(list) = text.split("\nCommands:\n").nth(1) else { return Vec::new() };
+        list.lines()
+            .take_while(|l| !l.trim().is_empty())
+            // A command's own line is indented two spaces; a wrapped description more.
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .map(|l| {
+                let mut words = l.split_whitespace();
+                let name = words.next().unwrap_or_default().to_string();
+                (name, words.next().is_some())
+            })
+            .filter(|(name, _)| name != "help")
+            .collect()
+    }
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    let mut queue: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(path) = queue.pop() {
+        for (name, described) in commands(&path) {
+            let mut sub = path.clone();
+            sub.push(name);
+            seen += 1;
+            if !described {
+                missing.push(sub.join(" "));
+            }
+            queue.push(sub);
+        }
+    }
+    assert!(seen > 80, "the walk reached the verbs: {seen}");
+    assert!(missing.is_empty(), "verbs with no description in --help: {missing:?}");
+}
+
+/// Provider profiles managed from the command line as the Providers panel manages them:
+/// added, listed, shown, edited (renamed, settings changed and put back to the default),
+/// selected and deleted, each saved to the config file the workbench reads. The panel's
+/// own refusals hold (a taken name, the selected profile deleted, a context too small),
+/// and no key passes through: there is no flag for one, only its variable's name.
+#[test]
+fn provider_profiles_are_added_edited_selected_and_deleted_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = lorekeeper(dir.path())
+            .args(args)
+            // No keyring service here: a rename or delete still ends promptly.
+            .env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/lorekeeper-cli-test/bus")
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let config = || Config::load(&dir.path().join("config.toml")).unwrap();
+
+    let (ok, out, err) = run(&[
+        "providers", "add", "tavern", "--base-url", "http://127.0.0.1:5001/v1", "--model", "mistral-small", "--key-env", KEY_VAR,
+        "--max-context-tokens", "16384", "--temperature", "0.8", "--max-tokens", "300",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("tavern") && out.contains("mistral-small"), "{out}");
+    let saved = config();
+    let tavern = saved.profile("tavern").expect("saved to the config file");
+    assert_eq!((tavern.kind, tavern.base_url.as_deref(), tavern.max_context_tokens), (ProviderKind::Openai, Some("http://127.0.0.1:5001/v1"), 16384));
+    assert_eq!((tavern.sampler.temperature, tavern.sampler.max_tokens, tavern.api_key_env.as_deref()), (Some(0.8), Some(300), Some(KEY_VAR)));
+    assert_ne!(saved.default_profile, "tavern", "added, not selected");
+
+    // A taken name is refused, and nothing changes.
+    let (ok, _, err) = run(&["providers", "add", "tavern", "--model", "other"]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+    assert_eq!(config().profile("tavern").map(|p| p.model.as_str()), Some("mistral-small"));
+    // No key on the command line, where the shell history keeps it.
+    let (ok, _, err) = run(&["providers", "add", "leaky", "--key", KEY]);
+    assert!(!ok && !err.contains(KEY), "{err}");
+
+    // Edited: renamed, a setting changed, one put back to the server's default.
+    let (ok, _, err) = run(&["providers", "edit", "tavern", "--name", "inn", "--model", "mistral-large", "--temperature", "", "--cache", "true"]);
+    assert!(ok, "{err}");
+    let saved = config();
+    assert!(saved.profile("tavern").is_none(), "renamed");
+    let inn = saved.profile("inn").expect("renamed");
+    assert_eq!((inn.model.as_str(), inn.sampler.temperature, inn.sampler.max_tokens, inn.cache), ("mistral-large", None, Some(300), true));
+    let (ok, _, err) = run(&["providers", "edit", "inn", "--max-context-tokens", "100"]);
+    assert!(!ok && err.contains("at least 256"), "{err}");
+    let (ok, _, err) = run(&["providers", "edit", "inn", "--name", "demo"]);
+    assert!(!ok && err.contains("a profile has that name"), "{err}");
+    assert!(config().profile("inn").is_some() && config().profile("demo").is_some_and(|p| p.kind == ProviderKind::Scripted), "nothing overwritten");
+
+    // Selected: the listing says so, as text and as JSON.
+    let (ok, _, err) = run(&["providers", "select", "inn"]);
+    assert!(ok, "{err}");
+    assert_eq!(config().default_profile, "inn");
+    let (_, list, _) = run(&["providers", "list"]);
+    assert!(list.lines().any(|l| l.starts_with("inn (default)")), "{list}");
+    let (_, list, _) = run(&["--json", "providers", "list"]);
+    let rows: Vec<serde_json::Value> = list.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let row = rows.iter().find(|r| r["name"] == "inn").expect("listed");
+    assert_eq!((row["default"].as_bool(), row["key_env"].as_str(), row["base_url"].as_str()), (Some(true), Some(KEY_VAR), Some("http://127.0.0.1:5001")));
+    let (ok, shown, err) = run(&["--json", "providers", "show", "inn"]);
+    assert!(ok, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(shown.trim()).unwrap();
+    assert_eq!((shown["model"].as_str(), shown["sampler"]["max_tokens"].as_u64(), shown["cache"].as_bool()), (Some("mistral-large"), Some(300), Some(true)));
+
+    // The selected profile is not deleted; another is, then this one once it is not selected.
+    let (ok, _, err) = run(&["providers", "delete", "inn"]);
+    assert!(!ok && err.contains("select another"), "{err}");
+    assert!(config().profile("inn").is_some());
+    let (ok, _, err) = run(&["providers", "select", "local"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(&["providers", "delete", "inn"]);
+    assert!(ok && out.contains("deleted"), "{err}");
+    assert!(config().profile("inn").is_none());
+    let (ok, _, err) = run(&["providers", "delete", "inn"]);
+    assert!(!ok && err.contains("no profile named"), "{err}");
+
+    // The key was in the environment all along and is nowhere on disk.
+    let mut files = Vec::new();
+    every_file(dir.path(), &mut files);
+    for (path, bytes) in &files {
+        assert!(!contains(bytes, KEY), "the key leaked into {path}");
+    }
+}
+
+/// The next call's prompt shown from the command line, as the Budgets panel shows it: the
+/// sections with their share, allocated and used tokens, the reply's cap and the prompt's
+/// text; `--json` for a script. It was in the window only.
+#[test]
+fn the_next_calls_prompt_is_previewed_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), "default_profile = \"demo\"\n").unwrap();
+    let demo = lorekeeper(dir.path()).args(["scene", "demo"]).output().unwrap();
+    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
+
+    let out = lorekeeper(dir.path()).args(["scene", "preview", "The Lamp Room"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("Next call of the Director"), "{text}");
+    assert!(text.contains("history") && text.contains("allocated") && text.contains("reply's JSON Schema"), "{text}");
+    assert!(text.contains("--- system\n") && text.contains("--- user\n"), "{text}");
+
+    let out = lorekeeper(dir.path()).args(["--json", "scene", "preview", "The Lamp Room", "--character", "Wren", "--no-prompt"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let call: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!((call["agent"].as_str(), call["character"].as_str()), (Some("character"), Some("Wren Talloway")), "{call}");
+    let sections = call["sections"].as_array().unwrap();
+    assert!(sections.iter().any(|s| s["section"] == "setting" && s["used"].as_u64() > Some(0)), "{call}");
+    let used: u64 = sections.iter().map(|s| s["used"].as_u64().unwrap()).sum();
+    assert_eq!(call["section_tokens"].as_u64(), Some(used), "{call}");
+    assert!(call["prompt_tokens"].as_u64() > Some(used) && call.get("system").is_none(), "{call}");
+
+    let out = lorekeeper(dir.path()).args(["scene", "preview", "The Lamp Room", "--character", "Nobody At All"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no character"), "{}", String::from_utf8_lossy(&out.stderr));
+}

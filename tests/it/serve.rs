@@ -2130,3 +2130,104 @@ fn memory_stats_injections_and_reindex_over_http() {
     assert_eq!(status, 200, "{reindexed}");
     assert_eq!(reindexed["embedded"].as_u64(), stats["memories"].as_u64(), "{reindexed}");
 }
+
+/// A client names the round it shows as the last when it undoes one, as the workbench
+/// does: a scene that has moved on since is refused as a conflict (409) and nothing is
+/// taken back (the route took no `expect_round`, so a stale view undid a round its user
+/// had not seen); without it, the last round goes as before.
+#[test]
+fn a_scene_undo_naming_a_stale_round_is_refused_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut seen = Vec::new();
+    for input in ["I hand the keeper the sealed letter.", "I wait by the lamp."] {
+        let (status, body) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/round"), Some(&json!({ "input": input }).to_string()), None);
+        assert_eq!(status, 202, "{body}");
+        until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    }
+    // The client saw round 1 only: round 2 was played by someone else since.
+    let (status, refused) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some(r#"{"expect_round": 1}"#), None);
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["detail"].as_str().unwrap_or_default().contains("changed since you looked"), "{refused}");
+    let (_, state) = call(&agent, "GET", &format!("{base}/api/scene/{scene}"), None, None);
+    assert_eq!(state["rounds"], 2, "nothing was taken back: {state}");
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some(r#"{"expect_round": 2}"#), None);
+    assert_eq!((status, undone["round"].as_u64()), (200, Some(2)), "{undone}");
+    // An old client sends nothing, or `{}`, and undoes the last round.
+    let (status, undone) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some("{}"), None);
+    assert_eq!((status, undone["round"].as_u64()), (200, Some(1)), "{undone}");
+    let (status, typo) = call(&agent, "POST", &format!("{base}/api/scene/{scene}/undo"), Some(r#"{"expect_rounds": 1}"#), None);
+    assert!(status == 400 && typo["detail"].as_str().unwrap_or_default().contains("`expect_rounds`"), "{typo}");
+    let document = serde_json::to_value(lorekeeper::serve::openapi::document()).unwrap();
+    let body = &document["paths"]["/api/scene/{scene}/undo"]["post"]["requestBody"];
+    assert!(body.to_string().contains("SceneUndoBody"), "the undo's body is documented: {body}");
+}
+
+/// A front end lists the provider profiles and sees which one is selected (there was no
+/// route for it), and previews the next call's prompt of a scene as the Budgets panel
+/// does: sections with their tokens, the reply's cap and the prompt's text. Both are in
+/// the OpenAPI document.
+#[test]
+fn a_front_end_lists_the_profiles_and_previews_the_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path(), &data("scene/script.json"));
+    let mut config = Config::load(&paths.config_file).unwrap();
+    config.upsert_profile(ProviderProfile {
+        name: "remote".into(),
+        kind: ProviderKind::Openai,
+        base_url: Some("http://127.0.0.1:5001/v1?key=not-for-the-list".into()),
+        model: "remote-model".into(),
+        api_key_env: Some("LOREKEEPER_SERVE_TEST_KEY".into()),
+        max_context_tokens: 16384,
+        ..Default::default()
+    });
+    config.roles.insert("narrator".into(), "remote".into());
+    config.save(&paths.config_file).unwrap();
+    let store = lorekeeper::store::Store::open(&paths.library_file).unwrap();
+    let scene = lorekeeper::scene::demo::ensure(&store).unwrap().unwrap();
+    drop(store);
+    let server = serve(&paths, None);
+    let base = format!("http://{}", server.addr);
+    let agent = http();
+
+    let (status, list) = call(&agent, "GET", &format!("{base}/api/providers"), None, None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!((list["default_profile"].as_str(), list["roles"]["narrator"].as_str()), (Some("script"), Some("remote")), "{list}");
+    let profiles = list["profiles"].as_array().unwrap();
+    let script = profiles.iter().find(|p| p["name"] == "script").expect("listed");
+    assert_eq!(script["default"], true, "{list}");
+    let remote = profiles.iter().find(|p| p["name"] == "remote").expect("listed");
+    assert_eq!((remote["kind"].as_str(), remote["model"].as_str(), remote["max_context_tokens"].as_u64()), (Some("openai"), Some("remote-model"), Some(16384)));
+    assert_eq!((remote["base_url"].as_str(), remote["key_env"].as_str(), remote["default"].as_bool()), (Some("http://127.0.0.1:5001"), Some("LOREKEEPER_SERVE_TEST_KEY"), Some(false)));
+    assert_eq!(remote["roles"], json!(["narrator"]));
+    assert!(!list.to_string().contains("not-for-the-list"), "an endpoint is shown as scheme, host and port: {list}");
+
+    let (status, next) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview"), None, None);
+    assert_eq!(status, 200, "{next}");
+    assert_eq!((next["agent"].as_str(), next["scene_id"].as_str()), (Some("director"), Some(scene.as_str())), "{next}");
+    assert!(next["sections"].as_array().is_some_and(|s| s.len() == 8 && s.iter().all(|s| s["allocated"].is_u64() && s["used"].is_u64())), "{next}");
+    assert!(next["schema_tokens"].as_u64() > Some(0) && next["system"].as_str().is_some_and(|s| !s.is_empty()), "{next}");
+    let (status, next) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?character=Wren"), None, None);
+    assert_eq!((status, next["character"].as_str()), (200, Some("Wren Talloway")), "{next}");
+    let (status, next) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?agent=narrator"), None, None);
+    assert_eq!((status, next["max_context_tokens"].as_u64()), (200, Some(16384)), "the narrator's profile: {next}");
+    let (status, bad) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?agent=bard"), None, None);
+    assert_eq!(status, 400, "{bad}");
+    let (status, bad) = call(&agent, "GET", &format!("{base}/api/scene/{scene}/preview?character=Nobody%20At%20All"), None, None);
+    assert_eq!(status, 400, "{bad}");
+    let (status, _) = call(&agent, "GET", &format!("{base}/api/scene/no-such-scene/preview"), None, None);
+    assert_eq!(status, 404);
+
+    let document = lorekeeper::serve::openapi::document();
+    for path in ["/api/providers", "/api/scene/{scene}/preview"] {
+        assert!(document.paths.paths.contains_key(path), "{path} is documented");
+    }
+}
