@@ -502,7 +502,7 @@ fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str
         return match crate::names::only(&rows, |r| &r.1, key) {
             Ok(one) => Ok(one.clone()),
             Err(crate::names::NoMatch::None) => Err(InteropError::NotFound { kind, key: key.to_string() }),
-            Err(many) => Err(InteropError::Store(StoreError::NotFound(many.message(&format!("{kind} {key:?}"))))),
+            Err(many) => Err(InteropError::Store(StoreError::Invalid(many.message(&format!("{kind} {key:?}"))))),
         };
     }
     match found.len() {
