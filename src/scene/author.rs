@@ -149,6 +149,18 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
         }
         AuthorCommand::Delete { level, key, confirmed } => {
             let bank = crate::memory::bank_for(ctx).ok();
+            // Every scene it would take is held as a round holds it, until the delete is
+            // done: a round running in one of them is refused (busy, 409) rather than left
+            // calling its provider for a scene that is gone, and none starts meanwhile.
+            let (scenes, _) = store.with(|c| {
+                let (id, _) = authoring::resolve(c, level, &key)?;
+                authoring::under(c, level, &id)
+            })?;
+            let mut _held = Vec::with_capacity(scenes.len());
+            for scene in &scenes {
+                let job = ctx.jobs.try_start(super::round::job(scene), &crate::llm::CancelToken::new());
+                _held.push(job.ok_or_else(|| SceneError::Busy(scene.clone()))?);
+            }
             let (id, name, impact, write) = store.transaction(|tx| {
                 let (id, name) = authoring::resolve(tx, level, &key)?;
                 // What their messages became goes with them, in the same transaction.
