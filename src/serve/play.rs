@@ -63,13 +63,23 @@ pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::J
     Ok(axum::Json(serde_json::to_value(list).map_err(ApiError::internal)?))
 }
 
-/// A scene's state: cast, who is present and as what, trackers, facts, time.
+/// A scene's state: cast, who is present and as what, trackers, facts, time — and
+/// `round_state`: `{running, last_failure}`, whether a round runs in it now (in this
+/// server or another process on the library) and, when the last round this server
+/// started failed or was cancelled, `{round, message, fault}` (`fault` as events give it,
+/// or `cancelled`); a round that starts clears it. A client without a socket polls this.
 #[utoipa::path(get, path = "/api/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 200, body = Object, description = "the scene's state"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the scene's state, with round_state: {running, last_failure: null or {round, message, fault}}"),
+        (status = 404, body = ErrorBody)))]
 pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
     let view = state.store().with(|c| crate::scene::records::load_view(c, &id)).map_err(ApiError::internal)?;
-    Ok(axum::Json(serde_json::to_value(view).map_err(ApiError::internal)?))
+    let mut value = serde_json::to_value(view).map_err(ApiError::internal)?;
+    let (running, last_failure) = crate::scene::round::round_state(state.engine.context(), &id);
+    if let Some(object) = value.as_object_mut() {
+        object.insert("round_state".into(), serde_json::json!({ "running": running, "last_failure": last_failure }));
+    }
+    Ok(axum::Json(value))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -205,3 +205,89 @@ fn a_taken_name_is_refused_on_rename_and_identity_and_a_shared_prefix_is_a_400()
     let (status, body) = call("GET", &format!("{base}/api/lorebook/greyhollow/entries"), None);
     assert_eq!(status, 400, "{body}");
 }
+
+/// A confirmed delete of a scene, or of the arc, campaign or world holding it, while a
+/// round plays there is refused as busy (409), as every other change to a busy scene:
+/// it used to go through, and the round went on calling its provider for a scene that was
+/// gone, then failed with "Query returned no rows". Once the round is done it goes.
+#[test]
+fn a_scene_with_a_round_running_is_not_deleted_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = library(dir.path(), 400);
+    let (_server, base) = serve(&paths);
+    let (_, tree) = call("GET", &format!("{base}/api/worlds"), None);
+    let world = tree["worlds"][0]["id"].as_str().unwrap().to_string();
+    let campaign = tree["worlds"][0]["campaigns"][0]["id"].as_str().unwrap().to_string();
+    let arc = tree["worlds"][0]["campaigns"][0]["arcs"][0]["id"].as_str().unwrap().to_string();
+
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "input": "I light the lamp." })));
+    assert_eq!(status, 202, "{body}");
+    for path in [format!("scene/{scene}"), format!("arc/{arc}"), format!("campaign/{campaign}"), format!("world/{world}")] {
+        let (status, body) = call("DELETE", &format!("{base}/api/{path}?confirm=true"), None);
+        assert_eq!(status, 409, "{path}: {body}");
+        assert!(detail(&body).contains("a round is already running"), "{path}: {body}");
+    }
+    let state = poll(&format!("{base}/api/scene/{scene}"), |s| s["round_state"]["running"] == false);
+    assert_eq!(state["round_state"]["last_failure"], Value::Null, "the round completed: {state}");
+    let (status, messages) = call("GET", &format!("{base}/api/scene/{scene}/messages"), None);
+    assert!(status == 200 && messages.as_array().is_some_and(|m| !m.is_empty()), "{messages}");
+    let (status, body) = call("DELETE", &format!("{base}/api/arc/{arc}?confirm=true"), None);
+    assert_eq!(status, 200, "free now: {body}");
+}
+
+/// A client's bad request on a scene route is answered to it alone: the scene's sockets
+/// used to hear each one as `{"type":"error"}`, the event a failed round sends.
+#[test]
+fn a_bad_request_on_a_scene_is_not_broadcast_to_its_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = library(dir.path(), 0);
+    let (server, base) = serve(&paths);
+    let ws = listen(&format!("ws://{}/ws/scene/{scene}", server.addr));
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = [
+        ("POST", format!("{base}/api/scene/{scene}/message/99/edit"), Some(json!({ "text": "x" }))),
+        ("POST", format!("{base}/api/scene/{scene}/undo"), None),
+        ("POST", format!("{base}/api/scene/{scene}/alternative/nope/use"), None),
+        ("POST", format!("{base}/api/scene/{scene}/mute"), Some(json!({ "character": "Nobody Here" }))),
+    ];
+    for (method, url, body) in refused {
+        let (status, answer) = call(method, &url, body);
+        assert!((400..500).contains(&status), "{url}: {status} {answer}");
+    }
+    // A round after them: everything the socket heard until it completed has no error.
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "input": "I light the lamp." })));
+    assert_eq!(status, 202, "{body}");
+    let mut seen = Vec::new();
+    until(&ws, &mut seen, |m| m["type"] == "roundCompleted");
+    assert!(!seen.iter().any(|m| m["type"] == "error"), "{seen:?}");
+}
+
+/// A script without a socket reads whether a round runs and how the last one ended from
+/// `GET /api/scene/{id}`: `round_state.running`, and `last_failure` while the last round
+/// failed, cleared by the next round.
+#[test]
+fn a_scenes_state_says_whether_a_round_runs_and_how_the_last_one_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = library(dir.path(), 300);
+    let (_server, base) = serve(&paths);
+    let (_, state) = call("GET", &format!("{base}/api/scene/{scene}"), None);
+    assert_eq!(state["round_state"], json!({ "running": false, "last_failure": null }), "{state}");
+
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "input": "I light the lamp." })));
+    assert_eq!(status, 202, "{body}");
+    let (_, state) = call("GET", &format!("{base}/api/scene/{scene}"), None);
+    assert_eq!(state["round_state"]["running"], true, "{state}");
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/cancel"), None);
+    assert_eq!(status, 200, "{body}");
+    let state = poll(&format!("{base}/api/scene/{scene}"), |s| s["round_state"]["running"] == false);
+    let failure = &state["round_state"]["last_failure"];
+    assert_eq!((failure["round"].as_u64(), failure["fault"].as_str()), (Some(1), Some("cancelled")), "{state}");
+
+    // The next round clears it, and completes.
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "input": "I light the lamp." })));
+    assert_eq!(status, 202, "{body}");
+    let (_, state) = call("GET", &format!("{base}/api/scene/{scene}"), None);
+    assert_eq!(state["round_state"]["last_failure"], Value::Null, "{state}");
+    let state = poll(&format!("{base}/api/scene/{scene}"), |s| s["round_state"]["running"] == false);
+    assert_eq!(state["round_state"]["last_failure"], Value::Null, "{state}");
+}
