@@ -245,8 +245,9 @@ pub(crate) fn run_held(
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
     let event = SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input };
-    crate::context::answer(started, &event);
+    // Cleared before anyone hears the round started, so no one reads the last one's failure as this one's.
     record_outcome(ctx, &scene_id, None);
+    crate::context::answer(started, &event);
     ctx.emit(event);
 
     let played = (|| {
