@@ -291,3 +291,73 @@ fn a_scenes_state_says_whether_a_round_runs_and_how_the_last_one_failed() {
     let state = poll(&format!("{base}/api/scene/{scene}"), |s| s["round_state"]["running"] == false);
     assert_eq!(state["round_state"]["last_failure"], Value::Null, "{state}");
 }
+
+/// Every error body says whose fault it is in the words the socket events use, so a bot
+/// tells "busy, retry" from "stale, read again" from "confirm" from "cancelled"; the
+/// OpenAPI document says so too.
+#[test]
+fn every_error_body_carries_a_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = library(dir.path(), 300);
+    let (_server, base) = serve(&paths);
+    let fault = |(status, body): (u16, Value)| (status, body["fault"].as_str().unwrap_or_else(|| panic!("{body}")).to_string());
+    assert_eq!(fault(call("GET", &format!("{base}/api/scene/no-such-scene"), None)), (404, "not_found".into()));
+    assert_eq!(fault(call("GET", &format!("{base}/api/no/such/route"), None)), (404, "not_found".into()));
+    assert_eq!(fault(call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "inptu": "x" })))), (400, "request".into()));
+    assert_eq!(fault(call("POST", &format!("{base}/api/scene/{scene}/undo"), None)), (400, "request".into()));
+    let (_, tree) = call("GET", &format!("{base}/api/worlds"), None);
+    let arc = tree["worlds"][0]["campaigns"][0]["arcs"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(fault(call("DELETE", &format!("{base}/api/arc/{arc}"), None)), (409, "confirm".into()));
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "input": "I light the lamp." })));
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(fault(call("POST", &format!("{base}/api/scene/{scene}/round"), Some(json!({ "input": "Again." })))), (409, "busy".into()));
+    assert_eq!(fault(call("DELETE", &format!("{base}/api/scene/{scene}?confirm=true"), None)), (409, "busy".into()));
+    call("POST", &format!("{base}/api/scene/{scene}/cancel"), None);
+
+    let (_, openapi) = call("GET", &format!("{base}/api/openapi.json"), None);
+    let schema = &openapi["components"]["schemas"]["ErrorBody"];
+    let required: Vec<&str> = schema["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(required.contains(&"fault") && schema["properties"]["fault"]["description"].as_str().is_some_and(|d| d.contains("busy")), "{schema}");
+}
+
+/// A body names a field it does not take (the predecessor's approve and feedback bodies
+/// ignored one); a lorebook entry moved past the last is a 400, not "last"; a state set for
+/// a character not in the scene is refused, not kept where no prompt reads it.
+#[test]
+fn unknown_fields_a_move_past_the_end_and_a_state_outside_the_cast_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, scene) = library(dir.path(), 0);
+    let (_server, base) = serve(&paths);
+    let start = json!({ "characters": [{ "name": "Mira Voss", "concept": "A keeper." }], "storyline": {}, "mode": "fast" });
+    let (status, started) = call("POST", &format!("{base}/api/character/start"), Some(start));
+    assert_eq!(status, 200, "{started}");
+    let run = started["character_id"].as_str().unwrap();
+    for route in ["approve", "reopen", "feedback"] {
+        let mut sent = json!({ "checkpoint": 1, "pleaseignore": true });
+        if route == "feedback" {
+            sent["feedback"] = json!("x");
+        }
+        let (status, body) = call("POST", &format!("{base}/api/character/{run}/{route}"), Some(sent));
+        assert_eq!(status, 400, "{route}: {body}");
+        assert!(detail(&body).contains("pleaseignore"), "{route}: {body}");
+    }
+
+    let (status, book) = call("POST", &format!("{base}/api/lorebooks"), Some(json!({ "name": "Tides" })));
+    assert_eq!(status, 200, "{book}");
+    for key in ["fog", "tide"] {
+        let (status, body) = call("POST", &format!("{base}/api/lorebook/Tides/entries"), Some(json!({ "keys": key, "content": key })));
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = call("POST", &format!("{base}/api/lorebook/Tides/entry/0/move"), Some(json!({ "to": 9999 })));
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call("POST", &format!("{base}/api/lorebook/Tides/entry/0/move"), Some(json!({ "to": 1 })));
+    assert_eq!(status, 200, "{body}");
+
+    let (status, body) = call("POST", &format!("{base}/api/characters"), Some(json!({ "name": "Odalys Fenwright" })));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/character/Odalys Fenwright/state"), Some(json!({ "mood": "wary" })));
+    assert_eq!(status, 400, "{body}");
+    assert!(detail(&body).contains("not in this scene's cast"), "{body}");
+    let (status, body) = call("POST", &format!("{base}/api/scene/{scene}/character/Wren Talloway/state"), Some(json!({ "mood": "wary" })));
+    assert_eq!(status, 200, "{body}");
+}
