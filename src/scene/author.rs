@@ -361,6 +361,11 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
             let (scene_id, name) = store.transaction(|tx| {
                 let scene_id = records::resolve_scene(tx, &scene)?;
                 let character = character::resolve(tx, &who)?;
+                // A state kept for someone not in the scene reaches no prompt: the request
+                // named the wrong character or scene, and hears so.
+                if !records::in_cast(tx, &scene_id, &character.id)? {
+                    return Err(StoreError::Invalid(format!("{} is not in this scene's cast: add them to it first", character.name)));
+                }
                 let campaign = authoring::campaign_of_scene(tx, &scene_id)?;
                 let edit = StateEdit::Character { scene_id: scene_id.clone(), character_id: character.id, state };
                 authoring::edit_state(tx, &campaign, &edit)?;
