@@ -80,6 +80,27 @@ impl<E: 'static> Emitter<E> {
     }
 }
 
+impl Fault {
+    /// Its name as events and error bodies give it (`not_found`, `too_long`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Request => "request",
+            Fault::NotFound => "not_found",
+            Fault::Busy => "busy",
+            Fault::Conflict => "conflict",
+            Fault::TooLong => "too_long",
+            Fault::Provider => "provider",
+            Fault::Library => "library",
+        }
+    }
+
+    /// Whether the command was refused before it changed anything, for a reason that is
+    /// only its sender's business (not the provider's or the library's failure).
+    pub fn is_refusal(self) -> bool {
+        matches!(self, Fault::Request | Fault::NotFound | Fault::Busy | Fault::Conflict | Fault::TooLong)
+    }
+}
+
 /// Whose fault a failed command is, so a front door can say so (the HTTP server
 /// answers 4xx for the request's — 409 for `Busy` and `Conflict` —, 502 for the
 /// provider's, 500 for its own).
@@ -171,16 +192,18 @@ pub fn answer<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: &E) {
 }
 
 /// Report a command's failure `event`: to the one waiting on `reply`, and on the event
-/// stream through `emit` — except a refusal because what the command would change is
-/// busy, or changed since its sender looked, when that refusal is the answer its sender
-/// waits for. Nothing was changed then, and the event stream is what every watcher of
-/// the scene or chat hears (each WebSocket): there a busy refusal read as the failure of
-/// the round or reply that is running, which goes on, and a conflict as a failure of
-/// theirs (the change itself they hear as changed elsewhere). Without a reply (the
-/// workbench, the CLI) the stream is how the sender hears it, so it is emitted.
+/// stream through `emit` — except a refusal ([`Fault::is_refusal`]: busy, changed since
+/// its sender looked, a bad request, something not there, too long) when that refusal is
+/// the answer its sender waits for. Nothing was changed then, and the event stream is
+/// what every watcher of the scene or chat hears (each WebSocket): there a busy refusal
+/// read as the failure of the round or reply that is running, which goes on, a conflict
+/// as a failure of theirs, and one client's mistyped message number as an error of the
+/// scene. Without a reply (the workbench, the CLI) the stream is how the sender hears it,
+/// so it is emitted; a failure after the command was taken on (a round that started,
+/// then failed) is every watcher's news.
 pub fn report_failure<E: Clone + Send + 'static>(reply: Option<&Reply<E>>, event: E, fault: Fault, emit: impl FnOnce(E)) {
     let answered = reply.is_some_and(|r| r.answer(event.clone()));
-    if !(answered && matches!(fault, Fault::Busy | Fault::Conflict)) {
+    if !(answered && fault.is_refusal()) {
         emit(event);
     }
 }

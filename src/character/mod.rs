@@ -335,6 +335,19 @@ pub fn names_of(conn: &Connection, id: &str) -> Result<Vec<String>, StoreError> 
     Ok(names)
 }
 
+/// `name`, or the first of `name (2)`, `name (3)`, … no character but `except` goes by:
+/// what an identity run's character is called when its name was taken while it ran.
+pub fn free_name(conn: &Connection, name: &str, except: &str) -> Result<String, StoreError> {
+    let name = name.trim();
+    let mut candidate = name.to_string();
+    let mut n = 2;
+    while name_in_use(conn, &candidate, except)? {
+        candidate = format!("{name} ({n})");
+        n += 1;
+    }
+    Ok(candidate)
+}
+
 /// Whether a character other than `except` goes by `name`, here or anywhere it is placed.
 pub fn name_in_use(conn: &Connection, name: &str, except: &str) -> Result<bool, StoreError> {
     let own: bool = conn.query_row(
@@ -514,6 +527,11 @@ pub fn edit_sheet(conn: &Connection, id: &str, edit: &SheetEdit) -> Result<Chara
         Some(name) => name.to_string(),
         None => record.name.clone(),
     };
+    // A rename to a name another character goes by (in any case) would leave every route
+    // that finds a character by name unable to tell the two apart: refused, as `create`.
+    if edit.name.is_some() && name_in_use(conn, &name, id)? {
+        return Err(StoreError::Invalid(format!("a character already goes by {name:?}: choose another name")));
+    }
     let mut card: serde_json::Value = match record.card_json.as_deref() {
         Some(json) => serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("the card of {}: {e}", record.name)))?,
         None => {
@@ -643,8 +661,21 @@ pub fn persona(conn: &Connection, id: &str) -> Result<Option<Persona>, StoreErro
         .optional()?)
 }
 
-/// Add a persona; returns its id.
+/// Whether a persona other than `except` goes by `name` (case ignored).
+fn persona_name_taken(conn: &Connection, name: &str, except: &str) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM personas WHERE id != ?2 AND trim(name) = ?1 COLLATE NOCASE)",
+        params![name.trim(), except],
+        |r| r.get(0),
+    )?)
+}
+
+/// Add a persona; returns its id. A name another persona goes by is refused: personas are
+/// found by name, and two of one name could then be found by neither.
 pub fn insert_persona(conn: &Connection, name: &str, description: &str) -> Result<String, StoreError> {
+    if persona_name_taken(conn, name, "")? {
+        return Err(StoreError::Invalid(format!("a persona already goes by {:?}: give the new one another name", name.trim())));
+    }
     let id = new_id();
     conn.execute(
         "INSERT INTO personas(id, name, description, created_at) VALUES (?1, ?2, ?3, ?4)",
@@ -672,17 +703,29 @@ pub fn resolve_persona(conn: &Connection, key: &str) -> Result<Persona, StoreErr
     if found.is_empty() {
         // The start of a name, or of a word of it.
         let all = personas(conn)?;
-        let one = crate::names::only(&all, |p| &p.name, key).map_err(|e| StoreError::NotFound(e.message(&format!("persona {key:?}"))))?;
+        // Several that match is the request's to make precise (a 400, as for every name), none a 404.
+        let one = crate::names::only(&all, |p| &p.name, key).map_err(|e| {
+            let message = e.message(&format!("persona {key:?}"));
+            match e {
+                crate::names::NoMatch::None => StoreError::NotFound(message),
+                crate::names::NoMatch::Many(_) => StoreError::Invalid(message),
+            }
+        })?;
         return Ok(one.clone());
     }
     match found.len() {
         1 => Ok(found.remove(0)),
-        n => Err(StoreError::NotFound(format!("persona {key:?} is ambiguous ({n} personas have that name; use the id)"))),
+        n => Err(StoreError::Invalid(format!("persona {key:?}: more than one name matches ({n} personas have that name); give the id"))),
     }
 }
 
 /// Change a persona's name or description (`None` keeps it).
 pub fn update_persona(conn: &Connection, id: &str, name: Option<&str>, description: Option<&str>) -> Result<(), StoreError> {
+    if let Some(name) = name
+        && persona_name_taken(conn, name, id)?
+    {
+        return Err(StoreError::Invalid(format!("a persona already goes by {:?}: choose another name", name.trim())));
+    }
     let changed = conn.execute(
         "UPDATE personas SET name = coalesce(?2, name), description = coalesce(?3, description) WHERE id = ?1",
         params![id, name, description],

@@ -55,6 +55,14 @@ pub fn start(
             return Err(IdentityError::Invalid(format!("no profile named {name:?}")));
         }
     }
+    // Characters are found by name everywhere: a run that would end as a second one of a
+    // name is refused before it spends anything.
+    if ctx.store.with(|c| crate::character::name_in_use(c, &seed.name, ""))? {
+        return Err(IdentityError::Invalid(format!(
+            "a character already goes by {:?}: give the new one another name (or rename that one first)",
+            seed.name.trim()
+        )));
+    }
     let run = RunRecord {
         id: new_id(),
         name: seed.name.clone(),
@@ -474,19 +482,26 @@ fn complete(ctx: &Arc<Context>, run: &RunRecord) -> Result<(), IdentityError> {
         .filter_map(|v| Agent::from_number(v.number).map(|a| (a.name().to_string(), serde_json::Value::String(v.narrative.clone()))))
         .collect();
     stored[super::export::NARRATIVES] = serde_json::Value::Object(narratives);
-    let profile_json = serde_json::to_string(&stored).map_err(|e| IdentityError::Invalid(e.to_string()))?;
-    ctx.store.transaction(|tx| {
-        crate::character::save_profile(tx, &run.id, &run.name, &profile_json)?;
-        records::finish_run(tx, &run.id, RunStatus::Completed, None)
+    // A name another character took while the run went on (another run, a rename, an
+    // import) is not refused here — that would strand seven approved checkpoints — the
+    // character is saved under the first free "Name (2)", and the completion says so.
+    let saved_as = ctx.store.transaction(|tx| {
+        let name = crate::character::free_name(tx, &run.name, &run.id)?;
+        if name != run.name {
+            stored["name"] = serde_json::Value::String(name.clone());
+            records::rename_run(tx, &run.id, &name)?;
+        }
+        let profile_json = serde_json::to_string(&stored).map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
+        crate::character::save_profile(tx, &run.id, &name, &profile_json)?;
+        records::finish_run(tx, &run.id, RunStatus::Completed, None)?;
+        Ok(name)
     })?;
-    emit(
-        ctx,
-        IdentityEvent::CharacterComplete {
-            character_id: run.id.clone(),
-            message: "All agents completed. Character profile ready.".into(),
-            total_tokens: profile.metadata.total_tokens,
-        },
-    );
+    let message = if saved_as == run.name {
+        "All agents completed. Character profile ready.".to_string()
+    } else {
+        format!("All agents completed. Character profile ready, saved as {saved_as:?}: another character took the name {:?} while the run went on.", run.name)
+    };
+    emit(ctx, IdentityEvent::CharacterComplete { character_id: run.id.clone(), message, total_tokens: profile.metadata.total_tokens });
     Ok(())
 }
 

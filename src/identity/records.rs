@@ -195,6 +195,12 @@ pub fn insert_run(conn: &Connection, run: &RunRecord) -> Result<(), StoreError> 
     Ok(())
 }
 
+/// Give a run the name its character was saved under.
+pub fn rename_run(conn: &Connection, run_id: &str, name: &str) -> Result<(), StoreError> {
+    conn.execute("UPDATE identity_runs SET name = ?2 WHERE id = ?1", params![run_id, name])?;
+    Ok(())
+}
+
 pub fn load_run(conn: &Connection, id: &str) -> Result<RunRecord, StoreError> {
     conn.query_row(
         "SELECT id, name, mode, input_json, profile, auto_approve, status, regenerations, created_at, completed_at, error, entry_input_json

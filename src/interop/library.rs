@@ -353,8 +353,13 @@ pub fn move_entry(conn: &Connection, lorebook_id: &str, from: usize, to: usize) 
     if from >= ids.len() {
         return Err(no_entry(lorebook_id, from));
     }
+    // A place past the last is refused, not taken as "last": a script that asks for 9999
+    // in a book of twelve has the wrong index, and should hear it.
+    if to >= ids.len() {
+        return Err(InteropError::InvalidEntry(format!("to: {to} is past the last entry (the book has {} entries, 0–{})", ids.len(), ids.len() - 1)));
+    }
     let id = ids.remove(from);
-    let at = to.min(ids.len());
+    let at = to;
     ids.insert(at, id);
     renumber(conn, lorebook_id, &ids)?;
     for (ordinal, mut entry) in load_lorebook(conn, lorebook_id)?.entries.into_iter().enumerate() {
@@ -512,7 +517,7 @@ fn resolve(conn: &Connection, table: &'static str, kind: &'static str, key: &str
         return match crate::names::only(&rows, |r| &r.1, key) {
             Ok(one) => Ok(one.clone()),
             Err(crate::names::NoMatch::None) => Err(InteropError::NotFound { kind, key: key.to_string() }),
-            Err(many) => Err(InteropError::Store(StoreError::NotFound(many.message(&format!("{kind} {key:?}"))))),
+            Err(many) => Err(InteropError::Store(StoreError::Invalid(many.message(&format!("{kind} {key:?}"))))),
         };
     }
     match found.len() {

@@ -405,17 +405,16 @@ fn settle(ctx: &Context, reply: Option<&crate::context::Reply<InteropEvent>>, ev
     ctx.emit(event);
 }
 
-/// Whose fault a refused lorebook command is: a book or entry that is not there (or a
-/// name several books share, which names their ids), a change that cannot be made, or
+/// Whose fault a refused lorebook command is: a book or entry that is not there, a
+/// change that cannot be made (or a name several books share, which names their ids), or
 /// the library's.
 fn fault_of(e: &InteropError) -> crate::context::Fault {
     use crate::context::Fault;
     use crate::store::StoreError;
     match e {
-        InteropError::NotFound { .. } | InteropError::NoEntry { .. } | InteropError::Ambiguous { .. } | InteropError::Store(StoreError::NotFound(_)) => {
-            Fault::NotFound
-        }
-        InteropError::InvalidEntry(_) | InteropError::Format(_) | InteropError::Store(StoreError::Invalid(_)) => Fault::Request,
+        InteropError::NotFound { .. } | InteropError::NoEntry { .. } | InteropError::Store(StoreError::NotFound(_)) => Fault::NotFound,
+        // A name several share is the request's to make precise, as everywhere.
+        InteropError::Ambiguous { .. } | InteropError::InvalidEntry(_) | InteropError::Format(_) | InteropError::Store(StoreError::Invalid(_)) => Fault::Request,
         _ => Fault::Library,
     }
 }

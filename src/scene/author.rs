@@ -149,6 +149,18 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
         }
         AuthorCommand::Delete { level, key, confirmed } => {
             let bank = crate::memory::bank_for(ctx).ok();
+            // Every scene it would take is held as a round holds it, until the delete is
+            // done: a round running in one of them is refused (busy, 409) rather than left
+            // calling its provider for a scene that is gone, and none starts meanwhile.
+            let (scenes, _) = store.with(|c| {
+                let (id, _) = authoring::resolve(c, level, &key)?;
+                authoring::under(c, level, &id)
+            })?;
+            let mut _held = Vec::with_capacity(scenes.len());
+            for scene in &scenes {
+                let job = ctx.jobs.try_start(super::round::job(scene), &crate::llm::CancelToken::new());
+                _held.push(job.ok_or_else(|| SceneError::Busy(scene.clone()))?);
+            }
             let (id, name, impact, write) = store.transaction(|tx| {
                 let (id, name) = authoring::resolve(tx, level, &key)?;
                 // What their messages became goes with them, in the same transaction.
@@ -349,6 +361,11 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
             let (scene_id, name) = store.transaction(|tx| {
                 let scene_id = records::resolve_scene(tx, &scene)?;
                 let character = character::resolve(tx, &who)?;
+                // A state kept for someone not in the scene reaches no prompt: the request
+                // named the wrong character or scene, and hears so.
+                if !records::in_cast(tx, &scene_id, &character.id)? {
+                    return Err(StoreError::Invalid(format!("{} is not in this scene's cast: add them to it first", character.name)));
+                }
                 let campaign = authoring::campaign_of_scene(tx, &scene_id)?;
                 let edit = StateEdit::Character { scene_id: scene_id.clone(), character_id: character.id, state };
                 authoring::edit_state(tx, &campaign, &edit)?;

@@ -199,8 +199,19 @@ pub fn resolve(conn: &Connection, level: Level, key: &str) -> Result<(String, St
     }
 }
 
+/// Whether a world other than `except` goes by `name` (case ignored). Worlds are found by
+/// name from every door; two of one name could be found by neither.
+fn world_name_taken(conn: &Connection, name: &str, except: &str) -> Result<bool, StoreError> {
+    Ok(conn.query_row("SELECT EXISTS(SELECT 1 FROM worlds WHERE id != ?2 AND trim(name) = ?1 COLLATE NOCASE)", params![name.trim(), except], |r| {
+        r.get(0)
+    })?)
+}
+
 pub fn create_world(conn: &Connection, name: &str, description: &str, notes: &str) -> Result<String, StoreError> {
     let name = required(name, "world")?;
+    if world_name_taken(conn, &name, "")? {
+        return Err(invalid(format!("a world already goes by {name:?}: give the new one another name")));
+    }
     let id = new_id();
     conn.execute(
         "INSERT INTO worlds(id, name, description, notes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -237,7 +248,10 @@ pub fn create_arc(conn: &Connection, campaign_id: &str, name: &str, notes: &str)
 /// Rename or re-describe a world, campaign, arc or scene. Arcs have no description.
 pub fn edit(conn: &Connection, level: Level, id: &str, edit: &Edit) -> Result<(), StoreError> {
     if let Some(name) = &edit.name {
-        required(name, level.label())?;
+        let name = required(name, level.label())?;
+        if level == Level::World && world_name_taken(conn, &name, id)? {
+            return Err(invalid(format!("a world already goes by {name:?}: choose another name")));
+        }
     }
     if level == Level::Arc && edit.description.is_some() {
         return Err(invalid("an arc has notes, not a description"));

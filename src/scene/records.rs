@@ -785,6 +785,15 @@ pub fn set_muted(conn: &Connection, scene_id: &str, character_id: &str, muted: b
 
 /// Add a character to a scene's cast, absent: the Director brings them in when the
 /// story wants them.
+/// Whether `character_id` is in the cast of `scene_id`.
+pub fn in_cast(conn: &Connection, scene_id: &str, character_id: &str) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM scene_cast WHERE scene_id = ?1 AND character_id = ?2)",
+        params![scene_id, character_id],
+        |r| r.get(0),
+    )?)
+}
+
 pub fn add_to_cast(conn: &Connection, scene_id: &str, character_id: &str) -> Result<(), StoreError> {
     conn.execute("INSERT OR IGNORE INTO scene_cast(scene_id, character_id) VALUES (?1, ?2)", params![scene_id, character_id])?;
     conn.execute("UPDATE scenes SET updated_at = ?2 WHERE id = ?1", params![scene_id, now_rfc3339()])?;

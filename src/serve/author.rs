@@ -461,7 +461,7 @@ async fn remove(state: &AppState, level: Level, key: String, confirm: bool) -> R
         Ok((!impact.is_empty()).then(|| impact.describe()))
     };
     let conflict = |what: String| {
-        ApiError::conflict(format!("deleting this {} also deletes {what}; send ?confirm=true to delete it all", level.label()))
+        ApiError::unconfirmed(format!("deleting this {} also deletes {what}; send ?confirm=true to delete it all", level.label()))
     };
     if !confirm && let Some(what) = would_go(state, &key)? {
         return Err(conflict(what));

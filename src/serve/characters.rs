@@ -146,7 +146,7 @@ pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(character): 
     let command = InteropCommand::DeleteCharacter { character: id.clone(), confirmed: query.confirm };
     let outcome = about(&state, &id, command, |e| match e {
         InteropEvent::CharacterDeleted { id: deleted, name, impact } if *deleted == id => Some(Ok(CharacterGone { id: deleted.clone(), name: name.clone(), deleted_with_it: impact.clone() })),
-        InteropEvent::DeleteImpact { id: kept, name, impact } if *kept == id => Some(Err(ApiError::conflict(format!(
+        InteropEvent::DeleteImpact { id: kept, name, impact } if *kept == id => Some(Err(ApiError::unconfirmed(format!(
             "deleting {name:?} would also delete {}; nothing was deleted: send ?confirm=true to delete it all",
             impact.join(", ")
         )))),

@@ -101,11 +101,13 @@ pub(super) struct StartResponse {
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ApproveBody {
     checkpoint: u8,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct FeedbackBody {
     checkpoint: u8,
     feedback: String,

@@ -93,7 +93,7 @@ pub(super) struct DeleteQuery {
         (status = 409, body = ErrorBody, description = "not confirmed, and it holds entries or is attached somewhere (named)")))]
 pub(super) async fn remove(State(state): State<Arc<AppState>>, Path(lorebook): Path<String>, Query(q): Query<DeleteQuery>) -> Result<axum::Json<Authored>, ApiError> {
     let conflict = |found: &crate::scene::lorebooks::LorebookUse| {
-        ApiError::conflict(format!("deleting lorebook {:?} {}; send ?confirm=true to delete it", found.name, found.consequences()))
+        ApiError::unconfirmed(format!("deleting lorebook {:?} {}; send ?confirm=true to delete it", found.name, found.consequences()))
     };
     let found = use_of(&state, &lorebook)?;
     if !q.confirm && !found.is_empty() {
@@ -155,7 +155,8 @@ fn interop_refusal(answer: Event) -> ApiError {
             Fault::NotFound => ApiError::not_found(message),
             Fault::Library | Fault::Provider => ApiError::internal(message),
             _ => ApiError::bad_request(message),
-        },
+        }
+        .with_fault(fault.as_str()),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }
 }
@@ -238,7 +239,7 @@ pub(super) async fn duplicate_entry(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EntryMove {
-    /// Its new index (past the end: last).
+    /// Its new index, 0 to the last (past the last: a 400).
     to: usize,
 }
 

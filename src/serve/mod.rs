@@ -305,22 +305,68 @@ async fn with_cors(origin: HeaderValue, request: Request, next: Next) -> Respons
     response
 }
 
-/// An error answer: a status and `{"detail": "..."}`, as the predecessor's FastAPI sent.
+/// An error answer: a status and `{"detail": "...", "fault": "..."}` — the predecessor's
+/// FastAPI body, with whose fault it is in the words the socket events use.
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
     detail: String,
+    /// Set where the status alone does not say it (a 409 busy, cancelled or unconfirmed).
+    fault: Option<&'static str>,
 }
 
 /// The body of every error answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct ErrorBody {
     pub detail: String,
+    /// Whose fault, for a program to act on: `request` (a bad request: fix it), `not_found`,
+    /// `busy` (a round or reply is running: retry later), `conflict` (it changed since you
+    /// looked: read again, then ask), `confirm` (a delete that takes more: resend with
+    /// `?confirm=true`), `cancelled` (cancelled: do not resend), `too_long`, `provider`
+    /// (the model or its provider failed) or `library` (the server's own).
+    pub fault: String,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
-        Self { status, detail: detail.into() }
+        Self { status, detail: detail.into(), fault: None }
+    }
+    /// The answer to a refusal whose fault the engine gave.
+    pub fn of_fault(fault: crate::context::Fault, detail: impl Into<String>) -> Self {
+        use crate::context::Fault;
+        let status = match fault {
+            Fault::Request => StatusCode::BAD_REQUEST,
+            Fault::NotFound => StatusCode::NOT_FOUND,
+            Fault::Busy | Fault::Conflict => StatusCode::CONFLICT,
+            Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
+            Fault::Provider => StatusCode::BAD_GATEWAY,
+            Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self { status, detail: detail.into(), fault: Some(fault.as_str()) }
+    }
+    /// The same answer, with `fault` said instead of what its status implies.
+    pub fn with_fault(mut self, fault: &'static str) -> Self {
+        self.fault = Some(fault);
+        self
+    }
+    /// A 409 for a delete that would take more with it than asked.
+    pub fn unconfirmed(detail: impl Into<String>) -> Self {
+        Self::conflict(detail).with_fault("confirm")
+    }
+    /// A 409 for work that was cancelled: nothing to resend.
+    pub fn cancelled(detail: impl Into<String>) -> Self {
+        Self::conflict(detail).with_fault("cancelled")
+    }
+    /// The fault a status says when none was given.
+    fn fault(&self) -> &'static str {
+        self.fault.unwrap_or(match self.status {
+            StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => "not_found",
+            StatusCode::CONFLICT => "conflict",
+            StatusCode::PAYLOAD_TOO_LARGE => "too_long",
+            StatusCode::BAD_GATEWAY => "provider",
+            s if s.is_client_error() => "request",
+            _ => "library",
+        })
     }
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, detail)
@@ -341,7 +387,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(ErrorBody { detail: self.detail })).into_response()
+        let fault = self.fault().to_string();
+        (self.status, axum::Json(ErrorBody { detail: self.detail, fault })).into_response()
     }
 }
 

@@ -63,13 +63,23 @@ pub(super) async fn scenes(State(state): State<Arc<AppState>>) -> Result<axum::J
     Ok(axum::Json(serde_json::to_value(list).map_err(ApiError::internal)?))
 }
 
-/// A scene's state: cast, who is present and as what, trackers, facts, time.
+/// A scene's state: cast, who is present and as what, trackers, facts, time — and
+/// `round_state`: `{running, last_failure}`, whether a round runs in it now (in this
+/// server or another process on the library) and, when the last round this server
+/// started failed or was cancelled, `{round, message, fault}` (`fault` as events give it,
+/// or `cancelled`); a round that starts clears it. A client without a socket polls this.
 #[utoipa::path(get, path = "/api/scene/{scene}", params(("scene" = String, Path)),
-    responses((status = 200, body = Object, description = "the scene's state"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object, description = "the scene's state, with round_state: {running, last_failure: null or {round, message, fault}}"),
+        (status = 404, body = ErrorBody)))]
 pub(super) async fn scene_state(State(state): State<Arc<AppState>>, Path(scene): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = scene_id(&state, &scene)?;
     let view = state.store().with(|c| crate::scene::records::load_view(c, &id)).map_err(ApiError::internal)?;
-    Ok(axum::Json(serde_json::to_value(view).map_err(ApiError::internal)?))
+    let mut value = serde_json::to_value(view).map_err(ApiError::internal)?;
+    let (running, last_failure) = crate::scene::round::round_state(state.engine.context(), &id);
+    if let Some(object) = value.as_object_mut() {
+        object.insert("round_state".into(), serde_json::json!({ "running": running, "last_failure": last_failure }));
+    }
+    Ok(axum::Json(value))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -228,25 +238,11 @@ pub(super) fn no_fields(bytes: &Bytes, action: &str) -> Result<(), ApiError> {
 }
 
 /// A scene command answered with something other than what it asked for: its error,
-/// with the status its fault says (see [`status_of`]).
+/// with the status its fault says (see [`ApiError::of_fault`]).
 pub(super) fn scene_refusal(answer: Event) -> ApiError {
     match answer {
-        Event::Scene(SceneEvent::Error { message, fault, .. }) => ApiError::new(status_of(fault), message),
+        Event::Scene(SceneEvent::Error { message, fault, .. }) => ApiError::of_fault(fault, message),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
-    }
-}
-
-/// Whose fault a refusal is, as an HTTP status: the request's (400, 404, 409 busy or
-/// changed since the sender looked, 413 too long), the provider's (502) or the server's (500).
-fn status_of(fault: crate::context::Fault) -> StatusCode {
-    use crate::context::Fault;
-    match fault {
-        Fault::Request => StatusCode::BAD_REQUEST,
-        Fault::NotFound => StatusCode::NOT_FOUND,
-        Fault::Busy | Fault::Conflict => StatusCode::CONFLICT,
-        Fault::TooLong => StatusCode::PAYLOAD_TOO_LARGE,
-        Fault::Provider => StatusCode::BAD_GATEWAY,
-        Fault::Library => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -281,7 +277,7 @@ pub(super) async fn round(State(state): State<Arc<AppState>>, Path(scene): Path<
         Event::Scene(SceneEvent::RoundStarted { round, .. }) => {
             Ok((StatusCode::ACCEPTED, axum::Json(RoundStarted { scene_id: id, round, status: "started".into() })).into_response())
         }
-        Event::Scene(SceneEvent::RoundCancelled { .. }) => Err(ApiError::conflict("the round was cancelled before it started")),
+        Event::Scene(SceneEvent::RoundCancelled { .. }) => Err(ApiError::cancelled("the round was cancelled before it started")),
         other => Err(scene_refusal(other)),
     }
 }
@@ -533,8 +529,8 @@ pub(super) async fn chat_send(State(state): State<Arc<AppState>>, Path(character
 /// server's (500) — whether it was a send, a redraw or an edit.
 pub(super) fn chat_refusal(answer: Event) -> ApiError {
     match answer {
-        Event::Companion(CompanionEvent::Failed { message, fault, .. }) => ApiError::new(status_of(fault), message),
-        Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::conflict("the reply was cancelled; nothing was saved"),
+        Event::Companion(CompanionEvent::Failed { message, fault, .. }) => ApiError::of_fault(fault, message),
+        Event::Companion(CompanionEvent::Cancelled { .. }) => ApiError::cancelled("the reply was cancelled; nothing was saved"),
         other => ApiError::internal(format!("unexpected answer: {}", serde_json::to_value(&other).map(|v| v["event"].to_string()).unwrap_or_default())),
     }
 }

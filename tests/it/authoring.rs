@@ -366,9 +366,13 @@ fn hand_edits_of_state_are_checked_and_kept_in_the_campaigns_history() {
     assert!(cli.run(&["campaign", "fact", "Ashfall", "remove", "No such fact."]).is_err());
     assert!(cli.run(&["campaign", "tracker", "Ashfall", "fog", "--remove"]).is_err(), "removing a tracker that is not there");
     assert!(cli.run(&["campaign", "new", "  ", "--world", "Vael"]).is_err(), "a campaign needs a name");
-    cli.ok(&["world", "new", "Vael"]);
-    let ambiguous = cli.run(&["campaign", "new", "Other", "--world", "Vael"]).unwrap_err();
-    assert!(ambiguous.contains("ambiguous"), "{ambiguous}");
+    // A second world of a name would make the name find neither (it used to be taken,
+    // and every name route then answered "ambiguous").
+    let taken = cli.run(&["world", "new", "vael"]).unwrap_err();
+    assert!(taken.contains("already goes by"), "{taken}");
+    cli.ok(&["world", "new", "Vaelmoor"]);
+    let ambiguous = cli.run(&["campaign", "new", "Other", "--world", "Vae"]).unwrap_err();
+    assert!(ambiguous.contains("more than one name matches"), "{ambiguous}");
 
     let store = Store::open(&cli.paths.library_file).unwrap();
     let (facts, minutes, edits): (String, i64, i64) = store
@@ -971,7 +975,10 @@ fn a_lorebook_is_edited_entry_by_entry_and_says_why_an_entry_fires() {
     // The order reaches SillyTavern's editor as displayIndex; the words name the entry moved.
     let shown: Vec<Option<i64>> = entries(&moved).iter().map(|e| e["display_index"].as_i64()).collect();
     assert_eq!(shown, [Some(0), Some(1), Some(2)]);
-    let said = cli.text(&["lorebook", "entry", "move", "river", "2", "--to", "9"]);
+    // A place past the last is a mistake said, not taken as "last".
+    let past = cli.run(&["lorebook", "entry", "move", "river", "2", "--to", "9"]).unwrap_err();
+    assert!(past.contains("past the last entry"), "{past}");
+    let said = cli.text(&["lorebook", "entry", "move", "river", "2", "--to", "2"]);
     assert!(said.contains("moved entry 2 to 2 of"), "{said}");
     let deleted = cli.ok(&["lorebook", "entry", "delete", "river", "0"]);
     assert_eq!(entries(&deleted).len(), 2);

@@ -21,6 +21,7 @@ mod lorebooks;
 mod memory;
 mod pictures;
 mod providers;
+mod refusals;
 mod scene;
 mod serve;
 mod stress;

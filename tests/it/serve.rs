@@ -1462,12 +1462,16 @@ fn a_front_end_creates_edits_and_deletes_worlds_campaigns_arcs_scenes_and_person
     let world_id = world["id"].as_str().unwrap().to_string();
     assert!(world["tree"]["worlds"].as_array().unwrap().iter().any(|w| w["id"] == world_id.as_str()), "{world}");
 
-    // A name two worlds share is the request's to make precise: a 400 naming the ids.
+    // A name another world goes by is refused; a name two worlds start with is the
+    // request's to make precise: a 400 naming them.
     let (_, twin) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "Umbra" })));
-    let (_, twin2) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "Umbra" })));
-    let (status, ambiguous) = author_call(&agent, "delete", &format!("{base}/api/world/Umbra?confirm=true"), None);
+    let (status, taken) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "umbra" })));
+    assert_eq!(status, 400, "{taken}");
+    let (_, twin2) = author_call(&agent, "post", &format!("{base}/api/worlds"), Some(json!({ "name": "Umbral Reach" })));
+    let (status, ambiguous) = author_call(&agent, "delete", &format!("{base}/api/world/Umb?confirm=true"), None);
     assert_eq!(status, 400, "{ambiguous}");
-    assert!(ambiguous.to_string().contains("ambiguous") && ambiguous.to_string().contains(twin["id"].as_str().unwrap()), "{ambiguous}");
+    assert!(ambiguous.to_string().contains("more than one name matches") && ambiguous.to_string().contains("Umbral Reach"), "{ambiguous}");
+    assert_eq!(twin["name"], "Umbra", "{twin}");
     for id in [&twin["id"], &twin2["id"]] {
         let (status, _) = author_call(&agent, "delete", &format!("{base}/api/world/{}?confirm=true", id.as_str().unwrap()), None);
         assert_eq!(status, 200);

@@ -39,6 +39,43 @@ pub(crate) fn job(scene_id: &str) -> JobKey {
     JobKey::new("round", scene_id)
 }
 
+/// How the last round that started in a scene (in this process) ended, when it did not
+/// complete: what `GET /api/scene/{id}` tells a client that has no socket.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RoundFailure {
+    pub round: u32,
+    pub message: String,
+    /// The fault's name as events give it (`provider`, `library`, …), or `cancelled`.
+    pub fault: String,
+}
+
+/// The last failure of each scene's rounds since this engine started; a round that starts
+/// clears its scene's. Kept in memory: the engine's state, as the running job is.
+#[derive(Default)]
+struct RoundOutcomes(std::sync::Mutex<std::collections::HashMap<String, RoundFailure>>);
+
+fn outcomes(ctx: &Context) -> Arc<RoundOutcomes> {
+    let slot = ctx.service::<RoundOutcomes>();
+    slot.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Default::default).clone()
+}
+
+fn record_outcome(ctx: &Context, scene_id: &str, failure: Option<RoundFailure>) {
+    let outcomes = outcomes(ctx);
+    let mut map = outcomes.0.lock().unwrap_or_else(|p| p.into_inner());
+    match failure {
+        Some(failure) => map.insert(scene_id.to_string(), failure),
+        None => map.remove(scene_id),
+    };
+}
+
+/// Whether a round runs in `scene_id` (here or in another process on the library) and
+/// how the last one that started here failed, if it did and none started since.
+pub fn round_state(ctx: &Context, scene_id: &str) -> (bool, Option<RoundFailure>) {
+    let running = ctx.jobs.is_running(&job(scene_id));
+    let failed = outcomes(ctx).0.lock().unwrap_or_else(|p| p.into_inner()).get(scene_id).cloned();
+    (running, failed)
+}
+
 /// Cancel the round running in `scene_id`. Returns whether one was running. Nothing of
 /// a cancelled round is committed: every stage checks the token, the model calls stop
 /// on it, and the round close refuses to start once it is set.
@@ -208,19 +245,29 @@ pub(crate) fn run_held(
     let round = draft.round;
     let summary_round = draft.notes.summary_round;
     let event = SceneEvent::RoundStarted { scene_id: scene_id.clone(), round, input };
+    // Cleared before anyone hears the round started, so no one reads the last one's failure as this one's.
+    record_outcome(ctx, &scene_id, None);
     crate::context::answer(started, &event);
     ctx.emit(event);
 
-    let plan = stages::director_plan(ctx, &agents, &config, &mut draft, cancel)?;
-    stages::characters(ctx, &agents, &config, &recall, &plan, &mut draft, cancel)?;
-    stages::after_characters(ctx, &agents, &config, &plan, &mut draft, cancel)?;
-    // Pass 1 planned; passes 2..=N reconcile until one changes nothing (0 and 1: none).
-    for pass in 2..=config.max_director_passes.min(MAX_DIRECTOR_PASSES) {
-        if !stages::reconcile(ctx, &agents, &config, &plan, &mut draft, pass as u8, cancel)? {
-            break;
+    let played = (|| {
+        let plan = stages::director_plan(ctx, &agents, &config, &mut draft, cancel)?;
+        stages::characters(ctx, &agents, &config, &recall, &plan, &mut draft, cancel)?;
+        stages::after_characters(ctx, &agents, &config, &plan, &mut draft, cancel)?;
+        // Pass 1 planned; passes 2..=N reconcile until one changes nothing (0 and 1: none).
+        for pass in 2..=config.max_director_passes.min(MAX_DIRECTOR_PASSES) {
+            if !stages::reconcile(ctx, &agents, &config, &plan, &mut draft, pass as u8, cancel)? {
+                break;
+            }
         }
-    }
-    let closed = stages::close(ctx, &recall, draft, cancel)?;
+        stages::close(ctx, &recall, draft, cancel)
+    })();
+    // Kept before the scene is free (the job goes with this function), so whoever sees
+    // it idle also sees how the round ended.
+    let closed = played.inspect_err(|e| {
+        let fault = if cancel.is_cancelled() { "cancelled".to_string() } else { e.fault().as_str().to_string() };
+        record_outcome(ctx, &scene_id, Some(RoundFailure { round, message: e.to_string(), fault }));
+    })?;
 
     // Committed: the scene is free before anyone hears of it, so a front door that
     // starts the next round on `round_completed` is never refused as busy. The next
