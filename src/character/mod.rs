@@ -486,6 +486,19 @@ pub struct Sheet {
     pub personality: String,
     pub scenario: String,
     pub card: CardText,
+    /// The lorebooks that fire for it: its card's own book and those attached to it
+    /// (filled by the caller, which may read the lorebook tables).
+    pub lorebooks: Vec<SheetLorebook>,
+}
+
+/// A lorebook of a character, as its sheet lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SheetLorebook {
+    pub id: String,
+    pub name: String,
+    /// `card`: the card's own embedded book; `attached`: attached to the character
+    /// (by hand, or bound as the World Info book its card names).
+    pub source: &'static str,
 }
 
 /// The sheet of `record`: its card's text (a character developed by the identity
@@ -513,6 +526,7 @@ pub fn sheet(record: &CharacterRecord) -> Sheet {
         personality: field("personality"),
         scenario: field("scenario"),
         card,
+        lorebooks: Vec::new(),
     }
 }
 
@@ -631,6 +645,25 @@ pub fn detach_lorebook(conn: &Connection, character_id: &str, lorebook_id: &str)
 pub fn lorebooks(conn: &Connection, character_id: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT lorebook_id FROM character_lorebooks WHERE character_id = ?1 ORDER BY lorebook_id")?;
     let rows = stmt.query_map([character_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The World Info book a character's card names (`data.extensions.world`, SillyTavern's
+/// link from a character to a book of its worlds folder), when it names one.
+pub fn world_book_name(record: &CharacterRecord) -> Option<String> {
+    let card: serde_json::Value = serde_json::from_str(record.card_json.as_deref()?).ok()?;
+    let world = card.pointer("/data/extensions/world").and_then(serde_json::Value::as_str)?.trim();
+    (!world.is_empty()).then(|| world.to_string())
+}
+
+/// The characters whose cards name `book` (case aside) as their World Info book,
+/// `(id, name)` by name: those a book of that name is bound to when it is imported.
+pub fn naming_world_book(conn: &Connection, book: &str) -> Result<Vec<(String, String)>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT id, name FROM characters WHERE card_json IS NOT NULL AND json_valid(card_json)
+           AND trim(json_extract(card_json, '$.data.extensions.world')) = ?1 COLLATE NOCASE ORDER BY name COLLATE NOCASE, id",
+    )?;
+    let rows = stmt.query_map([book.trim()], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

@@ -258,6 +258,10 @@ fn print_interop(out: &mut impl Write, event: &InteropEvent) -> std::io::Result<
             if !sheet.card.tags.is_empty() {
                 writeln!(out, "  tags: {}", sheet.card.tags.join(", "))?;
             }
+            for book in &sheet.lorebooks {
+                let how = if book.source == "card" { "the card's own" } else { "attached" };
+                writeln!(out, "  lorebook: {} ({how}, {})", book.name, book.id)?;
+            }
             Ok(())
         }
         InteropEvent::DeleteImpact { name, impact, .. } => {

@@ -65,14 +65,14 @@ pub fn book_ids(conn: &Connection, character_id: &str) -> Result<Vec<(String, Bo
 }
 
 /// The lorebooks that fire in a character's chat, loaded (with their library ids). A
-/// card's own book keeps its `token_budget` for export, but it caps nothing here:
-/// SillyTavern ignores a card book's budget (only its global World Info budget applies).
+/// card's own book keeps its budget, scan depth and recursion setting for export, but
+/// they change nothing here ([`Lorebook::as_card_book`]), as in SillyTavern.
 pub fn books(conn: &Connection, character_id: &str) -> Result<Vec<(String, Lorebook)>, StoreError> {
     let mut out = Vec::new();
     for (id, source) in book_ids(conn, character_id)? {
         let mut book = crate::interop::library::load_lorebook(conn, &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         if source == BookSource::Card {
-            book.token_budget = None;
+            book = book.as_card_book();
         }
         out.push((id, book));
     }

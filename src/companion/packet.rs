@@ -202,6 +202,17 @@ pub fn assemble(templates: &PromptTemplates, config: &CompanionConfig, input: Pa
         char_prompt: &input.character.card.system_prompt,
         char_instruction: &input.character.card.post_history_instructions,
         last_message: input.input,
+        input: input.input,
+        last_user_message: input.input,
+        last_char_message: input.history.last().map(|t| t.reply.as_str()).or(input.greeting).unwrap_or(""),
+        // SillyTavern's ids: the greeting is 0, exchange n's messages are 2n-1 and 2n, so
+        // the new user message (exchange `seq`) is 2·seq − 1.
+        last_message_id: Some(2 * u64::from(input.history.last().map_or(0, |t| t.seq)) + 1),
+        first_included_message_id: Some(match input.history.first() {
+            Some(t) if t.seq > 1 => 2 * u64::from(t.seq) - 1,
+            _ => 0,
+        }),
+        max_prompt: Some(input.max_context_tokens),
         stable_seed: &input.character.id,
         random_seed: Some(input.now.timestamp() as u64),
         now: Some(input.now.with_timezone(&chrono::Local)),

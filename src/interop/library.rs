@@ -120,10 +120,12 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
             }
             let mut detail = kind_label;
             let mut items = Vec::new();
+            let mut own_book = None;
             if let Some(book) = &card.character_book {
                 let wanted = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("{}'s lorebook", card.name));
                 let name = unique_book_name(tx, &wanted, &mut warnings)?;
                 let book_id = insert_lorebook(tx, &name, Some(&id), book, None)?;
+                own_book = Some((wanted, book_id.clone()));
                 detail.push_str(&format!(", {} lore entries", book.entries.len()));
                 items.push(CreatedItem {
                     kind: ItemKind::Lorebook,
@@ -131,6 +133,9 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
                     name,
                     detail: format!("embedded in {}'s card, {} entries", card.name, book.entries.len()),
                 });
+            }
+            if let Some(world) = card.extensions.get("world").and_then(serde_json::Value::as_str) {
+                bind_world_book(tx, &id, &card.name, world, own_book.as_ref(), &mut warnings)?;
             }
             items.insert(0, CreatedItem { kind: ItemKind::Character, id, name: card.name.clone(), detail });
             Ok(ImportOutcome::Created { items, warnings: warnings.clone() })
@@ -146,11 +151,69 @@ pub fn import_bytes(store: &Store, bytes: &[u8], stem: &str) -> Result<ImportOut
             let wanted = book.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| stem.to_string());
             let name = unique_book_name(tx, &wanted, &mut warnings)?;
             let id = insert_lorebook(tx, &name, None, &book, Some(&digest))?;
+            // Cards imported before their World Info book get it now. A book renamed for
+            // a clash is not the one they name (that one is in the library already).
+            if name == wanted {
+                let bound = character::naming_world_book(tx, &name)?;
+                for (character_id, _) in &bound {
+                    character::attach_lorebook(tx, character_id, &id)?;
+                }
+                if !bound.is_empty() {
+                    let names: Vec<String> = bound.iter().map(|(_, n)| format!("{n:?}")).collect();
+                    warnings.push(format!(
+                        "bound to {} (their cards name {name:?} as their World Info book): it fires in their chats and scenes",
+                        names.join(", ")
+                    ));
+                }
+            }
             let detail = format!("{kind_label}, {} entries", book.entries.len());
             Ok(ImportOutcome::Created { items: vec![CreatedItem { kind: ItemKind::Lorebook, id, name, detail }], warnings: warnings.clone() })
         }
     })
     .map_err(InteropError::from)
+}
+
+/// Bind the World Info book a card names (`data.extensions.world`, SillyTavern's link from
+/// a character to a book of its worlds folder) to the character, as SillyTavern fires that
+/// book in the character's chats; say in `notes` what was bound, or that the book is not in
+/// the library yet (importing it later binds it: see [`import_bytes`]). A card that names
+/// its own embedded book (`own_book`: the name it asked for, its id) has it already.
+fn bind_world_book(
+    conn: &Connection,
+    character_id: &str,
+    character_name: &str,
+    world: &str,
+    own_book: Option<&(String, String)>,
+    notes: &mut Vec<String>,
+) -> Result<(), StoreError> {
+    let world = world.trim();
+    if world.is_empty() {
+        return Ok(());
+    }
+    if own_book.is_some_and(|(wanted, _)| wanted.trim().eq_ignore_ascii_case(world)) {
+        notes.push(format!("its World Info book {world:?} is the card's own embedded book, imported with it"));
+        return Ok(());
+    }
+    let own_id = own_book.map(|(_, id)| id.as_str());
+    let found: Option<(String, String)> = conn
+        .query_row(
+            "SELECT id, name FROM lorebooks WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2 ORDER BY created_at, id LIMIT 1",
+            params![world, own_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match found {
+        Some((book_id, name)) => {
+            character::attach_lorebook(conn, character_id, &book_id)?;
+            notes.push(format!(
+                "bound World Info book {name:?} (named by the card) to {character_name:?}: it fires in its chats and scenes"
+            ));
+        }
+        None => notes.push(format!(
+            "the card names World Info book {world:?}, which is not in the library: import it (SillyTavern's worlds/{world}.json) and it is bound to {character_name:?} then"
+        )),
+    }
+    Ok(())
 }
 
 /// The name an imported lorebook gets: its own, or when another book has that one, the
@@ -485,6 +548,23 @@ pub fn books_of_character(conn: &Connection, character_id: &str) -> Result<Vec<S
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A character's sheet with the lorebooks that fire for it: its card's own, then those
+/// attached to it, each once.
+pub fn sheet_with_books(conn: &Connection, record: &character::CharacterRecord) -> Result<character::Sheet, StoreError> {
+    let mut sheet = character::sheet(record);
+    let names = lorebook_names(conn)?;
+    let own = books_of_character(conn, &record.id)?.into_iter().map(|id| (id, "card"));
+    let attached = character::lorebooks(conn, &record.id)?.into_iter().map(|id| (id, "attached"));
+    for (id, source) in own.chain(attached) {
+        if sheet.lorebooks.iter().any(|b| b.id == id) {
+            continue;
+        }
+        let name = names.get(&id).cloned().unwrap_or_else(|| id.clone());
+        sheet.lorebooks.push(character::SheetLorebook { id, name, source });
+    }
+    Ok(sheet)
+}
+
 /// A lorebook's `(id, name)` by id, or by a name only one lorebook has.
 pub fn resolve_lorebook(conn: &Connection, key: &str) -> Result<(String, String), InteropError> {
     resolve(conn, "lorebooks", "lorebook", key)
@@ -602,6 +682,25 @@ pub fn load_card(conn: &Connection, id: &str) -> Result<(CharacterCard, Option<V
         .map_err(StoreError::from)?;
     if let Some(book_id) = book_id {
         card.character_book = Some(load_lorebook(conn, &book_id)?);
+    }
+    // `extensions.world`: the World Info book bound to it, by name, as SillyTavern links
+    // them. A name kept from the card stays while that book is attached or not in the
+    // library at all (another SillyTavern still has it); one the user detached goes.
+    let names = lorebook_names(conn)?;
+    let attached: Vec<&String> = character::lorebooks(conn, id)?.iter().filter_map(|b| names.get(b)).collect();
+    let kept = card.extensions.get("world").and_then(serde_json::Value::as_str).map(str::trim).filter(|w| !w.is_empty());
+    let world = match kept {
+        Some(w) if attached.iter().any(|a| a.eq_ignore_ascii_case(w)) || !names.values().any(|n| n.eq_ignore_ascii_case(w)) => Some(w.to_string()),
+        _ => attached.first().map(|a| a.to_string()),
+    };
+    match world {
+        Some(world) => {
+            card.extensions.insert("world".into(), serde_json::Value::String(world));
+        }
+        None if kept.is_some() => {
+            card.extensions.insert("world".into(), serde_json::Value::String(String::new()));
+        }
+        None => {}
     }
     let image: Option<Vec<u8>> = conn
         .query_row("SELECT png FROM character_images WHERE character_id = ?1", [id], |r| r.get(0))

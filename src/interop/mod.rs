@@ -261,9 +261,9 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
             Err(e) => ctx.emit(CoreEvent::error(format!("delete character {character:?}"), e)),
         },
         InteropCommand::Sheet { character } => {
-            let result = ctx.store.with(|c| crate::character::resolve(c, &character));
+            let result = ctx.store.with(|c| library::sheet_with_books(c, &crate::character::resolve(c, &character)?));
             match result {
-                Ok(record) => ctx.emit(InteropEvent::Sheet { sheet: Box::new(crate::character::sheet(&record)), saved: false }),
+                Ok(sheet) => ctx.emit(InteropEvent::Sheet { sheet: Box::new(sheet), saved: false }),
                 Err(e) => ctx.emit(CoreEvent::error(format!("sheet of {character:?}"), e)),
             }
         }
@@ -273,11 +273,11 @@ fn run(ctx: &Context, command: InteropCommand, reply: Option<&crate::context::Re
                 let edited = crate::character::edit_sheet(tx, &record.id, &edit)?;
                 // What it witnessed under its old name is its own under the new one.
                 crate::memory::records::rename_witness(tx, None, &record.name, &edited.name)?;
-                Ok(edited)
+                library::sheet_with_books(tx, &edited)
             });
             match result {
-                Ok(record) => {
-                    ctx.emit(InteropEvent::Sheet { sheet: Box::new(crate::character::sheet(&record)), saved: true });
+                Ok(sheet) => {
+                    ctx.emit(InteropEvent::Sheet { sheet: Box::new(sheet), saved: true });
                     emit_library(ctx);
                 }
                 Err(e) => ctx.emit(CoreEvent::error(format!("sheet of {character:?}"), e)),

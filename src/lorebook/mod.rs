@@ -47,6 +47,19 @@ pub struct Lorebook {
     pub source: Option<SourceDocument>,
 }
 
+impl Lorebook {
+    /// This book as it fires when it is a card's own (`character_book`): SillyTavern copies
+    /// only a card book's entries into its World Info, so the book's `scan_depth`,
+    /// `token_budget` and `recursive_scanning` change nothing (the global settings apply).
+    /// They are kept in the library for export; only the activated copy drops them.
+    pub fn as_card_book(mut self) -> Self {
+        self.scan_depth = None;
+        self.token_budget = None;
+        self.recursive_scanning = None;
+        self
+    }
+}
+
 /// The exact JSON an item was read from, and in which shape, so an export in that
 /// shape can write back everything that was not changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -67,6 +67,19 @@ pub struct MacroContext<'a> {
     pub char_prompt: &'a str,
     pub char_instruction: &'a str,
     pub last_message: &'a str,
+    /// The user's new message (`{{input}}`; empty: the caller has none).
+    pub input: &'a str,
+    /// The last message the user and the character sent (`{{lastUserMessage}}`,
+    /// `{{lastCharMessage}}`).
+    pub last_user_message: &'a str,
+    pub last_char_message: &'a str,
+    /// SillyTavern's message ids (0: the greeting) of the chat's last message and of the
+    /// oldest one the prompt carries (`{{lastMessageId}}`, `{{firstIncludedMessageId}}`;
+    /// `None`: left as written).
+    pub last_message_id: Option<u64>,
+    pub first_included_message_id: Option<u64>,
+    /// The context size in tokens (`{{maxPrompt}}`; `None`: left as written).
+    pub max_prompt: Option<u32>,
     /// Time since the user's last message, when there was one.
     pub idle: Option<Duration>,
     /// When the prompt is built (`None`: now).
@@ -137,7 +150,7 @@ pub fn expand(text: &str, ctx: &MacroContext<'_>) -> Expanded {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
     });
     let mut run = Run { ctx, rng: fastrand::Rng::with_seed(seed), notes: Vec::new(), picks: 0, scratch: RefCell::default() };
-    let legacy = text.replace("<USER>", "{{user}}").replace("<BOT>", "{{char}}");
+    let legacy = text.replace("<USER>", "{{user}}").replace("<BOT>", "{{char}}").replace("<CHAR>", "{{char}}");
     let mut out = run.expand(&legacy, 0);
     if out.len() > MAX_OUTPUT {
         let mut cut = MAX_OUTPUT;
@@ -247,6 +260,10 @@ impl Run<'_, '_> {
             self.notes.push(format!("{{{{{trimmed}}}}}: banned words are not supported; removed"));
             return Some(String::new());
         }
+        // `{{roll 1d20}}`: SillyTavern takes a space as well as a colon.
+        if trimmed.len() > 5 && trimmed[..5].eq_ignore_ascii_case("roll ") {
+            return self.roll(&trimmed[5..]);
+        }
         let (name, arg) = match trimmed.split_once(':') {
             Some((name, arg)) => (name.trim().to_ascii_lowercase(), Some(arg)),
             None => (trimmed.to_ascii_lowercase(), None),
@@ -267,6 +284,21 @@ impl Run<'_, '_> {
             ("mesexamples", None) => self.field(ctx.mes_examples, "mesExamples", depth),
             ("original", None) => self.field(ctx.original, "original", depth),
             ("lastmessage", None) => ctx.last_message.to_string(),
+            ("input", None) => ctx.input.to_string(),
+            ("lastusermessage", None) => ctx.last_user_message.to_string(),
+            ("lastcharmessage", None) => ctx.last_char_message.to_string(),
+            ("lastmessageid", None) => ctx.last_message_id?.to_string(),
+            ("firstincludedmessageid", None) => ctx.first_included_message_id?.to_string(),
+            ("maxprompt", None) => ctx.max_prompt?.to_string(),
+            // Outside a group chat both are the character's name, as in SillyTavern.
+            ("charifnotgroup" | "group", None) => ctx.char.to_string(),
+            ("isodate", None) => now.format("%Y-%m-%d").to_string(),
+            ("isotime", None) => now.format("%H:%M").to_string(),
+            (utc, None) if utc.starts_with("time_utc") => {
+                let hours: i32 = utc["time_utc".len()..].parse().ok().filter(|h: &i32| (-14..=14).contains(h))?;
+                let offset = chrono::FixedOffset::east_opt(hours * 3600)?;
+                now.with_timezone(&offset).format("%-I:%M %p").to_string()
+            }
             ("newline", None) => "\n".to_string(),
             ("trim", None) => TRIM_MARK.to_string(),
             ("time", None) => now.format("%-I:%M %p").to_string(),
@@ -494,6 +526,12 @@ mod tests {
             random_seed: Some(7),
             variables: None,
             outlets: None,
+            input: "Where am I?",
+            last_user_message: "Where am I?",
+            last_char_message: "In my glade.",
+            last_message_id: Some(4),
+            first_included_message_id: Some(0),
+            max_prompt: Some(8192),
         }
     }
 
@@ -511,6 +549,16 @@ mod tests {
         assert_eq!(early, "[{{outlet::weather}}] Seraphina");
         assert_eq!(fill_outlets(&early, &outlets), "[high\nlow] Seraphina");
         assert_eq!(fill_outlets("{{Outlet:Mood}}|{{outlet::gone}}|{{char}}", &outlets), "calm||{{char}}");
+    }
+
+    /// `{{time_UTC+2}}`: the time at that offset from UTC, as `{{time}}` writes it.
+    #[test]
+    fn time_at_a_utc_offset() {
+        let c = ctx();
+        let want = c.now.unwrap().with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap()).format("%-I:%M %p").to_string();
+        assert_eq!(expand("{{time_UTC+2}}", &c).text, want);
+        let want = c.now.unwrap().with_timezone(&chrono::FixedOffset::west_opt(5 * 3600).unwrap()).format("%-I:%M %p").to_string();
+        assert_eq!(expand("{{time_UTC-5}}", &c).text, want);
     }
 
     /// One case per macro: the text, and what it expands to.
@@ -532,6 +580,12 @@ mod tests {
             ("{{reverse:glade}}", "edalg"),
             ("no {{banned \"forest\"}}words", "no words"),
             ("{{lastMessage}}", "Where am I?"),
+            ("{{input}} / {{lastUserMessage}} / {{lastCharMessage}}", "Where am I? / Where am I? / In my glade."),
+            ("{{lastMessageId}} {{firstIncludedMessageId}} {{maxPrompt}}", "4 0 8192"),
+            ("{{charIfNotGroup}} of {{group}} greets <CHAR>", "Seraphina of Seraphina greets Seraphina"),
+            ("{{isodate}} {{isotime}}", "2026-11-23 15:07"),
+            ("{{roll 1d1+4}}", "5"),
+            ("{{time_UTC+99}}", "{{time_UTC+99}}"),
             ("It is {{time}}", "It is 3:07 PM"),
             ("{{date}}", "November 23, 2026"),
             ("{{weekday}}", "Monday"),

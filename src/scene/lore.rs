@@ -8,8 +8,9 @@
 //! Revisions come from triggers on the lore tables (migration `0008_scene_lore.sql`),
 //! so any write to a book, by any module, makes the next call rebuild.
 //!
-//! The key index is compiled with case-insensitive, substring defaults; entries that
-//! want otherwise say so themselves (`case_sensitive`, `match_whole_words`).
+//! The key index is compiled with SillyTavern's shipped defaults, case-insensitive and
+//! whole words; entries that want otherwise say so themselves (`case_sensitive`,
+//! `match_whole_words`).
 
 use super::model::{CastMember, SceneMessage};
 use crate::lorebook::activation::{
@@ -45,7 +46,7 @@ pub struct PreparedLore {
 /// The options the key index is compiled with; calls must use the same defaults or
 /// [`activation::activate_with_index`] would recompile.
 fn index_options() -> ActivationOptions<'static> {
-    ActivationOptions { case_sensitive: false, match_whole_words: false, ..Default::default() }
+    ActivationOptions { case_sensitive: false, match_whole_words: true, ..Default::default() }
 }
 
 /// One book to prepare: its id, revision, settings and `(ordinal, entry)` pairs.
@@ -117,7 +118,8 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
          SELECT wl.lorebook_id FROM world_lorebooks wl JOIN campaigns c ON c.world_id = wl.world_id WHERE c.id = ?1",
     )?;
     let mut ids: std::collections::BTreeSet<String> = stmt.query_map([campaign_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    // Cards' own books: their `token_budget` caps nothing (SillyTavern ignores it).
+    // Cards' own books: their budget, scan depth and recursion setting change nothing
+    // (SillyTavern copies only their entries).
     let mut card_books = std::collections::HashSet::new();
     for character in super::authoring::cast_of(conn, campaign_id)? {
         let own = crate::interop::library::books_of_character(conn, &character)?;
@@ -146,7 +148,7 @@ pub fn campaign_lore(conn: &Connection, campaign_id: &str) -> Result<Arc<Prepare
     for (id, revision) in &key.1 {
         let (mut book, entries) = crate::interop::library::enabled_entries(conn, id)?;
         if card_books.contains(id) {
-            book.token_budget = None;
+            book = book.as_card_book();
         }
         books.push((id.clone(), *revision, book, entries));
     }

@@ -461,7 +461,7 @@ impl ChatPanel {
                     }
                     for id in order.iter() {
                         let Some(c) = self.characters.iter().find(|c| &c.id == id) else { continue };
-                        let text = format!("{} — {} exchanges", super::short(&c.name), c.turns);
+                        let text = format!("{} — {} exchange{}", super::short(&c.name), c.turns, if c.turns == 1 { "" } else { "s" });
                         if ui.selectable_label(self.selected.as_deref() == Some(c.id.as_str()), text).clicked() {
                             choice = Some(c.id.clone());
                         }
@@ -893,7 +893,7 @@ impl ChatPanel {
                         }
                         return;
                     }
-                    ui.label(format!("{} — {} exchanges, {}", saved.title, saved.turns, saved.saved_at));
+                    ui.label(format!("{} — {} exchange{}, {}", saved.title, saved.turns, if saved.turns == 1 { "" } else { "s" }, saved.saved_at));
                     if ui.add_enabled(!busy, egui::Button::new("Open").small()).on_hover_text("Play this chat; the current one is saved").clicked() {
                         outbox.push(Command::Companion(CompanionCommand::Open { character: character.clone(), chat: saved.id.clone() }));
                     }

@@ -693,6 +693,41 @@ fn a_card_books_token_budget_caps_no_lore_in_the_chat() {
     assert!(!turn.packet.notes.iter().any(|n| n.starts_with("lore held back")), "{:?}", turn.packet.notes);
 }
 
+/// A card's own lorebook keeps its `recursive_scanning` and `scan_depth` for export, but
+/// they change nothing in the chat: SillyTavern copies only a card book's entries, so
+/// recursion and scan depth stay the global ones (recursion on, two messages scanned).
+#[test]
+fn a_card_books_recursion_and_scan_depth_are_the_global_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({ "rules": [ { "when": { "system_contains": "Roleplay as" }, "reply": reply("[Tam Reed]: Aye.") } ] });
+    let paths = setup(dir.path(), script, |_| {});
+    let card = json!({ "spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Tam Reed", "description": "A ferryman.", "first_mes": "Evening, traveller.",
+        "character_book": { "recursive_scanning": false, "scan_depth": 1, "entries": [
+            { "keys": ["quay"], "content": "QUAY-LORE The lantern hangs by the quay.", "enabled": true, "insertion_order": 10, "comment": "Quay" },
+            { "keys": ["lantern"], "content": "LANTERN-LORE It burns whale oil.", "enabled": true, "insertion_order": 20, "comment": "Lantern" },
+            { "keys": ["traveller"], "content": "GREETING-LORE Travellers pay double.", "enabled": true, "insertion_order": 30, "comment": "Greeting" }
+        ] } } });
+    let store = Store::open(&paths.library_file).unwrap();
+    lorekeeper::interop::library::import_bytes(&store, card.to_string().as_bytes(), "tam.json").unwrap();
+    drop(store);
+    let engine = engine::start(paths.clone()).unwrap();
+    engine
+        .send(Command::Companion(CompanionCommand::Send { character: "Tam Reed".into(), text: "Meet me at the quay.".into(), now: None }))
+        .unwrap();
+    let turn = committed(&until(&engine, ends_turn));
+    let text = turn.packet.text();
+    assert!(text.contains("QUAY-LORE"), "{:?}", turn.packet.notes);
+    assert!(text.contains("LANTERN-LORE"), "fires by recursion from the quay entry: {:?}", turn.packet.notes);
+    assert!(text.contains("GREETING-LORE"), "the greeting is within the global depth of 2: {:?}", turn.packet.notes);
+    drop(engine);
+    let store = Store::open(&paths.library_file).unwrap();
+    let exported = lorekeeper::interop::library::export_character(&store.reader().unwrap(), "Tam Reed", lorekeeper::interop::library::CardFormat::CardV2, false).unwrap();
+    let exported: serde_json::Value = serde_json::from_slice(&exported.bytes).unwrap();
+    assert_eq!(exported["data"]["character_book"]["recursive_scanning"], json!(false));
+    assert_eq!(exported["data"]["character_book"]["scan_depth"], json!(1));
+}
+
 /// World Info timers carry across a chat's messages as in SillyTavern: a sticky entry
 /// stays in for its messages after the one that fired it, a cooling-down entry is held
 /// back though its key is there, and a redrawn reply is the same message again — the

@@ -245,6 +245,61 @@ fn embedded_books_are_library_lorebooks_linked_to_their_character() {
     assert_eq!(wi["entries"]["1"]["disable"], json!(true));
 }
 
+/// A V2 card whose `extensions.world` names a SillyTavern World Info book.
+fn card_naming_world(name: &str, world: &str) -> Vec<u8> {
+    let data = json!({"name": name, "description": "d", "personality": "", "scenario": "", "first_mes": "hi", "mes_example": "",
+        "creator_notes": "", "system_prompt": "", "post_history_instructions": "", "alternate_greetings": [], "tags": [],
+        "creator": "", "character_version": "", "extensions": {"world": world, "talkativeness": "0.5"}});
+    json!({"spec": "chara_card_v2", "spec_version": "2.0", "data": data}).to_string().into_bytes()
+}
+
+fn world_book(name: &str) -> Vec<u8> {
+    json!({"name": name, "entries": {"0": {"uid": 0, "key": ["marsh"], "keysecondary": [], "content": "The marsh swallows walkers.",
+        "comment": "marsh", "constant": false, "selective": false, "order": 100, "position": 0, "disable": false}}})
+    .to_string()
+    .into_bytes()
+}
+
+fn notes(outcome: &ImportOutcome) -> String {
+    match outcome {
+        ImportOutcome::Created { warnings, .. } => warnings.join("\n"),
+        other => panic!("expected a new import, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_cards_world_info_book_is_bound_to_it_whichever_comes_first() {
+    let (_dir, store) = library();
+    // The book first, then the card that names it (its name in another case).
+    let book = library::import_bytes(&store, &world_book("Marsh Lore"), "Marsh Lore").unwrap();
+    let book_id = created(book.clone())[0].id.clone();
+    let pell = library::import_bytes(&store, &card_naming_world("Pell", "marsh lore"), "x").unwrap();
+    assert!(notes(&pell).contains("bound World Info book \"Marsh Lore\""), "{}", notes(&pell));
+    let pell_id = created(pell)[0].id.clone();
+    // The card first, then its book: bound when the book comes.
+    let kes = library::import_bytes(&store, &card_naming_world("Kes", "Old Empire"), "x").unwrap();
+    assert!(notes(&kes).contains("not in the library"), "{}", notes(&kes));
+    let kes_id = created(kes)[0].id.clone();
+    let empire = library::import_bytes(&store, &world_book("Old Empire"), "Old Empire").unwrap();
+    assert!(notes(&empire).contains("bound to \"Kes\""), "{}", notes(&empire));
+    let empire_id = created(empire)[0].id.clone();
+    let conn = store.reader().unwrap();
+    let fires = |id: &str| lorekeeper::companion::lore::book_ids(&conn, id).unwrap().into_iter().map(|(b, _)| b).collect::<Vec<_>>();
+    assert_eq!(fires(&pell_id), vec![book_id.clone()]);
+    assert_eq!(fires(&kes_id), vec![empire_id]);
+    // The sheet lists it; the card exports it back by name.
+    let record = lorekeeper::character::get(&conn, &pell_id).unwrap().unwrap();
+    let sheet = library::sheet_with_books(&conn, &record).unwrap();
+    assert_eq!(sheet.lorebooks.iter().map(|b| (b.name.as_str(), b.source)).collect::<Vec<_>>(), vec![("Marsh Lore", "attached")]);
+    assert_eq!(export_json(&store, &pell_id, CardFormat::CardV2)["data"]["extensions"]["world"], json!("marsh lore"));
+    // Detached, the card names no book; a book attached by hand is the one it names.
+    store.with(|c| lorekeeper::character::detach_lorebook(c, &pell_id, &book_id).map(|_| ())).unwrap();
+    assert_eq!(export_json(&store, &pell_id, CardFormat::CardV2)["data"]["extensions"]["world"], json!(""));
+    let tern = created(library::import_bytes(&store, &card_naming_world("Tern", ""), "x").unwrap());
+    store.with(|c| lorekeeper::character::attach_lorebook(c, &tern[0].id, &book_id)).unwrap();
+    assert_eq!(export_json(&store, &tern[0].id, CardFormat::CardV2)["data"]["extensions"]["world"], json!("Marsh Lore"));
+}
+
 #[test]
 fn importing_the_same_file_twice_is_skipped() {
     let (_dir, store) = library();

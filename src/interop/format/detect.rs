@@ -81,8 +81,27 @@ pub fn parse_bytes(bytes: &[u8]) -> Result<Parsed, FormatError> {
         Some(_) => return Err(FormatError::NotRecognised("neither a PNG nor a JSON document".into())),
         None => return Err(FormatError::NotRecognised("the file is empty".into())),
     }
+    if is_chat_file(body) {
+        return Err(FormatError::NotRecognised(
+            "a SillyTavern chat file (.jsonl), not a card or lorebook: import it as a chat with `lorekeeper chat import FILE --character NAME`, or the Chat panel's \"Import chat\" button".into(),
+        ));
+    }
     let json = parse_json(bytes, "the file")?;
     parse_json_document(json, false)
+}
+
+/// Whether `body` is a SillyTavern chat file: JSON lines whose first is the chat's header
+/// (`user_name`, `character_name`, `chat_metadata`) or a message (`mes`). Said as such,
+/// since as one JSON document it only fails with "trailing characters".
+fn is_chat_file(body: &[u8]) -> bool {
+    let first = body.split(|b| *b == b'\n').next().unwrap_or(body);
+    if first.len() == body.trim_ascii_end().len() {
+        return false;
+    }
+    match serde_json::from_slice::<serde_json::Value>(first) {
+        Ok(serde_json::Value::Object(o)) => ["user_name", "character_name", "chat_metadata", "mes"].iter().any(|k| o.contains_key(*k)),
+        _ => false,
+    }
 }
 
 fn parse_png(bytes: &[u8]) -> Result<Parsed, FormatError> {
@@ -158,6 +177,17 @@ pub fn parse_json_document(json: Value, from_png: bool) -> Result<Parsed, Format
         }
     };
     Ok(Parsed { kind, document, json, warnings })
+}
+
+#[cfg(test)]
+mod chat_file_tests {
+    /// A SillyTavern chat given to the card import is named, with the way to import it.
+    #[test]
+    fn a_chat_file_is_named_and_sent_to_chat_import() {
+        let chat = b"{\"user_name\":\"Corin\",\"character_name\":\"Maren\",\"chat_metadata\":{}}\n{\"name\":\"Maren\",\"is_user\":false,\"mes\":\"Evening.\"}\n";
+        let err = super::parse_bytes(chat).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("SillyTavern chat file") && err.contains("chat import"), "{err}");
+    }
 }
 
 #[cfg(test)]

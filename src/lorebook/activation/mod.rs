@@ -140,7 +140,9 @@ impl Default for ActivationOptions<'_> {
         Self {
             scan_depth: 2,
             case_sensitive: false,
-            match_whole_words: false,
+            // SillyTavern ships `world_info_match_whole_words: true`: "sea" is not found in
+            // "seal". A migrated book fires as it did there.
+            match_whole_words: true,
             recursive: true,
             max_recursion_steps: 10,
             token_budget: None,

@@ -100,7 +100,9 @@ fn plain_keys_case_and_whole_words() {
         with(e(5, "Dragon", "x"), |x| x.case_sensitive = Some(true)),
         e(6, "wyvern|", "x"),
     ];
-    let o = ActivationOptions::default();
+    // SillyTavern's shipped default is whole words: "dragon" is not in "DRAGONS".
+    check(&entries[..1], &["The red DRAGONS sleep."], &ActivationOptions::default(), &["no match"]);
+    let o = ActivationOptions { match_whole_words: false, ..Default::default() };
     check(&entries, &["The red DRAGONS sleep."], &o, &[
         "key dragon", "no match", "no match", "key red dragon", "no match", "no match",
     ]);
