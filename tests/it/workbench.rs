@@ -1081,7 +1081,7 @@ fn a_cards_greetings_a_persona_chat_files_and_branches_in_the_chat_panel() {
     harness.get_by_label("New chat").click();
     run_until(&mut harness, Duration::from_secs(20), |app| app.chat().turns().is_empty() && app.chat().saved_chats().len() == 2);
     harness.run();
-    assert!(harness.query_by_label_contains("put aside for a new chat — 1 exchanges").is_some(), "the saved chat says what it was");
+    assert!(harness.query_by_label_contains("put aside for a new chat — 1 exchange").is_some(), "the saved chat says what it was");
     assert!(harness.query_by_label_contains("put aside to open “before the branch at").is_some(), "a chat switched away from names the chat opened");
     // A saved chat retitled, and one deleted (asked first).
     harness.get_all_by_label("Rename chat").next().expect("a rename button per saved chat").click();
