@@ -5,7 +5,7 @@
 use super::drive::wait;
 use crate::engine::{Command, EngineHandle, Event};
 use crate::scene::SceneCommand;
-use crate::scene::author::{AuthorCommand, AuthorEvent, TranscriptFormat};
+use crate::scene::author::{AuthorCommand, AuthorEvent, TranscriptFormat, authored_sentence};
 use crate::scene::authoring::{Edit, Level, LoreLevel, StateEdit, Tree};
 use crate::scene::model::CharacterState;
 use crate::scene::SceneEvent;
@@ -334,7 +334,7 @@ fn author(engine: &EngineHandle, json: bool, command: AuthorCommand) -> Result<E
     match event {
         Event::Author(AuthorEvent::Authored { action, kind, id, name, impact }) => {
             let gone = impact.filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
-            outln!("{action} {kind} {name} ({id}){gone}");
+            outln!("{} ({id}){gone}", authored_sentence(&action, &kind, &name));
         }
         Event::Author(AuthorEvent::Tree { tree }) => print_tree(&tree)?,
         Event::Author(AuthorEvent::Budgets { name, shares, own, .. }) => {

@@ -61,12 +61,15 @@ pub enum LlmEvent {
     Config { config: Box<Config>, model: ModelLine },
     /// Where the key of `profile` comes from now, and what the keyring said when it
     /// was asked (`stored` / `cleared` on success, `problem` when it failed or there is
-    /// no keyring). Never the key itself.
+    /// no keyring). Never the key itself. `keyring`: whether this process has a keyring
+    /// to keep keys in (false with none installed or none answering), so a front door
+    /// can say so calmly and offer no Store button that cannot work.
     KeyStatus {
         profile: String,
         source: crate::llm::keyring::KeySource,
         action: KeyAction,
         problem: Option<String>,
+        keyring: bool,
     },
 }
 
@@ -303,11 +306,15 @@ fn key_command(
     change: impl FnOnce(&dyn crate::llm::keyring::KeyStore, &str) -> Result<(), crate::llm::keyring::KeyringError>,
 ) {
     use crate::llm::keyring;
-    let problem = match keyring::installed() {
-        Some(store) => change(store.as_ref(), &profile).err().map(|e| e.to_string()),
-        None if action == KeyAction::Checked => None,
-        None => Some(keyring::KeyringError::Unavailable("none installed in this process".into()).to_string()),
+    let failure = match keyring::installed() {
+        Some(store) => change(store.as_ref(), &profile).err(),
+        None => Some(keyring::KeyringError::Unavailable("none installed in this process".into())),
     };
+    let available = !matches!(failure, Some(keyring::KeyringError::Unavailable(_)));
+    // A check on a process with no keyring at all is no problem to report: nobody asked
+    // the keyring for anything.
+    let quiet = action == KeyAction::Checked && keyring::installed().is_none();
+    let problem = failure.filter(|_| !quiet).map(|e| e.to_string());
     let config = ctx.config();
     let source = match config.profile(&profile) {
         Some(p) => crate::llm::client::key_source(p),
@@ -315,7 +322,7 @@ fn key_command(
         None if keyring::stored_key(&profile).is_some() => keyring::KeySource::Keyring,
         None => keyring::KeySource::None,
     };
-    ctx.emit(LlmEvent::KeyStatus { profile, source, action, problem });
+    ctx.emit(LlmEvent::KeyStatus { profile, source, action, problem, keyring: available });
 }
 
 /// Move the keyring entry of profile `old` to `new` (when there is one and `new` has

@@ -73,7 +73,8 @@ pub enum AuthorCommand {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum AuthorEvent {
     /// Something was created, changed or removed (`action`: created, updated, renamed,
-    /// deleted, attached, detached).
+    /// deleted, attached, detached; for a campaign's `cast`, added or removed, with the
+    /// campaign's id and the member's name).
     Authored { action: String, kind: String, id: String, name: String, impact: Option<Impact> },
     Tree { tree: Box<Tree> },
     Personas { personas: Vec<character::Persona> },
@@ -83,6 +84,16 @@ pub enum AuthorEvent {
     TranscriptExported { scene_id: String, path: PathBuf, messages: usize },
     /// What a lorebook holds and where it is attached (sent for `LorebookUse`).
     LorebookUse { lorebook: super::lorebooks::LorebookUse },
+}
+
+/// What an [`AuthorEvent::Authored`] did, in words, for a log line or a status ("created
+/// world Ashfall", "added Orrin Vale to the cast"): every front door says it the same way.
+pub fn authored_sentence(action: &str, kind: &str, name: &str) -> String {
+    match (action, kind) {
+        ("added", "cast") => format!("added {name} to the cast"),
+        ("removed", "cast") => format!("removed {name} from the cast"),
+        _ => format!("{action} {kind} {name}"),
+    }
 }
 
 fn authored(action: &str, kind: &str, id: String, name: String) -> AuthorEvent {
@@ -187,7 +198,7 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                 authoring::cast_add(tx, &campaign, &character.id)?;
                 Ok((campaign, character.name))
             })?;
-            Some(authored("updated", "cast", id, name))
+            Some(authored("added", "cast", id, name))
         }
         AuthorCommand::CastRemove { campaign, character: who } => {
             let (id, name) = store.transaction(|tx| {
@@ -196,7 +207,7 @@ fn run(ctx: &Context, command: AuthorCommand) -> Result<Vec<AuthorEvent>, SceneE
                 authoring::cast_remove(tx, &campaign, &character.id)?;
                 Ok((campaign, character.name))
             })?;
-            Some(authored("updated", "cast", id, name))
+            Some(authored("removed", "cast", id, name))
         }
         AuthorCommand::UsePersona { campaign, persona } => {
             let (id, name) = store.transaction(|tx| {

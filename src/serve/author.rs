@@ -172,7 +172,8 @@ pub(super) async fn identity_runs(State(state): State<Arc<AppState>>) -> Result<
 /// after it where the change shows there.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Authored {
-    /// `created`, `updated`, `renamed` (a lorebook), `deleted`, `attached`, `detached`.
+    /// `created`, `updated`, `renamed` (a lorebook), `deleted`, `attached`, `detached`;
+    /// `added` or `removed` for `cast`.
     action: String,
     /// `world`, `campaign`, `arc`, `scene`, `persona`, `character`, `cast`, `lorebook`, `campaign state`, `character state`.
     kind: String,

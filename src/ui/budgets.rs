@@ -437,6 +437,14 @@ fn section_title(section: Section) -> String {
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
+/// The tokens `section`'s own share comes to (shares adding up to over 100 are scaled
+/// down, as the allocation does); `None` for a section the ledger does not list.
+fn share_tokens(ledger: &BudgetLedger, section: Section) -> Option<u32> {
+    let total: f64 = ledger.sections.iter().map(|s| s.percent.max(0.0)).sum::<f64>().max(100.0);
+    let percent = ledger.section(section)?.percent.max(0.0);
+    Some((ledger.max_context_tokens as f64 * percent / total).floor() as u32)
+}
+
 /// A ledger as a table, with the dropped items and their reasons beneath.
 fn ledger_grid(ui: &mut egui::Ui, id: &str, ledger: &BudgetLedger) {
     if ledger.prompt_tokens > 0 {
@@ -445,8 +453,8 @@ fn ledger_grid(ui: &mut egui::Ui, id: &str, ledger: &BudgetLedger) {
             ledger.prompt_tokens, ledger.reply_tokens, ledger.context_tokens
         ));
     }
-    egui::Grid::new(id).striped(true).num_columns(6).show(ui, |ui| {
-        for h in ["Section", "%", "Allocated", "Used", "Kept", "Dropped"] {
+    egui::Grid::new(id).striped(true).num_columns(7).show(ui, |ui| {
+        for h in ["Section", "%", "Allocated", "Used", "Kept", "Dropped", ""] {
             ui.strong(h);
         }
         ui.end_row();
@@ -457,6 +465,17 @@ fn ledger_grid(ui: &mut egui::Ui, id: &str, ledger: &BudgetLedger) {
             ui.label(s.used.to_string());
             ui.label(s.kept.len().to_string());
             ui.label(s.dropped.len().to_string());
+            match share_tokens(ledger, s.section) {
+                // Room the other sections left unused flows on (the allocation's rule): a
+                // small share can be handed far more than it, which the table says rather
+                // than showing "2 %" beside hundreds of tokens with no word.
+                Some(share) if s.allocated > share + 1 => {
+                    ui.weak(format!("its share ≈ {share}; takes unused room from other sections"));
+                }
+                _ => {
+                    ui.label("");
+                }
+            }
             ui.end_row();
         }
     });

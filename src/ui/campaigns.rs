@@ -5,6 +5,7 @@
 //! time, new children, delete with confirmation, and a scene's transcript export.
 
 use crate::engine::{Command, Event};
+use crate::identity::IdentityEvent;
 use crate::interop::{CharacterSummary, InteropCommand, InteropEvent, LorebookSummary};
 use crate::scene::author::{AuthorCommand, AuthorEvent, TranscriptFormat};
 use crate::scene::authoring::{CampaignNode, Edit, Level, LoreLevel, StateEdit, Tree};
@@ -50,6 +51,8 @@ struct Drafts {
     fact: String,
     export_path: String,
     character_filter: String,
+    /// A cast member whose Remove was clicked, asking "Take them out?" before they go.
+    cast_remove: Option<String>,
     lorebook_filter: String,
     /// A cast member whose sheet is being overridden for this campaign, and the
     /// fields typed for it (by [`OVERRIDE_FIELDS`]).
@@ -86,6 +89,9 @@ pub struct CampaignsPanel {
     personas: Vec<crate::character::Persona>,
     characters: Vec<CharacterSummary>,
     lorebooks: Vec<LorebookSummary>,
+    /// Characters whose identity run has not finished, by run id: not in the library yet,
+    /// so "Find character" says why typing their name offers no Add.
+    developing: std::collections::BTreeMap<String, String>,
     selected: Option<Selected>,
     drafts: Drafts,
     /// A delete the engine refused until confirmed: the node and what would go.
@@ -141,7 +147,7 @@ impl CampaignsPanel {
             Event::Author(AuthorEvent::Personas { personas }) => self.personas = personas.clone(),
             Event::Author(AuthorEvent::Authored { action, kind, name, impact, .. }) => {
                 let gone = impact.as_ref().filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
-                self.status = Some(Ok(format!("{} {kind} {name}{gone}", capitalised(action))));
+                self.status = Some(Ok(format!("{}{gone}", capitalised(&crate::scene::author::authored_sentence(action, kind, name)))));
                 if kind == "persona" {
                     outbox.push(author(AuthorCommand::Personas));
                 }
@@ -171,6 +177,16 @@ impl CampaignsPanel {
             Event::Scene(SceneEvent::RoundCompleted { .. } | SceneEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Tree)),
             // Personas (and characters: the Library panel lists them again) made elsewhere.
             Event::Companion(crate::companion::CompanionEvent::ChangedElsewhere { .. }) => outbox.push(author(AuthorCommand::Personas)),
+            Event::Identity(IdentityEvent::Runs { runs }) => {
+                self.developing =
+                    runs.iter().filter(|r| r.status != crate::identity::records::RunStatus::Completed).map(|r| (r.id.clone(), r.name.clone())).collect();
+            }
+            Event::Identity(IdentityEvent::RunStarted { character_id, name, .. }) => {
+                self.developing.insert(character_id.clone(), name.clone());
+            }
+            Event::Identity(IdentityEvent::CharacterComplete { character_id, .. }) => {
+                self.developing.remove(character_id);
+            }
             Event::Interop(InteropEvent::Library { characters, lorebooks }) => {
                 self.characters = characters.clone();
                 self.lorebooks = lorebooks.clone();
@@ -251,7 +267,14 @@ impl CampaignsPanel {
 
     pub fn show(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
         ui.heading("Campaigns");
-        super::status_line(ui, &self.status);
+        // The outcome line keeps its row while empty, so the first outcome shown does not
+        // push every control below it down under the pointer.
+        match &self.status {
+            None => {
+                ui.label(" ");
+            }
+            status => super::status_line(ui, status),
+        }
         // Side by side when the tile is wide; in a narrow one the tree stands above the
         // settings, so the settings' buttons are not pushed off the tile's edge.
         if ui.available_width() >= 640.0 {
@@ -488,7 +511,7 @@ impl CampaignsPanel {
             ui.horizontal_wrapped(|ui| {
                 text_inline(ui, "Find lorebook", &mut self.drafts.lorebook_filter, 120.0);
                 for b in candidates {
-                    if ui.small_button(format!("Attach {}", b.name)).on_hover_text(format!("{} entries", b.entries)).clicked() {
+                    if ui.small_button(format!("Attach {}", b.name)).on_hover_text(super::counted(b.entries as u64, "entry", "entries")).clicked() {
                         outbox.push(author(AuthorCommand::Attach { lorebook: b.id.clone(), level, owner: owner.to_string() }));
                     }
                 }
@@ -526,12 +549,30 @@ impl CampaignsPanel {
         self.persona_list(ui, outbox);
 
         ui.label(RichText::new("Cast").strong());
+        // The add controls stand above the members: a member added is listed below them,
+        // so a second click on the same spot cannot land on a member's Remove.
+        self.cast_candidates(ui, outbox, id, &campaign.cast);
+        // A removal waiting for its answer, dropped once that member is gone.
+        if self.drafts.cast_remove.as_ref().is_some_and(|c| !campaign.cast.iter().any(|(id, _)| id == c)) {
+            self.drafts.cast_remove = None;
+        }
         for (cid, name) in &campaign.cast {
             let editing = self.drafts.override_for.as_deref() == Some(cid.as_str());
-            ui.horizontal_wrapped(|ui| {
+            ui.horizontal(|ui| {
                 ui.label(name);
-                if ui.small_button(format!("Remove {name}")).clicked() {
-                    outbox.push(author(AuthorCommand::CastRemove { campaign: id.to_string(), character: cid.clone() }));
+                if self.drafts.cast_remove.as_deref() == Some(cid.as_str()) {
+                    // The answers sit right of the question, not where Remove was: a
+                    // double click on Remove only asks.
+                    ui.colored_label(ui.visuals().warn_fg_color, format!("Take {name} out of the cast?"));
+                    if ui.small_button(format!("Keep {name}")).clicked() {
+                        self.drafts.cast_remove = None;
+                    }
+                    if ui.small_button(format!("Yes, remove {name}")).on_hover_text("The scenes they played keep what they said").clicked() {
+                        outbox.push(author(AuthorCommand::CastRemove { campaign: id.to_string(), character: cid.clone() }));
+                        self.drafts.cast_remove = None;
+                    }
+                } else if ui.small_button(format!("Remove {name}")).clicked() {
+                    self.drafts.cast_remove = Some(cid.clone());
                 }
                 if !editing && ui.small_button(format!("Override {name} here")).on_hover_text("Who they are in this campaign: fields over their card's").clicked() {
                     self.open_override(id, cid);
@@ -552,24 +593,6 @@ impl CampaignsPanel {
                 self.override_editor(ui, outbox, id, cid, &world);
             }
         }
-        let filter = self.drafts.character_filter.to_lowercase();
-        let candidates: Vec<&CharacterSummary> = self
-            .characters
-            .iter()
-            .filter(|c| !campaign.cast.iter().any(|(id, _)| *id == c.id) && c.name.to_lowercase().contains(&filter))
-            .take(LIST_LIMIT)
-            .collect();
-        if self.characters.is_empty() {
-            ui.weak("No characters in the library yet: import cards in the Library panel.");
-        }
-        ui.horizontal_wrapped(|ui| {
-            text_inline(ui, "Find character", &mut self.drafts.character_filter, 120.0);
-            for c in candidates {
-                if ui.small_button(format!("Add {}", c.name)).clicked() {
-                    outbox.push(author(AuthorCommand::CastAdd { campaign: id.to_string(), character: c.id.clone() }));
-                }
-            }
-        });
         self.lore_form(ui, outbox, LoreLevel::Campaign, id);
 
         ui.label(
@@ -626,6 +649,36 @@ impl CampaignsPanel {
                 outbox.push(author(AuthorCommand::EditState { campaign: id.to_string(), edit: StateEdit::AddFact { fact } }));
             }
         });
+    }
+
+    /// "Find character" and an Add button for each character of the library not in the
+    /// campaign's `cast` whose name holds what was typed.
+    fn cast_candidates(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, id: &str, cast: &[(String, String)]) {
+        let filter = self.drafts.character_filter.to_lowercase();
+        let candidates: Vec<&CharacterSummary> = self
+            .characters
+            .iter()
+            .filter(|c| !cast.iter().any(|(id, _)| *id == c.id) && c.name.to_lowercase().contains(&filter))
+            .take(LIST_LIMIT)
+            .collect();
+        if self.characters.is_empty() {
+            ui.weak("No characters in the library yet: import cards in the Library panel.");
+        }
+        ui.horizontal_wrapped(|ui| {
+            text_inline(ui, "Find character", &mut self.drafts.character_filter, 120.0);
+            for c in candidates {
+                if ui.small_button(format!("Add {}", c.name)).clicked() {
+                    outbox.push(author(AuthorCommand::CastAdd { campaign: id.to_string(), character: c.id.clone() }));
+                }
+            }
+        });
+        // A name typed of a character still being developed: there is nobody to add yet.
+        if !filter.trim().is_empty() {
+            let library = |run: &String| self.characters.iter().any(|c| c.id == *run);
+            for (_, name) in self.developing.iter().filter(|(run, name)| !library(run) && name.to_lowercase().contains(filter.trim())) {
+                ui.weak(format!("{name} is still being developed: castable once their run in the Waves panel completes."));
+            }
+        }
     }
 
     /// Every persona, each to edit (name, description) or delete (a second click; the

@@ -461,7 +461,7 @@ impl ChatPanel {
                     }
                     for id in order.iter() {
                         let Some(c) = self.characters.iter().find(|c| &c.id == id) else { continue };
-                        let text = format!("{} — {} exchange{}", super::short(&c.name), c.turns, if c.turns == 1 { "" } else { "s" });
+                        let text = format!("{} — {}", super::short(&c.name), super::counted(c.turns as u64, "exchange", "exchanges"));
                         if ui.selectable_label(self.selected.as_deref() == Some(c.id.as_str()), text).clicked() {
                             choice = Some(c.id.clone());
                         }
@@ -893,7 +893,7 @@ impl ChatPanel {
                         }
                         return;
                     }
-                    ui.label(format!("{} — {} exchange{}, {}", saved.title, saved.turns, if saved.turns == 1 { "" } else { "s" }, saved.saved_at));
+                    ui.label(format!("{} — {}, {}", saved.title, super::counted(saved.turns as u64, "exchange", "exchanges"), saved.saved_at));
                     if ui.add_enabled(!busy, egui::Button::new("Open").small()).on_hover_text("Play this chat; the current one is saved").clicked() {
                         outbox.push(Command::Companion(CompanionCommand::Open { character: character.clone(), chat: saved.id.clone() }));
                     }
@@ -1010,7 +1010,7 @@ impl ChatPanel {
                 .filter(|(_, _, text)| text.to_lowercase().contains(&needle))
                 .map(|(seq, who, text)| format!("#{seq} · {who}: {}", text.replace('\n', " ")))
                 .collect();
-            ui.weak(format!("{} matching messages in the {} exchanges loaded", found.len(), self.turns.len()));
+            ui.weak(format!("{} in the {} loaded", super::counted(found.len() as u64, "matching message", "matching messages"), super::counted(self.turns.len() as u64, "exchange", "exchanges")));
             let row = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
             egui::ScrollArea::vertical().id_salt("chat_search_results").max_height(360.0).show_rows(ui, row, found.len(), |ui, rows| {
                 for line in &found[rows] {
@@ -1074,7 +1074,11 @@ impl ChatPanel {
         if std::mem::take(&mut self.refocus) {
             response.request_focus();
         }
-        let ctrl_enter = response.has_focus() && ui.input(|i| i.modifiers.command && i.key_pressed(egui::Key::Enter));
+        // The key event's own modifiers, not the frame's: when Ctrl goes down, Enter is
+        // pressed and Ctrl comes up within one frame (a quick hand, a busy window, a
+        // first message while the chat is being opened), the frame's modifiers say
+        // "no Ctrl" by its end and the shortcut was missed.
+        let ctrl_enter = response.has_focus() && ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Enter));
         ui.horizontal(|ui| {
             let can_send = !busy && self.selected.is_some() && !self.input.trim().is_empty();
             if (ui.add_enabled(can_send, egui::Button::new("Send")).clicked() || (ctrl_enter && can_send))

@@ -259,7 +259,7 @@ fn author_line(event: &crate::scene::author::AuthorEvent) -> Option<(LogLevel, S
     match event {
         E::Authored { action, kind, name, impact, .. } => {
             let gone = impact.as_ref().filter(|i| !i.is_empty()).map(|i| format!(" with {}", i.describe())).unwrap_or_default();
-            Some((LogLevel::Info, format!("{action} {kind} {name}{gone}")))
+            Some((LogLevel::Info, format!("{}{gone}", crate::scene::author::authored_sentence(action, kind, name))))
         }
         E::TranscriptExported { path, messages, .. } => Some((LogLevel::Info, format!("exported {messages} messages to {}", path.display()))),
         E::Tree { .. } | E::Personas { .. } | E::Budgets { .. } | E::LorebookUse { .. } => None,

@@ -28,6 +28,9 @@ pub struct IdentityPanels {
     /// A snapshot was asked for and has not arrived.
     refreshing: bool,
     last_error: Option<String>,
+    /// The checkpoint the last error was about (`None`: the run as a whole), so the error
+    /// goes once that checkpoint is ready again or the run moves past it.
+    error_checkpoint: Option<u8>,
     /// A checkpoint whose fields the game master is editing: its number, the structured
     /// fields as JSON text and the narrative.
     editing: Option<(u8, String, String)>,
@@ -202,13 +205,18 @@ impl IdentityPanels {
                 let id = character_id.clone();
                 self.refresh(&id, outbox);
             }
-            IdentityEvent::Error { message, character_id, .. } => {
+            IdentityEvent::Error { message, character_id, checkpoint } => {
                 if self.selected.as_deref() == Some(character_id) || character_id.is_empty() {
                     self.last_error = Some(message.clone());
+                    self.error_checkpoint = *checkpoint;
                 }
                 self.refresh(character_id, outbox);
             }
             other => {
+                if self.last_error.is_some() && other.character_id().is_some_and(|id| self.selected.as_deref() == Some(id)) && self.error_is_over(other) {
+                    self.last_error = None;
+                    self.error_checkpoint = None;
+                }
                 if let Some(id) = other.character_id() {
                     if let IdentityEvent::AgentStarted { checkpoint, .. } = other {
                         self.live.remove(checkpoint);
@@ -217,6 +225,19 @@ impl IdentityPanels {
                     self.refresh(&id, outbox);
                 }
             }
+        }
+    }
+
+    /// Whether `event` (of the selected run) shows the last error is behind it: the
+    /// checkpoint it was about is ready or approved (after a re-run or an edit), or the
+    /// run finished.
+    fn error_is_over(&self, event: &IdentityEvent) -> bool {
+        match event {
+            IdentityEvent::CheckpointReady { checkpoint_number: n, .. } | IdentityEvent::CheckpointApproved { checkpoint_number: n, .. } => {
+                self.error_checkpoint.is_none_or(|failed| failed == *n)
+            }
+            IdentityEvent::CharacterComplete { .. } => true,
+            _ => false,
         }
     }
 
@@ -240,6 +261,9 @@ impl IdentityPanels {
             self.editing = None;
             self.exported = None;
             self.confirm_delete = false;
+            // Another run's error says nothing about this one.
+            self.last_error = None;
+            self.error_checkpoint = None;
             self.live.clear();
             self.compare = None;
             self.refreshing = false;

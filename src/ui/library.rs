@@ -455,8 +455,8 @@ impl LibraryPanel {
             }
             let owner = b.character_id.as_ref().and_then(|id| self.characters.iter().find(|c| &c.id == id));
             let text = match owner {
-                Some(c) => format!("{} ({} entries, {}'s card)", super::short(&b.name), b.entries, super::short(&c.name)),
-                None => format!("{} ({} entries)", super::short(&b.name), b.entries),
+                Some(c) => format!("{} ({}, {}'s card)", super::short(&b.name), super::counted(b.entries as u64, "entry", "entries"), super::short(&c.name)),
+                None => format!("{} ({})", super::short(&b.name), super::counted(b.entries as u64, "entry", "entries")),
             };
             let response = ui.selectable_label(false, text);
             let target = ExportTarget::Lorebook { id: b.id.clone(), name: b.name.clone() };

@@ -431,7 +431,7 @@ impl MemoryPanel {
                 ui.label(format!("The {} newest memories", self.hits.len()));
             }
             (Some((q, ms)), false) => {
-                ui.label(format!("{} hits for {q:?} in {ms:.1} ms", self.hits.len()));
+                ui.label(format!("{} for “{}” in {ms:.1} ms", super::counted(self.hits.len() as u64, "hit", "hits"), one_line(q)));
             }
             _ => {}
         }
@@ -483,12 +483,16 @@ impl MemoryPanel {
             });
         }
         let injection = self.history.get(self.shown).filter(|_| self.shown > 0).unwrap_or(latest);
-        ui.label(format!(
-            "{} memories for {:?} at {}",
-            injection.hits.len(),
-            injection.query.chars().take(200).collect::<String>(),
-            injection.at
-        ));
+        ui.add(
+            egui::Label::new(format!(
+                "{} for “{}” at {}",
+                super::counted(injection.hits.len() as u64, "memory", "memories"),
+                one_line(&injection.query),
+                injection.at
+            ))
+            .truncate(),
+        )
+        .on_hover_text(injection.query.trim());
         ui.separator();
         let height = self.table_height(ui);
         let selected = self.selected.as_deref();
@@ -761,6 +765,18 @@ impl MemoryPanel {
         self.context.clear();
         Command::Memory(MemoryCommand::Context { id, before: 3, after: 3 })
     }
+}
+
+/// A query as a person wrote it, on one line: its line breaks and runs of spaces become
+/// one space (a chat message's paragraphs, not `\n` escapes), cut to a header's length.
+fn one_line(text: &str) -> String {
+    const MAX: usize = 120;
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= MAX {
+        return flat;
+    }
+    let kept: String = flat.chars().take(MAX - 1).collect();
+    format!("{}…", kept.trim_end())
 }
 
 #[cfg(test)]

@@ -33,8 +33,9 @@ pub struct ProvidersPanel {
 struct KeySection {
     /// What is typed, until "Store in keyring" takes it.
     typed: String,
-    /// The last report per profile: where its key comes from, and any keyring problem.
-    status: BTreeMap<String, (crate::llm::keyring::KeySource, Option<String>)>,
+    /// The last report per profile: where its key comes from, any keyring problem, and
+    /// whether this process has a keyring at all.
+    status: BTreeMap<String, (crate::llm::keyring::KeySource, Option<String>, bool)>,
     /// The profile whose key source was last asked for, so it is asked once per selection.
     asked: Option<String>,
     /// A store or clear sent and not answered yet.
@@ -141,7 +142,7 @@ impl ProvidersPanel {
     /// Where the selected profile's key comes from, as last reported, and the keyring's
     /// problem if it had one: what the Providers panel shows instead of the key.
     pub fn key_status(&self, profile: &str) -> Option<(String, Option<String>)> {
-        self.keys.status.get(profile).map(|(source, problem)| (source.line(), problem.clone()))
+        self.keys.status.get(profile).map(|(source, problem, _)| (source.line(), problem.clone()))
     }
 
     /// What the default profile runs on, once the engine has said.
@@ -187,11 +188,11 @@ impl ProvidersPanel {
             LlmEvent::Calls { .. } => {}
             // A saved config may name another variable: ask again where the key comes from.
             LlmEvent::ConfigSaved => self.keys.asked = None,
-            LlmEvent::KeyStatus { profile, source, problem, .. } => {
+            LlmEvent::KeyStatus { profile, source, problem, keyring, .. } => {
                 if self.keys.pending.as_deref() == Some(profile.as_str()) {
                     self.keys.pending = None;
                 }
-                self.keys.status.insert(profile.clone(), (source.clone(), problem.clone()));
+                self.keys.status.insert(profile.clone(), (source.clone(), problem.clone(), *keyring));
             }
             LlmEvent::Config { config, model } => {
                 self.config = (**config).clone();
@@ -267,24 +268,25 @@ impl ProvidersPanel {
             if let Some(default_env) = self.draft.kind.default_key_env() {
                 let mut env = self.draft.api_key_env.clone().unwrap_or_default();
                 let label = ui.label("API key variable");
-                ui.horizontal(|ui| {
-                    ui.add(egui::TextEdit::singleline(&mut env).hint_text(default_env).id_salt("profile_key_env"))
-                        .labelled_by(label.id);
-                    let var = if env.trim().is_empty() { default_env.to_string() } else { env.trim().to_string() };
-                    let set = crate::llm::Secret::from_env(&var).is_some();
-                    // The client sends no key to an OpenAI-compatible server on this machine or
-                    // the local network (llama.cpp's server, Ollama, LM Studio, vLLM).
-                    let local = self.draft.kind == ProviderKind::Openai
-                        && self.draft.base_url.as_deref().is_some_and(crate::llm::client::is_local_address);
-                    ui.label(match (set, local) {
-                        (true, _) => format!("{var} is set"),
-                        (false, true) => format!("{var} is not set (a local server needs none)"),
-                        (false, false) => format!("{var} is not set"),
-                    });
-                });
+                // The client sends no key to an OpenAI-compatible server on this machine or
+                // the local network (llama.cpp's server, Ollama, LM Studio, vLLM).
+                let local = self.draft.kind == ProviderKind::Openai && self.draft.base_url.as_deref().is_some_and(crate::llm::client::is_local_address);
+                let var = ui
+                    .horizontal(|ui| {
+                        ui.add(egui::TextEdit::singleline(&mut env).hint_text(default_env).id_salt("profile_key_env")).labelled_by(label.id);
+                        let var = if env.trim().is_empty() { default_env.to_string() } else { env.trim().to_string() };
+                        let set = crate::llm::Secret::from_env(&var).is_some();
+                        ui.label(match (set, local) {
+                            (true, _) => format!("{var} is set"),
+                            (false, true) => format!("{var} is not set (a local server needs none)"),
+                            (false, false) => format!("{var} is not set"),
+                        });
+                        var
+                    })
+                    .inner;
                 self.draft.api_key_env = Some(env).filter(|e| !e.trim().is_empty());
                 ui.end_row();
-                self.key_row(ui, outbox);
+                self.key_row(ui, outbox, &var, !local);
             }
             if matches!(self.draft.kind, ProviderKind::Scripted | ProviderKind::Local) {
                 let mut path = self.draft.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
@@ -302,9 +304,14 @@ impl ProvidersPanel {
             let label = ui.label("Max reply tokens");
             ui.add(egui::TextEdit::singleline(&mut self.max_tokens_text).hint_text("server default").id_salt("profile_max_tokens")).labelled_by(label.id);
             ui.end_row();
-            let label = ui.label("Timeouts (s): connect / idle / total");
+            // The embedded model runs in this process: no connection to time, no server
+            // to enforce a schema, no key to send. Those options are for HTTP profiles.
+            let http = self.draft.kind != ProviderKind::Local;
+            let label = ui.label(if http { "Timeouts (s): connect / idle / total" } else { "Timeouts (s): idle / total" });
             ui.horizontal(|ui| {
-                ui.add(egui::DragValue::new(&mut self.draft.timeouts.connect_secs).range(0.1..=600.0)).labelled_by(label.id);
+                if http {
+                    ui.add(egui::DragValue::new(&mut self.draft.timeouts.connect_secs).range(0.1..=600.0)).labelled_by(label.id);
+                }
                 ui.add(egui::DragValue::new(&mut self.draft.timeouts.read_secs).range(0.1..=3600.0)).labelled_by(label.id);
                 ui.add(egui::DragValue::new(&mut self.draft.timeouts.total_secs).range(0.1..=7200.0)).labelled_by(label.id);
             });
@@ -315,9 +322,11 @@ impl ProvidersPanel {
             ui.label("Options");
             ui.horizontal(|ui| {
                 ui.checkbox(&mut self.draft.cache, "Cache identical requests");
-                ui.checkbox(&mut self.draft.supports_json_schema, "Server enforces JSON schema");
-                ui.checkbox(&mut self.draft.allow_key_over_http, "Send the key over plain http")
-                    .on_hover_text("Off: a key for an http:// address that is not this machine is refused, not sent");
+                if http {
+                    ui.checkbox(&mut self.draft.supports_json_schema, "Server enforces JSON schema");
+                    ui.checkbox(&mut self.draft.allow_key_over_http, "Send the key over plain http")
+                        .on_hover_text("Off: a key for an http:// address that is not this machine is refused, not sent");
+                }
             });
             ui.end_row();
         });
@@ -372,7 +381,10 @@ impl ProvidersPanel {
     /// The "API key" row: a password field, "Store in keyring", "Clear", and where the
     /// key comes from. The store runs in the engine (the keyring is D-Bus, which may be
     /// slow or absent); the typed text leaves the panel at once, undo history included.
-    fn key_row(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>) {
+    /// Without a keyring the buttons are off and, where the profile needs a key
+    /// (`needs_key`: not a server on this machine or network), one calm line says the key
+    /// comes from the variable `var`.
+    fn key_row(&mut self, ui: &mut egui::Ui, outbox: &mut Vec<Command>, var: &str, needs_key: bool) {
         let name = self.draft.name.trim().to_string();
         if !name.is_empty() && self.keys.asked.as_deref() != Some(name.as_str()) {
             self.keys.asked = Some(name.clone());
@@ -391,10 +403,13 @@ impl ProvidersPanel {
                     )
                     .labelled_by(label.id);
                 let busy = self.keys.pending.is_some();
-                let ready = !busy && !name.is_empty() && !self.keys.typed.trim().is_empty();
+                // Until the engine has answered, the keyring is taken to be there.
+                let keyring = self.keys.status.get(&name).is_none_or(|(_, _, keyring)| *keyring);
+                let ready = keyring && !busy && !name.is_empty() && !self.keys.typed.trim().is_empty();
                 let store = ui
                     .add_enabled(ready, egui::Button::new("Store in keyring"))
-                    .on_hover_text("Kept in the OS keyring under this profile's name; an environment variable that is set still wins");
+                    .on_hover_text("Kept in the OS keyring under this profile's name; an environment variable that is set still wins")
+                    .on_disabled_hover_text(if keyring { "Paste a key first" } else { "No keyring on this machine" });
                 if store.clicked() {
                     let key = crate::llm::Secret::new(std::mem::take(&mut self.keys.typed).trim());
                     // The field's undo history still holds what was typed: drop it.
@@ -402,8 +417,8 @@ impl ProvidersPanel {
                     self.keys.pending = Some(name.clone());
                     outbox.push(Command::Llm(LlmCommand::SetKey { profile: name.clone(), key }));
                 }
-                let stored = matches!(self.keys.status.get(&name), Some((crate::llm::keyring::KeySource::Keyring, _)));
-                if ui.add_enabled(!busy && stored, egui::Button::new("Clear from keyring")).clicked() {
+                let stored = matches!(self.keys.status.get(&name), Some((crate::llm::keyring::KeySource::Keyring, _, _)));
+                if ui.add_enabled(keyring && !busy && stored, egui::Button::new("Clear from keyring")).clicked() {
                     self.keys.pending = Some(name.clone());
                     outbox.push(Command::Llm(LlmCommand::ClearKey { profile: name.clone() }));
                 }
@@ -414,9 +429,16 @@ impl ProvidersPanel {
                 _ if self.keys.pending.is_some() => {
                     ui.label("asking the keyring…");
                 }
-                Some((source, problem)) => {
+                Some((source, problem, keyring)) => {
                     ui.label(source.line());
-                    if let Some(problem) = problem {
+                    let from_env = matches!(source, crate::llm::keyring::KeySource::Environment { .. });
+                    if !keyring {
+                        // No keyring is how this machine is, not an error: said once, calmly,
+                        // and only where a key is still wanted.
+                        if needs_key && !from_env {
+                            ui.weak(format!("No keyring on this machine: set ${var} to give this profile its key."));
+                        }
+                    } else if let Some(problem) = problem {
                         ui.colored_label(ui.visuals().error_fg_color, problem);
                     }
                 }

@@ -75,6 +75,8 @@ pub struct ScenePanels {
     portraits: super::portrait::Portraits,
     /// A character (by name) to bring into the scene's cast or take out of it.
     cast_change: String,
+    /// The open scene's cast members in the order their control rows were first shown.
+    cast_rows: Vec<String>,
     /// What was typed and not sent, per scene (the open scene's is `input`).
     drafts: super::drafts::Drafts,
     /// A cast member's state in this scene being edited by hand (as `scene set-state`).
@@ -301,6 +303,9 @@ impl ScenePanels {
                 if self.is_selected(scene_id) =>
             {
                 self.live = None;
+                // A change that went through: an earlier refusal (a name not found, a
+                // message gone) no longer describes the scene.
+                self.last_error = None;
                 outbox.push(Command::Scene(SceneCommand::Snapshot { scene: scene_id.clone() }));
                 // The scene list's round counts follow an undo.
                 outbox.push(Command::Scene(SceneCommand::List));
@@ -388,6 +393,7 @@ impl ScenePanels {
             self.editing = None;
             self.confirm_delete = None;
             self.whole = None;
+            self.cast_rows.clear();
             // Rounds another process plays here are heard within a couple of seconds.
             outbox.push(Command::Scene(SceneCommand::Watch { scene: Some(id.clone()) }));
         }
@@ -803,9 +809,29 @@ impl ScenePanels {
                     outbox.push(Command::Scene(SceneCommand::Redo { scene: scene.clone() }));
                     self.live = Some(LiveRound::default());
                 }
-                for (name, muted) in &cast {
-                    let mut forced = self.force.contains(name);
-                    if !muted && ui.checkbox(&mut forced, format!("{} acts", super::short(name))).on_hover_text("Make them act this round, whatever the Director decides").changed() {
+            });
+            // One row per cast member, in a grid: a label that changes width (Mute →
+            // Unmute) or a member joining never moves another control under the pointer.
+            // The "acts" box stays (greyed) for a muted member so its column keeps its width.
+            // Rows keep the order they were first shown in (the cast is listed by name, so
+            // a member joining would otherwise push those after them down a row).
+            self.cast_rows.retain(|n| cast.iter().any(|(c, _)| c == n));
+            for (name, _) in &cast {
+                if !self.cast_rows.contains(name) {
+                    self.cast_rows.push(name.clone());
+                }
+            }
+            let rows: Vec<(String, bool)> =
+                self.cast_rows.iter().filter_map(|n| cast.iter().find(|(c, _)| c == n)).cloned().collect();
+            egui::Grid::new("scene_cast_controls").num_columns(3).spacing([12.0, 2.0]).show(ui, |ui| {
+                for (name, muted) in &rows {
+                    ui.label(super::short(name));
+                    let mut forced = !muted && self.force.contains(name);
+                    let acts = ui
+                        .add_enabled(!muted, egui::Checkbox::new(&mut forced, format!("{} acts", super::short(name))))
+                        .on_hover_text("Make them act this round, whatever the Director decides")
+                        .on_disabled_hover_text("Muted: unmute them to make them act");
+                    if acts.changed() {
                         if forced {
                             self.force.insert(name.clone());
                         } else {
@@ -816,6 +842,7 @@ impl ScenePanels {
                     if ui.small_button(label).clicked() {
                         outbox.push(Command::Scene(SceneCommand::Mute { scene: scene.clone(), character: name.clone(), muted: !muted }));
                     }
+                    ui.end_row();
                 }
             });
             // Someone of the library joins the scene (absent until the Director brings

@@ -272,7 +272,7 @@ fn a_lorebook_is_renamed_and_deleted_in_the_library_panel_after_confirmation() {
     run_until(&mut harness, Duration::from_secs(20), |app| !app.library().lorebooks().is_empty());
     harness.run();
 
-    harness.get_by_label("river-lore (1 entries)").click_secondary();
+    harness.get_by_label("river-lore (1 entry)").click_secondary();
     harness.run();
     harness.get_by_label("Rename lorebook…").click();
     harness.run();
@@ -285,7 +285,7 @@ fn a_lorebook_is_renamed_and_deleted_in_the_library_panel_after_confirmation() {
     run_until(&mut harness, Duration::from_secs(20), |app| app.library().lorebooks().iter().any(|b| b.name == "river-lore (old)"));
     harness.run();
 
-    harness.get_by_label("river-lore (old) (1 entries)").click_secondary();
+    harness.get_by_label("river-lore (old) (1 entry)").click_secondary();
     harness.run();
     harness.get_by_label("Delete lorebook…").click();
     // Asked first, with what goes and what it is detached from.

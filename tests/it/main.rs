@@ -13,6 +13,7 @@ mod cards;
 mod chat_files;
 mod cli;
 mod companion;
+mod gm_window;
 mod identity;
 mod interop;
 mod keys;
