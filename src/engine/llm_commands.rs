@@ -222,7 +222,7 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
                 ctx.runtime.clone().spawn_blocking(move || {
                     let problem = follow_rename(&old, &new);
                     let source = ctx.config().profile(&new).map(crate::llm::client::key_source).unwrap_or(crate::llm::keyring::KeySource::None);
-                    ctx.emit(LlmEvent::KeyStatus { profile: new, source, action: KeyAction::Checked, problem });
+                    ctx.emit(LlmEvent::KeyStatus { profile: new, source, action: KeyAction::Checked, problem, keyring: crate::llm::keyring::installed().is_some() });
                 });
             }
         }
@@ -247,7 +247,13 @@ pub(super) fn handle(ctx: &Arc<Context>, command: LlmCommand) {
             let ctx = ctx.clone();
             ctx.runtime.clone().spawn_blocking(move || {
                 let problem = forget_key(&name);
-                ctx.emit(LlmEvent::KeyStatus { profile: name, source: crate::llm::keyring::KeySource::None, action: KeyAction::Cleared, problem });
+                ctx.emit(LlmEvent::KeyStatus {
+                    profile: name,
+                    source: crate::llm::keyring::KeySource::None,
+                    action: KeyAction::Cleared,
+                    problem,
+                    keyring: crate::llm::keyring::installed().is_some(),
+                });
             });
         }
         LlmCommand::Calls { limit } => {
